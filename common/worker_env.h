@@ -1,0 +1,45 @@
+#pragma once
+
+// The environment contract between the agent (launcher/) and its workers
+// (worker/ and any other program). The torchrun names come first, so that an
+// unmodified torch.distributed script runs under ddprun as under torchrun;
+// the DDPRUN_ names carry what only ddprun has.
+namespace ddprun::common::env {
+
+// torchrun's names.
+inline constexpr char kRank[] = "RANK";
+inline constexpr char kLocalRank[] = "LOCAL_RANK";
+inline constexpr char kGroupRank[] = "GROUP_RANK";
+inline constexpr char kRoleRank[] = "ROLE_RANK";
+inline constexpr char kLocalWorldSize[] = "LOCAL_WORLD_SIZE";
+inline constexpr char kWorldSize[] = "WORLD_SIZE";
+inline constexpr char kGroupWorldSize[] = "GROUP_WORLD_SIZE";
+inline constexpr char kRoleWorldSize[] = "ROLE_WORLD_SIZE";
+inline constexpr char kRoleName[] = "ROLE_NAME";
+inline constexpr char kMasterAddr[] = "MASTER_ADDR";
+inline constexpr char kMasterPort[] = "MASTER_PORT";
+inline constexpr char kRestartCount[] = "TORCHELASTIC_RESTART_COUNT";
+inline constexpr char kMaxRestarts[] = "TORCHELASTIC_MAX_RESTARTS";
+inline constexpr char kRunId[] = "TORCHELASTIC_RUN_ID";
+inline constexpr char kErrorFile[] = "TORCHELASTIC_ERROR_FILE";
+inline constexpr char kUseAgentStore[] = "TORCHELASTIC_USE_AGENT_STORE";
+inline constexpr char kOmpNumThreads[] = "OMP_NUM_THREADS";
+
+// ddprun's own names.
+// host:port of the rendezvous store service (gRPC).
+inline constexpr char kStoreEndpoint[] = "DDPRUN_STORE_ENDPOINT";
+// The store scope: the job's run id and the round the worker belongs to.
+inline constexpr char kStoreRunId[] = "DDPRUN_STORE_RUN_ID";
+inline constexpr char kRound[] = "DDPRUN_ROUND";
+// File holding the shared token that authenticates store calls (optional).
+inline constexpr char kTokenFile[] = "DDPRUN_TOKEN_FILE";
+// The token itself, when no file is used (optional).
+inline constexpr char kToken[] = "DDPRUN_TOKEN";
+// This node's address as its peers reach it (Gloo binds its device to it).
+inline constexpr char kLocalAddr[] = "DDPRUN_LOCAL_ADDR";
+// A file descriptor the worker writes one progress record to per step; the
+// agent treats a worker silent for --worker-timeout as hung. Absent when the
+// agent does not watch progress.
+inline constexpr char kProgressFd[] = "DDPRUN_PROGRESS_FD";
+
+}  // namespace ddprun::common::env
