@@ -1,0 +1,78 @@
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace ddprun::testing {
+
+struct SubprocessOptions {
+  std::vector<std::string> argv;
+  // Added to (or replacing in) the test's own environment.
+  std::map<std::string, std::string> env;
+  // Names removed from the environment.
+  std::vector<std::string> unset_env;
+  // stdout and stderr go to these files (created); empty: /dev/null.
+  std::string stdout_path;
+  std::string stderr_path;
+};
+
+// How a process ended.
+struct ExitInfo {
+  int exit_code = -1;  // -1 when signaled
+  int signal = 0;      // 0 when it exited
+  bool ok() const { return signal == 0 && exit_code == 0; }
+  std::string ToString() const;
+};
+
+// A real child process for integration tests, in its own process group.
+// The destructor kills the group (SIGKILL) and reaps the child, so a failing
+// test leaves nothing running. Not thread-safe.
+class Subprocess {
+ public:
+  static absl::StatusOr<Subprocess> Start(const SubprocessOptions& options);
+
+  Subprocess(Subprocess&& other) noexcept;
+  Subprocess& operator=(Subprocess&& other) noexcept;
+  ~Subprocess();
+
+  pid_t pid() const { return pid_; }
+  // Waits up to `timeout` for the child to end; nullopt when it is still
+  // running then.
+  std::optional<ExitInfo> Wait(absl::Duration timeout);
+  // Non-blocking check.
+  std::optional<ExitInfo> Poll();
+  // Sends `sig` to the child's process group.
+  void SignalGroup(int sig);
+  // Sends `sig` to the child only.
+  void Signal(int sig);
+
+ private:
+  explicit Subprocess(pid_t pid) : pid_(pid) {}
+  void KillAndReap();
+
+  pid_t pid_ = -1;
+  std::optional<ExitInfo> exit_;
+};
+
+// Runs a command to completion (bounded); the convenience most tests need.
+struct RunResult {
+  ExitInfo exit;
+  bool timed_out = false;
+  std::string out;
+  std::string err;
+};
+RunResult RunCommand(const std::vector<std::string>& argv,
+                     absl::Duration timeout,
+                     const std::map<std::string, std::string>& env = {});
+
+// True when `pid` names no live process (a zombie counts as gone).
+bool ProcessGone(pid_t pid);
+
+}  // namespace ddprun::testing
