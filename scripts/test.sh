@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Runs the whole test suite: sets up and builds first (idempotent, quick the
+# second time), then every ctest test. Extra arguments go to ctest, e.g.
+#   scripts/test.sh -L rendezvous      only the rendezvous tests
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+"$root/scripts/setup.sh"
+build_dir="${DDPRUN_BUILD_DIR:-$root/build}"
+# Tests start several processes that each want a core; run two at a time.
+exec ctest --test-dir "$build_dir" --output-on-failure -j "${DDPRUN_TEST_JOBS:-2}" "$@"
