@@ -1,0 +1,146 @@
+// The whole path with real parts: ddprun spawns real ddprun-mnist workers that
+// rendezvous through a real gRPC server, train with Gloo on real MNIST and
+// report what they reached.
+#include <signal.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "gtest/gtest.h"
+#include "tests/e2e/summary_json.h"
+#include "tests/testing/subprocess.h"
+#include "tests/testing/temp_dir.h"
+#include "tests/testing/wait_for.h"
+
+namespace ddprun::testing {
+namespace {
+
+// One epoch over this slice of MNIST with the seed's settings reaches well
+// above this test accuracy; a broken gradient sync or sampler does not.
+constexpr int kTrainSamples = 20000;
+constexpr double kMinAccuracy = 0.85;
+
+std::string Ddprun() { return BinaryPath("launcher/ddprun"); }
+std::string Rendezvous() { return BinaryPath("rendezvous/ddprun-rendezvous"); }
+std::string Mnist() { return BinaryPath("worker/ddprun-mnist"); }
+
+std::vector<std::string> MnistArgs(const TempDir& dir) {
+  return {Mnist(),          "--epochs",       "1",
+          "--data-dir",     MnistDir(),       "--train-limit",
+          std::to_string(kTrainSamples),      "--summary-json",
+          dir.File("summary.json"),           "--save",
+          dir.File("model.pt")};
+}
+
+std::vector<std::string> Concat(std::vector<std::string> a,
+                                const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+void ExpectTrained(const TempDir& dir, int world_size) {
+  std::string summary = ReadFileOrEmpty(dir.File("summary.json"));
+  ASSERT_FALSE(summary.empty()) << "rank 0 wrote no --summary-json";
+  EXPECT_EQ(SummaryNumber(summary, "world_size"), world_size) << summary;
+  std::optional<double> accuracy = SummaryNumber(summary, "test_accuracy");
+  ASSERT_TRUE(accuracy.has_value()) << summary;
+  EXPECT_GE(*accuracy, kMinAccuracy) << summary;
+  EXPECT_GT(SummaryNumber(summary, "samples_per_sec").value_or(0), 0)
+      << summary;
+  EXPECT_FALSE(ReadFileOrEmpty(dir.File("model.pt")).empty())
+      << "rank 0 saved no model";
+}
+
+TEST(E2eTest, StandaloneTwoWorkersTrainMnist) {
+  TempDir dir;
+  RunResult run = RunCommand(
+      Concat({Ddprun(), "--standalone", "--nproc-per-node", "2"},
+             MnistArgs(dir)),
+      absl::Minutes(5));
+  ASSERT_FALSE(run.timed_out) << run.err;
+  ASSERT_TRUE(run.exit.ok()) << run.exit.ToString() << "\n" << run.err;
+  ExpectTrained(dir, 2);
+}
+
+TEST(E2eTest, MnistRunsAloneWithoutDdprun) {
+  TempDir dir;
+  RunResult run = RunCommand(MnistArgs(dir), absl::Minutes(5));
+  ASSERT_TRUE(run.exit.ok()) << run.exit.ToString() << "\n" << run.err;
+  ExpectTrained(dir, 1);
+}
+
+// Reads "ddprun-rendezvous listening on HOST:PORT" from the server's stdout.
+std::string WaitForListeningLine(const std::string& stdout_path) {
+  std::string endpoint;
+  WaitFor(
+      [&] {
+        std::string out = ReadFileOrEmpty(stdout_path);
+        for (absl::string_view line : absl::StrSplit(out, '\n')) {
+          if (absl::ConsumePrefix(&line, "ddprun-rendezvous listening on ")) {
+            endpoint = std::string(line);
+            return true;
+          }
+        }
+        return false;
+      },
+      absl::Seconds(30));
+  return endpoint;
+}
+
+TEST(E2eTest, TwoAgentsTrainTogetherThroughOneRendezvous) {
+  TempDir dir;
+  SubprocessOptions server_options;
+  server_options.argv = {Rendezvous(), "--port", "0"};
+  server_options.stdout_path = dir.File("server.out");
+  server_options.stderr_path = dir.File("server.err");
+  auto server = Subprocess::Start(server_options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::string endpoint = WaitForListeningLine(dir.File("server.out"));
+  ASSERT_FALSE(endpoint.empty()) << ReadFileOrEmpty(dir.File("server.err"));
+
+  std::vector<Subprocess> agents;
+  for (int node = 0; node < 2; ++node) {
+    TempDir* out_dir = &dir;
+    SubprocessOptions options;
+    options.argv = Concat(
+        {Ddprun(), "--nnodes", "2", "--nproc-per-node", "1",
+         "--rdzv-endpoint", endpoint, "--rdzv-id", "e2e-two-agents"},
+        // Only rank 0 writes the summary and the model; both agents get the
+        // same arguments, as on a real cluster.
+        MnistArgs(*out_dir));
+    options.stdout_path = dir.File(absl::StrCat("agent", node, ".out"));
+    options.stderr_path = dir.File(absl::StrCat("agent", node, ".err"));
+    auto agent = Subprocess::Start(options);
+    ASSERT_TRUE(agent.ok()) << agent.status();
+    agents.push_back(std::move(*agent));
+  }
+  for (int node = 0; node < 2; ++node) {
+    auto exit = agents[node].Wait(absl::Minutes(5));
+    ASSERT_TRUE(exit.has_value()) << "agent " << node << " did not finish";
+    EXPECT_TRUE(exit->ok())
+        << "agent " << node << ": " << exit->ToString() << "\n"
+        << ReadFileOrEmpty(dir.File(absl::StrCat("agent", node, ".err")));
+  }
+  ExpectTrained(dir, 2);
+}
+
+TEST(E2eTest, MissingMnistIsOneClearErrorThroughDdprun) {
+  TempDir dir;
+  RunResult run = RunCommand(
+      {Ddprun(), "--standalone", "--nproc-per-node", "2", Mnist(),
+       "--data-dir", dir.File("no-such-dir")},
+      absl::Minutes(2));
+  ASSERT_FALSE(run.timed_out) << "a missing data set must not hang";
+  EXPECT_FALSE(run.exit.ok());
+  // The worker's own line names the folder it looked in.
+  EXPECT_TRUE(absl::StrContains(run.out + run.err, dir.File("no-such-dir")))
+      << run.out << run.err;
+}
+
+}  // namespace
+}  // namespace ddprun::testing
