@@ -9,4 +9,4 @@ start=$(date +%s.%N)
 cmake -S "$root" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$dir" >/dev/null
 end=$(date +%s.%N)
-printf 'clean build: %.1f s on %d cores\n' "$(echo "$end - $start" | bc -l)" "$(nproc)"
+printf 'clean build: %.1f s on %d cores\n' "$(awk -v a="$start" -v b="$end" 'BEGIN{print b-a}')" "$(nproc)"

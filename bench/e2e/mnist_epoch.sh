@@ -18,7 +18,7 @@ for i in $(seq 1 "$runs"); do
     --summary-json "$out/summary$i.json" --save "$out/model.pt" \
     >"$out/log$i" 2>&1
   end=$(date +%s.%N)
-  echo "$end - $start" | bc -l >"$out/wall$i"
+  awk -v a="$start" -v b="$end" 'BEGIN{print b-a}' >"$out/wall$i"
 done
 
 /usr/bin/python3 - "$out" "$runs" <<'PY'
