@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Installs the build tree into a temporary prefix with `cmake --install`, then
+# builds and runs a user's project that finds it with find_package(ddp).
+#   install_consumer_test.sh BUILD_DIR SOURCE_DIR
+set -euo pipefail
+build_dir=$1
+source_dir=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+prefix=$work/prefix
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+cmake --install "$build_dir" --prefix "$prefix" >"$work/install.log" ||
+  { cat "$work/install.log" >&2; fail "cmake --install into $prefix"; }
+
+config=$(find "$prefix" -name ddpConfig.cmake -print -quit)
+[[ -n $config ]] || fail "no ddpConfig.cmake under $prefix"
+# An installed package must not point back into this checkout.
+if grep -rl -e "$source_dir" -e "$build_dir" "$(dirname "$config")"; then
+  fail "the installed CMake package names the source or build tree (above)"
+fi
+for unit in ddprun-rendezvous.service ddprun-agent@.service; do
+  [[ -f $prefix/lib/systemd/system/$unit ]] || fail "unit $unit not installed"
+done
+[[ -f $prefix/share/doc/ddprun/README.md ]] || fail "docs not installed"
+
+cmake -S "$source_dir/tests/deploy/consumer" -B "$work/consumer" -G Ninja \
+  -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=Release \
+  >"$work/configure.log" 2>&1 ||
+  { cat "$work/configure.log" >&2; fail "configuring the consumer"; }
+cmake --build "$work/consumer" -j 2 >"$work/build.log" 2>&1 ||
+  { cat "$work/build.log" >&2; fail "building the consumer"; }
+
+if grep -q 'add_library(ddp::ddp ' "$(dirname "$config")"/ddpTargets.cmake; then
+  out=$(RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 LOCAL_WORLD_SIZE=2 \
+        MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 "$work/consumer/consumer")
+  [[ $out == "consumer rank 1 of 2" ]] || fail "consumer printed: $out"
+  # The programs come with the library.
+  for program in ddprun ddprun-rendezvous ddprun-mnist; do
+    [[ -x $prefix/bin/$program ]] || fail "$program not installed"
+  done
+  "$prefix/bin/ddprun-mnist" --help >/dev/null ||
+    fail "installed ddprun-mnist does not start (libddp not found?)"
+else
+  out=$("$work/consumer/consumer" "[::1]:29400")
+  [[ $out == "consumer endpoint [::1]:29400 "* ]] || fail "consumer printed: $out"
+fi
+echo "PASS: installed to $prefix, consumer built and ran: $out"
