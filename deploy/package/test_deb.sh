@@ -79,4 +79,4 @@ printf 'PASS: %s %s KiB, %s %s KiB, Depends: %s\n' \
   "$(basename "$runtime")" "$(du -k "$runtime" | cut -f1)" \
   "$(basename "$dev")" "$(du -k "$dev" | cut -f1)" "$depends"
 printf 'install time (apt install, deps already present): %.1f s\n' \
-  "$(echo "$end - $start" | bc)"
+  "$(awk -v a="$start" -v b="$end" 'BEGIN{print b - a}')"
