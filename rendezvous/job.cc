@@ -1,0 +1,503 @@
+#include "rendezvous/job.h"
+
+#include <algorithm>
+#include <tuple>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "spdlog/spdlog.h"
+
+namespace ddprun::rendezvous {
+
+Job::Job(std::string run_id, v1::JobConfig config, absl::Time now,
+         JobOptions options)
+    : run_id_(std::move(run_id)),
+      config_(std::move(config)),
+      options_(options),
+      last_activity_(now) {}
+
+bool Job::ended() const {
+  return state_ == v1::JOB_STATE_SUCCEEDED || state_ == v1::JOB_STATE_FAILED;
+}
+
+std::optional<absl::Time> Job::idle_since() const {
+  if (ended_at_.has_value()) return ended_at_;
+  if (nodes_.empty()) return last_activity_;
+  return std::nullopt;
+}
+
+void Job::Park(Node& node, WaiterId waiter, absl::Time now) {
+  node.waiter = waiter;
+  node.join_deadline = now + absl::Milliseconds(config_.join_timeout_ms());
+  node.last_seen = now;
+  ++parked_;
+}
+
+void Job::Answer(Node& node, absl::StatusOr<v1::JoinResponse> response,
+                 Effects* effects) {
+  effects->joins.push_back({*node.waiter, std::move(response)});
+  node.waiter.reset();
+  --parked_;
+}
+
+void Job::Refuse(WaiterId waiter, absl::Status status, Effects* effects) {
+  effects->joins.push_back({waiter, std::move(status)});
+}
+
+v1::JobEnded Job::Ended() const {
+  v1::JobEnded ended;
+  ended.set_state(state_);
+  for (const auto& f : failures_) *ended.add_failures() = f;
+  if (state_ == v1::JOB_STATE_SUCCEEDED) {
+    ended.set_message(absl::StrFormat(
+        "job '%s' succeeded in round %d: every node's workers exited 0",
+        run_id_, round_));
+  } else {
+    ended.set_message(absl::StrFormat(
+        "job '%s' failed: %d restarts used, max_restarts is %d%s", run_id_,
+        restart_count_, config_.max_restarts(),
+        failures_.empty() ? "" : "; failures[0] is the root cause"));
+  }
+  return ended;
+}
+
+v1::JoinResponse Job::EndedResponse() const {
+  v1::JoinResponse response;
+  *response.mutable_ended() = Ended();
+  return response;
+}
+
+void Job::Join(const v1::JoinRequest& request, WaiterId waiter,
+               absl::Time now, Effects* effects) {
+  last_activity_ = now;
+  if (ended()) {
+    effects->joins.push_back({waiter, EndedResponse()});
+    return;
+  }
+  const std::string& id = request.node_id();
+  if (id.empty()) {
+    return Refuse(waiter,
+                  absl::InvalidArgumentError(absl::StrFormat(
+                      "Join to job '%s' has no node_id; every agent must send "
+                      "a unique node_id (host:pid:nonce)",
+                      run_id_)),
+                  effects);
+  }
+  if (request.local_world_size() < 1) {
+    return Refuse(waiter,
+                  absl::InvalidArgumentError(absl::StrFormat(
+                      "node '%s' asks for local_world_size %d; it must be at "
+                      "least 1 (--nproc-per-node)",
+                      id, request.local_world_size())),
+                  effects);
+  }
+  if (request.node_rank() < -1 || request.node_rank() >= config_.max_nodes()) {
+    return Refuse(waiter,
+                  absl::InvalidArgumentError(absl::StrFormat(
+                      "node '%s' asks for node_rank %d but job '%s' has "
+                      "max_nodes %d; give --node-rank in [0, %d) or leave it "
+                      "out",
+                      id, request.node_rank(), run_id_, config_.max_nodes(),
+                      config_.max_nodes())),
+                  effects);
+  }
+  if (request.node_rank() >= 0) {
+    for (const auto& [other_id, other] : nodes_) {
+      if (other_id != id && other.waiter.has_value() &&
+          other.join.node_rank() == request.node_rank()) {
+        return Refuse(waiter,
+                      absl::InvalidArgumentError(absl::StrFormat(
+                          "node_rank %d is already taken by node '%s' in job "
+                          "'%s'; give every node its own --node-rank",
+                          request.node_rank(), other_id, run_id_)),
+                      effects);
+      }
+    }
+  }
+  auto [it, inserted] = nodes_.try_emplace(id);
+  Node& node = it->second;
+  if (inserted) node.arrival = next_arrival_++;
+  if (node.waiter.has_value()) {
+    // The agent retried while its first Join was still parked; the newer
+    // call is the one it waits on.
+    Answer(node,
+           absl::AbortedError(absl::StrFormat(
+               "superseded by a newer Join from node '%s'", id)),
+           effects);
+  }
+  node.join = request;
+  node.join.clear_config();
+  node.done = false;
+  Park(node, waiter, now);
+  if (state_ == v1::JOB_STATE_RUNNING) {
+    if (node.member) {
+      spdlog::info("job '{}': member '{}' joined again (its agent restarted); "
+                   "round {} ends",
+                   run_id_, id, round_);
+      EndRound(now, effects);
+    } else if (static_cast<int>(last_members_.size()) < config_.max_nodes()) {
+      spdlog::info("job '{}': node '{}' waits to join; round {} ends to "
+                   "admit it",
+                   run_id_, id, round_);
+      EndRound(now, effects);
+    }
+    // Otherwise the round is full: the node waits, and heartbeats report it.
+  }
+  MaybeClose(now, effects);
+}
+
+void Job::CancelJoin(const std::string& node_id, WaiterId waiter,
+                     absl::Time now, Effects* effects) {
+  auto it = nodes_.find(node_id);
+  if (it == nodes_.end() || it->second.waiter != waiter) return;
+  it->second.waiter.reset();
+  --parked_;
+  DropNode(node_id, now);
+  MaybeClose(now, effects);
+}
+
+bool Job::AllExpectedParked() const {
+  for (const std::string& id : last_members_) {
+    auto it = nodes_.find(id);
+    if (it == nodes_.end()) continue;  // dropped: no longer expected
+    if (!it->second.done && !it->second.waiter.has_value()) return false;
+  }
+  return true;
+}
+
+void Job::MaybeClose(absl::Time now, Effects* effects) {
+  if (state_ != v1::JOB_STATE_JOINING) return;
+  if (parked_ < config_.min_nodes()) {
+    min_reached_at_.reset();
+    return;
+  }
+  if (!min_reached_at_.has_value()) min_reached_at_ = now;
+  bool full = parked_ >= config_.max_nodes();
+  bool all_back = !last_members_.empty() && AllExpectedParked();
+  bool last_call_over =
+      now >= *min_reached_at_ +
+                 absl::Milliseconds(config_.last_call_timeout_ms());
+  if (full || all_back || last_call_over) Close(now, effects);
+}
+
+void Job::Close(absl::Time now, Effects* effects) {
+  using Entry = std::pair<const std::string, Node>;
+  std::vector<Entry*> pinned;  // asked for a node_rank
+  std::vector<Entry*> others;
+  for (auto& entry : nodes_) {
+    if (!entry.second.waiter.has_value()) continue;
+    (entry.second.join.node_rank() >= 0 ? pinned : others).push_back(&entry);
+  }
+  // Join refuses duplicate and out-of-range node ranks among parked nodes,
+  // so each pinned node has its own slot below max_nodes.
+  std::vector<Entry*> slots(config_.max_nodes(), nullptr);
+  for (Entry* e : pinned) slots[e->second.join.node_rank()] = e;
+  std::sort(others.begin(), others.end(), [](Entry* a, Entry* b) {
+    const Node& x = a->second;
+    const Node& y = b->second;
+    return std::make_tuple(x.previous_rank < 0, x.previous_rank, x.arrival) <
+           std::make_tuple(y.previous_rank < 0, y.previous_rank, y.arrival);
+  });
+  size_t free_slot = 0;
+  size_t taken = pinned.size();
+  for (Entry* e : others) {
+    if (taken >= slots.size()) break;  // the rest wait for the next round
+    while (slots[free_slot] != nullptr) ++free_slot;
+    slots[free_slot] = e;
+    ++taken;
+  }
+  std::vector<Entry*> ordered;
+  for (Entry* e : slots) {
+    if (e != nullptr) ordered.push_back(e);
+  }
+
+  for (auto& [id, node] : nodes_) {
+    node.member = false;
+    node.previous_rank = -1;
+    node.rank_offset = -1;
+  }
+  last_members_.clear();
+  last_peers_.clear();
+  int offset = 0;
+  for (size_t i = 0; i < ordered.size(); ++i) {
+    Node& node = ordered[i]->second;
+    node.member = true;
+    node.previous_rank = static_cast<int>(i);
+    node.rank_offset = offset;
+    v1::Peer& peer = last_peers_.emplace_back();
+    peer.set_node_id(ordered[i]->first);
+    peer.set_node_rank(static_cast<int>(i));
+    peer.set_address(node.join.address());
+    peer.set_local_world_size(node.join.local_world_size());
+    peer.set_rank_offset(offset);
+    offset += node.join.local_world_size();
+    last_members_.push_back(ordered[i]->first);
+  }
+  world_size_ = offset;
+  state_ = v1::JOB_STATE_RUNNING;
+  min_reached_at_.reset();
+
+  v1::Assignment base;
+  base.set_round(round_);
+  base.set_num_nodes(static_cast<int>(ordered.size()));
+  base.set_world_size(world_size_);
+  base.set_master_addr(ordered[0]->second.join.address());
+  base.set_master_port(ordered[0]->second.join.master_port());
+  base.set_restart_count(restart_count_);
+  base.set_max_restarts(config_.max_restarts());
+  base.set_heartbeat_interval_ms(config_.heartbeat_interval_ms());
+  if (static_cast<int>(last_peers_.size()) <=
+      options_.max_peers_in_assignment) {
+    for (const auto& peer : last_peers_) *base.add_peers() = peer;
+  }
+  for (Entry* e : ordered) {
+    Node& node = e->second;
+    v1::JoinResponse response;
+    v1::Assignment* a = response.mutable_assignment();
+    *a = base;
+    a->set_node_rank(node.previous_rank);
+    a->set_rank_offset(node.rank_offset);
+    node.last_seen = now;  // the heartbeat clock starts with the round
+    Answer(node, std::move(response), effects);
+  }
+  spdlog::info("job '{}': round {} closed with {} nodes, world size {}{}",
+               run_id_, round_, ordered.size(), world_size_,
+               parked_ > 0 ? absl::StrFormat(" (%d nodes wait)", parked_)
+                           : std::string());
+}
+
+void Job::EndRound(absl::Time now, Effects* effects) {
+  ++round_;
+  state_ = v1::JOB_STATE_JOINING;
+  for (auto& [id, node] : nodes_) node.member = false;
+  min_reached_at_.reset();
+  effects->released.push_back({run_id_, round_});
+  MaybeClose(now, effects);
+}
+
+void Job::Finish(v1::JobState state, absl::Time now, Effects* effects) {
+  state_ = state;
+  ended_at_ = now;
+  for (auto& [id, node] : nodes_) {
+    if (node.waiter.has_value()) Answer(node, EndedResponse(), effects);
+  }
+  effects->released.push_back({run_id_, round_ + 1});
+  spdlog::info("job '{}' ended: {}", run_id_, Ended().message());
+}
+
+void Job::DropNode(const std::string& node_id, absl::Time now) {
+  nodes_.erase(node_id);
+  last_activity_ = now;
+}
+
+void Job::AddFailures(const v1::ReportFailureRequest& request,
+                      absl::Time now) {
+  auto add = [&](v1::WorkerFailure failure) {
+    if (static_cast<int>(failures_.size()) >= options_.max_failures_kept) {
+      return;
+    }
+    if (failure.node_id().empty()) failure.set_node_id(request.node_id());
+    if (failure.round() == 0) failure.set_round(request.round());
+    if (failure.time_unix_ms() == 0) {
+      failure.set_time_unix_ms(absl::ToUnixMillis(now));
+    }
+    failures_.push_back(std::move(failure));
+  };
+  if (request.failures().empty()) {
+    v1::WorkerFailure failure;
+    failure.set_cause("reported");
+    failure.set_message(absl::StrFormat(
+        "node '%s' reported a failure in round %d without details",
+        request.node_id(), request.round()));
+    add(std::move(failure));
+  }
+  for (const auto& f : request.failures()) add(f);
+}
+
+v1::ReportFailureResponse Job::ReportFailure(
+    const v1::ReportFailureRequest& request, absl::Time now,
+    Effects* effects) {
+  last_activity_ = now;
+  if (auto it = nodes_.find(request.node_id()); it != nodes_.end()) {
+    it->second.last_seen = now;
+  }
+  if (!ended() && state_ == v1::JOB_STATE_RUNNING &&
+      request.round() == round_) {
+    AddFailures(request, now);
+    failed_round_ = round_;
+    ++restart_count_;
+    spdlog::info("job '{}': node '{}' reported a failure in round {} "
+                 "(restart {} of {})",
+                 run_id_, request.node_id(), round_, restart_count_,
+                 config_.max_restarts());
+    if (restart_count_ > config_.max_restarts()) {
+      Finish(v1::JOB_STATE_FAILED, now, effects);
+    } else {
+      EndRound(now, effects);
+    }
+  } else if (request.round() == failed_round_) {
+    // Another agent saw the same incident: keep its records, count nothing.
+    AddFailures(request, now);
+  }
+  v1::ReportFailureResponse response;
+  response.set_restart_count(restart_count_);
+  response.set_restarts_exhausted(state_ == v1::JOB_STATE_FAILED);
+  return response;
+}
+
+v1::HeartbeatResponse Job::Heartbeat(const v1::HeartbeatRequest& request,
+                                     absl::Time now) {
+  last_activity_ = now;
+  bool member = false;
+  if (auto it = nodes_.find(request.node_id()); it != nodes_.end()) {
+    it->second.last_seen = now;
+    member = it->second.member;
+  }
+  v1::HeartbeatResponse response;
+  response.set_round(round_);
+  response.set_state(state_);
+  response.set_nodes_waiting(parked_);
+  if (ended()) {
+    *response.mutable_ended() = Ended();
+  } else {
+    response.set_rejoin(request.round() != round_ ||
+                        state_ != v1::JOB_STATE_RUNNING || !member);
+  }
+  return response;
+}
+
+void Job::Leave(const v1::LeaveRequest& request, absl::Time now,
+                Effects* effects) {
+  last_activity_ = now;
+  auto it = nodes_.find(request.node_id());
+  if (it == nodes_.end()) return;
+  Node& node = it->second;
+  if (node.waiter.has_value()) {
+    Answer(node,
+           absl::CancelledError(absl::StrFormat(
+               "node '%s' left job '%s' while its Join was parked",
+               request.node_id(), run_id_)),
+           effects);
+  }
+  if (request.reason() == v1::LeaveRequest::REASON_SUCCEEDED) {
+    node.done = true;
+    node.last_seen = now;
+    if (ended()) return;
+    if (state_ == v1::JOB_STATE_RUNNING && node.member &&
+        request.round() == round_) {
+      bool all_done = true;
+      for (const std::string& id : last_members_) {
+        auto m = nodes_.find(id);
+        if (m != nodes_.end() && !m->second.done) all_done = false;
+      }
+      if (all_done) Finish(v1::JOB_STATE_SUCCEEDED, now, effects);
+      return;
+    }
+    MaybeClose(now, effects);
+    return;
+  }
+  bool was_member = state_ == v1::JOB_STATE_RUNNING && node.member;
+  DropNode(request.node_id(), now);
+  if (ended()) return;
+  if (was_member) {
+    spdlog::info("job '{}': member '{}' left; round {} ends", run_id_,
+                 request.node_id(), round_);
+    EndRound(now, effects);
+  } else {
+    MaybeClose(now, effects);
+  }
+}
+
+std::string Job::JoinTimeoutMessage() const {
+  return absl::StrFormat(
+      "no round of job '%s' took this node within join_timeout_ms=%d: %d "
+      "nodes were waiting, min_nodes is %d, max_nodes %d; start the missing "
+      "nodes or raise join_timeout",
+      run_id_, config_.join_timeout_ms(), parked_, config_.min_nodes(),
+      config_.max_nodes());
+}
+
+void Job::Tick(absl::Time now, Effects* effects) {
+  if (ended()) return;
+  std::vector<std::string> timed_out;
+  std::vector<std::string> silent;
+  const absl::Duration heartbeat_timeout =
+      absl::Milliseconds(config_.heartbeat_timeout_ms());
+  for (const auto& [id, node] : nodes_) {
+    if (node.waiter.has_value()) {
+      // A parked Join proves liveness: a dead client cancels its call.
+      if (now >= node.join_deadline) timed_out.push_back(id);
+    } else if (!node.done && now >= node.last_seen + heartbeat_timeout) {
+      silent.push_back(id);
+    }
+  }
+  if (!timed_out.empty()) {
+    absl::Status status = absl::DeadlineExceededError(JoinTimeoutMessage());
+    for (const std::string& id : timed_out) {
+      Answer(nodes_.at(id), status, effects);
+      DropNode(id, now);
+    }
+  }
+  bool lost_member = false;
+  for (const std::string& id : silent) {
+    bool member = state_ == v1::JOB_STATE_RUNNING && nodes_.at(id).member;
+    spdlog::info("job '{}': node '{}' silent for {} ms; dropped{}", run_id_,
+                 id, config_.heartbeat_timeout_ms(),
+                 member ? absl::StrFormat(", round %d ends", round_) : "");
+    lost_member |= member;
+    DropNode(id, now);
+  }
+  if (lost_member) {
+    EndRound(now, effects);
+  } else {
+    MaybeClose(now, effects);
+  }
+}
+
+void Job::CancelAllJoins(const absl::Status& status, Effects* effects) {
+  for (auto& [id, node] : nodes_) {
+    if (node.waiter.has_value()) Answer(node, status, effects);
+  }
+}
+
+v1::JobStatus Job::Status(absl::Time now) const {
+  v1::JobStatus status;
+  status.set_run_id(run_id_);
+  status.set_round(round_);
+  status.set_state(state_);
+  *status.mutable_config() = config_;
+  status.set_restart_count(restart_count_);
+  status.set_world_size(world_size_);
+  for (const auto& f : failures_) *status.add_failures() = f;
+  std::vector<const std::pair<const std::string, Node>*> sorted;
+  for (const auto& entry : nodes_) sorted.push_back(&entry);
+  std::sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) {
+    return std::make_tuple(a->second.previous_rank < 0,
+                           a->second.previous_rank, a->first) <
+           std::make_tuple(b->second.previous_rank < 0,
+                           b->second.previous_rank, b->first);
+  });
+  for (const auto* entry : sorted) {
+    const Node& node = entry->second;
+    v1::NodeStatus* n = status.add_nodes();
+    n->set_node_id(entry->first);
+    n->set_address(node.join.address());
+    n->set_node_rank(node.member ? node.previous_rank : -1);
+    n->set_local_world_size(node.join.local_world_size());
+    n->set_rank_offset(node.member ? node.rank_offset : -1);
+    n->set_last_heartbeat_age_ms(absl::ToInt64Milliseconds(now - node.last_seen));
+    if (node.done) {
+      n->set_state("done");
+    } else if (node.waiter.has_value()) {
+      n->set_state(state_ == v1::JOB_STATE_RUNNING ? "waiting" : "joining");
+    } else if (node.member) {
+      n->set_state("running");
+    } else {
+      n->set_state("rejoining");  // its round ended; its Join is due
+    }
+  }
+  return status;
+}
+
+}  // namespace ddprun::rendezvous

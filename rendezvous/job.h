@@ -1,0 +1,145 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "ddprun/v1/rendezvous.pb.h"
+#include "rendezvous/effects.h"
+
+namespace ddprun::rendezvous {
+
+struct JobOptions {
+  // Assignments list every peer only up to this many nodes: beyond it the
+  // list would make each answer O(n) and a round's answers O(n^2) bytes.
+  // Agents need only master_addr/master_port and their own ranks; Status
+  // lists every node.
+  int max_peers_in_assignment = 128;
+  // The failure records kept per job (oldest first; [0] is the root cause).
+  int max_failures_kept = 64;
+};
+
+// The rendezvous state machine of one job: rounds, membership, ranks,
+// heartbeats, failures. A plain class: every method takes `now` and records
+// what the adapters must do in `Effects`; it never blocks, sleeps or talks to
+// the network. Not thread-safe: JobTable owns each Job and calls it under its
+// mutex.
+//
+// The rules (the contract agents code against):
+// - Rounds are numbered from 0 and only grow. A Join is parked (its waiter is
+//   kept) until its round closes, join_timeout passes, or the call goes away.
+// - A forming round closes when (a) max_nodes are parked, or (b) at least
+//   min_nodes are parked and every node expected is parked (expected = the
+//   previous round's members still alive + the nodes parked), which makes
+//   restarts fast, or (c) at least min_nodes are parked and
+//   last_call_timeout passed since the min-th arrived. Rule (b) applies only
+//   once a previous round exists; the first round waits for last call.
+// - Closing assigns ranks once: nodes that asked for a node_rank get it, the
+//   others keep the previous round's order, newcomers follow by arrival. The
+//   ranks are then made contiguous (0..n-1) keeping that order; at most
+//   max_nodes are taken, the rest stay parked for the next round.
+// - While a round runs, a Join from a member (its agent restarted) ends the
+//   round; a Join from a new node ends it too when fewer than max_nodes are
+//   members, otherwise the node waits. A member silent for
+//   heartbeat_timeout, or leaving with SHUTDOWN, ends the round. None of these
+//   count as restarts.
+// - ReportFailure for the running round ends it and counts one restart; when
+//   restart_count > max_restarts the job is FAILED. Reports for older rounds
+//   change nothing (a report for the round that was just failed adds its
+//   records to the failure list, so the summary is complete).
+// - When every member of the running round left with SUCCEEDED the job is
+//   SUCCEEDED. An ended job answers Joins and Heartbeats with JobEnded.
+class Job {
+ public:
+  // `config` must be normalized (NormalizeJobConfig).
+  Job(std::string run_id, v1::JobConfig config, absl::Time now,
+      JobOptions options = {});
+
+  const std::string& run_id() const { return run_id_; }
+  const v1::JobConfig& config() const { return config_; }
+  int64_t round() const { return round_; }
+  v1::JobState state() const { return state_; }
+  int restart_count() const { return restart_count_; }
+  bool ended() const;
+  // When the job ended, or when its last node went away; nullopt while
+  // nodes remain. JobTable releases a job some grace time after this.
+  std::optional<absl::Time> idle_since() const;
+
+  // Parks `waiter` for this node's round, or answers it at once (through
+  // effects, like every other completion).
+  void Join(const v1::JoinRequest& request, WaiterId waiter, absl::Time now,
+            Effects* effects);
+  // The parked Join `waiter` went away (client cancelled or disconnected):
+  // the node is dropped. No effect when the waiter was already answered.
+  void CancelJoin(const std::string& node_id, WaiterId waiter, absl::Time now,
+                  Effects* effects);
+  v1::HeartbeatResponse Heartbeat(const v1::HeartbeatRequest& request,
+                                  absl::Time now);
+  v1::ReportFailureResponse ReportFailure(
+      const v1::ReportFailureRequest& request, absl::Time now,
+      Effects* effects);
+  void Leave(const v1::LeaveRequest& request, absl::Time now,
+             Effects* effects);
+  // Join timeouts, silent nodes, last call.
+  void Tick(absl::Time now, Effects* effects);
+  // Answers every parked Join with `status` (server shutdown).
+  void CancelAllJoins(const absl::Status& status, Effects* effects);
+
+  v1::JobStatus Status(absl::Time now) const;
+
+ private:
+  struct Node {
+    v1::JoinRequest join;  // the latest Join (address, ports, node_rank)
+    uint64_t arrival = 0;  // order of first arrival; newcomers go by it
+    absl::Time last_seen;
+    std::optional<WaiterId> waiter;  // a parked Join
+    absl::Time join_deadline;
+    int previous_rank = -1;  // rank in the last closed round, -1: none
+    int rank_offset = -1;    // in the last closed round
+    bool member = false;     // in the running round
+    bool done = false;       // left with SUCCEEDED
+  };
+
+  void Park(Node& node, WaiterId waiter, absl::Time now);
+  void Answer(Node& node, absl::StatusOr<v1::JoinResponse> response,
+              Effects* effects);
+  void Refuse(WaiterId waiter, absl::Status status, Effects* effects);
+  v1::JoinResponse EndedResponse() const;
+  v1::JobEnded Ended() const;
+  // Rules (a) to (c) above; closes the forming round when one holds.
+  void MaybeClose(absl::Time now, Effects* effects);
+  void Close(absl::Time now, Effects* effects);
+  // The running round is over: the next one starts forming.
+  void EndRound(absl::Time now, Effects* effects);
+  void Finish(v1::JobState state, absl::Time now, Effects* effects);
+  void DropNode(const std::string& node_id, absl::Time now);
+  void AddFailures(const v1::ReportFailureRequest& request, absl::Time now);
+  bool AllExpectedParked() const;
+  std::string JoinTimeoutMessage() const;
+
+  const std::string run_id_;
+  const v1::JobConfig config_;
+  const JobOptions options_;
+  int64_t round_ = 0;
+  v1::JobState state_ = v1::JOB_STATE_JOINING;
+  int restart_count_ = 0;
+  int64_t failed_round_ = -1;  // the last round ended by ReportFailure
+  std::vector<v1::WorkerFailure> failures_;
+  absl::flat_hash_map<std::string, Node> nodes_;
+  // Node ids of the last closed round, by rank: the running round's members
+  // while RUNNING, the previous round's afterwards.
+  std::vector<std::string> last_members_;
+  std::vector<v1::Peer> last_peers_;
+  int world_size_ = 0;
+  int parked_ = 0;  // nodes with a parked Join
+  uint64_t next_arrival_ = 0;
+  std::optional<absl::Time> min_reached_at_;  // rule (c)'s clock
+  std::optional<absl::Time> ended_at_;
+  absl::Time last_activity_;
+};
+
+}  // namespace ddprun::rendezvous

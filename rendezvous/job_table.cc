@@ -1,0 +1,174 @@
+#include "rendezvous/job_table.h"
+
+#include <limits>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "rendezvous/job_config.h"
+#include "spdlog/spdlog.h"
+
+namespace ddprun::rendezvous {
+
+JobTable::JobTable(const common::Clock* clock, JobTableOptions options)
+    : clock_(clock), options_(options) {}
+
+absl::Status JobTable::NotFound(const std::string& run_id) const {
+  return absl::NotFoundError(absl::StrFormat(
+      "no job '%s' on this server: it never started here or it ended and "
+      "was released; Join it (restart the agent) or check --rdzv-id",
+      run_id));
+}
+
+void JobTable::Join(const v1::JoinRequest& request, WaiterId waiter,
+                    Effects* effects) {
+  if (request.run_id().empty()) {
+    effects->joins.push_back(
+        {waiter, absl::InvalidArgumentError(
+                     "Join has an empty run_id; give --rdzv-id")});
+    return;
+  }
+  absl::StatusOr<v1::JobConfig> config = NormalizeJobConfig(request.config());
+  if (!config.ok()) {
+    effects->joins.push_back(
+        {waiter, absl::InvalidArgumentError(absl::StrFormat(
+                     "Join to job '%s' refused: %s", request.run_id(),
+                     config.status().message()))});
+    return;
+  }
+  absl::Time now = clock_->Now();
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(request.run_id());
+  if (it == jobs_.end()) {
+    spdlog::info("job '{}' created by node '{}': nodes {}:{}, max_restarts {}",
+                 request.run_id(), request.node_id(), config->min_nodes(),
+                 config->max_nodes(), config->max_restarts());
+    it = jobs_
+             .emplace(request.run_id(),
+                      std::make_unique<Job>(request.run_id(), *config, now,
+                                            options_.job))
+             .first;
+  } else if (std::string diff =
+                 DescribeConfigDifference(it->second->config(), *config);
+             !diff.empty()) {
+    effects->joins.push_back(
+        {waiter, absl::InvalidArgumentError(absl::StrFormat(
+                     "Join of node '%s' to job '%s' refused: %s",
+                     request.node_id(), request.run_id(), diff))});
+    return;
+  }
+  it->second->Join(request, waiter, now, effects);
+}
+
+void JobTable::CancelJoin(const std::string& run_id,
+                          const std::string& node_id, WaiterId waiter,
+                          Effects* effects) {
+  absl::Time now = clock_->Now();
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(run_id);
+  if (it == jobs_.end()) return;
+  it->second->CancelJoin(node_id, waiter, now, effects);
+}
+
+absl::StatusOr<v1::HeartbeatResponse> JobTable::Heartbeat(
+    const v1::HeartbeatRequest& request) {
+  absl::Time now = clock_->Now();
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(request.run_id());
+  if (it == jobs_.end()) return NotFound(request.run_id());
+  return it->second->Heartbeat(request, now);
+}
+
+absl::StatusOr<v1::ReportFailureResponse> JobTable::ReportFailure(
+    const v1::ReportFailureRequest& request, Effects* effects) {
+  absl::Time now = clock_->Now();
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(request.run_id());
+  if (it == jobs_.end()) return NotFound(request.run_id());
+  return it->second->ReportFailure(request, now, effects);
+}
+
+absl::Status JobTable::Leave(const v1::LeaveRequest& request,
+                             Effects* effects) {
+  absl::Time now = clock_->Now();
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(request.run_id());
+  if (it == jobs_.end()) return absl::OkStatus();  // nothing left to leave
+  it->second->Leave(request, now, effects);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::StatusResponse> JobTable::Status(
+    const v1::StatusRequest& request) const {
+  absl::Time now = clock_->Now();
+  absl::MutexLock lock(&mu_);
+  v1::StatusResponse response;
+  if (!request.run_id().empty()) {
+    auto it = jobs_.find(request.run_id());
+    if (it == jobs_.end()) return NotFound(request.run_id());
+    *response.add_jobs() = it->second->Status(now);
+    return response;
+  }
+  std::vector<const Job*> sorted;
+  for (const auto& [id, job] : jobs_) sorted.push_back(job.get());
+  std::sort(sorted.begin(), sorted.end(), [](const Job* a, const Job* b) {
+    return a->run_id() < b->run_id();
+  });
+  for (const Job* job : sorted) *response.add_jobs() = job->Status(now);
+  return response;
+}
+
+std::optional<int64_t> JobTable::CurrentRound(const std::string& run_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(run_id);
+  if (it == jobs_.end()) return std::nullopt;
+  return it->second->round();
+}
+
+absl::Status JobTable::CheckStoreScope(const v1::StoreScope& scope) const {
+  std::optional<int64_t> round = CurrentRound(scope.run_id());
+  if (!round.has_value()) return absl::OkStatus();
+  int64_t current = *round;
+  if (scope.round() == current) return absl::OkStatus();
+  if (scope.round() < current) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "store scope of job '%s': round %d is over; the job is in round %d. "
+        "This worker is stale: its agent must stop it and rejoin",
+        scope.run_id(), scope.round(), current));
+  }
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "store scope of job '%s': round %d has not started; the job is in "
+      "round %d. Use the round from the agent's assignment (DDPRUN_ROUND)",
+      scope.run_id(), scope.round(), current));
+}
+
+void JobTable::Tick(Effects* effects) {
+  absl::Time now = clock_->Now();
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> idle;
+  for (auto& [id, job] : jobs_) {
+    job->Tick(now, effects);
+    std::optional<absl::Time> since = job->idle_since();
+    if (since.has_value() && now >= *since + options_.ended_job_grace) {
+      idle.push_back(id);
+    }
+  }
+  for (const std::string& id : idle) {
+    spdlog::info("job '{}' released after {} idle", id,
+                 absl::FormatDuration(options_.ended_job_grace));
+    jobs_.erase(id);
+    effects->released.push_back({id, std::numeric_limits<int64_t>::max()});
+  }
+}
+
+void JobTable::CancelAllJoins(const absl::Status& status, Effects* effects) {
+  absl::MutexLock lock(&mu_);
+  for (auto& [id, job] : jobs_) job->CancelAllJoins(status, effects);
+}
+
+size_t JobTable::num_jobs() const {
+  absl::MutexLock lock(&mu_);
+  return jobs_.size();
+}
+
+}  // namespace ddprun::rendezvous

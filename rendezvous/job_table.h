@@ -1,0 +1,73 @@
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "ddprun/v1/rendezvous.pb.h"
+#include "ddprun/v1/store.pb.h"
+#include "rendezvous/effects.h"
+#include "rendezvous/job.h"
+
+namespace ddprun::rendezvous {
+
+struct JobTableOptions {
+  JobOptions job;
+  // A job that ended (or lost its last node) is kept this long, so that late
+  // agents learn how it ended and Status shows it; then it is released.
+  absl::Duration ended_job_grace = absl::Minutes(5);
+};
+
+// Every job of one server, by run_id. The first Join of a run_id creates the
+// job with its config; a Join whose config differs is refused.
+//
+// Thread-safe: every method may be called from any gRPC or timer thread; one
+// mutex guards the jobs. Methods never block: completions of parked calls go
+// to `effects`, which the caller applies after the method returned.
+class JobTable {
+ public:
+  // `clock` must outlive the table.
+  explicit JobTable(const common::Clock* clock, JobTableOptions options = {});
+
+  void Join(const v1::JoinRequest& request, WaiterId waiter, Effects* effects);
+  void CancelJoin(const std::string& run_id, const std::string& node_id,
+                  WaiterId waiter, Effects* effects);
+  absl::StatusOr<v1::HeartbeatResponse> Heartbeat(
+      const v1::HeartbeatRequest& request);
+  absl::StatusOr<v1::ReportFailureResponse> ReportFailure(
+      const v1::ReportFailureRequest& request, Effects* effects);
+  absl::Status Leave(const v1::LeaveRequest& request, Effects* effects);
+  absl::StatusOr<v1::StatusResponse> Status(
+      const v1::StatusRequest& request) const;
+
+  // OK when the scope may be used: its run_id names no job (a free-standing
+  // namespace) or names a job whose current round is scope.round;
+  // FAILED_PRECONDITION otherwise.
+  absl::Status CheckStoreScope(const v1::StoreScope& scope) const;
+  // The current round of job `run_id`; nullopt when there is no such job.
+  std::optional<int64_t> CurrentRound(const std::string& run_id) const;
+
+  // Time-driven transitions of every job, and release of idle jobs.
+  void Tick(Effects* effects);
+  void CancelAllJoins(const absl::Status& status, Effects* effects);
+
+  size_t num_jobs() const;
+
+ private:
+  absl::Status NotFound(const std::string& run_id) const;
+
+  const common::Clock* const clock_;
+  const JobTableOptions options_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::unique_ptr<Job>> jobs_
+      ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace ddprun::rendezvous

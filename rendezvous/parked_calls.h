@@ -1,0 +1,72 @@
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "grpcpp/support/server_callback.h"
+#include "rendezvous/effects.h"
+
+namespace ddprun::rendezvous {
+
+// The reactor of a call the server parks (Join, store Get/Wait). gRPC owns
+// its lifetime: OnDone, always the last reaction, deletes it.
+class ParkedReactor final : public grpc::ServerUnaryReactor {
+ public:
+  explicit ParkedReactor(std::function<void()> on_cancel)
+      : on_cancel_(std::move(on_cancel)) {}
+  void OnCancel() override { on_cancel_(); }
+  void OnDone() override { delete this; }
+
+ private:
+  std::function<void()> on_cancel_;
+};
+
+// Parked calls by waiter id, and the one way to finish them: Take removes a
+// call, so whoever takes it (a completion, a cancellation, shutdown) is the
+// only one to call Finish. Thread-safe.
+template <typename Response>
+class ParkedCalls {
+ public:
+  struct Call {
+    grpc::ServerUnaryReactor* reactor = nullptr;
+    Response* response = nullptr;
+  };
+
+  WaiterId NewId() { return next_id_.fetch_add(1); }
+  void Add(WaiterId id, Call call) {
+    absl::MutexLock lock(&mu_);
+    calls_.emplace(id, call);
+  }
+  std::optional<Call> Take(WaiterId id) {
+    absl::MutexLock lock(&mu_);
+    auto it = calls_.find(id);
+    if (it == calls_.end()) return std::nullopt;
+    Call call = it->second;
+    calls_.erase(it);
+    return call;
+  }
+  std::vector<Call> TakeAll() {
+    absl::MutexLock lock(&mu_);
+    std::vector<Call> all;
+    for (auto& [id, call] : calls_) all.push_back(call);
+    calls_.clear();
+    return all;
+  }
+  size_t size() const {
+    absl::MutexLock lock(&mu_);
+    return calls_.size();
+  }
+
+ private:
+  std::atomic<WaiterId> next_id_{1};
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<WaiterId, Call> calls_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace ddprun::rendezvous

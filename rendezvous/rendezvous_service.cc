@@ -1,0 +1,115 @@
+#include "rendezvous/rendezvous_service.h"
+
+#include <string>
+#include <utility>
+
+#include "common/grpc_status.h"
+
+namespace ddprun::rendezvous {
+namespace {
+
+grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
+                                    const absl::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(common::ToGrpcStatus(status));
+  return reactor;
+}
+
+template <typename Response>
+grpc::ServerUnaryReactor* FinishWith(grpc::CallbackServerContext* context,
+                                     absl::StatusOr<Response> result,
+                                     Response* response) {
+  if (!result.ok()) return FinishNow(context, result.status());
+  *response = *std::move(result);
+  return FinishNow(context, absl::OkStatus());
+}
+
+}  // namespace
+
+RendezvousService::RendezvousService(JobTable* jobs, StoreService* store)
+    : jobs_(jobs), store_(store) {}
+
+void RendezvousService::Apply(Effects effects) {
+  for (JoinCompletion& c : effects.joins) {
+    auto call = parked_.Take(c.waiter);
+    if (!call.has_value()) continue;  // cancelled meanwhile
+    if (!c.response.ok()) {
+      call->reactor->Finish(common::ToGrpcStatus(c.response.status()));
+      continue;
+    }
+    *call->response = *std::move(c.response);
+    call->reactor->Finish(grpc::Status::OK);
+  }
+  for (const ReleasedRounds& r : effects.released) {
+    store_->ReleaseRoundsBefore(r.run_id, r.before_round);
+  }
+}
+
+void RendezvousService::Tick() {
+  Effects effects;
+  jobs_->Tick(&effects);
+  Apply(std::move(effects));
+}
+
+void RendezvousService::CancelAll(const grpc::Status& status) {
+  Effects effects;
+  jobs_->CancelAllJoins(common::FromGrpcStatus(status), &effects);
+  Apply(std::move(effects));
+  for (auto& call : parked_.TakeAll()) call.reactor->Finish(status);
+}
+
+grpc::ServerUnaryReactor* RendezvousService::Join(
+    grpc::CallbackServerContext* /*context*/, const v1::JoinRequest* request,
+    v1::JoinResponse* response) {
+  WaiterId id = parked_.NewId();
+  auto* reactor = new ParkedReactor(
+      [this, id, run_id = request->run_id(), node_id = request->node_id()] {
+        auto call = parked_.Take(id);
+        if (!call.has_value()) return;  // already answered
+        Effects effects;
+        jobs_->CancelJoin(run_id, node_id, id, &effects);
+        call->reactor->Finish(grpc::Status(
+            grpc::StatusCode::CANCELLED,
+            "Join cancelled by the client (or its deadline passed); the node "
+            "was dropped from the job"));
+        Apply(std::move(effects));
+      });
+  parked_.Add(id, {reactor, response});
+  Effects effects;
+  jobs_->Join(*request, id, &effects);
+  Apply(std::move(effects));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* RendezvousService::Heartbeat(
+    grpc::CallbackServerContext* context, const v1::HeartbeatRequest* request,
+    v1::HeartbeatResponse* response) {
+  return FinishWith(context, jobs_->Heartbeat(*request), response);
+}
+
+grpc::ServerUnaryReactor* RendezvousService::ReportFailure(
+    grpc::CallbackServerContext* context,
+    const v1::ReportFailureRequest* request,
+    v1::ReportFailureResponse* response) {
+  Effects effects;
+  auto result = jobs_->ReportFailure(*request, &effects);
+  Apply(std::move(effects));
+  return FinishWith(context, std::move(result), response);
+}
+
+grpc::ServerUnaryReactor* RendezvousService::Leave(
+    grpc::CallbackServerContext* context, const v1::LeaveRequest* request,
+    v1::LeaveResponse* /*response*/) {
+  Effects effects;
+  absl::Status status = jobs_->Leave(*request, &effects);
+  Apply(std::move(effects));
+  return FinishNow(context, status);
+}
+
+grpc::ServerUnaryReactor* RendezvousService::Status(
+    grpc::CallbackServerContext* context, const v1::StatusRequest* request,
+    v1::StatusResponse* response) {
+  return FinishWith(context, jobs_->Status(*request), response);
+}
+
+}  // namespace ddprun::rendezvous

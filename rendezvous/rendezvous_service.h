@@ -1,0 +1,50 @@
+#pragma once
+
+#include "ddprun/v1/rendezvous.grpc.pb.h"
+#include "grpcpp/support/status.h"
+#include "rendezvous/effects.h"
+#include "rendezvous/job_table.h"
+#include "rendezvous/parked_calls.h"
+#include "rendezvous/store_service.h"
+
+namespace ddprun::rendezvous {
+
+// The Rendezvous service: a thin gRPC adapter over JobTable. Join is parked
+// without a thread until its round closes, it times out, or the client
+// cancels (which drops the node). Thread-safe.
+class RendezvousService final : public v1::Rendezvous::CallbackService {
+ public:
+  // Both must outlive the service; `store` releases the store scopes of
+  // rounds that are over.
+  RendezvousService(JobTable* jobs, StoreService* store);
+
+  grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* context,
+                                 const v1::JoinRequest* request,
+                                 v1::JoinResponse* response) override;
+  grpc::ServerUnaryReactor* Heartbeat(
+      grpc::CallbackServerContext* context,
+      const v1::HeartbeatRequest* request,
+      v1::HeartbeatResponse* response) override;
+  grpc::ServerUnaryReactor* ReportFailure(
+      grpc::CallbackServerContext* context,
+      const v1::ReportFailureRequest* request,
+      v1::ReportFailureResponse* response) override;
+  grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* context,
+                                  const v1::LeaveRequest* request,
+                                  v1::LeaveResponse* response) override;
+  grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* context,
+                                   const v1::StatusRequest* request,
+                                   v1::StatusResponse* response) override;
+
+  // Finishes the Joins and releases the store scopes `effects` names.
+  void Apply(Effects effects);
+  void Tick();
+  void CancelAll(const grpc::Status& status);
+
+ private:
+  JobTable* const jobs_;
+  StoreService* const store_;
+  ParkedCalls<v1::JoinResponse> parked_;
+};
+
+}  // namespace ddprun::rendezvous

@@ -1,0 +1,93 @@
+#include "rendezvous/server.h"
+
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "common/endpoint.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server_builder.h"
+#include "spdlog/spdlog.h"
+
+namespace ddprun::rendezvous {
+namespace {
+
+JobTableOptions TableOptions(const ServerOptions& options) {
+  JobTableOptions table;
+  table.ended_job_grace = options.ended_job_grace;
+  table.job.max_peers_in_assignment = options.max_peers_in_assignment;
+  return table;
+}
+
+}  // namespace
+
+Server::Server(const ServerOptions& options)
+    : options_(options),
+      clock_(options.clock != nullptr ? options.clock
+                                      : &common::RealClock::Get()),
+      jobs_(clock_, TableOptions(options)),
+      store_(clock_),
+      store_service_(&jobs_, &store_),
+      rendezvous_service_(&jobs_, &store_service_) {}
+
+absl::StatusOr<std::unique_ptr<Server>> Server::Start(
+    const ServerOptions& options) {
+  if (options.port < 0 || options.port > 65535) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "bad port %d: give 1-65535, or 0 to let the kernel pick one",
+        options.port));
+  }
+  std::unique_ptr<Server> server(new Server(options));
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  std::string address = common::Endpoint{options.host, options.port}.ToString();
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(),
+                           &server->port_);
+  builder.RegisterService(&server->rendezvous_service_);
+  builder.RegisterService(&server->store_service_);
+  server->server_ = builder.BuildAndStart();
+  if (server->server_ == nullptr || server->port_ == 0) {
+    return absl::UnavailableError(absl::StrFormat(
+        "cannot listen on %s: the address is in use or not local; pick "
+        "another --host/--port (port 0 lets the kernel pick)",
+        address));
+  }
+  Server* raw = server.get();
+  server->ticker_ = std::make_unique<Ticker>(options.tick_interval, [raw] {
+    raw->rendezvous_service_.Tick();
+    raw->store_service_.Tick();
+  });
+  spdlog::info("rendezvous server listening on {}", server->endpoint());
+  return server;
+}
+
+Server::~Server() { Shutdown(); }
+
+std::string Server::endpoint() const {
+  std::string host = options_.host;
+  if (host == "0.0.0.0" || host.empty()) host = "127.0.0.1";
+  if (host == "::" || host == "[::]") host = "::1";
+  return common::Endpoint{host, port_}.ToString();
+}
+
+void Server::Shutdown() {
+  {
+    absl::MutexLock lock(&shutdown_mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+  }
+  if (ticker_ != nullptr) ticker_->Stop();
+  if (server_ == nullptr) return;
+  grpc::Status closing(grpc::StatusCode::UNAVAILABLE,
+                       "the rendezvous server is shutting down; retry "
+                       "against a running server");
+  rendezvous_service_.CancelAll(closing);
+  store_service_.CancelAll(closing);
+  // Calls that arrive meanwhile are cancelled at the deadline.
+  server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+  server_->Wait();
+}
+
+}  // namespace ddprun::rendezvous

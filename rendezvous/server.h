@@ -1,0 +1,68 @@
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "grpcpp/server.h"
+#include "rendezvous/job_table.h"
+#include "rendezvous/rendezvous_service.h"
+#include "rendezvous/store_service.h"
+#include "rendezvous/store_state.h"
+#include "rendezvous/ticker.h"
+
+namespace ddprun::rendezvous {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";  // "0.0.0.0" / "::" for all interfaces
+  int port = 0;                    // 0: the kernel picks; read it with port()
+  std::string token;               // empty: no token check
+  // How often deadlines are checked: the precision of every server-side
+  // timeout (join, last call, heartbeat, store waits).
+  absl::Duration tick_interval = absl::Milliseconds(10);
+  // Finished and abandoned jobs are kept this long, then released.
+  absl::Duration ended_job_grace = absl::Minutes(5);
+  // Assignments carry the peer list up to this many nodes.
+  int max_peers_in_assignment = 128;
+  // The time source; nullptr: the real clock. Must outlive the server.
+  const common::Clock* clock = nullptr;
+};
+
+// ddprun's rendezvous server: the Rendezvous and Store services, the gRPC
+// health service and server reflection, on one port. Used by
+// ddprun-rendezvous and embedded by `ddprun --standalone`.
+// Thread-safe; Shutdown may be called from any thread but a gRPC callback.
+class Server {
+ public:
+  static absl::StatusOr<std::unique_ptr<Server>> Start(
+      const ServerOptions& options);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  int port() const { return port_; }
+  // "host:port" a client can dial; a wildcard host becomes loopback.
+  std::string endpoint() const;
+  // Idempotent; the destructor calls it. Parked calls are answered
+  // UNAVAILABLE, then the server stops.
+  void Shutdown();
+
+ private:
+  explicit Server(const ServerOptions& options);
+
+  const ServerOptions options_;
+  const common::Clock* const clock_;
+  JobTable jobs_;
+  StoreState store_;
+  StoreService store_service_;
+  RendezvousService rendezvous_service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<Ticker> ticker_;
+  int port_ = 0;
+  absl::Mutex shutdown_mu_;
+  bool shut_down_ ABSL_GUARDED_BY(shutdown_mu_) = false;
+};
+
+}  // namespace ddprun::rendezvous

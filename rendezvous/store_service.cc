@@ -1,0 +1,196 @@
+#include "rendezvous/store_service.h"
+
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "common/grpc_status.h"
+
+namespace ddprun::rendezvous {
+namespace {
+
+grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
+                                    const absl::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(common::ToGrpcStatus(status));
+  return reactor;
+}
+
+std::vector<std::string> Keys(
+    const google::protobuf::RepeatedPtrField<std::string>& keys) {
+  return std::vector<std::string>(keys.begin(), keys.end());
+}
+
+}  // namespace
+
+StoreService::StoreService(const JobTable* jobs, StoreState* store)
+    : jobs_(jobs), store_(store) {}
+
+void StoreService::Complete(std::vector<StoreCompletion> done) {
+  for (StoreCompletion& c : done) {
+    std::optional<Parked::Call> call = parked_.Take(c.waiter);
+    if (!call.has_value()) continue;  // cancelled meanwhile
+    if (!c.value.ok()) {
+      call->reactor->Finish(common::ToGrpcStatus(c.value.status()));
+      continue;
+    }
+    if (call->response != nullptr) call->response->set_value(*std::move(c.value));
+    call->reactor->Finish(grpc::Status::OK);
+  }
+}
+
+void StoreService::ReleaseRoundsBefore(const std::string& run_id,
+                                       int64_t before_round) {
+  std::vector<StoreCompletion> done;
+  store_->ReleaseRoundsBefore(run_id, before_round, &done);
+  Complete(std::move(done));
+}
+
+void StoreService::Tick() {
+  std::vector<StoreCompletion> done;
+  store_->Tick(&done);
+  Complete(std::move(done));
+}
+
+void StoreService::CancelAll(const grpc::Status& status) {
+  std::vector<StoreCompletion> done;
+  store_->CancelAll(common::FromGrpcStatus(status), &done);
+  Complete(std::move(done));
+  for (auto& call : parked_.TakeAll()) call.reactor->Finish(status);
+}
+
+grpc::ServerUnaryReactor* StoreService::Park(
+    grpc::CallbackServerContext* context, v1::GetResponse* response,
+    const std::function<void(WaiterId, absl::Duration,
+                             std::vector<StoreCompletion>*)>& start,
+    const v1::StoreScope& scope, int64_t timeout_ms) {
+  if (absl::Status ok = jobs_->CheckStoreScope(scope); !ok.ok()) {
+    return FinishNow(context, ok);
+  }
+  if (timeout_ms < 0) {
+    return FinishNow(context, absl::InvalidArgumentError(absl::StrFormat(
+                                  "timeout_ms %d is negative; give 0 (wait "
+                                  "until the call's deadline) or more",
+                                  timeout_ms)));
+  }
+  WaiterId id = parked_.NewId();
+  auto* reactor = new ParkedReactor([this, id] {
+    std::optional<Parked::Call> call = parked_.Take(id);
+    if (!call.has_value()) return;  // already answered
+    store_->Cancel(id);
+    call->reactor->Finish(grpc::Status(
+        grpc::StatusCode::CANCELLED,
+        "store call cancelled by the client (or its deadline passed)"));
+  });
+  parked_.Add(id, {reactor, response});
+  std::vector<StoreCompletion> done;
+  start(id,
+        timeout_ms == 0 ? absl::InfiniteDuration()
+                        : absl::Milliseconds(timeout_ms),
+        &done);
+  Complete(std::move(done));
+  // The round may have ended between the scope check and the park; then
+  // the release already ran and would never see this waiter.
+  std::optional<int64_t> current = jobs_->CurrentRound(scope.run_id());
+  if (current.has_value() && scope.round() < *current) {
+    ReleaseRoundsBefore(scope.run_id(), *current);
+  }
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* StoreService::Set(
+    grpc::CallbackServerContext* context, const v1::SetRequest* request,
+    v1::SetResponse* /*response*/) {
+  if (absl::Status ok = jobs_->CheckStoreScope(request->scope()); !ok.ok()) {
+    return FinishNow(context, ok);
+  }
+  std::vector<StoreCompletion> done;
+  store_->Set(request->scope(), request->key(), request->value(), &done);
+  Complete(std::move(done));
+  return FinishNow(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* StoreService::Get(
+    grpc::CallbackServerContext* context, const v1::GetRequest* request,
+    v1::GetResponse* response) {
+  return Park(
+      context, response,
+      [&](WaiterId id, absl::Duration timeout,
+          std::vector<StoreCompletion>* done) {
+        store_->Get(request->scope(), request->key(), timeout, id, done);
+      },
+      request->scope(), request->timeout_ms());
+}
+
+grpc::ServerUnaryReactor* StoreService::Add(
+    grpc::CallbackServerContext* context, const v1::AddRequest* request,
+    v1::AddResponse* response) {
+  if (absl::Status ok = jobs_->CheckStoreScope(request->scope()); !ok.ok()) {
+    return FinishNow(context, ok);
+  }
+  std::vector<StoreCompletion> done;
+  absl::StatusOr<int64_t> value =
+      store_->Add(request->scope(), request->key(), request->delta(), &done);
+  Complete(std::move(done));
+  if (!value.ok()) return FinishNow(context, value.status());
+  response->set_value(*value);
+  return FinishNow(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* StoreService::CompareSet(
+    grpc::CallbackServerContext* context,
+    const v1::CompareSetRequest* request, v1::CompareSetResponse* response) {
+  if (absl::Status ok = jobs_->CheckStoreScope(request->scope()); !ok.ok()) {
+    return FinishNow(context, ok);
+  }
+  std::vector<StoreCompletion> done;
+  response->set_value(store_->CompareSet(request->scope(), request->key(),
+                                         request->expected(),
+                                         request->desired(), &done));
+  Complete(std::move(done));
+  return FinishNow(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* StoreService::Check(
+    grpc::CallbackServerContext* context, const v1::CheckRequest* request,
+    v1::CheckResponse* response) {
+  if (absl::Status ok = jobs_->CheckStoreScope(request->scope()); !ok.ok()) {
+    return FinishNow(context, ok);
+  }
+  response->set_ready(store_->Check(request->scope(), Keys(request->keys())));
+  return FinishNow(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* StoreService::Wait(
+    grpc::CallbackServerContext* context, const v1::WaitRequest* request,
+    v1::WaitResponse* /*response*/) {
+  return Park(
+      context, /*response=*/nullptr,
+      [&](WaiterId id, absl::Duration timeout,
+          std::vector<StoreCompletion>* done) {
+        store_->Wait(request->scope(), Keys(request->keys()), timeout, id,
+                     done);
+      },
+      request->scope(), request->timeout_ms());
+}
+
+grpc::ServerUnaryReactor* StoreService::DeleteKey(
+    grpc::CallbackServerContext* context, const v1::DeleteKeyRequest* request,
+    v1::DeleteKeyResponse* response) {
+  if (absl::Status ok = jobs_->CheckStoreScope(request->scope()); !ok.ok()) {
+    return FinishNow(context, ok);
+  }
+  response->set_deleted(store_->DeleteKey(request->scope(), request->key()));
+  return FinishNow(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* StoreService::NumKeys(
+    grpc::CallbackServerContext* context, const v1::NumKeysRequest* request,
+    v1::NumKeysResponse* response) {
+  if (absl::Status ok = jobs_->CheckStoreScope(request->scope()); !ok.ok()) {
+    return FinishNow(context, ok);
+  }
+  response->set_num_keys(store_->NumKeys(request->scope()));
+  return FinishNow(context, absl::OkStatus());
+}
+
+}  // namespace ddprun::rendezvous
