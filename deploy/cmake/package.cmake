@@ -20,7 +20,15 @@ set(CPACK_DEBIAN_RUNTIME_PACKAGE_NAME ddprun)
 set(CPACK_DEBIAN_DEV_PACKAGE_NAME ddprun-dev)
 # The runtime's shared-library dependencies (libtorch, gRPC, protobuf, absl,
 # spdlog, ...) are computed by dpkg-shlibdeps from the installed ELF files.
-set(CPACK_DEBIAN_RUNTIME_PACKAGE_SHLIBDEPS ON)
+# Off when LibTorch is no Debian package (a zip in /opt, the CUDA image):
+# then the other libraries are listed by hand.
+option(DDPRUN_DEB_SHLIBDEPS "Compute the .deb's Depends with dpkg-shlibdeps" ON)
+if(DDPRUN_DEB_SHLIBDEPS)
+  set(CPACK_DEBIAN_RUNTIME_PACKAGE_SHLIBDEPS ON)
+else()
+  set(CPACK_DEBIAN_RUNTIME_PACKAGE_DEPENDS
+    "libgrpc++1.51, libprotobuf32, libabsl20220623, libspdlog1.10, libgloo0, libcpp-httplib0.11")
+endif()
 # OpenBLAS makes LibTorch ~10x faster than the reference BLAS (TOOLCHAIN.md).
 set(CPACK_DEBIAN_RUNTIME_PACKAGE_RECOMMENDS "libopenblas0-openmp")
 set(CPACK_DEBIAN_RUNTIME_PACKAGE_SUGGESTS "slurm-client, python3-torch")
