@@ -1,0 +1,85 @@
+// A missing or corrupt MNIST file ends ddprun-mnist quickly with one clear
+// error line naming the file and the fix, and a non-zero exit.
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
+#include "tests/testing/subprocess.h"
+#include "tests/testing/temp_dir.h"
+
+namespace ddprun::worker {
+namespace {
+
+using ::ddprun::testing::BinaryPath;
+using ::ddprun::testing::MnistDir;
+using ::ddprun::testing::ReadFileOrEmpty;
+using ::ddprun::testing::RunCommand;
+using ::ddprun::testing::TempDir;
+
+const char* const kFiles[] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+                              "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};
+
+// A copy of the real data set that a test may break.
+void CopyMnist(const TempDir& dir) {
+  for (const char* name : kFiles) {
+    std::ofstream(dir.File(name), std::ios::binary)
+        << ReadFileOrEmpty(MnistDir() + "/" + name);
+  }
+}
+
+std::vector<std::string> ErrorLines(const std::string& err) {
+  std::vector<std::string> lines;
+  for (absl::string_view line : absl::StrSplit(err, '\n', absl::SkipEmpty())) {
+    if (absl::StrContains(line, "error")) lines.emplace_back(line);
+  }
+  return lines;
+}
+
+void ExpectOneClearError(const std::string& data_dir, const std::string& names) {
+  auto result = RunCommand({BinaryPath("worker/ddprun-mnist"), "--data-dir",
+                            data_dir, "--epochs", "1", "--save", ""},
+                           absl::Seconds(60));
+  ASSERT_FALSE(result.timed_out);
+  EXPECT_NE(result.exit.exit_code, 0) << result.exit.ToString();
+  std::vector<std::string> lines = ErrorLines(result.err);
+  ASSERT_EQ(lines.size(), 1u) << result.err;
+  EXPECT_TRUE(absl::StrContains(lines[0], names)) << lines[0];
+  EXPECT_TRUE(absl::StrContains(lines[0], "scripts/setup.sh")) << lines[0];
+  EXPECT_TRUE(absl::StrContains(lines[0], "--data-dir")) << lines[0];
+}
+
+TEST(MnistBadInputTest, MissingFolder) {
+  TempDir dir;
+  ExpectOneClearError(dir.File("nowhere"), dir.File("nowhere"));
+}
+
+TEST(MnistBadInputTest, MissingFile) {
+  TempDir dir;
+  CopyMnist(dir);
+  std::remove(dir.File("t10k-labels-idx1-ubyte").c_str());
+  ExpectOneClearError(dir.path(), dir.File("t10k-labels-idx1-ubyte"));
+}
+
+TEST(MnistBadInputTest, TruncatedFile) {
+  TempDir dir;
+  CopyMnist(dir);
+  std::string images = ReadFileOrEmpty(dir.File("train-images-idx3-ubyte"));
+  ASSERT_GT(images.size(), 1000u);
+  std::ofstream(dir.File("train-images-idx3-ubyte"), std::ios::binary)
+      << images.substr(0, images.size() - 1000);
+  ExpectOneClearError(dir.path(), dir.File("train-images-idx3-ubyte"));
+}
+
+TEST(MnistBadInputTest, WrongMagicNumber) {
+  TempDir dir;
+  CopyMnist(dir);
+  std::string labels = ReadFileOrEmpty(dir.File("train-labels-idx1-ubyte"));
+  labels[3] = 0x03;  // 2049 → 2051, the images' magic
+  std::ofstream(dir.File("train-labels-idx1-ubyte"), std::ios::binary) << labels;
+  ExpectOneClearError(dir.path(), dir.File("train-labels-idx1-ubyte"));
+}
+
+}  // namespace
+}  // namespace ddprun::worker

@@ -1,0 +1,63 @@
+// A worker for the multi-process tests: builds the process group from its
+// environment (as ddprun sets it), then allreduces and broadcasts known
+// values and checks them. Exit 0 only when every check held; otherwise one
+// line on stderr says which.
+#include <cstdlib>
+#include <iostream>
+
+#include <ATen/ATen.h>
+
+#include "worker/process_group.h"
+#include "worker/worker_env.h"
+
+namespace {
+
+int Fail(const std::string& what) {
+  std::cerr << "pg_helper: " << what << std::endl;
+  return 1;
+}
+
+int Run() {
+  auto env = ddprun::worker::ReadWorkerEnv();
+  if (!env.ok()) return Fail(env.status().ToString());
+  ddprun::worker::ProcessGroupOptions options;
+  options.backend = ddprun::worker::BackendKind::kGloo;
+  options.timeout = std::chrono::seconds(30);
+  if (const char* ms = std::getenv("PG_HELPER_TIMEOUT_MS")) {
+    options.timeout = std::chrono::milliseconds(std::atoll(ms));
+  }
+  auto group = ddprun::worker::CreateProcessGroup(*env, options);
+  if (!group.ok()) return Fail(group.status().ToString());
+  const int rank = env->rank;
+  const int world = env->world_size;
+
+  // allreduce(sum) of rank+1 everywhere: 1 + 2 + ... + world.
+  std::vector<at::Tensor> sum = {at::full({1000}, rank + 1.0f)};
+  group->collectives->allreduce(sum)->wait();
+  const float expected = world * (world + 1) / 2.0f;
+  if (!sum[0].eq(expected).all().item<bool>()) {
+    return Fail("allreduce gave " + std::to_string(sum[0][0].item<float>()) +
+                ", expected " + std::to_string(expected));
+  }
+  // broadcast from rank 0 of 0, 1, 2, ...
+  std::vector<at::Tensor> data = {rank == 0 ? at::arange(257, at::kFloat)
+                                            : at::zeros({257})};
+  ::c10d::BroadcastOptions broadcast;
+  broadcast.rootRank = 0;
+  group->collectives->broadcast(data, broadcast)->wait();
+  if (!data[0].equal(at::arange(257, at::kFloat))) {
+    return Fail("broadcast did not deliver rank 0's values");
+  }
+  std::cout << "rank " << rank << " ok" << std::endl;
+  return 0;
+}
+
+}  // namespace
+
+int main() {
+  try {
+    return Run();
+  } catch (const std::exception& e) {
+    return Fail(e.what());
+  }
+}

@@ -1,0 +1,178 @@
+#include "worker/ddp.h"
+
+#include <chrono>
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <c10/util/Exception.h>
+
+namespace ddprun::worker {
+namespace {
+
+at::Tensor Flatten(const std::vector<at::Tensor>& tensors) {
+  std::vector<at::Tensor> flat;
+  flat.reserve(tensors.size());
+  for (const auto& t : tensors) flat.push_back(t.detach().reshape({-1}));
+  return at::cat(flat);
+}
+
+}  // namespace
+
+DataParallel::DataParallel(std::vector<at::Tensor> parameters,
+                           const ProcessGroup& group,
+                           const DataParallelOptions& options)
+    : parameters_(std::move(parameters)),
+      collectives_(group.collectives),
+      world_size_(group.world_size),
+      options_(options) {
+  TORCH_CHECK(!parameters_.empty(), "DataParallel: the model has no parameters");
+  const int n = static_cast<int>(parameters_.size());
+  bucket_of_.assign(n, -1);
+  ready_.assign(n, 0);
+  const int64_t cap_bytes =
+      std::max<int64_t>(1, static_cast<int64_t>(options_.bucket_mb * 1024 * 1024));
+  // Reverse order: the last layers' gradients are computed first.
+  Bucket current;
+  int64_t numel = 0;
+  auto close = [&] {
+    if (current.params.empty()) return;
+    current.flat = at::zeros({numel}, parameters_[current.params[0]].options()
+                                          .requires_grad(false));
+    current.pending = static_cast<int>(current.params.size());
+    for (int p : current.params) bucket_of_[p] = static_cast<int>(buckets_.size());
+    buckets_.push_back(std::move(current));
+    current = Bucket();
+    numel = 0;
+  };
+  for (int i = n - 1; i >= 0; --i) {
+    const at::Tensor& p = parameters_[i];
+    TORCH_CHECK(p.dtype() == parameters_[0].dtype() &&
+                    p.device() == parameters_[0].device(),
+                "DataParallel: parameter ", i, " is ", p.dtype(), " on ",
+                p.device(), " but parameter 0 is ", parameters_[0].dtype(),
+                " on ", parameters_[0].device(),
+                "; move the model to one device and dtype first");
+    current.params.push_back(i);
+    current.offsets.push_back(numel);
+    numel += p.numel();
+    if (numel * static_cast<int64_t>(p.element_size()) >= cap_bytes) close();
+  }
+  close();
+
+  if (collectives_ && options_.overlap) {
+    hooks_.reserve(n);
+    for (int i = 0; i < n; ++i) {
+      TORCH_CHECK(parameters_[i].requires_grad(), "DataParallel: parameter ",
+                  i, " does not require grad; pass only trained parameters");
+      hooks_.push_back(parameters_[i].register_hook(
+          [this, i](const at::Tensor& grad) { OnGradient(i, grad); }));
+    }
+  }
+}
+
+DataParallel::~DataParallel() {
+  for (size_t i = 0; i < hooks_.size(); ++i) {
+    parameters_[i].remove_hook(hooks_[i]);
+  }
+}
+
+void DataParallel::BroadcastParameters(const std::vector<at::Tensor>& extra) {
+  if (!collectives_) return;
+  std::vector<at::Tensor> all = parameters_;
+  all.insert(all.end(), extra.begin(), extra.end());
+  std::vector<at::Tensor> flat = {Flatten(all)};
+  ::c10d::BroadcastOptions options;
+  options.rootRank = 0;
+  collectives_->broadcast(flat, options)->wait();
+  at::NoGradGuard no_grad;
+  int64_t offset = 0;
+  for (auto& t : all) {
+    t.copy_(flat[0].narrow(0, offset, t.numel()).view_as(t));
+    offset += t.numel();
+  }
+}
+
+void DataParallel::CopyIn(int param, const at::Tensor& grad, bool add_existing) {
+  Bucket& bucket = buckets_[bucket_of_[param]];
+  size_t slot = 0;
+  while (bucket.params[slot] != param) ++slot;
+  const at::Tensor& p = parameters_[param];
+  at::Tensor view =
+      bucket.flat.narrow(0, bucket.offsets[slot], p.numel()).view_as(p);
+  if (grad.defined()) {
+    view.copy_(grad);
+    if (add_existing && p.grad().defined()) view.add_(p.grad());
+  } else if (p.grad().defined()) {
+    view.copy_(p.grad());
+  } else {
+    view.zero_();
+  }
+  ready_[param] = 1;
+  --bucket.pending;
+}
+
+void DataParallel::OnGradient(int param, const at::Tensor& grad) {
+  if (!sync_) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  TORCH_CHECK(!ready_[param], "DataParallel: parameter ", param,
+              " got a second gradient before FinishGradientSync; call "
+              "FinishGradientSync after every backward, or wrap the "
+              "accumulating backwards in DataParallel::NoSync");
+  // The hook runs before AccumulateGrad: grad is this backward's part only,
+  // p.grad() what earlier NoSync steps accumulated.
+  CopyIn(param, grad, /*add_existing=*/true);
+  LaunchReady();
+}
+
+void DataParallel::LaunchReady() {
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
+    Bucket& bucket = buckets_[next_launch_];
+    std::vector<at::Tensor> tensors = {bucket.flat};
+    bucket.work = collectives_->allreduce(tensors);
+    ++next_launch_;
+  }
+}
+
+void DataParallel::FinishGradientSync() {
+  if (!collectives_ || !sync_) return;
+  auto start = std::chrono::steady_clock::now();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // Parameters no hook saw (no overlap, or unused in this step): their
+    // grad now holds everything backward produced.
+    for (size_t i = 0; i < parameters_.size(); ++i) {
+      if (!ready_[i]) CopyIn(static_cast<int>(i), at::Tensor(), false);
+    }
+    LaunchReady();
+  }
+  for (Bucket& bucket : buckets_) {
+    bucket.work->wait();
+    bucket.work.reset();
+    bucket.flat.div_(world_size_);
+    for (size_t slot = 0; slot < bucket.params.size(); ++slot) {
+      at::Tensor& p = parameters_[bucket.params[slot]];
+      at::Tensor view =
+          bucket.flat.narrow(0, bucket.offsets[slot], p.numel()).view_as(p);
+      if (p.grad().defined()) {
+        p.mutable_grad().copy_(view);
+      } else {
+        p.mutable_grad() = view.clone();
+      }
+    }
+  }
+  ResetStep();
+  sync_seconds_ += std::chrono::duration<double>(
+                       std::chrono::steady_clock::now() - start)
+                       .count();
+}
+
+void DataParallel::ResetStep() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::fill(ready_.begin(), ready_.end(), 0);
+  for (Bucket& bucket : buckets_) {
+    bucket.pending = static_cast<int>(bucket.params.size());
+  }
+  next_launch_ = 0;
+}
+
+}  // namespace ddprun::worker

@@ -1,0 +1,99 @@
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "worker/process_group.h"
+
+namespace ddprun::worker {
+
+struct DataParallelOptions {
+  // Gradients are reduced in buckets of about this size, filled in reverse
+  // parameter order (the order backward produces them), like
+  // torch.nn.parallel.DistributedDataParallel's bucket_cap_mb.
+  double bucket_mb = 25.0;
+  // Start a bucket's allreduce from autograd hooks as soon as its gradients
+  // are ready, overlapping backward. Off: everything is reduced in
+  // FinishGradientSync, after backward.
+  bool overlap = true;
+};
+
+// Data parallelism for a LibTorch model, the C++ counterpart of DDP:
+// construct it once with the model's parameters (same order on every rank),
+// call BroadcastParameters() before training, and FinishGradientSync()
+// between backward() and the optimizer step; after it every parameter's
+// grad holds the average over the ranks.
+//
+// Threading: autograd hooks may run on engine threads (CUDA); bucket state is
+// guarded by mu_. Collectives are launched in bucket order on every rank, so
+// ranks whose backward produced gradients in a different order still match.
+// In a world of one (no collectives) every call is a no-op.
+class DataParallel {
+ public:
+  DataParallel(std::vector<at::Tensor> parameters, const ProcessGroup& group,
+               const DataParallelOptions& options = {});
+  ~DataParallel();
+  DataParallel(const DataParallel&) = delete;
+  DataParallel& operator=(const DataParallel&) = delete;
+
+  // Rank 0's values for every parameter (and `extra`, e.g. buffers) are
+  // copied to every rank, as one flat broadcast.
+  void BroadcastParameters(const std::vector<at::Tensor>& extra = {});
+
+  // Waits for every bucket (launching those no hook launched: parameters
+  // that got no gradient count as zero), averages, and writes the result
+  // into each parameter's grad. Throws c10::Error when a collective fails.
+  void FinishGradientSync();
+
+  // While a NoSync is alive, backward only accumulates local gradients
+  // (gradient accumulation); the next synced step reduces the sum.
+  class NoSync {
+   public:
+    explicit NoSync(DataParallel& ddp) : ddp_(ddp) { ddp_.sync_ = false; }
+    ~NoSync() { ddp_.sync_ = true; }
+
+   private:
+    DataParallel& ddp_;
+  };
+
+  int num_buckets() const { return static_cast<int>(buckets_.size()); }
+  // Time spent in FinishGradientSync (launching and waiting), summed; for
+  // the benchmark's "time in allreduce per step".
+  double sync_seconds() const { return sync_seconds_; }
+
+ private:
+  struct Bucket {
+    std::vector<int> params;      // indices into parameters_
+    std::vector<int64_t> offsets;  // each parameter's offset in flat
+    at::Tensor flat;              // the bucket's buffer, reduced in place
+    int pending = 0;              // gradients not yet copied in this step
+    c10::intrusive_ptr<::c10d::Work> work;  // in flight when set
+  };
+
+  void OnGradient(int param, const at::Tensor& grad);
+  // Copies a parameter's gradient into its bucket slot; mu_ held.
+  void CopyIn(int param, const at::Tensor& grad, bool add_existing);
+  // Launches ready buckets in order, from next_launch_; mu_ held.
+  void LaunchReady();
+  void ResetStep();
+
+  std::vector<at::Tensor> parameters_;
+  c10::intrusive_ptr<Collectives> collectives_;
+  int world_size_ = 1;
+  DataParallelOptions options_;
+
+  std::vector<Bucket> buckets_;
+  std::vector<int> bucket_of_;  // parameter index → bucket index
+  std::vector<unsigned> hooks_;  // hook handles, per parameter
+  std::mutex mu_;
+  std::vector<char> ready_;  // per parameter, this step; guarded by mu_
+  size_t next_launch_ = 0;  // guarded by mu_
+  std::atomic<bool> sync_{true};
+  double sync_seconds_ = 0;
+};
+
+}  // namespace ddprun::worker

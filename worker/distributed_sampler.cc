@@ -1,0 +1,51 @@
+#include "worker/distributed_sampler.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/util/Exception.h>
+
+namespace ddprun::worker {
+
+DistributedSampler::DistributedSampler(
+    const DistributedSamplerOptions& options)
+    : options_(options) {
+  TORCH_CHECK(options_.world_size >= 1 && options_.rank >= 0 &&
+                  options_.rank < options_.world_size,
+              "DistributedSampler: rank ", options_.rank,
+              " is outside a world of ", options_.world_size);
+  TORCH_CHECK(options_.dataset_size >= 0, "DistributedSampler: dataset size ",
+              options_.dataset_size);
+  const int64_t n = options_.dataset_size;
+  const int64_t w = options_.world_size;
+  num_samples_ = options_.drop_last ? n / w : (n + w - 1) / w;
+  SetEpoch(0);
+}
+
+void DistributedSampler::SetEpoch(int64_t epoch) {
+  const int64_t n = options_.dataset_size;
+  const int64_t w = options_.world_size;
+  std::vector<int64_t> order(n);
+  if (options_.shuffle && n > 0) {
+    // Same generator and call as Python's DistributedSampler, so the order
+    // matches torch's for the same seed and epoch.
+    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(
+        options_.seed + static_cast<uint64_t>(epoch));
+    at::Tensor perm = at::randperm(n, gen, at::TensorOptions(at::kLong));
+    const int64_t* data = perm.data_ptr<int64_t>();
+    order.assign(data, data + n);
+  } else {
+    for (int64_t i = 0; i < n; ++i) order[i] = i;
+  }
+  const int64_t total = num_samples_ * w;
+  if (total > n && n > 0) {
+    // Pad by repeating the head, as torch does (possibly several times).
+    for (int64_t i = n; i < total; ++i) order.push_back(order[(i - n) % n]);
+  } else {
+    order.resize(total);
+  }
+  indices_.clear();
+  indices_.reserve(num_samples_);
+  for (int64_t i = options_.rank; i < total; i += w) indices_.push_back(order[i]);
+}
+
+}  // namespace ddprun::worker

@@ -1,0 +1,154 @@
+#include "worker/mnist_data.h"
+
+#include <sys/stat.h>
+
+#include <array>
+#include <fstream>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "absl/strings/str_format.h"
+
+namespace ddprun::worker {
+namespace {
+
+constexpr uint32_t kImagesMagic = 2051;
+constexpr uint32_t kLabelsMagic = 2049;
+constexpr int64_t kRows = 28;
+constexpr int64_t kCols = 28;
+
+struct Normalization {
+  float mean;
+  float std;
+};
+
+Normalization NormalizationOf(DatasetKind kind) {
+  // torchvision's customary values for each set.
+  if (kind == DatasetKind::kFashionMnist) return {0.2860f, 0.3530f};
+  return {0.1307f, 0.3081f};
+}
+
+uint32_t BigEndian(const unsigned char* p) {
+  return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) |
+         (uint32_t{p[2]} << 8) | uint32_t{p[3]};
+}
+
+std::string Fix(const MnistOptions& options) {
+  return absl::StrFormat(
+      "run scripts/setup.sh to fetch the data, or point --data-dir at a "
+      "folder with the four %s IDX files",
+      options.dataset == DatasetKind::kMnist ? "MNIST" : "Fashion-MNIST");
+}
+
+// Reads a whole IDX file and checks its header; returns the payload.
+absl::StatusOr<std::vector<unsigned char>> ReadIdx(
+    const std::string& path, uint32_t magic, int dims,
+    const MnistOptions& options, int64_t* count) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(absl::StrFormat(
+        "MNIST file %s is missing or unreadable; %s", path, Fix(options)));
+  }
+  std::vector<unsigned char> bytes((std::istreambuf_iterator<char>(in)),
+                                   std::istreambuf_iterator<char>());
+  const size_t header = 4 + 4 * static_cast<size_t>(dims);
+  if (bytes.size() < header) {
+    return absl::DataLossError(absl::StrFormat(
+        "MNIST file %s is truncated (%d bytes, less than its %d-byte "
+        "header); %s",
+        path, bytes.size(), header, Fix(options)));
+  }
+  uint32_t found = BigEndian(bytes.data());
+  if (found != magic) {
+    return absl::DataLossError(absl::StrFormat(
+        "MNIST file %s is corrupt: magic number %d, expected %d (is it "
+        "gzipped, or the wrong file?); %s",
+        path, found, magic, Fix(options)));
+  }
+  *count = BigEndian(bytes.data() + 4);
+  size_t expected = header + static_cast<size_t>(*count);
+  if (dims == 3) {
+    uint32_t rows = BigEndian(bytes.data() + 8);
+    uint32_t cols = BigEndian(bytes.data() + 12);
+    if (rows != kRows || cols != kCols) {
+      return absl::DataLossError(absl::StrFormat(
+          "MNIST file %s is corrupt: images are %dx%d, expected 28x28; %s",
+          path, rows, cols, Fix(options)));
+    }
+    expected = header + static_cast<size_t>(*count) * kRows * kCols;
+  }
+  if (bytes.size() != expected) {
+    return absl::DataLossError(absl::StrFormat(
+        "MNIST file %s is %s: %d bytes, expected %d for %d items; %s", path,
+        bytes.size() < expected ? "truncated" : "corrupt (too long)",
+        bytes.size(), expected, *count, Fix(options)));
+  }
+  bytes.erase(bytes.begin(), bytes.begin() + header);
+  return bytes;
+}
+
+absl::StatusOr<MnistSplit> LoadSplit(const MnistOptions& options,
+                                     const std::string& prefix,
+                                     int64_t limit) {
+  const std::string images_path =
+      absl::StrFormat("%s/%s-images-idx3-ubyte", options.data_dir, prefix);
+  const std::string labels_path =
+      absl::StrFormat("%s/%s-labels-idx1-ubyte", options.data_dir, prefix);
+  int64_t num_images = 0;
+  int64_t num_labels = 0;
+  auto images = ReadIdx(images_path, kImagesMagic, 3, options, &num_images);
+  if (!images.ok()) return images.status();
+  auto labels = ReadIdx(labels_path, kLabelsMagic, 1, options, &num_labels);
+  if (!labels.ok()) return labels.status();
+  if (num_images != num_labels) {
+    return absl::DataLossError(absl::StrFormat(
+        "MNIST files %s (%d images) and %s (%d labels) do not match; %s",
+        images_path, num_images, labels_path, num_labels, Fix(options)));
+  }
+  for (unsigned char label : *labels) {
+    if (label > 9) {
+      return absl::DataLossError(absl::StrFormat(
+          "MNIST file %s is corrupt: label %d is not a digit 0-9; %s",
+          labels_path, label, Fix(options)));
+    }
+  }
+  int64_t n = num_images;
+  if (limit > 0 && limit < n) n = limit;
+  Normalization norm = NormalizationOf(options.dataset);
+  MnistSplit split;
+  split.images = at::from_blob(images->data(), {n, 1, kRows, kCols}, at::kByte)
+                     .to(at::kFloat)
+                     .div_(255.0f)
+                     .sub_(norm.mean)
+                     .div_(norm.std);
+  split.labels = at::from_blob(labels->data(), {n}, at::kByte).to(at::kLong);
+  return split;
+}
+
+}  // namespace
+
+absl::StatusOr<DatasetKind> ParseDataset(const std::string& name) {
+  if (name == "mnist") return DatasetKind::kMnist;
+  if (name == "fashion-mnist") return DatasetKind::kFashionMnist;
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "unknown dataset '%s'; use mnist or fashion-mnist", name));
+}
+
+absl::StatusOr<MnistData> LoadMnist(const MnistOptions& options) {
+  struct stat st;
+  if (stat(options.data_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return absl::NotFoundError(absl::StrFormat(
+        "data folder %s does not exist; %s", options.data_dir, Fix(options)));
+  }
+  MnistData data;
+  auto train = LoadSplit(options, "train", options.train_limit);
+  if (!train.ok()) return train.status();
+  auto test = LoadSplit(options, "t10k", options.test_limit);
+  if (!test.ok()) return test.status();
+  data.train = std::move(*train);
+  data.test = std::move(*test);
+  return data;
+}
+
+}  // namespace ddprun::worker

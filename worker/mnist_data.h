@@ -1,0 +1,41 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <ATen/core/Tensor.h>
+
+#include "absl/status/statusor.h"
+
+namespace ddprun::worker {
+
+// --dataset: both have the same IDX files and shapes.
+enum class DatasetKind { kMnist, kFashionMnist };
+absl::StatusOr<DatasetKind> ParseDataset(const std::string& name);
+
+// One split held in memory once, decoded and normalized.
+struct MnistSplit {
+  at::Tensor images;  // [N, 1, 28, 28] float32, (x/255 - mean) / std
+  at::Tensor labels;  // [N] int64
+  int64_t size() const { return labels.defined() ? labels.size(0) : 0; }
+};
+
+struct MnistData {
+  MnistSplit train;
+  MnistSplit test;
+};
+
+struct MnistOptions {
+  std::string data_dir = "data/mnist";
+  DatasetKind dataset = DatasetKind::kMnist;
+  int64_t train_limit = 0;  // > 0: keep the first N training samples
+  int64_t test_limit = 0;   // > 0: keep the first N test samples
+};
+
+// Validates the four IDX files (magic numbers 2051/2049, image and label
+// counts that agree, 28x28, file sizes) and loads them normalized like
+// torchvision (mean 0.1307, std 0.3081 for MNIST). A missing, truncated or
+// corrupt file is one error line that names the file and the fix.
+absl::StatusOr<MnistData> LoadMnist(const MnistOptions& options);
+
+}  // namespace ddprun::worker

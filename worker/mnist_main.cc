@@ -1,0 +1,55 @@
+// ddprun-mnist: the seed program in C++. Parses flags into
+// MnistTrainOptions and runs RunMnistTraining; nothing else lives here.
+#include <iostream>
+
+#include "CLI/CLI.hpp"
+#include "common/logging.h"
+#include "worker/mnist_trainer.h"
+
+int main(int argc, char** argv) {
+  ddprun::worker::MnistTrainOptions o;
+  CLI::App app{"Trains the MNIST MLP with data parallelism; run it under "
+               "ddprun (or alone, as one process)."};
+  app.add_option("--epochs", o.epochs, "Epochs")->capture_default_str();
+  app.add_option("--data-dir", o.data_dir, "Folder of the IDX files")
+      ->capture_default_str();
+  app.add_option("--dataset", o.dataset, "mnist or fashion-mnist")
+      ->capture_default_str();
+  app.add_option("--seed", o.seed, "Seed of init and shuffling")
+      ->capture_default_str();
+  app.add_option("--batch-size", o.batch_size, "Batch size per rank")
+      ->capture_default_str();
+  app.add_option("--lr", o.lr, "SGD learning rate")->capture_default_str();
+  app.add_option("--max-steps", o.max_steps, "Stop after N steps (0: no limit)")
+      ->capture_default_str();
+  app.add_option("--train-limit", o.train_limit,
+                 "Use the first N training samples (0: all)");
+  app.add_option("--test-limit", o.test_limit,
+                 "Use the first N test samples (0: all)");
+  app.add_option("--save", o.save_path, "Final model (rank 0); '' to skip")
+      ->capture_default_str();
+  app.add_option("--checkpoint-dir", o.checkpoint_dir,
+                 "Write checkpoints here and resume from the newest");
+  app.add_option("--checkpoint-every", o.checkpoint_every,
+                 "Checkpoint every N steps (and each epoch)");
+  app.add_option("--summary-json", o.summary_json,
+                 "Write the final figures here (rank 0)");
+  app.add_option("--backend", o.backend, "auto, gloo or nccl")
+      ->capture_default_str();
+  app.add_option("--bucket-mb", o.bucket_mb, "Gradient bucket size in MB")
+      ->capture_default_str();
+  app.add_flag("--overlap,!--no-overlap", o.overlap,
+               "Allreduce buckets during backward")
+      ->capture_default_str();
+  app.add_option("--log-level", o.log_level, "trace|debug|info|warn|error")
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  ddprun::common::InitLogging({.name = "ddprun-mnist", .level = o.log_level});
+  absl::Status status = ddprun::worker::RunMnistTraining(o);
+  if (!status.ok()) {
+    std::cerr << "ddprun-mnist: error: " << status.message() << std::endl;
+    return 1;
+  }
+  return 0;
+}

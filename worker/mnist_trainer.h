@@ -1,0 +1,38 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace ddprun::worker {
+
+// Everything ddprun-mnist's flags set; defaults are the seed program's.
+struct MnistTrainOptions {
+  int epochs = 10;
+  std::string data_dir = "data/mnist";
+  std::string dataset = "mnist";  // mnist | fashion-mnist
+  uint64_t seed = 0;
+  int batch_size = 32;  // per rank
+  double lr = 0.01;
+  int64_t max_steps = 0;    // > 0: stop after this many steps (tests)
+  int64_t train_limit = 0;  // > 0: the first N training samples only
+  int64_t test_limit = 0;   // > 0: the first N test samples only
+  std::string save_path = "mnist_model.pt";  // final model, rank 0
+  std::string checkpoint_dir;    // empty: no checkpoints
+  int64_t checkpoint_every = 0;  // steps; 0: only at the end of each epoch
+  std::string summary_json;      // rank 0 writes the final figures here
+  std::string backend = "auto";  // auto | gloo | nccl
+  double bucket_mb = 25.0;
+  bool overlap = true;  // allreduce buckets from autograd hooks
+  std::string log_level = "info";
+};
+
+// Trains the seed MLP on MNIST with data parallelism over the ranks the
+// environment describes (a world of one without a launcher). Rank 0 logs
+// each epoch, saves the model and writes the summary. Errors the
+// environment causes (missing data, unreachable store) come back as a status
+// with one clear message; a failing collective too.
+absl::Status RunMnistTraining(const MnistTrainOptions& options);
+
+}  // namespace ddprun::worker

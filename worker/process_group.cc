@@ -1,0 +1,146 @@
+#include "worker/process_group.h"
+
+#include <cstdlib>
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "worker/grpc_store.h"
+#include "worker/nccl_group.h"
+
+namespace ddprun::worker {
+namespace {
+
+absl::StatusOr<c10::intrusive_ptr<::c10d::Store>> CreateStore(
+    const WorkerEnv& env, const ProcessGroupOptions& options) {
+  try {
+    if (!env.store_endpoint.empty()) {
+      // The scope is (run, round): Gloo writes the same keys every round, and
+      // a stale worker must never read the next round's addresses.
+      StoreClientOptions store_options;
+      store_options.endpoint = env.store_endpoint;
+      store_options.run_id = env.store_run_id;
+      store_options.round = env.round;
+      store_options.token = env.token;
+      return c10::intrusive_ptr<::c10d::Store>(
+          c10::make_intrusive<GrpcStore>(store_options, options.timeout));
+    }
+    // Under torchrun: its agent (or rank 0) serves a TCPStore there.
+    ::c10d::TCPStoreOptions tcp;
+    tcp.port = static_cast<uint16_t>(env.master_port);
+    tcp.isServer = env.rank == 0 && std::getenv("TORCHELASTIC_USE_AGENT_STORE") ==
+                                        nullptr;
+    tcp.numWorkers = env.world_size;
+    tcp.waitWorkers = false;
+    tcp.timeout = options.timeout;
+    auto tcp_store = c10::make_intrusive<::c10d::TCPStore>(env.master_addr, tcp);
+    return c10::intrusive_ptr<::c10d::Store>(c10::make_intrusive<::c10d::PrefixStore>(
+        absl::StrFormat("ddprun/attempt_%d", env.restart_count), tcp_store));
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrFormat(
+        "cannot reach the store (%s): %s", env.store_endpoint.empty()
+            ? absl::StrFormat("MASTER_ADDR %s:%d", env.master_addr, env.master_port)
+            : absl::StrFormat("DDPRUN_STORE_ENDPOINT %s", env.store_endpoint),
+        e.what()));
+  }
+}
+
+absl::StatusOr<c10::intrusive_ptr<Collectives>> CreateGloo(
+    const c10::intrusive_ptr<::c10d::Store>& store, const WorkerEnv& env,
+    const ProcessGroupOptions& options) {
+  auto gloo_options = ::c10d::ProcessGroupGloo::Options::create(options.timeout);
+  std::string where;
+  try {
+    const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
+    if (ifname != nullptr && ifname[0] != '\0') {
+      where = absl::StrFormat("GLOO_SOCKET_IFNAME=%s", ifname);
+      for (absl::string_view name : absl::StrSplit(ifname, ',', absl::SkipEmpty())) {
+        gloo_options->devices.push_back(
+            ::c10d::ProcessGroupGloo::createDeviceForInterface(std::string(name)));
+      }
+    } else {
+      std::string host = env.local_addr.empty() ? "127.0.0.1" : env.local_addr;
+      where = absl::StrFormat("address %s", host);
+      gloo_options->devices.push_back(
+          ::c10d::ProcessGroupGloo::createDeviceForHostname(host));
+    }
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "Gloo cannot bind to %s: %s; set DDPRUN_LOCAL_ADDR to an address of "
+        "this host or GLOO_SOCKET_IFNAME to an interface",
+        where, e.what()));
+  }
+  try {
+    return c10::intrusive_ptr<Collectives>(
+        c10::make_intrusive<::c10d::ProcessGroupGloo>(
+            store, env.rank, env.world_size, gloo_options));
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrFormat(
+        "cannot form the Gloo group (%s, bound to %s): %s; check that every "
+        "rank started and can reach the others",
+        env.Describe(), where, e.what()));
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<BackendKind> ParseBackend(const std::string& name) {
+  if (name == "auto") return BackendKind::kAuto;
+  if (name == "gloo") return BackendKind::kGloo;
+  if (name == "nccl") return BackendKind::kNccl;
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "unknown backend '%s'; use auto, gloo or nccl", name));
+}
+
+std::string BackendName(BackendKind kind) {
+  switch (kind) {
+    case BackendKind::kAuto:
+      return "auto";
+    case BackendKind::kGloo:
+      return "gloo";
+    case BackendKind::kNccl:
+      return "nccl";
+  }
+  return "?";
+}
+
+absl::StatusOr<ProcessGroup> CreateProcessGroup(
+    const WorkerEnv& env, const ProcessGroupOptions& options) {
+  ProcessGroup group;
+  group.rank = env.rank;
+  group.world_size = env.world_size;
+  group.backend = options.backend;
+  if (group.backend == BackendKind::kAuto) {
+    group.backend = NcclUsable() ? BackendKind::kNccl : BackendKind::kGloo;
+  }
+  if (group.backend == BackendKind::kNccl) {
+    if (!NcclUsable()) {
+      // The stub's message says why (no CUDA build or no GPU).
+      absl::StatusOr<c10::intrusive_ptr<Collectives>> none =
+          CreateNcclCollectives({}, env, options.timeout);
+      if (!none.ok()) return none.status();
+      return absl::FailedPreconditionError(
+          "--backend nccl: no GPU is visible; use --backend gloo");
+    }
+    group.device = c10::Device(c10::kCUDA,
+                               static_cast<c10::DeviceIndex>(env.local_rank));
+  }
+  if (!env.distributed()) return group;
+
+  absl::StatusOr<c10::intrusive_ptr<::c10d::Store>> store =
+      CreateStore(env, options);
+  if (!store.ok()) return store.status();
+  group.store = *store;
+  absl::StatusOr<c10::intrusive_ptr<Collectives>> collectives =
+      group.backend == BackendKind::kNccl
+          ? CreateNcclCollectives(group.store, env, options.timeout)
+          : CreateGloo(group.store, env, options);
+  if (!collectives.ok()) return collectives.status();
+  group.collectives = *collectives;
+  return group;
+}
+
+}  // namespace ddprun::worker

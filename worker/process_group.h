@@ -1,0 +1,45 @@
+#pragma once
+
+#include <chrono>
+#include <string>
+
+#include <c10/core/Device.h>
+
+#include "absl/status/statusor.h"
+#include "worker/torch_compat.h"
+#include "worker/worker_env.h"
+
+namespace ddprun::worker {
+
+// --backend: auto picks NCCL when LibTorch has CUDA and a GPU is visible,
+// Gloo otherwise.
+enum class BackendKind { kAuto, kGloo, kNccl };
+absl::StatusOr<BackendKind> ParseBackend(const std::string& name);
+std::string BackendName(BackendKind kind);
+
+struct ProcessGroupOptions {
+  BackendKind backend = BackendKind::kAuto;
+  // Bounds the store exchanges of construction and every collective.
+  std::chrono::milliseconds timeout = std::chrono::minutes(5);
+};
+
+// The communication side of one worker for one round.
+struct ProcessGroup {
+  BackendKind backend = BackendKind::kGloo;  // what auto resolved to
+  c10::Device device = c10::Device(c10::kCPU);  // where tensors live
+  c10::intrusive_ptr<::c10d::Store> store;      // null in a world of one
+  c10::intrusive_ptr<Collectives> collectives;  // null in a world of one
+  int rank = 0;
+  int world_size = 1;
+};
+
+// Builds the store and the backend from the environment: the rendezvous's
+// gRPC store for this (run, round) under ddprun, a TCPStore at
+// MASTER_ADDR:MASTER_PORT under torchrun. A world of one needs neither.
+// Gloo binds to DDPRUN_LOCAL_ADDR (or loopback), or to the interfaces in
+// GLOO_SOCKET_IFNAME. Failures (peer never came, bad interface, nccl without
+// CUDA) are errors that say what to do.
+absl::StatusOr<ProcessGroup> CreateProcessGroup(
+    const WorkerEnv& env, const ProcessGroupOptions& options);
+
+}  // namespace ddprun::worker
