@@ -65,7 +65,8 @@ grep -q '^LoadCredential=tls-cert:' ddprun-rendezvous.service.d/tls.conf ||
 check_flags() {  # PROGRAM FILE...
   local help flag
   help=$("$work/bin/$1" --help 2>&1) || fail "$1 --help failed: $help"
-  for flag in $(cat "${@:2}" | grep -o -- "--[a-z][a-z-]*" | sort -u); do
+  # Comment lines hold shell examples (systemctl --now), not the program's flags.
+  for flag in $(grep -hv '^#' "${@:2}" | grep -o -- "--[a-z][a-z-]*" | sort -u); do
     grep -q -- "$flag" <<<"$help" || fail "$1 has no flag $flag (used in ${*:2})"
   done
 }
