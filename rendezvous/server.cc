@@ -42,6 +42,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  // gRPC sets SO_REUSEPORT by default: a second server would then share a
+  // busy port silently instead of failing.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   std::string address = common::Endpoint{options.host, options.port}.ToString();
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(),
                            &server->port_);

@@ -49,6 +49,9 @@ class Server {
   // UNAVAILABLE, then the server stops.
   void Shutdown();
 
+  // Store Get/Wait calls parked now.
+  size_t NumStoreWaitersForTest() const { return store_.num_waiters(); }
+
  private:
   explicit Server(const ServerOptions& options);
 

@@ -1,0 +1,483 @@
+// The job state machine driven through JobTable with a fake clock: every
+// transition, no sockets, no sleeps.
+#include <map>
+#include <string>
+
+#include "common/clock.h"
+#include "gtest/gtest.h"
+#include "rendezvous/job_table.h"
+
+namespace ddprun::rendezvous {
+namespace {
+
+using v1::JobState;
+
+class JobTest : public ::testing::Test {
+ protected:
+  JobTest() : table_(&clock_) {
+    config_.set_min_nodes(2);
+    config_.set_max_nodes(2);
+    config_.set_last_call_timeout_ms(1000);
+    config_.set_join_timeout_ms(60000);
+    config_.set_heartbeat_interval_ms(100);
+    config_.set_heartbeat_timeout_ms(500);
+    config_.set_max_restarts(1);
+  }
+
+  // Sends a Join; returns its waiter id. Answers land in answers_.
+  WaiterId Join(const std::string& node, int node_rank = -1,
+                int local_world_size = 1) {
+    v1::JoinRequest request;
+    request.set_run_id("job");
+    request.set_node_id(node);
+    request.set_local_world_size(local_world_size);
+    request.set_node_rank(node_rank);
+    request.set_address("addr-" + node);
+    request.set_master_port(1000 + static_cast<int>(next_waiter_));
+    *request.mutable_config() = config_;
+    WaiterId id = next_waiter_++;
+    waiter_node_[id] = node;
+    Effects effects;
+    table_.Join(request, id, &effects);
+    Absorb(std::move(effects));
+    return id;
+  }
+
+  void Absorb(Effects effects) {
+    for (auto& c : effects.joins) {
+      EXPECT_FALSE(answers_.count(c.waiter)) << "answered twice: " << c.waiter;
+      answers_.emplace(c.waiter, std::move(c.response));
+    }
+    for (auto& r : effects.released) released_.push_back(r);
+  }
+
+  void Advance(absl::Duration d) {
+    clock_.Advance(d);
+    Effects effects;
+    table_.Tick(&effects);
+    Absorb(std::move(effects));
+  }
+
+  bool Answered(WaiterId id) const { return answers_.count(id) > 0; }
+  const v1::Assignment& AssignmentOf(WaiterId id) {
+    auto& r = answers_.at(id);
+    EXPECT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(r->has_assignment());
+    return r->assignment();
+  }
+
+  v1::HeartbeatResponse Heartbeat(const std::string& node, int64_t round) {
+    v1::HeartbeatRequest request;
+    request.set_run_id("job");
+    request.set_node_id(node);
+    request.set_round(round);
+    auto response = table_.Heartbeat(request);
+    EXPECT_TRUE(response.ok()) << response.status();
+    return *response;
+  }
+
+  v1::ReportFailureResponse Fail(const std::string& node, int64_t round,
+                                 int rank = 0) {
+    v1::ReportFailureRequest request;
+    request.set_run_id("job");
+    request.set_node_id(node);
+    request.set_round(round);
+    auto* f = request.add_failures();
+    f->set_rank(rank);
+    f->set_exit_code(3);
+    f->set_cause("exited");
+    Effects effects;
+    auto response = table_.ReportFailure(request, &effects);
+    Absorb(std::move(effects));
+    EXPECT_TRUE(response.ok()) << response.status();
+    return *response;
+  }
+
+  void Leave(const std::string& node, int64_t round,
+             v1::LeaveRequest::Reason reason) {
+    v1::LeaveRequest request;
+    request.set_run_id("job");
+    request.set_node_id(node);
+    request.set_round(round);
+    request.set_reason(reason);
+    Effects effects;
+    EXPECT_TRUE(table_.Leave(request, &effects).ok());
+    Absorb(std::move(effects));
+  }
+
+  v1::JobStatus Status() {
+    v1::StatusRequest request;
+    request.set_run_id("job");
+    auto response = table_.Status(request);
+    EXPECT_TRUE(response.ok()) << response.status();
+    return response->jobs(0);
+  }
+
+  // Forms round 0 with nodes a and b (min = max = 2).
+  void FormFirstRound() {
+    WaiterId a = Join("a");
+    WaiterId b = Join("b");
+    ASSERT_TRUE(Answered(a) && Answered(b));
+    ASSERT_EQ(AssignmentOf(a).round(), 0);
+  }
+
+  common::FakeClock clock_;
+  JobTable table_;
+  v1::JobConfig config_;
+  WaiterId next_waiter_ = 1;
+  std::map<WaiterId, std::string> waiter_node_;
+  std::map<WaiterId, absl::StatusOr<v1::JoinResponse>> answers_;
+  std::vector<ReleasedRounds> released_;
+};
+
+TEST_F(JobTest, FirstRoundClosesAtMaxWithConsistentAssignments) {
+  WaiterId a = Join("a", -1, 2);
+  EXPECT_FALSE(Answered(a)) << "one of two nodes must wait";
+  WaiterId b = Join("b", -1, 3);
+  ASSERT_TRUE(Answered(a));
+  ASSERT_TRUE(Answered(b));
+  const v1::Assignment& x = AssignmentOf(a);
+  const v1::Assignment& y = AssignmentOf(b);
+  EXPECT_EQ(x.round(), 0);
+  EXPECT_EQ(x.node_rank(), 0);  // arrival order
+  EXPECT_EQ(y.node_rank(), 1);
+  EXPECT_EQ(x.rank_offset(), 0);
+  EXPECT_EQ(y.rank_offset(), 2);
+  EXPECT_EQ(x.world_size(), 5);
+  EXPECT_EQ(y.world_size(), 5);
+  EXPECT_EQ(x.num_nodes(), 2);
+  EXPECT_EQ(x.master_addr(), "addr-a");
+  EXPECT_EQ(y.master_addr(), "addr-a");
+  EXPECT_EQ(x.master_port(), y.master_port());
+  EXPECT_EQ(x.master_port(), 1000 + static_cast<int>(a));
+  ASSERT_EQ(x.peers_size(), 2);
+  EXPECT_EQ(x.peers(1).node_id(), "b");
+  EXPECT_EQ(x.peers(1).rank_offset(), 2);
+  EXPECT_EQ(x.heartbeat_interval_ms(), 100);
+  EXPECT_EQ(Status().state(), v1::JOB_STATE_RUNNING);
+}
+
+TEST_F(JobTest, ElasticRoundClosesAtMinAfterLastCall) {
+  config_.set_min_nodes(2);
+  config_.set_max_nodes(4);
+  WaiterId a = Join("a");
+  WaiterId b = Join("b");
+  EXPECT_FALSE(Answered(a));
+  Advance(absl::Milliseconds(999));
+  EXPECT_FALSE(Answered(a)) << "last call is not over";
+  WaiterId c = Join("c");  // a third node inside the window is included
+  Advance(absl::Milliseconds(1));
+  ASSERT_TRUE(Answered(a) && Answered(b) && Answered(c));
+  EXPECT_EQ(AssignmentOf(c).num_nodes(), 3);
+  EXPECT_EQ(AssignmentOf(c).node_rank(), 2);
+}
+
+TEST_F(JobTest, ElasticRoundClosesAtMaxWithoutWaitingForLastCall) {
+  config_.set_min_nodes(1);
+  config_.set_max_nodes(3);
+  WaiterId a = Join("a");
+  WaiterId b = Join("b");
+  EXPECT_FALSE(Answered(a));
+  WaiterId c = Join("c");
+  EXPECT_TRUE(Answered(a) && Answered(b) && Answered(c));
+}
+
+TEST_F(JobTest, RestartIsFastWhenEveryExpectedNodeRejoins) {
+  config_.set_min_nodes(1);
+  config_.set_max_nodes(3);
+  WaiterId a = Join("a");
+  WaiterId b = Join("b");
+  Advance(absl::Milliseconds(1000));
+  ASSERT_TRUE(Answered(a) && Answered(b));
+  EXPECT_EQ(Fail("b", 0).restart_count(), 1);
+  EXPECT_TRUE(Heartbeat("a", 0).rejoin());
+  WaiterId b2 = Join("b");
+  EXPECT_FALSE(Answered(b2)) << "a is still expected";
+  WaiterId a2 = Join("a");
+  // Both previous members are back: no last-call wait.
+  ASSERT_TRUE(Answered(a2) && Answered(b2));
+  EXPECT_EQ(AssignmentOf(a2).round(), 1);
+  EXPECT_EQ(AssignmentOf(a2).node_rank(), 0) << "previous order is kept";
+  EXPECT_EQ(AssignmentOf(b2).node_rank(), 1);
+  EXPECT_EQ(AssignmentOf(b2).restart_count(), 1);
+}
+
+TEST_F(JobTest, NewNodeWhileRunningEndsTheRoundAndIsAppended) {
+  config_.set_min_nodes(2);
+  config_.set_max_nodes(3);
+  WaiterId a = Join("a");
+  WaiterId b = Join("b");
+  Advance(absl::Milliseconds(1000));
+  ASSERT_TRUE(Answered(a) && Answered(b));
+  WaiterId c = Join("c");
+  EXPECT_FALSE(Answered(c));
+  v1::HeartbeatResponse hb = Heartbeat("a", 0);
+  EXPECT_TRUE(hb.rejoin());
+  EXPECT_EQ(hb.nodes_waiting(), 1);
+  EXPECT_EQ(hb.round(), 1);
+  ASSERT_EQ(released_.size(), 1u);
+  EXPECT_EQ(released_[0].before_round, 1);
+  WaiterId b2 = Join("b");
+  WaiterId a2 = Join("a");
+  ASSERT_TRUE(Answered(c) && Answered(a2) && Answered(b2));
+  EXPECT_EQ(AssignmentOf(a2).node_rank(), 0);
+  EXPECT_EQ(AssignmentOf(b2).node_rank(), 1);
+  EXPECT_EQ(AssignmentOf(c).node_rank(), 2);
+  EXPECT_EQ(AssignmentOf(c).restart_count(), 0) << "membership is no restart";
+}
+
+TEST_F(JobTest, NewNodeWaitsWhenTheRoundIsFull) {
+  FormFirstRound();
+  WaiterId c = Join("c");
+  EXPECT_FALSE(Answered(c));
+  v1::HeartbeatResponse hb = Heartbeat("a", 0);
+  EXPECT_FALSE(hb.rejoin()) << "a full round keeps running";
+  EXPECT_EQ(hb.nodes_waiting(), 1);
+  EXPECT_EQ(Status().round(), 0);
+}
+
+TEST_F(JobTest, MemberJoiningAgainEndsTheRoundWithoutRestart) {
+  FormFirstRound();
+  WaiterId a2 = Join("a");
+  EXPECT_FALSE(Answered(a2));
+  EXPECT_TRUE(Heartbeat("b", 0).rejoin());
+  WaiterId b2 = Join("b");
+  ASSERT_TRUE(Answered(a2) && Answered(b2));
+  EXPECT_EQ(AssignmentOf(a2).round(), 1);
+  EXPECT_EQ(AssignmentOf(a2).restart_count(), 0);
+}
+
+TEST_F(JobTest, SilentMemberIsDroppedAndSurvivorsWaitForMin) {
+  FormFirstRound();
+  Advance(absl::Milliseconds(300));
+  EXPECT_FALSE(Heartbeat("a", 0).rejoin());
+  Advance(absl::Milliseconds(300));  // b silent 600 ms > 500 ms
+  v1::HeartbeatResponse hb = Heartbeat("a", 0);
+  EXPECT_TRUE(hb.rejoin());
+  EXPECT_EQ(hb.round(), 1);
+  EXPECT_EQ(Status().nodes_size(), 1);
+  WaiterId a2 = Join("a");
+  Advance(absl::Seconds(5));
+  EXPECT_FALSE(Answered(a2)) << "1 node < min 2: wait for more";
+  WaiterId d = Join("d");
+  ASSERT_TRUE(Answered(a2) && Answered(d));
+  EXPECT_EQ(AssignmentOf(a2).node_rank(), 0);
+  EXPECT_EQ(AssignmentOf(d).node_rank(), 1);
+  EXPECT_EQ(AssignmentOf(d).restart_count(), 0);
+}
+
+TEST_F(JobTest, ScaleDownClosesFastWithTheSurvivors) {
+  config_.set_min_nodes(1);
+  config_.set_max_nodes(3);
+  Join("a");
+  Join("b");
+  Join("c");
+  Advance(absl::Milliseconds(300));
+  Heartbeat("a", 0);
+  Heartbeat("b", 0);
+  Advance(absl::Milliseconds(300));  // c is lost
+  EXPECT_TRUE(Heartbeat("a", 0).rejoin());
+  WaiterId a2 = Join("a");
+  EXPECT_FALSE(Answered(a2));
+  WaiterId b2 = Join("b");
+  ASSERT_TRUE(Answered(a2) && Answered(b2)) << "no last-call wait";
+  EXPECT_EQ(AssignmentOf(b2).num_nodes(), 2);
+}
+
+TEST_F(JobTest, FailuresCountOncePerRoundAndExhaust) {
+  FormFirstRound();
+  v1::ReportFailureResponse r = Fail("a", 0, 0);
+  EXPECT_EQ(r.restart_count(), 1);
+  EXPECT_FALSE(r.restarts_exhausted());
+  r = Fail("b", 0, 1);  // same incident seen by the other agent
+  EXPECT_EQ(r.restart_count(), 1);
+  EXPECT_EQ(Status().failures_size(), 2) << "both records kept";
+  WaiterId a = Join("a");
+  WaiterId b = Join("b");
+  ASSERT_TRUE(Answered(a) && Answered(b));
+  EXPECT_EQ(AssignmentOf(a).restart_count(), 1);
+  EXPECT_EQ(AssignmentOf(a).round(), 1);
+  r = Fail("b", 1, 1);
+  EXPECT_EQ(r.restart_count(), 2);
+  EXPECT_TRUE(r.restarts_exhausted());
+  v1::HeartbeatResponse hb = Heartbeat("a", 1);
+  ASSERT_TRUE(hb.has_ended());
+  EXPECT_EQ(hb.ended().state(), v1::JOB_STATE_FAILED);
+  EXPECT_EQ(hb.ended().failures(0).round(), 0) << "root cause first";
+  EXPECT_EQ(hb.ended().failures(0).node_id(), "a");
+  WaiterId late = Join("c");
+  ASSERT_TRUE(Answered(late));
+  ASSERT_TRUE(answers_.at(late).ok());
+  EXPECT_EQ(answers_.at(late)->ended().state(), v1::JOB_STATE_FAILED);
+}
+
+TEST_F(JobTest, ParkedJoinsLearnTheJobFailed) {
+  config_.set_max_restarts(0);
+  FormFirstRound();
+  WaiterId c = Join("c");  // waits: the round is full
+  Fail("a", 0);
+  ASSERT_TRUE(Answered(c));
+  EXPECT_EQ(answers_.at(c)->ended().state(), v1::JOB_STATE_FAILED);
+}
+
+TEST_F(JobTest, FailureForAnOldRoundChangesNothing) {
+  FormFirstRound();
+  Fail("a", 0);
+  Join("a");
+  Join("b");
+  EXPECT_EQ(Fail("a", 7).restart_count(), 1);
+  EXPECT_EQ(Status().round(), 1);
+  EXPECT_EQ(Status().state(), v1::JOB_STATE_RUNNING);
+}
+
+TEST_F(JobTest, SucceedsWhenEveryMemberLeftSucceeded) {
+  FormFirstRound();
+  Leave("a", 0, v1::LeaveRequest::REASON_SUCCEEDED);
+  EXPECT_EQ(Status().state(), v1::JOB_STATE_RUNNING);
+  EXPECT_FALSE(Heartbeat("b", 0).rejoin());
+  Leave("b", 0, v1::LeaveRequest::REASON_SUCCEEDED);
+  EXPECT_EQ(Status().state(), v1::JOB_STATE_SUCCEEDED);
+  WaiterId late = Join("c");
+  EXPECT_EQ(answers_.at(late)->ended().state(), v1::JOB_STATE_SUCCEEDED);
+}
+
+TEST_F(JobTest, LeaveShutdownEndsTheRoundWithoutRestart) {
+  config_.set_min_nodes(1);
+  config_.set_max_nodes(2);
+  FormFirstRound();
+  Leave("b", 0, v1::LeaveRequest::REASON_SHUTDOWN);
+  EXPECT_TRUE(Heartbeat("a", 0).rejoin());
+  WaiterId a2 = Join("a");
+  ASSERT_TRUE(Answered(a2)) << "a is all that is expected";
+  EXPECT_EQ(AssignmentOf(a2).num_nodes(), 1);
+  EXPECT_EQ(AssignmentOf(a2).restart_count(), 0);
+}
+
+TEST_F(JobTest, JoinTimesOutWithDeadlineExceeded) {
+  WaiterId a = Join("a");
+  Advance(absl::Milliseconds(59999));
+  EXPECT_FALSE(Answered(a));
+  Advance(absl::Milliseconds(1));
+  ASSERT_TRUE(Answered(a));
+  EXPECT_EQ(answers_.at(a).status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(answers_.at(a).status().message().find("min_nodes is 2"),
+            std::string::npos)
+      << answers_.at(a).status();
+  EXPECT_EQ(Status().nodes_size(), 0);
+}
+
+TEST_F(JobTest, CancelledJoinDropsTheNode) {
+  WaiterId a = Join("a");
+  Effects effects;
+  table_.CancelJoin("job", "a", a, &effects);
+  EXPECT_TRUE(effects.joins.empty()) << "the adapter answers a cancel itself";
+  WaiterId b = Join("b");
+  EXPECT_FALSE(Answered(b)) << "a is gone, so b alone cannot close";
+}
+
+TEST_F(JobTest, SecondJoinFromTheSameNodeSupersedesTheFirst) {
+  WaiterId a = Join("a");
+  WaiterId a2 = Join("a");
+  ASSERT_TRUE(Answered(a));
+  EXPECT_EQ(answers_.at(a).status().code(), absl::StatusCode::kAborted);
+  WaiterId b = Join("b");
+  EXPECT_TRUE(Answered(a2) && Answered(b));
+}
+
+TEST_F(JobTest, NodeRanksAreKeptAndDuplicatesRefused) {
+  config_.set_min_nodes(3);
+  config_.set_max_nodes(3);
+  WaiterId x = Join("x", 2);
+  WaiterId dup = Join("y", 2);
+  ASSERT_TRUE(Answered(dup));
+  EXPECT_EQ(answers_.at(dup).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(answers_.at(dup).status().message().find("'x'"), std::string::npos);
+  WaiterId big = Join("z", 3);
+  EXPECT_EQ(answers_.at(big).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  WaiterId y = Join("y");
+  WaiterId w = Join("w", 0);
+  ASSERT_TRUE(Answered(x) && Answered(y) && Answered(w));
+  EXPECT_EQ(AssignmentOf(x).node_rank(), 2);
+  EXPECT_EQ(AssignmentOf(w).node_rank(), 0);
+  EXPECT_EQ(AssignmentOf(y).node_rank(), 1);
+  EXPECT_EQ(AssignmentOf(y).master_addr(), "addr-w");
+}
+
+TEST_F(JobTest, ConfigMismatchIsRefusedNamingTheField) {
+  WaiterId a = Join("a");
+  config_.set_max_restarts(5);
+  WaiterId b = Join("b");
+  ASSERT_TRUE(Answered(b));
+  EXPECT_EQ(answers_.at(b).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(answers_.at(b).status().message().find("max_restarts=1"),
+            std::string::npos)
+      << answers_.at(b).status();
+  EXPECT_FALSE(Answered(a));
+}
+
+TEST_F(JobTest, ConfigDefaultsFillZeros) {
+  config_ = v1::JobConfig();
+  WaiterId a = Join("a");
+  ASSERT_TRUE(Answered(a)) << "min = max = 1 by default";
+  v1::JobConfig c = Status().config();
+  EXPECT_EQ(c.min_nodes(), 1);
+  EXPECT_EQ(c.max_nodes(), 1);
+  EXPECT_GT(c.join_timeout_ms(), 0);
+  EXPECT_GT(c.heartbeat_timeout_ms(), c.heartbeat_interval_ms());
+}
+
+TEST_F(JobTest, BadConfigIsRefused) {
+  config_.set_min_nodes(3);
+  config_.set_max_nodes(2);
+  WaiterId a = Join("a");
+  EXPECT_EQ(answers_.at(a).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(table_.num_jobs(), 0u);
+}
+
+TEST_F(JobTest, StoreScopeOfAnOldRoundIsRefused) {
+  v1::StoreScope scope;
+  scope.set_run_id("job");
+  scope.set_round(0);
+  EXPECT_TRUE(table_.CheckStoreScope(scope).ok()) << "no job: free-standing";
+  FormFirstRound();
+  EXPECT_TRUE(table_.CheckStoreScope(scope).ok());
+  Fail("a", 0);
+  absl::Status stale = table_.CheckStoreScope(scope);
+  EXPECT_EQ(stale.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(stale.message().find("round 0 is over; the job is in round 1"),
+            std::string::npos)
+      << stale;
+  scope.set_round(1);
+  EXPECT_TRUE(table_.CheckStoreScope(scope).ok());
+}
+
+TEST_F(JobTest, EndedJobIsReleasedAfterTheGracePeriod) {
+  FormFirstRound();
+  Leave("a", 0, v1::LeaveRequest::REASON_SUCCEEDED);
+  Leave("b", 0, v1::LeaveRequest::REASON_SUCCEEDED);
+  Advance(absl::Minutes(4));
+  EXPECT_EQ(table_.num_jobs(), 1u);
+  Advance(absl::Minutes(1));
+  EXPECT_EQ(table_.num_jobs(), 0u);
+}
+
+TEST_F(JobTest, StatusShowsNodesRanksAndAges) {
+  FormFirstRound();
+  Advance(absl::Milliseconds(200));
+  Heartbeat("a", 0);
+  v1::JobStatus s = Status();
+  ASSERT_EQ(s.nodes_size(), 2);
+  EXPECT_EQ(s.nodes(0).node_id(), "a");
+  EXPECT_EQ(s.nodes(0).state(), "running");
+  EXPECT_EQ(s.nodes(0).last_heartbeat_age_ms(), 0);
+  EXPECT_EQ(s.nodes(1).node_rank(), 1);
+  EXPECT_EQ(s.nodes(1).last_heartbeat_age_ms(), 200);
+  EXPECT_EQ(s.world_size(), 2);
+}
+
+}  // namespace
+}  // namespace ddprun::rendezvous

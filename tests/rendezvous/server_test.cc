@@ -1,0 +1,246 @@
+// The Rendezvous service on a real server: agents joining concurrently,
+// heartbeats, cancellation, health; and the ddprun-rendezvous binary.
+#include <signal.h>
+
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "ddprun/v1/rendezvous.grpc.pb.h"
+#include "ddprun/v1/store.grpc.pb.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/security/credentials.h"
+#include "gtest/gtest.h"
+#include "rendezvous/server.h"
+#include "tests/testing/subprocess.h"
+#include "tests/testing/temp_dir.h"
+#include "tests/testing/wait_for.h"
+
+namespace ddprun::rendezvous {
+namespace {
+
+std::unique_ptr<grpc::ClientContext> Context(absl::Duration deadline) {
+  auto context = std::make_unique<grpc::ClientContext>();
+  context->set_deadline(absl::ToChronoTime(absl::Now() + deadline));
+  return context;
+}
+
+v1::JoinRequest JoinRequest(const std::string& node, int nnodes) {
+  v1::JoinRequest request;
+  request.set_run_id("two-nodes");
+  request.set_node_id(node);
+  request.set_local_world_size(2);
+  request.set_node_rank(-1);
+  request.set_address("host-" + node);
+  request.set_master_port(node == "a" ? 5001 : 5002);
+  request.mutable_config()->set_min_nodes(nnodes);
+  request.mutable_config()->set_max_nodes(nnodes);
+  return request;
+}
+
+class ServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto server = Server::Start(ServerOptions{});
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    channel_ = grpc::CreateChannel(server_->endpoint(),
+                                   grpc::InsecureChannelCredentials());
+    stub_ = v1::Rendezvous::NewStub(channel_);
+  }
+
+  v1::JobStatus JobStatus(const std::string& run_id) {
+    v1::StatusRequest request;
+    request.set_run_id(run_id);
+    v1::StatusResponse response;
+    // NOT_FOUND until the first Join: then an empty status.
+    stub_->Status(Context(absl::Seconds(5)).get(), request, &response);
+    return response.jobs_size() > 0 ? response.jobs(0) : v1::JobStatus();
+  }
+
+  std::unique_ptr<Server> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Rendezvous::Stub> stub_;
+};
+
+TEST_F(ServerTest, TwoAgentsJoinAndGetConsistentAssignments) {
+  v1::JoinResponse responses[2];
+  grpc::Status statuses[2];
+  std::vector<std::thread> agents;
+  const char* names[2] = {"a", "b"};
+  for (int i = 0; i < 2; ++i) {
+    agents.emplace_back([&, i] {
+      // Each agent has its own channel, as separate processes would.
+      auto channel = grpc::CreateChannel(server_->endpoint(),
+                                         grpc::InsecureChannelCredentials());
+      auto stub = v1::Rendezvous::NewStub(channel);
+      statuses[i] = stub->Join(Context(absl::Seconds(20)).get(),
+                               JoinRequest(names[i], 2), &responses[i]);
+    });
+  }
+  for (auto& t : agents) t.join();
+  ASSERT_TRUE(statuses[0].ok()) << statuses[0].error_message();
+  ASSERT_TRUE(statuses[1].ok()) << statuses[1].error_message();
+  const v1::Assignment& x = responses[0].assignment();
+  const v1::Assignment& y = responses[1].assignment();
+  EXPECT_EQ(x.round(), y.round());
+  EXPECT_EQ(x.world_size(), 4);
+  EXPECT_EQ(y.world_size(), 4);
+  EXPECT_NE(x.node_rank(), y.node_rank());
+  EXPECT_EQ(x.node_rank() + y.node_rank(), 1);
+  EXPECT_EQ(x.rank_offset(), 2 * x.node_rank());
+  EXPECT_EQ(y.rank_offset(), 2 * y.node_rank());
+  EXPECT_EQ(x.master_addr(), y.master_addr());
+  EXPECT_EQ(x.master_port(), y.master_port());
+  const v1::Assignment& rank0 = x.node_rank() == 0 ? x : y;
+  EXPECT_EQ(x.master_addr(), rank0.peers(0).address());
+
+  v1::HeartbeatRequest hb;
+  hb.set_run_id("two-nodes");
+  hb.set_node_id("a");
+  hb.set_round(x.round());
+  v1::HeartbeatResponse beat;
+  ASSERT_TRUE(stub_->Heartbeat(Context(absl::Seconds(5)).get(), hb, &beat).ok());
+  EXPECT_FALSE(beat.rejoin());
+  EXPECT_EQ(beat.state(), v1::JOB_STATE_RUNNING);
+  v1::JobStatus status = JobStatus("two-nodes");
+  EXPECT_EQ(status.nodes_size(), 2);
+  EXPECT_EQ(status.world_size(), 4);
+}
+
+TEST_F(ServerTest, CancelledJoinLeavesNoNodeBehind) {
+  v1::JoinResponse response;
+  grpc::Status status = stub_->Join(Context(absl::Milliseconds(200)).get(),
+                                    JoinRequest("a", 2), &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_TRUE(testing::WaitFor(
+      [&] { return JobStatus("two-nodes").nodes_size() == 0; },
+      absl::Seconds(5)))
+      << "the node whose Join went away must be dropped";
+}
+
+TEST_F(ServerTest, HeartbeatForAnUnknownJobIsNotFound) {
+  v1::HeartbeatRequest hb;
+  hb.set_run_id("nobody");
+  hb.set_node_id("a");
+  v1::HeartbeatResponse beat;
+  grpc::Status status =
+      stub_->Heartbeat(Context(absl::Seconds(5)).get(), hb, &beat);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_NE(status.error_message().find("nobody"), std::string::npos);
+}
+
+TEST_F(ServerTest, ShutdownAnswersParkedJoins) {
+  grpc::Status status;
+  std::thread agent([&] {
+    v1::JoinResponse response;
+    status = stub_->Join(Context(absl::Seconds(20)).get(), JoinRequest("a", 2),
+                         &response);
+  });
+  ASSERT_TRUE(testing::WaitFor(
+      [&] { return JobStatus("two-nodes").nodes_size() == 1; },
+      absl::Seconds(5)));
+  absl::Time start = absl::Now();
+  server_->Shutdown();
+  agent.join();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE)
+      << status.error_message();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  server_->Shutdown();  // idempotent
+}
+
+TEST_F(ServerTest, HealthServiceAnswersServing) {
+  grpc::GenericStub generic(channel_);
+  grpc::Slice empty("");  // HealthCheckRequest{service: ""}: no bytes
+  grpc::ByteBuffer request(&empty, 1);
+  grpc::ByteBuffer response;
+  grpc::Status status;
+  bool done = false;
+  absl::Mutex mu;
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  grpc::StubOptions options;
+  generic.UnaryCall(&context, "/grpc.health.v1.Health/Check", options,
+                    &request, &response, [&](grpc::Status s) {
+                      absl::MutexLock lock(&mu);
+                      status = s;
+                      done = true;
+                    });
+  absl::MutexLock lock(&mu);
+  mu.Await(absl::Condition(&done));
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(response.Dump(&slices).ok());
+  std::string bytes;
+  for (const auto& s : slices) bytes.append(s.begin(), s.end());
+  EXPECT_EQ(bytes, std::string("\x08\x01", 2)) << "status: SERVING";
+}
+
+TEST(ServerBinaryTest, PrintsItsPortServesAndStopsOnSigterm) {
+  testing::TempDir dir;
+  testing::SubprocessOptions options;
+  options.argv = {testing::BinaryPath("rendezvous/ddprun-rendezvous"),
+                  "--port", "0", "--log-level", "warn"};
+  options.stdout_path = dir.File("out");
+  options.stderr_path = dir.File("err");
+  auto process = testing::Subprocess::Start(options);
+  ASSERT_TRUE(process.ok()) << process.status();
+  std::string line;
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        std::string out = testing::ReadFileOrEmpty(dir.File("out"));
+        size_t eol = out.find('\n');
+        if (eol == std::string::npos) return false;
+        line = out.substr(0, eol);
+        return true;
+      },
+      absl::Seconds(10)))
+      << testing::ReadFileOrEmpty(dir.File("err"));
+  const std::string prefix = "ddprun-rendezvous listening on 127.0.0.1:";
+  ASSERT_EQ(line.rfind(prefix, 0), 0u) << line;
+  int port = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(line.substr(prefix.size()), &port)) << line;
+  ASSERT_GT(port, 0);
+
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
+                                     grpc::InsecureChannelCredentials());
+  auto store = v1::Store::NewStub(channel);
+  v1::SetRequest set;
+  set.mutable_scope()->set_run_id("binary");
+  set.set_key("k");
+  set.set_value("v");
+  v1::SetResponse set_response;
+  ASSERT_TRUE(store->Set(Context(absl::Seconds(5)).get(), set, &set_response)
+                  .ok());
+  v1::GetRequest get;
+  *get.mutable_scope() = set.scope();
+  get.set_key("k");
+  v1::GetResponse got;
+  ASSERT_TRUE(store->Get(Context(absl::Seconds(5)).get(), get, &got).ok());
+  EXPECT_EQ(got.value(), "v");
+
+  process->Signal(SIGTERM);
+  std::optional<testing::ExitInfo> exit = process->Wait(absl::Seconds(10));
+  ASSERT_TRUE(exit.has_value()) << "did not stop on SIGTERM";
+  EXPECT_TRUE(exit->ok()) << exit->ToString();
+}
+
+TEST(ServerBinaryTest, BusyPortIsOneClearErrorAndNonZeroExit) {
+  auto first = Server::Start(ServerOptions{});
+  ASSERT_TRUE(first.ok());
+  testing::RunResult result = testing::RunCommand(
+      {testing::BinaryPath("rendezvous/ddprun-rendezvous"), "--port",
+       absl::StrCat((*first)->port())},
+      absl::Seconds(20));
+  ASSERT_FALSE(result.timed_out);
+  EXPECT_NE(result.exit.exit_code, 0);
+  EXPECT_NE(result.err.find("cannot listen on"), std::string::npos)
+      << result.err;
+}
+
+}  // namespace
+}  // namespace ddprun::rendezvous
