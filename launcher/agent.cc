@@ -1,0 +1,323 @@
+#include "launcher/agent.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "launcher/error_file.h"
+#include "launcher/failure_summary.h"
+#include "launcher/heartbeat_loop.h"
+#include "launcher/local_address.h"
+#include "launcher/progress_channel.h"
+#include "launcher/worker_env.h"
+#include "launcher/worker_group.h"
+#include "spdlog/spdlog.h"
+
+namespace ddprun::launcher {
+namespace {
+
+// Bound on retrying an unreachable rendezvous, whatever join_timeout says:
+// a typo in --rdzv-endpoint should fail in seconds, not minutes.
+constexpr absl::Duration kMaxUnreachableWait = absl::Seconds(30);
+
+int64_t Millis(absl::Duration d) { return absl::ToInt64Milliseconds(d); }
+
+}  // namespace
+
+Agent::Agent(const LaunchOptions& options, AgentContext context,
+             RendezvousClient& client, ProcessControl& control,
+             AgentEvents& events, const common::Clock& clock)
+    : options_(options),
+      context_(std::move(context)),
+      client_(client),
+      control_(control),
+      events_(events),
+      clock_(clock) {}
+
+v1::JoinRequest Agent::MakeJoinRequest(int master_port) const {
+  v1::JoinRequest request;
+  request.set_run_id(options_.rdzv_id);
+  request.set_node_id(context_.node_id);
+  request.set_local_world_size(options_.nproc_per_node);
+  request.set_node_rank(options_.node_rank);
+  request.set_address(context_.local_addr);
+  request.set_master_port(master_port);
+  v1::JobConfig* config = request.mutable_config();
+  const RdzvConf& conf = options_.rdzv_conf;
+  config->set_min_nodes(options_.min_nodes);
+  config->set_max_nodes(options_.max_nodes);
+  config->set_max_restarts(options_.max_restarts);
+  config->set_last_call_timeout_ms(Millis(conf.last_call_timeout));
+  config->set_join_timeout_ms(Millis(conf.join_timeout));
+  config->set_heartbeat_interval_ms(Millis(conf.heartbeat_interval));
+  config->set_heartbeat_timeout_ms(Millis(conf.heartbeat_timeout));
+  return request;
+}
+
+std::string Agent::AttemptDir(int restart_count) const {
+  if (!options_.log_dir.empty()) {
+    return absl::StrFormat("%s/%s/attempt_%d", options_.log_dir,
+                           options_.rdzv_id, restart_count);
+  }
+  return absl::StrFormat("%s/attempt_%d", context_.scratch_dir, restart_count);
+}
+
+int Agent::Run() {
+  const RdzvConf& conf = options_.rdzv_conf;
+  while (true) {
+    if (std::optional<int> sig = events_.stop_signal()) return 128 + *sig;
+    absl::StatusOr<int> master_port = ReservePort(context_.local_addr);
+    if (!master_port.ok()) {
+      spdlog::error("{}", std::string(master_port.status().message()));
+      return 1;
+    }
+    spdlog::info("joining job '{}' at rendezvous {} as {}", options_.rdzv_id,
+                 client_.endpoint(), context_.node_id);
+    absl::StatusOr<v1::JoinResponse> joined =
+        client_.Join(MakeJoinRequest(*master_port), conf.join_timeout,
+                     std::min(conf.join_timeout, kMaxUnreachableWait));
+    if (std::optional<int> sig = events_.stop_signal()) {
+      spdlog::info("stopped by {} while joining", SignalName(*sig));
+      return 128 + *sig;
+    }
+    if (!joined.ok()) {
+      spdlog::error("{}", std::string(joined.status().message()));
+      return 1;
+    }
+    if (joined->has_ended()) {
+      const v1::JobEnded& ended = joined->ended();
+      if (ended.state() == v1::JOB_STATE_SUCCEEDED) {
+        spdlog::info("job '{}' already succeeded", options_.rdzv_id);
+        return 0;
+      }
+      std::string summary = FormatFailureSummary(options_.rdzv_id, ended);
+      fputs(summary.c_str(), stderr);
+      fflush(stderr);
+      return 1;
+    }
+    const v1::Assignment& assignment = joined->assignment();
+    spdlog::info(
+        "round {}: node rank {} of {}, ranks {}..{} of {}, master {}:{}, "
+        "restart {}/{}",
+        assignment.round(), assignment.node_rank(), assignment.num_nodes(),
+        assignment.rank_offset(),
+        assignment.rank_offset() + options_.nproc_per_node - 1,
+        assignment.world_size(), assignment.master_addr(),
+        assignment.master_port(), assignment.restart_count(),
+        assignment.max_restarts());
+    switch (RunRound(assignment)) {
+      case RoundEnd::kSucceeded:
+        Leave(assignment.round(), v1::LeaveRequest::REASON_SUCCEEDED);
+        spdlog::info("all {} local workers succeeded", options_.nproc_per_node);
+        return 0;
+      case RoundEnd::kStopped: {
+        Leave(assignment.round(), v1::LeaveRequest::REASON_SHUTDOWN);
+        int sig = events_.stop_signal().value_or(SIGTERM);
+        return 128 + sig;
+      }
+      case RoundEnd::kRejoin:
+        break;
+    }
+  }
+}
+
+Agent::RoundEnd Agent::RunRound(const v1::Assignment& assignment) {
+  const int n = options_.nproc_per_node;
+  std::string attempt_dir = AttemptDir(assignment.restart_count());
+  std::error_code ec;
+  std::filesystem::create_directories(attempt_dir, ec);
+  if (ec) {
+    spdlog::warn("cannot create {}: {}; workers get no error file", attempt_dir,
+                 ec.message());
+  }
+  std::vector<std::string> error_files;
+  std::vector<ProgressChannel> progress;
+  std::vector<SpawnRequest> requests;
+  for (int local_rank = 0; local_rank < n; ++local_rank) {
+    std::string error_file =
+        absl::StrFormat("%s/rank_%d.error.json", attempt_dir,
+                        assignment.rank_offset() + local_rank);
+    std::filesystem::remove(error_file, ec);  // only this attempt's errors
+    error_files.push_back(error_file);
+    progress.emplace_back();
+  }
+  for (int local_rank = 0; local_rank < n; ++local_rank) {
+    WorkerEnvSpec spec;
+    spec.run_id = options_.rdzv_id;
+    spec.role = options_.role;
+    spec.local_rank = local_rank;
+    spec.local_world_size = n;
+    spec.rank = assignment.rank_offset() + local_rank;
+    spec.world_size = assignment.world_size();
+    spec.group_rank = assignment.node_rank();
+    spec.group_world_size = assignment.num_nodes();
+    spec.master_addr = assignment.master_addr();
+    spec.master_port = assignment.master_port();
+    spec.restart_count = assignment.restart_count();
+    spec.max_restarts = assignment.max_restarts();
+    spec.round = assignment.round();
+    spec.error_file = error_files[local_rank];
+    spec.store_endpoint = context_.store_endpoint;
+    spec.local_addr = context_.local_addr;
+    spec.token_file = context_.token_file;
+    spec.progress_fd = progress[local_rank].write_fd();
+    SpawnRequest request;
+    request.argv = context_.worker_argv;
+    request.env = BuildWorkerEnv(spec, context_.base_env);
+    if (spec.progress_fd >= 0) request.inherit_fds = {spec.progress_fd};
+    requests.push_back(std::move(request));
+  }
+
+  events_.TakeRejoin();  // a previous round's news is not this round's
+  WorkerGroup group(control_, clock_);
+  absl::Status started = group.Start(requests, options_.shutdown_grace);
+  for (ProgressChannel& channel : progress) channel.CloseWriteEnd();
+  if (!started.ok()) {
+    spdlog::error("{}", std::string(started.message()));
+    ReportFailures(assignment, {}, error_files, std::string(started.message()));
+    return RoundEnd::kRejoin;
+  }
+  spdlog::info("started {} workers: {}", n, context_.worker_argv[0]);
+
+  HeartbeatLoopOptions hb;
+  hb.run_id = options_.rdzv_id;
+  hb.node_id = context_.node_id;
+  hb.round = assignment.round();
+  hb.interval = assignment.heartbeat_interval_ms() > 0
+                    ? absl::Milliseconds(assignment.heartbeat_interval_ms())
+                    : options_.rdzv_conf.heartbeat_interval;
+  HeartbeatLoop heartbeat(client_, hb, [this] { events_.PostRejoin(); });
+
+  SupervisorPolicyOptions policy_options;
+  policy_options.num_workers = n;
+  policy_options.worker_timeout = options_.worker_timeout;
+  SupervisorPolicy policy(policy_options, clock_);
+  auto record_exits =
+      [&](const std::vector<std::pair<int, ExitStatus>>& exits) {
+        for (const auto& [local_rank, status] : exits) {
+          if (!status.success()) {
+            spdlog::warn("worker rank {} (local {}) ended: {}",
+                         assignment.rank_offset() + local_rank, local_rank,
+                         status.ToString());
+          }
+          policy.OnExit(local_rank, status);
+        }
+      };
+
+  while (true) {
+    absl::Duration wait = options_.monitor_interval;
+    if (std::optional<absl::Time> hang = policy.NextHangDeadline()) {
+      wait =
+          std::max(absl::ZeroDuration(), std::min(wait, *hang - clock_.Now()));
+    }
+    events_.Wait(wait);
+    if (std::optional<int> sig = events_.stop_signal()) {
+      spdlog::info("got {}: stopping workers (grace {})", SignalName(*sig),
+                   absl::FormatDuration(options_.shutdown_grace));
+      // The signal itself first, as torchrun forwards it; then the usual
+      // two phases.
+      group.SignalAll(*sig);
+      group.Stop(options_.shutdown_grace);
+      return RoundEnd::kStopped;
+    }
+    record_exits(group.Reap());
+    for (int i = 0; i < n; ++i) {
+      if (progress[i].Drain()) policy.OnProgress(i);
+    }
+    switch (policy.Evaluate()) {
+      case SupervisorPolicy::Verdict::kRunning:
+        break;
+      case SupervisorPolicy::Verdict::kSucceeded:
+        return RoundEnd::kSucceeded;
+      case SupervisorPolicy::Verdict::kFailed: {
+        // Report first, so that the other nodes hear of it at their next
+        // heartbeat while this one stops its workers.
+        std::vector<LocalFailure> failures = policy.failures();
+        ReportFailures(assignment, failures, error_files, "");
+        group.Stop(options_.shutdown_grace);
+        return RoundEnd::kRejoin;
+      }
+    }
+    if (events_.TakeRejoin()) {
+      group.Stop(options_.shutdown_grace);
+      return RoundEnd::kRejoin;
+    }
+  }
+}
+
+void Agent::ReportFailures(const v1::Assignment& assignment,
+                           const std::vector<LocalFailure>& failures,
+                           const std::vector<std::string>& error_files,
+                           const std::string& spawn_error) {
+  v1::ReportFailureRequest request;
+  request.set_run_id(options_.rdzv_id);
+  request.set_node_id(context_.node_id);
+  request.set_round(assignment.round());
+  std::string host = context_.local_addr;
+  auto add = [&](int local_rank) {
+    v1::WorkerFailure* f = request.add_failures();
+    f->set_node_id(context_.node_id);
+    f->set_host(host);
+    f->set_round(assignment.round());
+    f->set_rank(assignment.rank_offset() + local_rank);
+    f->set_local_rank(local_rank);
+    return f;
+  };
+  if (!spawn_error.empty()) {
+    v1::WorkerFailure* f = add(0);
+    f->set_exit_code(-1);
+    f->set_cause("spawn");
+    f->set_message(spawn_error);
+    f->set_time_unix_ms(absl::ToUnixMillis(clock_.Now()));
+  }
+  for (const LocalFailure& failure : failures) {
+    v1::WorkerFailure* f = add(failure.local_rank);
+    f->set_cause(failure.cause);
+    f->set_time_unix_ms(absl::ToUnixMillis(failure.time));
+    if (failure.cause == "hung") {
+      f->set_exit_code(-1);
+      f->set_message(absl::StrFormat(
+          "no progress for %s (--worker-timeout); the agent stopped it",
+          absl::FormatDuration(options_.worker_timeout)));
+    } else {
+      f->set_exit_code(failure.exit.exit_code);
+      f->set_signal(failure.exit.signal);
+      if (failure.exit.signal != 0) {
+        f->set_signal_name(SignalName(failure.exit.signal));
+      }
+      std::string message =
+          ReadWorkerErrorMessage(error_files[failure.local_rank]);
+      if (message.empty() && failure.exit.signal != 0) {
+        message = absl::StrFormat("the worker was killed by %s",
+                                  SignalName(failure.exit.signal));
+      }
+      f->set_message(message);
+    }
+  }
+  absl::StatusOr<v1::ReportFailureResponse> response =
+      client_.ReportFailure(request);
+  if (!response.ok()) {
+    spdlog::warn("{}", std::string(response.status().message()));
+    return;
+  }
+  spdlog::info(
+      "reported the failure of round {}; job restart count {}, restarts {}",
+      assignment.round(), response->restart_count(),
+      response->restarts_exhausted() ? "exhausted" : "left");
+}
+
+void Agent::Leave(long round, v1::LeaveRequest::Reason reason) {
+  v1::LeaveRequest request;
+  request.set_run_id(options_.rdzv_id);
+  request.set_node_id(context_.node_id);
+  request.set_round(round);
+  request.set_reason(reason);
+  absl::Status left = client_.Leave(request);
+  if (!left.ok()) spdlog::warn("{}", std::string(left.message()));
+}
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,66 @@
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/clock.h"
+#include "ddprun/v1/rendezvous.pb.h"
+#include "launcher/agent_events.h"
+#include "launcher/launch_options.h"
+#include "launcher/process_control.h"
+#include "launcher/rendezvous_client.h"
+#include "launcher/supervisor_policy.h"
+
+namespace ddprun::launcher {
+
+// What the agent needs beyond the options, prepared by RunLaunch.
+struct AgentContext {
+  std::string store_endpoint;  // the rendezvous server workers talk to
+  std::string local_addr;      // this node's address for its peers
+  std::string node_id;
+  std::string token_file;   // absolute, or empty
+  std::string scratch_dir;  // per-attempt error files when no --log-dir
+  std::vector<std::string> worker_argv;
+  std::vector<std::string> base_env;  // the agent's environment
+};
+
+// The node agent: joins a round, runs the local workers of the round,
+// supervises them, reports failures, re-joins, and ends with the job.
+// Everything runs on the thread that calls Run (it forks the workers, so it
+// must live as long as they do); the heartbeat and signal threads only post
+// AgentEvents.
+class Agent {
+ public:
+  Agent(const LaunchOptions& options, AgentContext context,
+        RendezvousClient& client, ProcessControl& control, AgentEvents& events,
+        const common::Clock& clock);
+
+  // Runs the job to its end; returns ddprun's exit code: 0 when this node's
+  // workers all succeeded, 1 when the job failed (after printing the
+  // summary) or the rendezvous could not be used, 128+signal when stopped by
+  // a signal.
+  int Run();
+
+ private:
+  enum class RoundEnd { kSucceeded, kRejoin, kStopped };
+
+  v1::JoinRequest MakeJoinRequest(int master_port) const;
+  RoundEnd RunRound(const v1::Assignment& assignment);
+  void ReportFailures(const v1::Assignment& assignment,
+                      const std::vector<LocalFailure>& failures,
+                      const std::vector<std::string>& error_files,
+                      const std::string& spawn_error);
+  void Leave(long round, v1::LeaveRequest::Reason reason);
+  std::string AttemptDir(int restart_count) const;
+
+  const LaunchOptions& options_;
+  AgentContext context_;
+  RendezvousClient& client_;
+  ProcessControl& control_;
+  AgentEvents& events_;
+  const common::Clock& clock_;
+};
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,43 @@
+#pragma once
+
+#include <functional>
+#include <string>
+#include <thread>
+
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "launcher/rendezvous_client.h"
+
+namespace ddprun::launcher {
+
+struct HeartbeatLoopOptions {
+  std::string run_id;
+  std::string node_id;
+  long round = 0;
+  absl::Duration interval = absl::Seconds(1);
+};
+
+// Heartbeats the rendezvous for one round on a thread of its own, so that a
+// slow server never delays supervision. Calls `on_round_over` (once) when the
+// server says the node's round is over (rejoin, or the job ended). A failed
+// heartbeat is logged and retried at the next interval. The destructor stops
+// the thread.
+class HeartbeatLoop {
+ public:
+  HeartbeatLoop(RendezvousClient& client, HeartbeatLoopOptions options,
+                std::function<void()> on_round_over);
+  ~HeartbeatLoop();
+  HeartbeatLoop(const HeartbeatLoop&) = delete;
+  HeartbeatLoop& operator=(const HeartbeatLoop&) = delete;
+
+ private:
+  void Run();
+
+  RendezvousClient& client_;
+  HeartbeatLoopOptions options_;
+  std::function<void()> on_round_over_;
+  absl::Notification stop_;
+  std::thread thread_;
+};
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,160 @@
+#include "launcher/launch.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_format.h"
+#include "common/endpoint.h"
+#include "common/logging.h"
+#include "launcher/agent.h"
+#include "launcher/local_address.h"
+#include "launcher/process_control.h"
+#include "launcher/program_command.h"
+#include "launcher/rendezvous_client.h"
+#include "launcher/signal_watcher.h"
+#include "launcher/worker_env.h"
+#include "rendezvous/server.h"
+#include "spdlog/spdlog.h"
+
+namespace ddprun::launcher {
+namespace {
+
+absl::StatusOr<std::string> ReadToken(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    return absl::NotFoundError(absl::StrFormat(
+        "cannot read --token-file '%s'; check the path and its permissions",
+        path));
+  }
+  std::ostringstream content;
+  content << in.rdbuf();
+  return std::string(absl::StripAsciiWhitespace(content.str()));
+}
+
+// A per-run directory for the workers' error files when there is no
+// --log-dir; removed when the agent ends.
+class ScratchDir {
+ public:
+  ScratchDir() {
+    const char* tmp = getenv("TMPDIR");
+    std::string pattern =
+        absl::StrFormat("%s/ddprun-XXXXXX", tmp != nullptr ? tmp : "/tmp");
+    if (mkdtemp(pattern.data()) != nullptr) path_ = pattern;
+  }
+  ~ScratchDir() {
+    std::error_code ignored;
+    if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+}  // namespace
+
+int RunLaunch(const LaunchOptions& options) {
+  SignalWatcher::BlockSignals();
+  common::InitLogging({"ddprun", options.log_level});
+  AgentEvents events;
+  // Created before any gRPC thread, so they all inherit the blocked mask.
+  RendezvousClient* client_for_signals = nullptr;
+  absl::Mutex client_mu;
+  SignalWatcher signals({
+      [&](int sig) {
+        events.PostSignal(sig);
+        absl::MutexLock lock(&client_mu);
+        if (client_for_signals != nullptr) client_for_signals->CancelJoin();
+      },
+      [&] { events.PostChildEvent(); },
+  });
+  if (absl::Status s = BecomeSubreaper(); !s.ok()) {
+    spdlog::warn("{}; grandchildren of workers are not reaped",
+                 std::string(s.message()));
+  }
+
+  std::string endpoint = options.rdzv_endpoint;
+  std::unique_ptr<rendezvous::Server> server;
+  if (options.standalone) {
+    rendezvous::ServerOptions server_options;
+    server_options.host = "127.0.0.1";
+    server_options.port = 0;
+    absl::StatusOr<std::unique_ptr<rendezvous::Server>> started =
+        rendezvous::Server::Start(server_options);
+    if (!started.ok()) {
+      spdlog::error("cannot start the standalone rendezvous: {}",
+                    std::string(started.status().message()));
+      return 1;
+    }
+    server = std::move(*started);
+    endpoint = server->endpoint();
+    spdlog::info("standalone rendezvous on {}, run id {}", endpoint,
+                 options.rdzv_id);
+  }
+  absl::StatusOr<common::Endpoint> parsed = common::ParseEndpoint(endpoint);
+  if (!parsed.ok()) {
+    spdlog::error("--rdzv-endpoint: {}",
+                  std::string(parsed.status().message()));
+    return 2;
+  }
+
+  AgentContext context;
+  context.store_endpoint = parsed->ToString();
+  context.local_addr = options.local_addr.empty() ? DefaultLocalAddress(*parsed)
+                                                  : options.local_addr;
+  context.node_id = MakeNodeId();
+  RendezvousClientOptions client_options;
+  client_options.endpoint = parsed->ToString();
+  if (!options.token_file.empty()) {
+    absl::StatusOr<std::string> token = ReadToken(options.token_file);
+    if (!token.ok()) {
+      spdlog::error("{}", std::string(token.status().message()));
+      return 2;
+    }
+    client_options.token = *token;
+    std::error_code ec;
+    context.token_file = std::filesystem::absolute(options.token_file, ec);
+  }
+  const char* python_exec = getenv("PYTHON_EXEC");
+  context.worker_argv =
+      BuildProgramArgv(options, python_exec != nullptr ? python_exec : "");
+  context.base_env = CurrentEnvironment();
+  // A missing program is found here, before this node joins and makes the
+  // others wait for it.
+  if (absl::StatusOr<std::string> program =
+          ResolveProgram(context.worker_argv[0], context.base_env);
+      !program.ok()) {
+    spdlog::error("{}", std::string(program.status().message()));
+    return 2;
+  }
+  if (!getenv("OMP_NUM_THREADS") && options.nproc_per_node > 1) {
+    spdlog::info(
+        "setting OMP_NUM_THREADS=1 for each worker to avoid overloading the "
+        "system; set it yourself to tune");
+  }
+  ScratchDir scratch;
+  context.scratch_dir = scratch.path();
+
+  RendezvousClient client(client_options);
+  {
+    absl::MutexLock lock(&client_mu);
+    client_for_signals = &client;
+  }
+  PosixProcessControl control;
+  Agent agent(options, std::move(context), client, control, events,
+              common::RealClock::Get());
+  int code = agent.Run();
+  {
+    absl::MutexLock lock(&client_mu);
+    client_for_signals = nullptr;
+  }
+  return code;
+}
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,17 @@
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "launcher/launch_options.h"
+
+namespace ddprun::launcher {
+
+// The command each worker runs, as torchrun builds it: a `.py` program runs
+// under $PYTHON_EXEC (or python3) with -u, -m runs `python -u -m module`,
+// --no-python and any other program run directly. `python_exec` is the value
+// of $PYTHON_EXEC (empty when unset).
+std::vector<std::string> BuildProgramArgv(const LaunchOptions& options,
+                                          const std::string& python_exec);
+
+}  // namespace ddprun::launcher

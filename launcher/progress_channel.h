@@ -1,0 +1,32 @@
+#pragma once
+
+namespace ddprun::launcher {
+
+// The pipe one worker reports progress through (DDPRUN_PROGRESS_FD): the
+// worker writes a small record per step to the write end; the agent drains
+// the read end without blocking. Only "something arrived" matters here.
+// Owned by the agent's thread. Move-only; closes its descriptors.
+class ProgressChannel {
+ public:
+  ProgressChannel();
+  ~ProgressChannel();
+  ProgressChannel(ProgressChannel&& other) noexcept;
+  ProgressChannel& operator=(ProgressChannel&& other) noexcept;
+  ProgressChannel(const ProgressChannel&) = delete;
+  ProgressChannel& operator=(const ProgressChannel&) = delete;
+
+  // -1 when the pipe could not be made (the worker then gets no channel).
+  int write_fd() const { return write_fd_; }
+  // After the worker is spawned: the worker holds the only write end.
+  void CloseWriteEnd();
+  // Reads what is there; true when anything was.
+  bool Drain();
+
+ private:
+  void Close();
+
+  int read_fd_ = -1;
+  int write_fd_ = -1;
+};
+
+}  // namespace ddprun::launcher

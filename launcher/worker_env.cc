@@ -1,0 +1,69 @@
+#include "launcher/worker_env.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/worker_env.h"
+
+extern char** environ;
+
+namespace ddprun::launcher {
+
+namespace env = ::ddprun::common::env;
+
+std::vector<std::string> BuildWorkerEnv(const WorkerEnvSpec& spec,
+                                        const std::vector<std::string>& base) {
+  std::map<std::string, std::string> vars;
+  for (const std::string& entry : base) {
+    size_t eq = entry.find('=');
+    if (eq == std::string::npos) continue;
+    vars[entry.substr(0, eq)] = entry.substr(eq + 1);
+  }
+  auto set = [&](const char* name, const auto& value) {
+    vars[name] = absl::StrCat(value);
+  };
+  set(env::kRank, spec.rank);
+  set(env::kLocalRank, spec.local_rank);
+  set(env::kGroupRank, spec.group_rank);
+  // One role per job: the role rank is the global rank.
+  set(env::kRoleRank, spec.rank);
+  set(env::kLocalWorldSize, spec.local_world_size);
+  set(env::kWorldSize, spec.world_size);
+  set(env::kGroupWorldSize, spec.group_world_size);
+  set(env::kRoleWorldSize, spec.world_size);
+  set(env::kRoleName, spec.role);
+  set(env::kMasterAddr, spec.master_addr);
+  set(env::kMasterPort, spec.master_port);
+  set(env::kRestartCount, spec.restart_count);
+  set(env::kMaxRestarts, spec.max_restarts);
+  set(env::kRunId, spec.run_id);
+  set(env::kErrorFile, spec.error_file);
+  set(env::kUseAgentStore, "False");
+  if (vars.find(env::kOmpNumThreads) == vars.end()) {
+    set(env::kOmpNumThreads, 1);
+  }
+  set(env::kStoreEndpoint, spec.store_endpoint);
+  set(env::kStoreRunId, spec.run_id);
+  set(env::kRound, spec.round);
+  set(env::kLocalAddr, spec.local_addr);
+  if (!spec.token_file.empty()) {
+    set(env::kTokenFile, spec.token_file);
+  } else {
+    vars.erase(env::kTokenFile);
+  }
+  if (spec.progress_fd >= 0) {
+    set(env::kProgressFd, spec.progress_fd);
+  } else {
+    vars.erase(env::kProgressFd);
+  }
+  std::vector<std::string> out;
+  out.reserve(vars.size());
+  for (const auto& [name, value] : vars) out.push_back(name + "=" + value);
+  return out;
+}
+
+std::vector<std::string> CurrentEnvironment() {
+  std::vector<std::string> out;
+  for (char** e = environ; *e != nullptr; ++e) out.emplace_back(*e);
+  return out;
+}
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,41 @@
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace ddprun::launcher {
+
+// What one worker is told about itself; see common/worker_env.h for the
+// meaning of each variable.
+struct WorkerEnvSpec {
+  std::string run_id;
+  std::string role = "default";
+  int local_rank = 0;
+  int local_world_size = 1;
+  int rank = 0;  // rank_offset + local_rank
+  int world_size = 1;
+  int group_rank = 0;        // node rank
+  int group_world_size = 1;  // number of nodes
+  std::string master_addr;
+  int master_port = 0;
+  int restart_count = 0;
+  int max_restarts = 0;
+  long round = 0;
+  std::string error_file;
+  std::string store_endpoint;  // the rendezvous server, HOST:PORT
+  std::string local_addr;
+  std::string token_file;  // empty: not set
+  int progress_fd = -1;    // -1: not set
+};
+
+// The worker's complete environment: `base` (the agent's own, NAME=value)
+// with the contract's names set over it. OMP_NUM_THREADS defaults to 1 when
+// `base` does not set it, as torchrun does.
+std::vector<std::string> BuildWorkerEnv(const WorkerEnvSpec& spec,
+                                        const std::vector<std::string>& base);
+
+// The agent's own environment as NAME=value strings.
+std::vector<std::string> CurrentEnvironment();
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,385 @@
+// The whole agent as users run it: the real `ddprun` binary, real
+// fault_worker processes, a real rendezvous server (in ddprun with
+// --standalone, or in this process on port 0 for several agents).
+#include <signal.h>
+#include <unistd.h>
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
+#include "rendezvous/server.h"
+#include "tests/testing/subprocess.h"
+#include "tests/testing/temp_dir.h"
+#include "tests/testing/wait_for.h"
+
+namespace ddprun::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+std::string Ddprun() { return BinaryPath("launcher/ddprun"); }
+std::string FaultWorker() { return BinaryPath("tests/launcher/fault_worker"); }
+
+std::vector<std::string> Concat(std::vector<std::string> a,
+                                const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// The environment a fault_worker wrote, as a map.
+std::map<std::string, std::string> ReadEnv(const std::string& path) {
+  google::protobuf::Struct s;
+  std::map<std::string, std::string> env;
+  if (!google::protobuf::util::JsonStringToMessage(ReadFileOrEmpty(path), &s)
+           .ok()) {
+    return env;
+  }
+  for (const auto& [k, v] : s.fields()) env[k] = v.string_value();
+  return env;
+}
+
+pid_t ReadPid(const std::string& path) {
+  int pid = -1;
+  if (!absl::SimpleAtoi(ReadFileOrEmpty(path), &pid)) return -1;
+  return pid;
+}
+
+int CountLinesWith(const std::string& text, const std::string& needle) {
+  int n = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    n += absl::StrContains(line, needle);
+  }
+  return n;
+}
+
+int Int(const std::string& s) {
+  int v = -1;
+  EXPECT_TRUE(absl::SimpleAtoi(s, &v)) << "'" << s << "'";
+  return v;
+}
+
+// Common ddprun flags for quick tests.
+std::vector<std::string> Standalone(int nproc) {
+  return {Ddprun(),
+          "--standalone",
+          "--nproc-per-node",
+          std::to_string(nproc),
+          "--monitor-interval",
+          "0.05",
+          "--shutdown-grace",
+          "2"};
+}
+
+TEST(AgentTest, TwoWorkersGetTheWholeEnvironment) {
+  TempDir dir;
+  RunResult r = RunCommand(
+      Concat(Standalone(2), {FaultWorker(), "--out-dir", dir.path()}),
+      absl::Seconds(30), {});
+  ASSERT_TRUE(r.exit.ok()) << r.exit.ToString() << "\n" << r.err;
+  std::map<std::string, std::string> e0 = ReadEnv(dir.File("rank_0.env.json"));
+  std::map<std::string, std::string> e1 = ReadEnv(dir.File("rank_1.env.json"));
+  ASSERT_FALSE(e0.empty());
+  ASSERT_FALSE(e1.empty());
+  for (int i = 0; i < 2; ++i) {
+    std::map<std::string, std::string>& e = i == 0 ? e0 : e1;
+    SCOPED_TRACE(absl::StrCat("rank ", i));
+    EXPECT_EQ(e["RANK"], std::to_string(i));
+    EXPECT_EQ(e["LOCAL_RANK"], std::to_string(i));
+    EXPECT_EQ(e["ROLE_RANK"], std::to_string(i));
+    EXPECT_EQ(e["GROUP_RANK"], "0");
+    EXPECT_EQ(e["LOCAL_WORLD_SIZE"], "2");
+    EXPECT_EQ(e["WORLD_SIZE"], "2");
+    EXPECT_EQ(e["GROUP_WORLD_SIZE"], "1");
+    EXPECT_EQ(e["ROLE_WORLD_SIZE"], "2");
+    EXPECT_EQ(e["ROLE_NAME"], "default");
+    EXPECT_EQ(e["MASTER_ADDR"], "127.0.0.1");
+    EXPECT_GT(Int(e["MASTER_PORT"]), 0);
+    EXPECT_EQ(e["TORCHELASTIC_RESTART_COUNT"], "0");
+    EXPECT_EQ(e["TORCHELASTIC_MAX_RESTARTS"], "0");
+    EXPECT_THAT(e["TORCHELASTIC_RUN_ID"], HasSubstr("standalone-"));
+    EXPECT_THAT(e["TORCHELASTIC_ERROR_FILE"],
+                HasSubstr(absl::StrCat("rank_", i, ".error.json")));
+    EXPECT_EQ(e["TORCHELASTIC_USE_AGENT_STORE"], "False");
+    EXPECT_EQ(e["OMP_NUM_THREADS"], "1");
+    EXPECT_THAT(e["DDPRUN_STORE_ENDPOINT"], HasSubstr("127.0.0.1:"));
+    EXPECT_EQ(e["DDPRUN_STORE_RUN_ID"], e["TORCHELASTIC_RUN_ID"]);
+    EXPECT_GE(Int(e["DDPRUN_ROUND"]), 0);
+    EXPECT_EQ(e["DDPRUN_LOCAL_ADDR"], "127.0.0.1");
+    EXPECT_GT(Int(e["DDPRUN_PROGRESS_FD"]), 2);
+    EXPECT_EQ(e.count("DDPRUN_TOKEN_FILE"), 0u);
+  }
+  // One job, one master, one round; separate error files.
+  EXPECT_EQ(e0["TORCHELASTIC_RUN_ID"], e1["TORCHELASTIC_RUN_ID"]);
+  EXPECT_EQ(e0["MASTER_PORT"], e1["MASTER_PORT"]);
+  EXPECT_EQ(e0["DDPRUN_ROUND"], e1["DDPRUN_ROUND"]);
+  EXPECT_NE(e0["TORCHELASTIC_ERROR_FILE"], e1["TORCHELASTIC_ERROR_FILE"]);
+  // MASTER_PORT is a port of its own, not the rendezvous'.
+  EXPECT_THAT(e0["DDPRUN_STORE_ENDPOINT"],
+              Not(HasSubstr(":" + e0["MASTER_PORT"])));
+}
+
+TEST(AgentTest, AFailingWorkerWithoutRestartsFailsTheJobWithASummary) {
+  RunResult r = RunCommand(
+      Concat(Standalone(2), {FaultWorker(), "--exit", "3", "--fail-rank", "1",
+                             "--error-message", "ValueError: bad batch"}),
+      absl::Seconds(30));
+  ASSERT_FALSE(r.timed_out);
+  EXPECT_EQ(r.exit.exit_code, 1) << r.err;
+  EXPECT_EQ(CountLinesWith(r.err, "first failure"), 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("rank 1 (local rank 1) on 127.0.0.1"));
+  EXPECT_THAT(r.err, HasSubstr("exit code 3"));
+  EXPECT_THAT(r.err, HasSubstr("ValueError: bad batch"));
+}
+
+class SignalDeathTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(SignalDeathTest, TheSummaryNamesTheSignal) {
+  int sig = GetParam();
+  RunResult r = RunCommand(
+      Concat(Standalone(1), {FaultWorker(), "--signal", std::to_string(sig)}),
+      absl::Seconds(30));
+  ASSERT_FALSE(r.timed_out);
+  EXPECT_EQ(r.exit.exit_code, 1) << r.err;
+  std::string name = sig == SIGKILL ? "SIGKILL" : "SIGSEGV";
+  EXPECT_THAT(r.err, HasSubstr("killed by " + name)) << r.err;
+}
+
+INSTANTIATE_TEST_SUITE_P(KillAndSegv, SignalDeathTest,
+                         ::testing::Values(SIGKILL, SIGSEGV));
+
+TEST(AgentTest, RestartsAfterAFailureAndThenSucceeds) {
+  TempDir dir;
+  RunResult r = RunCommand(
+      Concat(Standalone(2), {"--max-restarts", "2", FaultWorker(), "--exit",
+                             "5", "--fail-rank", "0", "--fail-below-restart",
+                             "1", "--out-dir", dir.path()}),
+      absl::Seconds(60));
+  ASSERT_FALSE(r.timed_out);
+  EXPECT_EQ(r.exit.exit_code, 0) << r.err;
+  // The files of the last round: every worker was restarted once.
+  for (int rank = 0; rank < 2; ++rank) {
+    std::map<std::string, std::string> e =
+        ReadEnv(dir.File(absl::StrCat("rank_", rank, ".env.json")));
+    EXPECT_EQ(e["TORCHELASTIC_RESTART_COUNT"], "1");
+    EXPECT_EQ(e["TORCHELASTIC_MAX_RESTARTS"], "2");
+  }
+}
+
+TEST(AgentTest, RestartsRunOutThenTheJobFails) {
+  RunResult r = RunCommand(
+      Concat(Standalone(1), {"--max-restarts", "2", FaultWorker(), "--exit",
+                             "4", "--error-message", "always broken"}),
+      absl::Seconds(60));
+  ASSERT_FALSE(r.timed_out);
+  EXPECT_EQ(r.exit.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("exit code 4"));
+  EXPECT_THAT(r.err, HasSubstr("always broken"));
+  EXPECT_EQ(CountLinesWith(r.err, "first failure"), 1) << r.err;
+}
+
+TEST(AgentTest, BadInputGivesOneClearLineQuickly) {
+  struct Case {
+    std::vector<std::string> argv;
+    std::string expected;
+  } cases[] = {
+      {{Ddprun(), "--bogus-flag", "--standalone", FaultWorker()},
+       "unknown flag '--bogus-flag'"},
+      {{Ddprun(), "--standalone"}, "no program to run"},
+      {{Ddprun(), "--standalone", "ddprun-no-such-program"},
+       "cannot run 'ddprun-no-such-program'"},
+      {{Ddprun(), "--rdzv-endpoint", "127.0.0.1:1", "--rdzv-conf",
+        "join_timeout=2", FaultWorker()},
+       "ddprun-rendezvous runs there"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.expected);
+    absl::Time start = absl::Now();
+    RunResult r = RunCommand(c.argv, absl::Seconds(20));
+    EXPECT_FALSE(r.timed_out);
+    EXPECT_LT(absl::Now() - start, absl::Seconds(15));
+    EXPECT_NE(r.exit.exit_code, 0);
+    EXPECT_EQ(CountLinesWith(r.err, c.expected), 1) << r.err;
+    EXPECT_EQ(CountLinesWith(r.err, "error"), 1) << r.err;
+    EXPECT_THAT(r.err, Not(HasSubstr("--help,-h")));  // no wall of help
+  }
+}
+
+// Starts ddprun with workers that write pid files and hang, and waits until
+// every worker is up.
+struct RunningJob {
+  Subprocess agent;
+  std::vector<pid_t> workers;
+};
+
+absl::StatusOr<RunningJob> StartHangingJob(const TempDir& dir, int nproc,
+                                           std::vector<std::string> extra) {
+  SubprocessOptions options;
+  options.argv = Concat(Standalone(nproc), extra);
+  options.argv =
+      Concat(options.argv, {FaultWorker(), "--hang", "--out-dir", dir.path()});
+  options.stderr_path = dir.File("agent.err");
+  absl::StatusOr<Subprocess> agent = Subprocess::Start(options);
+  if (!agent.ok()) return agent.status();
+  RunningJob job{std::move(*agent), {}};
+  bool up = WaitFor(
+      [&] {
+        for (int i = 0; i < nproc; ++i) {
+          if (ReadPid(dir.File(absl::StrCat("rank_", i, ".pid"))) <= 0) {
+            return false;
+          }
+        }
+        return true;
+      },
+      absl::Seconds(20));
+  if (!up) {
+    return absl::DeadlineExceededError("workers did not start: " +
+                                       ReadFileOrEmpty(dir.File("agent.err")));
+  }
+  for (int i = 0; i < nproc; ++i) {
+    job.workers.push_back(ReadPid(dir.File(absl::StrCat("rank_", i, ".pid"))));
+  }
+  return job;
+}
+
+bool AllGone(const std::vector<pid_t>& pids) {
+  for (pid_t pid : pids) {
+    if (!ProcessGone(pid)) return false;
+  }
+  return true;
+}
+
+TEST(AgentTest, SigtermIsForwardedAndEndsEveryWorker) {
+  TempDir dir;
+  auto job = StartHangingJob(dir, 2, {});
+  ASSERT_TRUE(job.ok()) << job.status();
+  job->agent.Signal(SIGTERM);
+  std::optional<ExitInfo> exit = job->agent.Wait(absl::Seconds(10));
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->exit_code, 128 + SIGTERM);
+  EXPECT_TRUE(WaitFor([&] { return AllGone(job->workers); }, absl::Seconds(2)));
+}
+
+TEST(AgentTest, KillNineOfTheAgentLeavesNoWorkerWithinOneSecond) {
+  TempDir dir;
+  auto job = StartHangingJob(dir, 2, {});
+  ASSERT_TRUE(job.ok()) << job.status();
+  // Only the agent: its workers are in process groups of their own.
+  job->agent.Signal(SIGKILL);
+  ASSERT_TRUE(job->agent.Wait(absl::Seconds(5)).has_value());
+  EXPECT_TRUE(WaitFor([&] { return AllGone(job->workers); }, absl::Seconds(1)));
+}
+
+TEST(AgentTest, AWorkerIgnoringSigtermIsKilledAfterTheGrace) {
+  TempDir dir;
+  SubprocessOptions options;
+  options.argv = {Ddprun(),
+                  "--standalone",
+                  "--nproc-per-node",
+                  "2",
+                  "--monitor-interval",
+                  "0.05",
+                  "--shutdown-grace",
+                  "1",
+                  FaultWorker(),
+                  "--hang",
+                  "--ignore-sigterm",
+                  "--out-dir",
+                  dir.path()};
+  options.stderr_path = dir.File("agent.err");
+  auto agent = Subprocess::Start(options);
+  ASSERT_TRUE(agent.ok());
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return ReadPid(dir.File("rank_0.pid")) > 0 &&
+               ReadPid(dir.File("rank_1.pid")) > 0;
+      },
+      absl::Seconds(20)))
+      << ReadFileOrEmpty(dir.File("agent.err"));
+  std::vector<pid_t> workers = {ReadPid(dir.File("rank_0.pid")),
+                                ReadPid(dir.File("rank_1.pid"))};
+  absl::Time start = absl::Now();
+  agent->Signal(SIGINT);
+  std::optional<ExitInfo> exit = agent->Wait(absl::Seconds(10));
+  ASSERT_TRUE(exit.has_value());
+  absl::Duration took = absl::Now() - start;
+  EXPECT_EQ(exit->exit_code, 128 + SIGINT);
+  EXPECT_TRUE(AllGone(workers));
+  // SIGINT and SIGTERM were ignored; SIGKILL came after one shared grace.
+  EXPECT_GE(took, absl::Milliseconds(900));
+  EXPECT_LT(took, absl::Seconds(5));
+}
+
+TEST(AgentTest, AWorkerThatStopsReportingProgressIsHung) {
+  absl::Time start = absl::Now();
+  RunResult r =
+      RunCommand(Concat(Standalone(2), {"--worker-timeout", "1", FaultWorker(),
+                                        "--progress", "5", "--fail-rank", "1"}),
+                 absl::Seconds(30));
+  ASSERT_FALSE(r.timed_out);
+  EXPECT_EQ(r.exit.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("rank 1 (local rank 1)"));
+  EXPECT_THAT(r.err, HasSubstr("hung"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(15));
+}
+
+TEST(AgentTest, TwoAgentsFormOneJob) {
+  rendezvous::ServerOptions server_options;
+  auto server = rendezvous::Server::Start(server_options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  TempDir dir;
+  std::vector<Subprocess> agents;
+  for (int i = 0; i < 2; ++i) {
+    SubprocessOptions options;
+    options.argv = {Ddprun(),
+                    "--nnodes",
+                    "2",
+                    "--nproc-per-node",
+                    "1",
+                    "--rdzv-endpoint",
+                    (*server)->endpoint(),
+                    "--rdzv-id",
+                    "two-agents",
+                    "--monitor-interval",
+                    "0.05",
+                    FaultWorker(),
+                    "--out-dir",
+                    dir.path()};
+    options.stderr_path = dir.File(absl::StrCat("agent", i, ".err"));
+    auto agent = Subprocess::Start(options);
+    ASSERT_TRUE(agent.ok());
+    agents.push_back(std::move(*agent));
+  }
+  for (int i = 0; i < 2; ++i) {
+    std::optional<ExitInfo> exit = agents[i].Wait(absl::Seconds(30));
+    ASSERT_TRUE(exit.has_value());
+    EXPECT_TRUE(exit->ok())
+        << ReadFileOrEmpty(dir.File(absl::StrCat("agent", i, ".err")));
+  }
+  std::map<std::string, std::string> e0 = ReadEnv(dir.File("rank_0.env.json"));
+  std::map<std::string, std::string> e1 = ReadEnv(dir.File("rank_1.env.json"));
+  EXPECT_EQ(e0["WORLD_SIZE"], "2");
+  EXPECT_EQ(e1["WORLD_SIZE"], "2");
+  EXPECT_EQ(e0["GROUP_WORLD_SIZE"], "2");
+  EXPECT_EQ(std::set<std::string>({e0["GROUP_RANK"], e1["GROUP_RANK"]}),
+            std::set<std::string>({"0", "1"}));
+  EXPECT_EQ(e0["LOCAL_RANK"], "0");
+  EXPECT_EQ(e1["LOCAL_RANK"], "0");
+  EXPECT_EQ(e0["MASTER_ADDR"], e1["MASTER_ADDR"]);
+  EXPECT_EQ(e0["MASTER_PORT"], e1["MASTER_PORT"]);
+  EXPECT_EQ(e0["TORCHELASTIC_RUN_ID"], "two-agents");
+  EXPECT_EQ(e0["DDPRUN_STORE_ENDPOINT"], (*server)->endpoint());
+}
+
+}  // namespace
+}  // namespace ddprun::testing

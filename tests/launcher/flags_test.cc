@@ -1,0 +1,132 @@
+#include "launcher/flags.h"
+
+#include <stdlib.h>
+
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace ddprun::launcher {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+absl::StatusOr<CommandLine> Parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "ddprun");
+  std::vector<const char*> argv;
+  for (const std::string& a : args) argv.push_back(a.c_str());
+  return ParseCommandLine(static_cast<int>(argv.size()), argv.data());
+}
+
+TEST(FlagsTest, TorchrunFlagsInBothSpellings) {
+  auto c = Parse({"--nnodes", "1:3", "--nproc_per_node", "4", "--rdzv-endpoint",
+                  "10.0.0.1:29400", "--rdzv_id", "job7", "--max_restarts", "2",
+                  "--monitor-interval", "0.25", "--rdzv-conf",
+                  "join_timeout=2,last_call_timeout=0.5", "--node_rank", "1",
+                  "./train", "--lr", "0.1"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  const LaunchOptions& o = c->launch;
+  EXPECT_EQ(o.min_nodes, 1);
+  EXPECT_EQ(o.max_nodes, 3);
+  EXPECT_EQ(o.nproc_per_node, 4);
+  EXPECT_EQ(o.rdzv_endpoint, "10.0.0.1:29400");
+  EXPECT_EQ(o.rdzv_id, "job7");
+  EXPECT_EQ(o.max_restarts, 2);
+  EXPECT_EQ(o.node_rank, 1);
+  EXPECT_EQ(o.monitor_interval, absl::Milliseconds(250));
+  EXPECT_EQ(o.rdzv_conf.join_timeout, absl::Seconds(2));
+  EXPECT_EQ(o.rdzv_conf.last_call_timeout, absl::Milliseconds(500));
+  EXPECT_THAT(o.program, ElementsAre("./train", "--lr", "0.1"));
+}
+
+TEST(FlagsTest, ProgramArgumentsPassThroughUntouched) {
+  // Flags after the program belong to the program, even ddprun's own.
+  auto c =
+      Parse({"--standalone", "prog", "--nnodes", "5", "--bogus", "--", "x"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_THAT(c->launch.program,
+              ElementsAre("prog", "--nnodes", "5", "--bogus", "--", "x"));
+  EXPECT_EQ(c->launch.min_nodes, 1);
+}
+
+TEST(FlagsTest, StandaloneGetsARandomRunIdAndOneNode) {
+  auto a = Parse({"--standalone", "--nnodes", "2", "prog"});
+  auto b = Parse({"--standalone", "prog"});
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->launch.max_nodes, 1);
+  EXPECT_NE(a->launch.rdzv_id, "none");
+  EXPECT_NE(a->launch.rdzv_id, b->launch.rdzv_id);
+}
+
+TEST(FlagsTest, ReadsPetEnvironment) {
+  setenv("PET_NPROC_PER_NODE", "3", 1);
+  setenv("PET_RDZV_ENDPOINT", "h:1", 1);
+  auto c = Parse({"prog"});
+  unsetenv("PET_NPROC_PER_NODE");
+  unsetenv("PET_RDZV_ENDPOINT");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->launch.nproc_per_node, 3);
+  EXPECT_EQ(c->launch.rdzv_endpoint, "h:1");
+}
+
+TEST(FlagsTest, RedirectsTeeAndFilter) {
+  auto c = Parse({"--standalone", "--redirects", "0:1,1:2", "--tee", "3",
+                  "--local-ranks-filter", "0,2", "prog"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->launch.redirects.For(0), 1);
+  EXPECT_EQ(c->launch.redirects.For(1), 2);
+  EXPECT_EQ(c->launch.redirects.For(5), 0);
+  EXPECT_EQ(c->launch.tee.For(7), 3);
+  EXPECT_THAT(c->launch.local_ranks_filter, ElementsAre(0, 2));
+}
+
+TEST(FlagsTest, StatusSubcommand) {
+  auto c = Parse({"status", "--rdzv-endpoint", "h:2", "--json"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->kind, CommandLine::Kind::kStatus);
+  EXPECT_EQ(c->status.rdzv_endpoint, "h:2");
+  EXPECT_TRUE(c->status.json);
+}
+
+struct BadInput {
+  std::vector<std::string> args;
+  std::string expected;  // part of the one-line message
+};
+
+class FlagsErrorTest : public ::testing::TestWithParam<BadInput> {};
+
+TEST_P(FlagsErrorTest, OneLineNamingTheProblemAndTheFix) {
+  auto c = Parse(GetParam().args);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  std::string message(c.status().message());
+  EXPECT_THAT(message, HasSubstr(GetParam().expected));
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, FlagsErrorTest,
+    ::testing::Values(
+        BadInput{{"--bogus", "prog"}, "unknown flag '--bogus'"},
+        BadInput{{"--standalone"}, "no program to run"},
+        BadInput{{"prog"}, "--rdzv-endpoint"},
+        BadInput{{"--standalone", "--nnodes", "3:1", "p"}, "--nnodes"},
+        BadInput{{"--standalone", "--nproc-per-node", "0", "p"},
+                 "--nproc-per-node"},
+        BadInput{{"--standalone", "--max-restarts", "-1", "p"},
+                 "--max-restarts"},
+        BadInput{{"--standalone", "--monitor-interval", "x", "p"},
+                 "--monitor-interval"},
+        BadInput{{"--standalone", "--rdzv-conf", "joni_timeout=1", "p"},
+                 "unknown key 'joni_timeout'"},
+        BadInput{{"--standalone", "--redirects", "7", "p"}, "--redirects"},
+        BadInput{{"--standalone", "--no-python", "-m", "p"}, "--no-python"},
+        BadInput{{"--standalone", "--log-level", "loud", "p"}, "--log-level"},
+        BadInput{{"--standalone", "--nnodes"}, "--nnodes"},
+        BadInput{{"status"}, "--rdzv-endpoint"}));
+
+}  // namespace
+}  // namespace ddprun::launcher

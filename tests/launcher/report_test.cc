@@ -1,0 +1,144 @@
+// What the agent tells people: worker environment, error files, the summary.
+#include <set>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "launcher/error_file.h"
+#include "launcher/failure_summary.h"
+#include "launcher/program_command.h"
+#include "launcher/worker_env.h"
+#include "tests/testing/temp_dir.h"
+
+namespace ddprun::launcher {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+TEST(ErrorFileTest, ReadsTorchrunAndFlatJsonAndPlainText) {
+  testing::TempDir dir;
+  auto write = [&](const std::string& name, const std::string& text) {
+    FILE* f = fopen(dir.File(name).c_str(), "w");
+    fputs(text.c_str(), f);
+    fclose(f);
+    return dir.File(name);
+  };
+  EXPECT_EQ(ReadWorkerErrorMessage(write(
+                "torchrun", R"({"message": {"message": "RuntimeError: boom",
+                  "extraInfo": {"py_callstack": "...", "timestamp": "1"}}})")),
+            "RuntimeError: boom");
+  EXPECT_EQ(ReadWorkerErrorMessage(write("flat", R"({"message": "oops"})")),
+            "oops");
+  EXPECT_EQ(ReadWorkerErrorMessage(write("text", "segfault in step 3\n")),
+            "segfault in step 3");
+  EXPECT_EQ(ReadWorkerErrorMessage(dir.File("missing")), "");
+}
+
+TEST(FailureSummaryTest, NamesTheRootCauseFirst) {
+  v1::JobEnded ended;
+  ended.set_state(v1::JOB_STATE_FAILED);
+  v1::WorkerFailure* root = ended.add_failures();
+  root->set_rank(3);
+  root->set_local_rank(1);
+  root->set_host("10.0.0.2");
+  root->set_exit_code(-1);
+  root->set_signal(11);
+  root->set_signal_name("SIGSEGV");
+  root->set_cause("signaled");
+  root->set_time_unix_ms(1700000000123);
+  root->set_message("bad pointer");
+  v1::WorkerFailure* other = ended.add_failures();
+  other->set_rank(0);
+  other->set_exit_code(1);
+  other->set_cause("exited");
+  std::string summary = FormatFailureSummary("job9", ended);
+  EXPECT_THAT(summary, HasSubstr("job 'job9' failed"));
+  size_t first = summary.find("first failure");
+  size_t rank3 = summary.find("rank 3 (local rank 1) on 10.0.0.2");
+  size_t rank0 = summary.find("rank 0");
+  ASSERT_NE(rank3, std::string::npos) << summary;
+  EXPECT_LT(first, rank3);
+  EXPECT_LT(rank3, rank0);
+  EXPECT_THAT(summary, HasSubstr("killed by SIGSEGV (signal 11)"));
+  EXPECT_THAT(summary, HasSubstr("2023-11-14 22:13:20.123 UTC"));
+  EXPECT_THAT(summary, HasSubstr("bad pointer"));
+  EXPECT_THAT(summary, HasSubstr("exit code 1"));
+}
+
+TEST(WorkerEnvTest, SetsTheContractOverTheAgentsEnvironment) {
+  WorkerEnvSpec spec;
+  spec.run_id = "r";
+  spec.local_rank = 1;
+  spec.local_world_size = 2;
+  spec.rank = 5;
+  spec.world_size = 6;
+  spec.group_rank = 2;
+  spec.group_world_size = 3;
+  spec.master_addr = "10.0.0.1";
+  spec.master_port = 4242;
+  spec.restart_count = 1;
+  spec.max_restarts = 3;
+  spec.round = 7;
+  spec.error_file = "/tmp/e.json";
+  spec.store_endpoint = "10.0.0.9:1";
+  spec.local_addr = "10.0.0.3";
+  spec.progress_fd = 9;
+  std::vector<std::string> env =
+      BuildWorkerEnv(spec, {"PATH=/bin", "RANK=99", "DDPRUN_TOKEN_FILE=x"});
+  std::set<std::string> set(env.begin(), env.end());
+  for (const char* expected : {"PATH=/bin",
+                               "RANK=5",
+                               "LOCAL_RANK=1",
+                               "GROUP_RANK=2",
+                               "ROLE_RANK=5",
+                               "LOCAL_WORLD_SIZE=2",
+                               "WORLD_SIZE=6",
+                               "GROUP_WORLD_SIZE=3",
+                               "ROLE_WORLD_SIZE=6",
+                               "ROLE_NAME=default",
+                               "MASTER_ADDR=10.0.0.1",
+                               "MASTER_PORT=4242",
+                               "TORCHELASTIC_RESTART_COUNT=1",
+                               "TORCHELASTIC_MAX_RESTARTS=3",
+                               "TORCHELASTIC_RUN_ID=r",
+                               "TORCHELASTIC_ERROR_FILE=/tmp/e.json",
+                               "TORCHELASTIC_USE_AGENT_STORE=False",
+                               "OMP_NUM_THREADS=1",
+                               "DDPRUN_STORE_ENDPOINT=10.0.0.9:1",
+                               "DDPRUN_STORE_RUN_ID=r",
+                               "DDPRUN_ROUND=7",
+                               "DDPRUN_LOCAL_ADDR=10.0.0.3",
+                               "DDPRUN_PROGRESS_FD=9"}) {
+    EXPECT_TRUE(set.count(expected)) << expected;
+  }
+  // Not ours to pass on when not given.
+  for (const std::string& e : env)
+    EXPECT_NE(e.rfind("DDPRUN_TOKEN_FILE", 0), 0u);
+  // The user's own OMP_NUM_THREADS wins.
+  env = BuildWorkerEnv(spec, {"OMP_NUM_THREADS=4"});
+  EXPECT_TRUE(
+      std::set<std::string>(env.begin(), env.end()).count("OMP_NUM_THREADS=4"));
+}
+
+TEST(ProgramCommandTest, PythonProgramsAsTorchrunRunsThem) {
+  LaunchOptions o;
+  o.program = {"train.py", "--lr", "1"};
+  EXPECT_THAT(BuildProgramArgv(o, ""),
+              ElementsAre("python3", "-u", "train.py", "--lr", "1"));
+  EXPECT_THAT(BuildProgramArgv(o, "/usr/bin/python3"),
+              ElementsAre("/usr/bin/python3", "-u", "train.py", "--lr", "1"));
+  o.run_module = true;
+  o.program = {"pkg.train"};
+  EXPECT_THAT(BuildProgramArgv(o, ""),
+              ElementsAre("python3", "-u", "-m", "pkg.train"));
+  o.run_module = false;
+  o.no_python = true;
+  o.program = {"train.py"};
+  EXPECT_THAT(BuildProgramArgv(o, ""), ElementsAre("train.py"));
+  o.no_python = false;
+  o.program = {"./train"};
+  EXPECT_THAT(BuildProgramArgv(o, ""), ElementsAre("./train"));
+}
+
+}  // namespace
+}  // namespace ddprun::launcher

@@ -1,0 +1,76 @@
+#include "launcher/supervisor_policy.h"
+
+#include "gtest/gtest.h"
+
+namespace ddprun::launcher {
+namespace {
+
+using Verdict = SupervisorPolicy::Verdict;
+
+TEST(SupervisorPolicyTest, SucceedsWhenEveryWorkerExitsZero) {
+  common::FakeClock clock;
+  SupervisorPolicy policy({.num_workers = 2}, clock);
+  EXPECT_EQ(policy.Evaluate(), Verdict::kRunning);
+  policy.OnExit(0, ExitStatus::Exited(0));
+  EXPECT_EQ(policy.Evaluate(), Verdict::kRunning);
+  policy.OnExit(1, ExitStatus::Exited(0));
+  EXPECT_EQ(policy.Evaluate(), Verdict::kSucceeded);
+  EXPECT_TRUE(policy.failures().empty());
+}
+
+TEST(SupervisorPolicyTest, OneNonZeroExitFailsTheGroupWithTheRootCauseFirst) {
+  common::FakeClock clock;
+  SupervisorPolicy policy({.num_workers = 3}, clock);
+  policy.OnExit(2, ExitStatus::Exited(3));
+  absl::Time first = clock.Now();
+  clock.Advance(absl::Seconds(1));
+  policy.OnExit(0, ExitStatus::Signaled(9));
+  EXPECT_EQ(policy.Evaluate(), Verdict::kFailed);
+  ASSERT_EQ(policy.failures().size(), 2u);
+  EXPECT_EQ(policy.failures()[0].local_rank, 2);
+  EXPECT_EQ(policy.failures()[0].cause, "exited");
+  EXPECT_EQ(policy.failures()[0].exit.exit_code, 3);
+  EXPECT_EQ(policy.failures()[0].time, first);
+  EXPECT_EQ(policy.failures()[1].cause, "signaled");
+  EXPECT_EQ(policy.failures()[1].exit.signal, 9);
+}
+
+TEST(SupervisorPolicyTest, SilentAfterProgressPastTheTimeoutIsHung) {
+  common::FakeClock clock;
+  SupervisorPolicy policy(
+      {.num_workers = 2, .worker_timeout = absl::Seconds(5)}, clock);
+  EXPECT_FALSE(policy.NextHangDeadline().has_value());
+  policy.OnProgress(1);
+  EXPECT_EQ(policy.NextHangDeadline(), clock.Now() + absl::Seconds(5));
+  clock.Advance(absl::Seconds(4));
+  policy.OnProgress(0);  // rank 0 keeps reporting
+  EXPECT_EQ(policy.Evaluate(), Verdict::kRunning);
+  clock.Advance(absl::Seconds(1));
+  EXPECT_EQ(policy.Evaluate(), Verdict::kFailed);
+  ASSERT_EQ(policy.failures().size(), 1u);
+  EXPECT_EQ(policy.failures()[0].local_rank, 1);
+  EXPECT_EQ(policy.failures()[0].cause, "hung");
+  // Killing the hung worker afterwards adds no second failure.
+  policy.OnExit(1, ExitStatus::Signaled(15));
+  EXPECT_EQ(policy.failures().size(), 1u);
+}
+
+TEST(SupervisorPolicyTest, WorkersThatNeverReportAreNeverHung) {
+  common::FakeClock clock;
+  SupervisorPolicy policy(
+      {.num_workers = 1, .worker_timeout = absl::Seconds(1)}, clock);
+  clock.Advance(absl::Hours(10));
+  EXPECT_EQ(policy.Evaluate(), Verdict::kRunning);
+}
+
+TEST(SupervisorPolicyTest, HangDetectionOffWithZeroTimeout) {
+  common::FakeClock clock;
+  SupervisorPolicy policy({.num_workers = 1}, clock);
+  policy.OnProgress(0);
+  clock.Advance(absl::Hours(10));
+  EXPECT_EQ(policy.Evaluate(), Verdict::kRunning);
+  EXPECT_FALSE(policy.NextHangDeadline().has_value());
+}
+
+}  // namespace
+}  // namespace ddprun::launcher
