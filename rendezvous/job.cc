@@ -115,6 +115,15 @@ void Job::Join(const v1::JoinRequest& request, WaiterId waiter,
       }
     }
   }
+  if (!nodes_.contains(id) &&
+      static_cast<int64_t>(nodes_.size()) >= options_.max_nodes) {
+    return Refuse(waiter,
+                  absl::ResourceExhaustedError(absl::StrFormat(
+                      "job '%s' already has %d nodes, the server's limit "
+                      "max_nodes_per_job; node '%s' is refused",
+                      run_id_, nodes_.size(), id)),
+                  effects);
+  }
   auto [it, inserted] = nodes_.try_emplace(id);
   Node& node = it->second;
   if (inserted) node.arrival = next_arrival_++;
@@ -299,6 +308,11 @@ void Job::AddFailures(const v1::ReportFailureRequest& request,
     }
     if (failure.node_id().empty()) failure.set_node_id(request.node_id());
     if (failure.round() == 0) failure.set_round(request.round());
+    if (static_cast<int64_t>(failure.message().size()) >
+        options_.max_failure_message_bytes) {
+      failure.mutable_message()->resize(options_.max_failure_message_bytes);
+      failure.mutable_message()->append(" [cut]");
+    }
     if (failure.time_unix_ms() == 0) {
       failure.set_time_unix_ms(absl::ToUnixMillis(now));
     }

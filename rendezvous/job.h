@@ -21,6 +21,11 @@ struct JobOptions {
   int max_peers_in_assignment = 128;
   // The failure records kept per job (oldest first; [0] is the root cause).
   int max_failures_kept = 64;
+  // Longer failure messages are cut to this many bytes.
+  int64_t max_failure_message_bytes = 8192;
+  // Nodes a job keeps (members, joining and waiting); more Joins are
+  // refused RESOURCE_EXHAUSTED.
+  int64_t max_nodes = 100000;
 };
 
 // The rendezvous state machine of one job: rounds, membership, ranks,

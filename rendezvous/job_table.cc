@@ -10,8 +10,46 @@
 
 namespace ddprun::rendezvous {
 
+namespace {
+
+JobTableOptions WithLimits(JobTableOptions options) {
+  options.job.max_nodes = options.limits.max_nodes_per_job;
+  options.job.max_failure_message_bytes =
+      options.limits.max_failure_message_bytes;
+  return options;
+}
+
+absl::Status CheckJoinSizes(const v1::JoinRequest& request,
+                            const Limits& limits) {
+  struct Field {
+    const char* name;
+    const std::string& value;
+  };
+  const Field fields[] = {{"run_id", request.run_id()},
+                          {"node_id", request.node_id()},
+                          {"address", request.address()}};
+  for (const Field& f : fields) {
+    if (static_cast<int64_t>(f.value.size()) > limits.max_id_bytes) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "Join refused: %s is %d bytes; the limit max_id_bytes is %d",
+          f.name, f.value.size(), limits.max_id_bytes));
+    }
+  }
+  if (request.config().max_nodes() > limits.max_nodes_per_job ||
+      request.config().min_nodes() > limits.max_nodes_per_job) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "Join refused: --nnodes %d:%d is above this server's limit "
+        "max_nodes_per_job %d",
+        request.config().min_nodes(), request.config().max_nodes(),
+        limits.max_nodes_per_job));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 JobTable::JobTable(const common::Clock* clock, JobTableOptions options)
-    : clock_(clock), options_(options) {}
+    : clock_(clock), options_(WithLimits(options)) {}
 
 absl::Status JobTable::NotFound(const std::string& run_id) const {
   return absl::NotFoundError(absl::StrFormat(
@@ -28,6 +66,11 @@ void JobTable::Join(const v1::JoinRequest& request, WaiterId waiter,
                      "Join has an empty run_id; give --rdzv-id")});
     return;
   }
+  if (absl::Status sizes = CheckJoinSizes(request, options_.limits);
+      !sizes.ok()) {
+    effects->joins.push_back({waiter, sizes});
+    return;
+  }
   absl::StatusOr<v1::JobConfig> config = NormalizeJobConfig(request.config());
   if (!config.ok()) {
     effects->joins.push_back(
@@ -40,6 +83,15 @@ void JobTable::Join(const v1::JoinRequest& request, WaiterId waiter,
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(request.run_id());
   if (it == jobs_.end()) {
+    if (static_cast<int64_t>(jobs_.size()) >= options_.limits.max_jobs) {
+      effects->joins.push_back(
+          {waiter, absl::ResourceExhaustedError(absl::StrFormat(
+                       "Join refused: this server already hosts %d jobs, its "
+                       "limit max_jobs; job '%s' cannot start here until "
+                       "others end",
+                       jobs_.size(), request.run_id()))});
+      return;
+    }
     spdlog::info("job '{}' created by node '{}': nodes {}:{}, max_restarts {}",
                  request.run_id(), request.node_id(), config->min_nodes(),
                  config->max_nodes(), config->max_restarts());

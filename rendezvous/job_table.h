@@ -15,6 +15,7 @@
 #include "ddprun/v1/store.pb.h"
 #include "rendezvous/effects.h"
 #include "rendezvous/job.h"
+#include "rendezvous/limits.h"
 
 namespace ddprun::rendezvous {
 
@@ -23,6 +24,9 @@ struct JobTableOptions {
   // A job that ended (or lost its last node) is kept this long, so that late
   // agents learn how it ended and Status shows it; then it is released.
   absl::Duration ended_job_grace = absl::Minutes(5);
+  // Sizes of ids, jobs per server, nodes per job (the last also goes into
+  // job.max_nodes).
+  Limits limits;
 };
 
 // Every job of one server, by run_id. The first Join of a run_id creates the

@@ -26,8 +26,9 @@ grpc::ServerUnaryReactor* FinishWith(grpc::CallbackServerContext* context,
 
 }  // namespace
 
-RendezvousService::RendezvousService(JobTable* jobs, StoreService* store)
-    : jobs_(jobs), store_(store) {}
+RendezvousService::RendezvousService(JobTable* jobs, StoreService* store,
+                                     const TokenCheck* token)
+    : jobs_(jobs), store_(store), token_(token) {}
 
 void RendezvousService::Apply(Effects effects) {
   for (JoinCompletion& c : effects.joins) {
@@ -59,8 +60,11 @@ void RendezvousService::CancelAll(const grpc::Status& status) {
 }
 
 grpc::ServerUnaryReactor* RendezvousService::Join(
-    grpc::CallbackServerContext* /*context*/, const v1::JoinRequest* request,
+    grpc::CallbackServerContext* context, const v1::JoinRequest* request,
     v1::JoinResponse* response) {
+  if (absl::Status ok = token_->Check(*context); !ok.ok()) {
+    return FinishNow(context, ok);
+  }
   WaiterId id = parked_.NewId();
   auto* reactor = new ParkedReactor(
       [this, id, run_id = request->run_id(), node_id = request->node_id()] {
@@ -84,6 +88,9 @@ grpc::ServerUnaryReactor* RendezvousService::Join(
 grpc::ServerUnaryReactor* RendezvousService::Heartbeat(
     grpc::CallbackServerContext* context, const v1::HeartbeatRequest* request,
     v1::HeartbeatResponse* response) {
+  if (absl::Status ok = token_->Check(*context); !ok.ok()) {
+    return FinishNow(context, ok);
+  }
   return FinishWith(context, jobs_->Heartbeat(*request), response);
 }
 
@@ -91,6 +98,9 @@ grpc::ServerUnaryReactor* RendezvousService::ReportFailure(
     grpc::CallbackServerContext* context,
     const v1::ReportFailureRequest* request,
     v1::ReportFailureResponse* response) {
+  if (absl::Status ok = token_->Check(*context); !ok.ok()) {
+    return FinishNow(context, ok);
+  }
   Effects effects;
   auto result = jobs_->ReportFailure(*request, &effects);
   Apply(std::move(effects));
@@ -100,6 +110,9 @@ grpc::ServerUnaryReactor* RendezvousService::ReportFailure(
 grpc::ServerUnaryReactor* RendezvousService::Leave(
     grpc::CallbackServerContext* context, const v1::LeaveRequest* request,
     v1::LeaveResponse* /*response*/) {
+  if (absl::Status ok = token_->Check(*context); !ok.ok()) {
+    return FinishNow(context, ok);
+  }
   Effects effects;
   absl::Status status = jobs_->Leave(*request, &effects);
   Apply(std::move(effects));
@@ -109,6 +122,9 @@ grpc::ServerUnaryReactor* RendezvousService::Leave(
 grpc::ServerUnaryReactor* RendezvousService::Status(
     grpc::CallbackServerContext* context, const v1::StatusRequest* request,
     v1::StatusResponse* response) {
+  if (absl::Status ok = token_->Check(*context); !ok.ok()) {
+    return FinishNow(context, ok);
+  }
   return FinishWith(context, jobs_->Status(*request), response);
 }
 

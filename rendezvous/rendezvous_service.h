@@ -6,6 +6,7 @@
 #include "rendezvous/job_table.h"
 #include "rendezvous/parked_calls.h"
 #include "rendezvous/store_service.h"
+#include "rendezvous/token_check.h"
 
 namespace ddprun::rendezvous {
 
@@ -14,9 +15,10 @@ namespace ddprun::rendezvous {
 // cancels (which drops the node). Thread-safe.
 class RendezvousService final : public v1::Rendezvous::CallbackService {
  public:
-  // Both must outlive the service; `store` releases the store scopes of
-  // rounds that are over.
-  RendezvousService(JobTable* jobs, StoreService* store);
+  // All must outlive the service; `store` releases the store scopes of
+  // rounds that are over; `token` admits calls.
+  RendezvousService(JobTable* jobs, StoreService* store,
+                    const TokenCheck* token);
 
   grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* context,
                                  const v1::JoinRequest* request,
@@ -44,6 +46,7 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
  private:
   JobTable* const jobs_;
   StoreService* const store_;
+  const TokenCheck* const token_;
   ParkedCalls<v1::JoinResponse> parked_;
 };
 

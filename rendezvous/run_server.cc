@@ -4,11 +4,13 @@
 
 #include <cstdio>
 
+#include "common/credentials.h"
+#include "common/worker_env.h"
 #include "spdlog/spdlog.h"
 
 namespace ddprun::rendezvous {
 
-int RunServerUntilSignal(const ServerOptions& options) {
+int RunServerUntilSignal(const RunServerOptions& options) {
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
@@ -16,7 +18,21 @@ int RunServerUntilSignal(const ServerOptions& options) {
   // Blocked before gRPC starts its threads, so only sigwait below sees them.
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  absl::StatusOr<std::unique_ptr<Server>> server = Server::Start(options);
+  absl::StatusOr<std::string> token = common::LoadToken(options.token_file);
+  if (!token.ok()) {
+    spdlog::error("ddprun-rendezvous: {}", token.status().ToString());
+    return 1;
+  }
+  ServerOptions server_options = options.server;
+  server_options.token = *token;
+  if (server_options.token.empty()) {
+    spdlog::warn("ddprun-rendezvous: no token (--token-file or {}): any "
+                 "client that reaches this port can join jobs and use the "
+                 "store",
+                 common::env::kToken);
+  }
+  absl::StatusOr<std::unique_ptr<Server>> server =
+      Server::Start(server_options);
   if (!server.ok()) {
     spdlog::error("ddprun-rendezvous: {}", server.status().ToString());
     return 1;

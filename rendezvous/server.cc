@@ -1,5 +1,7 @@
 #include "rendezvous/server.h"
 
+#include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_format.h"
@@ -17,6 +19,7 @@ JobTableOptions TableOptions(const ServerOptions& options) {
   JobTableOptions table;
   table.ended_job_grace = options.ended_job_grace;
   table.job.max_peers_in_assignment = options.max_peers_in_assignment;
+  table.limits = options.limits;
   return table;
 }
 
@@ -26,10 +29,11 @@ Server::Server(const ServerOptions& options)
     : options_(options),
       clock_(options.clock != nullptr ? options.clock
                                       : &common::RealClock::Get()),
+      token_check_(options.token),
       jobs_(clock_, TableOptions(options)),
-      store_(clock_),
-      store_service_(&jobs_, &store_),
-      rendezvous_service_(&jobs_, &store_service_) {}
+      store_(clock_, options.limits.max_keys_per_scope),
+      store_service_(&jobs_, &store_, &token_check_, options.limits),
+      rendezvous_service_(&jobs_, &store_service_, &token_check_) {}
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Start(
     const ServerOptions& options) {
@@ -38,6 +42,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
         "bad port %d: give 1-65535, or 0 to let the kernel pick one",
         options.port));
   }
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      common::CreateServerCredentials(options.tls);
+  if (!credentials.ok()) return credentials.status();
   std::unique_ptr<Server> server(new Server(options));
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -46,8 +53,13 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
   // busy port silently instead of failing.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   std::string address = common::Endpoint{options.host, options.port}.ToString();
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(),
-                           &server->port_);
+  // A CompareSet carries two values: room for both at the value limit.
+  const Limits& limits = options.limits;
+  builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<int64_t>(
+      std::max(limits.max_message_bytes,
+               2 * limits.max_value_bytes + limits.max_key_bytes + 65536),
+      std::numeric_limits<int>::max())));
+  builder.AddListeningPort(address, *credentials, &server->port_);
   builder.RegisterService(&server->rendezvous_service_);
   builder.RegisterService(&server->store_service_);
   server->server_ = builder.BuildAndStart();
@@ -62,7 +74,13 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
     raw->rendezvous_service_.Tick();
     raw->store_service_.Tick();
   });
-  spdlog::info("rendezvous server listening on {}", server->endpoint());
+  spdlog::info("rendezvous server listening on {} ({}, {})",
+               server->endpoint(),
+               options.tls.cert_file.empty()
+                   ? "plaintext"
+                   : (options.tls.client_ca_file.empty() ? "TLS"
+                                                         : "mutual TLS"),
+               options.token.empty() ? "no token" : "token required");
   return server;
 }
 

@@ -6,19 +6,27 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/credentials.h"
 #include "grpcpp/server.h"
 #include "rendezvous/job_table.h"
+#include "rendezvous/limits.h"
 #include "rendezvous/rendezvous_service.h"
 #include "rendezvous/store_service.h"
 #include "rendezvous/store_state.h"
 #include "rendezvous/ticker.h"
+#include "rendezvous/token_check.h"
 
 namespace ddprun::rendezvous {
 
 struct ServerOptions {
   std::string host = "127.0.0.1";  // "0.0.0.0" / "::" for all interfaces
   int port = 0;                    // 0: the kernel picks; read it with port()
-  std::string token;               // empty: no token check
+  // Every Rendezvous and Store call must carry it (metadata
+  // "authorization: Bearer <token>"); empty: no token check.
+  std::string token;
+  // TLS when tls.cert_file is set; mutual TLS when tls.client_ca_file is too.
+  common::ServerTlsOptions tls;
+  Limits limits;
   // How often deadlines are checked: the precision of every server-side
   // timeout (join, last call, heartbeat, store waits).
   absl::Duration tick_interval = absl::Milliseconds(10);
@@ -57,6 +65,7 @@ class Server {
 
   const ServerOptions options_;
   const common::Clock* const clock_;
+  const TokenCheck token_check_;
   JobTable jobs_;
   StoreState store_;
   StoreService store_service_;

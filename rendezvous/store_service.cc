@@ -1,5 +1,6 @@
 #include "rendezvous/store_service.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_format.h"
@@ -22,8 +23,37 @@ std::vector<std::string> Keys(
 
 }  // namespace
 
-StoreService::StoreService(const JobTable* jobs, StoreState* store)
-    : jobs_(jobs), store_(store) {}
+StoreService::StoreService(const JobTable* jobs, StoreState* store,
+                           const TokenCheck* token, Limits limits)
+    : jobs_(jobs), store_(store), token_(token), limits_(limits) {}
+
+absl::Status StoreService::Admit(const grpc::CallbackServerContext& context,
+                                 const v1::StoreScope& scope,
+                                 const std::string& key,
+                                 size_t value_bytes) const {
+  if (absl::Status s = token_->Check(context); !s.ok()) return s;
+  if (absl::Status s = CheckStoreSizes(limits_, scope, key, value_bytes);
+      !s.ok()) {
+    return s;
+  }
+  return jobs_->CheckStoreScope(scope);
+}
+
+absl::Status StoreService::AdmitKeys(
+    const grpc::CallbackServerContext& context, const v1::StoreScope& scope,
+    const google::protobuf::RepeatedPtrField<std::string>& keys) const {
+  if (keys.size() > limits_.max_keys_per_request) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%d keys in one request; the limit max_keys_per_request is %d",
+        keys.size(), limits_.max_keys_per_request));
+  }
+  for (const std::string& key : keys) {
+    if (absl::Status s = CheckStoreSizes(limits_, scope, key); !s.ok()) {
+      return s;
+    }
+  }
+  return Admit(context, scope, "");
+}
 
 void StoreService::Complete(std::vector<StoreCompletion> done) {
   for (StoreCompletion& c : done) {
@@ -63,9 +93,6 @@ grpc::ServerUnaryReactor* StoreService::Park(
     const std::function<void(WaiterId, absl::Duration,
                              std::vector<StoreCompletion>*)>& start,
     const v1::StoreScope& scope, int64_t timeout_ms) {
-  if (absl::Status ok = jobs_->CheckStoreScope(scope); !ok.ok()) {
-    return FinishNow(context, ok);
-  }
   if (timeout_ms < 0) {
     return FinishNow(context, absl::InvalidArgumentError(absl::StrFormat(
                                   "timeout_ms %d is negative; give 0 (wait "
@@ -100,18 +127,25 @@ grpc::ServerUnaryReactor* StoreService::Park(
 grpc::ServerUnaryReactor* StoreService::Set(
     grpc::CallbackServerContext* context, const v1::SetRequest* request,
     v1::SetResponse* /*response*/) {
-  if (absl::Status ok = jobs_->CheckStoreScope(request->scope()); !ok.ok()) {
+  if (absl::Status ok = Admit(*context, request->scope(), request->key(),
+                              request->value().size());
+      !ok.ok()) {
     return FinishNow(context, ok);
   }
   std::vector<StoreCompletion> done;
-  store_->Set(request->scope(), request->key(), request->value(), &done);
+  absl::Status status =
+      store_->Set(request->scope(), request->key(), request->value(), &done);
   Complete(std::move(done));
-  return FinishNow(context, absl::OkStatus());
+  return FinishNow(context, status);
 }
 
 grpc::ServerUnaryReactor* StoreService::Get(
     grpc::CallbackServerContext* context, const v1::GetRequest* request,
     v1::GetResponse* response) {
+  if (absl::Status ok = Admit(*context, request->scope(), request->key());
+      !ok.ok()) {
+    return FinishNow(context, ok);
+  }
   return Park(
       context, response,
       [&](WaiterId id, absl::Duration timeout,
@@ -124,7 +158,8 @@ grpc::ServerUnaryReactor* StoreService::Get(
 grpc::ServerUnaryReactor* StoreService::Add(
     grpc::CallbackServerContext* context, const v1::AddRequest* request,
     v1::AddResponse* response) {
-  if (absl::Status ok = jobs_->CheckStoreScope(request->scope()); !ok.ok()) {
+  if (absl::Status ok = Admit(*context, request->scope(), request->key());
+      !ok.ok()) {
     return FinishNow(context, ok);
   }
   std::vector<StoreCompletion> done;
@@ -139,21 +174,27 @@ grpc::ServerUnaryReactor* StoreService::Add(
 grpc::ServerUnaryReactor* StoreService::CompareSet(
     grpc::CallbackServerContext* context,
     const v1::CompareSetRequest* request, v1::CompareSetResponse* response) {
-  if (absl::Status ok = jobs_->CheckStoreScope(request->scope()); !ok.ok()) {
+  if (absl::Status ok = Admit(
+          *context, request->scope(), request->key(),
+          std::max(request->expected().size(), request->desired().size()));
+      !ok.ok()) {
     return FinishNow(context, ok);
   }
   std::vector<StoreCompletion> done;
-  response->set_value(store_->CompareSet(request->scope(), request->key(),
-                                         request->expected(),
-                                         request->desired(), &done));
+  absl::StatusOr<std::string> value =
+      store_->CompareSet(request->scope(), request->key(),
+                         request->expected(), request->desired(), &done);
   Complete(std::move(done));
+  if (!value.ok()) return FinishNow(context, value.status());
+  response->set_value(*std::move(value));
   return FinishNow(context, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* StoreService::Check(
     grpc::CallbackServerContext* context, const v1::CheckRequest* request,
     v1::CheckResponse* response) {
-  if (absl::Status ok = jobs_->CheckStoreScope(request->scope()); !ok.ok()) {
+  if (absl::Status ok = AdmitKeys(*context, request->scope(), request->keys());
+      !ok.ok()) {
     return FinishNow(context, ok);
   }
   response->set_ready(store_->Check(request->scope(), Keys(request->keys())));
@@ -163,6 +204,10 @@ grpc::ServerUnaryReactor* StoreService::Check(
 grpc::ServerUnaryReactor* StoreService::Wait(
     grpc::CallbackServerContext* context, const v1::WaitRequest* request,
     v1::WaitResponse* /*response*/) {
+  if (absl::Status ok = AdmitKeys(*context, request->scope(), request->keys());
+      !ok.ok()) {
+    return FinishNow(context, ok);
+  }
   return Park(
       context, /*response=*/nullptr,
       [&](WaiterId id, absl::Duration timeout,
@@ -176,7 +221,8 @@ grpc::ServerUnaryReactor* StoreService::Wait(
 grpc::ServerUnaryReactor* StoreService::DeleteKey(
     grpc::CallbackServerContext* context, const v1::DeleteKeyRequest* request,
     v1::DeleteKeyResponse* response) {
-  if (absl::Status ok = jobs_->CheckStoreScope(request->scope()); !ok.ok()) {
+  if (absl::Status ok = Admit(*context, request->scope(), request->key());
+      !ok.ok()) {
     return FinishNow(context, ok);
   }
   response->set_deleted(store_->DeleteKey(request->scope(), request->key()));
@@ -186,7 +232,7 @@ grpc::ServerUnaryReactor* StoreService::DeleteKey(
 grpc::ServerUnaryReactor* StoreService::NumKeys(
     grpc::CallbackServerContext* context, const v1::NumKeysRequest* request,
     v1::NumKeysResponse* response) {
-  if (absl::Status ok = jobs_->CheckStoreScope(request->scope()); !ok.ok()) {
+  if (absl::Status ok = Admit(*context, request->scope(), ""); !ok.ok()) {
     return FinishNow(context, ok);
   }
   response->set_num_keys(store_->NumKeys(request->scope()));

@@ -6,19 +6,23 @@
 #include "ddprun/v1/store.grpc.pb.h"
 #include "grpcpp/support/status.h"
 #include "rendezvous/job_table.h"
+#include "rendezvous/limits.h"
 #include "rendezvous/parked_calls.h"
 #include "rendezvous/store_state.h"
+#include "rendezvous/token_check.h"
 
 namespace ddprun::rendezvous {
 
 // The Store service: a thin gRPC adapter over StoreState. Every call first
 // checks its scope against the jobs (a stale round is FAILED_PRECONDITION).
 // Get and Wait are parked without a thread until StoreState reports them
-// done, they time out, or the client cancels. Thread-safe.
+// done, they time out, or the client cancels. Every call is admitted first:
+// token, sizes (Limits), then scope. Thread-safe.
 class StoreService final : public v1::Store::CallbackService {
  public:
-  // Both must outlive the service.
-  StoreService(const JobTable* jobs, StoreState* store);
+  // All three must outlive the service.
+  StoreService(const JobTable* jobs, StoreState* store,
+               const TokenCheck* token, Limits limits);
 
   grpc::ServerUnaryReactor* Set(grpc::CallbackServerContext* context,
                                 const v1::SetRequest* request,
@@ -57,6 +61,14 @@ class StoreService final : public v1::Store::CallbackService {
   // A parked Get or Wait: the response to fill (nullptr for a Wait).
   using Parked = ParkedCalls<v1::GetResponse>;
 
+  // Token, sizes of scope/key/value, then the scope's round.
+  absl::Status Admit(const grpc::CallbackServerContext& context,
+                     const v1::StoreScope& scope, const std::string& key,
+                     size_t value_bytes = 0) const;
+  absl::Status AdmitKeys(
+      const grpc::CallbackServerContext& context, const v1::StoreScope& scope,
+      const google::protobuf::RepeatedPtrField<std::string>& keys) const;
+  // Parks an admitted Get or Wait; `start` hands it to StoreState.
   grpc::ServerUnaryReactor* Park(
       grpc::CallbackServerContext* context, v1::GetResponse* response,
       const std::function<void(WaiterId, absl::Duration,
@@ -65,6 +77,8 @@ class StoreService final : public v1::Store::CallbackService {
 
   const JobTable* const jobs_;
   StoreState* const store_;
+  const TokenCheck* const token_;
+  const Limits limits_;
   Parked parked_;
 };
 

@@ -21,7 +21,20 @@ std::string Printable(const std::string& value) {
 
 }  // namespace
 
-StoreState::StoreState(const common::Clock* clock) : clock_(clock) {}
+StoreState::StoreState(const common::Clock* clock, int64_t max_keys)
+    : clock_(clock), max_keys_(max_keys) {}
+
+absl::Status StoreState::Room(const Scope& s, const v1::StoreScope& scope,
+                              const std::string& key) const {
+  if (static_cast<int64_t>(s.values.size()) < max_keys_ ||
+      s.values.contains(key)) {
+    return absl::OkStatus();
+  }
+  return absl::ResourceExhaustedError(absl::StrFormat(
+      "store scope (%s, round %d) already holds %d keys, the limit "
+      "max_keys_per_scope; delete keys that are no longer needed",
+      scope.run_id(), scope.round(), s.values.size()));
+}
 
 StoreState::Scope& StoreState::ScopeFor(const v1::StoreScope& scope) {
   return scopes_[scope.run_id()][scope.round()];
@@ -77,10 +90,14 @@ void StoreState::Forget(WaiterId waiter) {
   waiters_.erase(it);
 }
 
-void StoreState::Set(const v1::StoreScope& scope, const std::string& key,
-                     std::string value, std::vector<StoreCompletion>* done) {
+absl::Status StoreState::Set(const v1::StoreScope& scope,
+                             const std::string& key, std::string value,
+                             std::vector<StoreCompletion>* done) {
   absl::MutexLock lock(&mu_);
-  Put(ScopeFor(scope), key, std::move(value), done);
+  Scope& s = ScopeFor(scope);
+  if (absl::Status room = Room(s, scope, key); !room.ok()) return room;
+  Put(s, key, std::move(value), done);
+  return absl::OkStatus();
 }
 
 void StoreState::Get(const v1::StoreScope& scope, const std::string& key,
@@ -116,21 +133,22 @@ absl::StatusOr<int64_t> StoreState::Add(const v1::StoreScope& scope,
         "Add on key '%s': %d + %d overflows a 64-bit integer",
         Printable(key), current, delta));
   }
+  if (absl::Status room = Room(s, scope, key); !room.ok()) return room;
   int64_t sum = current + delta;
   Put(s, key, absl::StrCat(sum), done);
   return sum;
 }
 
-std::string StoreState::CompareSet(const v1::StoreScope& scope,
-                                   const std::string& key,
-                                   const std::string& expected,
-                                   std::string desired,
-                                   std::vector<StoreCompletion>* done) {
+absl::StatusOr<std::string> StoreState::CompareSet(
+    const v1::StoreScope& scope, const std::string& key,
+    const std::string& expected, std::string desired,
+    std::vector<StoreCompletion>* done) {
   absl::MutexLock lock(&mu_);
   Scope& s = ScopeFor(scope);
   auto it = s.values.find(key);
   if (it == s.values.end()) {
     if (!expected.empty()) return expected;
+    if (absl::Status room = Room(s, scope, key); !room.ok()) return room;
   } else if (it->second != expected) {
     return it->second;
   }

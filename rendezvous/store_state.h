@@ -36,10 +36,12 @@ struct StoreCompletion {
 class StoreState {
  public:
   // `clock` must outlive the store.
-  explicit StoreState(const common::Clock* clock);
+  // A scope holds at most max_keys keys; writing a new key beyond that is
+  // refused RESOURCE_EXHAUSTED.
+  StoreState(const common::Clock* clock, int64_t max_keys);
 
-  void Set(const v1::StoreScope& scope, const std::string& key,
-           std::string value, std::vector<StoreCompletion>* done);
+  absl::Status Set(const v1::StoreScope& scope, const std::string& key,
+                   std::string value, std::vector<StoreCompletion>* done);
   // Answers at once when the key exists, otherwise parks `waiter` until it
   // is set or `timeout` passes (DEADLINE_EXCEEDED). absl::InfiniteDuration()
   // parks until Cancel.
@@ -52,9 +54,10 @@ class StoreState {
                               const std::string& key, int64_t delta,
                               std::vector<StoreCompletion>* done);
   // As c10d::HashStore::compareSet; returns the value the caller sees.
-  std::string CompareSet(const v1::StoreScope& scope, const std::string& key,
-                         const std::string& expected, std::string desired,
-                         std::vector<StoreCompletion>* done);
+  absl::StatusOr<std::string> CompareSet(
+      const v1::StoreScope& scope, const std::string& key,
+      const std::string& expected, std::string desired,
+      std::vector<StoreCompletion>* done);
   bool Check(const v1::StoreScope& scope,
              const std::vector<std::string>& keys) const;
   // As Get, for every key; answers with an empty value.
@@ -103,6 +106,10 @@ class StoreState {
             const std::vector<std::string>& missing, bool is_get,
             absl::Duration timeout, WaiterId waiter)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // RESOURCE_EXHAUSTED when `key` is new and the scope is full.
+  absl::Status Room(const Scope& s, const v1::StoreScope& scope,
+                    const std::string& key) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Stores the value and wakes the waiters of `key`.
   void Put(Scope& s, const std::string& key, std::string value,
            std::vector<StoreCompletion>* done)
@@ -110,6 +117,7 @@ class StoreState {
   void Forget(WaiterId waiter) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const common::Clock* const clock_;
+  const int64_t max_keys_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::map<int64_t, Scope>> scopes_
       ABSL_GUARDED_BY(mu_);

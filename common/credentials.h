@@ -1,0 +1,73 @@
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "grpcpp/channel.h"
+#include "grpcpp/client_context.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/support/string_ref.h"
+
+namespace ddprun::common {
+
+// How a client proves itself to the rendezvous server and checks the
+// server: a shared token sent as call metadata, and optionally TLS.
+//
+// The token travels as metadata `authorization: Bearer <token>` on every
+// call. Without TLS it crosses the network in clear text: use TLS (or a
+// private network) wherever strangers can listen.
+inline constexpr char kAuthorizationKey[] = "authorization";
+
+struct ChannelOptions {
+  // Sent on every call of the channel; empty: none.
+  std::string token;
+  // TLS is on when tls_ca_file is set: the server's certificate must chain
+  // to this CA (PEM).
+  std::string tls_ca_file;
+  // Both set: the client certificate and key (PEM) for mutual TLS.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  // The name checked against the server certificate instead of the host of
+  // the endpoint (e.g. a certificate for "rendezvous" dialled by IP).
+  std::string tls_server_name;
+};
+
+// A channel to `endpoint` ("host:port") that attaches the token to every
+// call. Errors: an unreadable TLS file (named in the message).
+absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(
+    const std::string& endpoint, const ChannelOptions& options);
+
+// Attaches the token to one call, for channels not made by CreateChannel.
+// No-op for an empty token.
+void AttachToken(grpc::ClientContext* context, const std::string& token);
+
+// The shared token: the first line of `token_file` when it is given
+// (surrounding whitespace removed; an empty token is an error), otherwise
+// the environment variable DDPRUN_TOKEN, otherwise empty (no token).
+absl::StatusOr<std::string> LoadToken(const std::string& token_file);
+
+// Reads a whole file, for keys and certificates. The error names the file.
+absl::StatusOr<std::string> ReadSecretFile(const std::string& path,
+                                           absl::string_view what);
+
+struct ServerTlsOptions {
+  std::string cert_file;  // PEM certificate chain; empty: plaintext
+  std::string key_file;   // PEM private key
+  // Set: clients must present a certificate signed by this CA (mutual TLS).
+  std::string client_ca_file;
+};
+
+// Plaintext when cert_file is empty, TLS otherwise.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>>
+CreateServerCredentials(const ServerTlsOptions& options);
+
+// Whether the call's metadata carries `token` (constant time in the token's
+// length). An empty `token` admits every call.
+bool CallHasToken(const std::multimap<grpc::string_ref, grpc::string_ref>&
+                      client_metadata,
+                  const std::string& token);
+
+}  // namespace ddprun::common

@@ -1,0 +1,32 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "ddprun/v1/store.pb.h"
+
+namespace ddprun::rendezvous {
+
+// What one server accepts, so that no client (buggy or hostile) can take
+// the memory every other job needs. A request over a size limit is refused
+// INVALID_ARGUMENT; one that would grow state past a count limit is refused
+// RESOURCE_EXHAUSTED. Every message names the limit and its value.
+struct Limits {
+  int64_t max_message_bytes = 4 << 20;  // a gRPC request, any method
+  int64_t max_key_bytes = 4096;
+  int64_t max_value_bytes = 1 << 20;    // a store value
+  int64_t max_keys_per_scope = 100000;
+  int64_t max_keys_per_request = 10000;  // Check, Wait
+  int64_t max_id_bytes = 512;            // run_id, node_id, address
+  int64_t max_nodes_per_job = 100000;
+  int64_t max_jobs = 10000;
+  int64_t max_failure_message_bytes = 8192;  // longer ones are cut
+};
+
+// Checks the sizes of a store request's scope, key and value.
+absl::Status CheckStoreSizes(const Limits& limits,
+                             const v1::StoreScope& scope,
+                             const std::string& key, size_t value_bytes = 0);
+
+}  // namespace ddprun::rendezvous
