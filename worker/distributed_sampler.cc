@@ -21,7 +21,7 @@ DistributedSampler::DistributedSampler(
   SetEpoch(0);
 }
 
-void DistributedSampler::SetEpoch(int64_t epoch) {
+void DistributedSampler::SetEpoch(int64_t epoch, int64_t consumed) {
   const int64_t n = options_.dataset_size;
   const int64_t w = options_.world_size;
   std::vector<int64_t> order(n);
@@ -43,9 +43,21 @@ void DistributedSampler::SetEpoch(int64_t epoch) {
   } else {
     order.resize(total);
   }
+  if (consumed > 0) {
+    consumed = std::min<int64_t>(consumed, static_cast<int64_t>(order.size()));
+    std::vector<int64_t> rest(order.begin() + consumed, order.end());
+    // Same world size: `rest` is already a multiple of it (consumed is whole
+    // steps of all ranks). Otherwise pad from the head of the epoch.
+    for (int64_t i = 0; !rest.empty() && rest.size() % w != 0; ++i) {
+      rest.push_back(order[i % order.size()]);
+    }
+    order = std::move(rest);
+  }
   indices_.clear();
-  indices_.reserve(num_samples_);
-  for (int64_t i = options_.rank; i < total; i += w) indices_.push_back(order[i]);
+  indices_.reserve(order.size() / w + 1);
+  for (int64_t i = options_.rank; i < static_cast<int64_t>(order.size()); i += w) {
+    indices_.push_back(order[i]);
+  }
 }
 
 }  // namespace ddprun::worker

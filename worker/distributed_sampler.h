@@ -25,11 +25,16 @@ class DistributedSampler {
   explicit DistributedSampler(const DistributedSamplerOptions& options);
 
   // Reshuffles for `epoch`; rank 0 and the others agree because they share
-  // seed and epoch.
-  void SetEpoch(int64_t epoch);
+  // seed and epoch. `consumed` resumes inside the epoch: that many samples
+  // of the epoch's (padded) order, counted over all ranks, were trained
+  // already and are left out; the rest is split rank::world as usual. With
+  // the world size of the interrupted run this continues at exactly the next
+  // sample of every rank; with another world size, no remaining sample is
+  // lost or repeated (beyond padding).
+  void SetEpoch(int64_t epoch, int64_t consumed = 0);
   // This rank's indices for the current epoch, in order.
   const std::vector<int64_t>& indices() const { return indices_; }
-  // Samples per rank per epoch.
+  // Samples per rank in a whole epoch.
   int64_t num_samples() const { return num_samples_; }
 
  private:

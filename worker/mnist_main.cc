@@ -1,9 +1,8 @@
 // ddprun-mnist: the seed program in C++. Parses flags into
 // MnistTrainOptions and runs RunMnistTraining; nothing else lives here.
-#include <iostream>
-
 #include "CLI/CLI.hpp"
 #include "common/logging.h"
+#include "worker/error_file.h"
 #include "worker/mnist_trainer.h"
 
 int main(int argc, char** argv) {
@@ -15,11 +14,16 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--dataset", o.dataset, "mnist or fashion-mnist")
       ->capture_default_str();
+  app.add_option("--model", o.model, "mlp (the seed) or cnn")
+      ->capture_default_str();
   app.add_option("--seed", o.seed, "Seed of init and shuffling")
       ->capture_default_str();
   app.add_option("--batch-size", o.batch_size, "Batch size per rank")
       ->capture_default_str();
   app.add_option("--lr", o.lr, "SGD learning rate")->capture_default_str();
+  app.add_option("--accumulate", o.accumulate,
+                 "Micro-batches per optimizer step (gradient accumulation)")
+      ->capture_default_str();
   app.add_option("--max-steps", o.max_steps, "Stop after N steps (0: no limit)")
       ->capture_default_str();
   app.add_option("--train-limit", o.train_limit,
@@ -41,15 +45,14 @@ int main(int argc, char** argv) {
   app.add_flag("--overlap,!--no-overlap", o.overlap,
                "Allreduce buckets during backward")
       ->capture_default_str();
+  app.add_flag("--progress,!--no-progress", o.progress,
+               "Rank 0 shows a progress line")
+      ->capture_default_str();
   app.add_option("--log-level", o.log_level, "trace|debug|info|warn|error")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   ddprun::common::InitLogging({.name = "ddprun-mnist", .level = o.log_level});
-  absl::Status status = ddprun::worker::RunMnistTraining(o);
-  if (!status.ok()) {
-    std::cerr << "ddprun-mnist: error: " << status.message() << std::endl;
-    return 1;
-  }
-  return 0;
+  return ddprun::worker::RunWorkerMain(
+      "ddprun-mnist", [&] { return ddprun::worker::RunMnistTraining(o); });
 }

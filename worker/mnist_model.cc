@@ -1,7 +1,11 @@
 #include "worker/mnist_model.h"
 
 #include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/pooling.h>
+
+#include "absl/strings/str_format.h"
 
 namespace ddprun::worker {
 
@@ -10,6 +14,20 @@ torch::nn::Sequential MakeMnistMlp() {
                                torch::nn::Linear(784, 128),
                                torch::nn::ReLU(),
                                torch::nn::Linear(128, 10));
+}
+
+torch::nn::Sequential MakeMnistCnn() {
+  return torch::nn::Sequential(
+      torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 8, 5)), torch::nn::ReLU(),
+      torch::nn::MaxPool2d(torch::nn::MaxPool2dOptions(2)),
+      torch::nn::Flatten(), torch::nn::Linear(8 * 12 * 12, 10));
+}
+
+absl::StatusOr<torch::nn::Sequential> MakeMnistModel(const std::string& name) {
+  if (name == "mlp") return MakeMnistMlp();
+  if (name == "cnn") return MakeMnistCnn();
+  return absl::InvalidArgumentError(
+      absl::StrFormat("unknown model '%s'; use mlp or cnn", name));
 }
 
 }  // namespace ddprun::worker

@@ -1,7 +1,6 @@
 #include "worker/mnist_trainer.h"
 
 #include <chrono>
-#include <fstream>
 #include <optional>
 
 #include <ATen/ATen.h>
@@ -18,6 +17,8 @@
 #include "worker/mnist_model.h"
 #include "worker/process_group.h"
 #include "worker/process_start.h"
+#include "worker/progress.h"
+#include "worker/train_summary.h"
 #include "worker/worker_env.h"
 
 namespace ddprun::worker {
@@ -45,51 +46,99 @@ double Accuracy(torch::nn::Sequential& model, const MnistSplit& split,
                            : static_cast<double>(correct) / split.size();
 }
 
-struct Summary {
-  int world_size = 1;
-  int epochs = 0;
-  int64_t steps = 0;
-  double samples_per_sec = 0;
-  double test_accuracy = 0;
-  double wall_seconds = 0;
-  double time_to_first_step_seconds = 0;
-  double final_loss = 0;
-  double allreduce_seconds_per_step = 0;
+// Where training starts: fresh, or from the newest checkpoint.
+struct StartPoint {
+  int64_t epoch = 0;
+  int64_t epoch_position = 0;
+  int64_t step = 0;
+  int64_t resumed_from = -1;
 };
 
-absl::Status WriteSummary(const std::string& path, const Summary& s) {
-  std::ofstream out(path);
-  out << absl::StrFormat(
-      "{\"world_size\": %d, \"epochs\": %d, \"steps\": %d, "
-      "\"samples_per_sec\": %.1f, \"test_accuracy\": %.6f, "
-      "\"wall_seconds\": %.3f, \"time_to_first_step_seconds\": %.3f, "
-      "\"final_loss\": %.6f, \"allreduce_seconds_per_step\": %.6f}\n",
-      s.world_size, s.epochs, s.steps, s.samples_per_sec, s.test_accuracy,
-      s.wall_seconds, s.time_to_first_step_seconds, s.final_loss,
-      s.allreduce_seconds_per_step);
-  out.close();
-  if (!out) {
-    return absl::PermissionDeniedError(absl::StrFormat(
-        "cannot write the summary %s; choose a writable path", path));
+// Loads the newest checkpoint into `model` (every rank that can read it;
+// parameters are broadcast from rank 0 afterwards anyway) and agrees on
+// where to continue with rank 0.
+absl::StatusOr<StartPoint> Resume(const MnistTrainOptions& options,
+                                  const WorkerEnv& env,
+                                  const ProcessGroup& group,
+                                  torch::nn::Sequential& model) {
+  StartPoint start;
+  if (!options.checkpoint_dir.empty()) {
+    auto newest = LoadNewestCheckpoint(options.checkpoint_dir);
+    if (!newest.ok()) return newest.status();
+    if (newest->has_value()) {
+      const TrainingCheckpoint& c = **newest;
+      at::NoGradGuard no_grad;
+      for (auto& item : model->named_parameters()) {
+        auto it = c.model.find(item.key());
+        if (it == c.model.end() || !it->second.sizes().equals(item.value().sizes())) {
+          return absl::FailedPreconditionError(absl::StrFormat(
+              "checkpoint in %s does not fit --model %s (parameter %s); use "
+              "another --checkpoint-dir",
+              options.checkpoint_dir, options.model, item.key()));
+        }
+        item.value().copy_(it->second);
+      }
+      start.epoch = c.epoch;
+      start.epoch_position = c.epoch_position;
+      start.step = c.step;
+      start.resumed_from = c.step;
+      if (c.seed != options.seed) {
+        spdlog::warn("checkpoint was written with --seed {}, now {}; the "
+                     "sample order changes",
+                     c.seed, options.seed);
+      }
+      if (c.world_size != env.world_size && env.rank == 0) {
+        spdlog::info(
+            "checkpoint was written by {} ranks, now {}: the epoch continues "
+            "after the {} samples already trained, split over the new ranks",
+            c.world_size, env.world_size, c.epoch_position);
+      }
+    }
+  }
+  if (group.collectives) {
+    // Rank 0's view wins, so that ranks that could not read the folder
+    // (no shared file system) still agree.
+    std::vector<at::Tensor> counters = {at::tensor(
+        {start.epoch, start.epoch_position, start.step, start.resumed_from},
+        at::kLong)};
+    ::c10d::BroadcastOptions root0;
+    root0.rootRank = 0;
+    group.collectives->broadcast(counters, root0)->wait();
+    const int64_t* v = counters[0].data_ptr<int64_t>();
+    start = {v[0], v[1], v[2], v[3]};
+  }
+  return start;
+}
+
+absl::Status ValidateOptions(const MnistTrainOptions& o) {
+  if (o.batch_size < 1 || o.epochs < 1 || o.lr <= 0 || o.accumulate < 1 ||
+      o.bucket_mb <= 0 || o.max_steps < 0 || o.checkpoint_every < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--batch-size %d, --epochs %d, --lr %g, --accumulate %d and "
+        "--bucket-mb %g must be positive; --max-steps %d and "
+        "--checkpoint-every %d must not be negative",
+        o.batch_size, o.epochs, o.lr, o.accumulate, o.bucket_mb, o.max_steps,
+        o.checkpoint_every));
   }
   return absl::OkStatus();
 }
 
 absl::Status Train(const MnistTrainOptions& options) {
   at::set_num_threads(1);
+  if (absl::Status valid = ValidateOptions(options); !valid.ok()) return valid;
   absl::StatusOr<WorkerEnv> env = ReadWorkerEnv();
   if (!env.ok()) return env.status();
   const bool lead = env->rank == 0;
-  if (options.batch_size < 1 || options.epochs < 1 || options.lr <= 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "--batch-size %d, --epochs %d and --lr %g must be positive",
-        options.batch_size, options.epochs, options.lr));
-  }
+  const int world = env->world_size;
 
   absl::StatusOr<DatasetKind> dataset = ParseDataset(options.dataset);
   if (!dataset.ok()) return dataset.status();
   absl::StatusOr<BackendKind> backend = ParseBackend(options.backend);
   if (!backend.ok()) return backend.status();
+  torch::manual_seed(options.seed);
+  absl::StatusOr<torch::nn::Sequential> made = MakeMnistModel(options.model);
+  if (!made.ok()) return made.status();
+  torch::nn::Sequential model = *made;
 
   MnistOptions data_options;
   data_options.data_dir = options.data_dir;
@@ -105,9 +154,9 @@ absl::Status Train(const MnistTrainOptions& options) {
   if (!group.ok()) return group.status();
   const c10::Device device = group->device;
 
-  torch::manual_seed(options.seed);
-  torch::nn::Sequential model = MakeMnistMlp();
   model->to(device);
+  absl::StatusOr<StartPoint> start = Resume(options, *env, *group, model);
+  if (!start.ok()) return start.status();
   DataParallelOptions ddp_options;
   ddp_options.bucket_mb = options.bucket_mb;
   ddp_options.overlap = options.overlap;
@@ -119,61 +168,114 @@ absl::Status Train(const MnistTrainOptions& options) {
   DistributedSamplerOptions sampler_options;
   sampler_options.dataset_size = data->train.size();
   sampler_options.rank = env->rank;
-  sampler_options.world_size = env->world_size;
+  sampler_options.world_size = world;
   sampler_options.seed = options.seed;
   DistributedSampler sampler(sampler_options);
+  const int64_t per_step = static_cast<int64_t>(options.batch_size) * options.accumulate;
+  const int64_t steps_per_epoch = (sampler.num_samples() + per_step - 1) / per_step;
 
   if (lead) {
     spdlog::info(
-        "training on {} train / {} test samples, world size {}, backend {}, "
-        "batch {} per rank, {} gradient bucket(s)",
-        data->train.size(), data->test.size(), env->world_size,
-        BackendName(group->backend), options.batch_size, ddp.num_buckets());
+        "training {} on {} train / {} test samples, world size {}, backend "
+        "{}, batch {} per rank, {} gradient bucket(s){}",
+        options.model, data->train.size(), data->test.size(), world,
+        BackendName(group->backend), options.batch_size, ddp.num_buckets(),
+        start->resumed_from >= 0
+            ? absl::StrFormat(", resuming from step %d (epoch %d, sample %d)",
+                              start->step, start->epoch + 1,
+                              start->epoch_position)
+            : std::string());
   }
+  ProgressOptions progress_options;
+  progress_options.fd = env->progress_fd;
+  progress_options.display = lead && options.progress;
+  ProgressReporter progress(progress_options);
 
-  Summary summary;
-  summary.world_size = env->world_size;
-  int64_t step = 0;
-  int64_t samples_seen = 0;  // by this rank
+  auto save_checkpoint = [&](int64_t epoch, int64_t position, int64_t step) {
+    if (!lead || options.checkpoint_dir.empty()) return absl::OkStatus();
+    TrainingCheckpoint c;
+    c.model = StateDict(*model);
+    c.lr = options.lr;
+    c.epoch = epoch;
+    c.epoch_position = position;
+    c.step = step;
+    c.seed = options.seed;
+    c.world_size = world;
+    return SaveCheckpoint(options.checkpoint_dir, c);
+  };
+
+  TrainSummary summary;
+  summary.world_size = world;
+  summary.resumed_from_step = start->resumed_from;
+  summary.epochs = static_cast<int>(start->epoch);
+  int64_t step = start->step;
+  int64_t samples_trained = 0;  // by this rank, this run
   double train_seconds = 0;
   double loss_value = 0;
-  bool stop = false;
-  for (int epoch = 0; epoch < options.epochs && !stop; ++epoch) {
-    sampler.SetEpoch(epoch);
+  bool stop = options.max_steps > 0 && step >= options.max_steps;
+  for (int64_t epoch = start->epoch; epoch < options.epochs && !stop; ++epoch) {
+    int64_t position = epoch == start->epoch ? start->epoch_position : 0;
+    sampler.SetEpoch(epoch, position);
     const std::vector<int64_t>& indices = sampler.indices();
+    const int64_t count = static_cast<int64_t>(indices.size());
     at::Tensor all_indices = at::tensor(indices, at::kLong);
     auto epoch_start = Clock::now();
     double loss_sum = 0;
     int64_t batches = 0;
     int64_t epoch_samples = 0;
-    for (int64_t start = 0; start < static_cast<int64_t>(indices.size());
-         start += options.batch_size) {
-      int64_t n = std::min<int64_t>(options.batch_size,
-                                    indices.size() - start);
-      at::Tensor idx = all_indices.narrow(0, start, n);
-      at::Tensor x = data->train.images.index_select(0, idx).to(device);
-      at::Tensor y = data->train.labels.index_select(0, idx).to(device);
+    const int64_t first_step_in_epoch = steps_per_epoch - (count + per_step - 1) / per_step;
+    for (int64_t begin = 0; begin < count; begin += per_step) {
+      const int64_t end = std::min(begin + per_step, count);
       optimizer.zero_grad();
-      at::Tensor loss = at::cross_entropy_loss(model->forward(x), y);
-      loss.backward();
+      for (int64_t micro = begin; micro < end; micro += options.batch_size) {
+        const int64_t n = std::min<int64_t>(options.batch_size, end - micro);
+        std::optional<DataParallel::NoSync> no_sync;
+        if (micro + n < end) no_sync.emplace(ddp);
+        at::Tensor idx = all_indices.narrow(0, micro, n);
+        at::Tensor x = data->train.images.index_select(0, idx).to(device);
+        at::Tensor y = data->train.labels.index_select(0, idx).to(device);
+        at::Tensor loss = at::cross_entropy_loss(model->forward(x), y);
+        loss.backward();
+        loss_value = loss.item<double>();
+        loss_sum += loss_value;
+        ++batches;
+      }
       ddp.FinishGradientSync();
       optimizer.step();
       ++step;
-      if (step == 1) {
+      epoch_samples += end - begin;
+      position += (end - begin) * world;
+      if (step == start->step + 1) {
         summary.time_to_first_step_seconds = SecondsSinceProcessStart();
       }
-      loss_value = loss.item<double>();
-      loss_sum += loss_value;
-      ++batches;
-      epoch_samples += n;
-      if (options.max_steps > 0 && step >= options.max_steps) {
+      StepProgress p;
+      p.epoch = static_cast<int>(epoch);
+      p.epochs = options.epochs;
+      p.step = step;
+      p.steps_per_epoch = steps_per_epoch;
+      p.step_in_epoch = first_step_in_epoch + (begin / per_step) + 1;
+      p.loss = loss_value;
+      p.samples_per_step = per_step * world;
+      p.samples_per_sec = epoch_samples * world / std::max(Since(epoch_start), 1e-9);
+      progress.OnStep(p);
+      const bool epoch_done = end == count;
+      if (!epoch_done && options.checkpoint_every > 0 &&
+          step % options.checkpoint_every == 0) {
+        if (absl::Status s = save_checkpoint(epoch, position, step); !s.ok()) return s;
+      }
+      if (options.max_steps > 0 && step >= options.max_steps && !epoch_done) {
         stop = true;
         break;
       }
     }
     double epoch_seconds = Since(epoch_start);
     train_seconds += epoch_seconds;
-    samples_seen += epoch_samples;
+    samples_trained += epoch_samples;
+    progress.EndLine();
+    if (!stop) {
+      if (absl::Status s = save_checkpoint(epoch + 1, 0, step); !s.ok()) return s;
+      if (options.max_steps > 0 && step >= options.max_steps) stop = true;
+    }
     if (lead) {
       double accuracy = Accuracy(model, data->test, device);
       summary.test_accuracy = accuracy;
@@ -181,18 +283,18 @@ absl::Status Train(const MnistTrainOptions& options) {
           "epoch {}/{}: loss {:.4f}, {:.0f} samples/s, test accuracy "
           "{:.2f}%",
           epoch + 1, options.epochs, batches ? loss_sum / batches : 0.0,
-          epoch_samples * env->world_size / std::max(epoch_seconds, 1e-9),
+          epoch_samples * world / std::max(epoch_seconds, 1e-9),
           100.0 * accuracy);
     }
-    summary.epochs = epoch + 1;
+    summary.epochs = static_cast<int>(epoch + 1);
   }
 
   summary.steps = step;
   summary.final_loss = loss_value;
-  summary.samples_per_sec =
-      samples_seen * env->world_size / std::max(train_seconds, 1e-9);
+  summary.samples_per_sec = samples_trained * world / std::max(train_seconds, 1e-9);
+  const int64_t steps_here = step - start->step;
   summary.allreduce_seconds_per_step =
-      step > 0 ? ddp.sync_seconds() / step : 0.0;
+      steps_here > 0 ? ddp.sync_seconds() / steps_here : 0.0;
   if (lead) {
     if (!options.save_path.empty()) {
       absl::Status saved = SaveStateDict(options.save_path, StateDict(*model));
@@ -201,7 +303,7 @@ absl::Status Train(const MnistTrainOptions& options) {
     }
     summary.wall_seconds = SecondsSinceProcessStart();
     if (!options.summary_json.empty()) {
-      absl::Status written = WriteSummary(options.summary_json, summary);
+      absl::Status written = WriteTrainSummary(options.summary_json, summary);
       if (!written.ok()) return written;
     }
   }

@@ -12,9 +12,13 @@ struct MnistTrainOptions {
   int epochs = 10;
   std::string data_dir = "data/mnist";
   std::string dataset = "mnist";  // mnist | fashion-mnist
+  std::string model = "mlp";      // mlp (the seed) | cnn
   uint64_t seed = 0;
   int batch_size = 32;  // per rank
   double lr = 0.01;
+  // Micro-batches per optimizer step; all but the last backward run under
+  // DataParallel::NoSync (gradient accumulation).
+  int accumulate = 1;
   int64_t max_steps = 0;    // > 0: stop after this many steps (tests)
   int64_t train_limit = 0;  // > 0: the first N training samples only
   int64_t test_limit = 0;   // > 0: the first N test samples only
@@ -26,6 +30,7 @@ struct MnistTrainOptions {
   double bucket_mb = 25.0;
   bool overlap = true;  // allreduce buckets from autograd hooks
   std::string log_level = "info";
+  bool progress = true;  // rank 0 shows a progress line
 };
 
 // Trains the seed MLP on MNIST with data parallelism over the ranks the

@@ -6,6 +6,9 @@
 #include <ATen/ATen.h>
 #include <torch/utils.h>
 
+#include <fstream>
+
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "rendezvous/server.h"
 #include "tests/testing/subprocess.h"
@@ -29,10 +32,11 @@ constexpr int kSteps = 12;
 class DdpEquivalenceTest : public ::testing::Test {
  protected:
   std::vector<std::string> Argv(const std::string& save, int batch,
-                                const std::vector<std::string>& extra) {
+                                const std::vector<std::string>& extra,
+                                int steps = kSteps) {
     std::vector<std::string> argv = {
         BinaryPath("worker/ddprun-mnist"), "--data-dir", MnistDir(),
-        "--epochs", "1", "--max-steps", std::to_string(kSteps),
+        "--epochs", "100", "--max-steps", std::to_string(steps),
         "--train-limit", "1024", "--test-limit", "100", "--seed", "7",
         "--lr", "0.05", "--batch-size", std::to_string(batch),
         "--backend", "gloo", "--save", save};
@@ -54,7 +58,8 @@ class DdpEquivalenceTest : public ::testing::Test {
 
   // Trains as 2 ranks with batch 32 through a real server.
   std::map<std::string, at::Tensor> TrainTwoRanks(
-      const std::vector<std::string>& extra, const std::string& run_id) {
+      const std::vector<std::string>& extra, const std::string& run_id,
+      int steps = kSteps) {
     auto server = rendezvous::Server::Start({.host = "127.0.0.1", .port = 0});
     EXPECT_TRUE(server.ok()) << server.status();
     if (!server.ok()) return {};
@@ -62,7 +67,7 @@ class DdpEquivalenceTest : public ::testing::Test {
     std::vector<Subprocess> ranks;
     for (int rank = 0; rank < 2; ++rank) {
       SubprocessOptions options;
-      options.argv = Argv(save, 32, extra);
+      options.argv = Argv(save, 32, extra, steps);
       options.env = testing::WorkerEnvFor(rank, 2, (*server)->endpoint(), run_id);
       options.stderr_path = dir_.File(absl::StrCat(run_id, ".err", rank));
       auto child = Subprocess::Start(options);
@@ -84,7 +89,7 @@ class DdpEquivalenceTest : public ::testing::Test {
 
   void ExpectSame(const std::map<std::string, at::Tensor>& a,
                   const std::map<std::string, at::Tensor>& b) {
-    ASSERT_EQ(a.size(), 4u);
+    ASSERT_EQ(a.size(), 4u);  // both models have two weights and two biases
     ASSERT_EQ(a.size(), b.size());
     for (const auto& [name, tensor] : a) {
       ASSERT_TRUE(b.count(name)) << name;
@@ -115,6 +120,40 @@ TEST_F(DdpEquivalenceTest, TwoRanksBucketsFromHooksMatchOneProcess) {
   // from autograd hooks during backward.
   std::vector<std::string> hooks = {"--overlap", "--bucket-mb", "0.05"};
   ExpectSame(TrainAlone(hooks), TrainTwoRanks(hooks, "hooks"));
+}
+
+TEST_F(DdpEquivalenceTest, SmallCnnWithBucketsFromHooksMatchesOneProcess) {
+  std::vector<std::string> cnn = {"--model", "cnn", "--overlap", "--bucket-mb",
+                                  "0.01"};
+  auto alone = TrainAlone(cnn);
+  ExpectSame(alone, TrainTwoRanks(cnn, "cnn"));
+  ASSERT_TRUE(alone.count("0.weight"));  // the convolution
+}
+
+TEST_F(DdpEquivalenceTest, NoSyncGradientAccumulationMatchesOneProcess) {
+  // Two micro-batches per step; the first backward runs under NoSync.
+  std::vector<std::string> accumulate = {"--accumulate", "2", "--overlap",
+                                         "--bucket-mb", "0.05"};
+  ExpectSame(TrainAlone(accumulate), TrainTwoRanks(accumulate, "accumulate"));
+}
+
+TEST_F(DdpEquivalenceTest, ResumeContinuesAtTheExactSample) {
+  // 1024 samples / (2 ranks x 32) = 16 steps per epoch; 40 steps cross two
+  // epoch ends. The interrupted run stops at step 29 with its newest
+  // checkpoint at step 25, mid-epoch; the resumed run continues from there.
+  const std::vector<std::string> checkpoints = {
+      "--checkpoint-dir", dir_.File("ckpt"), "--checkpoint-every", "5"};
+  auto uninterrupted = TrainTwoRanks({}, "whole", 40);
+  TrainTwoRanks(checkpoints, "interrupted", 29);
+  ASSERT_TRUE(std::ifstream(dir_.File("ckpt/ckpt-0000000025.pt")).good());
+  ASSERT_FALSE(std::ifstream(dir_.File("ckpt/ckpt-0000000029.pt")).good());
+  std::vector<std::string> resume = checkpoints;
+  resume.insert(resume.end(), {"--summary-json", dir_.File("resumed.json")});
+  auto resumed = TrainTwoRanks(resume, "resumed", 40);
+  EXPECT_TRUE(absl::StrContains(ReadFileOrEmpty(dir_.File("resumed.json")),
+                                "\"resumed_from_step\": 25"))
+      << ReadFileOrEmpty(dir_.File("resumed.json"));
+  ExpectSame(uninterrupted, resumed);
 }
 
 }  // namespace

@@ -1,0 +1,29 @@
+#include "worker/train_summary.h"
+
+#include <fstream>
+
+#include "absl/strings/str_format.h"
+
+namespace ddprun::worker {
+
+absl::Status WriteTrainSummary(const std::string& path, const TrainSummary& s) {
+  std::ofstream out(path);
+  out << absl::StrFormat(
+      "{\"world_size\": %d, \"epochs\": %d, \"steps\": %d, "
+      "\"samples_per_sec\": %.1f, \"test_accuracy\": %.6f, "
+      "\"wall_seconds\": %.3f, \"time_to_first_step_seconds\": %.3f, "
+      "\"final_loss\": %.6f, \"allreduce_seconds_per_step\": %.6f, "
+      "\"resumed_from_step\": %d}\n",
+      s.world_size, s.epochs, s.steps, s.samples_per_sec, s.test_accuracy,
+      s.wall_seconds, s.time_to_first_step_seconds, s.final_loss,
+      s.allreduce_seconds_per_step, s.resumed_from_step);
+  out.close();
+  if (!out) {
+    return absl::PermissionDeniedError(absl::StrFormat(
+        "cannot write the summary %s; choose a writable --summary-json path",
+        path));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ddprun::worker

@@ -1,0 +1,27 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace ddprun::worker {
+
+// The final figures of a training run, for scripts and benchmarks.
+struct TrainSummary {
+  int world_size = 1;
+  int epochs = 0;  // epochs reached (a partial one counts)
+  int64_t steps = 0;
+  double samples_per_sec = 0;  // all ranks together, training time only
+  double test_accuracy = 0;    // in [0, 1]
+  double wall_seconds = 0;     // from process start
+  double time_to_first_step_seconds = 0;  // from process start
+  double final_loss = 0;
+  double allreduce_seconds_per_step = 0;  // waiting for gradient sync
+  int64_t resumed_from_step = -1;         // -1: started fresh
+};
+
+// Writes the summary as one JSON object.
+absl::Status WriteTrainSummary(const std::string& path, const TrainSummary& s);
+
+}  // namespace ddprun::worker
