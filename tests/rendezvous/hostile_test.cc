@@ -1,0 +1,280 @@
+// Malformed and hostile requests against one real server: each is refused
+// with a code and a message naming the limit, and the server keeps serving a
+// well-behaved bystander throughout.
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "ddprun/v1/rendezvous.grpc.pb.h"
+#include "ddprun/v1/store.grpc.pb.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/security/credentials.h"
+#include "gtest/gtest.h"
+#include "rendezvous/server.h"
+#include "tests/testing/wait_for.h"
+
+namespace ddprun::rendezvous {
+namespace {
+
+std::unique_ptr<grpc::ClientContext> Context() {
+  auto context = std::make_unique<grpc::ClientContext>();
+  context->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  return context;
+}
+
+class HostileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ServerOptions options;
+    options.limits.max_keys_per_scope = 20;
+    options.limits.max_jobs = 3;
+    options.limits.max_nodes_per_job = 4;
+    auto server = Server::Start(options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    channel_ = grpc::CreateChannel(server_->endpoint(),
+                                   grpc::InsecureChannelCredentials());
+    store_ = v1::Store::NewStub(channel_);
+    rendezvous_ = v1::Rendezvous::NewStub(channel_);
+  }
+
+  void TearDown() override { ExpectBystanderServed(); }
+
+  // A well-behaved client on its own channel: set then get.
+  void ExpectBystanderServed() {
+    auto channel = grpc::CreateChannel(server_->endpoint(),
+                                       grpc::InsecureChannelCredentials());
+    auto store = v1::Store::NewStub(channel);
+    v1::SetRequest set;
+    set.mutable_scope()->set_run_id("bystander");
+    set.set_key(absl::StrCat("k", ++bystander_calls_));
+    set.set_value("fine");
+    v1::SetResponse set_response;
+    grpc::Status status = store->Set(Context().get(), set, &set_response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    v1::GetRequest get;
+    *get.mutable_scope() = set.scope();
+    get.set_key(set.key());
+    v1::GetResponse got;
+    status = store->Get(Context().get(), get, &got);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(got.value(), "fine");
+  }
+
+  grpc::Status Set(const std::string& run_id, const std::string& key,
+                   const std::string& value) {
+    v1::SetRequest request;
+    request.mutable_scope()->set_run_id(run_id);
+    request.set_key(key);
+    request.set_value(value);
+    v1::SetResponse response;
+    return store_->Set(Context().get(), request, &response);
+  }
+
+  grpc::Status Join(v1::JoinRequest request, v1::JoinResponse* response,
+                    absl::Duration deadline = absl::Seconds(10)) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
+    return rendezvous_->Join(&context, request, response);
+  }
+
+  static v1::JoinRequest JoinRequest(const std::string& run_id,
+                                     const std::string& node, int nnodes = 1) {
+    v1::JoinRequest request;
+    request.set_run_id(run_id);
+    request.set_node_id(node);
+    request.set_local_world_size(1);
+    request.set_node_rank(-1);
+    request.mutable_config()->set_min_nodes(nnodes);
+    request.mutable_config()->set_max_nodes(nnodes);
+    return request;
+  }
+
+  std::unique_ptr<Server> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Store::Stub> store_;
+  std::unique_ptr<v1::Rendezvous::Stub> rendezvous_;
+  int bystander_calls_ = 0;
+};
+
+TEST_F(HostileTest, GarbageBytesAreRefusedNotFatal) {
+  grpc::GenericStub generic(channel_);
+  const std::vector<std::string> methods = {
+      "/ddprun.v1.Store/Set", "/ddprun.v1.Store/Wait",
+      "/ddprun.v1.Rendezvous/Join", "/ddprun.v1.Rendezvous/Heartbeat"};
+  // Not protobuf: a field with wire type 7 and a truncated length prefix.
+  const std::string garbage = "\x0f\xff\xff\xff\xff\x1a\xff\x01";
+  for (const std::string& method : methods) {
+    grpc::Slice slice(garbage);
+    grpc::ByteBuffer request(&slice, 1);
+    grpc::ByteBuffer response;
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+    absl::Mutex mu;
+    bool done = false;
+    grpc::Status status;
+    generic.UnaryCall(&context, method, grpc::StubOptions(), &request,
+                      &response, [&](grpc::Status s) {
+                        absl::MutexLock lock(&mu);
+                        status = s;
+                        done = true;
+                      });
+    absl::MutexLock lock(&mu);
+    mu.Await(absl::Condition(&done));
+    EXPECT_FALSE(status.ok()) << method;
+    EXPECT_NE(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED)
+        << method;
+  }
+  ExpectBystanderServed();
+}
+
+TEST_F(HostileTest, OversizedKeysAndValuesNameTheLimit) {
+  grpc::Status big_value = Set("h", "k", std::string(2 << 20, 'x'));
+  EXPECT_EQ(big_value.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(big_value.error_message().find("max_value_bytes"),
+            std::string::npos)
+      << big_value.error_message();
+  grpc::Status huge = Set("h", "k", std::string(12 << 20, 'x'));
+  EXPECT_EQ(huge.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << "over the message size: refused by gRPC before any handler";
+  grpc::Status big_key = Set("h", std::string(5000, 'k'), "v");
+  EXPECT_EQ(big_key.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(big_key.error_message().find("max_key_bytes"), std::string::npos);
+
+  v1::WaitRequest wait;
+  wait.mutable_scope()->set_run_id("h");
+  for (int i = 0; i < 10001; ++i) wait.add_keys(absl::StrCat(i));
+  v1::WaitResponse waited;
+  grpc::Status many = store_->Wait(Context().get(), wait, &waited);
+  EXPECT_EQ(many.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(many.error_message().find("max_keys_per_request"),
+            std::string::npos);
+}
+
+TEST_F(HostileTest, ScopeKeyCountIsBounded) {
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(Set("full", absl::StrCat("k", i), "v").ok());
+  }
+  grpc::Status over = Set("full", "one-more", "v");
+  EXPECT_EQ(over.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(over.error_message().find("max_keys_per_scope"), std::string::npos);
+  EXPECT_TRUE(Set("full", "k3", "overwrite").ok()) << "existing keys stay writable";
+  v1::AddRequest add;
+  add.mutable_scope()->set_run_id("full");
+  add.set_key("counter");
+  add.set_delta(1);
+  v1::AddResponse added;
+  EXPECT_EQ(store_->Add(Context().get(), add, &added).error_code(),
+            grpc::StatusCode::RESOURCE_EXHAUSTED);
+}
+
+TEST_F(HostileTest, BadJoinsAreRefused) {
+  v1::JoinResponse response;
+  v1::JoinRequest long_id = JoinRequest("j", std::string(100000, 'n'));
+  grpc::Status status = Join(long_id, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("max_id_bytes"), std::string::npos);
+
+  v1::JoinRequest too_many = JoinRequest("j", "a");
+  too_many.mutable_config()->set_max_nodes(1000000000);
+  status = Join(too_many, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("max_nodes_per_job"),
+            std::string::npos);
+
+  v1::JoinRequest negative = JoinRequest("j", "a");
+  negative.set_local_world_size(-3);
+  EXPECT_EQ(Join(negative, &response).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  v1::JoinRequest no_run = JoinRequest("", "a");
+  EXPECT_EQ(Join(no_run, &response).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  v1::JoinRequest bad_rank = JoinRequest("j", "a");
+  bad_rank.set_node_rank(7);
+  EXPECT_EQ(Join(bad_rank, &response).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  v1::JoinRequest bad_timeout = JoinRequest("j", "a");
+  bad_timeout.mutable_config()->set_heartbeat_timeout_ms(-1);
+  EXPECT_EQ(Join(bad_timeout, &response).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(HostileTest, DuplicateNodeIdsSupersedeAndJobsAreBounded) {
+  // Two agents claim the same node id in a 2-node job: the later Join wins,
+  // the earlier is told ABORTED; the job still forms with a real second node.
+  grpc::Status first;
+  std::thread early([&] {
+    v1::JoinResponse response;
+    first = Join(JoinRequest("dup", "same", 2), &response);
+  });
+  auto nodes = [&] {
+    v1::StatusRequest request;
+    request.set_run_id("dup");
+    v1::StatusResponse response;
+    rendezvous_->Status(Context().get(), request, &response);
+    return response.jobs_size() == 0 ? 0 : response.jobs(0).nodes_size();
+  };
+  ASSERT_TRUE(testing::WaitFor([&] { return nodes() == 1; }, absl::Seconds(5)));
+  grpc::Status second;
+  v1::JoinResponse second_response;
+  std::thread late([&] {
+    second = Join(JoinRequest("dup", "same", 2), &second_response);
+  });
+  early.join();
+  EXPECT_EQ(first.error_code(), grpc::StatusCode::ABORTED);
+  v1::JoinResponse other;
+  ASSERT_TRUE(Join(JoinRequest("dup", "other", 2), &other).ok());
+  late.join();
+  ASSERT_TRUE(second.ok()) << second.error_message();
+  EXPECT_EQ(second_response.assignment().world_size(), 2);
+
+  // max_jobs = 3: "dup" plus two more, then refused.
+  v1::JoinResponse response;
+  ASSERT_TRUE(Join(JoinRequest("j2", "a"), &response).ok());
+  ASSERT_TRUE(Join(JoinRequest("j3", "a"), &response).ok());
+  grpc::Status full = Join(JoinRequest("j4", "a"), &response);
+  EXPECT_EQ(full.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(full.error_message().find("max_jobs"), std::string::npos);
+}
+
+TEST_F(HostileTest, ClosedJobsAndStaleRoundsAreRefused) {
+  v1::JoinResponse joined;
+  ASSERT_TRUE(Join(JoinRequest("done", "a"), &joined).ok());
+  v1::LeaveRequest leave;
+  leave.set_run_id("done");
+  leave.set_node_id("a");
+  leave.set_round(joined.assignment().round());
+  leave.set_reason(v1::LeaveRequest::REASON_SUCCEEDED);
+  v1::LeaveResponse left;
+  ASSERT_TRUE(rendezvous_->Leave(Context().get(), leave, &left).ok());
+  v1::JoinResponse late;
+  ASSERT_TRUE(Join(JoinRequest("done", "b"), &late).ok());
+  ASSERT_TRUE(late.has_ended());
+  EXPECT_EQ(late.ended().state(), v1::JOB_STATE_SUCCEEDED);
+
+  v1::SetRequest stale;
+  stale.mutable_scope()->set_run_id("done");
+  stale.mutable_scope()->set_round(-5);
+  stale.set_key("k");
+  v1::SetResponse response;
+  EXPECT_EQ(store_->Set(Context().get(), stale, &response).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  stale.mutable_scope()->set_round(99);
+  EXPECT_EQ(store_->Set(Context().get(), stale, &response).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+
+  v1::ReportFailureRequest fail;
+  fail.set_run_id("done");
+  fail.set_round(12345);
+  fail.add_failures()->set_message(std::string(100000, 'm'));
+  v1::ReportFailureResponse failed;
+  EXPECT_TRUE(rendezvous_->ReportFailure(Context().get(), fail, &failed).ok());
+  EXPECT_EQ(failed.restart_count(), 0);
+}
+
+}  // namespace
+}  // namespace ddprun::rendezvous

@@ -1,0 +1,228 @@
+// Token, TLS and mutual TLS on a real server; token loading.
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "absl/time/clock.h"
+#include "common/credentials.h"
+#include "ddprun/v1/rendezvous.grpc.pb.h"
+#include "ddprun/v1/store.grpc.pb.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "gtest/gtest.h"
+#include "rendezvous/server.h"
+#include "tests/testing/subprocess.h"
+#include "tests/testing/temp_dir.h"
+#include "tests/testing/wait_for.h"
+
+namespace ddprun::rendezvous {
+namespace {
+
+std::unique_ptr<grpc::ClientContext> Context() {
+  auto context = std::make_unique<grpc::ClientContext>();
+  context->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  return context;
+}
+
+// A Set in a free-standing scope: the cheapest authenticated call.
+grpc::Status TrySet(const std::shared_ptr<grpc::Channel>& channel,
+                    const std::string& attach_token = "") {
+  auto stub = v1::Store::NewStub(channel);
+  v1::SetRequest request;
+  request.mutable_scope()->set_run_id("security");
+  request.set_key("k");
+  request.set_value("v");
+  v1::SetResponse response;
+  auto context = Context();
+  common::AttachToken(context.get(), attach_token);
+  return stub->Set(context.get(), request, &response);
+}
+
+grpc::Status TryHeartbeat(const std::shared_ptr<grpc::Channel>& channel) {
+  auto stub = v1::Rendezvous::NewStub(channel);
+  v1::HeartbeatRequest request;
+  request.set_run_id("none");
+  v1::HeartbeatResponse response;
+  return stub->Heartbeat(Context().get(), request, &response);
+}
+
+std::shared_ptr<grpc::Channel> Channel(const std::string& endpoint,
+                                       const common::ChannelOptions& options) {
+  auto channel = common::CreateChannel(endpoint, options);
+  EXPECT_TRUE(channel.ok()) << channel.status();
+  return *channel;
+}
+
+TEST(TokenTest, CallsWithoutTheTokenAreRefused) {
+  ServerOptions options;
+  options.token = "s3cret-token";
+  auto server = Server::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string endpoint = (*server)->endpoint();
+
+  grpc::Status none = TrySet(Channel(endpoint, {}));
+  EXPECT_EQ(none.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_NE(none.error_message().find("--token-file"), std::string::npos);
+  EXPECT_EQ(none.error_message().find("s3cret"), std::string::npos)
+      << "never echo the token";
+  EXPECT_EQ(TryHeartbeat(Channel(endpoint, {})).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+
+  common::ChannelOptions wrong;
+  wrong.token = "s3cret-tokeN";
+  EXPECT_EQ(TrySet(Channel(endpoint, wrong)).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  wrong.token = "s3cret-token-and-more";
+  EXPECT_EQ(TrySet(Channel(endpoint, wrong)).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+
+  common::ChannelOptions right;
+  right.token = "s3cret-token";
+  EXPECT_TRUE(TrySet(Channel(endpoint, right)).ok());
+  // Heartbeat passes the token check and reaches the job table.
+  EXPECT_EQ(TryHeartbeat(Channel(endpoint, right)).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  // Per call, for channels made elsewhere.
+  EXPECT_TRUE(TrySet(Channel(endpoint, {}), "s3cret-token").ok());
+}
+
+class TlsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    testing::RunResult made = testing::RunCommand(
+        {"/bin/sh", testing::SourcePath("tests/rendezvous/make_test_certs.sh"),
+         dir_.path()},
+        absl::Seconds(30));
+    ASSERT_TRUE(made.exit.ok()) << made.err;
+  }
+
+  std::string File(const std::string& name) const { return dir_.File(name); }
+
+  testing::TempDir dir_;
+};
+
+TEST_F(TlsTest, ServerTlsAdmitsOnlyClientsThatTrustItsCa) {
+  ServerOptions options;
+  options.tls.cert_file = File("server.crt");
+  options.tls.key_file = File("server.key");
+  options.token = "t";
+  auto server = Server::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string endpoint = (*server)->endpoint();
+
+  common::ChannelOptions plain;
+  plain.token = "t";
+  EXPECT_EQ(TrySet(Channel(endpoint, plain)).error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+
+  common::ChannelOptions other = plain;
+  other.tls_ca_file = File("other-ca.crt");
+  EXPECT_EQ(TrySet(Channel(endpoint, other)).error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+
+  common::ChannelOptions tls = plain;
+  tls.tls_ca_file = File("ca.crt");
+  grpc::Status ok = TrySet(Channel(endpoint, tls));
+  EXPECT_TRUE(ok.ok()) << ok.error_message();
+
+  tls.token = "";
+  EXPECT_EQ(TrySet(Channel(endpoint, tls)).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED)
+      << "TLS does not replace the token";
+}
+
+TEST_F(TlsTest, MutualTlsRequiresAClientCertificate) {
+  ServerOptions options;
+  options.tls.cert_file = File("server.crt");
+  options.tls.key_file = File("server.key");
+  options.tls.client_ca_file = File("ca.crt");
+  auto server = Server::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string endpoint = (*server)->endpoint();
+
+  common::ChannelOptions no_cert;
+  no_cert.tls_ca_file = File("ca.crt");
+  EXPECT_EQ(TrySet(Channel(endpoint, no_cert)).error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+
+  common::ChannelOptions with_cert = no_cert;
+  with_cert.tls_cert_file = File("client.crt");
+  with_cert.tls_key_file = File("client.key");
+  grpc::Status ok = TrySet(Channel(endpoint, with_cert));
+  EXPECT_TRUE(ok.ok()) << ok.error_message();
+}
+
+TEST_F(TlsTest, MissingFilesAreClearErrors) {
+  ServerOptions options;
+  options.tls.cert_file = File("absent.crt");
+  options.tls.key_file = File("server.key");
+  auto server = Server::Start(options);
+  ASSERT_FALSE(server.ok());
+  EXPECT_NE(server.status().message().find("absent.crt"), std::string::npos)
+      << server.status();
+
+  options.tls.key_file = "";
+  options.tls.cert_file = File("server.crt");
+  EXPECT_EQ(Server::Start(options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  common::ChannelOptions client;
+  client.tls_ca_file = File("absent-ca.crt");
+  auto channel = common::CreateChannel("127.0.0.1:1", client);
+  ASSERT_FALSE(channel.ok());
+  EXPECT_NE(channel.status().message().find("absent-ca.crt"),
+            std::string::npos);
+}
+
+TEST(LoadTokenTest, FileThenEnvironment) {
+  testing::TempDir dir;
+  std::ofstream(dir.File("token")) << "  abc123\n";
+  auto token = common::LoadToken(dir.File("token"));
+  ASSERT_TRUE(token.ok()) << token.status();
+  EXPECT_EQ(*token, "abc123");
+
+  std::ofstream(dir.File("empty")) << "\n";
+  EXPECT_EQ(common::LoadToken(dir.File("empty")).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  auto missing = common::LoadToken(dir.File("missing"));
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find(dir.File("missing")),
+            std::string::npos);
+
+  ::setenv("DDPRUN_TOKEN", "from-env", 1);
+  EXPECT_EQ(*common::LoadToken(""), "from-env");
+  ::unsetenv("DDPRUN_TOKEN");
+  EXPECT_EQ(*common::LoadToken(""), "");
+}
+
+TEST(TokenBinaryTest, TokenFileFlagIsEnforced) {
+  testing::TempDir dir;
+  std::ofstream(dir.File("token")) << "binary-token\n";
+  testing::SubprocessOptions options;
+  options.argv = {testing::BinaryPath("rendezvous/ddprun-rendezvous"),
+                  "--port", "0", "--token-file", dir.File("token")};
+  options.stdout_path = dir.File("out");
+  options.stderr_path = dir.File("err");
+  options.unset_env = {"DDPRUN_TOKEN"};
+  auto process = testing::Subprocess::Start(options);
+  ASSERT_TRUE(process.ok()) << process.status();
+  std::string endpoint;
+  const std::string prefix = "ddprun-rendezvous listening on ";
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        std::string out = testing::ReadFileOrEmpty(dir.File("out"));
+        size_t eol = out.find('\n');
+        if (eol == std::string::npos) return false;
+        endpoint = out.substr(prefix.size(), eol - prefix.size());
+        return true;
+      },
+      absl::Seconds(10))) << testing::ReadFileOrEmpty(dir.File("err"));
+  EXPECT_EQ(TrySet(Channel(endpoint, {})).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  common::ChannelOptions right;
+  right.token = "binary-token";
+  EXPECT_TRUE(TrySet(Channel(endpoint, right)).ok());
+}
+
+}  // namespace
+}  // namespace ddprun::rendezvous
