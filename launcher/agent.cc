@@ -12,9 +12,8 @@
 #include "launcher/failure_summary.h"
 #include "launcher/heartbeat_loop.h"
 #include "launcher/local_address.h"
-#include "launcher/progress_channel.h"
 #include "launcher/worker_env.h"
-#include "launcher/worker_group.h"
+#include "launcher/worker_output.h"
 #include "spdlog/spdlog.h"
 
 namespace ddprun::launcher {
@@ -172,17 +171,49 @@ Agent::RoundEnd Agent::RunRound(const v1::Assignment& assignment) {
     requests.push_back(std::move(request));
   }
 
+  WorkerOutputOptions output_options;
+  output_options.attempt_dir = attempt_dir;
+  output_options.num_workers = n;
+  output_options.rank_offset = assignment.rank_offset();
+  output_options.redirects = options_.redirects;
+  output_options.tee = options_.tee;
+  output_options.local_ranks_filter = options_.local_ranks_filter;
+  absl::StatusOr<std::unique_ptr<WorkerOutput>> output =
+      WorkerOutput::Open(output_options);
+  if (!output.ok()) {
+    spdlog::error("{}", std::string(output.status().message()));
+    ReportFailures(assignment, {}, error_files,
+                   std::string(output.status().message()));
+    return RoundEnd::kRejoin;
+  }
+  for (int local_rank = 0; local_rank < n; ++local_rank) {
+    requests[local_rank].stdout_fd = (*output)->stdout_fd(local_rank);
+    requests[local_rank].stderr_fd = (*output)->stderr_fd(local_rank);
+  }
+
   events_.TakeRejoin();  // a previous round's news is not this round's
   WorkerGroup group(control_, clock_);
   absl::Status started = group.Start(requests, options_.shutdown_grace);
   for (ProgressChannel& channel : progress) channel.CloseWriteEnd();
+  (*output)->StartCopying();
   if (!started.ok()) {
     spdlog::error("{}", std::string(started.message()));
     ReportFailures(assignment, {}, error_files, std::string(started.message()));
     return RoundEnd::kRejoin;
   }
   spdlog::info("started {} workers: {}", n, context_.worker_argv[0]);
+  RoundEnd end = Supervise(assignment, group, progress, error_files);
+  // The workers are gone; what they wrote last still reaches the console and
+  // the files (bounded: a worker's own children may hold a pipe open).
+  (*output)->Finish(absl::Seconds(1));
+  return end;
+}
 
+Agent::RoundEnd Agent::Supervise(const v1::Assignment& assignment,
+                                 WorkerGroup& group,
+                                 std::vector<ProgressChannel>& progress,
+                                 const std::vector<std::string>& error_files) {
+  const int n = options_.nproc_per_node;
   HeartbeatLoopOptions hb;
   hb.run_id = options_.rdzv_id;
   hb.node_id = context_.node_id;

@@ -10,8 +10,10 @@
 #include "launcher/agent_events.h"
 #include "launcher/launch_options.h"
 #include "launcher/process_control.h"
+#include "launcher/progress_channel.h"
 #include "launcher/rendezvous_client.h"
 #include "launcher/supervisor_policy.h"
+#include "launcher/worker_group.h"
 
 namespace ddprun::launcher {
 
@@ -47,7 +49,12 @@ class Agent {
   enum class RoundEnd { kSucceeded, kRejoin, kStopped };
 
   v1::JoinRequest MakeJoinRequest(int master_port) const;
+  // Starts the round's workers, supervises them until the round ends for
+  // this node, and leaves no worker running.
   RoundEnd RunRound(const v1::Assignment& assignment);
+  RoundEnd Supervise(const v1::Assignment& assignment, WorkerGroup& group,
+                     std::vector<ProgressChannel>& progress,
+                     const std::vector<std::string>& error_files);
   void ReportFailures(const v1::Assignment& assignment,
                       const std::vector<LocalFailure>& failures,
                       const std::vector<std::string>& error_files,

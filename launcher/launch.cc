@@ -37,11 +37,12 @@ absl::StatusOr<std::string> ReadToken(const std::string& path) {
   return std::string(absl::StripAsciiWhitespace(content.str()));
 }
 
-// A per-run directory for the workers' error files when there is no
-// --log-dir; removed when the agent ends.
+// A per-run directory for the workers' error files (and, with --redirects or
+// --tee, their logs) when there is no --log-dir. Removed when the agent ends
+// unless it holds logs, as torchrun keeps its temporary log folder.
 class ScratchDir {
  public:
-  ScratchDir() {
+  explicit ScratchDir(bool keep) : keep_(keep) {
     const char* tmp = getenv("TMPDIR");
     std::string pattern =
         absl::StrFormat("%s/ddprun-XXXXXX", tmp != nullptr ? tmp : "/tmp");
@@ -49,11 +50,12 @@ class ScratchDir {
   }
   ~ScratchDir() {
     std::error_code ignored;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
+    if (!path_.empty() && !keep_) std::filesystem::remove_all(path_, ignored);
   }
   const std::string& path() const { return path_; }
 
  private:
+  bool keep_;
   std::string path_;
 };
 
@@ -138,8 +140,17 @@ int RunLaunch(const LaunchOptions& options) {
         "setting OMP_NUM_THREADS=1 for each worker to avoid overloading the "
         "system; set it yourself to tune");
   }
-  ScratchDir scratch;
+  bool logs_to_files = options.redirects.all != 0 || options.tee.all != 0 ||
+                       !options.redirects.by_local_rank.empty() ||
+                       !options.tee.by_local_rank.empty();
+  ScratchDir scratch(/*keep=*/logs_to_files && options.log_dir.empty());
   context.scratch_dir = scratch.path();
+  if (logs_to_files) {
+    spdlog::info("worker logs in {}/attempt_<restart>/",
+                 options.log_dir.empty()
+                     ? scratch.path()
+                     : options.log_dir + "/" + options.rdzv_id);
+  }
 
   RendezvousClient client(client_options);
   {

@@ -4,11 +4,14 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <map>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -379,6 +382,293 @@ TEST(AgentTest, TwoAgentsFormOneJob) {
   EXPECT_EQ(e0["MASTER_PORT"], e1["MASTER_PORT"]);
   EXPECT_EQ(e0["TORCHELASTIC_RUN_ID"], "two-agents");
   EXPECT_EQ(e0["DDPRUN_STORE_ENDPOINT"], (*server)->endpoint());
+}
+
+// Agents of one job against an in-process rendezvous server.
+class MultiAgentTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto server = rendezvous::Server::Start(rendezvous::ServerOptions{});
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+  }
+
+  // Starts agent `index` with `flags`, then the program.
+  Subprocess& StartAgent(int index, const std::vector<std::string>& flags,
+                         const std::vector<std::string>& program,
+                         const std::map<std::string, std::string>& env = {}) {
+    SubprocessOptions options;
+    options.argv =
+        Concat(Concat({Ddprun(), "--rdzv-endpoint", server_->endpoint(),
+                       "--monitor-interval", "0.05", "--shutdown-grace", "2"},
+                      flags),
+               program);
+    options.env = env;
+    options.stdout_path = dir_.File(absl::StrCat("agent", index, ".out"));
+    options.stderr_path = dir_.File(absl::StrCat("agent", index, ".err"));
+    auto agent = Subprocess::Start(options);
+    EXPECT_TRUE(agent.ok()) << agent.status();
+    agents_.push_back(std::move(*agent));
+    return agents_.back();
+  }
+
+  std::string AgentErr(int index) {
+    return ReadFileOrEmpty(dir_.File(absl::StrCat("agent", index, ".err")));
+  }
+
+  void ExpectAllSucceed(absl::Duration timeout) {
+    for (size_t i = 0; i < agents_.size(); ++i) {
+      std::optional<ExitInfo> exit = agents_[i].Wait(timeout);
+      ASSERT_TRUE(exit.has_value()) << "agent " << i << " still runs\n"
+                                    << AgentErr(i);
+      EXPECT_TRUE(exit->ok())
+          << "agent " << i << ": " << exit->ToString() << "\n"
+          << AgentErr(i);
+    }
+  }
+
+  std::unique_ptr<rendezvous::Server> server_;
+  TempDir dir_;
+  std::vector<Subprocess> agents_;
+};
+
+TEST_F(MultiAgentTest, AFailureOnOneNodeRestartsBothNodes) {
+  std::vector<std::string> flags = {
+      "--nnodes",         "2",
+      "--nproc-per-node", "1",
+      "--rdzv-id",        "restart-both",
+      "--max-restarts",   "1",
+      "--rdzv-conf",      "heartbeat_interval=0.1"};
+  // Global rank 0 fails in the first round; rank 1 runs until its agent
+  // hears of it through the heartbeat and stops it.
+  std::vector<std::string> program = {FaultWorker(), "--exit",
+                                      "7",           "--fail-rank",
+                                      "0",           "--fail-below-restart",
+                                      "1",           "--hang-below-restart",
+                                      "1",           "--out-dir",
+                                      dir_.path()};
+  StartAgent(0, flags, program);
+  StartAgent(1, flags, program);
+  ExpectAllSucceed(absl::Seconds(30));
+  for (int rank = 0; rank < 2; ++rank) {
+    auto e = ReadEnv(dir_.File(absl::StrCat("rank_", rank, ".env.json")));
+    EXPECT_EQ(e["TORCHELASTIC_RESTART_COUNT"], "1") << "rank " << rank;
+    EXPECT_EQ(e["WORLD_SIZE"], "2");
+  }
+}
+
+TEST_F(MultiAgentTest, TheSurvivorOfAKilledAgentContinuesAlone) {
+  std::vector<std::string> flags = {
+      "--nnodes",
+      "1:2",
+      "--nproc-per-node",
+      "1",
+      "--rdzv-id",
+      "survivor",
+      "--rdzv-conf",
+      "heartbeat_interval=0.1,heartbeat_timeout=1,last_call_timeout=0.2"};
+  // Workers run while the job has two nodes and finish once it has one.
+  std::vector<std::string> program = {FaultWorker(), "--hang-if-world-size",
+                                      "2", "--out-dir", dir_.path()};
+  StartAgent(0, Concat(flags, {"--node-rank", "0"}), program);
+  StartAgent(1, Concat(flags, {"--node-rank", "1"}), program);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return ReadPid(dir_.File("rank_0.pid")) > 0 &&
+               ReadPid(dir_.File("rank_1.pid")) > 0;
+      },
+      absl::Seconds(20)))
+      << AgentErr(0) << AgentErr(1);
+  pid_t orphan_candidate = ReadPid(dir_.File("rank_1.pid"));
+  agents_[1].Signal(SIGKILL);
+  ASSERT_TRUE(agents_[1].Wait(absl::Seconds(5)).has_value());
+  EXPECT_TRUE(
+      WaitFor([&] { return ProcessGone(orphan_candidate); }, absl::Seconds(1)));
+  std::optional<ExitInfo> exit = agents_[0].Wait(absl::Seconds(30));
+  ASSERT_TRUE(exit.has_value()) << AgentErr(0);
+  EXPECT_TRUE(exit->ok()) << exit->ToString() << "\n" << AgentErr(0);
+  auto e = ReadEnv(dir_.File("rank_0.env.json"));
+  EXPECT_EQ(e["WORLD_SIZE"], "1");
+  // Losing a node is a membership change, not a failure.
+  EXPECT_EQ(e["TORCHELASTIC_RESTART_COUNT"], "0");
+}
+
+TEST_F(MultiAgentTest, ANodeJoiningARunningJobScalesItUp) {
+  std::vector<std::string> flags = {
+      "--nnodes",         "1:2",
+      "--nproc-per-node", "1",
+      "--rdzv-id",        "scale-up",
+      "--rdzv-conf",      "heartbeat_interval=0.1,last_call_timeout=0.2"};
+  // Workers run while the job has one node and finish once it has two.
+  std::vector<std::string> program = {FaultWorker(), "--hang-if-world-size",
+                                      "1", "--out-dir", dir_.path()};
+  StartAgent(0, flags, program);
+  ASSERT_TRUE(WaitFor([&] { return ReadPid(dir_.File("rank_0.pid")) > 0; },
+                      absl::Seconds(20)))
+      << AgentErr(0);
+  StartAgent(1, flags, program);
+  ExpectAllSucceed(absl::Seconds(30));
+  for (int rank = 0; rank < 2; ++rank) {
+    auto e = ReadEnv(dir_.File(absl::StrCat("rank_", rank, ".env.json")));
+    EXPECT_EQ(e["WORLD_SIZE"], "2") << "rank " << rank;
+  }
+}
+
+TEST_F(MultiAgentTest, StatusShowsTheJobItsNodesAndRanks) {
+  std::vector<std::string> flags = {"--nnodes", "2",         "--nproc-per-node",
+                                    "2",        "--rdzv-id", "watched"};
+  std::vector<std::string> program = {FaultWorker(), "--hang", "--out-dir",
+                                      dir_.path()};
+  StartAgent(0, flags, program);
+  StartAgent(1, flags, program);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (int r = 0; r < 4; ++r) {
+          if (ReadPid(dir_.File(absl::StrCat("rank_", r, ".pid"))) <= 0) {
+            return false;
+          }
+        }
+        return true;
+      },
+      absl::Seconds(20)));
+  RunResult table = RunCommand({Ddprun(), "status", "--rdzv-endpoint",
+                                server_->endpoint(), "--rdzv-id", "watched"},
+                               absl::Seconds(10));
+  ASSERT_TRUE(table.exit.ok()) << table.err;
+  EXPECT_THAT(table.out, HasSubstr("job watched: running, round 0"));
+  EXPECT_THAT(table.out, HasSubstr("world size 4"));
+  EXPECT_THAT(table.out, HasSubstr("0-1"));
+  EXPECT_THAT(table.out, HasSubstr("2-3"));
+  RunResult json = RunCommand(
+      {Ddprun(), "status", "--rdzv-endpoint", server_->endpoint(), "--json"},
+      absl::Seconds(10));
+  ASSERT_TRUE(json.exit.ok()) << json.err;
+  google::protobuf::Struct parsed;
+  ASSERT_TRUE(
+      google::protobuf::util::JsonStringToMessage(json.out, &parsed).ok())
+      << json.out;
+  EXPECT_THAT(json.out, HasSubstr("\"run_id\": \"watched\""));
+  for (Subprocess& agent : agents_) agent.Signal(SIGTERM);
+  for (Subprocess& agent : agents_) {
+    std::optional<ExitInfo> exit = agent.Wait(absl::Seconds(10));
+    ASSERT_TRUE(exit.has_value());
+    EXPECT_EQ(exit->exit_code, 128 + SIGTERM);
+  }
+}
+
+TEST_F(MultiAgentTest, StatusOfAnUnreachableServerIsOneClearLine) {
+  RunResult r = RunCommand(
+      {Ddprun(), "status", "--rdzv-endpoint", "127.0.0.1:1", "--timeout", "2"},
+      absl::Seconds(10));
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_EQ(r.exit.exit_code, 1);
+  EXPECT_EQ(CountLinesWith(r.err, "ddprun: error: Status to rendezvous"), 1)
+      << r.err;
+}
+
+// Issue 4: an unmodified torch.distributed script (env://, Gloo) under two
+// agents with two workers each, as under torchrun.
+TEST_F(MultiAgentTest, UnmodifiedTorchDistributedScriptRuns) {
+  const char* python = std::getenv("DDPRUN_TEST_PYTHON");
+  std::string python_exec = python != nullptr ? python : "/usr/bin/python3";
+  RunResult has_torch = RunCommand(
+      {python_exec, "-c", "import torch.distributed"}, absl::Seconds(60));
+  ASSERT_TRUE(has_torch.exit.ok())
+      << python_exec << " cannot import torch (install python3-torch, or set "
+      << "DDPRUN_TEST_PYTHON): " << has_torch.err;
+  std::vector<std::string> flags = {"--nnodes", "2",         "--nproc-per-node",
+                                    "2",        "--rdzv-id", "python-compat"};
+  std::vector<std::string> program = {SourcePath("tests/launcher/allreduce.py"),
+                                      dir_.path()};
+  StartAgent(0, flags, program, {{"PYTHON_EXEC", python_exec}});
+  StartAgent(1, flags, program, {{"PYTHON_EXEC", python_exec}});
+  ExpectAllSucceed(absl::Seconds(90));
+  std::set<std::string> group_ranks;
+  for (int rank = 0; rank < 4; ++rank) {
+    std::string result =
+        ReadFileOrEmpty(dir_.File(absl::StrCat("rank_", rank, ".result")));
+    std::vector<std::string> fields = absl::StrSplit(result, ' ');
+    ASSERT_EQ(fields.size(), 4u) << "rank " << rank << ": '" << result << "'";
+    EXPECT_EQ(fields[0], "4");     // world size
+    EXPECT_EQ(fields[1], "10.0");  // 1 + 2 + 3 + 4
+    EXPECT_EQ(fields[2], std::to_string(rank % 2));
+    group_ranks.insert(std::string(absl::StripAsciiWhitespace(fields[3])));
+  }
+  EXPECT_EQ(group_ranks, std::set<std::string>({"0", "1"}));
+}
+
+TEST(AgentTest, AKilledWorkerIsRestarted) {
+  TempDir dir;
+  SubprocessOptions options;
+  options.argv = Concat(Standalone(2),
+                        {"--max-restarts", "1", FaultWorker(), "--hang",
+                         "--fail-below-restart", "1", "--out-dir", dir.path()});
+  options.stderr_path = dir.File("agent.err");
+  auto agent = Subprocess::Start(options);
+  ASSERT_TRUE(agent.ok());
+  ASSERT_TRUE(WaitFor([&] { return ReadPid(dir.File("rank_1.pid")) > 0; },
+                      absl::Seconds(20)));
+  pid_t victim = ReadPid(dir.File("rank_1.pid"));
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  std::optional<ExitInfo> exit = agent->Wait(absl::Seconds(30));
+  ASSERT_TRUE(exit.has_value());
+  std::string err = ReadFileOrEmpty(dir.File("agent.err"));
+  EXPECT_TRUE(exit->ok()) << exit->ToString() << "\n" << err;
+  EXPECT_THAT(err, HasSubstr("worker rank 1 (local 1) ended: signal SIGKILL"));
+  auto e = ReadEnv(dir.File("rank_1.env.json"));
+  EXPECT_EQ(e["TORCHELASTIC_RESTART_COUNT"], "1");
+}
+
+TEST(AgentTest, LogDirRedirectsAndTee) {
+  TempDir dir;
+  std::string logs = dir.File("logs");
+  RunResult r = RunCommand(Concat(Standalone(2), {"--log-dir",
+                                                  logs,
+                                                  "--rdzv-id",
+                                                  "logged",
+                                                  "--redirects",
+                                                  "2",
+                                                  "--tee",
+                                                  "1",
+                                                  "--max-restarts",
+                                                  "1",
+                                                  FaultWorker(),
+                                                  "--print",
+                                                  "hello from a worker",
+                                                  "--exit",
+                                                  "9",
+                                                  "--error-message",
+                                                  "first attempt fails",
+                                                  "--fail-rank",
+                                                  "1",
+                                                  "--fail-below-restart",
+                                                  "1"}),
+                           absl::Seconds(30));
+  ASSERT_TRUE(r.exit.ok()) << r.exit.ToString() << "\n" << r.err;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    for (int rank = 0; rank < 2; ++rank) {
+      std::string base =
+          absl::StrCat(logs, "/logged/attempt_", attempt, "/rank_", rank);
+      EXPECT_EQ(ReadFileOrEmpty(base + ".stdout"), "hello from a worker\n")
+          << base;
+      EXPECT_TRUE(std::filesystem::exists(base + ".stderr")) << base;
+    }
+  }
+  // The failed attempt's error file is kept beside its logs.
+  EXPECT_THAT(ReadFileOrEmpty(logs + "/logged/attempt_0/rank_1.error.json"),
+              HasSubstr("first attempt fails"));
+  // Tee'd stdout reaches the console with a rank prefix, once per attempt.
+  EXPECT_EQ(CountLinesWith(r.out, "[rank0]:hello from a worker"), 2) << r.out;
+  EXPECT_EQ(CountLinesWith(r.out, "[rank1]:hello from a worker"), 2) << r.out;
+}
+
+TEST(AgentTest, LocalRanksFilterHidesOtherRanksFromTheConsole) {
+  RunResult r =
+      RunCommand(Concat(Standalone(2), {"--local-ranks-filter", "1",
+                                        FaultWorker(), "--print", "visible?"}),
+                 absl::Seconds(30));
+  ASSERT_TRUE(r.exit.ok()) << r.err;
+  EXPECT_EQ(CountLinesWith(r.out, "visible?"), 1) << r.out;
 }
 
 }  // namespace

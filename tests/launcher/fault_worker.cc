@@ -33,7 +33,10 @@ struct Options {
   bool spawn_grandchild = false;
   int fail_rank = -1;                // -1: every rank fails
   int fail_below_restart = 1 << 30;  // fail only while restart count < this
-  std::string print;  // a line to print on stdout (for log tests)
+  std::string print;           // a line to print on stdout (for log tests)
+  int hang_below_restart = 0;  // workers that do not fail hang while
+                               // restart count < this
+  int hang_if_world_size = 0;  // every worker hangs while WORLD_SIZE is this
 };
 
 int EnvInt(const char* name, int fallback) {
@@ -76,6 +79,8 @@ int main(int argc, char** argv) {
   app.add_option("--fail-rank", o.fail_rank);
   app.add_option("--fail-below-restart", o.fail_below_restart);
   app.add_option("--print", o.print);
+  app.add_option("--hang-below-restart", o.hang_below_restart);
+  app.add_option("--hang-if-world-size", o.hang_if_world_size);
   CLI11_PARSE(app, argc, argv);
 
   int rank = EnvInt("RANK", 0);
@@ -114,7 +119,11 @@ int main(int argc, char** argv) {
   if (!o.out_dir.empty()) {
     WriteFile(prefix + ".pid", std::to_string(getpid()));
   }
-  bool fails = (o.fail_rank < 0 || o.fail_rank == rank) &&
+  // A worker fails only when told how, and only as --fail-rank and
+  // --fail-below-restart allow.
+  bool told_to_fail = o.exit_code != 0 || o.signal != 0 || o.hang ||
+                      o.progress > 0 || !o.error_message.empty();
+  bool fails = told_to_fail && (o.fail_rank < 0 || o.fail_rank == rank) &&
                restart < o.fail_below_restart;
   if (o.progress > 0) {
     int fd = EnvInt("DDPRUN_PROGRESS_FD", -1);
@@ -126,6 +135,11 @@ int main(int argc, char** argv) {
     }
     if (fails) SleepForever();
   }
+  if (o.hang_if_world_size > 0 &&
+      EnvInt("WORLD_SIZE", 0) == o.hang_if_world_size) {
+    SleepForever();
+  }
+  if (!fails && restart < o.hang_below_restart) SleepForever();
   if (fails) {
     if (!o.error_message.empty()) {
       const char* path = std::getenv("TORCHELASTIC_ERROR_FILE");
