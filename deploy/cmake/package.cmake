@@ -1,6 +1,7 @@
 # CPack: Debian packages, one per install component.
-#   ddprun      the programs, libddp.so, systemd units, docs (runtime)
-#   ddprun-dev  headers, static helpers and the CMake package for libddp
+#   ddprun      the programs, systemd units, docs, examples (runtime)
+#   ddprun-dev  libddp and its headers, the static helpers it links and the
+#               CMake package, for users' LibTorch programs (dev)
 # `cpack -G DEB` in the build directory writes ddprun_<version>_<arch>.deb
 # and ddprun-dev_<version>_<arch>.deb; deploy/package/test_deb.sh installs
 # them with apt.
@@ -34,6 +35,6 @@ set(CPACK_DEBIAN_RUNTIME_PACKAGE_RECOMMENDS "libopenblas0-openmp")
 set(CPACK_DEBIAN_RUNTIME_PACKAGE_SUGGESTS "slurm-client, python3-torch")
 # What find_package(ddp) needs to find (ddpConfig.cmake's find_dependency).
 set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS
-  "ddprun (= ${PROJECT_VERSION}), libtorch-dev, libgloo-dev, libgrpc++-dev, libprotobuf-dev, protobuf-compiler-grpc, libabsl-dev, libspdlog-dev, cmake")
+  "ddprun (= ${PROJECT_VERSION}), libtorch-dev, libgloo-dev, libgrpc++-dev, libprotobuf-dev, protobuf-compiler-grpc, libabsl-dev, libspdlog-dev, zlib1g-dev, cmake")
 set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
 include(CPack)

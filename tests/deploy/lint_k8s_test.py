@@ -183,5 +183,17 @@ if kubectl:
                 c.check(ct["readinessProbe"].get("tcpSocket", {}).get("port") == port,
                         "TLS overlay: the probe must move to TCP on the service port")
                 c.check_command(ct["command"], "TLS overlay rendezvous command")
+                tls_files = check_pod(d["spec"]["template"]["spec"], "TLS overlay rendezvous")
+                for flag, key in (("--tls-cert-file", "tls.crt"), ("--tls-key-file", "tls.key")):
+                    paths = [t.split("=", 1)[1] for t in ct["command"] if t.startswith(flag + "=")]
+                    c.check(paths and tls_files.get(paths[0]) == ("ddprun-rendezvous-tls", key),
+                            f"TLS overlay: {flag} must name {key} of the TLS Secret")
+                (j,) = [d for d in built if d["kind"] == "Job"]
+                (jc,) = j["spec"]["template"]["spec"]["containers"]
+                jenv = env_of(jc)
+                c.check_pet_env(jenv, "TLS overlay agents Job")
+                ca_files = check_pod(j["spec"]["template"]["spec"], "TLS overlay agents Job")
+                c.check(ca_files.get(jenv.get("PET_TLS_CA_FILE")) == ("ddprun-ca", "ca.crt"),
+                        "TLS overlay: agents' PET_TLS_CA_FILE must be ca.crt of Secret ddprun-ca")
 print("kubectl kustomize:", "checked" if kubectl else "not installed, skipped")
 c.finish()
