@@ -166,6 +166,12 @@ Metric& Family<Metric>::WithLabels(const std::vector<std::string>& values) {
   return *child;
 }
 
+template <typename Metric>
+void Family<Metric>::Clear() {
+  absl::MutexLock lock(&mu_);
+  children_.clear();
+}
+
 template class Family<Counter>;
 template class Family<Gauge>;
 template class Family<Histogram>;

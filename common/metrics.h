@@ -90,6 +90,10 @@ class Family {
  public:
   // The child for these label values (in the order of the label names).
   Metric& WithLabels(const std::vector<std::string>& values);
+  // Drops every child. Only for families a collect hook fills from scratch
+  // on each scrape (e.g. one gauge per job, where jobs come and go): it
+  // invalidates references WithLabels returned earlier.
+  void Clear();
 
  private:
   friend class MetricsRegistry;

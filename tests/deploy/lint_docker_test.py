@@ -39,6 +39,11 @@ for op, rest in dockerfile_instructions(os.path.join(docker_dir, "Dockerfile")):
 c.check(global_args.get("TORCH") == "debian",
         "Dockerfile: ARG TORCH must default to debian (Debian's LibTorch)")
 c.check("LIBTORCH_URL" in global_args, "Dockerfile: ARG LIBTORCH_URL missing")
+# The CUDA toolkit installed for the build must match the LibTorch archive.
+cu = re.search(r"/cu(\d+)(\d)/", global_args.get("LIBTORCH_URL", ""))
+c.check(cu is not None and global_args.get("CUDA_VERSION") == f"{cu.group(1)}-{cu.group(2)}",
+        f"Dockerfile: CUDA_VERSION {global_args.get('CUDA_VERSION')} does not match "
+        f"LIBTORCH_URL {global_args.get('LIBTORCH_URL')}")
 # Both values of TORCH must resolve to a chain of defined stages, and the
 # final stage must be the slim runtime.
 for torch in ("debian", "cuda"):

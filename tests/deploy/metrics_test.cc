@@ -129,6 +129,22 @@ TEST(MetricsTest, CollectHooksRunBeforeEachRender) {
   EXPECT_NE(registry.Render().find("jobs 20\n"), std::string::npos);
 }
 
+TEST(MetricsTest, ClearDropsChildrenOfJobsThatAreGone) {
+  MetricsRegistry registry;
+  GaugeFamily& rounds = registry.AddGauge("round", "Round", {"run_id"});
+  std::vector<std::string> jobs = {"a", "b"};
+  registry.AddCollectHook([&] {
+    rounds.Clear();
+    for (const std::string& job : jobs) rounds.WithLabels({job}).Set(1);
+  });
+  EXPECT_NE(registry.Render().find("round{run_id=\"b\"} 1\n"),
+            std::string::npos);
+  jobs = {"a"};
+  std::string text = registry.Render();
+  EXPECT_NE(text.find("round{run_id=\"a\"} 1\n"), std::string::npos);
+  EXPECT_EQ(text.find("run_id=\"b\""), std::string::npos) << text;
+}
+
 TEST(MetricsTest, ExponentialBuckets) {
   EXPECT_EQ(ExponentialBuckets(0.001, 10, 3),
             (std::vector<double>{0.001, 0.01, 0.1}));
