@@ -1,0 +1,60 @@
+#include "bench/rendezvous/bench.h"
+
+#include <cstdio>
+
+#include "bench/rendezvous/server_process.h"
+#include "bench/rendezvous/simulated_agents.h"
+
+namespace ddprun::bench {
+
+int RunRendezvousBench(const BenchOptions& options) {
+  std::printf(
+      "ddprun rendezvous, simulated agents over gRPC on loopback "
+      "(heartbeat interval %s, timeout %s)\n",
+      absl::FormatDuration(options.heartbeat_interval).c_str(),
+      absl::FormatDuration(options.heartbeat_timeout).c_str());
+  std::printf("%8s %14s %14s %10s %10s %12s %12s %12s\n", "nodes",
+              "last_join->all", "first->all", "rss_MiB", "peak_MiB",
+              "heartbeats/s", "detect_1st", "detect_all");
+  int failures = 0;
+  for (int n : options.nodes) {
+    auto server = ServerProcess::Start(options.server_binary, {});
+    if (!server.ok()) {
+      std::fprintf(stderr, "%s\n", server.status().ToString().c_str());
+      return 1;
+    }
+    AgentsOptions agents_options;
+    agents_options.endpoint = server->endpoint();
+    agents_options.nodes = n;
+    agents_options.local_world_size = options.local_world_size;
+    agents_options.channels = options.channels;
+    agents_options.heartbeat_interval = options.heartbeat_interval;
+    agents_options.heartbeat_timeout = options.heartbeat_timeout;
+    SimulatedAgents agents(agents_options);
+    JoinResult joined = agents.JoinAll(options.join_timeout);
+    long rss = server->RssKib();
+    if (!joined.error.empty()) {
+      std::printf("%8d join failed: %s\n", n, joined.error.c_str());
+      ++failures;
+      continue;
+    }
+    double beats = agents.HeartbeatThroughput(options.heartbeat_duration,
+                                              options.heartbeats_in_flight);
+    DetectionResult detected = agents.DetectLostNode(
+        options.heartbeat_timeout + 3 * options.heartbeat_interval);
+    long peak = server->PeakRssKib();
+    std::printf("%8d %12.1fms %12.1fms %10.1f %10.1f %12.0f %10.0fms "
+                "%10.0fms%s\n",
+                n, absl::ToDoubleMilliseconds(joined.last_to_all),
+                absl::ToDoubleMilliseconds(joined.first_to_all), rss / 1024.0,
+                peak / 1024.0, beats,
+                absl::ToDoubleMilliseconds(detected.first_knows),
+                absl::ToDoubleMilliseconds(detected.all_know),
+                detected.complete ? "" : " (detection incomplete)");
+    std::fflush(stdout);
+    if (!detected.complete) ++failures;
+  }
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace ddprun::bench

@@ -1,0 +1,28 @@
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+
+namespace ddprun::bench {
+
+struct BenchOptions {
+  std::string server_binary;     // ddprun-rendezvous
+  std::vector<int> nodes = {100, 1000, 10000};
+  int local_world_size = 8;
+  int channels = 16;
+  absl::Duration join_timeout = absl::Seconds(120);
+  absl::Duration heartbeat_duration = absl::Seconds(3);
+  int heartbeats_in_flight = 256;
+  absl::Duration heartbeat_interval = absl::Seconds(1);
+  absl::Duration heartbeat_timeout = absl::Seconds(3);
+};
+
+// For each node count: a fresh server process, every node joining, the
+// server's memory, heartbeat throughput, and lost-node detection. Prints one
+// table row per count. Returns the process exit code (non-zero when a
+// measurement failed).
+int RunRendezvousBench(const BenchOptions& options);
+
+}  // namespace ddprun::bench

@@ -1,0 +1,228 @@
+#include "bench/rendezvous/simulated_agents.h"
+
+#include <atomic>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+
+namespace ddprun::bench {
+namespace {
+
+// One call in flight: what the callback API needs kept alive until done.
+template <typename Request, typename Response>
+struct Call {
+  grpc::ClientContext context;
+  Request request;
+  Response response;
+};
+
+}  // namespace
+
+SimulatedAgents::SimulatedAgents(AgentsOptions options)
+    : options_(std::move(options)) {
+  int channels = std::max(1, std::min(options_.channels, options_.nodes));
+  for (int i = 0; i < channels; ++i) {
+    grpc::ChannelArguments args;
+    // A distinct argument per channel gives each its own connection.
+    args.SetInt("ddprun.bench.channel", i);
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    stubs_.push_back(v1::Rendezvous::NewStub(grpc::CreateCustomChannel(
+        options_.endpoint, grpc::InsecureChannelCredentials(), args)));
+  }
+}
+
+std::string SimulatedAgents::NodeId(int node) const {
+  return absl::StrCat("sim-", node);
+}
+
+JoinResult SimulatedAgents::JoinAll(absl::Duration timeout) {
+  using JoinCall = Call<v1::JoinRequest, v1::JoinResponse>;
+  absl::Mutex mu;
+  int done = 0;
+  absl::Time last_done;
+  std::string error;
+  std::set<int> ranks;
+  int world_size = -1;
+  JoinResult result;
+
+  absl::Time first_sent = absl::Now();
+  for (int i = 0; i < options_.nodes; ++i) {
+    auto* call = new JoinCall;
+    call->context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    v1::JoinRequest& r = call->request;
+    r.set_run_id(options_.run_id);
+    r.set_node_id(NodeId(i));
+    r.set_local_world_size(options_.local_world_size);
+    r.set_node_rank(-1);
+    r.set_address(absl::StrCat("10.0.", i / 250, ".", i % 250));
+    r.set_master_port(29500);
+    v1::JobConfig* c = r.mutable_config();
+    c->set_min_nodes(options_.nodes);
+    c->set_max_nodes(options_.nodes);
+    c->set_join_timeout_ms(absl::ToInt64Milliseconds(timeout));
+    c->set_heartbeat_interval_ms(
+        absl::ToInt64Milliseconds(options_.heartbeat_interval));
+    c->set_heartbeat_timeout_ms(
+        absl::ToInt64Milliseconds(options_.heartbeat_timeout));
+    Stub(i).async()->Join(
+        &call->context, &call->request, &call->response,
+        [&, call](grpc::Status status) {
+          absl::MutexLock lock(&mu);
+          ++done;
+          last_done = absl::Now();
+          if (!status.ok()) {
+            if (error.empty()) error = status.error_message();
+          } else if (!call->response.has_assignment()) {
+            if (error.empty()) error = "a node got no assignment";
+          } else {
+            const v1::Assignment& a = call->response.assignment();
+            if (!ranks.insert(a.node_rank()).second && error.empty()) {
+              error = absl::StrCat("duplicate node rank ", a.node_rank());
+            }
+            if (world_size >= 0 && world_size != a.world_size() &&
+                error.empty()) {
+              error = "world sizes differ";
+            }
+            world_size = a.world_size();
+            round_ = a.round();
+          }
+          delete call;
+        });
+  }
+  absl::Time last_sent = absl::Now();
+  absl::MutexLock lock(&mu);
+  auto all_done = [&] { return done == options_.nodes; };
+  mu.Await(absl::Condition(&all_done));
+  result.first_to_all = last_done - first_sent;
+  result.last_to_all = last_done - last_sent;
+  result.assigned = static_cast<int>(ranks.size());
+  result.error = error;
+  if (error.empty() &&
+      world_size != options_.nodes * options_.local_world_size) {
+    result.error = absl::StrFormat("world size %d, expected %d", world_size,
+                                   options_.nodes * options_.local_world_size);
+  }
+  return result;
+}
+
+double SimulatedAgents::HeartbeatThroughput(absl::Duration duration,
+                                            int in_flight) {
+  using BeatCall = Call<v1::HeartbeatRequest, v1::HeartbeatResponse>;
+  std::atomic<int64_t> completed{0};
+  std::atomic<int64_t> next_node{0};
+  std::atomic<int> running{0};
+  absl::Time stop = absl::Now() + duration;
+  absl::Mutex mu;
+  std::function<void()> send = [&] {
+    int node = static_cast<int>(next_node.fetch_add(1) % options_.nodes);
+    auto* call = new BeatCall;
+    call->context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    call->request.set_run_id(options_.run_id);
+    call->request.set_node_id(NodeId(node));
+    call->request.set_round(round_);
+    Stub(node).async()->Heartbeat(
+        &call->context, &call->request, &call->response,
+        [&, call](grpc::Status status) {
+          delete call;
+          if (status.ok()) completed.fetch_add(1);
+          if (absl::Now() < stop) {
+            send();
+          } else {
+            absl::MutexLock lock(&mu);
+            running.fetch_sub(1);
+          }
+        });
+  };
+  absl::Time start = absl::Now();
+  running = in_flight;
+  for (int i = 0; i < in_flight; ++i) send();
+  absl::MutexLock lock(&mu);
+  auto drained = [&] { return running.load() == 0; };
+  mu.Await(absl::Condition(&drained));
+  return static_cast<double>(completed.load()) /
+         absl::ToDoubleSeconds(absl::Now() - start);
+}
+
+DetectionResult SimulatedAgents::DetectLostNode(absl::Duration max_wait) {
+  using BeatCall = Call<v1::HeartbeatRequest, v1::HeartbeatResponse>;
+  absl::Mutex mu;
+  std::vector<absl::Time> told(options_.nodes, absl::InfiniteFuture());
+  int outstanding = 0;
+  int known_count = 0;
+  const absl::Duration interval = options_.heartbeat_interval;
+  // Node 0's last heartbeat: it is silent from when it was answered.
+  {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    v1::HeartbeatRequest request;
+    request.set_run_id(options_.run_id);
+    request.set_node_id(NodeId(0));
+    request.set_round(round_);
+    v1::HeartbeatResponse response;
+    Stub(0).Heartbeat(&context, request, &response);
+  }
+  absl::Time silent_since = absl::Now();
+  absl::Time start = silent_since;
+  DetectionResult result;
+  for (int64_t tick = 0;; ++tick) {
+    // Node i beats at start + (i / nodes + k) * interval.
+    int node = static_cast<int>(tick % options_.nodes);
+    absl::Time when = start + interval * (static_cast<double>(tick) /
+                                          options_.nodes);
+    if (when - start > max_wait) break;
+    {
+      absl::MutexLock lock(&mu);
+      if (known_count == options_.nodes - 1) break;
+    }
+    absl::Time now = absl::Now();
+    if (when > now) absl::SleepFor(when - now);
+    if (node == 0) continue;
+    {
+      absl::MutexLock lock(&mu);
+      if (told[node] != absl::InfiniteFuture()) continue;
+      ++outstanding;
+    }
+    auto* call = new BeatCall;
+    call->context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    call->request.set_run_id(options_.run_id);
+    call->request.set_node_id(NodeId(node));
+    call->request.set_round(round_);
+    Stub(node).async()->Heartbeat(
+        &call->context, &call->request, &call->response,
+        [&, call, node](grpc::Status status) {
+          absl::MutexLock lock(&mu);
+          if (status.ok() && call->response.rejoin() &&
+              told[node] == absl::InfiniteFuture()) {
+            told[node] = absl::Now();
+            ++known_count;
+          }
+          --outstanding;
+          delete call;
+        });
+  }
+  absl::MutexLock lock(&mu);
+  auto drained = [&] { return outstanding == 0; };
+  mu.Await(absl::Condition(&drained));
+  absl::Time first = absl::InfiniteFuture();
+  absl::Time last = absl::InfinitePast();
+  int known = 0;
+  for (int i = 1; i < options_.nodes; ++i) {
+    if (told[i] == absl::InfiniteFuture()) continue;
+    ++known;
+    first = std::min(first, told[i]);
+    last = std::max(last, told[i]);
+  }
+  result.complete = known == options_.nodes - 1 && known > 0;
+  if (known > 0) {
+    result.first_knows = first - silent_since;
+    result.all_know = last - silent_since;
+  }
+  return result;
+}
+
+}  // namespace ddprun::bench

@@ -1,0 +1,65 @@
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "ddprun/v1/rendezvous.grpc.pb.h"
+
+namespace ddprun::bench {
+
+struct AgentsOptions {
+  std::string endpoint;
+  std::string run_id = "bench";
+  int nodes = 100;
+  int local_world_size = 8;
+  // Connections the simulated agents share (real agents have one each;
+  // thousands of sockets from one process would measure the client).
+  int channels = 16;
+  absl::Duration heartbeat_interval = absl::Seconds(1);
+  absl::Duration heartbeat_timeout = absl::Seconds(3);
+};
+
+struct JoinResult {
+  absl::Duration first_to_all;     // first Join sent -> every node assigned
+  absl::Duration last_to_all;      // last Join sent -> every node assigned
+  int assigned = 0;
+  std::string error;  // empty when every node got a consistent assignment
+};
+
+struct DetectionResult {
+  absl::Duration first_knows;  // victim silent -> first survivor told rejoin
+  absl::Duration all_know;     // victim silent -> every survivor told
+  bool complete = false;
+};
+
+// Many agents of one job in one process, over real gRPC with the callback
+// client API (no thread per agent). Not thread-safe; one measurement at a
+// time.
+class SimulatedAgents {
+ public:
+  explicit SimulatedAgents(AgentsOptions options);
+
+  // Every node Joins at once (min = max = nodes); waits for all answers.
+  JoinResult JoinAll(absl::Duration timeout);
+  // Heartbeats kept `in_flight` at a time, round-robin over the nodes, for
+  // `duration`; returns completed heartbeats per second.
+  double HeartbeatThroughput(absl::Duration duration, int in_flight);
+  // Every node heartbeats once per interval (spread over the interval);
+  // node 0 stops. Measures when the survivors learn the round is over.
+  DetectionResult DetectLostNode(absl::Duration max_wait);
+
+ private:
+  v1::Rendezvous::Stub& Stub(int node) {
+    return *stubs_[node % stubs_.size()];
+  }
+  std::string NodeId(int node) const;
+
+  AgentsOptions options_;
+  std::vector<std::unique_ptr<v1::Rendezvous::Stub>> stubs_;
+  int64_t round_ = 0;
+};
+
+}  // namespace ddprun::bench
