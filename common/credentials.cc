@@ -73,6 +73,16 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(
     const std::string& endpoint, const ChannelOptions& options) {
   std::shared_ptr<grpc::ChannelCredentials> credentials;
   grpc::ChannelArguments args;
+  if (options.reconnect_backoff_initial_ms > 0) {
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
+                options.reconnect_backoff_initial_ms);
+    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
+                options.reconnect_backoff_initial_ms);
+  }
+  if (options.reconnect_backoff_max_ms > 0) {
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
+                options.reconnect_backoff_max_ms);
+  }
   if (options.tls_ca_file.empty()) {
     if (!options.tls_cert_file.empty() || !options.tls_key_file.empty()) {
       return absl::InvalidArgumentError(

@@ -33,6 +33,11 @@ struct ChannelOptions {
   // The name checked against the server certificate instead of the host of
   // the endpoint (e.g. a certificate for "rendezvous" dialled by IP).
   std::string tls_server_name;
+  // Reconnect pacing after a failed connection; 0: gRPC's defaults (1 s
+  // growing to 120 s). The agent uses short values so that it finds a
+  // rendezvous server that starts after it within its join retries.
+  int reconnect_backoff_initial_ms = 0;
+  int reconnect_backoff_max_ms = 0;
 };
 
 // A channel to `endpoint` ("host:port") that attaches the token to every

@@ -62,6 +62,19 @@ CLI::Option* AddFlag(CLI::App& app, const std::string& names, bool* target,
   return app.add_flag(all, *target, help)->envname(env);
 }
 
+void AddAuthFlags(CLI::App& app, RendezvousAuth& auth) {
+  AddString(app, "--token-file", &auth.token_file,
+            "file with the shared token (default: $DDPRUN_TOKEN)");
+  AddString(app, "--tls-ca-file", &auth.tls_ca_file,
+            "TLS to the rendezvous: the CA of its certificate (PEM)");
+  AddString(app, "--tls-cert-file", &auth.tls_cert_file,
+            "mutual TLS: this agent's certificate (PEM)");
+  AddString(app, "--tls-key-file", &auth.tls_key_file,
+            "mutual TLS: this agent's key (PEM)");
+  AddString(app, "--tls-server-name", &auth.tls_server_name,
+            "the name to check in the server's certificate");
+}
+
 absl::Status Usage(absl::string_view message) {
   return absl::InvalidArgumentError(message);
 }
@@ -118,7 +131,7 @@ absl::StatusOr<CommandLine> ParseStatus(int argc, const char* const* argv) {
       ->required();
   AddString(app, "--rdzv-id", &o.rdzv_id, "only this job (default: all)");
   AddFlag(app, "--json", &o.json, "print JSON instead of a table");
-  AddString(app, "--token-file", &o.token_file, "file with the shared token");
+  AddAuthFlags(app, o.auth);
   AddString(app, "--timeout", &timeout, "seconds to wait for the answer");
   try {
     app.parse(argc - 1, argv + 1);
@@ -198,7 +211,7 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc,
             "this node's address for its peers");
   AddString(app, "--log-level", &o.log_level,
             "trace, debug, info, warn, error, off");
-  AddString(app, "--token-file", &o.token_file, "file with the shared token");
+  AddAuthFlags(app, o.auth);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {

@@ -4,11 +4,8 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <fstream>
 #include <memory>
-#include <sstream>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_format.h"
 #include "common/endpoint.h"
 #include "common/logging.h"
@@ -24,18 +21,6 @@
 
 namespace ddprun::launcher {
 namespace {
-
-absl::StatusOr<std::string> ReadToken(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
-    return absl::NotFoundError(absl::StrFormat(
-        "cannot read --token-file '%s'; check the path and its permissions",
-        path));
-  }
-  std::ostringstream content;
-  content << in.rdbuf();
-  return std::string(absl::StripAsciiWhitespace(content.str()));
-}
 
 // A per-run directory for the workers' error files (and, with --redirects or
 // --tee, their logs) when there is no --log-dir. Removed when the agent ends
@@ -81,12 +66,21 @@ int RunLaunch(const LaunchOptions& options) {
                  std::string(s.message()));
   }
 
+  absl::StatusOr<common::ChannelOptions> channel =
+      MakeChannelOptions(options.auth);
+  if (!channel.ok()) {
+    spdlog::error("{}", std::string(channel.status().message()));
+    return 2;
+  }
   std::string endpoint = options.rdzv_endpoint;
   std::unique_ptr<rendezvous::Server> server;
   if (options.standalone) {
+    // Loopback only: a token (if any) guards it; TLS has no use here.
     rendezvous::ServerOptions server_options;
     server_options.host = "127.0.0.1";
     server_options.port = 0;
+    server_options.token = channel->token;
+    *channel = common::ChannelOptions{.token = channel->token};
     absl::StatusOr<std::unique_ptr<rendezvous::Server>> started =
         rendezvous::Server::Start(server_options);
     if (!started.ok()) {
@@ -113,15 +107,11 @@ int RunLaunch(const LaunchOptions& options) {
   context.node_id = MakeNodeId();
   RendezvousClientOptions client_options;
   client_options.endpoint = parsed->ToString();
-  if (!options.token_file.empty()) {
-    absl::StatusOr<std::string> token = ReadToken(options.token_file);
-    if (!token.ok()) {
-      spdlog::error("{}", std::string(token.status().message()));
-      return 2;
-    }
-    client_options.token = *token;
+  client_options.channel = *channel;
+  if (!options.auth.token_file.empty()) {
+    // Workers read the same token for their store calls.
     std::error_code ec;
-    context.token_file = std::filesystem::absolute(options.token_file, ec);
+    context.token_file = std::filesystem::absolute(options.auth.token_file, ec);
   }
   const char* python_exec = getenv("PYTHON_EXEC");
   context.worker_argv =
@@ -152,7 +142,13 @@ int RunLaunch(const LaunchOptions& options) {
                      : options.log_dir + "/" + options.rdzv_id);
   }
 
-  RendezvousClient client(client_options);
+  absl::StatusOr<std::unique_ptr<RendezvousClient>> created =
+      RendezvousClient::Create(client_options);
+  if (!created.ok()) {
+    spdlog::error("{}", std::string(created.status().message()));
+    return 2;
+  }
+  RendezvousClient& client = **created;
   {
     absl::MutexLock lock(&client_mu);
     client_for_signals = &client;

@@ -33,6 +33,16 @@ struct PerRankStreams {
   }
 };
 
+// How the agent proves itself to the rendezvous server and checks it.
+struct RendezvousAuth {
+  // The shared token's file; empty: $DDPRUN_TOKEN, else no token.
+  std::string token_file;
+  std::string tls_ca_file;    // set: TLS, the server's certificate's CA
+  std::string tls_cert_file;  // with tls_key_file: mutual TLS
+  std::string tls_key_file;
+  std::string tls_server_name;  // checked instead of the endpoint's host
+};
+
 // Everything `ddprun` (the launch command) was asked to do. Filled by
 // ParseCommandLine; read-only afterwards.
 struct LaunchOptions {
@@ -64,7 +74,7 @@ struct LaunchOptions {
   int master_port = 0;      // accepted; the rendezvous decides
   std::string local_addr;   // empty: derived from the endpoint
   std::string log_level = "info";
-  std::string token_file;
+  RendezvousAuth auth;
 
   // The training program and its arguments, untouched.
   std::vector<std::string> program;
@@ -75,7 +85,7 @@ struct StatusOptions {
   std::string rdzv_endpoint;
   std::string rdzv_id;  // empty: every job
   bool json = false;
-  std::string token_file;
+  RendezvousAuth auth;
   absl::Duration timeout = absl::Seconds(5);
 };
 

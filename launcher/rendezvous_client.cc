@@ -9,25 +9,42 @@
 
 namespace ddprun::launcher {
 
-RendezvousClient::RendezvousClient(RendezvousClientOptions options)
-    : options_(std::move(options)) {
-  grpc::ChannelArguments args;
-  // Reconnect quickly after the server comes up or a connection drops; the
-  // retry pacing of Join is our own Backoff.
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  channel_ = grpc::CreateCustomChannel(
-      options_.endpoint, grpc::InsecureChannelCredentials(), args);
-  stub_ = v1::Rendezvous::NewStub(channel_);
+absl::StatusOr<common::ChannelOptions> MakeChannelOptions(
+    const RendezvousAuth& auth) {
+  common::ChannelOptions channel;
+  absl::StatusOr<std::string> token = common::LoadToken(auth.token_file);
+  if (!token.ok()) return token.status();
+  channel.token = *token;
+  channel.tls_ca_file = auth.tls_ca_file;
+  channel.tls_cert_file = auth.tls_cert_file;
+  channel.tls_key_file = auth.tls_key_file;
+  channel.tls_server_name = auth.tls_server_name;
+  return channel;
 }
+
+absl::StatusOr<std::unique_ptr<RendezvousClient>> RendezvousClient::Create(
+    RendezvousClientOptions options) {
+  // Reconnect quickly once the server comes up or a connection drops; the
+  // retry pacing of Join itself is our own Backoff.
+  options.channel.reconnect_backoff_initial_ms = 100;
+  options.channel.reconnect_backoff_max_ms = 1000;
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      common::CreateChannel(options.endpoint, options.channel);
+  if (!channel.ok()) return channel.status();
+  return std::unique_ptr<RendezvousClient>(
+      new RendezvousClient(std::move(options), *std::move(channel)));
+}
+
+RendezvousClient::RendezvousClient(RendezvousClientOptions options,
+                                   std::shared_ptr<grpc::Channel> channel)
+    : options_(std::move(options)),
+      channel_(std::move(channel)),
+      stub_(v1::Rendezvous::NewStub(channel_)) {}
 
 void RendezvousClient::Prepare(grpc::ClientContext& context,
                                absl::Duration timeout) const {
+  // The channel attaches the token to every call.
   context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-  if (!options_.token.empty()) {
-    context.AddMetadata("authorization", "Bearer " + options_.token);
-  }
 }
 
 absl::Status RendezvousClient::Explain(const char* call,

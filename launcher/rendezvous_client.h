@@ -7,23 +7,33 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/credentials.h"
 #include "ddprun/v1/rendezvous.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "launcher/launch_options.h"
 
 namespace ddprun::launcher {
 
 struct RendezvousClientOptions {
   std::string endpoint;  // HOST:PORT
-  std::string token;     // sent as "authorization: Bearer <token>" when set
+  // Token (sent as "authorization: Bearer <token>") and TLS settings.
+  common::ChannelOptions channel;
   // Deadline of the short calls (Heartbeat, ReportFailure, Leave, Status).
   absl::Duration rpc_timeout = absl::Seconds(5);
 };
+
+// The channel settings for `auth`: reads the token (file, or $DDPRUN_TOKEN).
+// Errors name the unreadable or empty file.
+absl::StatusOr<common::ChannelOptions> MakeChannelOptions(
+    const RendezvousAuth& auth);
 
 // The agent's side of the Rendezvous service: every call carries a deadline.
 // Thread-safe (the agent's thread joins, the heartbeat thread heartbeats).
 class RendezvousClient {
  public:
-  explicit RendezvousClient(RendezvousClientOptions options);
+  // Errors: unreadable TLS files (named in the message).
+  static absl::StatusOr<std::unique_ptr<RendezvousClient>> Create(
+      RendezvousClientOptions options);
 
   // Join, parked on the server until the round closes. A server that cannot
   // be reached is retried with backoff for up to `unreachable_timeout`; the
@@ -46,6 +56,8 @@ class RendezvousClient {
   const std::string& endpoint() const { return options_.endpoint; }
 
  private:
+  RendezvousClient(RendezvousClientOptions options,
+                   std::shared_ptr<grpc::Channel> channel);
   void Prepare(grpc::ClientContext& context, absl::Duration timeout) const;
   // Says which call failed, where, and what to do.
   absl::Status Explain(const char* call, const grpc::Status& status) const;

@@ -1,8 +1,6 @@
 #include "launcher/status_command.h"
 
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -67,23 +65,20 @@ int RunStatus(const StatusOptions& options) {
   RendezvousClientOptions client_options;
   client_options.endpoint = endpoint->ToString();
   client_options.rpc_timeout = options.timeout;
-  if (!options.token_file.empty()) {
-    std::ifstream in(options.token_file);
-    if (!in) {
-      std::fprintf(stderr,
-                   "ddprun: error: cannot read --token-file '%s'; check the "
-                   "path and its permissions\n",
-                   options.token_file.c_str());
-      return 2;
-    }
-    std::ostringstream token;
-    token << in.rdbuf();
-    client_options.token = std::string(absl::StripAsciiWhitespace(token.str()));
+  absl::StatusOr<common::ChannelOptions> channel =
+      MakeChannelOptions(options.auth);
+  absl::StatusOr<std::unique_ptr<RendezvousClient>> client =
+      channel.ok() ? RendezvousClient::Create(
+                         {client_options.endpoint, *channel, options.timeout})
+                   : channel.status();
+  if (!client.ok()) {
+    std::fprintf(stderr, "ddprun: error: %s\n",
+                 std::string(client.status().message()).c_str());
+    return 2;
   }
-  RendezvousClient client(client_options);
   v1::StatusRequest request;
   request.set_run_id(options.rdzv_id);
-  absl::StatusOr<v1::StatusResponse> response = client.Status(request);
+  absl::StatusOr<v1::StatusResponse> response = (*client)->Status(request);
   if (!response.ok()) {
     std::fprintf(stderr, "ddprun: error: %s\n",
                  std::string(response.status().message()).c_str());

@@ -671,5 +671,35 @@ TEST(AgentTest, LocalRanksFilterHidesOtherRanksFromTheConsole) {
   EXPECT_EQ(CountLinesWith(r.out, "visible?"), 1) << r.out;
 }
 
+TEST(AgentTokenTest, TheTokenFileAuthenticatesTheAgentAndReachesWorkers) {
+  rendezvous::ServerOptions server_options;
+  server_options.token = "s3cret-token";
+  auto server = rendezvous::Server::Start(server_options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  TempDir dir;
+  auto write = [&](const std::string& name, const std::string& text) {
+    FILE* f = fopen(dir.File(name).c_str(), "w");
+    fputs(text.c_str(), f);
+    fclose(f);
+    return dir.File(name);
+  };
+  std::string good = write("good", "s3cret-token\n");
+  std::string bad = write("bad", "guess\n");
+  auto run = [&](const std::string& token_file) {
+    return RunCommand(
+        {Ddprun(), "--rdzv-endpoint", (*server)->endpoint(), "--rdzv-id",
+         "tok-" + token_file.substr(token_file.size() - 3), "--token-file",
+         token_file, FaultWorker(), "--out-dir", dir.path()},
+        absl::Seconds(30));
+  };
+  RunResult refused = run(bad);
+  EXPECT_EQ(refused.exit.exit_code, 1) << refused.err;
+  EXPECT_EQ(CountLinesWith(refused.err, "check --token-file"), 1)
+      << refused.err;
+  RunResult admitted = run(good);
+  EXPECT_TRUE(admitted.exit.ok()) << admitted.err;
+  EXPECT_EQ(ReadEnv(dir.File("rank_0.env.json"))["DDPRUN_TOKEN_FILE"], good);
+}
+
 }  // namespace
 }  // namespace ddprun::testing
