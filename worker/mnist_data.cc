@@ -1,6 +1,7 @@
 #include "worker/mnist_data.h"
 
 #include <sys/stat.h>
+#include <zlib.h>
 
 #include <array>
 #include <fstream>
@@ -35,23 +36,61 @@ uint32_t BigEndian(const unsigned char* p) {
 }
 
 std::string Fix(const MnistOptions& options) {
-  return absl::StrFormat(
-      "run scripts/setup.sh to fetch the data, or point --data-dir at a "
-      "folder with the four %s IDX files",
-      options.dataset == DatasetKind::kMnist ? "MNIST" : "Fashion-MNIST");
+  if (options.dataset == DatasetKind::kFashionMnist) {
+    return "install Debian's dataset-fashion-mnist (apt-get install "
+           "dataset-fashion-mnist), or point --data-dir at a folder with the "
+           "four Fashion-MNIST IDX files";
+  }
+  return "run scripts/setup.sh to fetch the data, or point --data-dir at a "
+         "folder with the four MNIST IDX files";
 }
 
-// Reads a whole IDX file and checks its header; returns the payload.
-absl::StatusOr<std::vector<unsigned char>> ReadIdx(
-    const std::string& path, uint32_t magic, int dims,
-    const MnistOptions& options, int64_t* count) {
+bool Exists(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0;
+}
+
+// The file's bytes; `path` or, when only that exists, `path`.gz (as Debian's
+// dataset packages ship them) decompressed.
+absl::StatusOr<std::vector<unsigned char>> ReadMaybeGzipped(
+    std::string& path, const MnistOptions& options) {
+  if (!Exists(path) && Exists(path + ".gz")) {
+    path += ".gz";
+    gzFile gz = gzopen(path.c_str(), "rb");
+    if (gz == nullptr) {
+      return absl::NotFoundError(absl::StrFormat(
+          "MNIST file %s is unreadable; %s", path, Fix(options)));
+    }
+    std::vector<unsigned char> bytes;
+    unsigned char buffer[1 << 16];
+    int n;
+    while ((n = gzread(gz, buffer, sizeof(buffer))) > 0) {
+      bytes.insert(bytes.end(), buffer, buffer + n);
+    }
+    gzclose(gz);
+    if (n < 0) {
+      return absl::DataLossError(absl::StrFormat(
+          "MNIST file %s is not a valid gzip file; %s", path, Fix(options)));
+    }
+    return bytes;
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     return absl::NotFoundError(absl::StrFormat(
         "MNIST file %s is missing or unreadable; %s", path, Fix(options)));
   }
-  std::vector<unsigned char> bytes((std::istreambuf_iterator<char>(in)),
-                                   std::istreambuf_iterator<char>());
+  return std::vector<unsigned char>((std::istreambuf_iterator<char>(in)),
+                                    std::istreambuf_iterator<char>());
+}
+
+// Reads a whole IDX file and checks its header; returns the payload.
+absl::StatusOr<std::vector<unsigned char>> ReadIdx(
+    std::string path, uint32_t magic, int dims, const MnistOptions& options,
+    int64_t* count) {
+  absl::StatusOr<std::vector<unsigned char>> read =
+      ReadMaybeGzipped(path, options);
+  if (!read.ok()) return read.status();
+  std::vector<unsigned char>& bytes = *read;
   const size_t header = 4 + 4 * static_cast<size_t>(dims);
   if (bytes.size() < header) {
     return absl::DataLossError(absl::StrFormat(
@@ -85,7 +124,7 @@ absl::StatusOr<std::vector<unsigned char>> ReadIdx(
         bytes.size(), expected, *count, Fix(options)));
   }
   bytes.erase(bytes.begin(), bytes.begin() + header);
-  return bytes;
+  return std::move(bytes);
 }
 
 absl::StatusOr<MnistSplit> LoadSplit(const MnistOptions& options,
@@ -135,7 +174,14 @@ absl::StatusOr<DatasetKind> ParseDataset(const std::string& name) {
       "unknown dataset '%s'; use mnist or fashion-mnist", name));
 }
 
-absl::StatusOr<MnistData> LoadMnist(const MnistOptions& options) {
+std::string DefaultDataDir(DatasetKind kind) {
+  return kind == DatasetKind::kFashionMnist ? "/usr/share/datasets/fashion-mnist"
+                                            : "data/mnist";
+}
+
+absl::StatusOr<MnistData> LoadMnist(const MnistOptions& given) {
+  MnistOptions options = given;
+  if (options.data_dir.empty()) options.data_dir = DefaultDataDir(options.dataset);
   struct stat st;
   if (stat(options.data_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     return absl::NotFoundError(absl::StrFormat(

@@ -25,14 +25,18 @@ struct MnistData {
   MnistSplit test;
 };
 
+// Where each set is unless --data-dir says otherwise: data/mnist (what
+// scripts/setup.sh fills) and Debian's dataset-fashion-mnist folder.
+std::string DefaultDataDir(DatasetKind kind);
+
 struct MnistOptions {
-  std::string data_dir = "data/mnist";
+  std::string data_dir;  // empty: DefaultDataDir(dataset)
   DatasetKind dataset = DatasetKind::kMnist;
   int64_t train_limit = 0;  // > 0: keep the first N training samples
   int64_t test_limit = 0;   // > 0: keep the first N test samples
 };
 
-// Validates the four IDX files (magic numbers 2051/2049, image and label
+// Validates the four IDX files (or their .gz) (magic numbers 2051/2049, image and label
 // counts that agree, 28x28, file sizes) and loads them normalized like
 // torchvision (mean 0.1307, std 0.3081 for MNIST). A missing, truncated or
 // corrupt file is one error line that names the file and the fix.

@@ -10,8 +10,9 @@ int main(int argc, char** argv) {
   CLI::App app{"Trains the MNIST MLP with data parallelism; run it under "
                "ddprun (or alone, as one process)."};
   app.add_option("--epochs", o.epochs, "Epochs")->capture_default_str();
-  app.add_option("--data-dir", o.data_dir, "Folder of the IDX files")
-      ->capture_default_str();
+  app.add_option("--data-dir", o.data_dir,
+                 "Folder of the IDX files [data/mnist, or "
+                 "/usr/share/datasets/fashion-mnist for fashion-mnist]");
   app.add_option("--dataset", o.dataset, "mnist or fashion-mnist")
       ->capture_default_str();
   app.add_option("--model", o.model, "mlp (the seed) or cnn")

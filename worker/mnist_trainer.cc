@@ -155,6 +155,13 @@ absl::Status Train(const MnistTrainOptions& options) {
   const c10::Device device = group->device;
 
   model->to(device);
+  if (!device.is_cpu()) {
+    // Once, not per step: the whole set fits in GPU memory (~220 MB).
+    for (MnistSplit* split : {&data->train, &data->test}) {
+      split->images = split->images.to(device);
+      split->labels = split->labels.to(device);
+    }
+  }
   absl::StatusOr<StartPoint> start = Resume(options, *env, *group, model);
   if (!start.ok()) return start.status();
   DataParallelOptions ddp_options;
@@ -218,7 +225,7 @@ absl::Status Train(const MnistTrainOptions& options) {
     sampler.SetEpoch(epoch, position);
     const std::vector<int64_t>& indices = sampler.indices();
     const int64_t count = static_cast<int64_t>(indices.size());
-    at::Tensor all_indices = at::tensor(indices, at::kLong);
+    at::Tensor all_indices = at::tensor(indices, at::kLong).to(device);
     auto epoch_start = Clock::now();
     double loss_sum = 0;
     int64_t batches = 0;

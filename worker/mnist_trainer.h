@@ -10,7 +10,7 @@ namespace ddprun::worker {
 // Everything ddprun-mnist's flags set; defaults are the seed program's.
 struct MnistTrainOptions {
   int epochs = 10;
-  std::string data_dir = "data/mnist";
+  std::string data_dir;  // empty: data/mnist, or Debian's fashion-mnist
   std::string dataset = "mnist";  // mnist | fashion-mnist
   std::string model = "mlp";      // mlp (the seed) | cnn
   uint64_t seed = 0;

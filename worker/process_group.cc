@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -17,6 +18,9 @@ namespace {
 absl::StatusOr<c10::intrusive_ptr<::c10d::Store>> CreateStore(
     const WorkerEnv& env, const ProcessGroupOptions& options) {
   try {
+    if (!env.distributed() && env.store_endpoint.empty() && env.master_addr.empty()) {
+      return c10::intrusive_ptr<::c10d::Store>(c10::make_intrusive<::c10d::HashStore>());
+    }
     if (!env.store_endpoint.empty()) {
       // The scope is (run, round): Gloo writes the same keys every round, and
       // a stale worker must never read the next round's addresses.
@@ -128,7 +132,7 @@ absl::StatusOr<ProcessGroup> CreateProcessGroup(
     group.device = c10::Device(c10::kCUDA,
                                static_cast<c10::DeviceIndex>(env.local_rank));
   }
-  if (!env.distributed()) return group;
+  if (!env.distributed() && !options.force_collectives) return group;
 
   absl::StatusOr<c10::intrusive_ptr<::c10d::Store>> store =
       CreateStore(env, options);

@@ -21,6 +21,9 @@ struct ProcessGroupOptions {
   BackendKind backend = BackendKind::kAuto;
   // Bounds the store exchanges of construction and every collective.
   std::chrono::milliseconds timeout = std::chrono::minutes(5);
+  // Build the backend even in a world of one (checks of the backend itself);
+  // without a configured store it then uses an in-process HashStore.
+  bool force_collectives = false;
 };
 
 // The communication side of one worker for one round.

@@ -83,3 +83,27 @@ TEST(MnistBadInputTest, WrongMagicNumber) {
 
 }  // namespace
 }  // namespace ddprun::worker
+
+namespace ddprun::worker {
+namespace {
+
+TEST(MnistDatasetTest, FashionMnistFromDebiansGzippedFiles) {
+  const std::string dir = "/usr/share/datasets/fashion-mnist";
+  if (ReadFileOrEmpty(dir + "/t10k-labels-idx1-ubyte.gz").empty()) {
+    GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+  }
+  auto result = RunCommand({BinaryPath("worker/ddprun-mnist"), "--dataset",
+                            "fashion-mnist", "--epochs", "1", "--train-limit",
+                            "6400", "--save", "", "--no-progress"},
+                           absl::Seconds(120));
+  ASSERT_TRUE(result.exit.ok()) << result.err;
+  // 10 classes of clothes: far above chance (10%) after 200 steps.
+  EXPECT_TRUE(absl::StrContains(result.err, "test accuracy")) << result.err;
+  size_t at = result.err.find("test accuracy ");
+  ASSERT_NE(at, std::string::npos);
+  double accuracy = std::stod(result.err.substr(at + 14));
+  EXPECT_GT(accuracy, 50.0) << result.err;
+}
+
+}  // namespace
+}  // namespace ddprun::worker

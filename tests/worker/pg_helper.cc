@@ -21,7 +21,12 @@ int Run() {
   auto env = ddprun::worker::ReadWorkerEnv();
   if (!env.ok()) return Fail(env.status().ToString());
   ddprun::worker::ProcessGroupOptions options;
-  options.backend = ddprun::worker::BackendKind::kGloo;
+  // PG_HELPER_BACKEND: gloo (default) or nccl (tests/gpu/run.sh).
+  const char* backend = std::getenv("PG_HELPER_BACKEND");
+  auto kind = ddprun::worker::ParseBackend(backend ? backend : "gloo");
+  if (!kind.ok()) return Fail(kind.status().ToString());
+  options.backend = *kind;
+  options.force_collectives = true;  // world 1 too: checks NCCL on one GPU
   options.timeout = std::chrono::seconds(30);
   if (const char* ms = std::getenv("PG_HELPER_TIMEOUT_MS")) {
     options.timeout = std::chrono::milliseconds(std::atoll(ms));
@@ -32,7 +37,8 @@ int Run() {
   const int world = env->world_size;
 
   // allreduce(sum) of rank+1 everywhere: 1 + 2 + ... + world.
-  std::vector<at::Tensor> sum = {at::full({1000}, rank + 1.0f)};
+  const at::TensorOptions on = at::TensorOptions(at::kFloat).device(group->device);
+  std::vector<at::Tensor> sum = {at::full({1000}, rank + 1.0f, on)};
   group->collectives->allreduce(sum)->wait();
   const float expected = world * (world + 1) / 2.0f;
   if (!sum[0].eq(expected).all().item<bool>()) {
@@ -40,15 +46,16 @@ int Run() {
                 ", expected " + std::to_string(expected));
   }
   // broadcast from rank 0 of 0, 1, 2, ...
-  std::vector<at::Tensor> data = {rank == 0 ? at::arange(257, at::kFloat)
-                                            : at::zeros({257})};
+  std::vector<at::Tensor> data = {rank == 0 ? at::arange(257, on)
+                                            : at::zeros({257}, on)};
   ::c10d::BroadcastOptions broadcast;
   broadcast.rootRank = 0;
   group->collectives->broadcast(data, broadcast)->wait();
-  if (!data[0].equal(at::arange(257, at::kFloat))) {
+  if (!data[0].cpu().equal(at::arange(257, at::kFloat))) {
     return Fail("broadcast did not deliver rank 0's values");
   }
-  std::cout << "rank " << rank << " ok" << std::endl;
+  std::cout << "rank " << rank << " ok (" << ddprun::worker::BackendName(group->backend)
+            << ")" << std::endl;
   return 0;
 }
 
