@@ -254,6 +254,10 @@ absl::Status Train(const MnistTrainOptions& options) {
       position += (end - begin) * world;
       if (step == start->step + 1) {
         summary.time_to_first_step_seconds = SecondsSinceProcessStart();
+        summary.first_step_unix_seconds =
+            std::chrono::duration<double>(
+                std::chrono::system_clock::now().time_since_epoch())
+                .count();
       }
       StepProgress p;
       p.epoch = static_cast<int>(epoch);

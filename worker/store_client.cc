@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/backoff.h"
+#include "common/credentials.h"
 #include "common/endpoint.h"
 #include "common/grpc_status.h"
 #include "ddprun/v1/store.grpc.pb.h"
@@ -49,9 +50,6 @@ class StoreClient::Impl {
     while (true) {
       grpc::ClientContext context;
       context.set_deadline(ToChrono(absl::Now() + budget));
-      if (!options_.token.empty()) {
-        context.AddMetadata("authorization", "Bearer " + options_.token);
-      }
       grpc::Status status = rpc(&context);
       if (status.ok()) return absl::OkStatus();
       if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
@@ -103,11 +101,20 @@ absl::StatusOr<std::unique_ptr<StoreClient>> StoreClient::Create(
     return absl::InvalidArgumentError(absl::StrFormat(
         "store endpoint: %s", endpoint.status().message()));
   }
-  // TODO(worker): TLS once common/credentials.h offers a client channel.
-  auto channel = grpc::CreateChannel(endpoint->ToString(),
-                                     grpc::InsecureChannelCredentials());
+  // The shared channel helper attaches the token to every call. Workers get
+  // no TLS settings from the agent yet (no env names for them), so the
+  // channel is plaintext unless tls_ca_file is set here.
+  common::ChannelOptions channel_options;
+  channel_options.token = options.token;
+  channel_options.tls_ca_file = options.tls_ca_file;
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      common::CreateChannel(endpoint->ToString(), channel_options);
+  if (!channel.ok()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "store channel to %s: %s", options.endpoint, channel.status().message()));
+  }
   return std::unique_ptr<StoreClient>(new StoreClient(
-      options, std::make_unique<Impl>(options, std::move(channel))));
+      options, std::make_unique<Impl>(options, std::move(*channel))));
 }
 
 StoreClient::StoreClient(StoreClientOptions options,

@@ -16,6 +16,7 @@ struct StoreClientOptions {
   std::string run_id;    // the scope: job and round
   int64_t round = 0;
   std::string token;  // sent as "authorization: Bearer <token>" when set
+  std::string tls_ca_file;  // set: TLS, the server's certificate checked
   // The deadline of a call that does not wait for keys.
   absl::Duration call_timeout = absl::Seconds(30);
   // A blocking call's deadline is its wait plus this, so that the server,

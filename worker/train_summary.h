@@ -16,6 +16,9 @@ struct TrainSummary {
   double test_accuracy = 0;    // in [0, 1]
   double wall_seconds = 0;     // from process start
   double time_to_first_step_seconds = 0;  // from process start
+  // Wall-clock time (Unix seconds) when the first step finished, so that a
+  // benchmark can measure from its own launch of the whole command.
+  double first_step_unix_seconds = 0;
   double final_loss = 0;
   double allreduce_seconds_per_step = 0;  // waiting for gradient sync
   int64_t resumed_from_step = -1;         // -1: started fresh

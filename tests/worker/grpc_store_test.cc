@@ -163,6 +163,30 @@ TEST_F(GrpcStoreTest, ScopesAreApart) {
   EXPECT_FALSE(other->check({"0/rank_0"}));
 }
 
+TEST(GrpcStoreTokenTest, TokenIsSentAndAWrongOneIsRefusedClearly) {
+  rendezvous::ServerOptions server_options;
+  server_options.token = "s3cret";
+  auto server = rendezvous::Server::Start(server_options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  StoreClientOptions options;
+  options.endpoint = (*server)->endpoint();
+  options.run_id = "token";
+  options.token = "s3cret";
+  auto good = c10::make_intrusive<GrpcStore>(options, milliseconds(5000));
+  good->set("k", Bytes("v"));
+  EXPECT_EQ(good->get("k"), Bytes("v"));
+  options.token = "wrong";
+  auto bad = c10::make_intrusive<GrpcStore>(options, milliseconds(5000));
+  try {
+    bad->get("k");
+    FAIL() << "a wrong token was accepted";
+  } catch (const c10::Error& e) {
+    std::string what = e.what_without_backtrace();
+    EXPECT_NE(what.find("UNAUTHENTICATED"), std::string::npos) << what;
+    EXPECT_NE(what.find("DDPRUN_TOKEN"), std::string::npos) << what;
+  }
+}
+
 TEST(GrpcStoreNoServerTest, UnreachableServerFailsBoundedAndSaysSo) {
   StoreClientOptions options;
   options.endpoint = "127.0.0.1:1";  // nothing listens on port 1
