@@ -465,6 +465,27 @@ TEST_F(JobTest, EndedJobIsReleasedAfterTheGracePeriod) {
   EXPECT_EQ(table_.num_jobs(), 0u);
 }
 
+TEST_F(JobTest, StatusShowsRestartsAndFailures) {
+  FormFirstRound();
+  Fail("b", 0, 1);
+  v1::JobStatus s = Status();
+  EXPECT_EQ(s.restart_count(), 1);
+  EXPECT_EQ(s.round(), 1);
+  EXPECT_EQ(s.state(), v1::JOB_STATE_JOINING);
+  ASSERT_EQ(s.failures_size(), 1);
+  EXPECT_EQ(s.failures(0).node_id(), "b");
+  EXPECT_EQ(s.failures(0).rank(), 1);
+  EXPECT_EQ(s.failures(0).exit_code(), 3);
+  EXPECT_GT(s.failures(0).time_unix_ms(), 0);
+  for (const auto& node : s.nodes()) {
+    EXPECT_EQ(node.state(), "rejoining") << node.node_id();
+    EXPECT_EQ(node.node_rank(), -1);
+  }
+  WaiterId a = Join("a");
+  EXPECT_FALSE(Answered(a));
+  EXPECT_EQ(Status().nodes(0).state(), "joining");
+}
+
 TEST_F(JobTest, StatusShowsNodesRanksAndAges) {
   FormFirstRound();
   Advance(absl::Milliseconds(200));
