@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "absl/strings/str_format.h"
@@ -35,7 +36,19 @@ Agent::Agent(const LaunchOptions& options, AgentContext context,
       client_(client),
       control_(control),
       events_(events),
-      clock_(clock) {}
+      clock_(clock) {
+  if (!context_.standby_argv.empty()) {
+    std::vector<std::string> env = context_.base_env;
+    // Set before the standby imports torch, which reads it once.
+    if (std::none_of(env.begin(), env.end(), [](const std::string& e) {
+          return e.rfind("OMP_NUM_THREADS=", 0) == 0;
+        })) {
+      env.push_back("OMP_NUM_THREADS=1");
+    }
+    standbys_ = std::make_unique<StandbyPool>(control_, context_.standby_argv,
+                                              std::move(env));
+  }
+}
 
 v1::JoinRequest Agent::MakeJoinRequest(int master_port) const {
   v1::JoinRequest request;
@@ -134,41 +147,62 @@ Agent::RoundEnd Agent::RunRound(const v1::Assignment& assignment) {
                  ec.message());
   }
   std::vector<std::string> error_files;
-  std::vector<ProgressChannel> progress;
-  std::vector<SpawnRequest> requests;
   for (int local_rank = 0; local_rank < n; ++local_rank) {
     std::string error_file =
         absl::StrFormat("%s/rank_%d.error.json", attempt_dir,
                         assignment.rank_offset() + local_rank);
     std::filesystem::remove(error_file, ec);  // only this attempt's errors
     error_files.push_back(error_file);
-    progress.emplace_back();
   }
-  for (int local_rank = 0; local_rank < n; ++local_rank) {
-    WorkerEnvSpec spec;
-    spec.run_id = options_.rdzv_id;
-    spec.role = options_.role;
-    spec.local_rank = local_rank;
-    spec.local_world_size = n;
-    spec.rank = assignment.rank_offset() + local_rank;
-    spec.world_size = assignment.world_size();
-    spec.group_rank = assignment.node_rank();
-    spec.group_world_size = assignment.num_nodes();
-    spec.master_addr = assignment.master_addr();
-    spec.master_port = assignment.master_port();
-    spec.restart_count = assignment.restart_count();
-    spec.max_restarts = assignment.max_restarts();
-    spec.round = assignment.round();
-    spec.error_file = error_files[local_rank];
-    spec.store_endpoint = context_.store_endpoint;
-    spec.local_addr = context_.local_addr;
-    spec.token_file = context_.token_file;
-    spec.progress_fd = progress[local_rank].write_fd();
-    SpawnRequest request;
-    request.argv = context_.worker_argv;
-    request.env = BuildWorkerEnv(spec, context_.base_env);
-    if (spec.progress_fd >= 0) request.inherit_fds = {spec.progress_fd};
-    requests.push_back(std::move(request));
+  // Prewarmed workers already hold their progress channels.
+  bool use_standbys = standbys_ != nullptr && standbys_->size() >= n;
+  std::vector<ProgressChannel> progress;
+  auto make_requests = [&](const std::vector<int>& progress_fds) {
+    std::vector<SpawnRequest> requests;
+    for (int local_rank = 0; local_rank < n; ++local_rank) {
+      WorkerEnvSpec spec;
+      spec.run_id = options_.rdzv_id;
+      spec.role = options_.role;
+      spec.local_rank = local_rank;
+      spec.local_world_size = n;
+      spec.rank = assignment.rank_offset() + local_rank;
+      spec.world_size = assignment.world_size();
+      spec.group_rank = assignment.node_rank();
+      spec.group_world_size = assignment.num_nodes();
+      spec.master_addr = assignment.master_addr();
+      spec.master_port = assignment.master_port();
+      spec.restart_count = assignment.restart_count();
+      spec.max_restarts = assignment.max_restarts();
+      spec.round = assignment.round();
+      spec.error_file = error_files[local_rank];
+      spec.store_endpoint = context_.store_endpoint;
+      spec.local_addr = context_.local_addr;
+      spec.token_file = context_.token_file;
+      spec.progress_fd = progress_fds[local_rank];
+      SpawnRequest request;
+      request.argv = context_.worker_argv;
+      request.env = BuildWorkerEnv(spec, context_.base_env);
+      if (spec.progress_fd >= 0) request.inherit_fds = {spec.progress_fd};
+      requests.push_back(std::move(request));
+    }
+    return requests;
+  };
+  auto fresh_requests = [&] {
+    progress.clear();
+    std::vector<int> fds;
+    for (int local_rank = 0; local_rank < n; ++local_rank) {
+      progress.emplace_back();
+      fds.push_back(progress.back().write_fd());
+    }
+    return make_requests(fds);
+  };
+  std::vector<SpawnRequest> requests;
+  if (use_standbys) {
+    std::vector<int> fds;
+    for (int i = 0; i < n; ++i) fds.push_back(standbys_->progress_fd(i));
+    requests = make_requests(fds);
+  } else {
+    requests = fresh_requests();
   }
 
   WorkerOutputOptions output_options;
@@ -193,7 +227,26 @@ Agent::RoundEnd Agent::RunRound(const v1::Assignment& assignment) {
 
   events_.TakeRejoin();  // a previous round's news is not this round's
   WorkerGroup group(control_, clock_);
-  absl::Status started = group.Start(requests, options_.shutdown_grace);
+  absl::Status started;
+  if (use_standbys) {
+    std::vector<std::vector<std::string>> envs;
+    for (const SpawnRequest& r : requests) envs.push_back(r.env);
+    absl::StatusOr<std::vector<pid_t>> pids =
+        standbys_->Activate(envs, progress);
+    if (pids.ok()) {
+      group.Adopt(*pids);
+    } else {
+      spdlog::warn("{}; starting workers afresh",
+                   std::string(pids.status().message()));
+      use_standbys = false;
+      requests = fresh_requests();
+      for (int local_rank = 0; local_rank < n; ++local_rank) {
+        requests[local_rank].stdout_fd = (*output)->stdout_fd(local_rank);
+        requests[local_rank].stderr_fd = (*output)->stderr_fd(local_rank);
+      }
+    }
+  }
+  if (!use_standbys) started = group.Start(requests, options_.shutdown_grace);
   for (ProgressChannel& channel : progress) channel.CloseWriteEnd();
   (*output)->StartCopying();
   if (!started.ok()) {
@@ -201,7 +254,11 @@ Agent::RoundEnd Agent::RunRound(const v1::Assignment& assignment) {
     ReportFailures(assignment, {}, error_files, std::string(started.message()));
     return RoundEnd::kRejoin;
   }
-  spdlog::info("started {} workers: {}", n, context_.worker_argv[0]);
+  spdlog::info("{} {} workers: {}",
+               use_standbys ? "activated prewarmed" : "started", n,
+               context_.worker_argv[0]);
+  // The next round's workers start now, while this round trains.
+  if (standbys_ != nullptr) standbys_->Fill(n);
   RoundEnd end = Supervise(assignment, group, progress, error_files);
   // The workers are gone; what they wrote last still reaches the console and
   // the files (bounded: a worker's own children may hold a pipe open).

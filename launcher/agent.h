@@ -12,6 +12,7 @@
 #include "launcher/process_control.h"
 #include "launcher/progress_channel.h"
 #include "launcher/rendezvous_client.h"
+#include "launcher/standby_pool.h"
 #include "launcher/supervisor_policy.h"
 #include "launcher/worker_group.h"
 
@@ -26,6 +27,8 @@ struct AgentContext {
   std::string scratch_dir;  // per-attempt error files when no --log-dir
   std::vector<std::string> worker_argv;
   std::vector<std::string> base_env;  // the agent's environment
+  // --prewarm: the command of a standby worker; empty: no prewarming.
+  std::vector<std::string> standby_argv;
 };
 
 // The node agent: joins a round, runs the local workers of the round,
@@ -68,6 +71,7 @@ class Agent {
   ProcessControl& control_;
   AgentEvents& events_;
   const common::Clock& clock_;
+  std::unique_ptr<StandbyPool> standbys_;  // null without --prewarm
 };
 
 }  // namespace ddprun::launcher

@@ -203,6 +203,9 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc,
   AddFlag(app, "--no-python", &o.no_python,
           "run the program directly, not under python");
   AddFlag(app, "-m,--module", &o.run_module, "run the program as python -m");
+  AddFlag(app, "--prewarm", &o.prewarm,
+          "Python programs: start the next round's workers ahead, up to "
+          "'import torch', so that restarts are quick");
   AddString(app, "--master-addr", &o.master_addr,
             "accepted; the rendezvous decides");
   AddString(app, "--master-port", &raw.master_port,
@@ -322,6 +325,24 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc,
         "--log-level: '%s' is unknown; write one of trace, debug, info, warn, "
         "error, off",
         o.log_level));
+  }
+  if (o.prewarm) {
+    bool python =
+        !o.no_python && (o.run_module || absl::EndsWith(o.program[0], ".py"));
+    if (!python) {
+      return Usage(
+          "--prewarm works for Python programs (a .py file or -m); drop it "
+          "for other programs");
+    }
+    bool plain_output = o.redirects.all == 0 && o.tee.all == 0 &&
+                        o.redirects.by_local_rank.empty() &&
+                        o.tee.by_local_rank.empty() &&
+                        o.local_ranks_filter.empty();
+    if (!plain_output) {
+      return Usage(
+          "--prewarm cannot be combined with --redirects, --tee or "
+          "--local-ranks-filter yet; drop one of them");
+    }
   }
   if (o.standalone) {
     o.min_nodes = 1;

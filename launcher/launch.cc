@@ -117,6 +117,10 @@ int RunLaunch(const LaunchOptions& options) {
   context.worker_argv =
       BuildProgramArgv(options, python_exec != nullptr ? python_exec : "");
   context.base_env = CurrentEnvironment();
+  if (options.prewarm) {
+    context.standby_argv =
+        BuildStandbyArgv(options, python_exec != nullptr ? python_exec : "");
+  }
   // A missing program is found here, before this node joins and makes the
   // others wait for it.
   if (absl::StatusOr<std::string> program =

@@ -70,6 +70,9 @@ struct LaunchOptions {
   std::string role = "default";
   bool no_python = false;
   bool run_module = false;  // -m: `python -m program`
+  // Start the next round's Python workers ahead of time, up to their
+  // imports, so that a restart skips interpreter and torch start-up.
+  bool prewarm = false;
   std::string master_addr;  // accepted; the rendezvous decides
   int master_port = 0;      // accepted; the rendezvous decides
   std::string local_addr;   // empty: derived from the endpoint

@@ -1,16 +1,31 @@
 #include "launcher/program_command.h"
 
 #include "absl/strings/match.h"
+#include "launcher/python_standby.h"
 
 namespace ddprun::launcher {
+
+bool RunsUnderPython(const LaunchOptions& options) {
+  const std::vector<std::string>& program = options.program;
+  return !options.no_python &&
+         (options.run_module ||
+          (!program.empty() && absl::EndsWith(program[0], ".py")));
+}
+
+std::vector<std::string> BuildStandbyArgv(const LaunchOptions& options,
+                                          const std::string& python_exec) {
+  std::vector<std::string> argv = {
+      python_exec.empty() ? std::string("python3") : python_exec, "-u", "-c",
+      kPythonStandbyShim};
+  if (options.run_module) argv.push_back("-m");
+  argv.insert(argv.end(), options.program.begin(), options.program.end());
+  return argv;
+}
 
 std::vector<std::string> BuildProgramArgv(const LaunchOptions& options,
                                           const std::string& python_exec) {
   const std::vector<std::string>& program = options.program;
-  bool python = !options.no_python &&
-                (options.run_module ||
-                 (!program.empty() && absl::EndsWith(program[0], ".py")));
-  if (!python) return program;
+  if (!RunsUnderPython(options)) return program;
   std::vector<std::string> argv = {
       python_exec.empty() ? std::string("python3") : python_exec, "-u"};
   if (options.run_module) argv.push_back("-m");

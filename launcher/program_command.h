@@ -14,4 +14,13 @@ namespace ddprun::launcher {
 std::vector<std::string> BuildProgramArgv(const LaunchOptions& options,
                                           const std::string& python_exec);
 
+// Whether BuildProgramArgv runs the program under Python.
+bool RunsUnderPython(const LaunchOptions& options);
+
+// The command of a prewarmed Python worker (--prewarm): the interpreter
+// running the standby shim, then the program as BuildProgramArgv would pass
+// it.
+std::vector<std::string> BuildStandbyArgv(const LaunchOptions& options,
+                                          const std::string& python_exec);
+
 }  // namespace ddprun::launcher

@@ -15,6 +15,7 @@ ProgressChannel::ProgressChannel() {
   if (pipe2(fds, O_CLOEXEC) == 0) {
     read_fd_ = fds[0];
     write_fd_ = fds[1];
+    child_fd_ = fds[1];
     fcntl(read_fd_, F_SETFL, fcntl(read_fd_, F_GETFL) | O_NONBLOCK);
   }
 }
@@ -23,13 +24,15 @@ ProgressChannel::~ProgressChannel() { Close(); }
 
 ProgressChannel::ProgressChannel(ProgressChannel&& other) noexcept
     : read_fd_(std::exchange(other.read_fd_, -1)),
-      write_fd_(std::exchange(other.write_fd_, -1)) {}
+      write_fd_(std::exchange(other.write_fd_, -1)),
+      child_fd_(std::exchange(other.child_fd_, -1)) {}
 
 ProgressChannel& ProgressChannel::operator=(ProgressChannel&& other) noexcept {
   if (this != &other) {
     Close();
     read_fd_ = std::exchange(other.read_fd_, -1);
     write_fd_ = std::exchange(other.write_fd_, -1);
+    child_fd_ = std::exchange(other.child_fd_, -1);
   }
   return *this;
 }

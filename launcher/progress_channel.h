@@ -17,6 +17,9 @@ class ProgressChannel {
 
   // -1 when the pipe could not be made (the worker then gets no channel).
   int write_fd() const { return write_fd_; }
+  // The write end's number in the worker (still valid there after
+  // CloseWriteEnd); -1 when there is no channel.
+  int child_fd() const { return child_fd_; }
   // After the worker is spawned: the worker holds the only write end.
   void CloseWriteEnd();
   // Reads what is there; true when anything was.
@@ -27,6 +30,7 @@ class ProgressChannel {
 
   int read_fd_ = -1;
   int write_fd_ = -1;
+  int child_fd_ = -1;
 };
 
 }  // namespace ddprun::launcher

@@ -25,6 +25,11 @@ absl::Status WorkerGroup::Start(const std::vector<SpawnRequest>& requests,
   return absl::OkStatus();
 }
 
+void WorkerGroup::Adopt(const std::vector<pid_t>& pids) {
+  workers_.clear();
+  for (pid_t pid : pids) workers_.push_back({pid, false});
+}
+
 std::vector<std::pair<int, ExitStatus>> WorkerGroup::Reap() {
   std::vector<std::pair<int, ExitStatus>> exits;
   while (std::optional<std::pair<pid_t, ExitStatus>> reaped =

@@ -29,6 +29,10 @@ class WorkerGroup {
   absl::Status Start(const std::vector<SpawnRequest>& requests,
                      absl::Duration grace);
 
+  // Takes processes started elsewhere (prewarmed workers, already in their
+  // own process groups) as the workers, local rank = index.
+  void Adopt(const std::vector<pid_t>& pids);
+
   // Reaps what ended since the last call: (local rank, how it ended).
   // Reaped children that are not workers (grandchildren) are dropped.
   std::vector<std::pair<int, ExitStatus>> Reap();

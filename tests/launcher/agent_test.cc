@@ -701,5 +701,53 @@ TEST(AgentTokenTest, TheTokenFileAuthenticatesTheAgentAndReachesWorkers) {
   EXPECT_EQ(ReadEnv(dir.File("rank_0.env.json"))["DDPRUN_TOKEN_FILE"], good);
 }
 
+// --prewarm: the restarted workers were started ahead (torch imported)
+// and still see exactly their round's environment.
+TEST(AgentTest, PrewarmedPythonWorkersGetTheirRoundsEnvironment) {
+  const char* python = std::getenv("DDPRUN_TEST_PYTHON");
+  std::string python_exec = python != nullptr ? python : "/usr/bin/python3";
+  TempDir dir;
+  RunResult r = RunCommand(
+      Concat(Standalone(2), {"--prewarm", "--max-restarts", "1",
+                             SourcePath("tests/launcher/prewarm_check.py"),
+                             dir.path(), "extra-arg"}),
+      absl::Seconds(120), {{"PYTHON_EXEC", python_exec}});
+  ASSERT_FALSE(r.timed_out);
+  ASSERT_TRUE(r.exit.ok()) << r.exit.ToString() << "\n" << r.err;
+  EXPECT_THAT(r.err, HasSubstr("activated prewarmed 2 workers"));
+  for (int rank = 0; rank < 2; ++rank) {
+    SCOPED_TRACE(absl::StrCat("rank ", rank));
+    google::protobuf::Struct record;
+    std::string text = ReadFileOrEmpty(
+        dir.File(absl::StrCat("rank_", rank, "_restart_1.json")));
+    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(text, &record).ok())
+        << "'" << text << "'";
+    const auto& f = record.fields();
+    EXPECT_TRUE(f.at("torch_preloaded").bool_value());
+    EXPECT_EQ(f.at("name").string_value(), "__main__");
+    EXPECT_EQ(f.at("allreduce").number_value(), 2.0);
+    const auto& argv = f.at("argv").list_value();
+    ASSERT_EQ(argv.values_size(), 3);
+    EXPECT_EQ(argv.values(0).string_value(),
+              SourcePath("tests/launcher/prewarm_check.py"));
+    EXPECT_EQ(argv.values(2).string_value(), "extra-arg");
+    const auto& env = f.at("env").struct_value().fields();
+    EXPECT_EQ(env.at("RANK").string_value(), std::to_string(rank));
+    EXPECT_EQ(env.at("TORCHELASTIC_RESTART_COUNT").string_value(), "1");
+    EXPECT_EQ(env.at("WORLD_SIZE").string_value(), "2");
+    EXPECT_EQ(env.count("DDPRUN_STANDBY_FD"), 0u);
+    EXPECT_EQ(env.at("OMP_NUM_THREADS").string_value(), "1");
+  }
+}
+
+TEST(AgentTest, PrewarmIsRefusedForNonPythonPrograms) {
+  RunResult r =
+      RunCommand({Ddprun(), "--standalone", "--prewarm", FaultWorker()},
+                 absl::Seconds(10));
+  EXPECT_EQ(r.exit.exit_code, 2);
+  EXPECT_EQ(CountLinesWith(r.err, "--prewarm works for Python programs"), 1)
+      << r.err;
+}
+
 }  // namespace
 }  // namespace ddprun::testing

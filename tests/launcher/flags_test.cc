@@ -126,6 +126,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{{"--standalone", "--no-python", "-m", "p"}, "--no-python"},
         BadInput{{"--standalone", "--log-level", "loud", "p"}, "--log-level"},
         BadInput{{"--standalone", "--nnodes"}, "--nnodes"},
+        BadInput{{"--standalone", "--prewarm", "--tee", "3", "x.py"},
+                 "--prewarm cannot be combined"},
         BadInput{{"status"}, "--rdzv-endpoint"}));
 
 }  // namespace
