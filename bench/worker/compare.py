@@ -1,0 +1,118 @@
+"""ddprun + ddprun-mnist against torchrun + Python DDP (mnist_ddp.py), the
+same job on this machine: full MNIST, 1 epoch, Gloo, batch 32 per rank,
+world sizes 1, 2, 4. Runs are interleaved (ddprun, torchrun, ddprun, ...)
+so that load from elsewhere hits both alike; figures are medians.
+
+Per run: samples/s (training only, from the worker's summary), launch to
+first step (from starting the command to the end of rank 0's first step),
+wall time of the whole command (one full epoch incl. start-up and test),
+test accuracy. Also the cost of DDP itself: ddprun's samples/s at 2 ranks
+against 1, and the time per step spent in gradient allreduce.
+
+  /usr/bin/python3 bench/worker/compare.py [--runs 3] [--worlds 1,2,4]
+  (bench/worker/run.sh builds what is needed and calls this)
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def one_run(command, summary, env, timeout):
+    start = time.time()
+    result = subprocess.run(command, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, timeout=timeout, text=True)
+    wall = time.time() - start
+    if result.returncode != 0:
+        sys.exit(f"failed ({result.returncode}): {' '.join(command)}\n{result.stdout[-3000:]}")
+    with open(summary) as f:
+        s = json.load(f)
+    s["command_wall_seconds"] = wall
+    s["launch_to_first_step_seconds"] = s["first_step_unix_seconds"] - start
+    return s
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--worlds", default="1,2,4")
+    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--python", default="/usr/bin/python3")
+    parser.add_argument("--data-dir", default=os.path.join(ROOT, "data", "mnist"))
+    parser.add_argument("--timeout", type=float, default=600)
+    args = parser.parse_args()
+    build = os.environ.get("DDPRUN_BUILD_DIR", os.path.join(ROOT, "build"))
+    ddprun = os.path.join(build, "launcher", "ddprun")
+    mnist = os.path.join(build, "worker", "ddprun-mnist")
+    for path in (ddprun, mnist):
+        if not os.access(path, os.X_OK):
+            sys.exit(f"{path} is not built; run bench/worker/run.sh or set DDPRUN_BUILD_DIR")
+    worlds = [int(w) for w in args.worlds.split(",")]
+    env = dict(os.environ)
+    env.pop("OMP_NUM_THREADS", None)  # both launchers set 1 per worker
+    out = tempfile.mkdtemp(prefix="bench-worker-")
+    common = ["--epochs", str(args.epochs), "--data-dir", args.data_dir]
+
+    def commands(world, summary):
+        return {
+            "ddprun": [ddprun, "--standalone", "--nproc-per-node", str(world), mnist,
+                       *common, "--save", "", "--no-progress", "--summary-json", summary],
+            "torchrun": [args.python, "-m", "torch.distributed.run", "--standalone",
+                         "--nproc_per_node", str(world),
+                         # Debian's torchrun 1.13 crashes under Python 3.11
+                         # without explicit redirects.
+                         "--redirects", "1", "--tee", "1",
+                         os.path.join(ROOT, "bench", "worker", "mnist_ddp.py"),
+                         *common, "--summary-json", summary],
+        }
+
+    results = {(name, w): [] for w in worlds for name in ("ddprun", "torchrun")}
+    for i in range(args.runs):
+        for world in worlds:
+            order = ["ddprun", "torchrun"] if i % 2 == 0 else ["torchrun", "ddprun"]
+            for name in order:
+                summary = os.path.join(out, f"{name}-{world}-{i}.json")
+                s = one_run(commands(world, summary)[name], summary, env, args.timeout)
+                results[(name, world)].append(s)
+                print(f"run {i + 1}/{args.runs} world {world} {name:8s}: "
+                      f"{s['samples_per_sec']:8.0f} samples/s, first step "
+                      f"{s['launch_to_first_step_seconds']:.2f} s, wall "
+                      f"{s['command_wall_seconds']:.2f} s, accuracy "
+                      f"{100 * s['test_accuracy']:.2f}%", flush=True)
+
+    def med(name, world, key):
+        return statistics.median(r[key] for r in results[(name, world)])
+
+    print()
+    print(f"MNIST MLP, {args.epochs} epoch(s), Gloo, batch 32/rank, {os.cpu_count()} cores, "
+          f"median of {args.runs} interleaved runs")
+    print("| world | samples/s ddprun | samples/s torchrun | ratio | launch->1st step ddprun "
+          "| torchrun | epoch wall ddprun | torchrun | accuracy ddprun | torchrun |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for w in worlds:
+        d, t = med("ddprun", w, "samples_per_sec"), med("torchrun", w, "samples_per_sec")
+        print(f"| {w} | {d:.0f} | {t:.0f} | {d / t:.2f}x "
+              f"| {med('ddprun', w, 'launch_to_first_step_seconds'):.2f} s "
+              f"| {med('torchrun', w, 'launch_to_first_step_seconds'):.2f} s "
+              f"| {med('ddprun', w, 'command_wall_seconds'):.2f} s "
+              f"| {med('torchrun', w, 'command_wall_seconds'):.2f} s "
+              f"| {100 * med('ddprun', w, 'test_accuracy'):.2f}% "
+              f"| {100 * med('torchrun', w, 'test_accuracy'):.2f}% |")
+    if 1 in worlds and 2 in worlds:
+        one, two = med("ddprun", 1, "samples_per_sec"), med("ddprun", 2, "samples_per_sec")
+        print(f"cost of DDP (ddprun): 2 ranks give {two / one:.2f}x the samples/s of 1; "
+              f"gradient allreduce {1000 * med('ddprun', 2, 'allreduce_seconds_per_step'):.3f} "
+              f"ms per step at 2 ranks")
+    with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump({f"{k[0]}-{k[1]}": v for k, v in results.items()}, f)
+    print(f"raw summaries: {out}")
+
+
+if __name__ == "__main__":
+    main()
