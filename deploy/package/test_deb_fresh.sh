@@ -29,7 +29,10 @@ deb=$(ls "$work"/debs/ddprun_*.deb)
 echo "bootstrapping bookworm (minbase) from $mirror ..." >&2
 debootstrap --variant=minbase bookworm "$chroot_dir" "$mirror" >"$work/debootstrap.log" 2>&1 ||
   { tail -n 20 "$work/debootstrap.log" >&2; fail "debootstrap"; }
-cp /etc/apt/sources.list.d/debian.sources "$chroot_dir/etc/apt/sources.list.d/" 2>/dev/null || true
+# The host's apt sources (with security updates) replace debootstrap's list.
+if cp /etc/apt/sources.list.d/debian.sources "$chroot_dir/etc/apt/sources.list.d/" 2>/dev/null; then
+  rm -f "$chroot_dir/etc/apt/sources.list"
+fi
 cp /etc/resolv.conf "$chroot_dir/etc/resolv.conf"
 mount -t proc proc "$chroot_dir/proc"
 cp "$deb" "$chroot_dir/tmp/"
