@@ -17,6 +17,7 @@ struct Limits {
   int64_t max_key_bytes = 4096;
   int64_t max_value_bytes = 1 << 20;    // a store value
   int64_t max_keys_per_scope = 100000;
+  int64_t max_scopes = 100000;           // store scopes, all jobs together
   int64_t max_keys_per_request = 10000;  // Check, Wait
   int64_t max_id_bytes = 512;            // run_id, node_id, address
   int64_t max_nodes_per_job = 100000;

@@ -21,8 +21,9 @@ std::string Printable(const std::string& value) {
 
 }  // namespace
 
-StoreState::StoreState(const common::Clock* clock, int64_t max_keys)
-    : clock_(clock), max_keys_(max_keys) {}
+StoreState::StoreState(const common::Clock* clock, int64_t max_keys,
+                       int64_t max_scopes)
+    : clock_(clock), max_keys_(max_keys), max_scopes_(max_scopes) {}
 
 absl::Status StoreState::Room(const Scope& s, const v1::StoreScope& scope,
                               const std::string& key) const {
@@ -36,8 +37,20 @@ absl::Status StoreState::Room(const Scope& s, const v1::StoreScope& scope,
       scope.run_id(), scope.round(), s.values.size()));
 }
 
-StoreState::Scope& StoreState::ScopeFor(const v1::StoreScope& scope) {
-  return scopes_[scope.run_id()][scope.round()];
+absl::StatusOr<StoreState::Scope*> StoreState::ScopeFor(
+    const v1::StoreScope& scope) {
+  auto& rounds = scopes_[scope.run_id()];
+  auto it = rounds.find(scope.round());
+  if (it != rounds.end()) return &it->second;
+  if (num_scopes_ >= max_scopes_) {
+    if (rounds.empty()) scopes_.erase(scope.run_id());
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "the store already holds %d scopes, the limit max_scopes; scope "
+        "(%s, round %d) cannot be opened until jobs end",
+        num_scopes_, scope.run_id(), scope.round()));
+  }
+  ++num_scopes_;
+  return &rounds[scope.round()];
 }
 
 const StoreState::Scope* StoreState::FindScope(
@@ -94,7 +107,9 @@ absl::Status StoreState::Set(const v1::StoreScope& scope,
                              const std::string& key, std::string value,
                              std::vector<StoreCompletion>* done) {
   absl::MutexLock lock(&mu_);
-  Scope& s = ScopeFor(scope);
+  absl::StatusOr<Scope*> found = ScopeFor(scope);
+  if (!found.ok()) return found.status();
+  Scope& s = **found;
   if (absl::Status room = Room(s, scope, key); !room.ok()) return room;
   Put(s, key, std::move(value), done);
   return absl::OkStatus();
@@ -104,7 +119,12 @@ void StoreState::Get(const v1::StoreScope& scope, const std::string& key,
                      absl::Duration timeout, WaiterId waiter,
                      std::vector<StoreCompletion>* done) {
   absl::MutexLock lock(&mu_);
-  Scope& s = ScopeFor(scope);
+  absl::StatusOr<Scope*> found = ScopeFor(scope);
+  if (!found.ok()) {
+    done->push_back({waiter, found.status()});
+    return;
+  }
+  Scope& s = **found;
   auto it = s.values.find(key);
   if (it != s.values.end()) {
     done->push_back({waiter, it->second});
@@ -117,7 +137,9 @@ absl::StatusOr<int64_t> StoreState::Add(const v1::StoreScope& scope,
                                         const std::string& key, int64_t delta,
                                         std::vector<StoreCompletion>* done) {
   absl::MutexLock lock(&mu_);
-  Scope& s = ScopeFor(scope);
+  absl::StatusOr<Scope*> found = ScopeFor(scope);
+  if (!found.ok()) return found.status();
+  Scope& s = **found;
   int64_t current = 0;
   if (auto it = s.values.find(key); it != s.values.end()) {
     if (!absl::SimpleAtoi(it->second, &current)) {
@@ -144,7 +166,9 @@ absl::StatusOr<std::string> StoreState::CompareSet(
     const std::string& expected, std::string desired,
     std::vector<StoreCompletion>* done) {
   absl::MutexLock lock(&mu_);
-  Scope& s = ScopeFor(scope);
+  absl::StatusOr<Scope*> found = ScopeFor(scope);
+  if (!found.ok()) return found.status();
+  Scope& s = **found;
   auto it = s.values.find(key);
   if (it == s.values.end()) {
     if (!expected.empty()) return expected;
@@ -172,7 +196,12 @@ void StoreState::Wait(const v1::StoreScope& scope,
                       absl::Duration timeout, WaiterId waiter,
                       std::vector<StoreCompletion>* done) {
   absl::MutexLock lock(&mu_);
-  Scope& s = ScopeFor(scope);
+  absl::StatusOr<Scope*> found = ScopeFor(scope);
+  if (!found.ok()) {
+    done->push_back({waiter, found.status()});
+    return;
+  }
+  Scope& s = **found;
   std::vector<std::string> missing;
   absl::flat_hash_set<std::string> seen;
   for (const std::string& key : keys) {
@@ -253,6 +282,7 @@ void StoreState::ReleaseRoundsBefore(const std::string& run_id,
       }
     }
     it = rounds.erase(it);
+    --num_scopes_;
   }
   if (rounds.empty()) scopes_.erase(run);
 }
@@ -267,9 +297,7 @@ void StoreState::CancelAll(const absl::Status& status,
 
 size_t StoreState::num_scopes() const {
   absl::MutexLock lock(&mu_);
-  size_t n = 0;
-  for (const auto& [run, rounds] : scopes_) n += rounds.size();
-  return n;
+  return static_cast<size_t>(num_scopes_);
 }
 
 size_t StoreState::num_waiters() const {

@@ -36,9 +36,12 @@ struct StoreCompletion {
 class StoreState {
  public:
   // `clock` must outlive the store.
-  // A scope holds at most max_keys keys; writing a new key beyond that is
-  // refused RESOURCE_EXHAUSTED.
-  StoreState(const common::Clock* clock, int64_t max_keys);
+  // A scope holds at most max_keys keys and the store at most max_scopes
+  // scopes; writing a new key or opening a new scope beyond that is refused
+  // RESOURCE_EXHAUSTED. A job's scopes go when its rounds end; free-standing
+  // scopes (run_id naming no job) stay until the server stops.
+  StoreState(const common::Clock* clock, int64_t max_keys,
+             int64_t max_scopes = 100000);
 
   absl::Status Set(const v1::StoreScope& scope, const std::string& key,
                    std::string value, std::vector<StoreCompletion>* done);
@@ -98,7 +101,9 @@ class StoreState {
     absl::Time deadline;
   };
 
-  Scope& ScopeFor(const v1::StoreScope& scope)
+  // The scope, created when missing; RESOURCE_EXHAUSTED when the store
+  // already holds max_scopes.
+  absl::StatusOr<Scope*> ScopeFor(const v1::StoreScope& scope)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   const Scope* FindScope(const v1::StoreScope& scope) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
@@ -118,6 +123,8 @@ class StoreState {
 
   const common::Clock* const clock_;
   const int64_t max_keys_;
+  const int64_t max_scopes_;
+  int64_t num_scopes_ ABSL_GUARDED_BY(mu_) = 0;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::map<int64_t, Scope>> scopes_
       ABSL_GUARDED_BY(mu_);

@@ -33,6 +33,7 @@ class HostileTest : public ::testing::Test {
     options.limits.max_keys_per_scope = 20;
     options.limits.max_jobs = 3;
     options.limits.max_nodes_per_job = 4;
+    options.limits.max_scopes = 30;
     auto server = Server::Start(options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
@@ -170,6 +171,27 @@ TEST_F(HostileTest, ScopeKeyCountIsBounded) {
   v1::AddResponse added;
   EXPECT_EQ(store_->Add(Context().get(), add, &added).error_code(),
             grpc::StatusCode::RESOURCE_EXHAUSTED);
+}
+
+TEST_F(HostileTest, ScopeCountIsBounded) {
+  ExpectBystanderServed();  // its scope exists before the flood
+  int opened = 0;
+  grpc::Status refused;
+  for (int i = 0; i < 100 && refused.ok(); ++i) {
+    refused = Set(absl::StrCat("flood-", i), "k", "v");
+    opened += refused.ok();
+  }
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(refused.error_message().find("max_scopes"), std::string::npos);
+  EXPECT_EQ(opened, 29);
+  v1::GetRequest get;
+  get.mutable_scope()->set_run_id("flood-new");
+  get.set_key("k");
+  get.set_timeout_ms(5000);
+  v1::GetResponse got;
+  EXPECT_EQ(store_->Get(Context().get(), get, &got).error_code(),
+            grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << "a parked Get cannot open a scope either";
 }
 
 TEST_F(HostileTest, BadJoinsAreRefused) {
