@@ -1,0 +1,198 @@
+"""Runs the systemd units' ExecStart lines as systemd would start them, with
+the real programs: Environment=/EnvironmentFile= applied, $VAR split into
+words and ${VAR} kept as one, %d/%i/%S replaced, the token (and TLS files)
+in a credentials directory. No systemd is needed: this checks what
+`systemd-analyze verify` cannot, that the command lines work.
+  1. ddprun-rendezvous.service (+ tls.conf) serves, requires the token, and
+     stops cleanly on SIGTERM;
+  2. ddprun-agent@JOB.service runs a job's program through that rendezvous
+     from PET_* variables and DDPRUN_PROGRAM in the job's environment file."""
+
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+
+from deploy_lint import Checker
+
+c = Checker("systemd_exec")
+ddprun, rendezvous = c.binaries["ddprun"], c.binaries["ddprun-rendezvous"]
+assert ddprun and rendezvous, "needs --ddprun and --ddprun-rendezvous"
+work = tempfile.mkdtemp()
+bindir = os.path.join(work, "bin")
+os.makedirs(bindir)
+os.symlink(os.path.abspath(ddprun), os.path.join(bindir, "ddprun"))
+os.symlink(os.path.abspath(rendezvous), os.path.join(bindir, "ddprun-rendezvous"))
+processes = []
+
+
+def unit_lines(*paths):
+    """(key, value) pairs of the [Service] sections, in order."""
+    pairs = []
+    for path in paths:
+        section = None
+        with open(path) as f:
+            for raw in f:
+                line = raw.strip()
+                if not line or line.startswith("#"):
+                    continue
+                if line.startswith("["):
+                    section = line
+                elif section == "[Service]":
+                    key, _, value = line.partition("=")
+                    pairs.append((key, value))
+    return pairs
+
+
+def service_command(paths, env_file_text, specifiers, creds):
+    """The argv and environment systemd would give ExecStart."""
+    env = {"CREDENTIALS_DIRECTORY": creds}
+    exec_start = None
+    for key, value in unit_lines(*paths):
+        value = value.replace("@DDPRUN_BINDIR@", bindir)
+        for spec, text in specifiers.items():
+            value = value.replace(spec, text)
+        if key == "Environment":
+            for word in shlex.split(value):
+                name, _, val = word.partition("=")
+                env[name] = val
+        elif key == "EnvironmentFile":
+            for line in env_file_text.splitlines():
+                name, _, val = line.partition("=")
+                env[name] = val
+        elif key == "ExecStart":
+            exec_start = value
+    argv = []
+    for word in shlex.split(exec_start):
+        whole = re.fullmatch(r"\$([A-Za-z_][A-Za-z0-9_]*)", word)
+        if whole:  # $VAR: split into words; empty: no word at all
+            argv += env.get(whole.group(1), "").split()
+        else:      # ${VAR}: substituted inside one word
+            argv.append(re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}",
+                               lambda m: env.get(m.group(1), ""), word))
+    return argv, env
+
+
+def start(argv, env, stdout_path):
+    out = open(stdout_path, "w")
+    p = subprocess.Popen(argv, env={**os.environ, **env}, stdout=out,
+                         stderr=subprocess.STDOUT, start_new_session=True)
+    processes.append(p)
+    return p
+
+
+def wait_for_line(path, prefix, timeout):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        with open(path) as f:
+            for line in f:
+                if line.startswith(prefix):
+                    return line[len(prefix):].strip()
+        time.sleep(0.05)
+    return None
+
+
+def status_ok(endpoint, token_file, extra=()):
+    run = subprocess.run([ddprun, "status", "--rdzv-endpoint", endpoint,
+                          "--token-file", token_file, "--timeout", "5", *extra],
+                         capture_output=True, text=True, timeout=30)
+    return run.returncode == 0, run.stdout + run.stderr
+
+
+try:
+    units = c.path("deploy", "systemd")
+    creds = os.path.join(work, "credentials")
+    os.makedirs(creds)
+    token = os.path.join(creds, "token")
+    with open(token, "w") as f:
+        f.write("a-shared-token\n")
+    # /etc/default/ddprun-rendezvous: loopback and a port the kernel picks.
+    default = "DDPRUN_RDZV_HOST=127.0.0.1\nDDPRUN_RDZV_PORT=0\n"
+
+    # 1a. plaintext + token.
+    argv, env = service_command([os.path.join(units, "ddprun-rendezvous.service.in")],
+                                default, {"%d": creds}, creds)
+    server = start(argv, env, os.path.join(work, "rdzv.out"))
+    endpoint = wait_for_line(os.path.join(work, "rdzv.out"),
+                             "ddprun-rendezvous listening on ", 30)
+    if c.check(endpoint is not None, f"rendezvous unit did not start: {argv}"):
+        ok, out = status_ok(endpoint, token)
+        c.check(ok, f"status with the unit's token failed: {out}")
+        wrong = os.path.join(work, "wrong-token")
+        with open(wrong, "w") as f:
+            f.write("another\n")
+        ok, out = status_ok(endpoint, wrong)
+        c.check(not ok and "token" in out, "the unit's server admitted a wrong token")
+
+    # 2. the agent template, instance "job1", through that server.
+    if endpoint:
+        state = os.path.join(work, "state")
+        os.makedirs(os.path.join(state, "ddprun", "job1"))
+        worker = os.path.join(work, "worker.sh")
+        with open(worker, "w") as f:
+            f.write('#!/bin/sh\necho "worker rank=$RANK world=$WORLD_SIZE '
+                    'run=$TORCHELASTIC_RUN_ID arg=$1"\n')
+        os.chmod(worker, 0o755)
+        job_env = (f"PET_NNODES=1\nPET_NPROC_PER_NODE=2\n"
+                   f"PET_RDZV_ENDPOINT={endpoint}\nPET_RDZV_ID=job1\n"
+                   f"PET_MAX_RESTARTS=0\nDDPRUN_PROGRAM={worker} first-arg\n")
+        argv, env = service_command(
+            [os.path.join(units, "ddprun-agent@.service.in")], job_env,
+            {"%i": "job1", "%S": state, "%d": creds}, creds)
+        agent = start(argv, env, os.path.join(work, "agent.out"))
+        try:
+            code = agent.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            code = None
+        with open(os.path.join(work, "agent.out")) as f:
+            agent_out = f.read()
+        c.check(code == 0, f"agent unit exited {code}: {argv}\n{agent_out}")
+        for rank in (0, 1):
+            c.check(f"worker rank={rank} world=2 run=job1 arg=first-arg" in agent_out,
+                    f"agent unit: no worker rank {rank} with the program's argument\n{agent_out}")
+
+    # 1c. SIGTERM stops the server cleanly (Restart=on-failure restarts
+    # only real failures).
+    server.send_signal(signal.SIGTERM)
+    try:
+        code = server.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        code = None
+    c.check(code == 0, f"rendezvous unit's server exited {code} on SIGTERM")
+
+    # 1b. with the TLS drop-in and a self-signed certificate for localhost.
+    if shutil.which("openssl"):
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes",
+                        "-days", "1", "-subj", "/CN=localhost",
+                        "-addext", "subjectAltName=DNS:localhost",
+                        "-keyout", os.path.join(creds, "tls-key"),
+                        "-out", os.path.join(creds, "tls-cert")],
+                       check=True, capture_output=True, timeout=60)
+        argv, env = service_command(
+            [os.path.join(units, "ddprun-rendezvous.service.in"),
+             os.path.join(units, "tls.conf")], default, {"%d": creds}, creds)
+        tls_server = start(argv, env, os.path.join(work, "tls.out"))
+        tls_endpoint = wait_for_line(os.path.join(work, "tls.out"),
+                                     "ddprun-rendezvous listening on ", 30)
+        if c.check(tls_endpoint is not None, f"TLS rendezvous did not start: {argv}"):
+            port = tls_endpoint.rsplit(":", 1)[1]
+            ok, out = status_ok(f"localhost:{port}", token,
+                                ["--tls-ca-file", os.path.join(creds, "tls-cert")])
+            c.check(ok, f"status over TLS failed: {out}")
+            ok, out = status_ok(f"localhost:{port}", token)
+            c.check(not ok, "a plaintext client reached the TLS server")
+        tls_server.send_signal(signal.SIGTERM)
+        tls_server.wait(timeout=15)
+    else:
+        print("openssl not installed: TLS drop-in not run")
+finally:
+    for p in processes:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    shutil.rmtree(work, ignore_errors=True)
+c.finish()
