@@ -28,7 +28,7 @@ if(DDPRUN_DEB_SHLIBDEPS)
   set(CPACK_DEBIAN_RUNTIME_PACKAGE_SHLIBDEPS ON)
 else()
   set(CPACK_DEBIAN_RUNTIME_PACKAGE_DEPENDS
-    "libgrpc++1.51, libprotobuf32, libabsl20220623, libspdlog1.10, libgloo0, libcpp-httplib0.11")
+    "libgrpc++1.51, libgrpc29, libprotobuf32, libabsl20220623, libspdlog1.10, libfmt9, zlib1g, libcpp-httplib0.11")
 endif()
 # OpenBLAS makes LibTorch ~10x faster than the reference BLAS (TOOLCHAIN.md).
 set(CPACK_DEBIAN_RUNTIME_PACKAGE_RECOMMENDS "libopenblas0-openmp")
