@@ -28,7 +28,11 @@ DataParallel::DataParallel(std::vector<at::Tensor> parameters,
   TORCH_CHECK(!parameters_.empty(), "DataParallel: the model has no parameters");
   const int n = static_cast<int>(parameters_.size());
   bucket_of_.assign(n, -1);
-  ready_.assign(n, 0);
+  slot_of_.assign(n, -1);
+  {
+    absl::MutexLock lock(&mu_);
+    ready_.assign(n, 0);
+  }
   const int64_t cap_bytes =
       std::max<int64_t>(1, static_cast<int64_t>(options_.bucket_mb * 1024 * 1024));
   // Reverse order: the last layers' gradients are computed first.
@@ -39,7 +43,10 @@ DataParallel::DataParallel(std::vector<at::Tensor> parameters,
     current.flat = at::zeros({numel}, parameters_[current.params[0]].options()
                                           .requires_grad(false));
     current.pending = static_cast<int>(current.params.size());
-    for (int p : current.params) bucket_of_[p] = static_cast<int>(buckets_.size());
+    for (size_t slot = 0; slot < current.params.size(); ++slot) {
+      bucket_of_[current.params[slot]] = static_cast<int>(buckets_.size());
+      slot_of_[current.params[slot]] = static_cast<int>(slot);
+    }
     buckets_.push_back(std::move(current));
     current = Bucket();
     numel = 0;
@@ -94,8 +101,7 @@ void DataParallel::BroadcastParameters(const std::vector<at::Tensor>& extra) {
 
 void DataParallel::CopyIn(int param, const at::Tensor& grad, bool add_existing) {
   Bucket& bucket = buckets_[bucket_of_[param]];
-  size_t slot = 0;
-  while (bucket.params[slot] != param) ++slot;
+  const int slot = slot_of_[param];
   const at::Tensor& p = parameters_[param];
   at::Tensor view =
       bucket.flat.narrow(0, bucket.offsets[slot], p.numel()).view_as(p);
@@ -113,7 +119,7 @@ void DataParallel::CopyIn(int param, const at::Tensor& grad, bool add_existing) 
 
 void DataParallel::OnGradient(int param, const at::Tensor& grad) {
   if (!sync_) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   TORCH_CHECK(!ready_[param], "DataParallel: parameter ", param,
               " got a second gradient before FinishGradientSync; call "
               "FinishGradientSync after every backward, or wrap the "
@@ -137,7 +143,7 @@ void DataParallel::FinishGradientSync() {
   if (!collectives_ || !sync_) return;
   auto start = std::chrono::steady_clock::now();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     // Parameters no hook saw (no overlap, or unused in this step): their
     // grad now holds everything backward produced.
     for (size_t i = 0; i < parameters_.size(); ++i) {
@@ -167,7 +173,7 @@ void DataParallel::FinishGradientSync() {
 }
 
 void DataParallel::ResetStep() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   std::fill(ready_.begin(), ready_.end(), 0);
   for (Bucket& bucket : buckets_) {
     bucket.pending = static_cast<int>(bucket.params.size());

@@ -2,11 +2,12 @@
 
 #include <atomic>
 #include <cstdint>
-#include <mutex>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "worker/process_group.h"
 
 namespace ddprun::worker {
@@ -28,8 +29,9 @@ struct DataParallelOptions {
 // between backward() and the optimizer step; after it every parameter's
 // grad holds the average over the ranks.
 //
-// Threading: autograd hooks may run on engine threads (CUDA); bucket state is
-// guarded by mu_. Collectives are launched in bucket order on every rank, so
+// Threading: construction, BroadcastParameters and FinishGradientSync run on
+// the training thread; autograd hooks may run on engine threads (CUDA), so
+// per-step bucket state is guarded by mu_. Collectives are launched in bucket order on every rank, so
 // ranks whose backward produced gradients in a different order still match.
 // In a world of one (no collectives) every call is a no-op.
 class DataParallel {
@@ -75,10 +77,11 @@ class DataParallel {
   };
 
   void OnGradient(int param, const at::Tensor& grad);
-  // Copies a parameter's gradient into its bucket slot; mu_ held.
-  void CopyIn(int param, const at::Tensor& grad, bool add_existing);
-  // Launches ready buckets in order, from next_launch_; mu_ held.
-  void LaunchReady();
+  // Copies a parameter's gradient into its bucket slot.
+  void CopyIn(int param, const at::Tensor& grad, bool add_existing)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Launches ready buckets in order, from next_launch_.
+  void LaunchReady() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ResetStep();
 
   std::vector<at::Tensor> parameters_;
@@ -88,10 +91,11 @@ class DataParallel {
 
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_;  // parameter index → bucket index
+  std::vector<int> slot_of_;    // parameter index → slot in its bucket
   std::vector<unsigned> hooks_;  // hook handles, per parameter
-  std::mutex mu_;
-  std::vector<char> ready_;  // per parameter, this step; guarded by mu_
-  size_t next_launch_ = 0;  // guarded by mu_
+  absl::Mutex mu_;
+  std::vector<char> ready_ ABSL_GUARDED_BY(mu_);  // per parameter, this step
+  size_t next_launch_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<bool> sync_{true};
   double sync_seconds_ = 0;
 };
