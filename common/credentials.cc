@@ -26,7 +26,8 @@ std::string Bearer(const std::string& token) {
 class TokenInterceptor final : public grpc::experimental::Interceptor {
  public:
   explicit TokenInterceptor(const std::string* value) : value_(value) {}
-  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+  void Intercept(
+      grpc::experimental::InterceptorBatchMethods* methods) override {
     if (methods->QueryInterceptionHookPoint(
             grpc::experimental::InterceptionHookPoints::
                 PRE_SEND_INITIAL_METADATA)) {
@@ -42,8 +43,7 @@ class TokenInterceptor final : public grpc::experimental::Interceptor {
 class TokenInterceptorFactory final
     : public grpc::experimental::ClientInterceptorFactoryInterface {
  public:
-  explicit TokenInterceptorFactory(std::string token)
-      : value_(Bearer(token)) {}
+  explicit TokenInterceptorFactory(std::string token) : value_(Bearer(token)) {}
   grpc::experimental::Interceptor* CreateClientInterceptor(
       grpc::experimental::ClientRpcInfo* /*info*/) override {
     return new TokenInterceptor(&value_);
@@ -92,7 +92,8 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(
     credentials = grpc::InsecureChannelCredentials();
   } else {
     grpc::SslCredentialsOptions ssl;
-    absl::StatusOr<std::string> ca = ReadSecretFile(options.tls_ca_file, "TLS CA");
+    absl::StatusOr<std::string> ca =
+        ReadSecretFile(options.tls_ca_file, "TLS CA");
     if (!ca.ok()) return ca.status();
     ssl.pem_root_certs = *std::move(ca);
     if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {

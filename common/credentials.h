@@ -71,8 +71,8 @@ CreateServerCredentials(const ServerTlsOptions& options);
 
 // Whether the call's metadata carries `token` (constant time in the token's
 // length). An empty `token` admits every call.
-bool CallHasToken(const std::multimap<grpc::string_ref, grpc::string_ref>&
-                      client_metadata,
-                  const std::string& token);
+bool CallHasToken(
+    const std::multimap<grpc::string_ref, grpc::string_ref>& client_metadata,
+    const std::string& token);
 
 }  // namespace ddprun::common

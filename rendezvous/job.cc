@@ -68,8 +68,8 @@ v1::JoinResponse Job::EndedResponse() const {
   return response;
 }
 
-void Job::Join(const v1::JoinRequest& request, WaiterId waiter,
-               absl::Time now, Effects* effects) {
+void Job::Join(const v1::JoinRequest& request, WaiterId waiter, absl::Time now,
+               Effects* effects) {
   last_activity_ = now;
   if (ended()) {
     effects->joins.push_back({waiter, EndedResponse()});
@@ -141,14 +141,16 @@ void Job::Join(const v1::JoinRequest& request, WaiterId waiter,
   Park(node, waiter, now);
   if (state_ == v1::JOB_STATE_RUNNING) {
     if (node.member) {
-      spdlog::info("job '{}': member '{}' joined again (its agent restarted); "
-                   "round {} ends",
-                   run_id_, id, round_);
+      spdlog::info(
+          "job '{}': member '{}' joined again (its agent restarted); "
+          "round {} ends",
+          run_id_, id, round_);
       EndRound(now, effects);
     } else if (static_cast<int>(last_members_.size()) < config_.max_nodes()) {
-      spdlog::info("job '{}': node '{}' waits to join; round {} ends to "
-                   "admit it",
-                   run_id_, id, round_);
+      spdlog::info(
+          "job '{}': node '{}' waits to join; round {} ends to "
+          "admit it",
+          run_id_, id, round_);
       EndRound(now, effects);
     }
     // Otherwise the round is full: the node waits, and heartbeats report it.
@@ -185,8 +187,8 @@ void Job::MaybeClose(absl::Time now, Effects* effects) {
   bool full = parked_ >= config_.max_nodes();
   bool all_back = !last_members_.empty() && AllExpectedParked();
   bool last_call_over =
-      now >= *min_reached_at_ +
-                 absl::Milliseconds(config_.last_call_timeout_ms());
+      now >=
+      *min_reached_at_ + absl::Milliseconds(config_.last_call_timeout_ms());
   if (full || all_back || last_call_over) Close(now, effects);
 }
 
@@ -300,8 +302,7 @@ void Job::DropNode(const std::string& node_id, absl::Time now) {
   last_activity_ = now;
 }
 
-void Job::AddFailures(const v1::ReportFailureRequest& request,
-                      absl::Time now) {
+void Job::AddFailures(const v1::ReportFailureRequest& request, absl::Time now) {
   auto add = [&](v1::WorkerFailure failure) {
     if (static_cast<int>(failures_.size()) >= options_.max_failures_kept) {
       return;
@@ -330,8 +331,7 @@ void Job::AddFailures(const v1::ReportFailureRequest& request,
 }
 
 v1::ReportFailureResponse Job::ReportFailure(
-    const v1::ReportFailureRequest& request, absl::Time now,
-    Effects* effects) {
+    const v1::ReportFailureRequest& request, absl::Time now, Effects* effects) {
   last_activity_ = now;
   if (auto it = nodes_.find(request.node_id()); it != nodes_.end()) {
     it->second.last_seen = now;
@@ -341,10 +341,11 @@ v1::ReportFailureResponse Job::ReportFailure(
     AddFailures(request, now);
     failed_round_ = round_;
     ++restart_count_;
-    spdlog::info("job '{}': node '{}' reported a failure in round {} "
-                 "(restart {} of {})",
-                 run_id_, request.node_id(), round_, restart_count_,
-                 config_.max_restarts());
+    spdlog::info(
+        "job '{}': node '{}' reported a failure in round {} "
+        "(restart {} of {})",
+        run_id_, request.node_id(), round_, restart_count_,
+        config_.max_restarts());
     if (restart_count_ > config_.max_restarts()) {
       Finish(v1::JOB_STATE_FAILED, now, effects);
     } else {
@@ -456,8 +457,8 @@ void Job::Tick(absl::Time now, Effects* effects) {
   bool lost_member = false;
   for (const std::string& id : silent) {
     bool member = state_ == v1::JOB_STATE_RUNNING && nodes_.at(id).member;
-    spdlog::info("job '{}': node '{}' silent for {} ms; dropped{}", run_id_,
-                 id, config_.heartbeat_timeout_ms(),
+    spdlog::info("job '{}': node '{}' silent for {} ms; dropped{}", run_id_, id,
+                 config_.heartbeat_timeout_ms(),
                  member ? absl::StrFormat(", round %d ends", round_) : "");
     lost_member |= member;
     DropNode(id, now);
@@ -487,10 +488,10 @@ v1::JobStatus Job::Status(absl::Time now) const {
   std::vector<const std::pair<const std::string, Node>*> sorted;
   for (const auto& entry : nodes_) sorted.push_back(&entry);
   std::sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) {
-    return std::make_tuple(a->second.previous_rank < 0,
-                           a->second.previous_rank, a->first) <
-           std::make_tuple(b->second.previous_rank < 0,
-                           b->second.previous_rank, b->first);
+    return std::make_tuple(a->second.previous_rank < 0, a->second.previous_rank,
+                           a->first) <
+           std::make_tuple(b->second.previous_rank < 0, b->second.previous_rank,
+                           b->first);
   });
   for (const auto* entry : sorted) {
     const Node& node = entry->second;
@@ -500,7 +501,8 @@ v1::JobStatus Job::Status(absl::Time now) const {
     n->set_node_rank(node.member ? node.previous_rank : -1);
     n->set_local_world_size(node.join.local_world_size());
     n->set_rank_offset(node.member ? node.rank_offset : -1);
-    n->set_last_heartbeat_age_ms(absl::ToInt64Milliseconds(now - node.last_seen));
+    n->set_last_heartbeat_age_ms(
+        absl::ToInt64Milliseconds(now - node.last_seen));
     if (node.done) {
       n->set_state("done");
     } else if (node.waiter.has_value()) {

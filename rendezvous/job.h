@@ -87,8 +87,7 @@ class Job {
   v1::ReportFailureResponse ReportFailure(
       const v1::ReportFailureRequest& request, absl::Time now,
       Effects* effects);
-  void Leave(const v1::LeaveRequest& request, absl::Time now,
-             Effects* effects);
+  void Leave(const v1::LeaveRequest& request, absl::Time now, Effects* effects);
   // Join timeouts, silent nodes, last call.
   void Tick(absl::Time now, Effects* effects);
   // Answers every parked Join with `status` (server shutdown).

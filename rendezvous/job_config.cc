@@ -6,9 +6,9 @@ namespace ddprun::rendezvous {
 
 absl::StatusOr<v1::JobConfig> NormalizeJobConfig(v1::JobConfig config) {
   if (config.min_nodes() < 0 || config.max_nodes() < 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "bad --nnodes %d:%d: node counts must be positive",
-        config.min_nodes(), config.max_nodes()));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("bad --nnodes %d:%d: node counts must be positive",
+                        config.min_nodes(), config.max_nodes()));
   }
   if (config.min_nodes() == 0) {
     config.set_min_nodes(config.max_nodes() > 0 ? config.max_nodes()

@@ -10,7 +10,7 @@ namespace ddprun::rendezvous {
 // Defaults for JobConfig fields a Join leaves at 0 (proto3 cannot tell 0 from
 // unset). They follow torchrun where torchrun has a value, and are shorter
 // where ddprun's server-side waits make a shorter value safe.
-inline constexpr int kDefaultMinNodes = 1;                 // max defaults to min
+inline constexpr int kDefaultMinNodes = 1;  // max defaults to min
 inline constexpr int64_t kDefaultLastCallTimeoutMs = 1000;  // after MIN joined
 inline constexpr int64_t kDefaultJoinTimeoutMs = 600000;    // torchrun: 600 s
 inline constexpr int64_t kDefaultHeartbeatIntervalMs = 1000;

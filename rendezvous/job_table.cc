@@ -31,8 +31,8 @@ absl::Status CheckJoinSizes(const v1::JoinRequest& request,
   for (const Field& f : fields) {
     if (static_cast<int64_t>(f.value.size()) > limits.max_id_bytes) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "Join refused: %s is %d bytes; the limit max_id_bytes is %d",
-          f.name, f.value.size(), limits.max_id_bytes));
+          "Join refused: %s is %d bytes; the limit max_id_bytes is %d", f.name,
+          f.value.size(), limits.max_id_bytes));
     }
   }
   if (request.config().max_nodes() > limits.max_nodes_per_job ||
@@ -112,9 +112,8 @@ void JobTable::Join(const v1::JoinRequest& request, WaiterId waiter,
   it->second->Join(request, waiter, now, effects);
 }
 
-void JobTable::CancelJoin(const std::string& run_id,
-                          const std::string& node_id, WaiterId waiter,
-                          Effects* effects) {
+void JobTable::CancelJoin(const std::string& run_id, const std::string& node_id,
+                          WaiterId waiter, Effects* effects) {
   absl::Time now = clock_->Now();
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(run_id);

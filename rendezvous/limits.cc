@@ -4,8 +4,7 @@
 
 namespace ddprun::rendezvous {
 
-absl::Status CheckStoreSizes(const Limits& limits,
-                             const v1::StoreScope& scope,
+absl::Status CheckStoreSizes(const Limits& limits, const v1::StoreScope& scope,
                              const std::string& key, size_t value_bytes) {
   if (static_cast<int64_t>(scope.run_id().size()) > limits.max_id_bytes) {
     return absl::InvalidArgumentError(absl::StrFormat(

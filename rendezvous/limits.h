@@ -15,7 +15,7 @@ namespace ddprun::rendezvous {
 struct Limits {
   int64_t max_message_bytes = 4 << 20;  // a gRPC request, any method
   int64_t max_key_bytes = 4096;
-  int64_t max_value_bytes = 1 << 20;    // a store value
+  int64_t max_value_bytes = 1 << 20;  // a store value
   int64_t max_keys_per_scope = 100000;
   int64_t max_scopes = 100000;           // store scopes, all jobs together
   int64_t max_keys_per_request = 10000;  // Check, Wait
@@ -26,8 +26,7 @@ struct Limits {
 };
 
 // Checks the sizes of a store request's scope, key and value.
-absl::Status CheckStoreSizes(const Limits& limits,
-                             const v1::StoreScope& scope,
+absl::Status CheckStoreSizes(const Limits& limits, const v1::StoreScope& scope,
                              const std::string& key, size_t value_bytes = 0);
 
 }  // namespace ddprun::rendezvous

@@ -7,8 +7,9 @@ int main(int argc, char** argv) {
   ddprun::rendezvous::RunServerOptions options;
   ddprun::rendezvous::ServerOptions& server = options.server;
   ddprun::common::LoggingOptions logging{.name = "ddprun-rendezvous"};
-  CLI::App app{"ddprun-rendezvous: rounds, ranks, heartbeats and the "
-               "key-value store for ddprun jobs"};
+  CLI::App app{
+      "ddprun-rendezvous: rounds, ranks, heartbeats and the "
+      "key-value store for ddprun jobs"};
   app.add_option("--host", server.host,
                  "address to listen on; 0.0.0.0 or :: for all interfaces")
       ->capture_default_str();

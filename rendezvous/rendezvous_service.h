@@ -23,10 +23,9 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* context,
                                  const v1::JoinRequest* request,
                                  v1::JoinResponse* response) override;
-  grpc::ServerUnaryReactor* Heartbeat(
-      grpc::CallbackServerContext* context,
-      const v1::HeartbeatRequest* request,
-      v1::HeartbeatResponse* response) override;
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context,
+                                      const v1::HeartbeatRequest* request,
+                                      v1::HeartbeatResponse* response) override;
   grpc::ServerUnaryReactor* ReportFailure(
       grpc::CallbackServerContext* context,
       const v1::ReportFailureRequest* request,

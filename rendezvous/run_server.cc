@@ -26,10 +26,11 @@ int RunServerUntilSignal(const RunServerOptions& options) {
   ServerOptions server_options = options.server;
   server_options.token = *token;
   if (server_options.token.empty()) {
-    spdlog::warn("ddprun-rendezvous: no token (--token-file or {}): any "
-                 "client that reaches this port can join jobs and use the "
-                 "store",
-                 common::env::kToken);
+    spdlog::warn(
+        "ddprun-rendezvous: no token (--token-file or {}): any "
+        "client that reaches this port can join jobs and use the "
+        "store",
+        common::env::kToken);
   }
   absl::StatusOr<std::unique_ptr<Server>> server =
       Server::Start(server_options);

@@ -75,13 +75,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
     raw->rendezvous_service_.Tick();
     raw->store_service_.Tick();
   });
-  spdlog::info("rendezvous server listening on {} ({}, {})",
-               server->endpoint(),
-               options.tls.cert_file.empty()
-                   ? "plaintext"
-                   : (options.tls.client_ca_file.empty() ? "TLS"
-                                                         : "mutual TLS"),
-               options.token.empty() ? "no token" : "token required");
+  spdlog::info(
+      "rendezvous server listening on {} ({}, {})", server->endpoint(),
+      options.tls.cert_file.empty()
+          ? "plaintext"
+          : (options.tls.client_ca_file.empty() ? "TLS" : "mutual TLS"),
+      options.token.empty() ? "no token" : "token required");
   return server;
 }
 

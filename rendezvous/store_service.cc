@@ -63,7 +63,8 @@ void StoreService::Complete(std::vector<StoreCompletion> done) {
       call->reactor->Finish(common::ToGrpcStatus(c.value.status()));
       continue;
     }
-    if (call->response != nullptr) call->response->set_value(*std::move(c.value));
+    if (call->response != nullptr)
+      call->response->set_value(*std::move(c.value));
     call->reactor->Finish(grpc::Status::OK);
   }
 }
@@ -172,8 +173,8 @@ grpc::ServerUnaryReactor* StoreService::Add(
 }
 
 grpc::ServerUnaryReactor* StoreService::CompareSet(
-    grpc::CallbackServerContext* context,
-    const v1::CompareSetRequest* request, v1::CompareSetResponse* response) {
+    grpc::CallbackServerContext* context, const v1::CompareSetRequest* request,
+    v1::CompareSetResponse* response) {
   if (absl::Status ok = Admit(
           *context, request->scope(), request->key(),
           std::max(request->expected().size(), request->desired().size()));
@@ -182,8 +183,8 @@ grpc::ServerUnaryReactor* StoreService::CompareSet(
   }
   std::vector<StoreCompletion> done;
   absl::StatusOr<std::string> value =
-      store_->CompareSet(request->scope(), request->key(),
-                         request->expected(), request->desired(), &done);
+      store_->CompareSet(request->scope(), request->key(), request->expected(),
+                         request->desired(), &done);
   Complete(std::move(done));
   if (!value.ok()) return FinishNow(context, value.status());
   response->set_value(*std::move(value));

@@ -21,8 +21,8 @@ namespace ddprun::rendezvous {
 class StoreService final : public v1::Store::CallbackService {
  public:
   // All three must outlive the service.
-  StoreService(const JobTable* jobs, StoreState* store,
-               const TokenCheck* token, Limits limits);
+  StoreService(const JobTable* jobs, StoreState* store, const TokenCheck* token,
+               Limits limits);
 
   grpc::ServerUnaryReactor* Set(grpc::CallbackServerContext* context,
                                 const v1::SetRequest* request,
@@ -43,10 +43,9 @@ class StoreService final : public v1::Store::CallbackService {
   grpc::ServerUnaryReactor* Wait(grpc::CallbackServerContext* context,
                                  const v1::WaitRequest* request,
                                  v1::WaitResponse* response) override;
-  grpc::ServerUnaryReactor* DeleteKey(
-      grpc::CallbackServerContext* context,
-      const v1::DeleteKeyRequest* request,
-      v1::DeleteKeyResponse* response) override;
+  grpc::ServerUnaryReactor* DeleteKey(grpc::CallbackServerContext* context,
+                                      const v1::DeleteKeyRequest* request,
+                                      v1::DeleteKeyResponse* response) override;
   grpc::ServerUnaryReactor* NumKeys(grpc::CallbackServerContext* context,
                                     const v1::NumKeysRequest* request,
                                     v1::NumKeysResponse* response) override;

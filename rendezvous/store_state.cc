@@ -89,9 +89,8 @@ void StoreState::Park(const v1::StoreScope& scope, Scope& s,
   w.is_get = is_get;
   if (is_get) w.get_key = missing.front();
   w.missing = static_cast<int>(missing.size());
-  w.deadline = timeout == absl::InfiniteDuration()
-                   ? absl::InfiniteFuture()
-                   : clock_->Now() + timeout;
+  w.deadline = timeout == absl::InfiniteDuration() ? absl::InfiniteFuture()
+                                                   : clock_->Now() + timeout;
   deadlines_.insert({w.deadline, waiter});
   for (const std::string& key : missing) s.waiting[key].push_back(waiter);
 }
@@ -151,9 +150,9 @@ absl::StatusOr<int64_t> StoreState::Add(const v1::StoreScope& scope,
   }
   if ((delta > 0 && current > std::numeric_limits<int64_t>::max() - delta) ||
       (delta < 0 && current < std::numeric_limits<int64_t>::min() - delta)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "Add on key '%s': %d + %d overflows a 64-bit integer",
-        Printable(key), current, delta));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("Add on key '%s': %d + %d overflows a 64-bit integer",
+                        Printable(key), current, delta));
   }
   if (absl::Status room = Room(s, scope, key); !room.ok()) return room;
   int64_t sum = current + delta;
@@ -252,9 +251,9 @@ void StoreState::Tick(std::vector<StoreCompletion>* done) {
                  "were never set%s; check that the rank that writes them runs",
                  waiter.is_get ? "Get" : "Wait", waiter.run_id, waiter.round,
                  waiter.missing,
-                 waiter.is_get ? absl::StrCat(" (key '",
-                                              Printable(waiter.get_key), "')")
-                               : std::string()))});
+                 waiter.is_get
+                     ? absl::StrCat(" (key '", Printable(waiter.get_key), "')")
+                     : std::string()))});
     waiters_.erase(w);
   }
 }

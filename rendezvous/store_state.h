@@ -57,10 +57,11 @@ class StoreState {
                               const std::string& key, int64_t delta,
                               std::vector<StoreCompletion>* done);
   // As c10d::HashStore::compareSet; returns the value the caller sees.
-  absl::StatusOr<std::string> CompareSet(
-      const v1::StoreScope& scope, const std::string& key,
-      const std::string& expected, std::string desired,
-      std::vector<StoreCompletion>* done);
+  absl::StatusOr<std::string> CompareSet(const v1::StoreScope& scope,
+                                         const std::string& key,
+                                         const std::string& expected,
+                                         std::string desired,
+                                         std::vector<StoreCompletion>* done);
   bool Check(const v1::StoreScope& scope,
              const std::vector<std::string>& keys) const;
   // As Get, for every key; answers with an empty value.

@@ -43,14 +43,14 @@ int RunRendezvousBench(const BenchOptions& options) {
     DetectionResult detected = agents.DetectLostNode(
         options.heartbeat_timeout + 3 * options.heartbeat_interval);
     long peak = server->PeakRssKib();
-    std::printf("%8d %12.1fms %12.1fms %10.1f %10.1f %12.0f %10.0fms "
-                "%10.0fms%s\n",
-                n, absl::ToDoubleMilliseconds(joined.last_to_all),
-                absl::ToDoubleMilliseconds(joined.first_to_all), rss / 1024.0,
-                peak / 1024.0, beats,
-                absl::ToDoubleMilliseconds(detected.first_knows),
-                absl::ToDoubleMilliseconds(detected.all_know),
-                detected.complete ? "" : " (detection incomplete)");
+    std::printf(
+        "%8d %12.1fms %12.1fms %10.1f %10.1f %12.0f %10.0fms "
+        "%10.0fms%s\n",
+        n, absl::ToDoubleMilliseconds(joined.last_to_all),
+        absl::ToDoubleMilliseconds(joined.first_to_all), rss / 1024.0,
+        peak / 1024.0, beats, absl::ToDoubleMilliseconds(detected.first_knows),
+        absl::ToDoubleMilliseconds(detected.all_know),
+        detected.complete ? "" : " (detection incomplete)");
     std::fflush(stdout);
     if (!detected.complete) ++failures;
   }

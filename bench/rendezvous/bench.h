@@ -8,7 +8,7 @@
 namespace ddprun::bench {
 
 struct BenchOptions {
-  std::string server_binary;     // ddprun-rendezvous
+  std::string server_binary;  // ddprun-rendezvous
   std::vector<int> nodes = {100, 1000, 10000};
   int local_world_size = 8;
   int channels = 16;

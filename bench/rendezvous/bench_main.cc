@@ -9,8 +9,9 @@ int main(int argc, char** argv) {
   ddprun::bench::BenchOptions options;
   options.server_binary = DDPRUN_RENDEZVOUS_BINARY;
   double heartbeat_seconds = 3;
-  CLI::App app{"ddprun rendezvous benchmark: join latency, heartbeat "
-               "throughput, server memory, failure detection"};
+  CLI::App app{
+      "ddprun rendezvous benchmark: join latency, heartbeat "
+      "throughput, server memory, failure detection"};
   app.add_option("--server", options.server_binary,
                  "the ddprun-rendezvous binary")
       ->capture_default_str();

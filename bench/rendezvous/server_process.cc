@@ -52,8 +52,7 @@ absl::StatusOr<ServerProcess> ServerProcess::Start(
   std::string text(line);
   if (!got || !absl::StartsWith(text, prefix)) {
     return absl::UnavailableError(absl::StrFormat(
-        "the server '%s' did not print its endpoint (got '%s')", binary,
-        text));
+        "the server '%s' did not print its endpoint (got '%s')", binary, text));
   }
   text = text.substr(prefix.size());
   while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) {

@@ -121,22 +121,23 @@ double SimulatedAgents::HeartbeatThroughput(absl::Duration duration,
   std::function<void()> send = [&] {
     int node = static_cast<int>(next_node.fetch_add(1) % options_.nodes);
     auto* call = new BeatCall;
-    call->context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    call->context.set_deadline(
+        absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
     call->request.set_run_id(options_.run_id);
     call->request.set_node_id(NodeId(node));
     call->request.set_round(round_);
-    Stub(node).async()->Heartbeat(
-        &call->context, &call->request, &call->response,
-        [&, call](grpc::Status status) {
-          delete call;
-          if (status.ok()) completed.fetch_add(1);
-          if (absl::Now() < stop) {
-            send();
-          } else {
-            absl::MutexLock lock(&mu);
-            running.fetch_sub(1);
-          }
-        });
+    Stub(node).async()->Heartbeat(&call->context, &call->request,
+                                  &call->response,
+                                  [&, call](grpc::Status status) {
+                                    delete call;
+                                    if (status.ok()) completed.fetch_add(1);
+                                    if (absl::Now() < stop) {
+                                      send();
+                                    } else {
+                                      absl::MutexLock lock(&mu);
+                                      running.fetch_sub(1);
+                                    }
+                                  });
   };
   absl::Time start = absl::Now();
   running = in_flight;
@@ -172,8 +173,8 @@ DetectionResult SimulatedAgents::DetectLostNode(absl::Duration max_wait) {
   for (int64_t tick = 0;; ++tick) {
     // Node i beats at start + (i / nodes + k) * interval.
     int node = static_cast<int>(tick % options_.nodes);
-    absl::Time when = start + interval * (static_cast<double>(tick) /
-                                          options_.nodes);
+    absl::Time when =
+        start + interval * (static_cast<double>(tick) / options_.nodes);
     if (when - start > max_wait) break;
     {
       absl::MutexLock lock(&mu);
@@ -188,7 +189,8 @@ DetectionResult SimulatedAgents::DetectLostNode(absl::Duration max_wait) {
       ++outstanding;
     }
     auto* call = new BeatCall;
-    call->context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    call->context.set_deadline(
+        absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
     call->request.set_run_id(options_.run_id);
     call->request.set_node_id(NodeId(node));
     call->request.set_round(round_);

@@ -23,8 +23,8 @@ struct AgentsOptions {
 };
 
 struct JoinResult {
-  absl::Duration first_to_all;     // first Join sent -> every node assigned
-  absl::Duration last_to_all;      // last Join sent -> every node assigned
+  absl::Duration first_to_all;  // first Join sent -> every node assigned
+  absl::Duration last_to_all;   // last Join sent -> every node assigned
   int assigned = 0;
   std::string error;  // empty when every node got a consistent assignment
 };
@@ -52,9 +52,7 @@ class SimulatedAgents {
   DetectionResult DetectLostNode(absl::Duration max_wait);
 
  private:
-  v1::Rendezvous::Stub& Stub(int node) {
-    return *stubs_[node % stubs_.size()];
-  }
+  v1::Rendezvous::Stub& Stub(int node) { return *stubs_[node % stubs_.size()]; }
   std::string NodeId(int node) const;
 
   AgentsOptions options_;

@@ -28,21 +28,44 @@ namespace {
 
 class Driver {
  public:
-  explicit Driver(uint32_t seed) : rng_(seed), jobs_(&clock_, Options()),
-                                   store_(&clock_, 1000) {}
+  explicit Driver(uint32_t seed)
+      : rng_(seed), jobs_(&clock_, Options()), store_(&clock_, 1000) {}
 
   void Step() {
     switch (Pick(12)) {
-      case 0: case 1: case 2: Join(); break;
-      case 3: Cancel(); break;
-      case 4: Heartbeat(); break;
-      case 5: Fail(); break;
-      case 6: Leave(); break;
-      case 7: clock_.Advance(absl::Milliseconds(Pick(700))); Tick(); break;
-      case 8: StoreWrite(); break;
-      case 9: StoreGet(); break;
-      case 10: StoreWait(); break;
-      case 11: StoreCancel(); break;
+      case 0:
+      case 1:
+      case 2:
+        Join();
+        break;
+      case 3:
+        Cancel();
+        break;
+      case 4:
+        Heartbeat();
+        break;
+      case 5:
+        Fail();
+        break;
+      case 6:
+        Leave();
+        break;
+      case 7:
+        clock_.Advance(absl::Milliseconds(Pick(700)));
+        Tick();
+        break;
+      case 8:
+        StoreWrite();
+        break;
+      case 9:
+        StoreGet();
+        break;
+      case 10:
+        StoreWait();
+        break;
+      case 11:
+        StoreCancel();
+        break;
     }
   }
 
@@ -81,7 +104,7 @@ class Driver {
     c.set_join_timeout_ms(5000);
     c.set_heartbeat_interval_ms(200);
     c.set_heartbeat_timeout_ms(1000);
-    if (Pick(20) == 0) c.set_max_restarts(Pick(5));  // sometimes mismatched
+    if (Pick(20) == 0) c.set_max_restarts(Pick(5));   // sometimes mismatched
     if (Pick(30) == 0) c.set_min_nodes(Pick(7) - 1);  // sometimes invalid
     return c;
   }
@@ -166,8 +189,8 @@ class Driver {
     // A released job starts again at round 0.
     if (jobs_.CurrentRound(run_id).has_value() && round < last) {
       bool restarted = released_.count(run_id) > 0;
-      EXPECT_TRUE(restarted) << run_id << " went from round " << last
-                             << " to " << round;
+      EXPECT_TRUE(restarted)
+          << run_id << " went from round " << last << " to " << round;
     }
     last = round;
   }
@@ -235,10 +258,14 @@ class Driver {
     std::vector<StoreCompletion> done;
     switch (Pick(3)) {
       case 0:
-        EXPECT_TRUE(store_.Set(scope, key, absl::StrCat(Pick(100)), &done).ok());
+        EXPECT_TRUE(
+            store_.Set(scope, key, absl::StrCat(Pick(100)), &done).ok());
         break;
-      case 1: store_.Add(scope, key, Pick(5), &done); break;
-      case 2: store_.CompareSet(scope, key, Pick(2) ? "" : "1", "2", &done);
+      case 1:
+        store_.Add(scope, key, Pick(5), &done);
+        break;
+      case 2:
+        store_.CompareSet(scope, key, Pick(2) ? "" : "1", "2", &done);
     }
     AbsorbStore(std::move(done), &scope);
   }

@@ -45,20 +45,29 @@ class RandomMessages {
   // Small ids collide often, so that calls meet the same jobs and keys.
   std::string Text() {
     switch (Pick(4)) {
-      case 0: return "";
-      case 1: return absl::StrCat("id", Pick(4));
-      case 2: return Bytes(16);
-      default: return std::string(Pick(3000), 'x');
+      case 0:
+        return "";
+      case 1:
+        return absl::StrCat("id", Pick(4));
+      case 2:
+        return Bytes(16);
+      default:
+        return std::string(Pick(3000), 'x');
     }
   }
 
   int64_t Int() {
     switch (Pick(5)) {
-      case 0: return 0;
-      case 1: return Pick(5) - 1;
-      case 2: return Pick(300);
-      case 3: return -static_cast<int64_t>(Pick(1000000));
-      default: return (int64_t{1} << 62) + Pick(1000);
+      case 0:
+        return 0;
+      case 1:
+        return Pick(5) - 1;
+      case 2:
+        return Pick(300);
+      case 3:
+        return -static_cast<int64_t>(Pick(1000000));
+      default:
+        return (int64_t{1} << 62) + Pick(1000);
     }
   }
 
@@ -99,8 +108,7 @@ class RandomMessages {
       }
       case FieldDescriptor::CPPTYPE_MESSAGE:
         if (depth < 3) {
-          Fill(rep ? r->AddMessage(m, f) : r->MutableMessage(m, f),
-               depth + 1);
+          Fill(rep ? r->AddMessage(m, f) : r->MutableMessage(m, f), depth + 1);
         }
         break;
       default:
@@ -122,8 +130,8 @@ TEST(HandlerFuzzTest, RandomRequestsToEveryMethod) {
   grpc::GenericStub generic(channel);
 
   std::vector<const google::protobuf::MethodDescriptor*> methods;
-  for (const auto* service : {v1::Rendezvous::service_full_name(),
-                              v1::Store::service_full_name()}) {
+  for (const auto* service :
+       {v1::Rendezvous::service_full_name(), v1::Store::service_full_name()}) {
     const auto* s =
         google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
             service);
@@ -171,9 +179,8 @@ TEST(HandlerFuzzTest, RandomRequestsToEveryMethod) {
     }
     std::string path =
         absl::StrCat("/", method->service()->full_name(), "/", method->name());
-    generic.UnaryCall(&call->context, path, grpc::StubOptions(),
-                      &call->request, &call->response,
-                      [&, call](grpc::Status status) {
+    generic.UnaryCall(&call->context, path, grpc::StubOptions(), &call->request,
+                      &call->response, [&, call](grpc::Status status) {
                         absl::MutexLock lock(&mu);
                         --in_flight;
                         ++answered;
@@ -184,8 +191,8 @@ TEST(HandlerFuzzTest, RandomRequestsToEveryMethod) {
   {
     absl::MutexLock lock(&mu);
     auto drained = [&] { return in_flight == 0; };
-    ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(&drained),
-                                    absl::Seconds(20)))
+    ASSERT_TRUE(
+        mu.AwaitWithTimeout(absl::Condition(&drained), absl::Seconds(20)))
         << in_flight << " calls never answered";
     EXPECT_GT(ok, 0) << "some random requests must be valid";
     EXPECT_LT(ok, answered) << "and some must be refused";

@@ -163,7 +163,8 @@ TEST_F(HostileTest, ScopeKeyCountIsBounded) {
   grpc::Status over = Set("full", "one-more", "v");
   EXPECT_EQ(over.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_NE(over.error_message().find("max_keys_per_scope"), std::string::npos);
-  EXPECT_TRUE(Set("full", "k3", "overwrite").ok()) << "existing keys stay writable";
+  EXPECT_TRUE(Set("full", "k3", "overwrite").ok())
+      << "existing keys stay writable";
   v1::AddRequest add;
   add.mutable_scope()->set_run_id("full");
   add.set_key("counter");
@@ -243,9 +244,8 @@ TEST_F(HostileTest, DuplicateNodeIdsSupersedeAndJobsAreBounded) {
   ASSERT_TRUE(testing::WaitFor([&] { return nodes() == 1; }, absl::Seconds(5)));
   grpc::Status second;
   v1::JoinResponse second_response;
-  std::thread late([&] {
-    second = Join(JoinRequest("dup", "same", 2), &second_response);
-  });
+  std::thread late(
+      [&] { second = Join(JoinRequest("dup", "same", 2), &second_response); });
   early.join();
   EXPECT_EQ(first.error_code(), grpc::StatusCode::ABORTED);
   v1::JoinResponse other;

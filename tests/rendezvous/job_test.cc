@@ -359,7 +359,8 @@ TEST_F(JobTest, JoinTimesOutWithDeadlineExceeded) {
   EXPECT_FALSE(Answered(a));
   Advance(absl::Milliseconds(1));
   ASSERT_TRUE(Answered(a));
-  EXPECT_EQ(answers_.at(a).status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(answers_.at(a).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
   EXPECT_NE(answers_.at(a).status().message().find("min_nodes is 2"),
             std::string::npos)
       << answers_.at(a).status();
@@ -410,8 +411,7 @@ TEST_F(JobTest, ConfigMismatchIsRefusedNamingTheField) {
   config_.set_max_restarts(5);
   WaiterId b = Join("b");
   ASSERT_TRUE(Answered(b));
-  EXPECT_EQ(answers_.at(b).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(answers_.at(b).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(answers_.at(b).status().message().find("max_restarts=1"),
             std::string::npos)
       << answers_.at(b).status();
@@ -433,8 +433,7 @@ TEST_F(JobTest, BadConfigIsRefused) {
   config_.set_min_nodes(3);
   config_.set_max_nodes(2);
   WaiterId a = Join("a");
-  EXPECT_EQ(answers_.at(a).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(answers_.at(a).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(table_.num_jobs(), 0u);
 }
 

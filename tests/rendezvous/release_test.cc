@@ -60,8 +60,9 @@ class ReleaseTest : public ::testing::Test {
     scope.set_round(0);
     std::vector<StoreCompletion> done;
     for (int k = 0; k < 16; ++k) {
-      ASSERT_TRUE(store_.Set(scope, absl::StrCat("rank_", k),
-                             std::string(128, 'x'), &done)
+      ASSERT_TRUE(store_
+                      .Set(scope, absl::StrCat("rank_", k),
+                           std::string(128, 'x'), &done)
                       .ok());
     }
     for (int n = 0; n < 2; ++n) {

@@ -199,8 +199,8 @@ TEST(TokenBinaryTest, TokenFileFlagIsEnforced) {
   testing::TempDir dir;
   std::ofstream(dir.File("token")) << "binary-token\n";
   testing::SubprocessOptions options;
-  options.argv = {testing::BinaryPath("rendezvous/ddprun-rendezvous"),
-                  "--port", "0", "--token-file", dir.File("token")};
+  options.argv = {testing::BinaryPath("rendezvous/ddprun-rendezvous"), "--port",
+                  "0", "--token-file", dir.File("token")};
   options.stdout_path = dir.File("out");
   options.stderr_path = dir.File("err");
   options.unset_env = {"DDPRUN_TOKEN"};
@@ -216,7 +216,8 @@ TEST(TokenBinaryTest, TokenFileFlagIsEnforced) {
         endpoint = out.substr(prefix.size(), eol - prefix.size());
         return true;
       },
-      absl::Seconds(10))) << testing::ReadFileOrEmpty(dir.File("err"));
+      absl::Seconds(10)))
+      << testing::ReadFileOrEmpty(dir.File("err"));
   EXPECT_EQ(TrySet(Channel(endpoint, {})).error_code(),
             grpc::StatusCode::UNAUTHENTICATED);
   common::ChannelOptions right;

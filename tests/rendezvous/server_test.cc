@@ -1,5 +1,7 @@
 // The Rendezvous service on a real server: agents joining concurrently,
 // heartbeats, cancellation, health; and the ddprun-rendezvous binary.
+#include "rendezvous/server.h"
+
 #include <signal.h>
 
 #include <string>
@@ -15,7 +17,6 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
-#include "rendezvous/server.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/wait_for.h"
@@ -104,7 +105,8 @@ TEST_F(ServerTest, TwoAgentsJoinAndGetConsistentAssignments) {
   hb.set_node_id("a");
   hb.set_round(x.round());
   v1::HeartbeatResponse beat;
-  ASSERT_TRUE(stub_->Heartbeat(Context(absl::Seconds(5)).get(), hb, &beat).ok());
+  ASSERT_TRUE(
+      stub_->Heartbeat(Context(absl::Seconds(5)).get(), hb, &beat).ok());
   EXPECT_FALSE(beat.rejoin());
   EXPECT_EQ(beat.state(), v1::JOB_STATE_RUNNING);
   v1::JobStatus status = JobStatus("two-nodes");
@@ -117,9 +119,9 @@ TEST_F(ServerTest, CancelledJoinLeavesNoNodeBehind) {
   grpc::Status status = stub_->Join(Context(absl::Milliseconds(200)).get(),
                                     JoinRequest("a", 2), &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
-  EXPECT_TRUE(testing::WaitFor(
-      [&] { return JobStatus("two-nodes").nodes_size() == 0; },
-      absl::Seconds(5)))
+  EXPECT_TRUE(
+      testing::WaitFor([&] { return JobStatus("two-nodes").nodes_size() == 0; },
+                       absl::Seconds(5)))
       << "the node whose Join went away must be dropped";
 }
 
@@ -141,9 +143,9 @@ TEST_F(ServerTest, ShutdownAnswersParkedJoins) {
     status = stub_->Join(Context(absl::Seconds(20)).get(), JoinRequest("a", 2),
                          &response);
   });
-  ASSERT_TRUE(testing::WaitFor(
-      [&] { return JobStatus("two-nodes").nodes_size() == 1; },
-      absl::Seconds(5)));
+  ASSERT_TRUE(
+      testing::WaitFor([&] { return JobStatus("two-nodes").nodes_size() == 1; },
+                       absl::Seconds(5)));
   absl::Time start = absl::Now();
   server_->Shutdown();
   agent.join();
@@ -164,8 +166,8 @@ TEST_F(ServerTest, HealthServiceAnswersServing) {
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
   grpc::StubOptions options;
-  generic.UnaryCall(&context, "/grpc.health.v1.Health/Check", options,
-                    &request, &response, [&](grpc::Status s) {
+  generic.UnaryCall(&context, "/grpc.health.v1.Health/Check", options, &request,
+                    &response, [&](grpc::Status s) {
                       absl::MutexLock lock(&mu);
                       status = s;
                       done = true;
@@ -183,8 +185,8 @@ TEST_F(ServerTest, HealthServiceAnswersServing) {
 TEST(ServerBinaryTest, PrintsItsPortServesAndStopsOnSigterm) {
   testing::TempDir dir;
   testing::SubprocessOptions options;
-  options.argv = {testing::BinaryPath("rendezvous/ddprun-rendezvous"),
-                  "--port", "0", "--log-level", "warn"};
+  options.argv = {testing::BinaryPath("rendezvous/ddprun-rendezvous"), "--port",
+                  "0", "--log-level", "warn"};
   options.stdout_path = dir.File("out");
   options.stderr_path = dir.File("err");
   auto process = testing::Subprocess::Start(options);
@@ -214,8 +216,8 @@ TEST(ServerBinaryTest, PrintsItsPortServesAndStopsOnSigterm) {
   set.set_key("k");
   set.set_value("v");
   v1::SetResponse set_response;
-  ASSERT_TRUE(store->Set(Context(absl::Seconds(5)).get(), set, &set_response)
-                  .ok());
+  ASSERT_TRUE(
+      store->Set(Context(absl::Seconds(5)).get(), set, &set_response).ok());
   v1::GetRequest get;
   *get.mutable_scope() = set.scope();
   get.set_key("k");
@@ -232,10 +234,10 @@ TEST(ServerBinaryTest, PrintsItsPortServesAndStopsOnSigterm) {
 TEST(ServerBinaryTest, BusyPortIsOneClearErrorAndNonZeroExit) {
   auto first = Server::Start(ServerOptions{});
   ASSERT_TRUE(first.ok());
-  testing::RunResult result = testing::RunCommand(
-      {testing::BinaryPath("rendezvous/ddprun-rendezvous"), "--port",
-       absl::StrCat((*first)->port())},
-      absl::Seconds(20));
+  testing::RunResult result =
+      testing::RunCommand({testing::BinaryPath("rendezvous/ddprun-rendezvous"),
+                           "--port", absl::StrCat((*first)->port())},
+                          absl::Seconds(20));
   ASSERT_FALSE(result.timed_out);
   EXPECT_NE(result.exit.exit_code, 0);
   EXPECT_NE(result.err.find("cannot listen on"), std::string::npos)

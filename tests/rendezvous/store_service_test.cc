@@ -90,8 +90,7 @@ class StoreServiceTest : public ::testing::Test {
     return response.value();
   }
 
-  grpc::Status Wait(const std::vector<std::string>& keys,
-                    int64_t timeout_ms) {
+  grpc::Status Wait(const std::vector<std::string>& keys, int64_t timeout_ms) {
     v1::WaitRequest request;
     *request.mutable_scope() = scope_;
     for (const auto& k : keys) request.add_keys(k);
@@ -295,8 +294,9 @@ TEST_F(StoreServiceTest, StaleRoundIsRefusedAndParkedCallsReleased) {
 
   grpc::Status stale = Set("k", "v2", &round0);
   EXPECT_EQ(stale.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
-  EXPECT_NE(stale.error_message().find("round 0 is over; the job is in round 1"),
-            std::string::npos)
+  EXPECT_NE(
+      stale.error_message().find("round 0 is over; the job is in round 1"),
+      std::string::npos)
       << stale.error_message();
 }
 
