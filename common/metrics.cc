@@ -75,8 +75,8 @@ std::string LabelText(const std::vector<std::string>& names,
                       const std::string& extra = "") {
   std::vector<std::string> pairs;
   for (size_t i = 0; i < names.size(); ++i) {
-    pairs.push_back(absl::StrCat(names[i], "=\"", EscapeLabelValue(values[i]),
-                                 "\""));
+    pairs.push_back(
+        absl::StrCat(names[i], "=\"", EscapeLabelValue(values[i]), "\""));
   }
   if (!extra.empty()) pairs.push_back(extra);
   if (pairs.empty()) return "";
@@ -139,8 +139,7 @@ std::vector<double> DefaultBuckets() {
   return {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
 }
 
-std::vector<double> ExponentialBuckets(double start, double factor,
-                                       int count) {
+std::vector<double> ExponentialBuckets(double start, double factor, int count) {
   if (!(start > 0) || !(factor > 1) || count < 1) {
     DieBadMetric(absl::StrFormat(
         "ExponentialBuckets(start=%g, factor=%g, count=%d): need start > 0, "
@@ -286,16 +285,16 @@ std::string MetricsRegistry::Render() const {
       case Type::kCounter: {
         absl::MutexLock family_lock(&entry.counter->mu_);
         for (const auto& [values, counter] : entry.counter->children_) {
-          absl::StrAppend(&out, name, LabelText(entry.label_names, values),
-                          " ", FormatMetricValue(counter->value()), "\n");
+          absl::StrAppend(&out, name, LabelText(entry.label_names, values), " ",
+                          FormatMetricValue(counter->value()), "\n");
         }
         break;
       }
       case Type::kGauge: {
         absl::MutexLock family_lock(&entry.gauge->mu_);
         for (const auto& [values, gauge] : entry.gauge->children_) {
-          absl::StrAppend(&out, name, LabelText(entry.label_names, values),
-                          " ", FormatMetricValue(gauge->value()), "\n");
+          absl::StrAppend(&out, name, LabelText(entry.label_names, values), " ",
+                          FormatMetricValue(gauge->value()), "\n");
         }
         break;
       }
@@ -304,10 +303,9 @@ std::string MetricsRegistry::Render() const {
         for (const auto& [values, histogram] : entry.histogram->children_) {
           Histogram::Snapshot snapshot = histogram->Read();
           for (size_t i = 0; i <= snapshot.upper_bounds.size(); ++i) {
-            std::string le =
-                i < snapshot.upper_bounds.size()
-                    ? FormatMetricValue(snapshot.upper_bounds[i])
-                    : "+Inf";
+            std::string le = i < snapshot.upper_bounds.size()
+                                 ? FormatMetricValue(snapshot.upper_bounds[i])
+                                 : "+Inf";
             absl::StrAppend(
                 &out, name, "_bucket",
                 LabelText(entry.label_names, values,
@@ -316,9 +314,8 @@ std::string MetricsRegistry::Render() const {
           }
           std::string labels = LabelText(entry.label_names, values);
           absl::StrAppend(&out, name, "_sum", labels, " ",
-                          FormatMetricValue(snapshot.sum), "\n", name,
-                          "_count", labels, " ",
-                          FormatMetricValue(snapshot.count), "\n");
+                          FormatMetricValue(snapshot.sum), "\n", name, "_count",
+                          labels, " ", FormatMetricValue(snapshot.count), "\n");
         }
         break;
       }

@@ -20,8 +20,8 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
         "metrics port ", options.port, " is out of range; use 0..65535"));
   }
   if (!absl::StartsWith(options.path, "/")) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "metrics path '", options.path, "' must start with '/'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("metrics path '", options.path, "' must start with '/'"));
   }
   std::unique_ptr<MetricsServer> self(new MetricsServer);
   self->server_ = std::make_unique<httplib::Server>();
@@ -70,9 +70,8 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
 MetricsServer::~MetricsServer() { Shutdown(); }
 
 std::string MetricsServer::url() const {
-  std::string host = absl::StrContains(host_, ':')
-                         ? absl::StrCat("[", host_, "]")
-                         : host_;
+  std::string host =
+      absl::StrContains(host_, ':') ? absl::StrCat("[", host_, "]") : host_;
   return absl::StrCat("http://", host, ":", port_, path_);
 }
 

@@ -132,9 +132,10 @@ TEST(MetricsHttpLatencyTest, ScrapeLatency) {
   double p99 = micros[kScrapes * 99 / 100];
   RecordProperty("scrape_p50_us", static_cast<int>(p50));
   RecordProperty("scrape_p99_us", static_cast<int>(p99));
-  std::printf("metrics scrape over loopback: p50 %.0f us, p99 %.0f us, %zu "
-              "bytes, %d scrapes\n",
-              p50, p99, bytes, kScrapes);
+  std::printf(
+      "metrics scrape over loopback: p50 %.0f us, p99 %.0f us, %zu "
+      "bytes, %d scrapes\n",
+      p50, p99, bytes, kScrapes);
 }
 
 }  // namespace

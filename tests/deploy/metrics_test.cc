@@ -19,9 +19,7 @@ TEST(MetricsTest, RendersEveryTypeInTheTextFormat) {
       "ddprun_failures_total", "Worker failures by cause", {"cause"});
   failures.WithLabels({"signal"}).Increment();
   failures.WithLabels({"exit"}).Increment(2);
-  registry.AddGauge("ddprun_nodes", "Nodes in the round")
-      .WithLabels({})
-      .Set(3);
+  registry.AddGauge("ddprun_nodes", "Nodes in the round").WithLabels({}).Set(3);
   HistogramFamily& latency = registry.AddHistogram(
       "ddprun_store_seconds", "Store call latency", {"op"}, {0.001, 0.01});
   latency.WithLabels({"get"}).Observe(0.0005);
@@ -75,8 +73,7 @@ TEST(MetricsTest, FormatsNumbersAsPrometheusReadsThem) {
   EXPECT_EQ(FormatMetricValue(0.005), "0.005");
   EXPECT_EQ(FormatMetricValue(0.1 + 0.2), "0.30000000000000004");
   EXPECT_EQ(FormatMetricValue(1e300), "1e+300");
-  EXPECT_EQ(FormatMetricValue(std::numeric_limits<double>::infinity()),
-            "+Inf");
+  EXPECT_EQ(FormatMetricValue(std::numeric_limits<double>::infinity()), "+Inf");
   EXPECT_EQ(FormatMetricValue(-std::numeric_limits<double>::infinity()),
             "-Inf");
   EXPECT_EQ(FormatMetricValue(std::nan("")), "NaN");
