@@ -306,16 +306,16 @@ std::string MetricsRegistry::Render() const {
             std::string le = i < snapshot.upper_bounds.size()
                                  ? FormatMetricValue(snapshot.upper_bounds[i])
                                  : "+Inf";
-            absl::StrAppend(
-                &out, name, "_bucket",
-                LabelText(entry.label_names, values,
-                          absl::StrCat("le=\"", le, "\"")),
-                " ", FormatMetricValue(snapshot.cumulative_counts[i]), "\n");
+            absl::StrAppend(&out, name, "_bucket",
+                            LabelText(entry.label_names, values,
+                                      absl::StrCat("le=\"", le, "\"")),
+                            " ", absl::StrCat(snapshot.cumulative_counts[i]),
+                            "\n");
           }
           std::string labels = LabelText(entry.label_names, values);
           absl::StrAppend(&out, name, "_sum", labels, " ",
                           FormatMetricValue(snapshot.sum), "\n", name, "_count",
-                          labels, " ", FormatMetricValue(snapshot.count), "\n");
+                          labels, " ", absl::StrCat(snapshot.count), "\n");
         }
         break;
       }
