@@ -43,7 +43,8 @@ class TokenInterceptor final : public grpc::experimental::Interceptor {
 class TokenInterceptorFactory final
     : public grpc::experimental::ClientInterceptorFactoryInterface {
  public:
-  explicit TokenInterceptorFactory(std::string token) : value_(Bearer(token)) {}
+  explicit TokenInterceptorFactory(const std::string& token)
+      : value_(Bearer(token)) {}
   grpc::experimental::Interceptor* CreateClientInterceptor(
       grpc::experimental::ClientRpcInfo* /*info*/) override {
     return new TokenInterceptor(&value_);

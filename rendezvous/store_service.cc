@@ -63,8 +63,9 @@ void StoreService::Complete(std::vector<StoreCompletion> done) {
       call->reactor->Finish(common::ToGrpcStatus(c.value.status()));
       continue;
     }
-    if (call->response != nullptr)
+    if (call->response != nullptr) {
       call->response->set_value(*std::move(c.value));
+    }
     call->reactor->Finish(grpc::Status::OK);
   }
 }
