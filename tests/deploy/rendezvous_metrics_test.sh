@@ -5,7 +5,8 @@
 #   ddprun-rendezvous --port 0 --metrics-port 0 prints, after its first line
 #   "ddprun-rendezvous listening on HOST:PORT", the line
 #   "ddprun-rendezvous metrics on http://HOST:PORT/metrics"; a scrape there
-#   is Prometheus text with heartbeats, store operations and jobs.
+#   is Prometheus text with every RPC by method and code (heartbeats, store
+#   operations), their latency, and the jobs' rounds and nodes.
 #   rendezvous_metrics_test.sh DDPRUN RENDEZVOUS
 set -euo pipefail
 ddprun=$1
@@ -48,14 +49,15 @@ with urllib.request.urlopen(sys.argv[1], timeout=5) as r:
     sys.stdout.write(r.read().decode())
 PY
 }
-value() {  # METRIC_WITH_LABELS BODY -> the value, or empty
-  awk -v m="$1" '$1 == m {print $2}' <<<"$2"
+heartbeats() {  # BODY -> Heartbeat calls answered OK
+  awk '/^ddprun_grpc_server_handled_total\{service="ddprun.v1.Rendezvous",method="Heartbeat",code="OK"\}/ {print $2}' <<<"$1"
 }
 
 body=$(scrape) || fail "scrape of $url failed"
-for family in 'ddprun_rendezvous_heartbeats_total counter' \
+for family in 'ddprun_grpc_server_handled_total counter' \
+              'ddprun_grpc_server_handling_seconds histogram' \
               'ddprun_rendezvous_round gauge' \
-              'ddprun_store_op_seconds histogram'; do
+              'ddprun_rendezvous_nodes gauge'; do
   grep -q "^# TYPE $family\$" <<<"$body" || fail "no '# TYPE $family' in: $body"
 done
 
@@ -78,8 +80,8 @@ for node in 0 1; do
   wait "${pids[$((node + 1))]}" || fail "agent $node failed: $(cat "$work/agent$node.out")"
 done
 body=$(scrape)
-beats=$(value ddprun_rendezvous_heartbeats_total "$body")
-[[ -n $beats && $beats -gt 0 ]] || fail "heartbeats_total is '$beats' after a job: $body"
+beats=$(heartbeats "$body")
+[[ -n $beats && $beats -gt 0 ]] || fail "no Heartbeat calls counted after a job: $body"
 
 start=$(date +%s%N)
 for _ in $(seq 20); do scrape >/dev/null; done
