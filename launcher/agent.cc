@@ -325,6 +325,15 @@ Agent::RoundEnd Agent::Supervise(const v1::Assignment& assignment,
         // Report first, so that the other nodes hear of it at their next
         // heartbeat while this one stops its workers.
         std::vector<LocalFailure> failures = policy.failures();
+        for (const LocalFailure& f : failures) {
+          if (f.cause == "hung") {
+            spdlog::warn(
+                "worker rank {} (local {}) is hung: no progress for {} "
+                "(--worker-timeout)",
+                assignment.rank_offset() + f.local_rank, f.local_rank,
+                absl::FormatDuration(options_.worker_timeout));
+          }
+        }
         ReportFailures(assignment, failures, error_files, "");
         group.Stop(options_.shutdown_grace);
         return RoundEnd::kRejoin;

@@ -1,0 +1,203 @@
+// Issue 4's fault tests with the real trainer: ddprun-mnist on real MNIST,
+// something breaks mid-training, and the job still finishes with a good
+// accuracy, resuming from its checkpoint. Registered only in builds that
+// have ddprun-mnist (it needs LibTorch).
+#include <dirent.h>
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "rendezvous/server.h"
+#include "tests/e2e/summary_json.h"
+#include "tests/testing/subprocess.h"
+#include "tests/testing/temp_dir.h"
+#include "tests/testing/wait_for.h"
+
+namespace ddprun::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Several epochs over this slice reach well above kMinAccuracy; a restart
+// that lost the model or the sampler's place does not break that, a broken
+// resume (e.g. from random weights at the last epoch) may.
+constexpr int kTrainSamples = 20000;
+constexpr int kEpochs = 4;
+constexpr double kMinAccuracy = 0.85;
+
+std::string Ddprun() { return BinaryPath("launcher/ddprun"); }
+std::string Mnist() { return BinaryPath("worker/ddprun-mnist"); }
+
+std::vector<std::string> Concat(std::vector<std::string> a,
+                                const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+std::vector<std::string> MnistArgs(const TempDir& dir) {
+  return {Mnist(),
+          "--epochs",
+          std::to_string(kEpochs),
+          "--data-dir",
+          MnistDir(),
+          "--train-limit",
+          std::to_string(kTrainSamples),
+          "--checkpoint-dir",
+          dir.File("checkpoints"),
+          "--checkpoint-every",
+          "20",
+          "--summary-json",
+          dir.File("summary.json"),
+          "--save",
+          dir.File("model.pt")};
+}
+
+bool HasCheckpoint(const TempDir& dir) {
+  std::error_code ec;
+  auto it = std::filesystem::directory_iterator(dir.File("checkpoints"), ec);
+  return !ec && it != std::filesystem::directory_iterator();
+}
+
+// The direct children of `pid` (its workers), from /proc.
+std::vector<pid_t> Children(pid_t pid) {
+  std::vector<pid_t> out;
+  std::string task_dir = absl::StrCat("/proc/", pid, "/task");
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator(task_dir, ec)) {
+    std::ifstream in(task.path() / "children");
+    int child;
+    while (in >> child) out.push_back(child);
+  }
+  return out;
+}
+
+void ExpectTrained(const TempDir& dir, int world_size) {
+  std::string summary = ReadFileOrEmpty(dir.File("summary.json"));
+  ASSERT_FALSE(summary.empty()) << "rank 0 wrote no --summary-json";
+  EXPECT_EQ(SummaryNumber(summary, "world_size"), world_size) << summary;
+  std::optional<double> accuracy = SummaryNumber(summary, "test_accuracy");
+  ASSERT_TRUE(accuracy.has_value()) << summary;
+  EXPECT_GE(*accuracy, kMinAccuracy) << summary;
+}
+
+struct Job {
+  Subprocess agent;
+  std::string err_path;
+  std::string err() const { return ReadFileOrEmpty(err_path); }
+};
+
+Job StartJob(const TempDir& dir, const std::vector<std::string>& flags,
+             const std::string& name = "agent") {
+  SubprocessOptions options;
+  options.argv = Concat(Concat({Ddprun()}, flags), MnistArgs(dir));
+  options.stderr_path = dir.File(name + ".err");
+  options.stdout_path = dir.File(name + ".out");
+  auto agent = Subprocess::Start(options);
+  EXPECT_TRUE(agent.ok()) << agent.status();
+  return Job{std::move(*agent), options.stderr_path};
+}
+
+TEST(MnistFaultTest, KillNineOfAWorkerMidEpochResumesAndFinishes) {
+  TempDir dir;
+  Job job = StartJob(dir, {"--standalone", "--nproc-per-node", "2",
+                           "--max-restarts", "2", "--monitor-interval", "0.1"});
+  ASSERT_TRUE(WaitFor([&] { return HasCheckpoint(dir); }, absl::Minutes(2)))
+      << job.err();
+  std::vector<pid_t> workers = Children(job.agent.pid());
+  ASSERT_FALSE(workers.empty()) << job.err();
+  ASSERT_EQ(kill(workers.back(), SIGKILL), 0);
+  std::optional<ExitInfo> exit = job.agent.Wait(absl::Minutes(4));
+  ASSERT_TRUE(exit.has_value()) << job.err();
+  ASSERT_TRUE(exit->ok()) << exit->ToString() << "\n" << job.err();
+  EXPECT_THAT(job.err(), HasSubstr("signal SIGKILL"));
+  EXPECT_THAT(job.err(), HasSubstr("restart 1/2"));
+  ExpectTrained(dir, 2);
+}
+
+TEST(MnistFaultTest, AHungWorkerIsDetectedAndTheJobFinishes) {
+  TempDir dir;
+  Job job = StartJob(dir, {"--standalone", "--nproc-per-node", "2",
+                           "--max-restarts", "2", "--monitor-interval", "0.1",
+                           "--worker-timeout", "2", "--shutdown-grace", "1"});
+  ASSERT_TRUE(WaitFor([&] { return HasCheckpoint(dir); }, absl::Minutes(2)))
+      << job.err();
+  std::vector<pid_t> workers = Children(job.agent.pid());
+  ASSERT_FALSE(workers.empty()) << job.err();
+  // A stopped process makes no progress and does not die: a hang.
+  ASSERT_EQ(kill(workers.back(), SIGSTOP), 0);
+  std::optional<ExitInfo> exit = job.agent.Wait(absl::Minutes(4));
+  ASSERT_TRUE(exit.has_value()) << job.err();
+  ASSERT_TRUE(exit->ok()) << exit->ToString() << "\n" << job.err();
+  EXPECT_THAT(job.err(), HasSubstr("hung"));
+  ExpectTrained(dir, 2);
+}
+
+TEST(MnistFaultTest, AWorkerThatAlwaysFailsEndsTheJobWithASummary) {
+  TempDir dir;
+  SubprocessOptions options;
+  options.argv = {Ddprun(), "--standalone", "--max-restarts", "1",
+                  Mnist(),  "--data-dir",   dir.File("none"), "--epochs",
+                  "1"};
+  options.stderr_path = dir.File("agent.err");
+  auto agent = Subprocess::Start(options);
+  ASSERT_TRUE(agent.ok());
+  std::optional<ExitInfo> exit = agent->Wait(absl::Minutes(2));
+  ASSERT_TRUE(exit.has_value());
+  std::string err = ReadFileOrEmpty(dir.File("agent.err"));
+  EXPECT_EQ(exit->exit_code, 1) << err;
+  EXPECT_THAT(err, HasSubstr("first failure (root cause)"));
+  EXPECT_THAT(err, HasSubstr("rank 0 (local rank 0)"));
+  EXPECT_THAT(err, HasSubstr("restart 1/1"));  // it was restarted once
+}
+
+TEST(MnistFaultTest, TheSurvivorOfAKilledAgentFinishesAlone) {
+  auto server = rendezvous::Server::Start(rendezvous::ServerOptions{});
+  ASSERT_TRUE(server.ok()) << server.status();
+  TempDir dir;
+  std::vector<std::string> flags = {
+      "--nnodes",
+      "1:2",
+      "--nproc-per-node",
+      "1",
+      "--rdzv-endpoint",
+      (*server)->endpoint(),
+      "--rdzv-id",
+      "mnist-survivor",
+      "--monitor-interval",
+      "0.1",
+      "--max-restarts",
+      "2",
+      "--rdzv-conf",
+      "heartbeat_interval=0.2,heartbeat_timeout=2,last_call_timeout=1"};
+  Job survivor = StartJob(dir, Concat(flags, {"--node-rank", "0"}), "agent0");
+  Job victim = StartJob(dir, Concat(flags, {"--node-rank", "1"}), "agent1");
+  ASSERT_TRUE(WaitFor([&] { return HasCheckpoint(dir); }, absl::Minutes(2)))
+      << survivor.err() << victim.err();
+  std::vector<pid_t> orphans = Children(victim.agent.pid());
+  victim.agent.Signal(SIGKILL);
+  ASSERT_TRUE(victim.agent.Wait(absl::Seconds(10)).has_value());
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        for (pid_t pid : orphans) {
+          if (!ProcessGone(pid)) return false;
+        }
+        return true;
+      },
+      absl::Seconds(1)));
+  std::optional<ExitInfo> exit = survivor.agent.Wait(absl::Minutes(4));
+  ASSERT_TRUE(exit.has_value()) << survivor.err();
+  ASSERT_TRUE(exit->ok()) << exit->ToString() << "\n" << survivor.err();
+  ExpectTrained(dir, 1);
+}
+
+}  // namespace
+}  // namespace ddprun::testing
