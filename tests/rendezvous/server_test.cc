@@ -9,7 +9,9 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "ddprun/v1/rendezvous.grpc.pb.h"
 #include "ddprun/v1/store.grpc.pb.h"
@@ -112,6 +114,80 @@ TEST_F(ServerTest, TwoAgentsJoinAndGetConsistentAssignments) {
   v1::JobStatus status = JobStatus("two-nodes");
   EXPECT_EQ(status.nodes_size(), 2);
   EXPECT_EQ(status.world_size(), 4);
+}
+
+// Joins every node at once through the callback client API; returns the
+// answers by node index.
+std::vector<v1::JoinResponse> JoinConcurrently(v1::Rendezvous::Stub* stub,
+                                               int nodes,
+                                               std::vector<grpc::Status>* out) {
+  std::vector<v1::JoinResponse> responses(nodes);
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<v1::JoinRequest> requests(nodes);
+  out->assign(nodes, grpc::Status());
+  absl::Mutex mu;
+  int done = 0;
+  for (int i = 0; i < nodes; ++i) {
+    requests[i].set_run_id("many");
+    requests[i].set_node_id(absl::StrCat("node-", i));
+    requests[i].set_local_world_size(1 + i % 3);
+    requests[i].set_node_rank(-1);
+    requests[i].set_address(absl::StrCat("host-", i));
+    requests[i].mutable_config()->set_min_nodes(nodes);
+    requests[i].mutable_config()->set_max_nodes(nodes);
+    requests[i].mutable_config()->set_max_restarts(3);
+    contexts.push_back(Context(absl::Seconds(30)));
+    stub->async()->Join(contexts.back().get(), &requests[i], &responses[i],
+                        [&, i](grpc::Status status) {
+                          absl::MutexLock lock(&mu);
+                          (*out)[i] = status;
+                          ++done;
+                        });
+  }
+  absl::MutexLock lock(&mu);
+  auto all = [&] { return done == nodes; };
+  mu.Await(absl::Condition(&all));
+  return responses;
+}
+
+TEST_F(ServerTest, ManyAgentsJoinConcurrentlyAndRejoinInTheSameOrder) {
+  constexpr int kNodes = 200;
+  std::vector<grpc::Status> statuses;
+  std::vector<v1::JoinResponse> first =
+      JoinConcurrently(stub_.get(), kNodes, &statuses);
+  std::vector<int> rank_of(kNodes, -1);
+  std::vector<int> offset_of_rank(kNodes, -1);
+  int world = 0;
+  for (int i = 0; i < kNodes; ++i) {
+    ASSERT_TRUE(statuses[i].ok()) << statuses[i].error_message();
+    const v1::Assignment& a = first[i].assignment();
+    ASSERT_GE(a.node_rank(), 0);
+    ASSERT_LT(a.node_rank(), kNodes);
+    EXPECT_EQ(offset_of_rank[a.node_rank()], -1) << "rank given twice";
+    offset_of_rank[a.node_rank()] = a.rank_offset();
+    rank_of[i] = a.node_rank();
+    world += 1 + i % 3;
+    EXPECT_EQ(a.round(), 0);
+  }
+  EXPECT_EQ(first[0].assignment().world_size(), world);
+
+  // A failure ends round 0; everyone rejoins and keeps its rank.
+  v1::ReportFailureRequest fail;
+  fail.set_run_id("many");
+  fail.set_node_id("node-7");
+  fail.set_round(0);
+  v1::ReportFailureResponse failed;
+  ASSERT_TRUE(
+      stub_->ReportFailure(Context(absl::Seconds(5)).get(), fail, &failed)
+          .ok());
+  std::vector<v1::JoinResponse> second =
+      JoinConcurrently(stub_.get(), kNodes, &statuses);
+  for (int i = 0; i < kNodes; ++i) {
+    ASSERT_TRUE(statuses[i].ok()) << statuses[i].error_message();
+    EXPECT_EQ(second[i].assignment().round(), 1);
+    EXPECT_EQ(second[i].assignment().restart_count(), 1);
+    EXPECT_EQ(second[i].assignment().node_rank(), rank_of[i]);
+  }
 }
 
 TEST_F(ServerTest, CancelledJoinLeavesNoNodeBehind) {
