@@ -8,7 +8,9 @@ WorkerGroup::WorkerGroup(ProcessControl& control, const common::Clock& clock)
     : control_(control), clock_(clock) {}
 
 WorkerGroup::~WorkerGroup() {
-  if (!AllEnded()) Stop(absl::ZeroDuration());
+  // Also when every worker has exited: what they left in their process
+  // groups (their own children) goes with them.
+  if (!workers_.empty()) Stop(absl::ZeroDuration());
 }
 
 absl::Status WorkerGroup::Start(const std::vector<SpawnRequest>& requests,

@@ -16,7 +16,8 @@ namespace ddprun::launcher {
 
 // The local workers of one round: each the leader of its own process group.
 // Owned and used by one thread, the one that spawned them (see
-// ProcessControl). The destructor stops whatever still runs (SIGKILL).
+// ProcessControl). The destructor kills whatever still runs in the workers'
+// process groups (SIGKILL), including children of workers that exited.
 class WorkerGroup {
  public:
   WorkerGroup(ProcessControl& control, const common::Clock& clock);

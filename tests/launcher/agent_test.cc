@@ -262,15 +262,40 @@ bool AllGone(const std::vector<pid_t>& pids) {
   return true;
 }
 
-TEST(AgentTest, SigtermIsForwardedAndEndsEveryWorker) {
+class StopSignalTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(StopSignalTest, IsForwardedAndEndsEveryWorker) {
+  int sig = GetParam();
   TempDir dir;
   auto job = StartHangingJob(dir, 2, {});
   ASSERT_TRUE(job.ok()) << job.status();
-  job->agent.Signal(SIGTERM);
+  job->agent.Signal(sig);
   std::optional<ExitInfo> exit = job->agent.Wait(absl::Seconds(10));
   ASSERT_TRUE(exit.has_value());
-  EXPECT_EQ(exit->exit_code, 128 + SIGTERM);
+  EXPECT_EQ(exit->exit_code, 128 + sig)
+      << ReadFileOrEmpty(dir.File("agent.err"));
   EXPECT_TRUE(WaitFor([&] { return AllGone(job->workers); }, absl::Seconds(2)));
+}
+
+INSTANTIATE_TEST_SUITE_P(IntTermHupQuit, StopSignalTest,
+                         ::testing::Values(SIGINT, SIGTERM, SIGHUP, SIGQUIT));
+
+TEST(AgentTest, ChildrenOfWorkersDoNotOutliveTheJob) {
+  TempDir dir;
+  // The workers succeed at once but leave a child behind.
+  RunResult r = RunCommand(
+      Concat(Standalone(2),
+             {FaultWorker(), "--spawn-grandchild", "--out-dir", dir.path()}),
+      absl::Seconds(30));
+  ASSERT_TRUE(r.exit.ok()) << r.err;
+  for (int rank = 0; rank < 2; ++rank) {
+    pid_t grandchild =
+        ReadPid(dir.File(absl::StrCat("rank_", rank, ".grandchild.pid")));
+    ASSERT_GT(grandchild, 0);
+    EXPECT_TRUE(
+        WaitFor([&] { return ProcessGone(grandchild); }, absl::Seconds(1)))
+        << "rank " << rank << "'s child " << grandchild << " still runs";
+  }
 }
 
 TEST(AgentTest, KillNineOfTheAgentLeavesNoWorkerWithinOneSecond) {
