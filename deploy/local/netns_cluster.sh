@@ -74,12 +74,19 @@ cmd_partition() { ip -n "$1-sw" link set "p-$2" down; }
 cmd_heal() { ip -n "$1-sw" link set "p-$2" up; }
 
 demo_pids=()
+demo_ok=0
 demo_teardown() {  # NAME LOGS
   local pid
   for pid in "${demo_pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   for pid in "${demo_pids[@]}"; do wait "$pid" 2>/dev/null || true; done
   cmd_down "$1"
-  log "cluster $1 removed; logs in $2"
+  # The hosts' output was printed; keep the logs only when something failed.
+  if ((demo_ok)) && [[ -z ${DDPRUN_KEEP_LOGS:-} ]]; then
+    rm -rf "$2"
+    log "cluster $1 removed"
+  else
+    log "cluster $1 removed; logs in $2"
+  fi
 }
 
 cmd_demo() {
@@ -131,6 +138,7 @@ cmd_demo() {
     fi
   done
   cat "$logs"/h*.out
+  ((status == 0)) && demo_ok=1
   return "$status"
 }
 

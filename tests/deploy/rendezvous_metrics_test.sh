@@ -82,9 +82,4 @@ done
 body=$(scrape)
 beats=$(heartbeats "$body")
 [[ -n $beats && $beats -gt 0 ]] || fail "no Heartbeat calls counted after a job: $body"
-
-start=$(date +%s%N)
-for _ in $(seq 20); do scrape >/dev/null; done
-end=$(date +%s%N)
-echo "PASS: /metrics of the real rendezvous; $beats heartbeats counted;" \
-  "scrape (python client, new process each) $(((end - start) / 20000)) us"
+echo "PASS: /metrics of the real rendezvous during a job; $beats heartbeats counted"
