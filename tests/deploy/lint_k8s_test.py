@@ -6,6 +6,7 @@ on PATH, `kubectl kustomize` must also build the base and the overlay."""
 
 import glob
 import os
+import re
 import shutil
 import subprocess
 
@@ -146,6 +147,16 @@ c.check(any(r["action"] == "Ignore" and
 c.check(apod.get("terminationGracePeriodSeconds", 30) >= 30,
         "k8s: ddprun needs time to stop its workers in two phases")
 c.check(agent["image"] == rdzv["image"], "k8s: agents and rendezvous use different images")
+# The pods run as the image's own user (deploy/docker/Dockerfile's useradd).
+with open(c.path("deploy", "docker", "Dockerfile")) as f:
+    uid = re.search(r"useradd .*--uid (\d+)", f.read())
+for name, spec in (("rendezvous", pod["spec"]), ("agents", apod)):
+    ctx = spec.get("securityContext", {})
+    c.check(uid and ctx.get("runAsUser") == int(uid.group(1)) and ctx.get("runAsNonRoot"),
+            f"k8s {name}: runAsUser {ctx.get('runAsUser')} must be the image's user "
+            f"{uid.group(1) if uid else '?'} (non-root)")
+c.check(apod.get("securityContext", {}).get("fsGroup") == apod["securityContext"].get("runAsUser"),
+        "k8s agents: fsGroup must let the image's user write the data volume")
 
 # ---- the Kubeflow PyTorchJob example ---------------------------------------
 (ptj,) = c.load_yaml("deploy", "k8s", "examples", "pytorchjob.yaml")
