@@ -80,8 +80,14 @@ std::string Agent::AttemptDir(int restart_count) const {
 
 int Agent::Run() {
   const RdzvConf& conf = options_.rdzv_conf;
+  long last_round = 0;  // the last round this node was assigned
   while (true) {
-    if (std::optional<int> sig = events_.stop_signal()) return 128 + *sig;
+    if (std::optional<int> sig = events_.stop_signal()) {
+      // Stopped between rounds (e.g. while its workers were being stopped):
+      // still tell the server, so that no round waits for this node.
+      Leave(last_round, v1::LeaveRequest::REASON_SHUTDOWN);
+      return 128 + *sig;
+    }
     absl::StatusOr<int> master_port = ReservePort(context_.local_addr);
     if (!master_port.ok()) {
       spdlog::error("{}", std::string(master_port.status().message()));
@@ -94,6 +100,10 @@ int Agent::Run() {
                      std::min(conf.join_timeout, kMaxUnreachableWait));
     if (std::optional<int> sig = events_.stop_signal()) {
       spdlog::info("stopped by {} while joining", SignalName(*sig));
+      long round = joined.ok() && joined->has_assignment()
+                       ? joined->assignment().round()
+                       : last_round;
+      Leave(round, v1::LeaveRequest::REASON_SHUTDOWN);
       return 128 + *sig;
     }
     if (!joined.ok()) {
@@ -112,6 +122,7 @@ int Agent::Run() {
       return 1;
     }
     const v1::Assignment& assignment = joined->assignment();
+    last_round = assignment.round();
     spdlog::info(
         "round {}: node rank {} of {}, ranks {}..{} of {}, master {}:{}, "
         "restart {}/{}",

@@ -539,6 +539,21 @@ TEST_F(MultiAgentTest, ANodeJoiningARunningJobScalesItUp) {
   }
 }
 
+TEST_F(MultiAgentTest, ASignalWhileWaitingForPeersEndsPromptly) {
+  // The second node never comes: the Join stays parked on the server.
+  Subprocess& agent = StartAgent(0, {"--nnodes", "2", "--rdzv-id", "lonely"},
+                                 {FaultWorker(), "--out-dir", dir_.path()});
+  ASSERT_TRUE(WaitFor([&] { return absl::StrContains(AgentErr(0), "joining"); },
+                      absl::Seconds(10)));
+  absl::Time start = absl::Now();
+  agent.Signal(SIGTERM);
+  std::optional<ExitInfo> exit = agent.Wait(absl::Seconds(10));
+  ASSERT_TRUE(exit.has_value()) << AgentErr(0);
+  EXPECT_EQ(exit->exit_code, 128 + SIGTERM) << AgentErr(0);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(3));
+  EXPECT_FALSE(std::filesystem::exists(dir_.File("rank_0.pid")));
+}
+
 TEST_F(MultiAgentTest, StatusShowsTheJobItsNodesAndRanks) {
   std::vector<std::string> flags = {"--nnodes", "2",         "--nproc-per-node",
                                     "2",        "--rdzv-id", "watched"};
