@@ -1,0 +1,143 @@
+"""Runs deploy/k8s/base's rendezvous and its agents Job without a cluster:
+the Deployment's container command and the Job's pod template (command,
+env with its fieldRefs resolved, workingDir, the token Secret's file and the
+data volume) as two pods, each in a network namespace of
+deploy/local/netns_cluster.sh; `ddprun-rendezvous` (the Service) resolves to
+the rendezvous' namespace. One change from the manifest: one worker per pod
+instead of one per GPU (PET_NPROC_PER_NODE), as this machine has none.
+Both pods must finish the job (MNIST) with exit 0. Root only (77 = skipped)."""
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+from deploy_lint import Checker
+
+c = Checker("k8s_run")
+if os.geteuid() != 0 or not all(c.binaries.values()):
+    print("SKIP: needs root and all three programs", file=sys.stderr)
+    sys.exit(77)
+objects = {}
+for path in glob.glob(c.path("deploy", "k8s", "base", "*.yaml")):
+    for doc in c.load_yaml(path):
+        objects[(doc.get("kind"), doc.get("metadata", {}).get("name"))] = doc
+deployment = objects[("Deployment", "ddprun-rendezvous")]
+service = objects[("Service", "ddprun-rendezvous")]
+(job,) = [d for (k, _), d in objects.items() if k == "Job"]
+token_secret = objects[("Secret", "ddprun-token")]
+
+netns = c.path("deploy", "local", "netns_cluster.sh")
+name = f"ddpk{os.getpid()}"
+work = tempfile.mkdtemp()
+bindir = os.path.join(work, "bin")
+os.makedirs(bindir)
+for program, binary in c.binaries.items():
+    os.symlink(os.path.abspath(binary), os.path.join(bindir, program))
+rdzv_addr = "10.253.0.1"
+
+
+def pod_root(pod, volumes_spec, mounts):
+    """A directory per mount path: the Secret's items as files, the claim
+    shared by every pod (with the MNIST files, as the README says to fill
+    it), emptyDirs per pod. Returns {mount path: directory}."""
+    volumes = {v["name"]: v for v in volumes_spec}
+    mapping = {}
+    for mount in mounts:
+        volume = volumes[mount["name"]]
+        if "secret" in volume:
+            d = os.path.join(work, pod, mount["name"])
+            os.makedirs(d)
+            secret = objects[("Secret", volume["secret"]["secretName"])]
+            for item in volume["secret"].get("items", []):
+                with open(os.path.join(d, item["path"]), "w") as f:
+                    f.write(secret["stringData"][item["key"]])
+        elif "persistentVolumeClaim" in volume:
+            d = os.path.join(work, "claim-" + volume["persistentVolumeClaim"]["claimName"])
+            if not os.path.isdir(d):
+                os.makedirs(d)
+                os.symlink(c.path("data", "mnist"), os.path.join(d, "mnist"))
+        else:
+            d = os.path.join(work, pod, mount["name"])
+            os.makedirs(d)
+        mapping[mount["mountPath"]] = d
+    return mapping
+
+
+def translate(word, mapping):
+    for mount_path in sorted(mapping, key=len, reverse=True):
+        if word == mount_path or word.startswith(mount_path + "/"):
+            return mapping[mount_path] + word[len(mount_path):]
+    return word.replace(f"{service['metadata']['name']}:", f"{rdzv_addr}:")
+
+
+def start(node, container, mapping, env, log_name):
+    full_env = {"PATH": f"{bindir}:/usr/bin:/bin", "HOME": work}
+    full_env.update({k: translate(v, mapping) for k, v in env.items()})
+    cwd = translate(container.get("workingDir", work), mapping)
+    out = open(os.path.join(work, log_name), "w")
+    return subprocess.Popen(
+        ["nsenter", f"--net=/run/netns/{name}-{node}"] +
+        [translate(w, mapping) for w in container["command"]],
+        env=full_env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
+
+
+procs = []
+try:
+    subprocess.run([netns, "up", name, str(job["spec"]["parallelism"])],
+                   check=True, capture_output=True)
+    (rc,) = deployment["spec"]["template"]["spec"]["containers"]
+    rmap = pod_root("rendezvous", deployment["spec"]["template"]["spec"]["volumes"],
+                    rc.get("volumeMounts", []))
+    procs.append(start("rdzv", rc, rmap, {}, "rendezvous.log"))
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        if "listening on" in open(os.path.join(work, "rendezvous.log")).read():
+            break
+        time.sleep(0.05)
+    c.check("listening on" in open(os.path.join(work, "rendezvous.log")).read(),
+            "rendezvous container did not start: " +
+            open(os.path.join(work, "rendezvous.log")).read())
+
+    pod_spec = job["spec"]["template"]["spec"]
+    (ac,) = pod_spec["containers"]
+    agents = []
+    for index in range(job["spec"]["parallelism"]):
+        host = f"h{index + 1}"
+        amap = pod_root(f"pod{index}", pod_spec["volumes"], ac.get("volumeMounts", []))
+        env = {}
+        for e in ac["env"]:
+            if "value" in e:
+                env[e["name"]] = e["value"]
+            else:
+                field = e["valueFrom"]["fieldRef"]["fieldPath"]
+                env[e["name"]] = {
+                    "status.podIP": f"10.253.0.{11 + index}",
+                }.get(field, f"uid-{name}" if "controller-uid" in field else "")
+                c.check(env[e["name"]] != "", f"unknown fieldRef {field}")
+        env["PET_NPROC_PER_NODE"] = "1"  # no GPUs on this machine
+        env["JOB_COMPLETION_INDEX"] = str(index)
+        agents.append(start(host, ac, amap, env, f"pod{index}.log"))
+        procs.append(agents[-1])
+    for index, agent in enumerate(agents):
+        try:
+            code = agent.wait(timeout=300)
+        except subprocess.TimeoutExpired:
+            code = None
+        c.check(code == 0, f"agents Job pod {index} exited {code}:\n" +
+                open(os.path.join(work, f"pod{index}.log")).read()[-3000:])
+finally:
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+    subprocess.run([netns, "down", name], capture_output=True)
+    shutil.rmtree(work, ignore_errors=True)
+c.finish()
