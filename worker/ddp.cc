@@ -23,6 +23,7 @@ DataParallel::DataParallel(std::vector<at::Tensor> parameters,
                            const DataParallelOptions& options)
     : parameters_(std::move(parameters)),
       collectives_(group.collectives),
+      direct_(group.direct),
       world_size_(group.world_size),
       options_(options) {
   TORCH_CHECK(!parameters_.empty(), "DataParallel: the model has no parameters");
@@ -66,7 +67,17 @@ DataParallel::DataParallel(std::vector<at::Tensor> parameters,
   }
   close();
 
-  if (collectives_ && options_.overlap) {
+  if (direct_ && !(parameters_[0].device().is_cpu() &&
+                   parameters_[0].scalar_type() == at::kFloat)) {
+    direct_.reset();  // it binds float buffers in host memory only
+  }
+  if (direct_) {
+    for (Bucket& bucket : buckets_) {
+      bucket.direct_id =
+          direct_->Register(bucket.flat.data_ptr<float>(), bucket.flat.numel());
+    }
+  }
+  if (collectives_ && options_.overlap && !direct_) {
     hooks_.reserve(n);
     for (int i = 0; i < n; ++i) {
       TORCH_CHECK(parameters_[i].requires_grad(), "DataParallel: parameter ",
@@ -133,8 +144,12 @@ void DataParallel::OnGradient(int param, const at::Tensor& grad) {
 void DataParallel::LaunchReady() {
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
     Bucket& bucket = buckets_[next_launch_];
-    std::vector<at::Tensor> tensors = {bucket.flat};
-    bucket.work = collectives_->allreduce(tensors);
+    if (direct_) {
+      direct_->Run(bucket.direct_id);  // synchronous, in this thread
+    } else {
+      std::vector<at::Tensor> tensors = {bucket.flat};
+      bucket.work = collectives_->allreduce(tensors);
+    }
     ++next_launch_;
   }
 }
@@ -152,8 +167,10 @@ void DataParallel::FinishGradientSync() {
     LaunchReady();
   }
   for (Bucket& bucket : buckets_) {
-    bucket.work->wait();
-    bucket.work.reset();
+    if (bucket.work) {
+      bucket.work->wait();
+      bucket.work.reset();
+    }
     bucket.flat.div_(world_size_);
     for (size_t slot = 0; slot < bucket.params.size(); ++slot) {
       at::Tensor& p = parameters_[bucket.params[slot]];

@@ -74,6 +74,7 @@ class DataParallel {
     at::Tensor flat;              // the bucket's buffer, reduced in place
     int pending = 0;              // gradients not yet copied in this step
     c10::intrusive_ptr<::c10d::Work> work;  // in flight when set
+    int direct_id = -1;  // the bucket's DirectAllreduce binding
   };
 
   void OnGradient(int param, const at::Tensor& grad);
@@ -86,6 +87,9 @@ class DataParallel {
 
   std::vector<at::Tensor> parameters_;
   c10::intrusive_ptr<Collectives> collectives_;
+  // When set (CPU Gloo), buckets are reduced synchronously by it in
+  // FinishGradientSync instead of from hooks through collectives_.
+  std::shared_ptr<DirectAllreduce> direct_;
   int world_size_ = 1;
   DataParallelOptions options_;
 

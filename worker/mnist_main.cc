@@ -49,6 +49,10 @@ int main(int argc, char** argv) {
   app.add_flag("--progress,!--no-progress", o.progress,
                "Rank 0 shows a progress line")
       ->capture_default_str();
+  app.add_flag("--direct-allreduce,!--no-direct-allreduce", o.direct_allreduce,
+               "Gloo: reduce gradients on busy-polling pairs in the training "
+               "thread instead of ProcessGroupGloo's threads")
+      ->capture_default_str();
   app.add_option("--log-level", o.log_level, "trace|debug|info|warn|error")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);

@@ -150,6 +150,7 @@ absl::Status Train(const MnistTrainOptions& options) {
 
   ProcessGroupOptions group_options;
   group_options.backend = *backend;
+  group_options.direct_allreduce = options.direct_allreduce;
   absl::StatusOr<ProcessGroup> group = CreateProcessGroup(*env, group_options);
   if (!group.ok()) return group.status();
   const c10::Device device = group->device;
@@ -184,9 +185,10 @@ absl::Status Train(const MnistTrainOptions& options) {
   if (lead) {
     spdlog::info(
         "training {} on {} train / {} test samples, world size {}, backend "
-        "{}, batch {} per rank, {} gradient bucket(s){}",
+        "{}{}, batch {} per rank, {} gradient bucket(s){}",
         options.model, data->train.size(), data->test.size(), world,
-        BackendName(group->backend), options.batch_size, ddp.num_buckets(),
+        BackendName(group->backend), group->direct ? " (direct allreduce)" : "",
+        options.batch_size, ddp.num_buckets(),
         start->resumed_from >= 0
             ? absl::StrFormat(", resuming from step %d (epoch %d, sample %d)",
                               start->step, start->epoch + 1,

@@ -144,6 +144,17 @@ absl::StatusOr<ProcessGroup> CreateProcessGroup(
           : CreateGloo(group.store, env, options);
   if (!collectives.ok()) return collectives.status();
   group.collectives = *collectives;
+  if (options.direct_allreduce && group.backend == BackendKind::kGloo) {
+    const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
+    std::string iface = ifname != nullptr ? ifname : "";
+    iface = iface.substr(0, iface.find(','));
+    absl::StatusOr<std::unique_ptr<DirectAllreduce>> direct =
+        DirectAllreduce::Create(group.store, env.rank, env.world_size,
+                                env.local_addr.empty() ? "127.0.0.1" : env.local_addr,
+                                iface, options.timeout);
+    if (!direct.ok()) return direct.status();
+    group.direct = std::move(*direct);
+  }
   return group;
 }
 

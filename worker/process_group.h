@@ -5,7 +5,10 @@
 
 #include <c10/core/Device.h>
 
+#include <memory>
+
 #include "absl/status/statusor.h"
+#include "worker/gloo_direct.h"
 #include "worker/torch_compat.h"
 #include "worker/worker_env.h"
 
@@ -24,6 +27,9 @@ struct ProcessGroupOptions {
   // Build the backend even in a world of one (checks of the backend itself);
   // without a configured store it then uses an in-process HashStore.
   bool force_collectives = false;
+  // With Gloo, also connect a DirectAllreduce for gradient sync (see
+  // gloo_direct.h); DataParallel uses it instead of the process group.
+  bool direct_allreduce = false;
 };
 
 // The communication side of one worker for one round.
@@ -32,6 +38,7 @@ struct ProcessGroup {
   c10::Device device = c10::Device(c10::kCPU);  // where tensors live
   c10::intrusive_ptr<::c10d::Store> store;      // null in a world of one
   c10::intrusive_ptr<Collectives> collectives;  // null in a world of one
+  std::shared_ptr<DirectAllreduce> direct;      // set when asked for (Gloo)
   int rank = 0;
   int world_size = 1;
 };
