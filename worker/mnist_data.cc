@@ -18,6 +18,8 @@ constexpr uint32_t kImagesMagic = 2051;
 constexpr uint32_t kLabelsMagic = 2049;
 constexpr int64_t kRows = 28;
 constexpr int64_t kCols = 28;
+constexpr size_t kImagesHeader = 16;  // magic, count, rows, columns
+constexpr size_t kLabelsHeader = 8;   // magic, count
 
 struct Normalization {
   float mean;
@@ -74,16 +76,22 @@ absl::StatusOr<std::vector<unsigned char>> ReadMaybeGzipped(
     }
     return bytes;
   }
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) {
     return absl::NotFoundError(absl::StrFormat(
         "MNIST file %s is missing or unreadable; %s", path, Fix(options)));
   }
-  return std::vector<unsigned char>((std::istreambuf_iterator<char>(in)),
-                                    std::istreambuf_iterator<char>());
+  std::vector<unsigned char> bytes(static_cast<size_t>(in.tellg()));
+  in.seekg(0);
+  if (!in.read(reinterpret_cast<char*>(bytes.data()), bytes.size())) {
+    return absl::DataLossError(absl::StrFormat(
+        "MNIST file %s could not be read whole; %s", path, Fix(options)));
+  }
+  return bytes;
 }
 
-// Reads a whole IDX file and checks its header; returns the payload.
+// Reads a whole IDX file and checks its header; returns the whole file (the
+// payload starts after the header).
 absl::StatusOr<std::vector<unsigned char>> ReadIdx(
     std::string path, uint32_t magic, int dims, const MnistOptions& options,
     int64_t* count) {
@@ -123,7 +131,6 @@ absl::StatusOr<std::vector<unsigned char>> ReadIdx(
         bytes.size() < expected ? "truncated" : "corrupt (too long)",
         bytes.size(), expected, *count, Fix(options)));
   }
-  bytes.erase(bytes.begin(), bytes.begin() + header);
   return std::move(bytes);
 }
 
@@ -145,7 +152,8 @@ absl::StatusOr<MnistSplit> LoadSplit(const MnistOptions& options,
         "MNIST files %s (%d images) and %s (%d labels) do not match; %s",
         images_path, num_images, labels_path, num_labels, Fix(options)));
   }
-  for (unsigned char label : *labels) {
+  for (size_t i = kLabelsHeader; i < labels->size(); ++i) {
+    const unsigned char label = (*labels)[i];
     if (label > 9) {
       return absl::DataLossError(absl::StrFormat(
           "MNIST file %s is corrupt: label %d is not a digit 0-9; %s",
@@ -154,14 +162,23 @@ absl::StatusOr<MnistSplit> LoadSplit(const MnistOptions& options,
   }
   int64_t n = num_images;
   if (limit > 0 && limit < n) n = limit;
+  const unsigned char* pixels = images->data() + kImagesHeader;
+  const unsigned char* digits = labels->data() + kLabelsHeader;
+  // A byte has 256 values: normalize those once with torchvision's ops (so
+  // the floats are exactly Python's), then map every pixel through the table
+  // in one pass.
   Normalization norm = NormalizationOf(options.dataset);
+  at::Tensor table = at::arange(256, at::kFloat).div_(255.0f).sub_(norm.mean).div_(norm.std);
+  const float* lookup = table.data_ptr<float>();
   MnistSplit split;
-  split.images = at::from_blob(images->data(), {n, 1, kRows, kCols}, at::kByte)
-                     .to(at::kFloat)
-                     .div_(255.0f)
-                     .sub_(norm.mean)
-                     .div_(norm.std);
-  split.labels = at::from_blob(labels->data(), {n}, at::kByte).to(at::kLong);
+  split.images = at::empty({n, 1, kRows, kCols}, at::kFloat);
+  float* out = split.images.data_ptr<float>();
+  for (int64_t i = 0, total = n * kRows * kCols; i < total; ++i) {
+    out[i] = lookup[pixels[i]];
+  }
+  split.labels = at::empty({n}, at::kLong);
+  int64_t* label_out = split.labels.data_ptr<int64_t>();
+  for (int64_t i = 0; i < n; ++i) label_out[i] = digits[i];
   return split;
 }
 

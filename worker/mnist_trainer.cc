@@ -126,6 +126,7 @@ absl::Status ValidateOptions(const MnistTrainOptions& o) {
 absl::Status Train(const MnistTrainOptions& options) {
   at::set_num_threads(1);
   if (absl::Status valid = ValidateOptions(options); !valid.ok()) return valid;
+  spdlog::debug("{:.3f} s after start: main", SecondsSinceProcessStart());
   absl::StatusOr<WorkerEnv> env = ReadWorkerEnv();
   if (!env.ok()) return env.status();
   const bool lead = env->rank == 0;
@@ -147,6 +148,7 @@ absl::Status Train(const MnistTrainOptions& options) {
   data_options.test_limit = options.test_limit;
   absl::StatusOr<MnistData> data = LoadMnist(data_options);
   if (!data.ok()) return data.status();
+  spdlog::debug("{:.3f} s after start: data loaded", SecondsSinceProcessStart());
 
   ProcessGroupOptions group_options;
   group_options.backend = *backend;
@@ -154,6 +156,8 @@ absl::Status Train(const MnistTrainOptions& options) {
   absl::StatusOr<ProcessGroup> group = CreateProcessGroup(*env, group_options);
   if (!group.ok()) return group.status();
   const c10::Device device = group->device;
+  spdlog::debug("{:.3f} s after start: process group formed",
+                SecondsSinceProcessStart());
 
   model->to(device);
   if (!device.is_cpu()) {
@@ -170,6 +174,8 @@ absl::Status Train(const MnistTrainOptions& options) {
   ddp_options.overlap = options.overlap;
   DataParallel ddp(model->parameters(), *group, ddp_options);
   ddp.BroadcastParameters();
+  spdlog::debug("{:.3f} s after start: parameters broadcast",
+                SecondsSinceProcessStart());
   torch::optim::SGD optimizer(model->parameters(),
                               torch::optim::SGDOptions(options.lr));
 
