@@ -24,6 +24,10 @@ namespace {
 // a typo in --rdzv-endpoint should fail in seconds, not minutes.
 constexpr absl::Duration kMaxUnreachableWait = absl::Seconds(30);
 
+// How long prewarmed workers other than global rank 0 wait for MASTER_PORT
+// to listen: torch's own retry would cost a second.
+constexpr absl::Duration kMasterListenWait = absl::Seconds(1);
+
 int64_t Millis(absl::Duration d) { return absl::ToInt64Milliseconds(d); }
 
 }  // namespace
@@ -240,10 +244,8 @@ Agent::RoundEnd Agent::RunRound(const v1::Assignment& assignment) {
   WorkerGroup group(control_, clock_);
   absl::Status started;
   if (use_standbys) {
-    std::vector<std::vector<std::string>> envs;
-    for (const SpawnRequest& r : requests) envs.push_back(r.env);
     absl::StatusOr<std::vector<pid_t>> pids =
-        standbys_->Activate(envs, progress);
+        ActivateStandbys(assignment, requests, progress);
     if (pids.ok()) {
       group.Adopt(*pids);
     } else {
@@ -275,6 +277,43 @@ Agent::RoundEnd Agent::RunRound(const v1::Assignment& assignment) {
   // the files (bounded: a worker's own children may hold a pipe open).
   (*output)->Finish(absl::Seconds(1));
   return end;
+}
+
+absl::StatusOr<std::vector<pid_t>> Agent::ActivateStandbys(
+    const v1::Assignment& assignment, const std::vector<SpawnRequest>& requests,
+    std::vector<ProgressChannel>& progress) {
+  std::vector<std::vector<std::string>> envs;
+  for (const SpawnRequest& r : requests) envs.push_back(r.env);
+  progress.clear();
+  // torch 1.13's env:// has global rank 0 host the TCPStore on MASTER_PORT;
+  // a rank that connects before it listens sleeps a whole second before
+  // trying again. Prewarmed rank 0 listens within milliseconds, so the
+  // others go once it does (bounded: a program may never listen there).
+  bool hosts_rank0 = assignment.rank_offset() == 0;
+  std::vector<pid_t> pids;
+  if (hosts_rank0) {
+    absl::StatusOr<std::vector<pid_t>> first =
+        standbys_->Activate({envs[0]}, progress);
+    if (!first.ok()) return first.status();
+    pids = *first;
+    envs.erase(envs.begin());
+  }
+  if (!envs.empty()) {
+    if (!WaitUntilListening(assignment.master_addr(), assignment.master_port(),
+                            kMasterListenWait)) {
+      spdlog::debug("nothing listens on MASTER_PORT {} after {}; going on",
+                    assignment.master_port(),
+                    absl::FormatDuration(kMasterListenWait));
+    }
+    absl::StatusOr<std::vector<pid_t>> rest =
+        standbys_->Activate(envs, progress);
+    if (!rest.ok()) {
+      for (pid_t pid : pids) control_.SignalGroup(pid, SIGKILL);
+      return rest.status();
+    }
+    pids.insert(pids.end(), rest->begin(), rest->end());
+  }
+  return pids;
 }
 
 Agent::RoundEnd Agent::Supervise(const v1::Assignment& assignment,

@@ -55,6 +55,12 @@ class Agent {
   // Starts the round's workers, supervises them until the round ends for
   // this node, and leaves no worker running.
   RoundEnd RunRound(const v1::Assignment& assignment);
+  // Hands the round's environments to the prewarmed workers; global rank 0
+  // first. Appends their progress channels to `progress`.
+  absl::StatusOr<std::vector<pid_t>> ActivateStandbys(
+      const v1::Assignment& assignment,
+      const std::vector<SpawnRequest>& requests,
+      std::vector<ProgressChannel>& progress);
   RoundEnd Supervise(const v1::Assignment& assignment, WorkerGroup& group,
                      std::vector<ProgressChannel>& progress,
                      const std::vector<std::string>& error_files);

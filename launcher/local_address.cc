@@ -4,13 +4,17 @@
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "absl/random/random.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -108,6 +112,45 @@ absl::StatusOr<int> ReservePort(const std::string& address) {
         address, error));
   }
   return port;
+}
+
+bool WaitUntilListening(const std::string& host, int port, absl::Duration max) {
+  absl::Time deadline = absl::Now() + max;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* result = nullptr;
+  std::string port_text = std::to_string(port);
+  if (getaddrinfo(host.c_str(), port_text.c_str(), &hints, &result) != 0) {
+    return false;
+  }
+  bool listening = false;
+  while (!listening && absl::Now() < deadline) {
+    for (addrinfo* ai = result; ai != nullptr && !listening; ai = ai->ai_next) {
+      int fd =
+          socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+      if (fd < 0) continue;
+      int rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
+      if (rc == 0) {
+        listening = true;
+      } else if (errno == EINPROGRESS) {
+        pollfd p{fd, POLLOUT, 0};
+        int wait_ms = static_cast<int>(std::clamp<int64_t>(
+            absl::ToInt64Milliseconds(deadline - absl::Now()), 0, 100));
+        int error = 0;
+        socklen_t len = sizeof(error);
+        if (poll(&p, 1, wait_ms) == 1 &&
+            getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len) == 0 &&
+            error == 0) {
+          listening = true;
+        }
+      }
+      close(fd);
+    }
+    if (!listening) absl::SleepFor(absl::Milliseconds(2));
+  }
+  freeaddrinfo(result);
+  return listening;
 }
 
 std::string MakeNodeId() {

@@ -137,7 +137,6 @@ absl::StatusOr<std::vector<pid_t>> StandbyPool::Activate(
     }
   }
   std::vector<pid_t> pids;
-  progress.clear();
   for (size_t i = 0; i < envs.size(); ++i) {
     pids.push_back(standbys_[i].pid);
     progress.push_back(std::move(standbys_[i].progress));

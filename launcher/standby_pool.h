@@ -36,7 +36,7 @@ class StandbyPool {
   int progress_fd(int i) const;
 
   // Turns the first envs.size() standbys into workers: each gets envs[i].
-  // Returns their pids and moves their progress channels into `progress`.
+  // Returns their pids and appends their progress channels to `progress`.
   // When one cannot be told (it died), every standby is killed and the
   // error returned; the caller then starts workers the ordinary way.
   absl::StatusOr<std::vector<pid_t>> Activate(

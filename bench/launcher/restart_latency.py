@@ -102,23 +102,37 @@ def main():
                      args.monitor_interval, "--redirects", "1", "--tee", "1"],
     }
     times = {name: [] for name in launchers}
+    failed = {name: 0 for name in launchers}
     for i in range(args.runs):
         for name, command in launchers.items():  # interleaved
-            seconds = one_run(name, command, env, args.timeout,
-                              args.train_seconds)
+            try:
+                seconds = one_run(name, command, env, args.timeout,
+                                  args.train_seconds)
+            except TimeoutError as e:
+                # Counted and reported, not hidden: a launcher that does not
+                # recover within the timeout failed this run.
+                failed[name] += 1
+                print(f"run {i + 1}/{args.runs} {name:16s} FAILED: {e}",
+                      flush=True)
+                continue
             times[name].append(seconds)
             print(f"run {i + 1}/{args.runs} {name:16s} {seconds:.3f} s",
                   flush=True)
     print(f"\nkill -9 of a worker -> first step of the next round, "
           f"--monitor-interval {args.monitor_interval}, median of {args.runs}:")
     for name, values in times.items():
+        if not values:
+            print(f"  {name:16s} no successful run ({failed[name]} failed)")
+            continue
         print(f"  {name:16s} {statistics.median(values):.3f} s  "
-              f"(min {min(values):.3f}, max {max(values):.3f})")
-    torchrun = statistics.median(times["torchrun"])
-    for name in launchers:
-        if name != "torchrun":
-            ratio = torchrun / statistics.median(times[name])
-            print(f"  {name} is {ratio:.1f}x faster than torchrun")
+              f"(min {min(values):.3f}, max {max(values):.3f}"
+              f"{f', {failed[name]} runs failed' if failed[name] else ''})")
+    if times["torchrun"]:
+        torchrun = statistics.median(times["torchrun"])
+        for name in launchers:
+            if name != "torchrun" and times[name]:
+                ratio = torchrun / statistics.median(times[name])
+                print(f"  {name} is {ratio:.1f}x faster than torchrun")
     print(f"  load average during the runs: {os.getloadavg()}")
 
 
