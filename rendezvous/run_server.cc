@@ -25,13 +25,6 @@ int RunServerUntilSignal(const RunServerOptions& options) {
   }
   ServerOptions server_options = options.server;
   server_options.token = *token;
-  if (server_options.token.empty()) {
-    spdlog::warn(
-        "ddprun-rendezvous: no token (--token-file or {}): any "
-        "client that reaches this port can join jobs and use the "
-        "store",
-        common::env::kToken);
-  }
   absl::StatusOr<std::unique_ptr<Server>> server =
       Server::Start(server_options);
   if (!server.ok()) {
@@ -41,6 +34,12 @@ int RunServerUntilSignal(const RunServerOptions& options) {
   std::printf("ddprun-rendezvous listening on %s\n",
               (*server)->endpoint().c_str());
   std::fflush(stdout);
+  if (server_options.token.empty()) {
+    spdlog::warn(
+        "ddprun-rendezvous: no token (--token-file or {}): any client that "
+        "reaches this port can join jobs and use the store",
+        common::env::kToken);
+  }
 
   int received = 0;
   sigwait(&signals, &received);

@@ -1,4 +1,5 @@
 // Token, TLS and mutual TLS on a real server; token loading.
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -172,6 +173,62 @@ TEST_F(TlsTest, MissingFilesAreClearErrors) {
   ASSERT_FALSE(channel.ok());
   EXPECT_NE(channel.status().message().find("absent-ca.crt"),
             std::string::npos);
+}
+
+TEST_F(TlsTest, BinaryServesMutualTlsFromItsFlags) {
+  std::ofstream(File("token")) << "tls-binary-token\n";
+  testing::SubprocessOptions options;
+  options.argv = {testing::BinaryPath("rendezvous/ddprun-rendezvous"),
+                  "--port",
+                  "0",
+                  "--token-file",
+                  File("token"),
+                  "--tls-cert-file",
+                  File("server.crt"),
+                  "--tls-key-file",
+                  File("server.key"),
+                  "--tls-client-ca-file",
+                  File("ca.crt")};
+  options.stdout_path = File("out");
+  options.stderr_path = File("err");
+  auto process = testing::Subprocess::Start(options);
+  ASSERT_TRUE(process.ok()) << process.status();
+  std::string endpoint;
+  const std::string prefix = "ddprun-rendezvous listening on ";
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        std::string out = testing::ReadFileOrEmpty(File("out"));
+        size_t eol = out.find('\n');
+        if (eol == std::string::npos) return false;
+        endpoint = out.substr(prefix.size(), eol - prefix.size());
+        return true;
+      },
+      absl::Seconds(10)))
+      << testing::ReadFileOrEmpty(File("err"));
+  common::ChannelOptions client;
+  client.token = "tls-binary-token";
+  client.tls_ca_file = File("ca.crt");
+  EXPECT_EQ(TrySet(Channel(endpoint, client)).error_code(),
+            grpc::StatusCode::UNAVAILABLE)
+      << "no client certificate";
+  client.tls_cert_file = File("client.crt");
+  client.tls_key_file = File("client.key");
+  grpc::Status ok = TrySet(Channel(endpoint, client));
+  EXPECT_TRUE(ok.ok()) << ok.error_message();
+}
+
+TEST_F(TlsTest, BinaryWithAMissingKeyFileExitsWithOneClearLine) {
+  testing::RunResult result =
+      testing::RunCommand({testing::BinaryPath("rendezvous/ddprun-rendezvous"),
+                           "--port", "0", "--tls-cert-file", File("server.crt"),
+                           "--tls-key-file", File("nope.key")},
+                          absl::Seconds(20));
+  ASSERT_FALSE(result.timed_out);
+  EXPECT_NE(result.exit.exit_code, 0);
+  EXPECT_NE(result.err.find("nope.key"), std::string::npos) << result.err;
+  EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1)
+      << result.err;
+  EXPECT_EQ(result.out, "") << "no 'listening' line when it cannot serve";
 }
 
 TEST(LoadTokenTest, FileThenEnvironment) {
