@@ -8,6 +8,8 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <c10/util/Exception.h>
+
 #include "absl/strings/str_format.h"
 
 namespace ddprun::worker {
@@ -92,6 +94,13 @@ int DirectAllreduce::Register(float* data, int64_t count) {
   return static_cast<int>(impl_->algorithms.size()) - 1;
 }
 
-void DirectAllreduce::Run(int id) { impl_->algorithms.at(id)->run(); }
+void DirectAllreduce::Run(int id) {
+  try {
+    impl_->algorithms.at(id)->run();
+  } catch (const ::gloo::Exception& e) {
+    TORCH_CHECK(false, "gradient allreduce failed: ", e.what(),
+                "; a peer rank has probably died (its own log says why)");
+  }
+}
 
 }  // namespace ddprun::worker

@@ -336,6 +336,9 @@ absl::Status RunMnistTraining(const MnistTrainOptions& options) {
     return Train(options);
   } catch (const c10::Error& e) {
     return absl::InternalError(e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    // Gloo's own exceptions (a peer's connection reset) and the like.
+    return absl::InternalError(e.what());
   }
 }
 
