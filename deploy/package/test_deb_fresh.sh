@@ -2,8 +2,10 @@
 # The .deb on a fresh Debian 12: bootstraps a minimal bookworm into a temp
 # directory (debootstrap, from the machine's own Debian mirror), installs the
 # package there with apt as a user would, and trains MNIST with the
-# installed programs inside that root. Prints the package size and the
-# install time (downloads included). Slow (minutes, ~1 GB); not run by ctest.
+# installed programs inside that root; then installs ddprun-dev and builds
+# a user's find_package(ddp) project (tests/deploy/consumer) there. Prints the
+# package sizes and install times (downloads included). Slow (minutes,
+# ~2 GB); not run by ctest.
 #   deploy/package/test_deb_fresh.sh BUILD_DIR      (root; needs debootstrap)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -25,6 +27,7 @@ trap cleanup EXIT
 (cd "$build_dir" && cpack -G DEB -B "$work/debs" >"$work/cpack.log" 2>&1) ||
   { cat "$work/cpack.log" >&2; fail "cpack"; }
 deb=$(ls "$work"/debs/ddprun_*.deb)
+dev=$(ls "$work"/debs/ddprun-dev_*.deb)
 
 echo "bootstrapping bookworm (minbase) from $mirror ..." >&2
 debootstrap --variant=minbase bookworm "$chroot_dir" "$mirror" >"$work/debootstrap.log" 2>&1 ||
@@ -35,7 +38,8 @@ if cp /etc/apt/sources.list.d/debian.sources "$chroot_dir/etc/apt/sources.list.d
 fi
 cp /etc/resolv.conf "$chroot_dir/etc/resolv.conf"
 mount -t proc proc "$chroot_dir/proc"
-cp "$deb" "$chroot_dir/tmp/"
+cp "$deb" "$dev" "$chroot_dir/tmp/"
+cp -r "$root/tests/deploy/consumer" "$chroot_dir/tmp/consumer"
 mkdir -p "$chroot_dir/mnist"
 cp "$root"/data/mnist/*-ubyte "$chroot_dir/mnist/"
 
@@ -55,6 +59,22 @@ in_root ddprun --standalone --nproc-per-node 2 ddprun-mnist --epochs 1 \
   --train-limit 4000 --data-dir /mnist --summary-json /tmp/summary.json \
   >"$work/train.log" 2>&1 || { tail -n 20 "$work/train.log" >&2; fail "training on the fresh root"; }
 grep -q '"world_size": *2' "$chroot_dir/tmp/summary.json" || fail "no summary from the fresh root"
+
+# The development package: a LibTorch program against the installed libddp.
+dev_start=$(date +%s.%N)
+in_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+  "/tmp/$(basename "$dev")" build-essential ninja-build >"$work/apt-dev.log" 2>&1 ||
+  { tail -n 30 "$work/apt-dev.log" >&2; fail "apt install ddprun-dev on the fresh root"; }
+dev_end=$(date +%s.%N)
+in_root sh -c 'cmake -S /tmp/consumer -B /tmp/consumer-build -G Ninja && cmake --build /tmp/consumer-build' \
+  >"$work/consumer.log" 2>&1 ||
+  { tail -n 30 "$work/consumer.log" >&2; fail "find_package(ddp) consumer on the fresh root"; }
+out=$(in_root env RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 LOCAL_WORLD_SIZE=2 \
+  MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 /tmp/consumer-build/consumer)
+[[ $out == "consumer rank 1 of 2" ]] || fail "consumer on the fresh root printed: $out"
+printf 'PASS: %s (%s KiB) + build tools: apt install %.0f s including downloads; find_package(ddp) consumer built and ran\n' \
+  "$(basename "$dev")" "$(du -k "$dev" | cut -f1)" \
+  "$(awk -v a="$dev_start" -v b="$dev_end" 'BEGIN{print b - a}')"
 
 printf 'PASS: %s (%s KiB) on a fresh bookworm: apt install %.0f s including downloads; /usr grew to %s MiB; MNIST trained with 2 workers\n' \
   "$(basename "$deb")" "$(du -k "$deb" | cut -f1)" \
