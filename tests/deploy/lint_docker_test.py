@@ -150,6 +150,11 @@ def check_secrets(name, service, argv):
 
 
 check_secrets("rendezvous", rdzv, rcmd)
+for secret_name, secret in secrets.items():
+    path = os.path.relpath(os.path.normpath(os.path.join(docker_dir, secret["file"])),
+                           c.source_dir)
+    c.check(path in ignore, f"compose secret {secret_name} ({path}) is not in "
+            "Dockerfile.dockerignore: `COPY . /src` would put it in the image")
 health = rdzv.get("healthcheck", {}).get("test", [])
 c.check(health[:1] == ["CMD"], "compose: rendezvous healthcheck must be exec form")
 c.check_command(health[1:], "compose rendezvous healthcheck")
