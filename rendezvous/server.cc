@@ -53,6 +53,15 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
   // gRPC sets SO_REUSEPORT by default: a second server would then share a
   // busy port silently instead of failing.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.AddChannelArgument(
+      GRPC_ARG_KEEPALIVE_TIME_MS,
+      static_cast<int>(absl::ToInt64Milliseconds(options.keepalive_time)));
+  builder.AddChannelArgument(
+      GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+      static_cast<int>(absl::ToInt64Milliseconds(options.keepalive_timeout)));
+  // A parked call sends no data for minutes: keep pinging regardless (gRPC
+  // stops after 2 pings without data by default).
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   std::string address = common::Endpoint{options.host, options.port}.ToString();
   // A CompareSet carries two values: room for both at the value limit.
   const Limits& limits = options.limits;

@@ -32,6 +32,13 @@ struct ServerOptions {
   absl::Duration tick_interval = absl::Milliseconds(10);
   // Finished and abandoned jobs are kept this long, then released.
   absl::Duration ended_job_grace = absl::Minutes(5);
+  // While calls are parked on a connection, the server pings its client
+  // this often and drops the connection when a ping is not answered within
+  // keepalive_timeout; the parked calls are then cancelled (a parked Join's
+  // node is dropped). This finds agents whose host died or was cut off,
+  // which close no socket.
+  absl::Duration keepalive_time = absl::Seconds(10);
+  absl::Duration keepalive_timeout = absl::Seconds(5);
   // Assignments carry the peer list up to this many nodes.
   int max_peers_in_assignment = 128;
   // The time source; nullptr: the real clock. Must outlive the server.

@@ -19,6 +19,7 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
+#include "tests/rendezvous/frozen_proxy.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/wait_for.h"
@@ -199,6 +200,53 @@ TEST_F(ServerTest, CancelledJoinLeavesNoNodeBehind) {
       testing::WaitFor([&] { return JobStatus("two-nodes").nodes_size() == 0; },
                        absl::Seconds(5)))
       << "the node whose Join went away must be dropped";
+}
+
+TEST(KeepaliveTest, ParkedJoinOfAHostThatWentSilentIsDropped) {
+  ServerOptions options;
+  options.keepalive_time = absl::Milliseconds(200);
+  options.keepalive_timeout = absl::Milliseconds(300);
+  auto server = Server::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  testing::FrozenProxy proxy((*server)->port());
+  // The agent reaches the server through the proxy; its Join parks.
+  auto through_proxy =
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", proxy.port()),
+                          grpc::InsecureChannelCredentials());
+  auto agent = v1::Rendezvous::NewStub(through_proxy);
+  grpc::ClientContext join_context;
+  join_context.set_deadline(
+      absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+  v1::JoinRequest join = JoinRequest("a", 2);
+  v1::JoinResponse joined;
+  absl::Mutex mu;
+  bool join_done = false;
+  agent->async()->Join(&join_context, &join, &joined, [&](grpc::Status) {
+    absl::MutexLock lock(&mu);
+    join_done = true;
+  });
+  auto direct = v1::Rendezvous::NewStub(grpc::CreateChannel(
+      (*server)->endpoint(), grpc::InsecureChannelCredentials()));
+  auto nodes = [&] {
+    v1::StatusRequest request;
+    request.set_run_id("two-nodes");
+    v1::StatusResponse response;
+    direct->Status(Context(absl::Seconds(5)).get(), request, &response);
+    return response.jobs_size() == 0 ? 0 : response.jobs(0).nodes_size();
+  };
+  ASSERT_TRUE(testing::WaitFor([&] { return nodes() == 1; }, absl::Seconds(5)));
+  // Pings are answered while the link works.
+  absl::SleepFor(absl::Milliseconds(700));
+  ASSERT_EQ(nodes(), 1) << "a live parked agent must stay";
+  // The agent's host goes silent: no FIN, no RST, no ping answers.
+  proxy.Freeze();
+  absl::Time frozen_at = absl::Now();
+  EXPECT_TRUE(testing::WaitFor([&] { return nodes() == 0; }, absl::Seconds(10)))
+      << "the server must drop a node whose connection stopped answering";
+  EXPECT_LT(absl::Now() - frozen_at, absl::Seconds(5));
+  join_context.TryCancel();
+  absl::MutexLock lock(&mu);
+  mu.Await(absl::Condition(&join_done));
 }
 
 TEST_F(ServerTest, HeartbeatForAnUnknownJobIsNotFound) {
