@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "launcher/error_file.h"
+#include "launcher/failure_report.h"
 #include "launcher/failure_summary.h"
 #include "launcher/heartbeat_loop.h"
 #include "launcher/local_address.h"
@@ -400,51 +400,15 @@ void Agent::ReportFailures(const v1::Assignment& assignment,
                            const std::vector<LocalFailure>& failures,
                            const std::vector<std::string>& error_files,
                            const std::string& spawn_error) {
-  v1::ReportFailureRequest request;
-  request.set_run_id(options_.rdzv_id);
-  request.set_node_id(context_.node_id);
-  request.set_round(assignment.round());
-  std::string host = context_.local_addr;
-  auto add = [&](int local_rank) {
-    v1::WorkerFailure* f = request.add_failures();
-    f->set_node_id(context_.node_id);
-    f->set_host(host);
-    f->set_round(assignment.round());
-    f->set_rank(assignment.rank_offset() + local_rank);
-    f->set_local_rank(local_rank);
-    return f;
-  };
-  if (!spawn_error.empty()) {
-    v1::WorkerFailure* f = add(0);
-    f->set_exit_code(-1);
-    f->set_cause("spawn");
-    f->set_message(spawn_error);
-    f->set_time_unix_ms(absl::ToUnixMillis(clock_.Now()));
-  }
-  for (const LocalFailure& failure : failures) {
-    v1::WorkerFailure* f = add(failure.local_rank);
-    f->set_cause(failure.cause);
-    f->set_time_unix_ms(absl::ToUnixMillis(failure.time));
-    if (failure.cause == "hung") {
-      f->set_exit_code(-1);
-      f->set_message(absl::StrFormat(
-          "no progress for %s (--worker-timeout); the agent stopped it",
-          absl::FormatDuration(options_.worker_timeout)));
-    } else {
-      f->set_exit_code(failure.exit.exit_code);
-      f->set_signal(failure.exit.signal);
-      if (failure.exit.signal != 0) {
-        f->set_signal_name(SignalName(failure.exit.signal));
-      }
-      std::string message =
-          ReadWorkerErrorMessage(error_files[failure.local_rank]);
-      if (message.empty() && failure.exit.signal != 0) {
-        message = absl::StrFormat("the worker was killed by %s",
-                                  SignalName(failure.exit.signal));
-      }
-      f->set_message(message);
-    }
-  }
+  FailureReportContext report;
+  report.run_id = options_.rdzv_id;
+  report.node_id = context_.node_id;
+  report.host = context_.local_addr;
+  report.round = assignment.round();
+  report.rank_offset = assignment.rank_offset();
+  report.worker_timeout = options_.worker_timeout;
+  v1::ReportFailureRequest request = BuildFailureReport(
+      report, failures, error_files, spawn_error, clock_.Now());
   absl::StatusOr<v1::ReportFailureResponse> response =
       client_.ReportFailure(request);
   if (!response.ok()) {

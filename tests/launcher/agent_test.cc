@@ -622,7 +622,8 @@ TEST_F(MultiAgentTest, UnmodifiedTorchDistributedScriptRuns) {
                                       dir_.path()};
   StartAgent(0, flags, program, {{"PYTHON_EXEC", python_exec}});
   StartAgent(1, flags, program, {{"PYTHON_EXEC", python_exec}});
-  ExpectAllSucceed(absl::Seconds(240));  // torch imports are slow on a busy host
+  ExpectAllSucceed(
+      absl::Seconds(240));  // torch imports are slow on a busy host
   std::set<std::string> group_ranks;
   for (int rank = 0; rank < 4; ++rank) {
     std::string result =

@@ -4,6 +4,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "launcher/error_file.h"
+#include "launcher/failure_report.h"
 #include "launcher/failure_summary.h"
 #include "launcher/program_command.h"
 #include "launcher/worker_env.h"
@@ -32,6 +33,43 @@ TEST(ErrorFileTest, ReadsTorchrunAndFlatJsonAndPlainText) {
   EXPECT_EQ(ReadWorkerErrorMessage(write("text", "segfault in step 3\n")),
             "segfault in step 3");
   EXPECT_EQ(ReadWorkerErrorMessage(dir.File("missing")), "");
+}
+
+TEST(FailureReportTest, CarriesRanksCausesAndMessages) {
+  testing::TempDir dir;
+  std::string error_file = dir.File("rank_5.error.json");
+  FILE* f = fopen(error_file.c_str(), "w");
+  fputs(R"({"message": {"message": "CUDA out of memory"}})", f);
+  fclose(f);
+  FailureReportContext context{"job", "node-a", "10.0.0.7",
+                               3,     4,        absl::Seconds(30)};
+  absl::Time t = absl::FromUnixMillis(1700000000000);
+  std::vector<LocalFailure> failures = {
+      {1, ExitStatus::Exited(2), "exited", t},
+      {0, ExitStatus::Signaled(9), "signaled", t + absl::Seconds(1)},
+      {2, ExitStatus{}, "hung", t + absl::Seconds(2)}};
+  v1::ReportFailureRequest r = BuildFailureReport(
+      context, failures, {dir.File("none"), error_file, dir.File("none")}, "",
+      t);
+  EXPECT_EQ(r.run_id(), "job");
+  EXPECT_EQ(r.round(), 3);
+  ASSERT_EQ(r.failures_size(), 3);
+  EXPECT_EQ(r.failures(0).rank(), 5);
+  EXPECT_EQ(r.failures(0).host(), "10.0.0.7");
+  EXPECT_EQ(r.failures(0).exit_code(), 2);
+  EXPECT_EQ(r.failures(0).message(), "CUDA out of memory");
+  EXPECT_EQ(r.failures(0).time_unix_ms(), 1700000000000);
+  EXPECT_EQ(r.failures(1).rank(), 4);
+  EXPECT_EQ(r.failures(1).signal_name(), "SIGKILL");
+  EXPECT_EQ(r.failures(1).exit_code(), -1);
+  EXPECT_EQ(r.failures(1).message(), "the worker was killed by SIGKILL");
+  EXPECT_EQ(r.failures(2).cause(), "hung");
+  EXPECT_THAT(r.failures(2).message(), HasSubstr("no progress for 30s"));
+  v1::ReportFailureRequest spawn =
+      BuildFailureReport(context, {}, {}, "cannot run 'x'", t);
+  ASSERT_EQ(spawn.failures_size(), 1);
+  EXPECT_EQ(spawn.failures(0).cause(), "spawn");
+  EXPECT_EQ(spawn.failures(0).message(), "cannot run 'x'");
 }
 
 TEST(FailureSummaryTest, NamesTheRootCauseFirst) {
