@@ -199,5 +199,33 @@ TEST(MnistFaultTest, TheSurvivorOfAKilledAgentFinishesAlone) {
   ExpectTrained(dir, 1);
 }
 
+TEST(MnistFaultTest, AThirdAgentJoiningScalesTheJobUp) {
+  auto server = rendezvous::Server::Start(rendezvous::ServerOptions{});
+  ASSERT_TRUE(server.ok()) << server.status();
+  TempDir dir;
+  std::vector<std::string> flags = {
+      "--nnodes",           "2:3",
+      "--nproc-per-node",   "1",
+      "--rdzv-endpoint",    (*server)->endpoint(),
+      "--rdzv-id",          "mnist-scale-up",
+      "--monitor-interval", "0.1",
+      "--rdzv-conf",        "heartbeat_interval=0.2,last_call_timeout=0.5"};
+  std::vector<Job> jobs;
+  jobs.push_back(StartJob(dir, Concat(flags, {"--node-rank", "0"}), "agent0"));
+  jobs.push_back(StartJob(dir, flags, "agent1"));
+  ASSERT_TRUE(WaitFor([&] { return HasCheckpoint(dir); }, absl::Minutes(2)))
+      << jobs[0].err() << jobs[1].err();
+  jobs.push_back(StartJob(dir, flags, "agent2"));
+  for (Job& job : jobs) {
+    std::optional<ExitInfo> exit = job.agent.Wait(absl::Minutes(4));
+    ASSERT_TRUE(exit.has_value()) << job.err();
+    EXPECT_TRUE(exit->ok()) << exit->ToString() << "\n" << job.err();
+  }
+  // The new node joined a new round; membership changes cost no restart.
+  EXPECT_THAT(jobs[0].err(), HasSubstr("of 3, ranks 0..0 of 3"));
+  EXPECT_THAT(jobs[0].err(), HasSubstr("restart 0/0"));
+  ExpectTrained(dir, 3);
+}
+
 }  // namespace
 }  // namespace ddprun::testing
