@@ -54,8 +54,9 @@ absl::Status RendezvousClient::Explain(const char* call,
   switch (status.error_code()) {
     case grpc::StatusCode::UNAVAILABLE:
       hint =
-          "check that ddprun-rendezvous runs there and the address is "
-          "reachable from this host";
+          "check that ddprun-rendezvous runs there, that the address is "
+          "reachable from this host, and that TLS matches the server's "
+          "(--tls-ca-file)";
       break;
     case grpc::StatusCode::DEADLINE_EXCEEDED:
       hint =

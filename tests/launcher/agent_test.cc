@@ -790,5 +790,34 @@ TEST(AgentTest, PrewarmIsRefusedForNonPythonPrograms) {
       << r.err;
 }
 
+TEST(AgentTlsTest, TheAgentTalksTlsWithTheGivenCa) {
+  TempDir certs;
+  RunResult made =
+      RunCommand({"/bin/sh", SourcePath("tests/rendezvous/make_test_certs.sh"),
+                  certs.path()},
+                 absl::Seconds(30));
+  ASSERT_TRUE(made.exit.ok()) << made.err;
+  rendezvous::ServerOptions server_options;
+  server_options.tls.cert_file = certs.File("server.crt");
+  server_options.tls.key_file = certs.File("server.key");
+  auto server = rendezvous::Server::Start(server_options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  TempDir dir;
+  auto run = [&](const std::string& id, std::vector<std::string> tls) {
+    return RunCommand(
+        Concat(Concat({Ddprun(), "--rdzv-endpoint", (*server)->endpoint(),
+                       "--rdzv-id", id, "--rdzv-conf", "join_timeout=2"},
+                      tls),
+               {FaultWorker(), "--out-dir", dir.path()}),
+        absl::Seconds(30));
+  };
+  RunResult plaintext = run("plain", {});
+  EXPECT_EQ(plaintext.exit.exit_code, 1) << plaintext.err;
+  EXPECT_EQ(CountLinesWith(plaintext.err, "--tls-ca-file"), 1) << plaintext.err;
+  RunResult tls = run("tls", {"--tls-ca-file", certs.File("ca.crt")});
+  EXPECT_TRUE(tls.exit.ok()) << tls.exit.ToString() << "\n" << tls.err;
+  EXPECT_EQ(ReadEnv(dir.File("rank_0.env.json"))["TORCHELASTIC_RUN_ID"], "tls");
+}
+
 }  // namespace
 }  // namespace ddprun::testing
