@@ -40,6 +40,11 @@ std::vector<std::string> BuildWorkerEnv(const WorkerEnvSpec& spec,
   if (vars.find(env::kOmpNumThreads) == vars.end()) {
     set(env::kOmpNumThreads, 1);
   }
+  // As torchrun 1.13 sets it: a failed NCCL collective raises instead of
+  // hanging, so that the agent sees the worker fail.
+  if (vars.find("NCCL_ASYNC_ERROR_HANDLING") == vars.end()) {
+    set("NCCL_ASYNC_ERROR_HANDLING", 1);
+  }
   set(env::kStoreEndpoint, spec.store_endpoint);
   set(env::kStoreRunId, spec.run_id);
   set(env::kRound, spec.round);

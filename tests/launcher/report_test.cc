@@ -146,7 +146,8 @@ TEST(WorkerEnvTest, SetsTheContractOverTheAgentsEnvironment) {
                                "DDPRUN_STORE_RUN_ID=r",
                                "DDPRUN_ROUND=7",
                                "DDPRUN_LOCAL_ADDR=10.0.0.3",
-                               "DDPRUN_PROGRESS_FD=9"}) {
+                               "DDPRUN_PROGRESS_FD=9",
+                               "NCCL_ASYNC_ERROR_HANDLING=1"}) {
     EXPECT_TRUE(set.count(expected)) << expected;
   }
   // Not ours to pass on when not given.
