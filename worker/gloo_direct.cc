@@ -46,6 +46,8 @@ class DirectAllreduce::Impl {
   std::vector<std::unique_ptr<::gloo::Algorithm>> algorithms;
 };
 
+bool DirectAllreduce::Available() { return true; }
+
 absl::StatusOr<std::unique_ptr<DirectAllreduce>> DirectAllreduce::Create(
     const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
     const std::string& host, const std::string& iface,

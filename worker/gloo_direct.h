@@ -21,6 +21,11 @@ namespace ddprun::worker {
 // Not thread-safe: one training thread calls Register and Run.
 class DirectAllreduce {
  public:
+  // False when this build has no Gloo library of its own to link
+  // (gloo_direct_stub.cc); then Create fails and callers use the process
+  // group.
+  static bool Available();
+
   // Connects to the other ranks through `store` (keys under "ddp_direct/"),
   // binding to `iface` when set, else to `host`. Errors name the rank and
   // what to check.

@@ -98,13 +98,17 @@ absl::StatusOr<StartPoint> Resume(const MnistTrainOptions& options,
   if (group.collectives) {
     // Rank 0's view wins, so that ranks that could not read the folder
     // (no shared file system) still agree.
-    std::vector<at::Tensor> counters = {at::tensor(
-        {start.epoch, start.epoch_position, start.step, start.resumed_from},
-        at::kLong)};
+    // On the group's device: NCCL broadcasts CUDA tensors only.
+    std::vector<at::Tensor> counters = {
+        at::tensor({start.epoch, start.epoch_position, start.step,
+                    start.resumed_from},
+                   at::kLong)
+            .to(group.device)};
     ::c10d::BroadcastOptions root0;
     root0.rootRank = 0;
     group.collectives->broadcast(counters, root0)->wait();
-    const int64_t* v = counters[0].data_ptr<int64_t>();
+    at::Tensor on_host = counters[0].cpu();
+    const int64_t* v = on_host.data_ptr<int64_t>();
     start = {v[0], v[1], v[2], v[3]};
   }
   return start;

@@ -144,7 +144,8 @@ absl::StatusOr<ProcessGroup> CreateProcessGroup(
           : CreateGloo(group.store, env, options);
   if (!collectives.ok()) return collectives.status();
   group.collectives = *collectives;
-  if (options.direct_allreduce && group.backend == BackendKind::kGloo) {
+  if (options.direct_allreduce && group.backend == BackendKind::kGloo &&
+      DirectAllreduce::Available()) {
     const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
     std::string iface = ifname != nullptr ? ifname : "";
     iface = iface.substr(0, iface.find(','));

@@ -29,6 +29,7 @@ struct ProcessGroupOptions {
   bool force_collectives = false;
   // With Gloo, also connect a DirectAllreduce for gradient sync (see
   // gloo_direct.h); DataParallel uses it instead of the process group.
+  // Ignored where the build has none (DirectAllreduce::Available()).
   bool direct_allreduce = false;
 };
 

@@ -11,6 +11,8 @@
 #      one process x batch 64 (1e-5); with one GPU, CUDA against CPU for the
 #      same run (1e-4: different kernels);
 #   3. one full MNIST epoch on the GPU(s), printing samples/s and accuracy.
+# DirectAllreduce (CPU) is built off: PyTorch's wheels keep their own Gloo,
+# and a second copy from the system must not meet it in one process.
 # Usage: tests/gpu/run.sh   (env: PYTHON, LIBTORCH_DIR, BUILD_DIR, DATA_DIR)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -53,6 +55,7 @@ export PATH=$PATH:/usr/local/cuda/bin
 step "build against $prefix ($gpus GPU(s))"
 cmake -G Ninja -B "$BUILD" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$prefix" -DDDPRUN_BUILD_TESTS=ON \
+  -DDDPRUN_GLOO_DIRECT=OFF \
   ${nccl_include:+-DDDPRUN_NCCL_INCLUDE_DIR="$nccl_include"} >"$work/cmake.log" 2>&1 ||
   { tail -30 "$work/cmake.log"; fail "cmake"; }
 grep -q 'nccl_group.cc' "$BUILD/build.ninja" ||
