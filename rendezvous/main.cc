@@ -37,6 +37,12 @@ int main(int argc, char** argv) {
   app.add_option("--max-keys-per-scope", server.limits.max_keys_per_scope,
                  "keys one store scope (job round) may hold")
       ->capture_default_str();
+  app.add_option("--metrics-port", options.metrics_port,
+                 "serve Prometheus /metrics on this port (0: the kernel "
+                 "picks; -1: off)")
+      ->capture_default_str();
+  app.add_option("--metrics-host", options.metrics_host,
+                 "address for /metrics (default: --host)");
   app.add_option("--log-level", logging.level,
                  "trace, debug, info, warn, error or off")
       ->capture_default_str();

@@ -5,6 +5,8 @@
 #include <cstdio>
 
 #include "common/credentials.h"
+#include "common/metrics.h"
+#include "common/metrics_http.h"
 #include "common/worker_env.h"
 #include "spdlog/spdlog.h"
 
@@ -23,7 +25,10 @@ int RunServerUntilSignal(const RunServerOptions& options) {
     spdlog::error("ddprun-rendezvous: {}", token.status().ToString());
     return 1;
   }
+  // Declared before the server and its metrics endpoint: both use it.
+  common::MetricsRegistry registry;
   ServerOptions server_options = options.server;
+  if (options.metrics_port >= 0) server_options.metrics = &registry;
   server_options.token = *token;
   absl::StatusOr<std::unique_ptr<Server>> server =
       Server::Start(server_options);
@@ -40,11 +45,29 @@ int RunServerUntilSignal(const RunServerOptions& options) {
         "reaches this port can join jobs and use the store",
         common::env::kToken);
   }
+  std::unique_ptr<common::MetricsServer> metrics;
+  if (options.metrics_port >= 0) {
+    common::MetricsServerOptions metrics_options;
+    metrics_options.host = options.metrics_host.empty()
+                               ? options.server.host
+                               : options.metrics_host;
+    metrics_options.port = options.metrics_port;
+    auto started = common::MetricsServer::Start(metrics_options, &registry);
+    if (!started.ok()) {
+      spdlog::error("ddprun-rendezvous: {}", started.status().ToString());
+      return 1;
+    }
+    metrics = std::move(*started);
+    std::printf("ddprun-rendezvous metrics on %s\n", metrics->url().c_str());
+    std::fflush(stdout);
+  }
 
   int received = 0;
   sigwait(&signals, &received);
   spdlog::info("ddprun-rendezvous: {} received; shutting down",
                received == SIGINT ? "SIGINT" : "SIGTERM");
+  // No scrape may read the server's state while it goes away.
+  if (metrics != nullptr) metrics->Shutdown();
   (*server)->Shutdown();
   return 0;
 }

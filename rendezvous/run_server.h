@@ -9,6 +9,10 @@ struct RunServerOptions {
   // The shared token's file; empty: DDPRUN_TOKEN from the environment, or
   // no token when that is unset too.
   std::string token_file;
+  // Serve Prometheus /metrics on this port; 0: the kernel picks; -1: off.
+  int metrics_port = -1;
+  // Empty: the server's --host.
+  std::string metrics_host;
 };
 
 // What ddprun-rendezvous does: starts the server, prints

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_format.h"
 #include "common/endpoint.h"
+#include "common/metrics_grpc.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
@@ -72,6 +73,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
   builder.AddListeningPort(address, *credentials, &server->port_);
   builder.RegisterService(&server->rendezvous_service_);
   builder.RegisterService(&server->store_service_);
+  if (options.metrics != nullptr) {
+    builder.experimental().SetInterceptorCreators(
+        common::GrpcServerMetricsInterceptors(options.metrics));
+    server->AddJobMetrics(options.metrics);
+  }
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
     return absl::UnavailableError(absl::StrFormat(
@@ -94,6 +100,49 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
 }
 
 Server::~Server() { Shutdown(); }
+
+void Server::AddJobMetrics(common::MetricsRegistry* registry) {
+  common::GaugeFamily& jobs = registry->AddGauge(
+      "ddprun_rendezvous_jobs", "Jobs the server holds, by state", {"state"});
+  common::GaugeFamily& round = registry->AddGauge(
+      "ddprun_rendezvous_round", "Each job's current round", {"run_id"});
+  common::GaugeFamily& nodes = registry->AddGauge(
+      "ddprun_rendezvous_nodes", "Each job's nodes, by state",
+      {"run_id", "state"});
+  common::GaugeFamily& restarts = registry->AddGauge(
+      "ddprun_rendezvous_restarts", "Restarts each job has used",
+      {"run_id"});
+  common::GaugeFamily& failures = registry->AddGauge(
+      "ddprun_rendezvous_failures", "Worker failures each job recorded, by cause",
+      {"run_id", "cause"});
+  common::GaugeFamily& heartbeat_age = registry->AddGauge(
+      "ddprun_rendezvous_heartbeat_age_seconds",
+      "Age of the oldest last heartbeat among each job's nodes", {"run_id"});
+  registry->AddCollectHook([this, &jobs, &round, &nodes, &restarts, &failures,
+                            &heartbeat_age] {
+    absl::StatusOr<v1::StatusResponse> status =
+        jobs_.Status(v1::StatusRequest());
+    if (!status.ok()) return;
+    for (common::GaugeFamily* family :
+         {&jobs, &round, &nodes, &restarts, &failures, &heartbeat_age}) {
+      family->Clear();
+    }
+    for (const v1::JobStatus& job : status->jobs()) {
+      jobs.WithLabels({v1::JobState_Name(job.state())}).Add(1);
+      round.WithLabels({job.run_id()}).Set(job.round());
+      restarts.WithLabels({job.run_id()}).Set(job.restart_count());
+      int64_t oldest_ms = 0;
+      for (const v1::NodeStatus& node : job.nodes()) {
+        nodes.WithLabels({job.run_id(), node.state()}).Add(1);
+        oldest_ms = std::max(oldest_ms, node.last_heartbeat_age_ms());
+      }
+      heartbeat_age.WithLabels({job.run_id()}).Set(oldest_ms / 1000.0);
+      for (const v1::WorkerFailure& failure : job.failures()) {
+        failures.WithLabels({job.run_id(), failure.cause()}).Add(1);
+      }
+    }
+  });
+}
 
 std::string Server::endpoint() const {
   std::string host = options_.host;

@@ -7,6 +7,7 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "common/credentials.h"
+#include "common/metrics.h"
 #include "grpcpp/server.h"
 #include "rendezvous/job_table.h"
 #include "rendezvous/limits.h"
@@ -43,6 +44,10 @@ struct ServerOptions {
   int max_peers_in_assignment = 128;
   // The time source; nullptr: the real clock. Must outlive the server.
   const common::Clock* clock = nullptr;
+  // Prometheus metrics: every RPC by method and code with its latency, and
+  // per job its round, nodes, restarts and failures (read at scrape time).
+  // Not owned; must outlive the server. nullptr: no metrics.
+  common::MetricsRegistry* metrics = nullptr;
 };
 
 // ddprun's rendezvous server: the Rendezvous and Store services, the gRPC
@@ -69,6 +74,8 @@ class Server {
 
  private:
   explicit Server(const ServerOptions& options);
+  // Sets the job gauges from the job table on every scrape.
+  void AddJobMetrics(common::MetricsRegistry* registry);
 
   const ServerOptions options_;
   const common::Clock* const clock_;

@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
-# Scrapes the real rendezvous' /metrics while a two-agent job runs through it,
-# once ddprun-rendezvous has --metrics-port (the wiring of common/metrics into
-# the server; until then this test is skipped, exit 77). Contract checked:
+# Scrapes the real rendezvous' /metrics while a two-agent job runs through it.
+# Contract checked:
 #   ddprun-rendezvous --port 0 --metrics-port 0 prints, after its first line
 #   "ddprun-rendezvous listening on HOST:PORT", the line
 #   "ddprun-rendezvous metrics on http://HOST:PORT/metrics"; a scrape there
@@ -12,10 +11,6 @@ set -euo pipefail
 ddprun=$1
 rendezvous=$2
 fail() { echo "FAIL: $*" >&2; exit 1; }
-if ! "$rendezvous" --help 2>&1 | grep -q -- '--metrics-port'; then
-  echo "SKIP: ddprun-rendezvous has no --metrics-port yet" >&2
-  exit 77
-fi
 
 work=$(mktemp -d)
 pids=()
