@@ -85,6 +85,16 @@ def start(node, container, mapping, env, log_name):
         env=full_env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
 
 
+def scrape_in(node, url):
+    """The /metrics text as a scraper in namespace `node` sees it."""
+    run = subprocess.run(
+        ["nsenter", f"--net=/run/netns/{name}-{node}", "/usr/bin/python3", "-c",
+         "import sys, urllib.request; "
+         "sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())",
+         url], capture_output=True, text=True, timeout=30)
+    return run.stdout if run.returncode == 0 else ""
+
+
 procs = []
 try:
     subprocess.run([netns, "up", name, str(job["spec"]["parallelism"])],
@@ -129,6 +139,11 @@ try:
             code = None
         c.check(code == 0, f"agents Job pod {index} exited {code}:\n" +
                 open(os.path.join(work, f"pod{index}.log")).read()[-3000:])
+    # Prometheus, from another pod, scrapes the Service's metrics port.
+    (metrics,) = [p for p in service["spec"]["ports"] if p["name"] == "metrics"]
+    text = scrape_in("h1", f"http://{rdzv_addr}:{metrics['port']}/metrics")
+    c.check('ddprun_rendezvous_jobs{state="JOB_STATE_SUCCEEDED"} 1' in text,
+            f"rendezvous /metrics does not show the finished job:\n{text}")
 finally:
     for p in procs:
         if p.poll() is None:

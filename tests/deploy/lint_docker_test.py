@@ -135,6 +135,10 @@ c.check(port in exposed, f"compose: rendezvous port {port} is not EXPOSEd by the
 published = [str(p) for p in rdzv.get("ports", [])]
 c.check(any(p.split(":")[-1] == str(port) for p in published),
         f"compose: rendezvous publishes {published}, not its --port {port}")
+metrics_port = int(rcmd[rcmd.index("--metrics-port") + 1]) if "--metrics-port" in rcmd else None
+c.check(metrics_port in exposed and
+        any(p.split(":")[-1] == str(metrics_port) for p in published),
+        f"compose: --metrics-port {metrics_port} must be EXPOSEd ({exposed}) and published ({published})")
 secrets = compose.get("secrets", {})
 
 

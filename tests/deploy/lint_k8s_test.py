@@ -95,9 +95,21 @@ for probe in ("readinessProbe", "livenessProbe"):
     grpc = rdzv.get(probe, {}).get("grpc")
     c.check(grpc is not None and grpc.get("port") == port,
             f"k8s: {probe} must be a gRPC probe on the service port {port}")
-(sport,) = service["spec"]["ports"]
-c.check(ports.get(sport["targetPort"]) == port,
-        f"k8s: Service targetPort {sport['targetPort']} is not the container's port {port}")
+sports = {p["name"]: p for p in service["spec"]["ports"]}
+sport = sports.get("grpc", {})
+c.check(ports.get(sport.get("targetPort")) == port,
+        f"k8s: Service port grpc targets {sport.get('targetPort')}, not the container's port {port}")
+# /metrics: the flag, the container port, the Service port and the scrape
+# annotations name one port.
+metrics_port = int(cmd[cmd.index("--metrics-port") + 1]) if "--metrics-port" in cmd else None
+c.check(metrics_port is not None and ports.get("metrics") == metrics_port,
+        f"k8s: --metrics-port {metrics_port} must be the containerPort named metrics {ports.get('metrics')}")
+c.check(sports.get("metrics", {}).get("targetPort") == "metrics",
+        "k8s: the Service must expose the metrics port")
+annotations = pod["metadata"].get("annotations", {})
+c.check(annotations.get("prometheus.io/port") == str(metrics_port) and
+        annotations.get("prometheus.io/path") == "/metrics",
+        f"k8s: prometheus.io annotations {annotations} must name port {metrics_port}, /metrics")
 files = check_pod(pod["spec"], "k8s rendezvous")
 token_path = cmd[cmd.index("--token-file") + 1]
 c.check(files.get(token_path, (None, None))[0] == "ddprun-token",

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import tempfile
 import time
+import urllib.request
 
 from deploy_lint import Checker
 
@@ -111,7 +112,8 @@ try:
     with open(token, "w") as f:
         f.write("a-shared-token\n")
     # /etc/default/ddprun-rendezvous: loopback and a port the kernel picks.
-    default = "DDPRUN_RDZV_HOST=127.0.0.1\nDDPRUN_RDZV_PORT=0\n"
+    default = ("DDPRUN_RDZV_HOST=127.0.0.1\nDDPRUN_RDZV_PORT=0\n"
+               "DDPRUN_RDZV_METRICS_PORT=0\n")
 
     # 1a. plaintext + token.
     argv, env = service_command([os.path.join(units, "ddprun-rendezvous.service.in")],
@@ -155,6 +157,14 @@ try:
             c.check(f"worker rank={rank} world=2 run=job1 arg=first-arg" in agent_out,
                     f"agent unit: no worker rank {rank} with the program's argument\n{agent_out}")
 
+    # 1b. its /metrics saw the agent's job succeed.
+    url = wait_for_line(os.path.join(work, "rdzv.out"), "ddprun-rendezvous metrics on ", 5)
+    if c.check(url is not None, "rendezvous unit serves no /metrics"):
+        with urllib.request.urlopen(url, timeout=10) as response:
+            text = response.read().decode()
+        c.check('ddprun_rendezvous_jobs{state="JOB_STATE_SUCCEEDED"} 1' in text,
+                f"/metrics of the unit's server does not show the finished job:\n{text}")
+
     # 1c. SIGTERM stops the server cleanly (Restart=on-failure restarts
     # only real failures).
     server.send_signal(signal.SIGTERM)
@@ -164,7 +174,7 @@ try:
         code = None
     c.check(code == 0, f"rendezvous unit's server exited {code} on SIGTERM")
 
-    # 1b. with the TLS drop-in and a self-signed certificate for localhost.
+    # 1d. with the TLS drop-in and a self-signed certificate for localhost.
     if shutil.which("openssl"):
         subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes",
                         "-days", "1", "-subj", "/CN=localhost",
