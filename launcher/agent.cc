@@ -328,6 +328,7 @@ Agent::RoundEnd Agent::Supervise(const v1::Assignment& assignment,
   hb.interval = assignment.heartbeat_interval_ms() > 0
                     ? absl::Milliseconds(assignment.heartbeat_interval_ms())
                     : options_.rdzv_conf.heartbeat_interval;
+  hb.timeout = options_.rdzv_conf.heartbeat_timeout;
   HeartbeatLoop heartbeat(client_, hb, [this] { events_.PostRejoin(); });
 
   SupervisorPolicyOptions policy_options;

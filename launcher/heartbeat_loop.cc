@@ -1,5 +1,6 @@
 #include "launcher/heartbeat_loop.h"
 
+#include "absl/time/clock.h"
 #include "spdlog/spdlog.h"
 
 namespace ddprun::launcher {
@@ -23,15 +24,29 @@ void HeartbeatLoop::Run() {
   request.set_node_id(options_.node_id);
   request.set_round(options_.round);
   int failures_in_a_row = 0;
+  // The server heard from this node no earlier than the sending of its last
+  // answered heartbeat; the round's Join counts as one.
+  absl::Time last_heard = absl::Now();
   while (!stop_.WaitForNotificationWithTimeout(options_.interval)) {
+    absl::Time sent = absl::Now();
     absl::StatusOr<v1::HeartbeatResponse> response = client_.Heartbeat(request);
     if (!response.ok()) {
       // Logged once per outage, not once per interval.
       if (failures_in_a_row++ == 0) {
         spdlog::warn("{}", std::string(response.status().message()));
       }
+      if (absl::Now() - last_heard >= options_.timeout) {
+        spdlog::error(
+            "no heartbeat reached rendezvous {} for {} (heartbeat_timeout): "
+            "the server drops this node from round {}; stopping workers",
+            client_.endpoint(), absl::FormatDuration(absl::Now() - last_heard),
+            options_.round);
+        on_round_over_();
+        return;
+      }
       continue;
     }
+    last_heard = sent;
     if (failures_in_a_row > 0) {
       spdlog::info("heartbeat to rendezvous {} works again",
                    client_.endpoint());
