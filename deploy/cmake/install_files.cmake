@@ -16,8 +16,11 @@ foreach(unit ddprun-rendezvous.service ddprun-agent@.service)
     " COMPONENT runtime)
 endforeach()
 
-install(FILES ${PROJECT_SOURCE_DIR}/README.md ${PROJECT_SOURCE_DIR}/deploy/README.md
+install(FILES ${PROJECT_SOURCE_DIR}/README.md
   DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT runtime)
+# Both are README.md: the deploy map goes beside the examples it describes.
+install(FILES ${PROJECT_SOURCE_DIR}/deploy/README.md
+  DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples COMPONENT runtime)
 # The deployment files are examples to copy and edit, not live config.
 foreach(dir systemd docker k8s slurm local)
   if(EXISTS ${PROJECT_SOURCE_DIR}/deploy/${dir})
