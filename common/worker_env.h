@@ -35,11 +35,24 @@ inline constexpr char kRound[] = "DDPRUN_ROUND";
 inline constexpr char kTokenFile[] = "DDPRUN_TOKEN_FILE";
 // The token itself, when no file is used (optional).
 inline constexpr char kToken[] = "DDPRUN_TOKEN";
+// TLS to the store, as the agent talks to the rendezvous (its --tls-* flags;
+// absolute paths, unset without TLS). The CA file turns TLS on; the
+// certificate and key, both set, make it mutual TLS; the server name is
+// checked instead of the endpoint's host.
+inline constexpr char kTlsCaFile[] = "DDPRUN_TLS_CA_FILE";
+inline constexpr char kTlsCertFile[] = "DDPRUN_TLS_CERT_FILE";
+inline constexpr char kTlsKeyFile[] = "DDPRUN_TLS_KEY_FILE";
+inline constexpr char kTlsServerName[] = "DDPRUN_TLS_SERVER_NAME";
 // This node's address as its peers reach it (Gloo binds its device to it).
 inline constexpr char kLocalAddr[] = "DDPRUN_LOCAL_ADDR";
 // A file descriptor the worker writes one progress record to per step; the
 // agent treats a worker silent for --worker-timeout as hung. Absent when the
 // agent does not watch progress.
 inline constexpr char kProgressFd[] = "DDPRUN_PROGRESS_FD";
+// Set only in a prewarmed worker (ddprun --prewarm) before its round: a file
+// descriptor the worker reads its round's complete environment from (a JSON
+// object of strings, then end of file). End of file without data: the worker
+// is not needed and exits 0. libddp: ddprun::worker::AwaitActivation().
+inline constexpr char kStandbyFd[] = "DDPRUN_STANDBY_FD";
 
 }  // namespace ddprun::common::env

@@ -24,11 +24,21 @@ struct AgentContext {
   std::string local_addr;      // this node's address for its peers
   std::string node_id;
   std::string token_file;   // absolute, or empty
+  // TLS to the rendezvous, passed on to the workers for the store (absolute
+  // paths); empty without TLS (also with --standalone, which is plaintext).
+  std::string tls_ca_file;
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_server_name;
   std::string scratch_dir;  // per-attempt error files when no --log-dir
   std::vector<std::string> worker_argv;
   std::vector<std::string> base_env;  // the agent's environment
   // --prewarm: the command of a standby worker; empty: no prewarming.
   std::vector<std::string> standby_argv;
+  // Whether global rank 0 of a prewarmed round listens on MASTER_PORT (a
+  // Python program: torch's env:// TCPStore), so that the other ranks are
+  // activated once it does. libddp programs use the rendezvous store.
+  bool rank0_listens_on_master_port = false;
 };
 
 // The node agent: joins a round, runs the local workers of the round,

@@ -113,6 +113,19 @@ int RunLaunch(const LaunchOptions& options) {
     std::error_code ec;
     context.token_file = std::filesystem::absolute(options.auth.token_file, ec);
   }
+  if (!channel->tls_ca_file.empty()) {
+    // Workers reach the store (the same server) with the same TLS settings;
+    // absolute, as workers may change directory.
+    std::error_code ec;
+    auto absolute = [&ec](const std::string& path) -> std::string {
+      return path.empty() ? path
+                          : std::filesystem::absolute(path, ec).string();
+    };
+    context.tls_ca_file = absolute(channel->tls_ca_file);
+    context.tls_cert_file = absolute(channel->tls_cert_file);
+    context.tls_key_file = absolute(channel->tls_key_file);
+    context.tls_server_name = channel->tls_server_name;
+  }
   const char* python_exec = getenv("PYTHON_EXEC");
   context.worker_argv =
       BuildProgramArgv(options, python_exec != nullptr ? python_exec : "");

@@ -1,5 +1,7 @@
 #include "launcher/worker_env.h"
 
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "common/worker_env.h"
 
@@ -53,6 +55,19 @@ std::vector<std::string> BuildWorkerEnv(const WorkerEnvSpec& spec,
     set(env::kTokenFile, spec.token_file);
   } else {
     vars.erase(env::kTokenFile);
+  }
+  // The agent's own TLS settings, never ones left in its environment: a
+  // worker talks to the store exactly as its agent talks to the rendezvous.
+  for (const auto& [name, value] :
+       {std::pair{env::kTlsCaFile, &spec.tls_ca_file},
+        std::pair{env::kTlsCertFile, &spec.tls_cert_file},
+        std::pair{env::kTlsKeyFile, &spec.tls_key_file},
+        std::pair{env::kTlsServerName, &spec.tls_server_name}}) {
+    if (value->empty()) {
+      vars.erase(name);
+    } else {
+      set(name, *value);
+    }
   }
   if (spec.progress_fd >= 0) {
     set(env::kProgressFd, spec.progress_fd);

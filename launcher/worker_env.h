@@ -26,6 +26,11 @@ struct WorkerEnvSpec {
   std::string store_endpoint;  // the rendezvous server, HOST:PORT
   std::string local_addr;
   std::string token_file;  // empty: not set
+  // TLS to the store (absolute paths); empty: not set.
+  std::string tls_ca_file;
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_server_name;
   int progress_fd = -1;    // -1: not set
 };
 

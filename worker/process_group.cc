@@ -29,6 +29,10 @@ absl::StatusOr<c10::intrusive_ptr<::c10d::Store>> CreateStore(
       store_options.run_id = env.store_run_id;
       store_options.round = env.round;
       store_options.token = env.token;
+      store_options.tls_ca_file = env.tls_ca_file;
+      store_options.tls_cert_file = env.tls_cert_file;
+      store_options.tls_key_file = env.tls_key_file;
+      store_options.tls_server_name = env.tls_server_name;
       return c10::intrusive_ptr<::c10d::Store>(
           c10::make_intrusive<GrpcStore>(store_options, options.timeout));
     }

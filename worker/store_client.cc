@@ -101,12 +101,14 @@ absl::StatusOr<std::unique_ptr<StoreClient>> StoreClient::Create(
     return absl::InvalidArgumentError(absl::StrFormat(
         "store endpoint: %s", endpoint.status().message()));
   }
-  // The shared channel helper attaches the token to every call. Workers get
-  // no TLS settings from the agent yet (no env names for them), so the
-  // channel is plaintext unless tls_ca_file is set here.
+  // The shared channel helper attaches the token to every call; TLS is on
+  // when tls_ca_file is set (the agent passes its own --tls-* settings).
   common::ChannelOptions channel_options;
   channel_options.token = options.token;
   channel_options.tls_ca_file = options.tls_ca_file;
+  channel_options.tls_cert_file = options.tls_cert_file;
+  channel_options.tls_key_file = options.tls_key_file;
+  channel_options.tls_server_name = options.tls_server_name;
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
       common::CreateChannel(endpoint->ToString(), channel_options);
   if (!channel.ok()) {

@@ -88,6 +88,16 @@ absl::StatusOr<WorkerEnv> ReadWorkerEnvFrom(const EnvLookup& lookup) {
   e.store_endpoint = r.String(env::kStoreEndpoint).value_or("");
   e.store_run_id = r.String(env::kStoreRunId).value_or("");
   e.local_addr = r.String(env::kLocalAddr).value_or("");
+  e.tls_ca_file = r.String(env::kTlsCaFile).value_or("");
+  e.tls_cert_file = r.String(env::kTlsCertFile).value_or("");
+  e.tls_key_file = r.String(env::kTlsKeyFile).value_or("");
+  e.tls_server_name = r.String(env::kTlsServerName).value_or("");
+  if (e.tls_cert_file.empty() != e.tls_key_file.empty()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s='%s' and %s='%s': mutual TLS needs both a certificate and its "
+        "key; set both or neither",
+        env::kTlsCertFile, e.tls_cert_file, env::kTlsKeyFile, e.tls_key_file));
+  }
 
   if (std::optional<std::string> path = r.String(env::kTokenFile)) {
     std::ifstream in(*path);

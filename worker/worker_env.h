@@ -29,6 +29,12 @@ struct WorkerEnv {
   std::string local_addr;
   // The token for store calls, from DDPRUN_TOKEN_FILE or DDPRUN_TOKEN.
   std::string token;
+  // TLS to the store (DDPRUN_TLS_*): on when tls_ca_file is set; mutual TLS
+  // with a certificate and key. Empty: plaintext.
+  std::string tls_ca_file;
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_server_name;
   // Where one progress record per step goes; -1 when nobody listens.
   int progress_fd = -1;
 

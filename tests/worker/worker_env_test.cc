@@ -67,5 +67,22 @@ TEST(WorkerEnvTest, BadValuesNameTheVariable) {
       << nowhere.status();
 }
 
+TEST(WorkerEnvTest, ReadsTheStoresTlsSettings) {
+  auto env = Read({{"DDPRUN_TLS_CA_FILE", "/etc/ca.crt"},
+                   {"DDPRUN_TLS_CERT_FILE", "/etc/w.crt"},
+                   {"DDPRUN_TLS_KEY_FILE", "/etc/w.key"},
+                   {"DDPRUN_TLS_SERVER_NAME", "rendezvous"}});
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_EQ(env->tls_ca_file, "/etc/ca.crt");
+  EXPECT_EQ(env->tls_cert_file, "/etc/w.crt");
+  EXPECT_EQ(env->tls_key_file, "/etc/w.key");
+  EXPECT_EQ(env->tls_server_name, "rendezvous");
+  auto half = Read({{"DDPRUN_TLS_CA_FILE", "/etc/ca.crt"},
+                    {"DDPRUN_TLS_CERT_FILE", "/etc/w.crt"}});
+  ASSERT_FALSE(half.ok());
+  EXPECT_TRUE(absl::StrContains(half.status().message(), "DDPRUN_TLS_KEY_FILE"))
+      << half.status();
+}
+
 }  // namespace
 }  // namespace ddprun::worker
