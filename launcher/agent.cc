@@ -293,7 +293,9 @@ absl::StatusOr<std::vector<pid_t>> Agent::ActivateStandbys(
   // a rank that connects before it listens sleeps a whole second before
   // trying again. Prewarmed rank 0 listens within milliseconds, so the
   // others go once it does (bounded: a program may never listen there).
-  bool hosts_rank0 = assignment.rank_offset() == 0;
+  // Other programs (libddp: the rendezvous store) are told all at once.
+  bool hosts_rank0 = assignment.rank_offset() == 0 &&
+                     context_.rank0_listens_on_master_port;
   std::vector<pid_t> pids;
   if (hosts_rank0) {
     absl::StatusOr<std::vector<pid_t>> first =
@@ -303,7 +305,8 @@ absl::StatusOr<std::vector<pid_t>> Agent::ActivateStandbys(
     envs.erase(envs.begin());
   }
   if (!envs.empty()) {
-    if (!WaitUntilListening(assignment.master_addr(), assignment.master_port(),
+    if (context_.rank0_listens_on_master_port &&
+        !WaitUntilListening(assignment.master_addr(), assignment.master_port(),
                             kMasterListenWait)) {
       spdlog::debug("nothing listens on MASTER_PORT {} after {}; going on",
                     assignment.master_port(),

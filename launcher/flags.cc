@@ -204,8 +204,10 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc,
           "run the program directly, not under python");
   AddFlag(app, "-m,--module", &o.run_module, "run the program as python -m");
   AddFlag(app, "--prewarm", &o.prewarm,
-          "Python programs: start the next round's workers ahead, up to "
-          "'import torch', so that restarts are quick");
+          "start the next round's workers ahead so that restarts are quick: "
+          "Python programs up to 'import torch'; any other program must "
+          "call ddprun::worker::AwaitActivation() (libddp, e.g. "
+          "ddprun-mnist) before it reads its environment");
   AddString(app, "--master-addr", &o.master_addr,
             "accepted; the rendezvous decides");
   AddString(app, "--master-port", &raw.master_port,
@@ -327,13 +329,6 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc,
         o.log_level));
   }
   if (o.prewarm) {
-    bool python =
-        !o.no_python && (o.run_module || absl::EndsWith(o.program[0], ".py"));
-    if (!python) {
-      return Usage(
-          "--prewarm works for Python programs (a .py file or -m); drop it "
-          "for other programs");
-    }
     bool plain_output = o.redirects.all == 0 && o.tee.all == 0 &&
                         o.redirects.by_local_rank.empty() &&
                         o.tee.by_local_rank.empty() &&

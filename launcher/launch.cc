@@ -133,6 +133,7 @@ int RunLaunch(const LaunchOptions& options) {
   if (options.prewarm) {
     context.standby_argv =
         BuildStandbyArgv(options, python_exec != nullptr ? python_exec : "");
+    context.rank0_listens_on_master_port = RunsUnderPython(options);
   }
   // A missing program is found here, before this node joins and makes the
   // others wait for it.

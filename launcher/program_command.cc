@@ -14,6 +14,8 @@ bool RunsUnderPython(const LaunchOptions& options) {
 
 std::vector<std::string> BuildStandbyArgv(const LaunchOptions& options,
                                           const std::string& python_exec) {
+  // Any other program waits for its round itself (AwaitActivation).
+  if (!RunsUnderPython(options)) return options.program;
   std::vector<std::string> argv = {
       python_exec.empty() ? std::string("python3") : python_exec, "-u", "-c",
       kPythonStandbyShim};

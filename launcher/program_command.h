@@ -17,9 +17,10 @@ std::vector<std::string> BuildProgramArgv(const LaunchOptions& options,
 // Whether BuildProgramArgv runs the program under Python.
 bool RunsUnderPython(const LaunchOptions& options);
 
-// The command of a prewarmed Python worker (--prewarm): the interpreter
+// The command of a prewarmed worker (--prewarm). Python: the interpreter
 // running the standby shim, then the program as BuildProgramArgv would pass
-// it.
+// it. Any other program runs as it is and promises to wait for its round on
+// DDPRUN_STANDBY_FD itself (libddp's AwaitActivation).
 std::vector<std::string> BuildStandbyArgv(const LaunchOptions& options,
                                           const std::string& python_exec);
 

@@ -199,6 +199,11 @@ int RunWorkerMain(const std::string& program,
   if (!error_file.empty()) InstallErrorFileHandlers(error_file);
   absl::Status status = body();
   if (status.ok()) return 0;
+  if (error_file.empty()) {
+    // A prewarmed worker learns its error file in the body (AwaitActivation).
+    path = std::getenv(common::env::kErrorFile);
+    error_file = path != nullptr ? path : "";
+  }
   std::string message = std::string(status.message());
   std::cerr << program << ": error: " << message << std::endl;
   (void)WriteErrorFile(error_file,

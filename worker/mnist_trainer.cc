@@ -18,6 +18,7 @@
 #include "worker/process_group.h"
 #include "worker/process_start.h"
 #include "worker/progress.h"
+#include "worker/standby.h"
 #include "worker/train_summary.h"
 #include "worker/worker_env.h"
 
@@ -131,11 +132,6 @@ absl::Status Train(const MnistTrainOptions& options) {
   at::set_num_threads(1);
   if (absl::Status valid = ValidateOptions(options); !valid.ok()) return valid;
   spdlog::debug("{:.3f} s after start: main", SecondsSinceProcessStart());
-  absl::StatusOr<WorkerEnv> env = ReadWorkerEnv();
-  if (!env.ok()) return env.status();
-  const bool lead = env->rank == 0;
-  const int world = env->world_size;
-
   absl::StatusOr<DatasetKind> dataset = ParseDataset(options.dataset);
   if (!dataset.ok()) return dataset.status();
   absl::StatusOr<BackendKind> backend = ParseBackend(options.backend);
@@ -153,6 +149,15 @@ absl::Status Train(const MnistTrainOptions& options) {
   absl::StatusOr<MnistData> data = LoadMnist(data_options);
   if (!data.ok()) return data.status();
   spdlog::debug("{:.3f} s after start: data loaded", SecondsSinceProcessStart());
+  // Nothing above depends on the round: a prewarmed process (ddprun
+  // --prewarm) has done it all before its round starts, and waits here.
+  if (absl::Status activated = AwaitActivation(); !activated.ok()) {
+    return activated;
+  }
+  absl::StatusOr<WorkerEnv> env = ReadWorkerEnv();
+  if (!env.ok()) return env.status();
+  const bool lead = env->rank == 0;
+  const int world = env->world_size;
 
   ProcessGroupOptions group_options;
   group_options.backend = *backend;

@@ -72,6 +72,13 @@ absl::StatusOr<WorkerEnv> ReadWorkerEnvFrom(const EnvLookup& lookup) {
   Reader r(lookup);
   constexpr int64_t kMaxWorld = 1 << 20;
   WorkerEnv e;
+  if (std::optional<std::string> standby = r.String(env::kStandbyFd)) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s=%s is set: this prewarmed process has no round yet; call "
+        "ddprun::worker::AwaitActivation() (worker/standby.h) before reading "
+        "the worker environment",
+        env::kStandbyFd, *standby));
+  }
   DDPRUN_ASSIGN_OR_RETURN(e.world_size, r.Int(env::kWorldSize, 1, 1, kMaxWorld));
   DDPRUN_ASSIGN_OR_RETURN(e.rank, r.Int(env::kRank, 0, 0, e.world_size - 1));
   DDPRUN_ASSIGN_OR_RETURN(e.local_world_size,

@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""Restart latency of the C++ trainer: ddprun-mnist under
-`ddprun --standalone --nproc-per-node 2 --max-restarts 1`, kill -9 of a
-worker after the first checkpoint; the time to the next round's first
-training step is the agent's "started" line of the new round minus the kill,
-plus the new rank 0's own time from process start to its first step (its
---summary-json). Median of several runs.
+"""Restart latency of the C++ trainer, ddprun against ddprun --prewarm:
+ddprun-mnist under `ddprun --standalone --nproc-per-node 2 --max-restarts 1
+[--prewarm]`, kill -9 of a worker once a checkpoint exists (and, with
+--prewarm, once the next round's standbys wait for it); the figure is the
+new round's rank 0's first training step (`first_step_unix_seconds` of its
+--summary-json) minus the kill. The agent's part (kill -> its "started" or
+"activated prewarmed" line of the new round) is shown beside it. The modes
+run interleaved; medians.
 
-  bench/launcher/mnist_restart.py [--runs 3]
+  bench/launcher/mnist_restart.py [--runs 5] [--modes plain,prewarm]
 
 Needs a build with ddprun-mnist (DDPRUN_BUILD_DIR, default build/) and the
 MNIST files in data/mnist.
@@ -27,9 +29,30 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def children(pid):
     out = []
     for task in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{task}/children") as f:
-            out += [int(p) for p in f.read().split()]
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                out += [int(p) for p in f.read().split()]
+        except FileNotFoundError:
+            pass
     return out
+
+
+def is_standby(pid):
+    """A prewarmed process: started with DDPRUN_STANDBY_FD (the original
+    environment block, which /proc keeps after activation too)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return b"DDPRUN_STANDBY_FD=" in f.read()
+    except OSError:
+        return False
+
+
+def waits_on_pipe(pid):
+    try:
+        with open(f"/proc/{pid}/wchan") as f:
+            return f.read().strip().endswith("pipe_read")
+    except OSError:
+        return False
 
 
 def log_time(line):
@@ -37,33 +60,52 @@ def log_time(line):
     return datetime.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S.%f").timestamp()
 
 
-def one_run(build):
+def wait_until(cond, what, log_path, timeout=120):
+    deadline = time.time() + timeout
+    while not cond():
+        if time.time() > deadline:
+            raise TimeoutError(f"{what}:\n" + open(log_path).read())
+        time.sleep(0.005)
+
+
+def one_run(build, prewarm):
     with tempfile.TemporaryDirectory() as out:
         log_path = os.path.join(out, "agent.log")
         ckpt = os.path.join(out, "ckpt")
         with open(log_path, "w") as log:
             proc = subprocess.Popen(
                 [os.path.join(build, "launcher", "ddprun"), "--standalone",
-                 "--nproc-per-node", "2", "--max-restarts", "1",
-                 os.path.join(build, "worker", "ddprun-mnist"), "--epochs", "2",
+                 "--nproc-per-node", "2", "--max-restarts", "1"]
+                + (["--prewarm"] if prewarm else []) +
+                [os.path.join(build, "worker", "ddprun-mnist"), "--epochs", "3",
                  "--data-dir", os.path.join(ROOT, "data", "mnist"),
                  "--checkpoint-dir", ckpt, "--checkpoint-every", "20",
                  "--summary-json", os.path.join(out, "summary.json"),
                  "--save", ""],
                 stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
         try:
-            deadline = time.time() + 120
-            while not os.path.isdir(ckpt) or not os.listdir(ckpt):
-                if time.time() > deadline:
-                    raise TimeoutError(open(log_path).read())
-                time.sleep(0.005)
+            wait_until(lambda: os.path.isdir(ckpt) and os.listdir(ckpt),
+                       "no checkpoint", log_path)
+            if prewarm:
+                wait_until(lambda: sum(waits_on_pipe(p) for p in children(proc.pid)
+                                       if is_standby(p)) >= 2,
+                           "no standbys waiting", log_path)
+            workers = [p for p in children(proc.pid) if not is_standby(p)]
             killed = time.time()
-            os.kill(children(proc.pid)[-1], signal.SIGKILL)
+            os.kill(workers[-1], signal.SIGKILL)
             proc.wait(timeout=300)
-            started = [log_time(l) for l in open(log_path)
-                       if "started 2 workers" in l][-1]
+            if proc.returncode != 0:
+                raise RuntimeError(open(log_path).read())
+            lines = open(log_path).read().splitlines()
+            started = [log_time(l) for l in lines
+                       if "started 2 workers" in l or
+                       "activated prewarmed 2 workers" in l][-1]
+            if prewarm and not any("activated prewarmed 2 workers" in l
+                                   for l in lines):
+                raise RuntimeError("the restart did not use the standbys:\n" +
+                                   "\n".join(lines))
             summary = json.load(open(os.path.join(out, "summary.json")))
-            return started - killed, summary["time_to_first_step_seconds"]
+            return started - killed, summary["first_step_unix_seconds"] - killed
         finally:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -72,20 +114,30 @@ def one_run(build):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--modes", default="plain,prewarm")
     args = parser.parse_args()
     build = os.environ.get("DDPRUN_BUILD_DIR", os.path.join(ROOT, "build"))
-    totals, agents = [], []
+    modes = args.modes.split(",")
+    results = {m: ([], []) for m in modes}
     for i in range(args.runs):
-        agent, first_step = one_run(build)
-        totals.append(agent + first_step)
-        agents.append(agent)
-        print(f"run {i + 1}/{args.runs}: agent {agent:.3f} s + worker start "
-              f"to first step {first_step:.3f} s = {agent + first_step:.3f} s",
-              flush=True)
-    print(f"kill -9 of a ddprun-mnist worker -> first step of the next round: "
-          f"median {statistics.median(totals):.3f} s (of which the agent's "
-          f"detect/report/stop/re-join/spawn {statistics.median(agents):.3f} s)")
+        for mode in modes:  # interleaved: both see the same load
+            agent, total = one_run(build, prewarm=(mode == "prewarm"))
+            results[mode][0].append(agent)
+            results[mode][1].append(total)
+            print(f"run {i + 1}/{args.runs} {mode:8s}: kill -9 -> agent's "
+                  f"new round {agent:.3f} s, -> first step {total:.3f} s",
+                  flush=True)
+    with open("/proc/loadavg") as f:
+        load = f.read().split()[0]
+    for mode in modes:
+        agents, totals = results[mode]
+        print(f"{'ddprun --prewarm' if mode == 'prewarm' else 'ddprun':17s} "
+              f"kill -9 of a ddprun-mnist worker -> next round's first step: "
+              f"median {statistics.median(totals):.3f} s (min "
+              f"{min(totals):.3f}, max {max(totals):.3f}; agent's part "
+              f"{statistics.median(agents):.3f} s), {len(totals)} runs, "
+              f"load {load}")
 
 
 if __name__ == "__main__":

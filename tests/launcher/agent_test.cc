@@ -781,15 +781,6 @@ TEST(AgentTest, PrewarmedPythonWorkersGetTheirRoundsEnvironment) {
   }
 }
 
-TEST(AgentTest, PrewarmIsRefusedForNonPythonPrograms) {
-  RunResult r =
-      RunCommand({Ddprun(), "--standalone", "--prewarm", FaultWorker()},
-                 absl::Seconds(10));
-  EXPECT_EQ(r.exit.exit_code, 2);
-  EXPECT_EQ(CountLinesWith(r.err, "--prewarm works for Python programs"), 1)
-      << r.err;
-}
-
 TEST(AgentTlsTest, TheAgentTalksTlsWithTheGivenCa) {
   TempDir certs;
   RunResult made =

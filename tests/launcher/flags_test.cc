@@ -7,6 +7,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "launcher/program_command.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -81,6 +82,24 @@ TEST(FlagsTest, RedirectsTeeAndFilter) {
   EXPECT_EQ(c->launch.redirects.For(5), 0);
   EXPECT_EQ(c->launch.tee.For(7), 3);
   EXPECT_THAT(c->launch.local_ranks_filter, ElementsAre(0, 2));
+}
+
+// --prewarm: Python programs run the standby shim; any other program runs as
+// it is and waits for its round itself (libddp's AwaitActivation).
+TEST(FlagsTest, PrewarmRunsANonPythonProgramAsItIs) {
+  auto c = Parse({"--standalone", "--prewarm", "./train", "--lr", "0.1"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->launch.prewarm);
+  EXPECT_THAT(BuildStandbyArgv(c->launch, ""),
+              ElementsAre("./train", "--lr", "0.1"));
+  auto py = Parse({"--standalone", "--prewarm", "train.py", "--lr", "0.1"});
+  ASSERT_TRUE(py.ok()) << py.status();
+  std::vector<std::string> argv = BuildStandbyArgv(py->launch, "/usr/bin/py");
+  ASSERT_GE(argv.size(), 4u);
+  EXPECT_EQ(argv[0], "/usr/bin/py");
+  EXPECT_EQ(argv[2], "-c");
+  EXPECT_THAT(std::vector<std::string>(argv.end() - 3, argv.end()),
+              ElementsAre("train.py", "--lr", "0.1"));
 }
 
 TEST(FlagsTest, StatusSubcommand) {

@@ -1,0 +1,146 @@
+// ddprun --prewarm with a C++ program: ddprun-mnist calls libddp's
+// AwaitActivation after loading LibTorch and MNIST, so the agent keeps the
+// next round's workers waiting there; after a kill -9 the restarted round is
+// those processes (no process start, no data load), and the job still
+// finishes with a good accuracy from its checkpoint.
+#include <signal.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/e2e/summary_json.h"
+#include "tests/testing/subprocess.h"
+#include "tests/testing/temp_dir.h"
+#include "tests/testing/wait_for.h"
+
+namespace ddprun::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr double kMinAccuracy = 0.85;
+
+std::string ReadProc(pid_t pid, const char* what) {
+  return ReadFileOrEmpty(absl::StrCat("/proc/", pid, "/", what));
+}
+
+// The direct children of `pid`: its workers and its standbys.
+std::vector<pid_t> Children(pid_t pid) {
+  std::vector<pid_t> out;
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator(
+           absl::StrCat("/proc/", pid, "/task"), ec)) {
+    std::ifstream in(task.path() / "children");
+    int child;
+    while (in >> child) out.push_back(child);
+  }
+  return out;
+}
+
+// A standby was started with DDPRUN_STANDBY_FD; /proc keeps the original
+// environment block even after the process replaced its environment.
+bool IsStandby(pid_t pid) {
+  std::string environ = ReadProc(pid, "environ");
+  return absl::StrContains(environ, std::string("\0DDPRUN_STANDBY_FD=", 19)) ||
+         absl::StartsWith(environ, "DDPRUN_STANDBY_FD=");
+}
+
+// Blocked reading its pipe: loaded, waiting for its round.
+bool WaitsOnPipe(pid_t pid) {
+  return absl::EndsWith(ReadProc(pid, "wchan"), "pipe_read");
+}
+
+bool HasCheckpoint(const TempDir& dir) {
+  std::error_code ec;
+  auto it = std::filesystem::directory_iterator(dir.File("checkpoints"), ec);
+  return !ec && it != std::filesystem::directory_iterator();
+}
+
+TEST(MnistPrewarmTest, AKilledWorkerIsReplacedByPrewarmedProcesses) {
+  TempDir dir;
+  SubprocessOptions options;
+  options.argv = {BinaryPath("launcher/ddprun"),
+                  "--prewarm",
+                  "--standalone",
+                  "--nproc-per-node",
+                  "2",
+                  "--max-restarts",
+                  "2",
+                  "--monitor-interval",
+                  "0.1",
+                  BinaryPath("worker/ddprun-mnist"),
+                  "--epochs",
+                  "3",
+                  "--data-dir",
+                  MnistDir(),
+                  "--checkpoint-dir",
+                  dir.File("checkpoints"),
+                  "--checkpoint-every",
+                  "50",
+                  "--summary-json",
+                  dir.File("summary.json"),
+                  "--save",
+                  ""};
+  options.stderr_path = dir.File("agent.err");
+  options.stdout_path = dir.File("agent.out");
+  auto agent = Subprocess::Start(options);
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  auto err = [&] { return ReadFileOrEmpty(options.stderr_path); };
+
+  // Mid-training, with the next round's two standbys loaded and waiting.
+  std::set<pid_t> standbys;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        if (!HasCheckpoint(dir)) return false;
+        standbys.clear();
+        for (pid_t pid : Children(agent->pid())) {
+          if (IsStandby(pid) && WaitsOnPipe(pid)) standbys.insert(pid);
+        }
+        return standbys.size() == 2;
+      },
+      absl::Minutes(2)))
+      << err();
+  std::vector<pid_t> workers;
+  for (pid_t pid : Children(agent->pid())) {
+    if (!IsStandby(pid)) workers.push_back(pid);
+  }
+  ASSERT_EQ(workers.size(), 2u) << err();
+  ASSERT_EQ(kill(workers.back(), SIGKILL), 0);
+
+  std::optional<ExitInfo> exit = agent->Wait(absl::Minutes(4));
+  ASSERT_TRUE(exit.has_value()) << err();
+  std::string log = err();
+  ASSERT_TRUE(exit->ok()) << exit->ToString() << "\n" << log;
+  EXPECT_THAT(log, HasSubstr("signal SIGKILL"));
+  EXPECT_THAT(log, HasSubstr("restart 1/2"));
+  EXPECT_THAT(log, HasSubstr("activated prewarmed 2 workers"));
+  // The restarted round's ranks are the standbys that waited at the kill.
+  std::set<pid_t> activated;
+  std::regex line(R"(prewarmed process (\d+) activated as rank (\d+))");
+  for (std::sregex_iterator it(log.begin(), log.end(), line), end; it != end;
+       ++it) {
+    activated.insert(std::stoi((*it)[1]));
+  }
+  EXPECT_EQ(activated, standbys) << log;
+
+  std::string summary = ReadFileOrEmpty(dir.File("summary.json"));
+  ASSERT_FALSE(summary.empty()) << "rank 0 wrote no --summary-json\n" << log;
+  EXPECT_EQ(SummaryNumber(summary, "world_size"), 2) << summary;
+  EXPECT_GE(SummaryNumber(summary, "resumed_from_step").value_or(-1), 0)
+      << summary;
+  std::optional<double> accuracy = SummaryNumber(summary, "test_accuracy");
+  ASSERT_TRUE(accuracy.has_value()) << summary;
+  EXPECT_GE(*accuracy, kMinAccuracy) << summary;
+}
+
+}  // namespace
+}  // namespace ddprun::testing

@@ -1,0 +1,30 @@
+#pragma once
+
+#include "absl/status/status.h"
+
+namespace ddprun::worker {
+
+// The worker side of `ddprun --prewarm`. The agent starts the next round's
+// workers while a round trains, with DDPRUN_STANDBY_FD set and none of the
+// round's variables; each runs up to the point where it needs its round
+// (libraries, data, model), then calls AwaitActivation. On a restart the
+// agent writes the round's complete environment there, so the restarted
+// worker skips the process start (~1 s for LibTorch's libraries) and all
+// that the program does before this call.
+//
+// With DDPRUN_STANDBY_FD unset: returns OK at once (not prewarmed).
+// Otherwise blocks until the agent writes the environment (a JSON object of
+// strings) and closes the descriptor, then replaces this process's whole
+// environment with it (clearenv + setenv: read the worker environment only
+// after this call; ReadWorkerEnv refuses before), installs the error-file
+// handlers of the new TORCHELASTIC_ERROR_FILE, and returns OK. End of input
+// without data means the standby is not needed: the process exits 0 at
+// once, quietly (no destructors, no atexit handlers run). Errors: the
+// descriptor is not a number or unreadable, or the data is not a JSON
+// object of strings (the message names which).
+//
+// Call it from the main thread before starting threads that read the
+// environment (setenv is not thread-safe).
+absl::Status AwaitActivation();
+
+}  // namespace ddprun::worker
