@@ -15,6 +15,7 @@
 #include "worker/distributed_sampler.h"
 #include "worker/mnist_data.h"
 #include "worker/mnist_model.h"
+#include "worker/nccl_group.h"
 #include "worker/process_group.h"
 #include "worker/process_start.h"
 #include "worker/progress.h"
@@ -149,11 +150,16 @@ absl::Status Train(const MnistTrainOptions& options) {
   absl::StatusOr<MnistData> data = LoadMnist(data_options);
   if (!data.ok()) return data.status();
   spdlog::debug("{:.3f} s after start: data loaded", SecondsSinceProcessStart());
+  // CUDA's runtime starts in the first device query (a large part of a
+  // GPU worker's start): done here, it is done before the round too.
+  if (*backend != BackendKind::kGloo) (void)NcclUsable();
   // Nothing above depends on the round: a prewarmed process (ddprun
   // --prewarm) has done it all before its round starts, and waits here.
   if (absl::Status activated = AwaitActivation(); !activated.ok()) {
     return activated;
   }
+  spdlog::debug("{:.3f} s after start: round's environment",
+                SecondsSinceProcessStart());
   absl::StatusOr<WorkerEnv> env = ReadWorkerEnv();
   if (!env.ok()) return env.status();
   const bool lead = env->rank == 0;
@@ -178,6 +184,8 @@ absl::Status Train(const MnistTrainOptions& options) {
   }
   absl::StatusOr<StartPoint> start = Resume(options, *env, *group, model);
   if (!start.ok()) return start.status();
+  spdlog::debug("{:.3f} s after start: resume point agreed",
+                SecondsSinceProcessStart());
   DataParallelOptions ddp_options;
   ddp_options.bucket_mb = options.bucket_mb;
   ddp_options.overlap = options.overlap;

@@ -9,8 +9,10 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "spdlog/spdlog.h"
 #include "worker/grpc_store.h"
 #include "worker/nccl_group.h"
+#include "worker/process_start.h"
 
 namespace ddprun::worker {
 namespace {
@@ -142,12 +144,16 @@ absl::StatusOr<ProcessGroup> CreateProcessGroup(
       CreateStore(env, options);
   if (!store.ok()) return store.status();
   group.store = *store;
+  spdlog::debug("{:.3f} s after start: store client made",
+                SecondsSinceProcessStart());
   absl::StatusOr<c10::intrusive_ptr<Collectives>> collectives =
       group.backend == BackendKind::kNccl
           ? CreateNcclCollectives(group.store, env, options.timeout)
           : CreateGloo(group.store, env, options);
   if (!collectives.ok()) return collectives.status();
   group.collectives = *collectives;
+  spdlog::debug("{:.3f} s after start: {} group formed",
+                SecondsSinceProcessStart(), BackendName(group.backend));
   if (options.direct_allreduce && group.backend == BackendKind::kGloo &&
       DirectAllreduce::Available()) {
     const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
