@@ -79,7 +79,7 @@ TEST(MnistPrewarmTest, AKilledWorkerIsReplacedByPrewarmedProcesses) {
                   "0.1",
                   BinaryPath("worker/ddprun-mnist"),
                   "--epochs",
-                  "3",
+                  "4",
                   "--data-dir",
                   MnistDir(),
                   "--checkpoint-dir",
@@ -96,10 +96,13 @@ TEST(MnistPrewarmTest, AKilledWorkerIsReplacedByPrewarmedProcesses) {
   ASSERT_TRUE(agent.ok()) << agent.status();
   auto err = [&] { return ReadFileOrEmpty(options.stderr_path); };
 
-  // Mid-training, with the next round's two standbys loaded and waiting.
+  // Mid-training, with the next round's two standbys loaded and waiting
+  // (four epochs leave them time to load even on a busy host).
   std::set<pid_t> standbys;
+  bool ended_early = false;
   ASSERT_TRUE(WaitFor(
       [&] {
+        if (agent->Poll().has_value()) return ended_early = true;
         if (!HasCheckpoint(dir)) return false;
         standbys.clear();
         for (pid_t pid : Children(agent->pid())) {
@@ -108,6 +111,9 @@ TEST(MnistPrewarmTest, AKilledWorkerIsReplacedByPrewarmedProcesses) {
         return standbys.size() == 2;
       },
       absl::Minutes(2)))
+      << err();
+  ASSERT_FALSE(ended_early)
+      << "the job ended before its standbys waited; a slower host?\n"
       << err();
   std::vector<pid_t> workers;
   for (pid_t pid : Children(agent->pid())) {
