@@ -1,6 +1,8 @@
 #include "worker/process_group.h"
 
 #include <cstdlib>
+#include <future>
+#include <memory>
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -146,25 +148,41 @@ absl::StatusOr<ProcessGroup> CreateProcessGroup(
   group.store = *store;
   spdlog::debug("{:.3f} s after start: store client made",
                 SecondsSinceProcessStart());
+  // DirectAllreduce's mesh connects while the group's does, on a thread of
+  // its own: both only wait on the store and on peers (a restart's Gloo
+  // setup, ~15 ms each here, then costs the longer of the two).
+  const bool direct = options.direct_allreduce &&
+                      group.backend == BackendKind::kGloo &&
+                      DirectAllreduce::Available();
+  std::future<absl::StatusOr<std::unique_ptr<DirectAllreduce>>> direct_made;
+  if (direct) {
+    const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
+    std::string iface = ifname != nullptr ? ifname : "";
+    iface = iface.substr(0, iface.find(','));
+    direct_made = std::async(
+        std::launch::async,
+        [store = group.store, rank = env.rank, size = env.world_size,
+         host = env.local_addr.empty() ? std::string("127.0.0.1")
+                                       : env.local_addr,
+         iface, timeout = options.timeout] {
+          return DirectAllreduce::Create(store, rank, size, host, iface,
+                                         timeout);
+        });
+  }
   absl::StatusOr<c10::intrusive_ptr<Collectives>> collectives =
       group.backend == BackendKind::kNccl
           ? CreateNcclCollectives(group.store, env, options.timeout)
           : CreateGloo(group.store, env, options);
+  // The thread ends by itself (its own deadline) even when the group failed.
+  absl::StatusOr<std::unique_ptr<DirectAllreduce>> direct_group =
+      direct ? direct_made.get() : nullptr;
   if (!collectives.ok()) return collectives.status();
   group.collectives = *collectives;
   spdlog::debug("{:.3f} s after start: {} group formed",
                 SecondsSinceProcessStart(), BackendName(group.backend));
-  if (options.direct_allreduce && group.backend == BackendKind::kGloo &&
-      DirectAllreduce::Available()) {
-    const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
-    std::string iface = ifname != nullptr ? ifname : "";
-    iface = iface.substr(0, iface.find(','));
-    absl::StatusOr<std::unique_ptr<DirectAllreduce>> direct =
-        DirectAllreduce::Create(group.store, env.rank, env.world_size,
-                                env.local_addr.empty() ? "127.0.0.1" : env.local_addr,
-                                iface, options.timeout);
-    if (!direct.ok()) return direct.status();
-    group.direct = std::move(*direct);
+  if (direct) {
+    if (!direct_group.ok()) return direct_group.status();
+    group.direct = std::move(*direct_group);
   }
   return group;
 }
