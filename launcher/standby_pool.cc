@@ -8,12 +8,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/worker_env.h"
 #include "spdlog/spdlog.h"
 
 namespace ddprun::launcher {
 namespace {
-
-constexpr char kStandbyFd[] = "DDPRUN_STANDBY_FD";
 
 void AppendJsonString(std::string& out, absl::string_view s) {
   out += '"';
@@ -86,7 +85,7 @@ void StandbyPool::Fill(int count) {
     SpawnRequest request;
     request.argv = argv_;
     request.env = env_;
-    request.env.push_back(absl::StrCat(kStandbyFd, "=", fds[0]));
+    request.env.push_back(absl::StrCat(common::env::kStandbyFd, "=", fds[0]));
     request.inherit_fds = {fds[0]};
     if (standby.progress.write_fd() >= 0) {
       request.inherit_fds.push_back(standby.progress.write_fd());
