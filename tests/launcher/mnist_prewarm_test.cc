@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "rendezvous/server.h"
 #include "tests/e2e/summary_json.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/temp_dir.h"
@@ -146,6 +147,70 @@ TEST(MnistPrewarmTest, AKilledWorkerIsReplacedByPrewarmedProcesses) {
   std::optional<double> accuracy = SummaryNumber(summary, "test_accuracy");
   ASSERT_TRUE(accuracy.has_value()) << summary;
   EXPECT_GE(*accuracy, kMinAccuracy) << summary;
+}
+
+// Two nodes, one rank each: the node whose worker is killed and the node
+// whose worker only loses its peer both restart with their standbys (ranks
+// other than 0 are activated at once: libddp meets at the store).
+TEST(MnistPrewarmTest, TwoNodesRestartWithTheirStandbys) {
+  auto server = rendezvous::Server::Start(rendezvous::ServerOptions{});
+  ASSERT_TRUE(server.ok()) << server.status();
+  TempDir dir;
+  std::vector<Subprocess> agents;
+  for (int node = 0; node < 2; ++node) {
+    SubprocessOptions options;
+    options.argv = {BinaryPath("launcher/ddprun"), "--prewarm", "--nnodes", "2",
+                    "--nproc-per-node", "1", "--node-rank",
+                    std::to_string(node), "--rdzv-endpoint",
+                    (*server)->endpoint(), "--rdzv-id", "prewarm-2",
+                    "--max-restarts", "2", "--monitor-interval", "0.1",
+                    "--rdzv-conf", "heartbeat_interval=0.2",
+                    BinaryPath("worker/ddprun-mnist"), "--epochs", "4",
+                    "--data-dir", MnistDir(), "--checkpoint-dir",
+                    dir.File("checkpoints"), "--checkpoint-every", "50",
+                    "--summary-json", dir.File("summary.json"), "--save", ""};
+    options.stderr_path = dir.File(absl::StrCat("agent", node, ".err"));
+    auto agent = Subprocess::Start(options);
+    ASSERT_TRUE(agent.ok()) << agent.status();
+    agents.push_back(std::move(*agent));
+  }
+  auto logs = [&] {
+    return ReadFileOrEmpty(dir.File("agent0.err")) + "\n---\n" +
+           ReadFileOrEmpty(dir.File("agent1.err"));
+  };
+  pid_t victim = -1;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        if (!HasCheckpoint(dir)) return false;
+        int waiting = 0;
+        for (Subprocess& agent : agents) {
+          for (pid_t pid : Children(agent.pid())) {
+            if (IsStandby(pid) && WaitsOnPipe(pid)) ++waiting;
+          }
+        }
+        for (pid_t pid : Children(agents[1].pid())) {
+          if (!IsStandby(pid)) victim = pid;
+        }
+        return waiting == 2 && victim > 0;
+      },
+      absl::Minutes(2)))
+      << logs();
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  for (Subprocess& agent : agents) {
+    std::optional<ExitInfo> exit = agent.Wait(absl::Minutes(4));
+    ASSERT_TRUE(exit.has_value()) << logs();
+    EXPECT_TRUE(exit->ok()) << exit->ToString() << "\n" << logs();
+  }
+  for (int node = 0; node < 2; ++node) {
+    EXPECT_THAT(ReadFileOrEmpty(dir.File(absl::StrCat("agent", node, ".err"))),
+                HasSubstr("activated prewarmed 1 workers"))
+        << logs();
+  }
+  std::string summary = ReadFileOrEmpty(dir.File("summary.json"));
+  ASSERT_FALSE(summary.empty()) << logs();
+  EXPECT_EQ(SummaryNumber(summary, "world_size"), 2) << summary;
+  EXPECT_GE(SummaryNumber(summary, "test_accuracy").value_or(0), kMinAccuracy)
+      << summary;
 }
 
 }  // namespace
