@@ -8,38 +8,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/json_string.h"
 #include "common/worker_env.h"
 #include "spdlog/spdlog.h"
 
 namespace ddprun::launcher {
 namespace {
-
-void AppendJsonString(std::string& out, absl::string_view s) {
-  out += '"';
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (c < 0x20) {
-          out += absl::StrFormat("\\u%04x", c);
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  out += '"';
-}
 
 bool WriteAll(int fd, const std::string& data) {
   size_t done = 0;
@@ -60,9 +34,9 @@ std::string EnvToJson(const std::vector<std::string>& env) {
     size_t eq = entry.find('=');
     if (eq == std::string::npos) continue;
     if (out.size() > 1) out += ",";
-    AppendJsonString(out, absl::string_view(entry).substr(0, eq));
+    common::AppendJsonString(out, absl::string_view(entry).substr(0, eq));
     out += ":";
-    AppendJsonString(out, absl::string_view(entry).substr(eq + 1));
+    common::AppendJsonString(out, absl::string_view(entry).substr(eq + 1));
   }
   return out + "}";
 }

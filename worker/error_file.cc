@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/json_string.h"
 #include "common/worker_env.h"
 
 namespace ddprun::worker {
@@ -24,36 +25,6 @@ namespace {
 char g_path[4096];
 volatile sig_atomic_t g_written = 0;
 
-std::string JsonEscape(const std::string& text) {
-  std::string out;
-  out.reserve(text.size() + 8);
-  for (unsigned char c : text) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      default:
-        if (c < 0x20) {
-          out += absl::StrFormat("\\u%04x", c);
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  return out;
-}
 
 std::string Demangle(const char* name) {
   int status = 0;
@@ -158,10 +129,12 @@ void OnFatalSignal(int sig) {
 }  // namespace
 
 std::string ErrorFileJson(const std::string& message, long long unix_seconds) {
+  std::string quoted;
+  common::AppendJsonString(quoted, message);
   return absl::StrFormat(
-      "{\"message\": {\"message\": \"%s\", \"extraInfo\": {\"py_callstack\": "
+      "{\"message\": {\"message\": %s, \"extraInfo\": {\"py_callstack\": "
       "\"\", \"timestamp\": \"%d\"}}}\n",
-      JsonEscape(message), unix_seconds);
+      quoted, unix_seconds);
 }
 
 absl::Status WriteErrorFile(const std::string& path,
