@@ -686,20 +686,27 @@ TEST(AgentTest, LogDirRedirectsAndTee) {
                                                   "1"}),
                            absl::Seconds(30));
   ASSERT_TRUE(r.exit.ok()) << r.exit.ToString() << "\n" << r.err;
+  // Rank 0 of the failed attempt may be stopped before it prints (rank 1's
+  // failure ends the group), so only the others are sure to have printed.
   for (int attempt = 0; attempt < 2; ++attempt) {
     for (int rank = 0; rank < 2; ++rank) {
       std::string base =
           absl::StrCat(logs, "/logged/attempt_", attempt, "/rank_", rank);
-      EXPECT_EQ(ReadFileOrEmpty(base + ".stdout"), "hello from a worker\n")
-          << base;
+      EXPECT_TRUE(std::filesystem::exists(base + ".stdout")) << base;
       EXPECT_TRUE(std::filesystem::exists(base + ".stderr")) << base;
+      if (attempt == 1 || rank == 1) {
+        EXPECT_EQ(ReadFileOrEmpty(base + ".stdout"), "hello from a worker\n")
+            << base;
+      }
     }
   }
   // The failed attempt's error file is kept beside its logs.
   EXPECT_THAT(ReadFileOrEmpty(logs + "/logged/attempt_0/rank_1.error.json"),
               HasSubstr("first attempt fails"));
   // Tee'd stdout reaches the console with a rank prefix, once per attempt.
-  EXPECT_EQ(CountLinesWith(r.out, "[rank0]:hello from a worker"), 2) << r.out;
+  int rank0_lines = CountLinesWith(r.out, "[rank0]:hello from a worker");
+  EXPECT_GE(rank0_lines, 1) << r.out;
+  EXPECT_LE(rank0_lines, 2) << r.out;
   EXPECT_EQ(CountLinesWith(r.out, "[rank1]:hello from a worker"), 2) << r.out;
 }
 
