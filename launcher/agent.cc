@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "launcher/failure_report.h"
@@ -342,8 +343,16 @@ Agent::RoundEnd Agent::Supervise(const v1::Assignment& assignment,
   policy_options.num_workers = n;
   policy_options.worker_timeout = options_.worker_timeout;
   SupervisorPolicy policy(policy_options, clock_);
+  AgentMetrics* metrics = context_.metrics;
+  if (metrics != nullptr) metrics->RoundStarted(assignment, n);
+  // Whatever ends the round, the metrics say no worker runs any more.
+  absl::Cleanup round_ended = [metrics] {
+    if (metrics != nullptr) metrics->RoundEnded();
+  };
+  int exited = 0;
   auto record_exits =
       [&](const std::vector<std::pair<int, ExitStatus>>& exits) {
+        exited += static_cast<int>(exits.size());
         for (const auto& [local_rank, status] : exits) {
           if (!status.success()) {
             spdlog::warn("worker rank {} (local {}) ended: {}",
@@ -372,8 +381,12 @@ Agent::RoundEnd Agent::Supervise(const v1::Assignment& assignment,
     }
     record_exits(group.Reap());
     for (int i = 0; i < n; ++i) {
-      if (progress[i].Drain()) policy.OnProgress(i);
+      if (progress[i].Drain()) {
+        policy.OnProgress(i);
+        if (metrics != nullptr) metrics->Progress(i, clock_.Now());
+      }
     }
+    if (metrics != nullptr) metrics->Update(n - exited, clock_.Now());
     switch (policy.Evaluate()) {
       case SupervisorPolicy::Verdict::kRunning:
         break;
@@ -391,6 +404,9 @@ Agent::RoundEnd Agent::Supervise(const v1::Assignment& assignment,
                 assignment.rank_offset() + f.local_rank, f.local_rank,
                 absl::FormatDuration(options_.worker_timeout));
           }
+        }
+        if (metrics != nullptr) {
+          for (const LocalFailure& f : failures) metrics->WorkerFailed(f.cause);
         }
         ReportFailures(assignment, failures, error_files, "");
         group.Stop(options_.shutdown_grace);

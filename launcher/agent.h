@@ -8,6 +8,7 @@
 #include "common/clock.h"
 #include "ddprun/v1/rendezvous.pb.h"
 #include "launcher/agent_events.h"
+#include "launcher/agent_metrics.h"
 #include "launcher/launch_options.h"
 #include "launcher/process_control.h"
 #include "launcher/progress_channel.h"
@@ -39,6 +40,8 @@ struct AgentContext {
   // Python program: torch's env:// TCPStore), so that the other ranks are
   // activated once it does. libddp programs use the rendezvous store.
   bool rank0_listens_on_master_port = false;
+  // --metrics-port: what /metrics shows of this node's workers; null: off.
+  AgentMetrics* metrics = nullptr;
 };
 
 // The node agent: joins a round, runs the local workers of the round,

@@ -117,6 +117,7 @@ struct RawLaunchFlags {
   std::string tee = "0";
   std::string local_ranks_filter;
   std::string master_port = "0";
+  std::string metrics_port = "-1";
 };
 
 absl::StatusOr<CommandLine> ParseStatus(int argc, const char* const* argv) {
@@ -216,6 +217,11 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc,
             "this node's address for its peers");
   AddString(app, "--log-level", &o.log_level,
             "trace, debug, info, warn, error, off");
+  AddString(app, "--metrics-port", &raw.metrics_port,
+            "serve Prometheus /metrics of this node's workers on this port "
+            "(0: pick one; -1: off)");
+  AddString(app, "--metrics-host", &o.metrics_host,
+            "address /metrics listens on (0.0.0.0: every interface)");
   AddAuthFlags(app, o.auth);
   try {
     app.parse(argc, argv);
@@ -277,6 +283,15 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc,
       ParseInt("--master-port", raw.master_port, 0, "29500");
   if (!master_port.ok()) return master_port.status();
   o.master_port = *master_port;
+  absl::StatusOr<int> metrics_port =
+      ParseInt("--metrics-port", raw.metrics_port, -1, "9401");
+  if (!metrics_port.ok()) return metrics_port.status();
+  if (*metrics_port > 65535) {
+    return Usage(absl::StrFormat(
+        "--metrics-port: %d is not a port; write e.g. --metrics-port 9401",
+        *metrics_port));
+  }
+  o.metrics_port = *metrics_port;
   struct {
     const char* flag;
     const std::string& text;

@@ -9,7 +9,10 @@
 #include "absl/strings/str_format.h"
 #include "common/endpoint.h"
 #include "common/logging.h"
+#include "common/metrics.h"
+#include "common/metrics_http.h"
 #include "launcher/agent.h"
+#include "launcher/agent_metrics.h"
 #include "launcher/local_address.h"
 #include "launcher/process_control.h"
 #include "launcher/program_command.h"
@@ -171,10 +174,30 @@ int RunLaunch(const LaunchOptions& options) {
     absl::MutexLock lock(&client_mu);
     client_for_signals = &client;
   }
+  // Declared before the agent that updates them; the server stops first.
+  common::MetricsRegistry registry;
+  std::unique_ptr<AgentMetrics> metrics;
+  std::unique_ptr<common::MetricsServer> metrics_server;
+  if (options.metrics_port >= 0) {
+    metrics = std::make_unique<AgentMetrics>(registry);
+    common::MetricsServerOptions metrics_options;
+    metrics_options.host = options.metrics_host;
+    metrics_options.port = options.metrics_port;
+    absl::StatusOr<std::unique_ptr<common::MetricsServer>> started =
+        common::MetricsServer::Start(metrics_options, &registry);
+    if (!started.ok()) {
+      spdlog::error("--metrics-port: {}", std::string(started.status().message()));
+      return 2;
+    }
+    metrics_server = std::move(*started);
+    spdlog::info("metrics on {}", metrics_server->url());
+    context.metrics = metrics.get();
+  }
   PosixProcessControl control;
   Agent agent(options, std::move(context), client, control, events,
               common::RealClock::Get());
   int code = agent.Run();
+  if (metrics_server != nullptr) metrics_server->Shutdown();
   {
     absl::MutexLock lock(&client_mu);
     client_for_signals = nullptr;

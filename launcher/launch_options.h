@@ -77,6 +77,11 @@ struct LaunchOptions {
   int master_port = 0;      // accepted; the rendezvous decides
   std::string local_addr;   // empty: derived from the endpoint
   std::string log_level = "info";
+  // --metrics-port: serve Prometheus /metrics of this agent's workers
+  // (restarts, workers running, last progress age); -1: off, 0: the kernel
+  // picks a port (logged).
+  int metrics_port = -1;
+  std::string metrics_host = "127.0.0.1";
   RendezvousAuth auth;
 
   // The training program and its arguments, untouched.
