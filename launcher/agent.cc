@@ -193,11 +193,7 @@ Agent::RoundEnd Agent::RunRound(const v1::Assignment& assignment) {
       spec.error_file = error_files[local_rank];
       spec.store_endpoint = context_.store_endpoint;
       spec.local_addr = context_.local_addr;
-      spec.token_file = context_.token_file;
-      spec.tls_ca_file = context_.tls_ca_file;
-      spec.tls_cert_file = context_.tls_cert_file;
-      spec.tls_key_file = context_.tls_key_file;
-      spec.tls_server_name = context_.tls_server_name;
+      spec.credentials = context_.credentials;
       spec.progress_fd = progress_fds[local_rank];
       SpawnRequest request;
       request.argv = context_.worker_argv;

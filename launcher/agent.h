@@ -15,6 +15,7 @@
 #include "launcher/rendezvous_client.h"
 #include "launcher/standby_pool.h"
 #include "launcher/supervisor_policy.h"
+#include "launcher/worker_env.h"
 #include "launcher/worker_group.h"
 
 namespace ddprun::launcher {
@@ -24,13 +25,8 @@ struct AgentContext {
   std::string store_endpoint;  // the rendezvous server workers talk to
   std::string local_addr;      // this node's address for its peers
   std::string node_id;
-  std::string token_file;   // absolute, or empty
-  // TLS to the rendezvous, passed on to the workers for the store (absolute
-  // paths); empty without TLS (also with --standalone, which is plaintext).
-  std::string tls_ca_file;
-  std::string tls_cert_file;
-  std::string tls_key_file;
-  std::string tls_server_name;
+  // Passed on to the workers for their store calls.
+  StoreCredentials credentials;
   std::string scratch_dir;  // per-attempt error files when no --log-dir
   std::vector<std::string> worker_argv;
   std::vector<std::string> base_env;  // the agent's environment

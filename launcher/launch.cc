@@ -114,7 +114,7 @@ int RunLaunch(const LaunchOptions& options) {
   if (!options.auth.token_file.empty()) {
     // Workers read the same token for their store calls.
     std::error_code ec;
-    context.token_file = std::filesystem::absolute(options.auth.token_file, ec);
+    context.credentials.token_file = std::filesystem::absolute(options.auth.token_file, ec);
   }
   if (!channel->tls_ca_file.empty()) {
     // Workers reach the store (the same server) with the same TLS settings;
@@ -124,10 +124,10 @@ int RunLaunch(const LaunchOptions& options) {
       return path.empty() ? path
                           : std::filesystem::absolute(path, ec).string();
     };
-    context.tls_ca_file = absolute(channel->tls_ca_file);
-    context.tls_cert_file = absolute(channel->tls_cert_file);
-    context.tls_key_file = absolute(channel->tls_key_file);
-    context.tls_server_name = channel->tls_server_name;
+    context.credentials.tls_ca_file = absolute(channel->tls_ca_file);
+    context.credentials.tls_cert_file = absolute(channel->tls_cert_file);
+    context.credentials.tls_key_file = absolute(channel->tls_key_file);
+    context.credentials.tls_server_name = channel->tls_server_name;
   }
   const char* python_exec = getenv("PYTHON_EXEC");
   context.worker_argv =

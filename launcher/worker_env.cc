@@ -51,18 +51,18 @@ std::vector<std::string> BuildWorkerEnv(const WorkerEnvSpec& spec,
   set(env::kStoreRunId, spec.run_id);
   set(env::kRound, spec.round);
   set(env::kLocalAddr, spec.local_addr);
-  if (!spec.token_file.empty()) {
-    set(env::kTokenFile, spec.token_file);
+  if (!spec.credentials.token_file.empty()) {
+    set(env::kTokenFile, spec.credentials.token_file);
   } else {
     vars.erase(env::kTokenFile);
   }
   // The agent's own TLS settings, never ones left in its environment: a
   // worker talks to the store exactly as its agent talks to the rendezvous.
   for (const auto& [name, value] :
-       {std::pair{env::kTlsCaFile, &spec.tls_ca_file},
-        std::pair{env::kTlsCertFile, &spec.tls_cert_file},
-        std::pair{env::kTlsKeyFile, &spec.tls_key_file},
-        std::pair{env::kTlsServerName, &spec.tls_server_name}}) {
+       {std::pair{env::kTlsCaFile, &spec.credentials.tls_ca_file},
+        std::pair{env::kTlsCertFile, &spec.credentials.tls_cert_file},
+        std::pair{env::kTlsKeyFile, &spec.credentials.tls_key_file},
+        std::pair{env::kTlsServerName, &spec.credentials.tls_server_name}}) {
     if (value->empty()) {
       vars.erase(name);
     } else {
