@@ -11,7 +11,6 @@ Needs a build with ddprun-mnist (DDPRUN_BUILD_DIR, default build/) and the
 MNIST files in data/mnist.
 """
 import argparse
-import datetime
 import os
 import signal
 import statistics
@@ -19,15 +18,9 @@ import subprocess
 import tempfile
 import time
 
+from proc_util import children, kill_group, log_time
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def children(pid):
-    out = []
-    for task in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{task}/children") as f:
-            out += [int(p) for p in f.read().split()]
-    return out
 
 
 def hung_time(log_path):
@@ -35,9 +28,7 @@ def hung_time(log_path):
     with open(log_path) as f:
         for line in f:
             if "is hung" in line:
-                stamp = line[1:24]
-                local = datetime.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S.%f")
-                return local.timestamp()
+                return log_time(line)
     return None
 
 
@@ -72,9 +63,7 @@ def one_run(build, timeout_s, monitor):
             proc.wait(timeout=120)
             return found - stopped
         finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            kill_group(proc)
 
 
 def main():

@@ -14,7 +14,6 @@ Needs a build with ddprun-mnist (DDPRUN_BUILD_DIR, default build/) and the
 MNIST files in data/mnist.
 """
 import argparse
-import datetime
 import json
 import os
 import signal
@@ -23,18 +22,9 @@ import subprocess
 import tempfile
 import time
 
+from proc_util import children, kill_group, log_time
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def children(pid):
-    out = []
-    for task in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{task}/children") as f:
-                out += [int(p) for p in f.read().split()]
-        except FileNotFoundError:
-            pass
-    return out
 
 
 def is_standby(pid):
@@ -53,11 +43,6 @@ def waits_on_pipe(pid):
             return f.read().strip().endswith("pipe_read")
     except OSError:
         return False
-
-
-def log_time(line):
-    stamp = line[1:24]
-    return datetime.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S.%f").timestamp()
 
 
 def wait_until(cond, what, log_path, timeout=120):
@@ -107,9 +92,7 @@ def one_run(build, prewarm):
             summary = json.load(open(os.path.join(out, "summary.json")))
             return started - killed, summary["first_step_unix_seconds"] - killed
         finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            kill_group(proc)
 
 
 def main():

@@ -20,6 +20,8 @@ import sys
 import tempfile
 import time
 
+from proc_util import kill_group
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "bench", "launcher", "ddp_train.py")
 
@@ -72,9 +74,7 @@ def one_run(name, command, env, timeout, train_seconds):
             sys.stderr.write(open(os.path.join(out, "launcher.log")).read())
             raise
         finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            kill_group(proc)
 
 
 def main():
