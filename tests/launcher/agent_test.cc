@@ -801,18 +801,22 @@ TEST(AgentTlsTest, TheAgentTalksTlsWithTheGivenCa) {
   auto server = rendezvous::Server::Start(server_options);
   ASSERT_TRUE(server.ok()) << server.status();
   TempDir dir;
-  auto run = [&](const std::string& id, std::vector<std::string> tls) {
+  // The plaintext join cannot succeed: a short timeout ends it. The TLS
+  // one gets time for its handshake on a loaded machine.
+  auto run = [&](const std::string& id, const std::string& join_timeout,
+                 std::vector<std::string> tls) {
     return RunCommand(
         Concat(Concat({Ddprun(), "--rdzv-endpoint", (*server)->endpoint(),
-                       "--rdzv-id", id, "--rdzv-conf", "join_timeout=2"},
+                       "--rdzv-id", id, "--rdzv-conf",
+                       "join_timeout=" + join_timeout},
                       tls),
                {FaultWorker(), "--out-dir", dir.path()}),
-        absl::Seconds(30));
+        absl::Seconds(60));
   };
-  RunResult plaintext = run("plain", {});
+  RunResult plaintext = run("plain", "2", {});
   EXPECT_EQ(plaintext.exit.exit_code, 1) << plaintext.err;
   EXPECT_EQ(CountLinesWith(plaintext.err, "--tls-ca-file"), 1) << plaintext.err;
-  RunResult tls = run("tls", {"--tls-ca-file", certs.File("ca.crt")});
+  RunResult tls = run("tls", "30", {"--tls-ca-file", certs.File("ca.crt")});
   EXPECT_TRUE(tls.exit.ok()) << tls.exit.ToString() << "\n" << tls.err;
   EXPECT_EQ(ReadEnv(dir.File("rank_0.env.json"))["TORCHELASTIC_RUN_ID"], "tls");
 }
