@@ -49,6 +49,11 @@ inline constexpr char kLocalAddr[] = "DDPRUN_LOCAL_ADDR";
 // agent treats a worker silent for --worker-timeout as hung. Absent when the
 // agent does not watch progress.
 inline constexpr char kProgressFd[] = "DDPRUN_PROGRESS_FD";
+// A folder in shared memory (tmpfs) that the node's workers share while
+// their agent runs, removed when it ends: for what every local rank would
+// otherwise build for itself (libddp keeps the decoded dataset there, once
+// per node). Absent when /dev/shm cannot be used. Set before activation too.
+inline constexpr char kShmDir[] = "DDPRUN_SHM_DIR";
 // Set only in a prewarmed worker (ddprun --prewarm) before its round: a file
 // descriptor the worker reads its round's complete environment from (a JSON
 // object of strings, then end of file). End of file without data: the worker

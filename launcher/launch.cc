@@ -3,20 +3,24 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <memory>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "common/endpoint.h"
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "common/metrics_http.h"
+#include "common/worker_env.h"
 #include "launcher/agent.h"
 #include "launcher/agent_metrics.h"
 #include "launcher/local_address.h"
 #include "launcher/process_control.h"
 #include "launcher/program_command.h"
 #include "launcher/rendezvous_client.h"
+#include "launcher/shm_dir.h"
 #include "launcher/signal_watcher.h"
 #include "launcher/worker_env.h"
 #include "rendezvous/server.h"
@@ -46,6 +50,19 @@ class ScratchDir {
   bool keep_;
   std::string path_;
 };
+
+// Sets NAME=value in `env`, replacing what was there (a process sees only
+// the first of two entries of one name).
+void SetEnv(std::vector<std::string>& env, const std::string& name,
+            const std::string& value) {
+  const std::string prefix = name + "=";
+  env.erase(std::remove_if(env.begin(), env.end(),
+                           [&](const std::string& e) {
+                             return absl::StartsWith(e, prefix);
+                           }),
+            env.end());
+  env.push_back(prefix + value);
+}
 
 }  // namespace
 
@@ -133,6 +150,13 @@ int RunLaunch(const LaunchOptions& options) {
   context.worker_argv =
       BuildProgramArgv(options, python_exec != nullptr ? python_exec : "");
   context.base_env = CurrentEnvironment();
+  // Before the standbys start: they load their data before their round.
+  absl::StatusOr<std::unique_ptr<ShmDir>> shm_dir = ShmDir::Create();
+  if (shm_dir.ok()) {
+    SetEnv(context.base_env, common::env::kShmDir, (*shm_dir)->path());
+  } else {
+    spdlog::debug("{}", std::string(shm_dir.status().message()));
+  }
   if (options.prewarm) {
     context.standby_argv =
         BuildStandbyArgv(options, python_exec != nullptr ? python_exec : "");

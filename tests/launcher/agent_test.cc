@@ -122,6 +122,10 @@ TEST(AgentTest, TwoWorkersGetTheWholeEnvironment) {
     EXPECT_GT(Int(e["DDPRUN_PROGRESS_FD"]), 2);
     EXPECT_EQ(e.count("DDPRUN_TOKEN_FILE"), 0u);
   }
+  // One shared-memory folder per agent, gone with the agent.
+  EXPECT_EQ(e0["DDPRUN_SHM_DIR"], e1["DDPRUN_SHM_DIR"]);
+  EXPECT_THAT(e0["DDPRUN_SHM_DIR"], HasSubstr("/dev/shm/ddprun-"));
+  EXPECT_FALSE(std::filesystem::exists(e0["DDPRUN_SHM_DIR"]));
   // One job, one master, one round; separate error files.
   EXPECT_EQ(e0["TORCHELASTIC_RUN_ID"], e1["TORCHELASTIC_RUN_ID"]);
   EXPECT_EQ(e0["MASTER_PORT"], e1["MASTER_PORT"]);
