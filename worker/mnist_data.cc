@@ -3,13 +3,17 @@
 #include <sys/stat.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <array>
+#include <cstdint>
 #include <fstream>
 #include <vector>
 
 #include <ATen/ATen.h>
 
 #include "absl/strings/str_format.h"
+#include "spdlog/spdlog.h"
+#include "worker/node_cache.h"
 
 namespace ddprun::worker {
 namespace {
@@ -52,10 +56,12 @@ bool Exists(const std::string& path) {
   return stat(path.c_str(), &st) == 0;
 }
 
-// The file's bytes; `path` or, when only that exists, `path`.gz (as Debian's
-// dataset packages ship them) decompressed.
+// The file's bytes, at most `limit` of them; `path` or, when only that
+// exists, `path`.gz (as Debian's dataset packages ship them) decompressed.
+// `*size` is the whole file's size, or -1 when a partly read .gz hides it.
 absl::StatusOr<std::vector<unsigned char>> ReadMaybeGzipped(
-    std::string& path, const MnistOptions& options) {
+    std::string& path, const MnistOptions& options, size_t limit,
+    int64_t* size) {
   if (!Exists(path) && Exists(path + ".gz")) {
     path += ".gz";
     gzFile gz = gzopen(path.c_str(), "rb");
@@ -65,8 +71,10 @@ absl::StatusOr<std::vector<unsigned char>> ReadMaybeGzipped(
     }
     std::vector<unsigned char> bytes;
     unsigned char buffer[1 << 16];
-    int n;
-    while ((n = gzread(gz, buffer, sizeof(buffer))) > 0) {
+    int n = 0;
+    while (bytes.size() < limit &&
+           (n = gzread(gz, buffer,
+                       std::min(sizeof(buffer), limit - bytes.size()))) > 0) {
       bytes.insert(bytes.end(), buffer, buffer + n);
     }
     gzclose(gz);
@@ -74,6 +82,7 @@ absl::StatusOr<std::vector<unsigned char>> ReadMaybeGzipped(
       return absl::DataLossError(absl::StrFormat(
           "MNIST file %s is not a valid gzip file; %s", path, Fix(options)));
     }
+    *size = bytes.size() < limit ? static_cast<int64_t>(bytes.size()) : -1;
     return bytes;
   }
   std::ifstream in(path, std::ios::binary | std::ios::ate);
@@ -81,7 +90,9 @@ absl::StatusOr<std::vector<unsigned char>> ReadMaybeGzipped(
     return absl::NotFoundError(absl::StrFormat(
         "MNIST file %s is missing or unreadable; %s", path, Fix(options)));
   }
-  std::vector<unsigned char> bytes(static_cast<size_t>(in.tellg()));
+  *size = static_cast<int64_t>(in.tellg());
+  std::vector<unsigned char> bytes(
+      std::min(static_cast<size_t>(*size), limit));
   in.seekg(0);
   if (!in.read(reinterpret_cast<char*>(bytes.data()), bytes.size())) {
     return absl::DataLossError(absl::StrFormat(
@@ -90,16 +101,17 @@ absl::StatusOr<std::vector<unsigned char>> ReadMaybeGzipped(
   return bytes;
 }
 
-// Reads a whole IDX file and checks its header; returns the whole file (the
-// payload starts after the header).
+// Reads an IDX file and checks its header and size; returns the whole file
+// (the payload starts after the header), or only its header.
 absl::StatusOr<std::vector<unsigned char>> ReadIdx(
     std::string path, uint32_t magic, int dims, const MnistOptions& options,
-    int64_t* count) {
-  absl::StatusOr<std::vector<unsigned char>> read =
-      ReadMaybeGzipped(path, options);
+    int64_t* count, bool header_only = false) {
+  const size_t header = 4 + 4 * static_cast<size_t>(dims);
+  int64_t size = -1;
+  absl::StatusOr<std::vector<unsigned char>> read = ReadMaybeGzipped(
+      path, options, header_only ? header : SIZE_MAX, &size);
   if (!read.ok()) return read.status();
   std::vector<unsigned char>& bytes = *read;
-  const size_t header = 4 + 4 * static_cast<size_t>(dims);
   if (bytes.size() < header) {
     return absl::DataLossError(absl::StrFormat(
         "MNIST file %s is truncated (%d bytes, less than its %d-byte "
@@ -125,13 +137,81 @@ absl::StatusOr<std::vector<unsigned char>> ReadIdx(
     }
     expected = header + static_cast<size_t>(*count) * kRows * kCols;
   }
-  if (bytes.size() != expected) {
+  if (size >= 0 && static_cast<size_t>(size) != expected) {
     return absl::DataLossError(absl::StrFormat(
         "MNIST file %s is %s: %d bytes, expected %d for %d items; %s", path,
-        bytes.size() < expected ? "truncated" : "corrupt (too long)",
-        bytes.size(), expected, *count, Fix(options)));
+        static_cast<size_t>(size) < expected ? "truncated"
+                                             : "corrupt (too long)",
+        size, expected, *count, Fix(options)));
   }
   return std::move(bytes);
+}
+
+absl::Status CountMismatch(const MnistOptions& options,
+                           const std::string& images_path, int64_t num_images,
+                           const std::string& labels_path, int64_t num_labels) {
+  return absl::DataLossError(absl::StrFormat(
+      "MNIST files %s (%d images) and %s (%d labels) do not match; %s",
+      images_path, num_images, labels_path, num_labels, Fix(options)));
+}
+
+MnistOptions WithDataDir(MnistOptions options) {
+  if (options.data_dir.empty()) options.data_dir = DefaultDataDir(options.dataset);
+  return options;
+}
+
+absl::Status CheckFolder(const MnistOptions& options) {
+  struct stat st;
+  if (stat(options.data_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return absl::NotFoundError(absl::StrFormat(
+        "data folder %s does not exist; %s", options.data_dir, Fix(options)));
+  }
+  return absl::OkStatus();
+}
+
+// Every pixel of `count` images through one table: a byte has 256 values,
+// normalized once with torchvision's ops (so that the floats are exactly
+// Python's).
+void DecodeImages(const unsigned char* pixels, int64_t count,
+                  Normalization norm, float* out) {
+  at::Tensor table =
+      at::arange(256, at::kFloat).div_(255.0f).sub_(norm.mean).div_(norm.std);
+  const float* lookup = table.data_ptr<float>();
+  for (int64_t i = 0, total = count * kRows * kCols; i < total; ++i) {
+    out[i] = lookup[pixels[i]];
+  }
+}
+
+// The images of a split, read, validated and decoded: `expected` of them
+// (the label count; fewer when `limit` says so).
+absl::Status ReadImages(const MnistOptions& options, const std::string& path,
+                        int64_t num_labels, const std::string& labels_path,
+                        int64_t n, float* out) {
+  int64_t num_images = 0;
+  auto images = ReadIdx(path, kImagesMagic, 3, options, &num_images);
+  if (!images.ok()) return images.status();
+  if (num_images != num_labels) {
+    return CountMismatch(options, path, num_images, labels_path, num_labels);
+  }
+  DecodeImages(images->data() + kImagesHeader, n,
+               NormalizationOf(options.dataset), out);
+  return absl::OkStatus();
+}
+
+// The name of a split's decoded images in the node cache: everything they
+// depend on, so that a changed file or option is another entry.
+std::string CacheName(const MnistOptions& options, std::string images_path,
+                      const std::string& prefix, int64_t n) {
+  struct stat st;
+  if (stat(images_path.c_str(), &st) != 0) {
+    images_path += ".gz";
+    if (stat(images_path.c_str(), &st) != 0) return "";
+  }
+  return absl::StrFormat(
+      "%s-%s-%d-dev%d-ino%d-size%d-mtime%d.%09d.f32",
+      options.dataset == DatasetKind::kFashionMnist ? "fashion-mnist" : "mnist",
+      prefix, n, st.st_dev, st.st_ino, st.st_size, st.st_mtim.tv_sec,
+      st.st_mtim.tv_nsec);
 }
 
 absl::StatusOr<MnistSplit> LoadSplit(const MnistOptions& options,
@@ -141,17 +221,9 @@ absl::StatusOr<MnistSplit> LoadSplit(const MnistOptions& options,
       absl::StrFormat("%s/%s-images-idx3-ubyte", options.data_dir, prefix);
   const std::string labels_path =
       absl::StrFormat("%s/%s-labels-idx1-ubyte", options.data_dir, prefix);
-  int64_t num_images = 0;
   int64_t num_labels = 0;
-  auto images = ReadIdx(images_path, kImagesMagic, 3, options, &num_images);
-  if (!images.ok()) return images.status();
   auto labels = ReadIdx(labels_path, kLabelsMagic, 1, options, &num_labels);
   if (!labels.ok()) return labels.status();
-  if (num_images != num_labels) {
-    return absl::DataLossError(absl::StrFormat(
-        "MNIST files %s (%d images) and %s (%d labels) do not match; %s",
-        images_path, num_images, labels_path, num_labels, Fix(options)));
-  }
   for (size_t i = kLabelsHeader; i < labels->size(); ++i) {
     const unsigned char label = (*labels)[i];
     if (label > 9) {
@@ -160,25 +232,41 @@ absl::StatusOr<MnistSplit> LoadSplit(const MnistOptions& options,
           labels_path, label, Fix(options)));
     }
   }
-  int64_t n = num_images;
+  int64_t n = num_labels;
   if (limit > 0 && limit < n) n = limit;
-  const unsigned char* pixels = images->data() + kImagesHeader;
-  const unsigned char* digits = labels->data() + kLabelsHeader;
-  // A byte has 256 values: normalize those once with torchvision's ops (so
-  // the floats are exactly Python's), then map every pixel through the table
-  // in one pass.
-  Normalization norm = NormalizationOf(options.dataset);
-  at::Tensor table = at::arange(256, at::kFloat).div_(255.0f).sub_(norm.mean).div_(norm.std);
-  const float* lookup = table.data_ptr<float>();
   MnistSplit split;
-  split.images = at::empty({n, 1, kRows, kCols}, at::kFloat);
-  float* out = split.images.data_ptr<float>();
-  for (int64_t i = 0, total = n * kRows * kCols; i < total; ++i) {
-    out[i] = lookup[pixels[i]];
-  }
   split.labels = at::empty({n}, at::kLong);
   int64_t* label_out = split.labels.data_ptr<int64_t>();
+  const unsigned char* digits = labels->data() + kLabelsHeader;
   for (int64_t i = 0; i < n; ++i) label_out[i] = digits[i];
+
+  auto read_images = [&](void* out) {
+    return ReadImages(options, images_path, num_labels, labels_path, n,
+                      static_cast<float*>(out));
+  };
+  const std::string cache_name =
+      options.cache_dir.empty() ? ""
+                                : CacheName(options, images_path, prefix, n);
+  if (!cache_name.empty()) {
+    absl::StatusOr<std::shared_ptr<const MappedBytes>> shared = MapOrBuild(
+        options.cache_dir, cache_name, n * kRows * kCols * sizeof(float),
+        read_images);
+    if (shared.ok()) {
+      // The tensor keeps the mapping; it is read-only (as training uses it).
+      split.images = at::from_blob(
+          const_cast<void*>((*shared)->data()), {n, 1, kRows, kCols},
+          [keep = *shared](void*) {}, at::kFloat);
+      return split;
+    }
+    if (!absl::IsUnavailable(shared.status())) return shared.status();
+    spdlog::debug("{}; decoding the images in this process",
+                  std::string(shared.status().message()));
+  }
+  split.images = at::empty({n, 1, kRows, kCols}, at::kFloat);
+  if (absl::Status read = read_images(split.images.data_ptr<float>());
+      !read.ok()) {
+    return read;
+  }
   return split;
 }
 
@@ -196,14 +284,32 @@ std::string DefaultDataDir(DatasetKind kind) {
                                             : "data/mnist";
 }
 
-absl::StatusOr<MnistData> LoadMnist(const MnistOptions& given) {
-  MnistOptions options = given;
-  if (options.data_dir.empty()) options.data_dir = DefaultDataDir(options.dataset);
-  struct stat st;
-  if (stat(options.data_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    return absl::NotFoundError(absl::StrFormat(
-        "data folder %s does not exist; %s", options.data_dir, Fix(options)));
+absl::Status CheckMnistFiles(const MnistOptions& given) {
+  MnistOptions options = WithDataDir(given);
+  if (absl::Status folder = CheckFolder(options); !folder.ok()) return folder;
+  for (const char* prefix : {"train", "t10k"}) {
+    const std::string images_path =
+        absl::StrFormat("%s/%s-images-idx3-ubyte", options.data_dir, prefix);
+    const std::string labels_path =
+        absl::StrFormat("%s/%s-labels-idx1-ubyte", options.data_dir, prefix);
+    int64_t num_images = 0;
+    int64_t num_labels = 0;
+    auto images = ReadIdx(images_path, kImagesMagic, 3, options, &num_images,
+                          /*header_only=*/true);
+    if (!images.ok()) return images.status();
+    auto labels = ReadIdx(labels_path, kLabelsMagic, 1, options, &num_labels,
+                          /*header_only=*/true);
+    if (!labels.ok()) return labels.status();
+    if (num_images != num_labels) return CountMismatch(options, images_path,
+                                                       num_images, labels_path,
+                                                       num_labels);
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<MnistData> LoadMnist(const MnistOptions& given) {
+  MnistOptions options = WithDataDir(given);
+  if (absl::Status folder = CheckFolder(options); !folder.ok()) return folder;
   MnistData data;
   auto train = LoadSplit(options, "train", options.train_limit);
   if (!train.ok()) return train.status();

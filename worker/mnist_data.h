@@ -13,7 +13,8 @@ namespace ddprun::worker {
 enum class DatasetKind { kMnist, kFashionMnist };
 absl::StatusOr<DatasetKind> ParseDataset(const std::string& name);
 
-// One split held in memory once, decoded and normalized.
+// One split held in memory once, decoded and normalized (once per node,
+// with MnistOptions::cache_dir).
 struct MnistSplit {
   at::Tensor images;  // [N, 1, 28, 28] float32, (x/255 - mean) / std
   at::Tensor labels;  // [N] int64
@@ -34,6 +35,10 @@ struct MnistOptions {
   DatasetKind dataset = DatasetKind::kMnist;
   int64_t train_limit = 0;  // > 0: keep the first N training samples
   int64_t test_limit = 0;   // > 0: keep the first N test samples
+  // Non-empty: a shared-memory folder (DDPRUN_SHM_DIR) through which the
+  // node's workers decode the images once and hold them once (MapOrBuild);
+  // the images tensors are then read-only.
+  std::string cache_dir;
 };
 
 // Validates the four IDX files (or their .gz) (magic numbers 2051/2049, image and label
@@ -41,5 +46,10 @@ struct MnistOptions {
 // torchvision (mean 0.1307, std 0.3081 for MNIST). A missing, truncated or
 // corrupt file is one error line that names the file and the fix.
 absl::StatusOr<MnistData> LoadMnist(const MnistOptions& options);
+
+// The quick part of LoadMnist's checks: the folder, each file's header, and
+// the sizes of uncompressed files; reads no payload. For an error before
+// anything slow starts (LoadMnist still checks everything).
+absl::Status CheckMnistFiles(const MnistOptions& options);
 
 }  // namespace ddprun::worker

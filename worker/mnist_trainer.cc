@@ -1,6 +1,8 @@
 #include "worker/mnist_trainer.h"
 
 #include <chrono>
+#include <cstdlib>
+#include <future>
 #include <optional>
 
 #include <ATen/ATen.h>
@@ -9,6 +11,7 @@
 #include <torch/utils.h>
 
 #include "absl/strings/str_format.h"
+#include "common/worker_env.h"
 #include "spdlog/spdlog.h"
 #include "worker/checkpoint.h"
 #include "worker/ddp.h"
@@ -147,9 +150,24 @@ absl::Status Train(const MnistTrainOptions& options) {
   data_options.dataset = *dataset;
   data_options.train_limit = options.train_limit;
   data_options.test_limit = options.test_limit;
-  absl::StatusOr<MnistData> data = LoadMnist(data_options);
-  if (!data.ok()) return data.status();
-  spdlog::debug("{:.3f} s after start: data loaded", SecondsSinceProcessStart());
+  // The node's workers decode the set once (prewarmed ones too: ddprun sets
+  // this before their round).
+  if (const char* shm = std::getenv(common::env::kShmDir); shm != nullptr) {
+    data_options.cache_dir = shm;
+  }
+  // Bad files fail here at once; the loading itself overlaps the wait for
+  // the round and the forming of the process group (CPU and memory against
+  // mostly waiting on peers).
+  if (absl::Status files = CheckMnistFiles(data_options); !files.ok()) {
+    return files;
+  }
+  std::future<absl::StatusOr<MnistData>> loading = std::async(
+      std::launch::async, [data_options] {
+        absl::StatusOr<MnistData> loaded = LoadMnist(data_options);
+        spdlog::debug("{:.3f} s after start: data loaded",
+                      SecondsSinceProcessStart());
+        return loaded;
+      });
   // CUDA's runtime starts in the first device query (a large part of a
   // GPU worker's start): done here, it is done before the round too.
   if (*backend != BackendKind::kGloo) (void)NcclUsable();
@@ -169,6 +187,8 @@ absl::Status Train(const MnistTrainOptions& options) {
   group_options.backend = *backend;
   group_options.direct_allreduce = options.direct_allreduce;
   absl::StatusOr<ProcessGroup> group = CreateProcessGroup(*env, group_options);
+  absl::StatusOr<MnistData> data = loading.get();
+  if (!data.ok()) return data.status();
   if (!group.ok()) return group.status();
   const c10::Device device = group->device;
   spdlog::debug("{:.3f} s after start: process group formed",
