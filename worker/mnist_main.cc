@@ -3,6 +3,7 @@
 #include "CLI/CLI.hpp"
 #include "common/logging.h"
 #include "worker/error_file.h"
+#include "worker/fast_exit.h"
 #include "worker/mnist_trainer.h"
 
 int main(int argc, char** argv) {
@@ -58,6 +59,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   ddprun::common::InitLogging({.name = "ddprun-mnist", .level = o.log_level});
-  return ddprun::worker::RunWorkerMain(
-      "ddprun-mnist", [&] { return ddprun::worker::RunMnistTraining(o); });
+  // Training has closed its files and its process group by now.
+  ddprun::worker::ExitWithoutTeardown(ddprun::worker::RunWorkerMain(
+      "ddprun-mnist", [&] { return ddprun::worker::RunMnistTraining(o); }));
 }
