@@ -120,7 +120,7 @@ absl::StatusOr<IdxBytes> ReadMaybeGzipped(std::string& path,
   *size = st.st_size;
   const size_t wanted = std::min(static_cast<size_t>(st.st_size), limit);
   if (wanted < static_cast<size_t>(st.st_size) || wanted == 0) {
-    // A header: two small reads are cheaper than a mapping.
+    // Only the header: one small read is cheaper than a mapping.
     std::vector<unsigned char> bytes(wanted);
     if (pread(fd, bytes.data(), wanted, 0) != static_cast<ssize_t>(wanted)) {
       return absl::DataLossError(absl::StrFormat(
@@ -233,8 +233,8 @@ void DecodeImages(const unsigned char* pixels, int64_t count,
   for (std::thread& helper : helpers) helper.join();
 }
 
-// The images of a split, read, validated and decoded: `expected` of them
-// (the label count; fewer when `limit` says so).
+// The first `n` images of a split into `out`, read, validated (their count
+// must be the labels') and decoded.
 absl::Status ReadImages(const MnistOptions& options, const std::string& path,
                         int64_t num_labels, const std::string& labels_path,
                         int64_t n, float* out) {
@@ -351,9 +351,10 @@ absl::Status CheckMnistFiles(const MnistOptions& given) {
     auto labels = ReadIdx(labels_path, kLabelsMagic, 1, options, &num_labels,
                           /*header_only=*/true);
     if (!labels.ok()) return labels.status();
-    if (num_images != num_labels) return CountMismatch(options, images_path,
-                                                       num_images, labels_path,
-                                                       num_labels);
+    if (num_images != num_labels) {
+      return CountMismatch(options, images_path, num_images, labels_path,
+                           num_labels);
+    }
   }
   return absl::OkStatus();
 }
