@@ -81,6 +81,27 @@ TEST(MnistBadInputTest, WrongMagicNumber) {
   ExpectOneClearError(dir.path(), dir.File("train-labels-idx1-ubyte"));
 }
 
+// Found only by reading the whole file (on ddprun-mnist's loading thread,
+// which overlaps the forming of the process group): still one clear line.
+TEST(MnistBadInputTest, LabelThatIsNotADigit) {
+  TempDir dir;
+  CopyMnist(dir);
+  std::string labels = ReadFileOrEmpty(dir.File("t10k-labels-idx1-ubyte"));
+  labels[8 + 5000] = 42;
+  std::ofstream(dir.File("t10k-labels-idx1-ubyte"), std::ios::binary) << labels;
+  ExpectOneClearError(dir.path(), dir.File("t10k-labels-idx1-ubyte"));
+}
+
+TEST(MnistBadInputTest, ImageAndLabelCountsDiffer) {
+  TempDir dir;
+  CopyMnist(dir);
+  // The test set's labels of the training set's count: each file is
+  // consistent in itself.
+  std::ofstream(dir.File("t10k-labels-idx1-ubyte"), std::ios::binary)
+      << ReadFileOrEmpty(dir.File("train-labels-idx1-ubyte"));
+  ExpectOneClearError(dir.path(), dir.File("t10k-labels-idx1-ubyte"));
+}
+
 }  // namespace
 }  // namespace ddprun::worker
 
