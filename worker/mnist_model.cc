@@ -9,18 +9,25 @@
 
 namespace ddprun::worker {
 
+at::Tensor MnistLinearImpl::forward(const at::Tensor& input) {
+  if (!input.device().is_cpu() || input.dim() != 2) {
+    return LinearImpl::forward(input);
+  }
+  at::Tensor out = at::mm(weight, input.t()).t();
+  return bias.defined() ? out + bias : out;
+}
+
 torch::nn::Sequential MakeMnistMlp() {
   return torch::nn::Sequential(torch::nn::Flatten(),
-                               torch::nn::Linear(784, 128),
-                               torch::nn::ReLU(),
-                               torch::nn::Linear(128, 10));
+                               MnistLinear(784, 128), torch::nn::ReLU(),
+                               MnistLinear(128, 10));
 }
 
 torch::nn::Sequential MakeMnistCnn() {
   return torch::nn::Sequential(
       torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 8, 5)), torch::nn::ReLU(),
       torch::nn::MaxPool2d(torch::nn::MaxPool2dOptions(2)),
-      torch::nn::Flatten(), torch::nn::Linear(8 * 12 * 12, 10));
+      torch::nn::Flatten(), MnistLinear(8 * 12 * 12, 10));
 }
 
 absl::StatusOr<torch::nn::Sequential> MakeMnistModel(const std::string& name) {
