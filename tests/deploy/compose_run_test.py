@@ -13,7 +13,7 @@ import sys
 import tempfile
 import time
 
-from deploy_lint import Checker
+from deploy_lint import Checker, scrape_in
 
 c = Checker("compose_run")
 if os.geteuid() != 0 or not all(c.binaries.values()):
@@ -49,16 +49,6 @@ def run_in(node, argv, env, **kwargs):
     return subprocess.Popen(
         ["nsenter", f"--net=/run/netns/{name}-{node}"] +
         [as_docker_would(w) for w in argv], env=full_env, cwd=work, **kwargs)
-
-
-def scrape_in(node, url):
-    """The /metrics text as a scraper in namespace `node` sees it."""
-    run = subprocess.run(
-        ["nsenter", f"--net=/run/netns/{name}-{node}", "/usr/bin/python3", "-c",
-         "import sys, urllib.request; "
-         "sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())",
-         url], capture_output=True, text=True, timeout=30)
-    return run.stdout if run.returncode == 0 else ""
 
 
 procs = []
@@ -99,7 +89,7 @@ try:
                 open(outputs[agent_name]).read()[-3000:])
     # Prometheus scrapes the published metrics port: the finished job shows.
     metrics_port = rdzv["command"][rdzv["command"].index("--metrics-port") + 1]
-    text = scrape_in("rdzv", f"http://127.0.0.1:{metrics_port}/metrics")
+    text = scrape_in(f"{name}-rdzv", f"http://127.0.0.1:{metrics_port}/metrics")
     c.check('ddprun_rendezvous_jobs{state="JOB_STATE_SUCCEEDED"} 1' in text,
             f"compose rendezvous /metrics does not show the finished job:\n{text}")
 finally:

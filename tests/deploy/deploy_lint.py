@@ -107,3 +107,14 @@ class Checker:
         print(f"{self.name}: {self.checks} checks, {len(self.failures)} failed; "
               f"flags checked against --help of: {', '.join(built) or 'none (not built)'}")
         sys.exit(1 if self.failures else 0)
+
+
+def scrape_in(netns, url):
+    """The /metrics text at `url` as a scraper inside network namespace
+    `netns` sees it; empty when it cannot be fetched."""
+    run = subprocess.run(
+        ["nsenter", f"--net=/run/netns/{netns}", "/usr/bin/python3", "-c",
+         "import sys, urllib.request; "
+         "sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())",
+         url], capture_output=True, text=True, timeout=30)
+    return run.stdout if run.returncode == 0 else ""

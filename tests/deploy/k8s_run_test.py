@@ -15,7 +15,7 @@ import sys
 import tempfile
 import time
 
-from deploy_lint import Checker
+from deploy_lint import Checker, scrape_in
 
 c = Checker("k8s_run")
 if os.geteuid() != 0 or not all(c.binaries.values()):
@@ -85,16 +85,6 @@ def start(node, container, mapping, env, log_name):
         env=full_env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
 
 
-def scrape_in(node, url):
-    """The /metrics text as a scraper in namespace `node` sees it."""
-    run = subprocess.run(
-        ["nsenter", f"--net=/run/netns/{name}-{node}", "/usr/bin/python3", "-c",
-         "import sys, urllib.request; "
-         "sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())",
-         url], capture_output=True, text=True, timeout=30)
-    return run.stdout if run.returncode == 0 else ""
-
-
 procs = []
 try:
     subprocess.run([netns, "up", name, str(job["spec"]["parallelism"])],
@@ -141,7 +131,7 @@ try:
                 open(os.path.join(work, f"pod{index}.log")).read()[-3000:])
     # Prometheus, from another pod, scrapes the Service's metrics port.
     (metrics,) = [p for p in service["spec"]["ports"] if p["name"] == "metrics"]
-    text = scrape_in("h1", f"http://{rdzv_addr}:{metrics['port']}/metrics")
+    text = scrape_in(f"{name}-h1", f"http://{rdzv_addr}:{metrics['port']}/metrics")
     c.check('ddprun_rendezvous_jobs{state="JOB_STATE_SUCCEEDED"} 1' in text,
             f"rendezvous /metrics does not show the finished job:\n{text}")
 finally:
