@@ -81,12 +81,7 @@ std::vector<pid_t> Children(pid_t pid) {
 }
 
 void ExpectTrained(const TempDir& dir, int world_size) {
-  std::string summary = ReadFileOrEmpty(dir.File("summary.json"));
-  ASSERT_FALSE(summary.empty()) << "rank 0 wrote no --summary-json";
-  EXPECT_EQ(SummaryNumber(summary, "world_size"), world_size) << summary;
-  std::optional<double> accuracy = SummaryNumber(summary, "test_accuracy");
-  ASSERT_TRUE(accuracy.has_value()) << summary;
-  EXPECT_GE(*accuracy, kMinAccuracy) << summary;
+  ExpectTrainedSummary(dir.File("summary.json"), world_size, kMinAccuracy);
 }
 
 struct Job {
