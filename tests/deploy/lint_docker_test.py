@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shlex
+import subprocess
 
 from deploy_lint import Checker
 
@@ -139,6 +140,17 @@ metrics_port = int(rcmd[rcmd.index("--metrics-port") + 1]) if "--metrics-port" i
 c.check(metrics_port in exposed and
         any(p.split(":")[-1] == str(metrics_port) for p in published),
         f"compose: --metrics-port {metrics_port} must be EXPOSEd ({exposed}) and published ({published})")
+# /metrics has no authentication: loopback unless told otherwise, and never
+# published beyond the Docker host's loopback.
+metrics_host = rcmd[rcmd.index("--metrics-host") + 1] if "--metrics-host" in rcmd else None
+c.check(metrics_host == "${DDPRUN_METRICS_HOST:-127.0.0.1}",
+        f"compose: --metrics-host {metrics_host} must default to 127.0.0.1")
+c.check(all(p.startswith("127.0.0.1:") for p in published
+            if p.split(":")[-1] == str(metrics_port)),
+        f"compose: the metrics port must be published on 127.0.0.1 only ({published})")
+# No secret in the repository: compose's secret files are ignored by git.
+with open(c.path(".gitignore")) as f:
+    gitignore = f.read().split()
 secrets = compose.get("secrets", {})
 
 
@@ -159,6 +171,11 @@ for secret_name, secret in secrets.items():
                            c.source_dir)
     c.check(path in ignore, f"compose secret {secret_name} ({path}) is not in "
             "Dockerfile.dockerignore: `COPY . /src` would put it in the image")
+    c.check("/" + path in gitignore, f"compose secret {secret_name} ({path}) is not in "
+            ".gitignore: a committed token is everyone's")
+    tracked = subprocess.run(["git", "-C", c.source_dir, "ls-files", "--error-unmatch", path],
+                             capture_output=True)
+    c.check(tracked.returncode != 0, f"compose secret {secret_name}: {path} is in git")
 health = rdzv.get("healthcheck", {}).get("test", [])
 c.check(health[:1] == ["CMD"], "compose: rendezvous healthcheck must be exec form")
 c.check_command(health[1:], "compose rendezvous healthcheck")

@@ -19,6 +19,8 @@ netns=$source_dir/deploy/local/netns_cluster.sh
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 if [[ $(id -u) -ne 0 ]] || ! ip netns list >/dev/null 2>&1; then
+  # Under CI=true nothing may skip.
+  [[ ${CI:-} == true ]] && fail "slurmd and network namespaces need root (CI=true: no skips)"
   echo "SKIP: slurmd and network namespaces need root" >&2
   exit 77
 fi
@@ -132,9 +134,17 @@ if [[ -n $mnist ]]; then
   program=("$mnist" --epochs 1 --data-dir "$source_dir/data/mnist"
            --train-limit 2000 --summary-json "$work/summary.json")
 else
+  # The job's rendezvous must refuse a caller without the job's token.
   cat >"$work/worker.sh" <<'WORKER'
 #!/bin/sh
-echo "worker rank=$RANK world=$WORLD_SIZE addr=$DDPRUN_LOCAL_ADDR node=$SLURMD_NODENAME"
+if [ -n "$DDPRUN_TOKEN" ] && ! env -u DDPRUN_TOKEN -u DDPRUN_TOKEN_FILE "$DDPRUN" status \
+    --rdzv-endpoint "$DDPRUN_STORE_ENDPOINT" --timeout 5 >/dev/null 2>&1 &&
+    "$DDPRUN" status --rdzv-endpoint "$DDPRUN_STORE_ENDPOINT" --timeout 5 >/dev/null 2>&1; then
+  auth=token-required
+else
+  auth=open
+fi
+echo "worker rank=$RANK world=$WORLD_SIZE auth=$auth addr=$DDPRUN_LOCAL_ADDR node=$SLURMD_NODENAME"
 WORKER
   chmod +x "$work/worker.sh"
   program=("$work/worker.sh")
@@ -161,6 +171,8 @@ else
   done
   [[ $(grep -c '^worker rank=[01] world=2 ' "$work/job.out") == 2 ]] ||
     fail "expected ranks 0 and 1 once each: $(grep '^worker' "$work/job.out")"
+  [[ $(grep -c ' auth=token-required ' "$work/job.out") == 2 ]] ||
+    fail "the job's rendezvous must require the job's random token: $(grep '^worker' "$work/job.out")"
 fi
 # Nothing of the job may outlive it.
 if pgrep -f -- "--rdzv-id slurm-" >/dev/null; then

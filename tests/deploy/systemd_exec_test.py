@@ -111,8 +111,9 @@ try:
     token = os.path.join(creds, "token")
     with open(token, "w") as f:
         f.write("a-shared-token\n")
-    # /etc/default/ddprun-rendezvous: loopback and a port the kernel picks.
-    default = ("DDPRUN_RDZV_HOST=127.0.0.1\nDDPRUN_RDZV_PORT=0\n"
+    # /etc/default/ddprun-rendezvous: every interface (the unit's default)
+    # and ports the kernel picks; /metrics keeps the unit's default host.
+    default = ("DDPRUN_RDZV_HOST=0.0.0.0\nDDPRUN_RDZV_PORT=0\n"
                "DDPRUN_RDZV_METRICS_PORT=0\n")
 
     # 1a. plaintext + token.
@@ -160,6 +161,9 @@ try:
     # 1b. its /metrics saw the agent's job succeed.
     url = wait_for_line(os.path.join(work, "rdzv.out"), "ddprun-rendezvous metrics on ", 5)
     if c.check(url is not None, "rendezvous unit serves no /metrics"):
+        # gRPC on every interface, /metrics (no authentication) on loopback.
+        c.check(url.startswith("http://127.0.0.1:"),
+                f"the unit serves /metrics at {url}: it must be loopback unless told")
         with urllib.request.urlopen(url, timeout=10) as response:
             text = response.read().decode()
         c.check('ddprun_rendezvous_jobs{state="JOB_STATE_SUCCEEDED"} 1' in text,
