@@ -69,6 +69,20 @@ for name, stage in stages.items():
         if op == "COPY" and m:
             c.check(m.group(1) in stages, f"Dockerfile: {name} copies from unknown stage {m.group(1)}")
 
+# Every download is checked before it is used: a file by its SHA-256, a
+# repository key by its full fingerprint.
+for name, stage in stages.items():
+    for op, rest in stage["body"]:
+        if op == "RUN" and re.search(r"(^|&&|;|\|\|)\s*(curl|wget)\s", rest):
+            c.check("sha256sum -c" in rest or
+                    ("--show-keys" in rest and "FINGERPRINT" in rest),
+                    f"Dockerfile stage {name}: a download without a checksum or "
+                    f"fingerprint check: {rest[:120]}...")
+c.check(re.fullmatch(r"[0-9a-f]{64}", global_args.get("LIBTORCH_SHA256", "")) is not None,
+        "Dockerfile: ARG LIBTORCH_SHA256 must default to the archive's SHA-256")
+c.check(re.fullmatch(r"[0-9A-F]{40}", global_args.get("CUDA_REPO_KEY_FINGERPRINT", "")) is not None,
+        "Dockerfile: ARG CUDA_REPO_KEY_FINGERPRINT must be a full (40 hex digit) fingerprint")
+
 build_runs = " ".join(r for op, r in stages.get("build", {"body": []})["body"] if op == "RUN")
 c.check("cpack -G DEB" in build_runs, "Dockerfile: the build stage must make the .deb with cpack")
 runtime_runs = " ".join(r for op, r in stages.get("runtime-debian", {"body": []})["body"])

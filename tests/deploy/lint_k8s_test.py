@@ -126,6 +126,38 @@ def check_pod(pod, where):
     return files
 
 
+def check_conventions(pod, where):
+    """Every container: requests (cpu, memory) and a memory limit, no
+    privilege escalation, no capabilities, seccompProfile RuntimeDefault
+    (set on the container itself, whatever the pod says)."""
+    for container in pod.get("containers", []) + pod.get("initContainers", []):
+        name = f"{where} container {container['name']}"
+        resources = container.get("resources", {})
+        c.check({"cpu", "memory"} <= set(resources.get("requests", {})),
+                f"{name}: needs cpu and memory requests (else BestEffort, evicted first)")
+        c.check("memory" in resources.get("limits", {}), f"{name}: needs a memory limit")
+        ctx = container.get("securityContext", {})
+        c.check(ctx.get("allowPrivilegeEscalation") is False,
+                f"{name}: securityContext.allowPrivilegeEscalation must be false")
+        c.check(ctx.get("capabilities", {}).get("drop") == ["ALL"],
+                f"{name}: securityContext.capabilities.drop must be [ALL]")
+        c.check(ctx.get("seccompProfile", {}).get("type") == "RuntimeDefault",
+                f"{name}: securityContext.seccompProfile must be RuntimeDefault")
+        c.check(not ctx.get("privileged") and not ctx.get("runAsUser") == 0,
+                f"{name}: must not run privileged or as root")
+
+
+def check_shm(pod, where):
+    """/dev/shm is a memory-backed emptyDir with a size limit (the
+    runtime's default is 64 MB: too small for NCCL and the shared dataset)."""
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    for container in pod["containers"]:
+        mounts = [m for m in container.get("volumeMounts", []) if m["mountPath"] == "/dev/shm"]
+        empty = volumes.get(mounts[0]["name"], {}).get("emptyDir", {}) if mounts else {}
+        c.check(empty.get("medium") == "Memory" and "sizeLimit" in empty,
+                f"{where}: /dev/shm must be an emptyDir of medium Memory with a sizeLimit")
+
+
 def env_of(container):
     return {e["name"]: e.get("value") for e in container.get("env", [])}
 
@@ -241,6 +273,11 @@ for name, spec in (("rendezvous", pod["spec"]), ("agents", apod)):
             f"k8s {name}: fsGroup must be the image's user's: it reads the Secret "
             "files (0440) and writes the data volume through it")
 
+for (kind, name), d in objects.items():
+    if kind in ("Deployment", "Job"):
+        check_conventions(d["spec"]["template"]["spec"], f"k8s {kind} {name}")
+check_shm(apod, "k8s agents Job")
+
 # ---- the Kubeflow PyTorchJob example ---------------------------------------
 (ptj,) = c.load_yaml("deploy", "k8s", "examples", "pytorchjob.yaml")
 c.check(ptj["kind"] == "PyTorchJob" and ptj["apiVersion"] == "kubeflow.org/v1",
@@ -259,6 +296,17 @@ for role, replica in ptj["spec"]["pytorchReplicaSpecs"].items():
     limits = container.get("resources", {}).get("limits", {})
     c.check(str(limits.get("nvidia.com/gpu")) == ptj["spec"]["nprocPerNode"],
             f"PyTorchJob {role}: GPUs must equal nprocPerNode")
+    check_conventions(replica["template"]["spec"], f"PyTorchJob {role}")
+    check_shm(replica["template"]["spec"], f"PyTorchJob {role}")
+    # One run id per submission: the job's generated name, which the
+    # operator puts on every replica's pod as a label.
+    (rdzv_id,) = [e for e in container["env"] if e["name"] == "PET_RDZV_ID"]
+    field = rdzv_id.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath", "")
+    c.check(field == "metadata.labels['training.kubeflow.org/job-name']",
+            f"PyTorchJob {role}: PET_RDZV_ID must be the job's name label, not {rdzv_id}")
+c.check("generateName" in ptj["metadata"] and "name" not in ptj["metadata"],
+        "PyTorchJob: metadata.generateName (a new name, so a new run id, per "
+        "`kubectl create`); a fixed name makes a resubmission exit at once")
 
 # ---- kustomize: the base and every overlay build ---------------------------
 kubectl = shutil.which("kubectl")
@@ -286,6 +334,7 @@ for target in ["base"] + overlays:
     for d in built:
         if d["kind"] in ("Deployment", "Job"):
             check_pod(d["spec"]["template"]["spec"], f"kustomize {target} {d['kind']}")
+            check_conventions(d["spec"]["template"]["spec"], f"kustomize {target} {d['kind']}")
 
 # TLS: the server's files from the TLS Secret, the agents trusting the CA.
 tls = built_targets.get("overlays/tls", [])

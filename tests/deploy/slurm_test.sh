@@ -144,7 +144,7 @@ if [ -n "$DDPRUN_TOKEN" ] && ! env -u DDPRUN_TOKEN -u DDPRUN_TOKEN_FILE "$DDPRUN
 else
   auth=open
 fi
-echo "worker rank=$RANK world=$WORLD_SIZE auth=$auth addr=$DDPRUN_LOCAL_ADDR node=$SLURMD_NODENAME"
+echo "worker rank=$RANK world=$WORLD_SIZE auth=$auth cpus=$SLURM_CPUS_PER_TASK addr=$DDPRUN_LOCAL_ADDR node=$SLURMD_NODENAME"
 WORKER
   chmod +x "$work/worker.sh"
   program=("$work/worker.sh")
@@ -159,18 +159,24 @@ rc=$?
 set -e
 end=$(date +%s.%N)
 ((rc == 0)) || { cat "$work/sbatch.out" >&2; fail "sbatch --wait exited $rc"; }
-grep -q '^ddprun.sbatch: rendezvous at 10.253.0.11:[0-9]*, 2 node(s)' "$work/job.out" ||
+grep -q "^ddprun.sbatch: rendezvous at 10.253.0.11:[0-9]*, 2 node(s) x 1 worker(s), $cpus CPU(s)" \
+  "$work/job.out" ||
   fail "the rendezvous was not on node1 (10.253.0.11) for 2 nodes"
 if [[ -n $mnist ]]; then
   grep -q '"world_size": *2' "$work/summary.json" ||
     fail "MNIST summary lacks world_size 2: $(cat "$work/summary.json" 2>/dev/null)"
 else
+  # srun --label: each line starts with the task (node) number; the agent
+  # (and so its workers) got every CPU of the node (--exclusive,
+  # --cpus-per-task), not one.
   for node in 1 2; do
-    grep -q "world=2 addr=10.253.0.1$node node=node$node\$" "$work/job.out" ||
-      fail "no worker on node$node (10.253.0.1$node)"
+    grep -q "^$((node - 1)): worker .* cpus=$cpus addr=10.253.0.1$node node=node$node\$" \
+      "$work/job.out" ||
+      fail "no worker with $cpus CPUs on node$node (10.253.0.1$node), labelled $((node - 1)): \
+$(grep 'worker' "$work/job.out")"
   done
-  [[ $(grep -c '^worker rank=[01] world=2 ' "$work/job.out") == 2 ]] ||
-    fail "expected ranks 0 and 1 once each: $(grep '^worker' "$work/job.out")"
+  [[ $(grep -c '^[01]: worker rank=[01] world=2 ' "$work/job.out") == 2 ]] ||
+    fail "expected ranks 0 and 1 once each: $(grep 'worker' "$work/job.out")"
   [[ $(grep -c ' auth=token-required ' "$work/job.out") == 2 ]] ||
     fail "the job's rendezvous must require the job's random token: $(grep '^worker' "$work/job.out")"
 fi
