@@ -56,8 +56,13 @@ def pod_root(pod, volumes_spec, mounts):
         if "secret" in volume:
             d = os.path.join(work, pod, mount["name"])
             os.makedirs(d)
-            secret = secrets[("Secret", volume["secret"]["secretName"])]
-            for item in volume["secret"].get("items", []):
+            key = ("Secret", volume["secret"]["secretName"])
+            # As the kubelet: a missing optional Secret is an empty folder, a
+            # missing required one keeps the pod from starting.
+            c.check(key in secrets or volume["secret"].get("optional"),
+                    f"{pod}: needs {key}, which the README does not make")
+            secret = secrets.get(key, {})
+            for item in volume["secret"].get("items", []) if secret else []:
                 path = os.path.join(d, item["path"])
                 with open(path, "w") as f:
                     f.write(secret[item["key"]])
