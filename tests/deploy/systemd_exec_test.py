@@ -113,6 +113,7 @@ try:
     token = os.path.join(creds, "token")
     with open(token, "w") as f:
         f.write("a-shared-token\n")
+    os.chmod(token, 0o400)  # as systemd hands credentials to the service
     # /etc/default/ddprun-rendezvous: every interface (the unit's default)
     # and ports the kernel picks; /metrics keeps the unit's default host.
     default = ("DDPRUN_RDZV_HOST=0.0.0.0\nDDPRUN_RDZV_PORT=0\n"
