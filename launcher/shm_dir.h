@@ -35,7 +35,10 @@ class ShmDir {
 };
 
 // Removes the `ddprun-*` folders in `parent` whose agent is gone (their
-// lock is free). Returns how many it removed.
+// lock is free), of this process' own user only: `parent` (/dev/shm) is
+// every user's. A symbolic link is never followed, neither at that name nor
+// inside the folder (a link is removed, not what it points to). Returns how
+// many it removed.
 int RemoveAbandonedShmDirs(const std::string& parent);
 
 // The lock file's name inside a ShmDir.

@@ -31,6 +31,8 @@ packages=(
   # deploy/: a one-node Slurm cluster for the sbatch test, the HTTP server
   # behind /metrics, YAML parsing for the manifest lints, systemd-analyze.
   slurm-wlm munge libcpp-httplib-dev python3-yaml systemd
+  # kubectl: the Kubernetes lints build every kustomization with it.
+  kubernetes-client
 )
 
 missing=()
@@ -42,6 +44,10 @@ done
 # A machine may have its own npm on PATH; then Debian's is not needed.
 if command -v npm >/dev/null 2>&1; then
   missing=("${missing[@]/npm}")
+fi
+# Likewise kubectl (another package's /usr/bin/kubectl would conflict).
+if command -v kubectl >/dev/null 2>&1; then
+  missing=("${missing[@]/kubernetes-client}")
 fi
 mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sed '/^$/d')
 if ((${#missing[@]})); then

@@ -8,7 +8,9 @@
 #   netns_cluster.sh demo [--hosts N] [--nproc-per-node K] [PROGRAM ARGS...]
 #       up, start the rendezvous, run one ddprun per host, wait, down.
 #       Default program: ddprun-mnist --epochs 1. Exit status: the first
-#       failing agent's, else 0.
+#       failing agent's, else 0. The rendezvous requires a token: a random
+#       one for this demo, in the environment (DDPRUN_TOKEN) of the
+#       rendezvous and the agents.
 #   netns_cluster.sh up NAME N           create NAME-sw, NAME-rdzv, NAME-h1..hN
 #   netns_cluster.sh exec NAME NODE CMD  run CMD in node rdzv or hI
 #   netns_cluster.sh partition NAME NODE cut NODE off the bridge
@@ -106,6 +108,8 @@ cmd_demo() {
   # shellcheck disable=SC2064  # expand now: the values are fixed
   trap "demo_teardown $name $logs" EXIT
   cmd_up "$name" "$hosts"
+  DDPRUN_TOKEN=$(head -c 32 /dev/urandom | base64)
+  export DDPRUN_TOKEN
 
   ip netns exec "$name-rdzv" "$rendezvous" --host "$(addr_of rdzv)" --port "$rdzv_port" \
     >"$logs/rendezvous.out" 2>"$logs/rendezvous.err" &

@@ -100,6 +100,16 @@ class Checker:
                 flag = "--" + name[4:].lower().replace("_", "-")
                 self.check_flag("ddprun", flag, f"{where}: {name}")
 
+    def skip(self, reason):
+        """Exits 77 (ctest: skipped), or 1 under CI=true, where nothing may
+        skip: CI must have what every test needs."""
+        if os.environ.get("CI") == "true":
+            print(f"FAIL: {self.name}: {reason} (CI=true: a skip is a failure)",
+                  file=sys.stderr)
+            sys.exit(1)
+        print(f"SKIP: {self.name}: {reason}", file=sys.stderr)
+        sys.exit(77)
+
     def finish(self):
         for failure in self.failures:
             print("FAIL:", failure, file=sys.stderr)

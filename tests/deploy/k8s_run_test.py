@@ -1,17 +1,20 @@
 """Runs deploy/k8s/base's rendezvous and its agents Job without a cluster:
 the Deployment's container command and the Job's pod template (command,
-env with its fieldRefs resolved, workingDir, the token Secret's file and the
+env with its fieldRefs resolved, workingDir, the token Secret's file (a
+random token, made as the README's `kubectl create secret` does) and the
 data volume) as two pods, each in a network namespace of
 deploy/local/netns_cluster.sh; `ddprun-rendezvous` (the Service) resolves to
 the rendezvous' namespace. One change from the manifest: one worker per pod
 instead of one per GPU (PET_NPROC_PER_NODE), as this machine has none.
-Both pods must finish the job (MNIST) with exit 0. Root only (77 = skipped)."""
+Both pods must finish the job (MNIST) with exit 0, and the rendezvous'
+/metrics answers on its pod's loopback and not from another pod. Root only
+(77 = skipped; under CI=true a failure)."""
 
+import base64
 import glob
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 
@@ -19,8 +22,7 @@ from deploy_lint import Checker, scrape_in
 
 c = Checker("k8s_run")
 if os.geteuid() != 0 or not all(c.binaries.values()):
-    print("SKIP: needs root and all three programs", file=sys.stderr)
-    sys.exit(77)
+    c.skip("needs root and all three programs")
 objects = {}
 for path in glob.glob(c.path("deploy", "k8s", "base", "*.yaml")):
     for doc in c.load_yaml(path):
@@ -28,7 +30,9 @@ for path in glob.glob(c.path("deploy", "k8s", "base", "*.yaml")):
 deployment = objects[("Deployment", "ddprun-rendezvous")]
 service = objects[("Service", "ddprun-rendezvous")]
 (job,) = [d for (k, _), d in objects.items() if k == "Job"]
-token_secret = objects[("Secret", "ddprun-token")]
+# The Secrets the README's `kubectl create secret` commands make.
+secrets = {("Secret", "ddprun-token"): {
+    "token": base64.b64encode(os.urandom(32)).decode() + "\n"}}
 
 netns = c.path("deploy", "local", "netns_cluster.sh")
 name = f"ddpk{os.getpid()}"
@@ -51,10 +55,17 @@ def pod_root(pod, volumes_spec, mounts):
         if "secret" in volume:
             d = os.path.join(work, pod, mount["name"])
             os.makedirs(d)
-            secret = objects[("Secret", volume["secret"]["secretName"])]
-            for item in volume["secret"].get("items", []):
-                with open(os.path.join(d, item["path"]), "w") as f:
-                    f.write(secret["stringData"][item["key"]])
+            key = ("Secret", volume["secret"]["secretName"])
+            # As the kubelet: a missing optional Secret is an empty folder, a
+            # missing required one keeps the pod from starting.
+            c.check(key in secrets or volume["secret"].get("optional"),
+                    f"{pod}: needs {key}, which the README does not make")
+            secret = secrets.get(key, {})
+            for item in volume["secret"].get("items", []) if secret else []:
+                path = os.path.join(d, item["path"])
+                with open(path, "w") as f:
+                    f.write(secret[item["key"]])
+                os.chmod(path, volume["secret"].get("defaultMode", 0o644))
         elif "persistentVolumeClaim" in volume:
             d = os.path.join(work, "claim-" + volume["persistentVolumeClaim"]["claimName"])
             if not os.path.isdir(d):
@@ -129,11 +140,14 @@ try:
             code = None
         c.check(code == 0, f"agents Job pod {index} exited {code}:\n" +
                 open(os.path.join(work, f"pod{index}.log")).read()[-3000:])
-    # Prometheus, from another pod, scrapes the Service's metrics port.
-    (metrics,) = [p for p in service["spec"]["ports"] if p["name"] == "metrics"]
-    text = scrape_in(f"{name}-h1", f"http://{rdzv_addr}:{metrics['port']}/metrics")
+    # /metrics: on the rendezvous pod's loopback (kubectl port-forward),
+    # not on its address from another pod (overlays/metrics opens that).
+    metrics_port = rc["command"][rc["command"].index("--metrics-port") + 1]
+    text = scrape_in(f"{name}-rdzv", f"http://127.0.0.1:{metrics_port}/metrics")
     c.check('ddprun_rendezvous_jobs{state="JOB_STATE_SUCCEEDED"} 1' in text,
             f"rendezvous /metrics does not show the finished job:\n{text}")
+    c.check(scrape_in(f"{name}-h1", f"http://{rdzv_addr}:{metrics_port}/metrics") == "",
+            "rendezvous /metrics answers another pod: it must be loopback-only")
 finally:
     for p in procs:
         if p.poll() is None:

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shlex
+import subprocess
 
 from deploy_lint import Checker
 
@@ -67,6 +68,20 @@ for name, stage in stages.items():
         m = re.search(r"--from=(\S+)", rest)
         if op == "COPY" and m:
             c.check(m.group(1) in stages, f"Dockerfile: {name} copies from unknown stage {m.group(1)}")
+
+# Every download is checked before it is used: a file by its SHA-256, a
+# repository key by its full fingerprint.
+for name, stage in stages.items():
+    for op, rest in stage["body"]:
+        if op == "RUN" and re.search(r"(^|&&|;|\|\|)\s*(curl|wget)\s", rest):
+            c.check("sha256sum -c" in rest or
+                    ("--show-keys" in rest and "FINGERPRINT" in rest),
+                    f"Dockerfile stage {name}: a download without a checksum or "
+                    f"fingerprint check: {rest[:120]}...")
+c.check(re.fullmatch(r"[0-9a-f]{64}", global_args.get("LIBTORCH_SHA256", "")) is not None,
+        "Dockerfile: ARG LIBTORCH_SHA256 must default to the archive's SHA-256")
+c.check(re.fullmatch(r"[0-9A-F]{40}", global_args.get("CUDA_REPO_KEY_FINGERPRINT", "")) is not None,
+        "Dockerfile: ARG CUDA_REPO_KEY_FINGERPRINT must be a full (40 hex digit) fingerprint")
 
 build_runs = " ".join(r for op, r in stages.get("build", {"body": []})["body"] if op == "RUN")
 c.check("cpack -G DEB" in build_runs, "Dockerfile: the build stage must make the .deb with cpack")
@@ -139,6 +154,17 @@ metrics_port = int(rcmd[rcmd.index("--metrics-port") + 1]) if "--metrics-port" i
 c.check(metrics_port in exposed and
         any(p.split(":")[-1] == str(metrics_port) for p in published),
         f"compose: --metrics-port {metrics_port} must be EXPOSEd ({exposed}) and published ({published})")
+# /metrics has no authentication: loopback unless told otherwise, and never
+# published beyond the Docker host's loopback.
+metrics_host = rcmd[rcmd.index("--metrics-host") + 1] if "--metrics-host" in rcmd else None
+c.check(metrics_host == "${DDPRUN_METRICS_HOST:-127.0.0.1}",
+        f"compose: --metrics-host {metrics_host} must default to 127.0.0.1")
+c.check(all(p.startswith("127.0.0.1:") for p in published
+            if p.split(":")[-1] == str(metrics_port)),
+        f"compose: the metrics port must be published on 127.0.0.1 only ({published})")
+# No secret in the repository: compose's secret files are ignored by git.
+with open(c.path(".gitignore")) as f:
+    gitignore = f.read().split()
 secrets = compose.get("secrets", {})
 
 
@@ -159,6 +185,11 @@ for secret_name, secret in secrets.items():
                            c.source_dir)
     c.check(path in ignore, f"compose secret {secret_name} ({path}) is not in "
             "Dockerfile.dockerignore: `COPY . /src` would put it in the image")
+    c.check("/" + path in gitignore, f"compose secret {secret_name} ({path}) is not in "
+            ".gitignore: a committed token is everyone's")
+    tracked = subprocess.run(["git", "-C", c.source_dir, "ls-files", "--error-unmatch", path],
+                             capture_output=True)
+    c.check(tracked.returncode != 0, f"compose secret {secret_name}: {path} is in git")
 health = rdzv.get("healthcheck", {}).get("test", [])
 c.check(health[:1] == ["CMD"], "compose: rendezvous healthcheck must be exec form")
 c.check_command(health[1:], "compose rendezvous healthcheck")

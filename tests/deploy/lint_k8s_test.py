@@ -1,14 +1,19 @@
 """Lints deploy/k8s: parses every manifest and checks what ties them
 together (names, labels, ports, probe port, secrets and their keys, the
 Indexed Job's size against --nnodes and GPUs against --nproc-per-node), and
-the commands and PET_* variables against the real programs. With kubectl
-on PATH, `kubectl kustomize` must also build the base and the overlay."""
+the commands and PET_* variables against the real programs. No manifest
+carries a Secret: every Secret a pod mounts, with its keys, is one that the
+README's `kubectl create secret` commands make. `kubectl kustomize` must
+build the base and every overlay (kubectl is required: scripts/setup.sh
+installs Debian's kubernetes-client)."""
 
 import glob
 import os
 import re
+import shlex
 import shutil
 import subprocess
+import sys
 
 import yaml
 
@@ -30,16 +35,63 @@ for name in sorted(listed):
 for path in glob.glob(os.path.join(k8s, "**", "*.yaml"), recursive=True):
     with open(path) as f:
         docs = list(yaml.safe_load_all(f))
-    c.check(all(isinstance(d, dict) and ("kind" in d or "resources" in d) for d in docs),
-            f"{path}: not a Kubernetes manifest or kustomization")
+    c.check(all(isinstance(d, dict) and ("kind" in d or "resources" in d or "bases" in d) or
+                # An overlay's JSON patch (patchesJson6902).
+                isinstance(d, list) and all({"op", "path"} <= set(op) for op in d)
+                for d in docs),
+            f"{path}: not a Kubernetes manifest, kustomization or JSON patch")
 
-secrets = {n: d for (k, n), d in objects.items() if k == "Secret"}
+# No Secret in any manifest: a placeholder would replace the real Secret on
+# every `kubectl apply -k` (and a server would accept a token printed here).
+for path in glob.glob(os.path.join(k8s, "**", "*.yaml"), recursive=True):
+    with open(path) as f:
+        text = f.read()
+    c.check(not any(isinstance(d, dict) and d.get("kind") == "Secret"
+                    for d in yaml.safe_load_all(text)),
+            f"{path}: holds a Secret; the README's `kubectl create secret` makes it")
+    c.check("REPLACE-WITH" not in text, f"{path}: holds a placeholder secret")
+    with open(path) as f:
+        kustomization = yaml.safe_load(f) if path.endswith("kustomization.yaml") else {}
+    c.check(not (kustomization or {}).get("secretGenerator"),
+            f"{path}: a secretGenerator in the repository is a shared secret")
+
+
+def readme_secrets():
+    """{name: {"type": type, "keys": set}} of every `kubectl create secret`
+    command in the README's Kubernetes section."""
+    with open(c.path("README.md")) as f:
+        readme = f.read()
+    section = readme.split("### Kubernetes", 1)[-1].split("\n### ", 1)[0]
+    made = {}
+    for line in section.splitlines():
+        if not line.startswith("kubectl create secret "):
+            continue
+        words = shlex.split(line, comments=True)
+        kind, name, options = words[3], words[4], words[5:]
+        keys = set()
+        if kind == "tls":
+            keys = {"tls.crt", "tls.key"}
+            c.check(any(o.startswith("--cert=") for o in options) and
+                    any(o.startswith("--key=") for o in options),
+                    f"README: {line}: needs --cert= and --key=")
+        for option in options:
+            for flag in ("--from-literal=", "--from-file="):
+                if option.startswith(flag):
+                    value = option[len(flag):]
+                    key = value.split("=", 1)[0] if "=" in value else os.path.basename(value)
+                    keys.add(key)
+        made[name] = {"type": {"tls": "kubernetes.io/tls"}.get(kind, "Opaque"), "keys": keys}
+    return made
+
+
+secrets = readme_secrets()
+c.check("ddprun-token" in secrets and secrets["ddprun-token"]["keys"] == {"token"},
+        f"README: no `kubectl create secret generic ddprun-token --from-literal=token=...`: {secrets}")
 pvcs = {n for (k, n) in objects if k == "PersistentVolumeClaim"}
 
 
 def secret_keys(name):
-    s = secrets.get(name, {})
-    return set(s.get("stringData", {})) | set(s.get("data", {}))
+    return secrets.get(name, {}).get("keys", set())
 
 
 def check_pod(pod, where):
@@ -55,7 +107,12 @@ def check_pod(pod, where):
                 continue
             if "secret" in volume:
                 name = volume["secret"]["secretName"]
-                c.check(name in secrets, f"{where}: uses undefined Secret {name}")
+                c.check(name in secrets, f"{where}: uses Secret {name}, which the "
+                        "README's `kubectl create secret` commands do not make")
+                mode = volume["secret"].get("defaultMode", 0o644)
+                c.check(mode & 0o007 == 0,
+                        f"{where}: Secret {name} files are readable by others "
+                        f"(defaultMode {mode:o}); use 0440 with the pod's fsGroup")
                 for item in volume["secret"].get("items", []):
                     c.check(item["key"] in secret_keys(name),
                             f"{where}: Secret {name} has no key {item['key']}")
@@ -67,6 +124,38 @@ def check_pod(pod, where):
                 claim = volume["persistentVolumeClaim"]["claimName"]
                 c.check(claim in pvcs, f"{where}: uses undefined claim {claim}")
     return files
+
+
+def check_conventions(pod, where):
+    """Every container: requests (cpu, memory) and a memory limit, no
+    privilege escalation, no capabilities, seccompProfile RuntimeDefault
+    (set on the container itself, whatever the pod says)."""
+    for container in pod.get("containers", []) + pod.get("initContainers", []):
+        name = f"{where} container {container['name']}"
+        resources = container.get("resources", {})
+        c.check({"cpu", "memory"} <= set(resources.get("requests", {})),
+                f"{name}: needs cpu and memory requests (else BestEffort, evicted first)")
+        c.check("memory" in resources.get("limits", {}), f"{name}: needs a memory limit")
+        ctx = container.get("securityContext", {})
+        c.check(ctx.get("allowPrivilegeEscalation") is False,
+                f"{name}: securityContext.allowPrivilegeEscalation must be false")
+        c.check(ctx.get("capabilities", {}).get("drop") == ["ALL"],
+                f"{name}: securityContext.capabilities.drop must be [ALL]")
+        c.check(ctx.get("seccompProfile", {}).get("type") == "RuntimeDefault",
+                f"{name}: securityContext.seccompProfile must be RuntimeDefault")
+        c.check(not ctx.get("privileged") and not ctx.get("runAsUser") == 0,
+                f"{name}: must not run privileged or as root")
+
+
+def check_shm(pod, where):
+    """/dev/shm is a memory-backed emptyDir with a size limit (the
+    runtime's default is 64 MB: too small for NCCL and the shared dataset)."""
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    for container in pod["containers"]:
+        mounts = [m for m in container.get("volumeMounts", []) if m["mountPath"] == "/dev/shm"]
+        empty = volumes.get(mounts[0]["name"], {}).get("emptyDir", {}) if mounts else {}
+        c.check(empty.get("medium") == "Memory" and "sizeLimit" in empty,
+                f"{where}: /dev/shm must be an emptyDir of medium Memory with a sizeLimit")
 
 
 def env_of(container):
@@ -99,17 +188,28 @@ sports = {p["name"]: p for p in service["spec"]["ports"]}
 sport = sports.get("grpc", {})
 c.check(ports.get(sport.get("targetPort")) == port,
         f"k8s: Service port grpc targets {sport.get('targetPort')}, not the container's port {port}")
-# /metrics: the flag, the container port, the Service port and the scrape
-# annotations name one port.
-metrics_port = int(cmd[cmd.index("--metrics-port") + 1]) if "--metrics-port" in cmd else None
-c.check(metrics_port is not None and ports.get("metrics") == metrics_port,
-        f"k8s: --metrics-port {metrics_port} must be the containerPort named metrics {ports.get('metrics')}")
-c.check(sports.get("metrics", {}).get("targetPort") == "metrics",
-        "k8s: the Service must expose the metrics port")
-annotations = pod["metadata"].get("annotations", {})
-c.check(annotations.get("prometheus.io/port") == str(metrics_port) and
-        annotations.get("prometheus.io/path") == "/metrics",
-        f"k8s: prometheus.io annotations {annotations} must name port {metrics_port}, /metrics")
+
+
+def flag_value(argv, flag):
+    """The value of `flag` in argv (`--flag V` or `--flag=V`), or None."""
+    for i, word in enumerate(argv):
+        if word == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if word.startswith(flag + "="):
+            return word.split("=", 1)[1]
+    return None
+
+
+# /metrics has no authentication: the base serves it on the pod's loopback
+# (kubectl port-forward reaches it), nothing exposes it.
+metrics_port = flag_value(cmd, "--metrics-port")
+c.check(metrics_port is not None, "k8s: the rendezvous serves no /metrics (--metrics-port)")
+c.check(flag_value(cmd, "--metrics-host") == "127.0.0.1",
+        f"k8s base: --metrics-host {flag_value(cmd, '--metrics-host')} must be 127.0.0.1 "
+        "(overlays/metrics opens it)")
+c.check("metrics" not in ports and "metrics" not in {p["name"] for p in service["spec"]["ports"]}
+        and not pod["metadata"].get("annotations"),
+        "k8s base: /metrics is loopback-only; no port, Service port or scrape annotations")
 files = check_pod(pod["spec"], "k8s rendezvous")
 token_path = cmd[cmd.index("--token-file") + 1]
 c.check(files.get(token_path, (None, None))[0] == "ddprun-token",
@@ -167,8 +267,16 @@ for name, spec in (("rendezvous", pod["spec"]), ("agents", apod)):
     c.check(uid and ctx.get("runAsUser") == int(uid.group(1)) and ctx.get("runAsNonRoot"),
             f"k8s {name}: runAsUser {ctx.get('runAsUser')} must be the image's user "
             f"{uid.group(1) if uid else '?'} (non-root)")
-c.check(apod.get("securityContext", {}).get("fsGroup") == apod["securityContext"].get("runAsUser"),
-        "k8s agents: fsGroup must let the image's user write the data volume")
+    # The Secret files (root's, mode 0440) are the user's through its group;
+    # the agents' data volume is writable through it.
+    c.check(ctx.get("fsGroup") == ctx.get("runAsUser"),
+            f"k8s {name}: fsGroup must be the image's user's: it reads the Secret "
+            "files (0440) and writes the data volume through it")
+
+for (kind, name), d in objects.items():
+    if kind in ("Deployment", "Job"):
+        check_conventions(d["spec"]["template"]["spec"], f"k8s {kind} {name}")
+check_shm(apod, "k8s agents Job")
 
 # ---- the Kubeflow PyTorchJob example ---------------------------------------
 (ptj,) = c.load_yaml("deploy", "k8s", "examples", "pytorchjob.yaml")
@@ -188,35 +296,111 @@ for role, replica in ptj["spec"]["pytorchReplicaSpecs"].items():
     limits = container.get("resources", {}).get("limits", {})
     c.check(str(limits.get("nvidia.com/gpu")) == ptj["spec"]["nprocPerNode"],
             f"PyTorchJob {role}: GPUs must equal nprocPerNode")
+    check_conventions(replica["template"]["spec"], f"PyTorchJob {role}")
+    check_shm(replica["template"]["spec"], f"PyTorchJob {role}")
+    # One run id per submission: the job's generated name, which the
+    # operator puts on every replica's pod as a label.
+    (rdzv_id,) = [e for e in container["env"] if e["name"] == "PET_RDZV_ID"]
+    field = rdzv_id.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath", "")
+    c.check(field == "metadata.labels['training.kubeflow.org/job-name']",
+            f"PyTorchJob {role}: PET_RDZV_ID must be the job's name label, not {rdzv_id}")
+c.check("generateName" in ptj["metadata"] and "name" not in ptj["metadata"],
+        "PyTorchJob: metadata.generateName (a new name, so a new run id, per "
+        "`kubectl create`); a fixed name makes a resubmission exit at once")
 
-# ---- kustomize build (when kubectl is here) ---------------------------------
+# ---- kustomize: the base and every overlay build ---------------------------
 kubectl = shutil.which("kubectl")
-if kubectl:
-    for target in ("base", "overlays/tls"):
-        run = subprocess.run([kubectl, "kustomize", os.path.join(k8s, target)],
-                             capture_output=True, text=True, timeout=60)
-        if c.check(run.returncode == 0, f"kubectl kustomize {target}: {run.stderr}"):
-            built = list(yaml.safe_load_all(run.stdout))
-            c.check(len(built) == len(objects), f"kustomize {target}: object count")
-            c.check(all(d["metadata"]["labels"]["app.kubernetes.io/part-of"] == "ddprun"
-                        for d in built), f"kustomize {target}: part-of label missing")
-            if target == "overlays/tls":
-                (d,) = [d for d in built if d["kind"] == "Deployment"]
-                (ct,) = d["spec"]["template"]["spec"]["containers"]
-                c.check(ct["readinessProbe"].get("tcpSocket", {}).get("port") == port,
-                        "TLS overlay: the probe must move to TCP on the service port")
-                c.check_command(ct["command"], "TLS overlay rendezvous command")
-                tls_files = check_pod(d["spec"]["template"]["spec"], "TLS overlay rendezvous")
-                for flag, key in (("--tls-cert-file", "tls.crt"), ("--tls-key-file", "tls.key")):
-                    paths = [t.split("=", 1)[1] for t in ct["command"] if t.startswith(flag + "=")]
-                    c.check(paths and tls_files.get(paths[0]) == ("ddprun-rendezvous-tls", key),
-                            f"TLS overlay: {flag} must name {key} of the TLS Secret")
-                (j,) = [d for d in built if d["kind"] == "Job"]
-                (jc,) = j["spec"]["template"]["spec"]["containers"]
-                jenv = env_of(jc)
-                c.check_pet_env(jenv, "TLS overlay agents Job")
-                ca_files = check_pod(j["spec"]["template"]["spec"], "TLS overlay agents Job")
-                c.check(ca_files.get(jenv.get("PET_TLS_CA_FILE")) == ("ddprun-ca", "ca.crt"),
-                        "TLS overlay: agents' PET_TLS_CA_FILE must be ca.crt of Secret ddprun-ca")
-print("kubectl kustomize:", "checked" if kubectl else "not installed, skipped")
+if not kubectl:
+    print("FAIL: kubectl not found; apt-get install kubernetes-client "
+          "(scripts/setup.sh does): the kustomizations cannot be built", file=sys.stderr)
+    sys.exit(1)
+overlays = sorted(os.path.relpath(os.path.dirname(p), k8s)
+                  for p in glob.glob(os.path.join(k8s, "overlays", "*", "kustomization.yaml")))
+c.check({"overlays/tls", "overlays/metrics"} <= set(overlays), f"k8s overlays: {overlays}")
+built_targets = {}
+for target in ["base"] + overlays:
+    run = subprocess.run([kubectl, "kustomize", os.path.join(k8s, target)],
+                         capture_output=True, text=True, timeout=60)
+    if not c.check(run.returncode == 0, f"kubectl kustomize {target}: {run.stderr}"):
+        continue
+    built = [d for d in yaml.safe_load_all(run.stdout) if d]
+    built_targets[target] = built
+    c.check(all(d["metadata"].get("labels", {}).get("app.kubernetes.io/part-of") == "ddprun"
+                for d in built), f"kustomize {target}: part-of label missing")
+    c.check(not any(d["kind"] == "Secret" for d in built),
+            f"kustomize {target}: builds a Secret (a placeholder would replace the real one)")
+    c.check({(d["kind"], d["metadata"]["name"]) for d in built} >= set(objects),
+            f"kustomize {target}: lacks objects of the base")
+    for d in built:
+        if d["kind"] in ("Deployment", "Job"):
+            check_pod(d["spec"]["template"]["spec"], f"kustomize {target} {d['kind']}")
+            check_conventions(d["spec"]["template"]["spec"], f"kustomize {target} {d['kind']}")
+
+# TLS: the server's files from the TLS Secret, the agents trusting the CA.
+tls = built_targets.get("overlays/tls", [])
+if c.check(tls, "kustomize overlays/tls: nothing built"):
+    (d,) = [d for d in tls if d["kind"] == "Deployment"]
+    (ct,) = d["spec"]["template"]["spec"]["containers"]
+    c.check(ct["readinessProbe"].get("tcpSocket", {}).get("port") == port,
+            "TLS overlay: the probe must move to TCP on the service port")
+    c.check_command(ct["command"], "TLS overlay rendezvous command")
+    tls_files = check_pod(d["spec"]["template"]["spec"], "TLS overlay rendezvous")
+    (tls_volume,) = [v for v in d["spec"]["template"]["spec"]["volumes"]
+                     if v.get("secret", {}).get("secretName") == "ddprun-rendezvous-tls"]
+    c.check(tls_volume["secret"].get("optional") is False,
+            "TLS overlay: the TLS Secret must not be optional (no plaintext fallback)")
+    c.check(secrets.get("ddprun-rendezvous-tls", {}).get("type") == "kubernetes.io/tls",
+            "README: the TLS Secret must be made with `kubectl create secret tls`")
+    for flag, key in (("--tls-cert-file", "tls.crt"), ("--tls-key-file", "tls.key")):
+        path = flag_value(ct["command"], flag)
+        c.check(path and tls_files.get(path) == ("ddprun-rendezvous-tls", key),
+                f"TLS overlay: {flag} must name {key} of the TLS Secret")
+    (j,) = [d for d in tls if d["kind"] == "Job"]
+    (jc,) = j["spec"]["template"]["spec"]["containers"]
+    jenv = env_of(jc)
+    c.check_pet_env(jenv, "TLS overlay agents Job")
+    ca_files = check_pod(j["spec"]["template"]["spec"], "TLS overlay agents Job")
+    c.check(ca_files.get(jenv.get("PET_TLS_CA_FILE")) == ("ddprun-ca", "ca.crt"),
+            "TLS overlay: agents' PET_TLS_CA_FILE must be ca.crt of Secret ddprun-ca")
+
+# Metrics: the flag, the container port, the Service port, the scrape
+# annotations name one port; a NetworkPolicy admits /metrics from Prometheus
+# alone and gRPC from everyone.
+metrics = built_targets.get("overlays/metrics", [])
+if c.check(metrics, "kustomize overlays/metrics: nothing built"):
+    (d,) = [d for d in metrics if d["kind"] == "Deployment"]
+    mpod = d["spec"]["template"]
+    (ct,) = mpod["spec"]["containers"]
+    c.check_command(ct["command"], "metrics overlay rendezvous command")
+    mport = int(flag_value(ct["command"], "--metrics-port"))
+    c.check(flag_value(ct["command"], "--metrics-host") == "0.0.0.0",
+            "metrics overlay: --metrics-host must be the pod's addresses (0.0.0.0)")
+    mports = {p["name"]: p["containerPort"] for p in ct["ports"]}
+    c.check(mports.get("metrics") == mport,
+            f"metrics overlay: --metrics-port {mport} must be the containerPort named metrics")
+    (svc,) = [d for d in metrics if d["kind"] == "Service"]
+    c.check(any(p["name"] == "metrics" and p["targetPort"] == "metrics"
+                for p in svc["spec"]["ports"]),
+            "metrics overlay: the Service must expose the metrics port")
+    annotations = mpod["metadata"].get("annotations", {})
+    c.check(annotations.get("prometheus.io/port") == str(mport) and
+            annotations.get("prometheus.io/path") == "/metrics",
+            f"metrics overlay: prometheus.io annotations {annotations} must name "
+            f"port {mport}, /metrics")
+    policies = [d for d in metrics if d["kind"] == "NetworkPolicy"]
+    if c.check(len(policies) == 1, "metrics overlay: one NetworkPolicy expected"):
+        policy = policies[0]["spec"]
+        c.check(all(mpod["metadata"]["labels"].get(k) == v
+                    for k, v in policy["podSelector"]["matchLabels"].items()),
+                "metrics overlay: the NetworkPolicy must select the rendezvous pods")
+        rules = policy.get("ingress", [])
+        open_ports = {p["port"] for r in rules if not r.get("from") for p in r["ports"]}
+        c.check(open_ports == {port},
+                f"metrics overlay: ports open to everyone {open_ports}, expected gRPC {port}")
+        metrics_rules = [r for r in rules if any(p["port"] == mport for p in r["ports"])]
+        c.check(metrics_rules and all(
+            r.get("from") and all(f.get("podSelector", {}).get("matchLabels") for f in r["from"])
+            for r in metrics_rules),
+            "metrics overlay: /metrics must be admitted from selected (Prometheus) pods only")
+print("kubectl kustomize: built", ", ".join(sorted(built_targets)))
 c.finish()

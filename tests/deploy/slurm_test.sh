@@ -8,8 +8,9 @@
 # rendezvous on node1 and srun's one ddprun per node; the workers of the two
 # nodes meet across the bridge. Prints the time from sbatch to completion.
 #   slurm_test.sh SOURCE_DIR DDPRUN RENDEZVOUS [MNIST]      (root; 77 = skipped)
-# With MNIST, the job trains it (1 epoch on a slice, Gloo across the nodes);
-# without, the workers are a shell script that prints what ddprun gave it.
+# Each worker is a shell script that prints what it was given (token,
+# CPUs, node); with MNIST, it then trains it (1 epoch on a slice, Gloo
+# across the nodes).
 set -euo pipefail
 source_dir=$1
 ddprun=$2
@@ -19,6 +20,8 @@ netns=$source_dir/deploy/local/netns_cluster.sh
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 if [[ $(id -u) -ne 0 ]] || ! ip netns list >/dev/null 2>&1; then
+  # Under CI=true nothing may skip.
+  [[ ${CI:-} == true ]] && fail "slurmd and network namespaces need root (CI=true: no skips)"
   echo "SKIP: slurmd and network namespaces need root" >&2
   exit 77
 fi
@@ -128,16 +131,26 @@ nodes_idle() {
 wait_until 60 "slurm nodes node1 and node2 idle" nodes_idle
 
 # The job: ddprun.sbatch as a user submits it, two nodes, one worker each.
-if [[ -n $mnist ]]; then
-  program=("$mnist" --epochs 1 --data-dir "$source_dir/data/mnist"
-           --train-limit 2000 --summary-json "$work/summary.json")
-else
-  cat >"$work/worker.sh" <<'WORKER'
+# Each worker first prints what it was given: whether the job's rendezvous
+# refuses a caller without the job's token, its CPUs, its node; then, with
+# MNIST, trains.
+cat >"$work/worker.sh" <<'WORKER'
 #!/bin/sh
-echo "worker rank=$RANK world=$WORLD_SIZE addr=$DDPRUN_LOCAL_ADDR node=$SLURMD_NODENAME"
+if [ -n "$DDPRUN_TOKEN" ] && ! env -u DDPRUN_TOKEN -u DDPRUN_TOKEN_FILE "$DDPRUN" status \
+    --rdzv-endpoint "$DDPRUN_STORE_ENDPOINT" --timeout 5 >/dev/null 2>&1 &&
+    "$DDPRUN" status --rdzv-endpoint "$DDPRUN_STORE_ENDPOINT" --timeout 5 >/dev/null 2>&1; then
+  auth=token-required
+else
+  auth=open
+fi
+echo "worker rank=$RANK world=$WORLD_SIZE auth=$auth cpus=$SLURM_CPUS_PER_TASK addr=$DDPRUN_LOCAL_ADDR node=$SLURMD_NODENAME"
+[ $# -eq 0 ] || exec "$@"
 WORKER
-  chmod +x "$work/worker.sh"
-  program=("$work/worker.sh")
+chmod +x "$work/worker.sh"
+program=("$work/worker.sh")
+if [[ -n $mnist ]]; then
+  program+=("$mnist" --epochs 1 --data-dir "$source_dir/data/mnist"
+            --train-limit 2000 --summary-json "$work/summary.json")
 fi
 start=$(date +%s.%N)
 set +e
@@ -149,19 +162,26 @@ rc=$?
 set -e
 end=$(date +%s.%N)
 ((rc == 0)) || { cat "$work/sbatch.out" >&2; fail "sbatch --wait exited $rc"; }
-grep -q '^ddprun.sbatch: rendezvous at 10.253.0.11:[0-9]*, 2 node(s)' "$work/job.out" ||
+grep -q "^ddprun.sbatch: rendezvous at 10.253.0.11:[0-9]*, 2 node(s) x 1 worker(s), $cpus CPU(s)" \
+  "$work/job.out" ||
   fail "the rendezvous was not on node1 (10.253.0.11) for 2 nodes"
 if [[ -n $mnist ]]; then
   grep -q '"world_size": *2' "$work/summary.json" ||
     fail "MNIST summary lacks world_size 2: $(cat "$work/summary.json" 2>/dev/null)"
-else
-  for node in 1 2; do
-    grep -q "world=2 addr=10.253.0.1$node node=node$node\$" "$work/job.out" ||
-      fail "no worker on node$node (10.253.0.1$node)"
-  done
-  [[ $(grep -c '^worker rank=[01] world=2 ' "$work/job.out") == 2 ]] ||
-    fail "expected ranks 0 and 1 once each: $(grep '^worker' "$work/job.out")"
 fi
+# srun --label: each line starts with the task (node) number; the agent (and
+# so its workers) got every CPU of the node (--exclusive, --cpus-per-task),
+# not one.
+for node in 1 2; do
+  grep -q "^$((node - 1)): worker .* cpus=$cpus addr=10.253.0.1$node node=node$node\$" \
+    "$work/job.out" ||
+    fail "no worker with $cpus CPUs on node$node (10.253.0.1$node), labelled $((node - 1)): \
+$(grep 'worker' "$work/job.out")"
+done
+[[ $(grep -c '^[01]: worker rank=[01] world=2 ' "$work/job.out") == 2 ]] ||
+  fail "expected ranks 0 and 1 once each: $(grep 'worker' "$work/job.out")"
+[[ $(grep -c ' auth=token-required ' "$work/job.out") == 2 ]] ||
+  fail "the job's rendezvous must require the job's random token: $(grep 'worker' "$work/job.out")"
 # Nothing of the job may outlive it.
 if pgrep -f -- "--rdzv-id slurm-" >/dev/null; then
   fail "processes of the job are still running: $(pgrep -af -- '--rdzv-id slurm-')"

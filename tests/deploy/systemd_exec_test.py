@@ -6,7 +6,9 @@ in a credentials directory. No systemd is needed: this checks what
   1. ddprun-rendezvous.service (+ tls.conf) serves, requires the token, and
      stops cleanly on SIGTERM;
   2. ddprun-agent@JOB.service runs a job's program through that rendezvous
-     from PET_* variables and DDPRUN_PROGRAM in the job's environment file."""
+     from PET_* variables and DDPRUN_PROGRAM in the job's environment file,
+     and `systemctl stop`'s SIGTERM ends it with an exit status the unit's
+     SuccessExitStatus= counts as success (not "failed")."""
 
 import os
 import re
@@ -111,8 +113,10 @@ try:
     token = os.path.join(creds, "token")
     with open(token, "w") as f:
         f.write("a-shared-token\n")
-    # /etc/default/ddprun-rendezvous: loopback and a port the kernel picks.
-    default = ("DDPRUN_RDZV_HOST=127.0.0.1\nDDPRUN_RDZV_PORT=0\n"
+    os.chmod(token, 0o400)  # as systemd hands credentials to the service
+    # /etc/default/ddprun-rendezvous: every interface (the unit's default)
+    # and ports the kernel picks; /metrics keeps the unit's default host.
+    default = ("DDPRUN_RDZV_HOST=0.0.0.0\nDDPRUN_RDZV_PORT=0\n"
                "DDPRUN_RDZV_METRICS_PORT=0\n")
 
     # 1a. plaintext + token.
@@ -157,9 +161,50 @@ try:
             c.check(f"worker rank={rank} world=2 run=job1 arg=first-arg" in agent_out,
                     f"agent unit: no worker rank {rank} with the program's argument\n{agent_out}")
 
+    # 2b. systemctl stop: SIGTERM to ddprun (KillMode=mixed) while its
+    # worker runs; the exit status must be one SuccessExitStatus= lists.
+    if endpoint:
+        agent_unit = os.path.join(units, "ddprun-agent@.service.in")
+        success = {0}
+        for key, value in unit_lines(agent_unit):
+            if key == "SuccessExitStatus":
+                success |= {int(w) for w in value.split() if w.isdigit()}
+        state = os.path.join(work, "state")
+        os.makedirs(os.path.join(state, "ddprun", "job2"))
+        sleeper = os.path.join(work, "sleeper.sh")
+        with open(sleeper, "w") as f:
+            f.write('#!/bin/sh\necho "worker running"\nexec sleep 300\n')
+        os.chmod(sleeper, 0o755)
+        job_env = (f"PET_NNODES=1\nPET_NPROC_PER_NODE=1\n"
+                   f"PET_RDZV_ENDPOINT={endpoint}\nPET_RDZV_ID=job2\n"
+                   f"PET_MAX_RESTARTS=0\nDDPRUN_PROGRAM={sleeper}\n")
+        argv, env = service_command([agent_unit], job_env,
+                                    {"%i": "job2", "%S": state, "%d": creds}, creds)
+        stopped = start(argv, env, os.path.join(work, "agent2.out"))
+        deadline = time.time() + 60
+        while time.time() < deadline and stopped.poll() is None:
+            with open(os.path.join(work, "agent2.out")) as f:
+                if "worker running" in f.read():
+                    break
+            time.sleep(0.05)
+        stopped.send_signal(signal.SIGTERM)  # KillMode=mixed: the main process
+        try:
+            code = stopped.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            code = None
+        with open(os.path.join(work, "agent2.out")) as f:
+            out2 = f.read()
+        c.check("worker running" in out2, f"agent unit: the worker never ran\n{out2}")
+        c.check(code in success,
+                f"systemctl stop: ddprun exited {code}, which SuccessExitStatus= "
+                f"{sorted(success)} does not count: the unit would be left failed\n{out2}")
+
     # 1b. its /metrics saw the agent's job succeed.
     url = wait_for_line(os.path.join(work, "rdzv.out"), "ddprun-rendezvous metrics on ", 5)
     if c.check(url is not None, "rendezvous unit serves no /metrics"):
+        # gRPC on every interface, /metrics (no authentication) on loopback.
+        c.check(url.startswith("http://127.0.0.1:"),
+                f"the unit serves /metrics at {url}: it must be loopback unless told")
         with urllib.request.urlopen(url, timeout=10) as response:
             text = response.read().decode()
         c.check('ddprun_rendezvous_jobs{state="JOB_STATE_SUCCEEDED"} 1' in text,
@@ -174,8 +219,10 @@ try:
         code = None
     c.check(code == 0, f"rendezvous unit's server exited {code} on SIGTERM")
 
-    # 1d. with the TLS drop-in and a self-signed certificate for localhost.
-    if shutil.which("openssl"):
+    # 1d. with the TLS drop-in and a self-signed certificate for localhost
+    # (openssl comes with ca-certificates, which scripts/setup.sh installs).
+    if c.check(shutil.which("openssl") is not None,
+               "openssl not found (apt-get install openssl): the TLS drop-in cannot be run"):
         subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes",
                         "-days", "1", "-subj", "/CN=localhost",
                         "-addext", "subjectAltName=DNS:localhost",
@@ -197,8 +244,6 @@ try:
             c.check(not ok, "a plaintext client reached the TLS server")
         tls_server.send_signal(signal.SIGTERM)
         tls_server.wait(timeout=15)
-    else:
-        print("openssl not installed: TLS drop-in not run")
 finally:
     for p in processes:
         if p.poll() is None:

@@ -1,10 +1,12 @@
 // The agent's shared-memory folder: created with its lock, removed when the
-// agent ends, and removed by the next agent when the owner died.
+// agent ends, and removed by the next agent when the owner died; never
+// another user's folder, never through a symbolic link.
 #include "launcher/shm_dir.h"
 
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -58,6 +60,90 @@ TEST(ShmDirTest, AFolderWhoseAgentDiedIsRemovedAndALiveOneKept) {
   EXPECT_FALSE(std::filesystem::exists(dead_path));
   EXPECT_TRUE(std::filesystem::is_directory((*live)->path()));
   EXPECT_TRUE(std::filesystem::is_directory(parent.File("ddprun-other")));
+}
+
+// A folder as a dead agent leaves it: its lock file, unlocked, and data.
+void MakeAbandoned(const std::string& dir) {
+  std::filesystem::create_directory(dir);
+  std::ofstream(dir + "/" + kShmDirLockFile) << "";
+  std::ofstream(dir + "/cached.f32") << "data";
+}
+
+TEST(ShmDirTest, ALinkAtTheNameIsNeverFollowed) {
+  TempDir parent;
+  // Someone else's folder that looks abandoned, and a link to it planted
+  // where an agent's folder would be.
+  TempDir victim;
+  MakeAbandoned(victim.File("precious"));
+  std::filesystem::create_directory_symlink(victim.File("precious"),
+                                            parent.File("ddprun-planted"));
+  // A real abandoned folder next to it is still removed: the pass ran.
+  MakeAbandoned(parent.File("ddprun-dead"));
+
+  EXPECT_EQ(RemoveAbandonedShmDirs(parent.path()), 1);
+  EXPECT_FALSE(std::filesystem::exists(parent.File("ddprun-dead")));
+  EXPECT_TRUE(std::filesystem::is_symlink(parent.File("ddprun-planted")));
+  EXPECT_TRUE(std::filesystem::exists(victim.File("precious/cached.f32")));
+  EXPECT_TRUE(std::filesystem::exists(victim.File("precious/") + kShmDirLockFile));
+}
+
+TEST(ShmDirTest, LinksInsideAnAbandonedFolderAreRemovedNotFollowed) {
+  TempDir parent;
+  TempDir victim;
+  std::ofstream(victim.File("keep")) << "not the agent's";
+  std::filesystem::create_directory(victim.File("tree"));
+  std::ofstream(victim.File("tree/keep")) << "not the agent's";
+  MakeAbandoned(parent.File("ddprun-dead"));
+  std::filesystem::create_directory(parent.File("ddprun-dead/sub"));
+  std::filesystem::create_directory_symlink(victim.path(),
+                                            parent.File("ddprun-dead/sub/link"));
+  std::filesystem::create_symlink(victim.File("keep"),
+                                  parent.File("ddprun-dead/file-link"));
+
+  EXPECT_EQ(RemoveAbandonedShmDirs(parent.path()), 1);
+  EXPECT_FALSE(std::filesystem::exists(parent.File("ddprun-dead")));
+  EXPECT_TRUE(std::filesystem::exists(victim.File("keep")));
+  EXPECT_TRUE(std::filesystem::exists(victim.File("tree/keep")));
+}
+
+TEST(ShmDirTest, ALockFileThatIsALinkIsNotOurs) {
+  TempDir parent;
+  TempDir victim;
+  std::ofstream(victim.File("lock")) << "";
+  std::filesystem::create_directory(parent.File("ddprun-odd"));
+  std::filesystem::create_symlink(victim.File("lock"),
+                                  parent.File("ddprun-odd/") + kShmDirLockFile);
+
+  EXPECT_EQ(RemoveAbandonedShmDirs(parent.path()), 0);
+  EXPECT_TRUE(std::filesystem::is_directory(parent.File("ddprun-odd")));
+  EXPECT_TRUE(std::filesystem::exists(victim.File("lock")));
+}
+
+TEST(ShmDirTest, AnotherUsersFolderIsLeftAlone) {
+  // Needs root to give a folder to another user (the tests run as root).
+  if (geteuid() != 0) {
+    const char* ci = std::getenv("CI");
+    ASSERT_FALSE(ci != nullptr && std::string(ci) == "true")
+        << "chown to another uid needs root; under CI=true nothing may skip";
+    GTEST_SKIP() << "chown to another uid needs root";
+  }
+  TempDir parent;
+  const uid_t other = 54321;
+  std::string theirs = parent.File("ddprun-theirs");
+  MakeAbandoned(theirs);
+  for (const char* file : {"", "/agent.lock", "/cached.f32"}) {
+    ASSERT_EQ(lchown((theirs + file).c_str(), other, other), 0) << theirs + file;
+  }
+  // Ours, abandoned too, beside it: removed.
+  MakeAbandoned(parent.File("ddprun-ours"));
+  // Ours, with another user's lock file in it: not an agent's of ours.
+  MakeAbandoned(parent.File("ddprun-mixed"));
+  ASSERT_EQ(lchown(parent.File("ddprun-mixed/agent.lock").c_str(), other, other), 0);
+
+  EXPECT_EQ(RemoveAbandonedShmDirs(parent.path()), 1);
+  EXPECT_FALSE(std::filesystem::exists(parent.File("ddprun-ours")));
+  EXPECT_TRUE(std::filesystem::exists(theirs + "/cached.f32"));
+  EXPECT_TRUE(std::filesystem::exists(parent.File("ddprun-mixed/cached.f32")));
 }
 
 TEST(ShmDirTest, AnUnwritableParentIsAClearError) {
