@@ -27,7 +27,7 @@ constexpr double kMinAccuracy = 0.85;
 
 std::string Ddprun() { return BinaryPath("launcher/ddprun"); }
 std::string Rendezvous() { return BinaryPath("rendezvous/ddprun-rendezvous"); }
-std::string Mnist() { return BinaryPath("worker/ddprun-mnist"); }
+std::string Mnist() { return BinaryPath("mnist/ddprun-mnist"); }
 
 std::vector<std::string> MnistArgs(const TempDir& dir) {
   return {Mnist(),          "--epochs",       "1",

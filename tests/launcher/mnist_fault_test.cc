@@ -35,7 +35,7 @@ constexpr int kEpochs = 4;
 constexpr double kMinAccuracy = 0.85;
 
 std::string Ddprun() { return BinaryPath("launcher/ddprun"); }
-std::string Mnist() { return BinaryPath("worker/ddprun-mnist"); }
+std::string Mnist() { return BinaryPath("mnist/ddprun-mnist"); }
 
 std::vector<std::string> Concat(std::vector<std::string> a,
                                 const std::vector<std::string>& b) {

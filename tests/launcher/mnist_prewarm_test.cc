@@ -78,7 +78,7 @@ TEST(MnistPrewarmTest, AKilledWorkerIsReplacedByPrewarmedProcesses) {
                   "2",
                   "--monitor-interval",
                   "0.1",
-                  BinaryPath("worker/ddprun-mnist"),
+                  BinaryPath("mnist/ddprun-mnist"),
                   "--epochs",
                   "4",
                   "--data-dir",
@@ -165,7 +165,7 @@ TEST(MnistPrewarmTest, TwoNodesRestartWithTheirStandbys) {
                     (*server)->endpoint(), "--rdzv-id", "prewarm-2",
                     "--max-restarts", "2", "--monitor-interval", "0.1",
                     "--rdzv-conf", "heartbeat_interval=0.2",
-                    BinaryPath("worker/ddprun-mnist"), "--epochs", "4",
+                    BinaryPath("mnist/ddprun-mnist"), "--epochs", "4",
                     "--data-dir", MnistDir(), "--checkpoint-dir",
                     dir.File("checkpoints"), "--checkpoint-every", "50",
                     "--summary-json", dir.File("summary.json"), "--save", ""};

@@ -114,7 +114,7 @@ TEST(CheckpointTest, NoFolderMeansFreshStart) {
 TEST(CheckpointTest, PythonTorchLoadGivesTheSameTestAccuracy) {
   TempDir dir;
   auto run = RunCommand(
-      {BinaryPath("worker/ddprun-mnist"), "--data-dir", MnistDir(), "--epochs",
+      {BinaryPath("mnist/ddprun-mnist"), "--data-dir", MnistDir(), "--epochs",
        "1", "--train-limit", "4096", "--save", dir.File("model.pt"),
        "--checkpoint-dir", dir.File("ckpt"), "--summary-json",
        dir.File("summary.json")},

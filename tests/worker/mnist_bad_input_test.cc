@@ -38,7 +38,7 @@ std::vector<std::string> ErrorLines(const std::string& err) {
 }
 
 void ExpectOneClearError(const std::string& data_dir, const std::string& names) {
-  auto result = RunCommand({BinaryPath("worker/ddprun-mnist"), "--data-dir",
+  auto result = RunCommand({BinaryPath("mnist/ddprun-mnist"), "--data-dir",
                             data_dir, "--epochs", "1", "--save", ""},
                            absl::Seconds(60));
   ASSERT_FALSE(result.timed_out);
@@ -113,7 +113,7 @@ TEST(MnistDatasetTest, FashionMnistFromDebiansGzippedFiles) {
   if (ReadFileOrEmpty(dir + "/t10k-labels-idx1-ubyte.gz").empty()) {
     GTEST_SKIP() << "dataset-fashion-mnist is not installed";
   }
-  auto result = RunCommand({BinaryPath("worker/ddprun-mnist"), "--dataset",
+  auto result = RunCommand({BinaryPath("mnist/ddprun-mnist"), "--dataset",
                             "fashion-mnist", "--epochs", "1", "--train-limit",
                             "6400", "--save", "", "--no-progress"},
                            absl::Seconds(120));

@@ -1,4 +1,4 @@
-#include "worker/mnist_trainer.h"
+#include "mnist/mnist_trainer.h"
 
 #include <chrono>
 #include <cstdlib>
@@ -12,18 +12,18 @@
 
 #include "absl/strings/str_format.h"
 #include "common/worker_env.h"
+#include "mnist/mnist_data.h"
+#include "mnist/mnist_model.h"
+#include "mnist/train_summary.h"
 #include "spdlog/spdlog.h"
 #include "worker/checkpoint.h"
 #include "worker/ddp.h"
 #include "worker/distributed_sampler.h"
-#include "worker/mnist_data.h"
-#include "worker/mnist_model.h"
 #include "worker/nccl_group.h"
 #include "worker/process_group.h"
 #include "worker/process_start.h"
 #include "worker/progress.h"
 #include "worker/standby.h"
-#include "worker/train_summary.h"
 #include "worker/worker_env.h"
 
 namespace ddprun::worker {

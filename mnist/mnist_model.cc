@@ -1,4 +1,4 @@
-#include "worker/mnist_model.h"
+#include "mnist/mnist_model.h"
 
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/conv.h>

@@ -2,9 +2,9 @@
 // MnistTrainOptions and runs RunMnistTraining; nothing else lives here.
 #include "CLI/CLI.hpp"
 #include "common/logging.h"
+#include "mnist/mnist_trainer.h"
 #include "worker/error_file.h"
 #include "worker/fast_exit.h"
-#include "worker/mnist_trainer.h"
 
 int main(int argc, char** argv) {
   ddprun::worker::MnistTrainOptions o;

@@ -1,4 +1,4 @@
-#include "worker/train_summary.h"
+#include "mnist/train_summary.h"
 
 #include <fstream>
 
