@@ -3,7 +3,9 @@
 #include <chrono>
 #include <cstdlib>
 #include <future>
+#include <memory>
 #include <optional>
+#include <utility>
 
 #include <ATen/ATen.h>
 #include <torch/nn/modules/container/sequential.h>
@@ -132,18 +134,58 @@ absl::Status ValidateOptions(const MnistTrainOptions& o) {
   return absl::OkStatus();
 }
 
-absl::Status Train(const MnistTrainOptions& options) {
+// Everything one run holds from set-up to finish. Built in place by SetUp
+// (DataParallel keeps a reference to the group, the optimizer to the
+// model's parameters).
+struct Training {
+  explicit Training(const MnistTrainOptions& o) : options(o) {}
+  const MnistTrainOptions& options;
+  WorkerEnv env;
+  bool lead = false;
+  int world = 1;
+  ProcessGroup group;
+  MnistData data;
+  torch::nn::Sequential model{nullptr};
+  StartPoint start;
+  std::optional<DataParallel> ddp;
+  std::optional<torch::optim::SGD> optimizer;
+  std::optional<DistributedSampler> sampler;
+  std::optional<ProgressReporter> progress;
+  int64_t per_step = 0;  // samples per optimizer step and rank
+  int64_t steps_per_epoch = 0;
+
+  // Where training stands.
+  TrainSummary summary;
+  int64_t step = 0;
+  int64_t samples_trained = 0;  // by this rank, this run
+  double train_seconds = 0;
+  double loss_value = 0;
+  bool stop = false;
+};
+
+// What needs no round: the options checked, the model built, the data
+// checked and loading on a thread of its own.
+struct BeforeRound {
+  BackendKind backend = BackendKind::kAuto;
+  torch::nn::Sequential model{nullptr};
+  std::future<absl::StatusOr<MnistData>> loading;
+};
+
+absl::StatusOr<BeforeRound> PrepareBeforeRound(
+    const MnistTrainOptions& options) {
   at::set_num_threads(1);
   if (absl::Status valid = ValidateOptions(options); !valid.ok()) return valid;
   spdlog::debug("{:.3f} s after start: main", SecondsSinceProcessStart());
   absl::StatusOr<DatasetKind> dataset = ParseDataset(options.dataset);
   if (!dataset.ok()) return dataset.status();
+  BeforeRound prepared;
   absl::StatusOr<BackendKind> backend = ParseBackend(options.backend);
   if (!backend.ok()) return backend.status();
+  prepared.backend = *backend;
   torch::manual_seed(options.seed);
   absl::StatusOr<torch::nn::Sequential> made = MakeMnistModel(options.model);
   if (!made.ok()) return made.status();
-  torch::nn::Sequential model = *made;
+  prepared.model = *made;
 
   MnistOptions data_options;
   data_options.data_dir = options.data_dir;
@@ -161,18 +203,24 @@ absl::Status Train(const MnistTrainOptions& options) {
   if (absl::Status files = CheckMnistFiles(data_options); !files.ok()) {
     return files;
   }
-  std::future<absl::StatusOr<MnistData>> loading = std::async(
-      std::launch::async, [data_options] {
-        absl::StatusOr<MnistData> loaded = LoadMnist(data_options);
-        spdlog::debug("{:.3f} s after start: data loaded",
-                      SecondsSinceProcessStart());
-        return loaded;
-      });
+  prepared.loading = std::async(std::launch::async, [data_options] {
+    absl::StatusOr<MnistData> loaded = LoadMnist(data_options);
+    spdlog::debug("{:.3f} s after start: data loaded",
+                  SecondsSinceProcessStart());
+    return loaded;
+  });
   // CUDA's runtime starts in the first device query (a large part of a
   // GPU worker's start): done here, it is done before the round too.
   if (*backend != BackendKind::kGloo) (void)NcclUsable();
-  // Nothing above depends on the round: a prewarmed process (ddprun
-  // --prewarm) has done it all before its round starts, and waits here.
+  return prepared;
+}
+
+// Set-up: everything before the first step. A prewarmed process (ddprun
+// --prewarm) does what needs no round before its round starts.
+absl::StatusOr<std::unique_ptr<Training>> SetUp(
+    const MnistTrainOptions& options) {
+  absl::StatusOr<BeforeRound> prepared = PrepareBeforeRound(options);
+  if (!prepared.ok()) return prepared.status();
   if (absl::Status activated = AwaitActivation(); !activated.ok()) {
     return activated;
   }
@@ -180,58 +228,67 @@ absl::Status Train(const MnistTrainOptions& options) {
                 SecondsSinceProcessStart());
   absl::StatusOr<WorkerEnv> env = ReadWorkerEnv();
   if (!env.ok()) return env.status();
-  const bool lead = env->rank == 0;
-  const int world = env->world_size;
+  auto t = std::make_unique<Training>(options);
+  t->env = *env;
+  t->lead = env->rank == 0;
+  t->world = env->world_size;
+  t->model = prepared->model;
 
   ProcessGroupOptions group_options;
-  group_options.backend = *backend;
+  group_options.backend = prepared->backend;
   group_options.direct_allreduce = options.direct_allreduce;
   absl::StatusOr<ProcessGroup> group = CreateProcessGroup(*env, group_options);
-  absl::StatusOr<MnistData> data = loading.get();
+  absl::StatusOr<MnistData> data = prepared->loading.get();
   if (!data.ok()) return data.status();
   if (!group.ok()) return group.status();
-  const c10::Device device = group->device;
+  t->group = *std::move(group);
+  t->data = *std::move(data);
+  const c10::Device device = t->group.device;
   spdlog::debug("{:.3f} s after start: process group formed",
                 SecondsSinceProcessStart());
 
-  model->to(device);
+  t->model->to(device);
   if (!device.is_cpu()) {
     // Once, not per step: the whole set fits in GPU memory (~220 MB).
-    for (MnistSplit* split : {&data->train, &data->test}) {
+    for (MnistSplit* split : {&t->data.train, &t->data.test}) {
       split->images = split->images.to(device);
       split->labels = split->labels.to(device);
     }
   }
-  absl::StatusOr<StartPoint> start = Resume(options, *env, *group, model);
+  absl::StatusOr<StartPoint> start =
+      Resume(options, t->env, t->group, t->model);
   if (!start.ok()) return start.status();
+  t->start = *start;
   spdlog::debug("{:.3f} s after start: resume point agreed",
                 SecondsSinceProcessStart());
   DataParallelOptions ddp_options;
   ddp_options.bucket_mb = options.bucket_mb;
   ddp_options.overlap = options.overlap;
-  DataParallel ddp(model->parameters(), *group, ddp_options);
-  ddp.BroadcastParameters();
+  t->ddp.emplace(t->model->parameters(), t->group, ddp_options);
+  t->ddp->BroadcastParameters();
   spdlog::debug("{:.3f} s after start: parameters broadcast",
                 SecondsSinceProcessStart());
-  torch::optim::SGD optimizer(model->parameters(),
-                              torch::optim::SGDOptions(options.lr));
+  t->optimizer.emplace(t->model->parameters(),
+                       torch::optim::SGDOptions(options.lr));
 
   DistributedSamplerOptions sampler_options;
-  sampler_options.dataset_size = data->train.size();
+  sampler_options.dataset_size = t->data.train.size();
   sampler_options.rank = env->rank;
-  sampler_options.world_size = world;
+  sampler_options.world_size = t->world;
   sampler_options.seed = options.seed;
-  DistributedSampler sampler(sampler_options);
-  const int64_t per_step = static_cast<int64_t>(options.batch_size) * options.accumulate;
-  const int64_t steps_per_epoch = (sampler.num_samples() + per_step - 1) / per_step;
+  t->sampler.emplace(sampler_options);
+  t->per_step = static_cast<int64_t>(options.batch_size) * options.accumulate;
+  t->steps_per_epoch =
+      (t->sampler->num_samples() + t->per_step - 1) / t->per_step;
 
-  if (lead) {
+  if (t->lead) {
     spdlog::info(
         "training {} on {} train / {} test samples, world size {}, backend "
         "{}{}, batch {} per rank, {} gradient bucket(s){}",
-        options.model, data->train.size(), data->test.size(), world,
-        BackendName(group->backend), group->direct ? " (direct allreduce)" : "",
-        options.batch_size, ddp.num_buckets(),
+        options.model, t->data.train.size(), t->data.test.size(),
+        t->world, BackendName(t->group.backend),
+        t->group.direct ? " (direct allreduce)" : "", options.batch_size,
+        t->ddp->num_buckets(),
         start->resumed_from >= 0
             ? absl::StrFormat(", resuming from step %d (epoch %d, sample %d)",
                               start->step, start->epoch + 1,
@@ -240,132 +297,168 @@ absl::Status Train(const MnistTrainOptions& options) {
   }
   ProgressOptions progress_options;
   progress_options.fd = env->progress_fd;
-  progress_options.display = lead && options.progress;
-  ProgressReporter progress(progress_options);
+  progress_options.display = t->lead && options.progress;
+  t->progress.emplace(progress_options);
 
-  auto save_checkpoint = [&](int64_t epoch, int64_t position, int64_t step) {
-    if (!lead || options.checkpoint_dir.empty()) return absl::OkStatus();
-    TrainingCheckpoint c;
-    c.model = StateDict(*model);
-    c.lr = options.lr;
-    c.epoch = epoch;
-    c.epoch_position = position;
-    c.step = step;
-    c.seed = options.seed;
-    c.world_size = world;
-    return SaveCheckpoint(options.checkpoint_dir, c);
-  };
+  t->summary.world_size = t->world;
+  t->summary.resumed_from_step = start->resumed_from;
+  t->summary.epochs = static_cast<int>(start->epoch);
+  t->step = start->step;
+  t->stop = options.max_steps > 0 && t->step >= options.max_steps;
+  return t;
+}
 
-  TrainSummary summary;
-  summary.world_size = world;
-  summary.resumed_from_step = start->resumed_from;
-  summary.epochs = static_cast<int>(start->epoch);
-  int64_t step = start->step;
-  int64_t samples_trained = 0;  // by this rank, this run
-  double train_seconds = 0;
-  double loss_value = 0;
-  bool stop = options.max_steps > 0 && step >= options.max_steps;
-  for (int64_t epoch = start->epoch; epoch < options.epochs && !stop; ++epoch) {
-    int64_t position = epoch == start->epoch ? start->epoch_position : 0;
-    sampler.SetEpoch(epoch, position);
-    const std::vector<int64_t>& indices = sampler.indices();
-    const int64_t count = static_cast<int64_t>(indices.size());
-    at::Tensor all_indices = at::tensor(indices, at::kLong).to(device);
-    auto epoch_start = Clock::now();
-    double loss_sum = 0;
-    int64_t batches = 0;
-    int64_t epoch_samples = 0;
-    const int64_t first_step_in_epoch = steps_per_epoch - (count + per_step - 1) / per_step;
-    for (int64_t begin = 0; begin < count; begin += per_step) {
-      const int64_t end = std::min(begin + per_step, count);
-      // None, not zeros: the first backward then hands its gradient over
-      // instead of adding it to 400 KB of zeros (PyTorch 2's default too).
-      model->zero_grad(/*set_to_none=*/true);
-      for (int64_t micro = begin; micro < end; micro += options.batch_size) {
-        const int64_t n = std::min<int64_t>(options.batch_size, end - micro);
-        std::optional<DataParallel::NoSync> no_sync;
-        if (micro + n < end) no_sync.emplace(ddp);
-        at::Tensor idx = all_indices.narrow(0, micro, n);
-        at::Tensor x = data->train.images.index_select(0, idx).to(device);
-        at::Tensor y = data->train.labels.index_select(0, idx).to(device);
-        at::Tensor loss = at::cross_entropy_loss(model->forward(x), y);
-        loss.backward();
-        loss_value = loss.item<double>();
-        loss_sum += loss_value;
-        ++batches;
-      }
-      ddp.FinishGradientSync();
-      optimizer.step();
-      ++step;
-      epoch_samples += end - begin;
-      position += (end - begin) * world;
-      if (step == start->step + 1) {
-        summary.time_to_first_step_seconds = SecondsSinceProcessStart();
-        summary.first_step_unix_seconds =
-            std::chrono::duration<double>(
-                std::chrono::system_clock::now().time_since_epoch())
-                .count();
-      }
-      StepProgress p;
-      p.epoch = static_cast<int>(epoch);
-      p.epochs = options.epochs;
-      p.step = step;
-      p.steps_per_epoch = steps_per_epoch;
-      p.step_in_epoch = first_step_in_epoch + (begin / per_step) + 1;
-      p.loss = loss_value;
-      p.samples_per_step = per_step * world;
-      p.samples_per_sec = epoch_samples * world / std::max(Since(epoch_start), 1e-9);
-      progress.OnStep(p);
-      const bool epoch_done = end == count;
-      if (!epoch_done && options.checkpoint_every > 0 &&
-          step % options.checkpoint_every == 0) {
-        if (absl::Status s = save_checkpoint(epoch, position, step); !s.ok()) return s;
-      }
-      if (options.max_steps > 0 && step >= options.max_steps && !epoch_done) {
-        stop = true;
-        break;
-      }
-    }
-    double epoch_seconds = Since(epoch_start);
-    train_seconds += epoch_seconds;
-    samples_trained += epoch_samples;
-    progress.EndLine();
-    if (!stop) {
-      if (absl::Status s = save_checkpoint(epoch + 1, 0, step); !s.ok()) return s;
-      if (options.max_steps > 0 && step >= options.max_steps) stop = true;
-    }
-    if (lead) {
-      double accuracy = Accuracy(model, data->test, device);
-      summary.test_accuracy = accuracy;
-      spdlog::info(
-          "epoch {}/{}: loss {:.4f}, {:.0f} samples/s, test accuracy "
-          "{:.2f}%",
-          epoch + 1, options.epochs, batches ? loss_sum / batches : 0.0,
-          epoch_samples * world / std::max(epoch_seconds, 1e-9),
-          100.0 * accuracy);
-    }
-    summary.epochs = static_cast<int>(epoch + 1);
+// Rank 0 saves where training stands (with --checkpoint-dir).
+absl::Status SaveProgress(const Training& t, int64_t epoch, int64_t position) {
+  if (!t.lead || t.options.checkpoint_dir.empty()) return absl::OkStatus();
+  TrainingCheckpoint c;
+  c.model = StateDict(*t.model);
+  c.lr = t.options.lr;
+  c.epoch = epoch;
+  c.epoch_position = position;
+  c.step = t.step;
+  c.seed = t.options.seed;
+  c.world_size = t.world;
+  return SaveCheckpoint(t.options.checkpoint_dir, c);
+}
+
+// One optimizer step over indices [begin, end) of the epoch's `indices`:
+// micro-batches of --batch-size, all but the last under NoSync. Returns the
+// sum of the micro-batches' losses and their number.
+std::pair<double, int64_t> TrainStep(Training& t, const at::Tensor& indices,
+                                     int64_t begin, int64_t end) {
+  const c10::Device device = t.group.device;
+  double loss_sum = 0;
+  int64_t batches = 0;
+  // None, not zeros: the first backward then hands its gradient over
+  // instead of adding it to 400 KB of zeros (PyTorch 2's default too).
+  t.model->zero_grad(/*set_to_none=*/true);
+  for (int64_t micro = begin; micro < end; micro += t.options.batch_size) {
+    const int64_t n = std::min<int64_t>(t.options.batch_size, end - micro);
+    std::optional<DataParallel::NoSync> no_sync;
+    if (micro + n < end) no_sync.emplace(*t.ddp);
+    at::Tensor idx = indices.narrow(0, micro, n);
+    at::Tensor x = t.data.train.images.index_select(0, idx).to(device);
+    at::Tensor y = t.data.train.labels.index_select(0, idx).to(device);
+    at::Tensor loss = at::cross_entropy_loss(t.model->forward(x), y);
+    loss.backward();
+    t.loss_value = loss.item<double>();
+    loss_sum += t.loss_value;
+    ++batches;
   }
+  t.ddp->FinishGradientSync();
+  t.optimizer->step();
+  ++t.step;
+  return {loss_sum, batches};
+}
 
-  summary.steps = step;
-  summary.final_loss = loss_value;
-  summary.samples_per_sec = samples_trained * world / std::max(train_seconds, 1e-9);
-  const int64_t steps_here = step - start->step;
-  summary.allreduce_seconds_per_step =
-      steps_here > 0 ? ddp.sync_seconds() / steps_here : 0.0;
-  if (lead) {
-    if (!options.save_path.empty()) {
-      absl::Status saved = SaveStateDict(options.save_path, StateDict(*model));
-      if (!saved.ok()) return saved;
-      spdlog::info("saved the model to {}", options.save_path);
+// One epoch (from where the checkpoint left it when resuming), with
+// checkpoints every --checkpoint-every steps and at its end; rank 0 logs
+// the test accuracy.
+absl::Status TrainEpoch(Training& t, int64_t epoch) {
+  const MnistTrainOptions& options = t.options;
+  const c10::Device device = t.group.device;
+  int64_t position = epoch == t.start.epoch ? t.start.epoch_position : 0;
+  t.sampler->SetEpoch(epoch, position);
+  const std::vector<int64_t>& indices = t.sampler->indices();
+  const int64_t count = static_cast<int64_t>(indices.size());
+  at::Tensor all_indices = at::tensor(indices, at::kLong).to(device);
+  auto epoch_start = Clock::now();
+  double loss_sum = 0;
+  int64_t batches = 0;
+  int64_t epoch_samples = 0;
+  const int64_t first_step_in_epoch =
+      t.steps_per_epoch - (count + t.per_step - 1) / t.per_step;
+  for (int64_t begin = 0; begin < count; begin += t.per_step) {
+    const int64_t end = std::min(begin + t.per_step, count);
+    auto [step_loss, step_batches] = TrainStep(t, all_indices, begin, end);
+    loss_sum += step_loss;
+    batches += step_batches;
+    epoch_samples += end - begin;
+    position += (end - begin) * t.world;
+    if (t.step == t.start.step + 1) {
+      t.summary.time_to_first_step_seconds = SecondsSinceProcessStart();
+      t.summary.first_step_unix_seconds =
+          std::chrono::duration<double>(
+              std::chrono::system_clock::now().time_since_epoch())
+              .count();
     }
-    summary.wall_seconds = SecondsSinceProcessStart();
-    if (!options.summary_json.empty()) {
-      absl::Status written = WriteTrainSummary(options.summary_json, summary);
-      if (!written.ok()) return written;
+    StepProgress p;
+    p.epoch = static_cast<int>(epoch);
+    p.epochs = options.epochs;
+    p.step = t.step;
+    p.steps_per_epoch = t.steps_per_epoch;
+    p.step_in_epoch = first_step_in_epoch + (begin / t.per_step) + 1;
+    p.loss = t.loss_value;
+    p.samples_per_step = t.per_step * t.world;
+    p.samples_per_sec =
+        epoch_samples * t.world / std::max(Since(epoch_start), 1e-9);
+    t.progress->OnStep(p);
+    const bool epoch_done = end == count;
+    if (!epoch_done && options.checkpoint_every > 0 &&
+        t.step % options.checkpoint_every == 0) {
+      if (absl::Status s = SaveProgress(t, epoch, position); !s.ok()) return s;
     }
+    if (options.max_steps > 0 && t.step >= options.max_steps && !epoch_done) {
+      t.stop = true;
+      break;
+    }
+  }
+  double epoch_seconds = Since(epoch_start);
+  t.train_seconds += epoch_seconds;
+  t.samples_trained += epoch_samples;
+  t.progress->EndLine();
+  if (!t.stop) {
+    if (absl::Status s = SaveProgress(t, epoch + 1, 0); !s.ok()) return s;
+    if (options.max_steps > 0 && t.step >= options.max_steps) t.stop = true;
+  }
+  if (t.lead) {
+    double accuracy = Accuracy(t.model, t.data.test, device);
+    t.summary.test_accuracy = accuracy;
+    spdlog::info(
+        "epoch {}/{}: loss {:.4f}, {:.0f} samples/s, test accuracy "
+        "{:.2f}%",
+        epoch + 1, options.epochs, batches ? loss_sum / batches : 0.0,
+        epoch_samples * t.world / std::max(epoch_seconds, 1e-9),
+        100.0 * accuracy);
+  }
+  t.summary.epochs = static_cast<int>(epoch + 1);
+  return absl::OkStatus();
+}
+
+// Finish: the summary's figures; rank 0 saves the model and the summary.
+absl::Status Finish(Training& t) {
+  const MnistTrainOptions& options = t.options;
+  t.summary.steps = t.step;
+  t.summary.final_loss = t.loss_value;
+  t.summary.samples_per_sec =
+      t.samples_trained * t.world / std::max(t.train_seconds, 1e-9);
+  const int64_t steps_here = t.step - t.start.step;
+  t.summary.allreduce_seconds_per_step =
+      steps_here > 0 ? t.ddp->sync_seconds() / steps_here : 0.0;
+  if (!t.lead) return absl::OkStatus();
+  if (!options.save_path.empty()) {
+    absl::Status saved = SaveStateDict(options.save_path, StateDict(*t.model));
+    if (!saved.ok()) return saved;
+    spdlog::info("saved the model to {}", options.save_path);
+  }
+  t.summary.wall_seconds = SecondsSinceProcessStart();
+  if (!options.summary_json.empty()) {
+    absl::Status written = WriteTrainSummary(options.summary_json, t.summary);
+    if (!written.ok()) return written;
   }
   return absl::OkStatus();
+}
+
+absl::Status Train(const MnistTrainOptions& options) {
+  absl::StatusOr<std::unique_ptr<Training>> training = SetUp(options);
+  if (!training.ok()) return training.status();
+  Training& t = **training;
+  for (int64_t epoch = t.start.epoch; epoch < options.epochs && !t.stop;
+       ++epoch) {
+    if (absl::Status s = TrainEpoch(t, epoch); !s.ok()) return s;
+  }
+  return Finish(t);
 }
 
 }  // namespace
