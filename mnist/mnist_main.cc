@@ -18,6 +18,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--model", o.model, "mlp (the seed) or cnn")
       ->capture_default_str();
+  app.add_option("--hidden", o.hidden,
+                 "Width of the MLP's hidden layer (1 to 65536)")
+      ->capture_default_str();
   app.add_option("--seed", o.seed, "Seed of init and shuffling")
       ->capture_default_str();
   app.add_option("--batch-size", o.batch_size, "Batch size per rank")

@@ -17,10 +17,10 @@ at::Tensor MnistLinearImpl::forward(const at::Tensor& input) {
   return bias.defined() ? out + bias : out;
 }
 
-torch::nn::Sequential MakeMnistMlp() {
+torch::nn::Sequential MakeMnistMlp(int hidden) {
   return torch::nn::Sequential(torch::nn::Flatten(),
-                               MnistLinear(784, 128), torch::nn::ReLU(),
-                               MnistLinear(128, 10));
+                               MnistLinear(784, hidden), torch::nn::ReLU(),
+                               MnistLinear(hidden, 10));
 }
 
 torch::nn::Sequential MakeMnistCnn() {
@@ -30,9 +30,26 @@ torch::nn::Sequential MakeMnistCnn() {
       torch::nn::Flatten(), MnistLinear(8 * 12 * 12, 10));
 }
 
-absl::StatusOr<torch::nn::Sequential> MakeMnistModel(const std::string& name) {
-  if (name == "mlp") return MakeMnistMlp();
-  if (name == "cnn") return MakeMnistCnn();
+absl::StatusOr<torch::nn::Sequential> MakeMnistModel(const std::string& name,
+                                                     int hidden) {
+  if (name == "mlp") {
+    if (hidden < 1 || hidden > kMaxHidden) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--hidden %d is out of range; the MLP's hidden layer takes 1 to %d "
+          "units (the seed's: %d)",
+          hidden, kMaxHidden, kSeedHidden));
+    }
+    return MakeMnistMlp(hidden);
+  }
+  if (name == "cnn") {
+    if (hidden != kSeedHidden) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--hidden %d applies to --model mlp only; drop --hidden for --model "
+          "cnn",
+          hidden));
+    }
+    return MakeMnistCnn();
+  }
   return absl::InvalidArgumentError(
       absl::StrFormat("unknown model '%s'; use mlp or cnn", name));
 }

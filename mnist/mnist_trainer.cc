@@ -79,9 +79,13 @@ absl::StatusOr<StartPoint> Resume(const MnistTrainOptions& options,
         auto it = c.model.find(item.key());
         if (it == c.model.end() || !it->second.sizes().equals(item.value().sizes())) {
           return absl::FailedPreconditionError(absl::StrFormat(
-              "checkpoint in %s does not fit --model %s (parameter %s); use "
-              "another --checkpoint-dir",
-              options.checkpoint_dir, options.model, item.key()));
+              "checkpoint in %s does not fit --model %s%s (parameter %s); "
+              "use another --checkpoint-dir",
+              options.checkpoint_dir, options.model,
+              options.model == "mlp"
+                  ? absl::StrFormat(" --hidden %d", options.hidden)
+                  : std::string(),
+              item.key()));
         }
         item.value().copy_(it->second);
       }
@@ -183,7 +187,8 @@ absl::StatusOr<BeforeRound> PrepareBeforeRound(
   if (!backend.ok()) return backend.status();
   prepared.backend = *backend;
   torch::manual_seed(options.seed);
-  absl::StatusOr<torch::nn::Sequential> made = MakeMnistModel(options.model);
+  absl::StatusOr<torch::nn::Sequential> made =
+      MakeMnistModel(options.model, options.hidden);
   if (!made.ok()) return made.status();
   prepared.model = *made;
 
@@ -213,6 +218,12 @@ absl::StatusOr<BeforeRound> PrepareBeforeRound(
   // GPU worker's start): done here, it is done before the round too.
   if (*backend != BackendKind::kGloo) (void)NcclUsable();
   return prepared;
+}
+
+int64_t ParameterCount(torch::nn::Sequential& model) {
+  int64_t n = 0;
+  for (const at::Tensor& p : model->parameters()) n += p.numel();
+  return n;
 }
 
 // Set-up: everything before the first step. A prewarmed process (ddprun
@@ -281,11 +292,12 @@ absl::StatusOr<std::unique_ptr<Training>> SetUp(
   t->steps_per_epoch =
       (t->sampler->num_samples() + t->per_step - 1) / t->per_step;
 
+  const int64_t parameters = ParameterCount(t->model);
   if (t->lead) {
     spdlog::info(
-        "training {} on {} train / {} test samples, world size {}, backend "
-        "{}{}, batch {} per rank, {} gradient bucket(s){}",
-        options.model, t->data.train.size(), t->data.test.size(),
+        "training {} ({} parameters) on {} train / {} test samples, world "
+        "size {}, backend {}{}, batch {} per rank, {} gradient bucket(s){}",
+        options.model, parameters, t->data.train.size(), t->data.test.size(),
         t->world, BackendName(t->group.backend),
         t->group.direct ? " (direct allreduce)" : "", options.batch_size,
         t->ddp->num_buckets(),
@@ -301,6 +313,7 @@ absl::StatusOr<std::unique_ptr<Training>> SetUp(
   t->progress.emplace(progress_options);
 
   t->summary.world_size = t->world;
+  t->summary.parameters = parameters;
   t->summary.resumed_from_step = start->resumed_from;
   t->summary.epochs = static_cast<int>(start->epoch);
   t->step = start->step;
