@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
+#include <random>
 
 #include "absl/strings/str_format.h"
 
@@ -29,13 +31,45 @@ absl::Status Error(const std::string& path, const char* step, int err) {
                       path, step, std::strerror(err)));
 }
 
+int Fsync(const SyncOptions& sync, int fd) {
+  return sync.fsync ? sync.fsync(fd) : ::fsync(fd);
+}
+
+// Creates a new file next to `path` with mode 0666 less the umask (mkstemp
+// would make it 0600 whatever the umask); its name goes to `tmp`. -1 with
+// errno on failure.
+int CreateTemporary(const std::string& path, std::string* tmp) {
+  thread_local std::mt19937_64 bits(std::random_device{}());
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    *tmp = absl::StrFormat("%s.tmp.%d.%016x", path, getpid(), bits());
+    int fd = open(tmp->c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd >= 0 || errno != EEXIST) return fd;
+  }
+  return -1;  // errno is EEXIST
+}
+
 }  // namespace
 
+absl::Status SyncFolder(const std::string& dir, const SyncOptions& sync) {
+  int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0 || Fsync(sync, fd) != 0) {
+    int err = errno;
+    if (fd >= 0) close(fd);
+    return absl::DataLossError(absl::StrFormat(
+        "cannot sync the folder %s (%s: %s), so its new entries may not "
+        "survive a crash; check the file system (a full or failing disk?)",
+        dir, fd < 0 ? "open" : "fsync", std::strerror(err)));
+  }
+  close(fd);
+  return absl::OkStatus();
+}
+
 absl::Status WriteFileAtomically(const std::string& path,
-                                 absl::string_view contents) {
+                                 absl::string_view contents,
+                                 const SyncOptions& sync) {
   const std::string dir = Dirname(path);
-  std::string tmp = path + ".tmp.XXXXXX";
-  int fd = mkstemp(tmp.data());
+  std::string tmp;
+  int fd = CreateTemporary(path, &tmp);
   if (fd < 0) return Error(path, "create a temporary file", errno);
   auto fail = [&](const char* step) {
     int err = errno;
@@ -54,19 +88,18 @@ absl::Status WriteFileAtomically(const std::string& path,
     data += n;
     left -= static_cast<size_t>(n);
   }
-  if (fchmod(fd, 0644) != 0) return fail("chmod");
-  if (fsync(fd) != 0) return fail("fsync");
+  if (Fsync(sync, fd) != 0) return fail("fsync");
   if (close(fd) != 0) {
     fd = -1;
     return fail("close");
   }
   fd = -1;
   if (rename(tmp.c_str(), path.c_str()) != 0) return fail("rename");
-  int dir_fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd >= 0) {
-    // The rename is durable only once the folder is on disk.
-    fsync(dir_fd);
-    close(dir_fd);
+  // The rename is durable only once the folder is on disk.
+  absl::Status synced = SyncFolder(dir, sync);
+  if (!synced.ok()) {
+    return absl::DataLossError(absl::StrFormat(
+        "wrote %s, but %s", path, synced.message()));
   }
   return absl::OkStatus();
 }

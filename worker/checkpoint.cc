@@ -11,7 +11,10 @@
 #include <vector>
 
 #include <ATen/core/Dict.h>
+#include <ATen/ops/scalar_tensor.h>
+#include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/jit/serialization/pickle.h>
+#include <torch/csrc/jit/serialization/pickler.h>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/strip.h"
@@ -32,13 +35,47 @@ std::map<std::string, at::Tensor> StateDict(const torch::nn::Module& module) {
   return out;
 }
 
+std::vector<char> PickleForTorchLoad(const c10::IValue& value) {
+  std::vector<char> pickled;
+  torch::jit::Pickler pickler(
+      [&](const char* data, size_t size) {
+        pickled.insert(pickled.end(), data, data + size);
+      },
+      /*tensor_table=*/nullptr, /*type_renamer=*/nullptr,
+      /*memoized_class_types=*/nullptr, /*get_tensor_id=*/nullptr,
+      /*tag_aggregates=*/false);
+  pickler.protocol();
+  pickler.pushIValue(value);
+  pickler.stop();
+
+  std::vector<char> archive;
+  caffe2::serialize::PyTorchStreamWriter writer(
+      [&](const void* data, size_t size) {
+        const char* bytes = static_cast<const char*>(data);
+        archive.insert(archive.end(), bytes, bytes + size);
+        return size;
+      });
+  // The layout of torch.save and pickle_save: data/<n> for the n-th
+  // tensor's storage (the pickle names them "0", "1", ...), then data.pkl.
+  const std::vector<at::Tensor>& tensors = pickler.tensorData();
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    torch::jit::WriteableTensorData storage =
+        torch::jit::getWriteableTensorData(tensors[i]);
+    writer.writeRecord(absl::StrFormat("data/%d", i), storage.data(),
+                       storage.sizeInBytes());
+  }
+  writer.writeRecord("data.pkl", pickled.data(), pickled.size());
+  writer.writeEndOfFile();
+  return archive;
+}
+
 absl::Status SaveStateDict(const std::string& path,
                            const std::map<std::string, at::Tensor>& tensors) {
   c10::Dict<std::string, at::Tensor> dict;
   for (const auto& [name, tensor] : tensors) dict.insert(name, tensor);
   std::vector<char> bytes;
   try {
-    bytes = torch::jit::pickle_save(c10::IValue(dict));
+    bytes = PickleForTorchLoad(c10::IValue(dict));
   } catch (const std::exception& e) {
     return absl::InternalError(
         absl::StrFormat("cannot serialize the model for %s: %s", path, e.what()));
@@ -96,16 +133,29 @@ std::string CheckpointPath(const std::string& dir, int64_t step) {
   return absl::StrFormat("%s/%s%010d%s", dir, kPrefix, step, kSuffix);
 }
 
-absl::Status MakeDirs(const std::string& dir) {
-  std::string partial;
+// Creates `dir` and its missing parents (mode 0777 less the umask) and
+// syncs the parent of each folder it creates, so that a checkpoint in a new
+// folder survives a crash as well as one in an old folder does.
+absl::Status MakeDirs(const std::string& dir, const SyncOptions& sync) {
   for (size_t i = 0; i <= dir.size(); ++i) {
     if (i == dir.size() || (dir[i] == '/' && i > 0)) {
-      partial = dir.substr(0, i);
-      if (mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST) {
+      const std::string partial = dir.substr(0, i);
+      if (mkdir(partial.c_str(), 0777) != 0) {
+        if (errno == EEXIST) continue;
         return absl::PermissionDeniedError(absl::StrFormat(
             "cannot create the checkpoint folder %s: %s; choose a writable "
             "--checkpoint-dir",
             partial, std::strerror(errno)));
+      }
+      const size_t slash = partial.rfind('/');
+      std::string parent = ".";
+      if (slash != std::string::npos) {
+        parent = slash == 0 ? "/" : partial.substr(0, slash);
+      }
+      if (absl::Status synced = SyncFolder(parent, sync); !synced.ok()) {
+        return absl::DataLossError(absl::StrFormat(
+            "created the checkpoint folder %s, but %s", partial,
+            synced.message()));
       }
     }
   }
@@ -128,7 +178,10 @@ absl::StatusOr<TrainingCheckpoint> ReadCheckpoint(const std::string& path) {
       c.model[entry.key().toStringRef()] = entry.value().toTensor();
     }
     c10::impl::GenericDict optimizer = dict.at("optimizer").toGenericDict();
-    c.lr = optimizer.at("param_groups").toList().get(0).toGenericDict().at("lr").toDouble();
+    c10::IValue lr =
+        optimizer.at("param_groups").toList().get(0).toGenericDict().at("lr");
+    // A tensor since PickleForTorchLoad, a float before.
+    c.lr = lr.isTensor() ? lr.toTensor().item<double>() : lr.toDouble();
     c.epoch = dict.at("epoch").toInt();
     c.epoch_position = dict.at("epoch_position").toInt();
     c.step = dict.at("step").toInt();
@@ -144,16 +197,20 @@ absl::StatusOr<TrainingCheckpoint> ReadCheckpoint(const std::string& path) {
 }  // namespace
 
 absl::Status SaveCheckpoint(const std::string& dir,
-                            const TrainingCheckpoint& checkpoint, int keep) {
-  absl::Status made = MakeDirs(dir);
+                            const TrainingCheckpoint& checkpoint, int keep,
+                            const SyncOptions& sync) {
+  absl::Status made = MakeDirs(dir, sync);
   if (!made.ok()) return made;
   c10::impl::GenericDict model = NewDict();
   for (const auto& [name, tensor] : checkpoint.model) model.insert(name, tensor);
+  // Floats as 0-dim float64 tensors: the weights_only unpickler of PyTorch
+  // 1.13 knows no float opcode (2.x reads either).
+  auto real = [](double value) { return at::scalar_tensor(value, at::kDouble); };
   c10::impl::GenericDict group = NewDict();
-  group.insert("lr", checkpoint.lr);
-  group.insert("momentum", 0.0);
-  group.insert("dampening", 0.0);
-  group.insert("weight_decay", 0.0);
+  group.insert("lr", real(checkpoint.lr));
+  group.insert("momentum", real(0.0));
+  group.insert("dampening", real(0.0));
+  group.insert("weight_decay", real(0.0));
   group.insert("nesterov", false);
   c10::impl::GenericList groups(c10::AnyType::get());
   groups.push_back(group);
@@ -170,13 +227,14 @@ absl::Status SaveCheckpoint(const std::string& dir,
   dict.insert("world_size", static_cast<int64_t>(checkpoint.world_size));
   std::vector<char> bytes;
   try {
-    bytes = torch::jit::pickle_save(c10::IValue(dict));
+    bytes = PickleForTorchLoad(c10::IValue(dict));
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrFormat(
         "cannot serialize the checkpoint of step %d: %s", checkpoint.step, e.what()));
   }
-  absl::Status written = WriteFileAtomically(
-      CheckpointPath(dir, checkpoint.step), absl::string_view(bytes.data(), bytes.size()));
+  absl::Status written =
+      WriteFileAtomically(CheckpointPath(dir, checkpoint.step),
+                          absl::string_view(bytes.data(), bytes.size()), sync);
   if (!written.ok()) return written;
   std::vector<int64_t> steps = ListCheckpoints(dir);
   for (size_t i = std::max(keep, 1); i < steps.size(); ++i) {

@@ -14,7 +14,7 @@ trap 'rm -rf "$out"' EXIT
 for i in $(seq 1 "$runs"); do
   start=$(date +%s.%N)
   "$build/launcher/ddprun" --standalone --nproc-per-node 2 \
-    "$build/worker/ddprun-mnist" --epochs 1 --data-dir "$root/data/mnist" \
+    "$build/mnist/ddprun-mnist" --epochs 1 --data-dir "$root/data/mnist" \
     --summary-json "$out/summary$i.json" --save "$out/model.pt" \
     >"$out/log$i" 2>&1
   end=$(date +%s.%N)

@@ -41,7 +41,7 @@ def one_run(build, timeout_s, monitor):
                  "--nproc-per-node", "2", "--max-restarts", "1",
                  "--monitor-interval", monitor, "--worker-timeout", timeout_s,
                  "--shutdown-grace", "1",
-                 os.path.join(build, "worker", "ddprun-mnist"), "--epochs", "3",
+                 os.path.join(build, "mnist", "ddprun-mnist"), "--epochs", "3",
                  "--data-dir", os.path.join(ROOT, "data", "mnist"),
                  "--checkpoint-dir", os.path.join(out, "ckpt"),
                  "--checkpoint-every", "20", "--save", ""],

@@ -62,7 +62,7 @@ def one_run(build, prewarm):
                 [os.path.join(build, "launcher", "ddprun"), "--standalone",
                  "--nproc-per-node", "2", "--max-restarts", "1"]
                 + (["--prewarm"] if prewarm else []) +
-                [os.path.join(build, "worker", "ddprun-mnist"), "--epochs", "3",
+                [os.path.join(build, "mnist", "ddprun-mnist"), "--epochs", "3",
                  "--data-dir", os.path.join(ROOT, "data", "mnist"),
                  "--checkpoint-dir", ckpt, "--checkpoint-every", "20",
                  "--summary-json", os.path.join(out, "summary.json"),

@@ -49,7 +49,7 @@ def main():
     args = parser.parse_args()
     build = os.environ.get("DDPRUN_BUILD_DIR", os.path.join(ROOT, "build"))
     ddprun = os.path.join(build, "launcher", "ddprun")
-    mnist = os.path.join(build, "worker", "ddprun-mnist")
+    mnist = os.path.join(build, "mnist", "ddprun-mnist")
     for path in (ddprun, mnist):
         if not os.access(path, os.X_OK):
             sys.exit(f"{path} is not built; run bench/worker/run.sh or set DDPRUN_BUILD_DIR")

@@ -35,6 +35,6 @@ set(CPACK_DEBIAN_RUNTIME_PACKAGE_RECOMMENDS "libopenblas0-openmp")
 set(CPACK_DEBIAN_RUNTIME_PACKAGE_SUGGESTS "slurm-client, python3-torch")
 # What find_package(ddp) needs to find (ddpConfig.cmake's find_dependency).
 set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS
-  "ddprun (= ${PROJECT_VERSION}), libtorch-dev, libgloo-dev, libgrpc++-dev, libprotobuf-dev, protobuf-compiler-grpc, libabsl-dev, libspdlog-dev, zlib1g-dev, cmake")
+  "ddprun (= ${PROJECT_VERSION}), libtorch-dev, libgloo-dev, libgrpc++-dev, libprotobuf-dev, protobuf-compiler-grpc, libabsl-dev, libspdlog-dev, cmake")
 set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
 include(CPack)

@@ -24,6 +24,13 @@ for unit in ddprun-rendezvous.service ddprun-agent@.service; do
   [[ -f $prefix/lib/systemd/system/$unit ]] || fail "unit $unit not installed"
 done
 [[ -f $prefix/share/doc/ddprun/README.md ]] || fail "docs not installed"
+# libddp's headers are its API: ddprun-mnist's parts (mnist/) are a program
+# that links libddp, not part of it.
+include_root=$(find "$prefix" -type d -path '*/include/ddp' -print -quit)
+[[ -n $include_root ]] || fail "no include/ddp under $prefix"
+if find "$include_root" -name '*mnist*' -o -name 'train_summary.h' | grep .; then
+  fail "ddprun-mnist's headers are installed as libddp's API (above)"
+fi
 
 cmake -S "$source_dir/tests/deploy/consumer" -B "$work/consumer" -G Ninja \
   -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=Release \

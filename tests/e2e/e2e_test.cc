@@ -27,7 +27,7 @@ constexpr double kMinAccuracy = 0.85;
 
 std::string Ddprun() { return BinaryPath("launcher/ddprun"); }
 std::string Rendezvous() { return BinaryPath("rendezvous/ddprun-rendezvous"); }
-std::string Mnist() { return BinaryPath("worker/ddprun-mnist"); }
+std::string Mnist() { return BinaryPath("mnist/ddprun-mnist"); }
 
 std::vector<std::string> MnistArgs(const TempDir& dir) {
   return {Mnist(),          "--epochs",       "1",
@@ -70,6 +70,45 @@ TEST(E2eTest, MnistRunsAloneWithoutDdprun) {
   ASSERT_TRUE(run.exit.ok()) << run.exit.ToString() << "\n" << run.err;
   ExpectTrained(dir, 1);
 }
+
+// ddprun-mnist --hidden 8192: an MLP of 6.5 M parameters, 26 MB of
+// gradients per step (the seed's: 0.4 MB), trained for one epoch under
+// ddprun at world 2 and 3 with the default gradient sync. The epoch is
+// over the first kWideTrainSamples samples, to keep CI's time in bounds.
+constexpr int kWideHidden = 8192;
+constexpr int kWideTrainSamples = 6000;
+constexpr double kWideMinAccuracy = 0.80;
+
+class WideMlpTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(WideMlpTest, TrainsOneEpochUnderDdprun) {
+  const int world = GetParam();
+  TempDir dir;
+  RunResult run = RunCommand(
+      {Ddprun(), "--standalone", "--nproc-per-node", std::to_string(world),
+       Mnist(), "--hidden", std::to_string(kWideHidden), "--epochs", "1",
+       "--data-dir", MnistDir(), "--train-limit",
+       std::to_string(kWideTrainSamples), "--summary-json",
+       dir.File("summary.json"), "--save", "", "--no-progress"},
+      absl::Minutes(8));
+  ASSERT_FALSE(run.timed_out) << run.err;
+  ASSERT_TRUE(run.exit.ok()) << run.exit.ToString() << "\n" << run.err;
+  std::string summary = ExpectTrainedSummary(dir.File("summary.json"), world,
+                                             kWideMinAccuracy);
+  // nn.Linear(784, h) and nn.Linear(h, 10): weights and biases.
+  EXPECT_EQ(SummaryNumber(summary, "parameters"),
+            784.0 * kWideHidden + kWideHidden + kWideHidden * 10.0 + 10)
+      << summary;
+  EXPECT_EQ(SummaryNumber(summary, "epochs"), 1) << summary;
+  EXPECT_EQ(SummaryNumber(summary, "steps"),
+            (kWideTrainSamples / world + 31) / 32)
+      << summary;
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, WideMlpTest, ::testing::Values(2, 3),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return absl::StrCat("World", info.param);
+                         });
 
 // Reads "ddprun-rendezvous listening on HOST:PORT" from the server's stdout.
 std::string WaitForListeningLine(const std::string& stdout_path) {

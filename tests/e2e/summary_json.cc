@@ -1,10 +1,19 @@
 #include "tests/e2e/summary_json.h"
 
+#include <dirent.h>
+#include <signal.h>
+
 #include <cstdlib>
 
 #include <gtest/gtest.h>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/time/time.h"
+#include "tests/testing/subprocess.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/wait_for.h"
 
 namespace ddprun::testing {
 
@@ -32,6 +41,61 @@ std::string ExpectTrainedSummary(const std::string& path, int world_size,
   EXPECT_TRUE(accuracy.has_value()) << summary;
   EXPECT_GE(accuracy.value_or(0), min_accuracy) << summary;
   return summary;
+}
+
+namespace {
+
+// The state letter of /proc/<pid>/stat ('T' stopped, 'Z' zombie); 0 when
+// the process is gone.
+char ProcessState(pid_t pid) {
+  std::string stat = ReadFileOrEmpty(absl::StrCat("/proc/", pid, "/stat"));
+  size_t close = stat.rfind(')');
+  if (close == std::string::npos || close + 2 >= stat.size()) return 0;
+  return stat[close + 2];
+}
+
+}  // namespace
+
+bool FreezeProcesses(const std::vector<pid_t>& pids) {
+  for (pid_t pid : pids) kill(pid, SIGSTOP);
+  return WaitFor(
+      [&] {
+        for (pid_t pid : pids) {
+          char state = ProcessState(pid);
+          if (state != 0 && state != 'T' && state != 't' && state != 'Z') {
+            return false;
+          }
+        }
+        return true;
+      },
+      absl::Seconds(30));
+}
+
+std::optional<int64_t> NewestCheckpointStep(const std::string& dir) {
+  std::optional<int64_t> newest;
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return newest;
+  while (struct dirent* entry = readdir(d)) {
+    absl::string_view name = entry->d_name;
+    int64_t step = 0;
+    if (absl::ConsumePrefix(&name, "ckpt-") &&
+        absl::ConsumeSuffix(&name, ".pt") && absl::SimpleAtoi(name, &step) &&
+        (!newest.has_value() || step > *newest)) {
+      newest = step;
+    }
+  }
+  closedir(d);
+  return newest;
+}
+
+void ExpectResumedFrom(const std::string& path, int64_t step) {
+  std::string summary = ReadFileOrEmpty(path);
+  ASSERT_FALSE(summary.empty()) << "rank 0 wrote no --summary-json";
+  EXPECT_GT(step, 0);
+  EXPECT_EQ(SummaryNumber(summary, "resumed_from_step"),
+            static_cast<double>(step))
+      << "the job did not resume from its checkpoint of step " << step
+      << ": " << summary;
 }
 
 }  // namespace ddprun::testing

@@ -62,7 +62,7 @@ grep -q 'nccl_group.cc' "$BUILD/build.ninja" ||
   fail "configured without NCCL: this LibTorch has no torch_cuda target"
 ninja -C "$BUILD" ddprun-mnist ddprun-rendezvous pg_helper >"$work/build.log" 2>&1 ||
   { tail -40 "$work/build.log"; fail "build"; }
-mnist=$BUILD/worker/ddprun-mnist
+mnist=$BUILD/mnist/ddprun-mnist
 helper=$BUILD/tests/worker/pg_helper
 
 # A rendezvous server for the multi-rank runs; its first line names the port.

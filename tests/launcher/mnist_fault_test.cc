@@ -1,7 +1,11 @@
 // Issue 4's fault tests with the real trainer: ddprun-mnist on real MNIST,
 // something breaks mid-training, and the job still finishes with a good
-// accuracy, resuming from its checkpoint. Registered only in builds that
-// have ddprun-mnist (it needs LibTorch).
+// accuracy, resuming from its checkpoint. Before each fault the workers are
+// frozen (SIGSTOP), so that the test knows the newest checkpoint and checks
+// that the job resumed from exactly that step: one epoch from scratch also
+// passes the accuracy floor, a resume from random weights would not pass
+// that check. Registered only in builds that have ddprun-mnist (it needs
+// LibTorch).
 #include <dirent.h>
 #include <signal.h>
 
@@ -27,15 +31,14 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// Several epochs over this slice reach well above kMinAccuracy; a restart
-// that lost the model or the sampler's place does not break that, a broken
-// resume (e.g. from random weights at the last epoch) may.
+// Several epochs over this slice reach well above kMinAccuracy (so does
+// one: ExpectResumedFrom is the check of the resume).
 constexpr int kTrainSamples = 20000;
 constexpr int kEpochs = 4;
 constexpr double kMinAccuracy = 0.85;
 
 std::string Ddprun() { return BinaryPath("launcher/ddprun"); }
-std::string Mnist() { return BinaryPath("worker/ddprun-mnist"); }
+std::string Mnist() { return BinaryPath("mnist/ddprun-mnist"); }
 
 std::vector<std::string> Concat(std::vector<std::string> a,
                                 const std::vector<std::string>& b) {
@@ -61,10 +64,9 @@ std::vector<std::string> MnistArgs(const TempDir& dir) {
           dir.File("model.pt")};
 }
 
+// A complete checkpoint (not only the temporary file of the first).
 bool HasCheckpoint(const TempDir& dir) {
-  std::error_code ec;
-  auto it = std::filesystem::directory_iterator(dir.File("checkpoints"), ec);
-  return !ec && it != std::filesystem::directory_iterator();
+  return NewestCheckpointStep(dir.File("checkpoints")).has_value();
 }
 
 // The direct children of `pid` (its workers), from /proc.
@@ -82,6 +84,16 @@ std::vector<pid_t> Children(pid_t pid) {
 
 void ExpectTrained(const TempDir& dir, int world_size) {
   ExpectTrainedSummary(dir.File("summary.json"), world_size, kMinAccuracy);
+}
+
+// Freezes `workers` and returns the newest checkpoint's step: the one the
+// job must resume from. -1 (and a failure) when there is none.
+int64_t FreezeAndReadResumeStep(const TempDir& dir,
+                                const std::vector<pid_t>& workers) {
+  EXPECT_TRUE(FreezeProcesses(workers));
+  std::optional<int64_t> step = NewestCheckpointStep(dir.File("checkpoints"));
+  EXPECT_TRUE(step.has_value()) << "no checkpoint";
+  return step.value_or(-1);
 }
 
 struct Job {
@@ -108,7 +120,8 @@ TEST(MnistFaultTest, KillNineOfAWorkerMidEpochResumesAndFinishes) {
   ASSERT_TRUE(WaitFor([&] { return HasCheckpoint(dir); }, absl::Minutes(2)))
       << job.err();
   std::vector<pid_t> workers = Children(job.agent.pid());
-  ASSERT_FALSE(workers.empty()) << job.err();
+  ASSERT_EQ(workers.size(), 2u) << job.err();
+  const int64_t resume_step = FreezeAndReadResumeStep(dir, workers);
   ASSERT_EQ(kill(workers.back(), SIGKILL), 0);
   std::optional<ExitInfo> exit = job.agent.Wait(absl::Minutes(4));
   ASSERT_TRUE(exit.has_value()) << job.err();
@@ -116,6 +129,7 @@ TEST(MnistFaultTest, KillNineOfAWorkerMidEpochResumesAndFinishes) {
   EXPECT_THAT(job.err(), HasSubstr("signal SIGKILL"));
   EXPECT_THAT(job.err(), HasSubstr("restart 1/2"));
   ExpectTrained(dir, 2);
+  ExpectResumedFrom(dir.File("summary.json"), resume_step);
 }
 
 TEST(MnistFaultTest, AHungWorkerIsDetectedAndTheJobFinishes) {
@@ -126,14 +140,15 @@ TEST(MnistFaultTest, AHungWorkerIsDetectedAndTheJobFinishes) {
   ASSERT_TRUE(WaitFor([&] { return HasCheckpoint(dir); }, absl::Minutes(2)))
       << job.err();
   std::vector<pid_t> workers = Children(job.agent.pid());
-  ASSERT_FALSE(workers.empty()) << job.err();
-  // A stopped process makes no progress and does not die: a hang.
-  ASSERT_EQ(kill(workers.back(), SIGSTOP), 0);
+  ASSERT_EQ(workers.size(), 2u) << job.err();
+  // Stopped processes make no progress and do not die: a hang.
+  const int64_t resume_step = FreezeAndReadResumeStep(dir, workers);
   std::optional<ExitInfo> exit = job.agent.Wait(absl::Minutes(4));
   ASSERT_TRUE(exit.has_value()) << job.err();
   ASSERT_TRUE(exit->ok()) << exit->ToString() << "\n" << job.err();
   EXPECT_THAT(job.err(), HasSubstr("hung"));
   ExpectTrained(dir, 2);
+  ExpectResumedFrom(dir.File("summary.json"), resume_step);
 }
 
 TEST(MnistFaultTest, AWorkerThatAlwaysFailsEndsTheJobWithASummary) {
@@ -178,6 +193,10 @@ TEST(MnistFaultTest, TheSurvivorOfAKilledAgentFinishesAlone) {
   ASSERT_TRUE(WaitFor([&] { return HasCheckpoint(dir); }, absl::Minutes(2)))
       << survivor.err() << victim.err();
   std::vector<pid_t> orphans = Children(victim.agent.pid());
+  std::vector<pid_t> workers = Children(survivor.agent.pid());
+  workers.insert(workers.end(), orphans.begin(), orphans.end());
+  ASSERT_EQ(workers.size(), 2u) << survivor.err() << victim.err();
+  const int64_t resume_step = FreezeAndReadResumeStep(dir, workers);
   victim.agent.Signal(SIGKILL);
   ASSERT_TRUE(victim.agent.Wait(absl::Seconds(10)).has_value());
   EXPECT_TRUE(WaitFor(
@@ -192,6 +211,7 @@ TEST(MnistFaultTest, TheSurvivorOfAKilledAgentFinishesAlone) {
   ASSERT_TRUE(exit.has_value()) << survivor.err();
   ASSERT_TRUE(exit->ok()) << exit->ToString() << "\n" << survivor.err();
   ExpectTrained(dir, 1);
+  ExpectResumedFrom(dir.File("summary.json"), resume_step);
 }
 
 TEST(MnistFaultTest, AThirdAgentJoiningScalesTheJobUp) {
@@ -210,6 +230,10 @@ TEST(MnistFaultTest, AThirdAgentJoiningScalesTheJobUp) {
   jobs.push_back(StartJob(dir, flags, "agent1"));
   ASSERT_TRUE(WaitFor([&] { return HasCheckpoint(dir); }, absl::Minutes(2)))
       << jobs[0].err() << jobs[1].err();
+  std::vector<pid_t> workers = Children(jobs[0].agent.pid());
+  for (pid_t pid : Children(jobs[1].agent.pid())) workers.push_back(pid);
+  ASSERT_EQ(workers.size(), 2u) << jobs[0].err() << jobs[1].err();
+  const int64_t resume_step = FreezeAndReadResumeStep(dir, workers);
   jobs.push_back(StartJob(dir, flags, "agent2"));
   for (Job& job : jobs) {
     std::optional<ExitInfo> exit = job.agent.Wait(absl::Minutes(4));
@@ -220,6 +244,7 @@ TEST(MnistFaultTest, AThirdAgentJoiningScalesTheJobUp) {
   EXPECT_THAT(jobs[0].err(), HasSubstr("of 3, ranks 0..0 of 3"));
   EXPECT_THAT(jobs[0].err(), HasSubstr("restart 0/0"));
   ExpectTrained(dir, 3);
+  ExpectResumedFrom(dir.File("summary.json"), resume_step);
 }
 
 }  // namespace

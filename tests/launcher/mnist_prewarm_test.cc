@@ -60,10 +60,9 @@ bool WaitsOnPipe(pid_t pid) {
   return absl::EndsWith(ReadProc(pid, "wchan"), "pipe_read");
 }
 
+// A complete checkpoint (not only the temporary file of the first).
 bool HasCheckpoint(const TempDir& dir) {
-  std::error_code ec;
-  auto it = std::filesystem::directory_iterator(dir.File("checkpoints"), ec);
-  return !ec && it != std::filesystem::directory_iterator();
+  return NewestCheckpointStep(dir.File("checkpoints")).has_value();
 }
 
 TEST(MnistPrewarmTest, AKilledWorkerIsReplacedByPrewarmedProcesses) {
@@ -78,7 +77,7 @@ TEST(MnistPrewarmTest, AKilledWorkerIsReplacedByPrewarmedProcesses) {
                   "2",
                   "--monitor-interval",
                   "0.1",
-                  BinaryPath("worker/ddprun-mnist"),
+                  BinaryPath("mnist/ddprun-mnist"),
                   "--epochs",
                   "4",
                   "--data-dir",
@@ -121,6 +120,11 @@ TEST(MnistPrewarmTest, AKilledWorkerIsReplacedByPrewarmedProcesses) {
     if (!IsStandby(pid)) workers.push_back(pid);
   }
   ASSERT_EQ(workers.size(), 2u) << err();
+  // Frozen, they write no other checkpoint: the job must resume from this.
+  ASSERT_TRUE(FreezeProcesses(workers));
+  std::optional<int64_t> resume_step =
+      NewestCheckpointStep(dir.File("checkpoints"));
+  ASSERT_TRUE(resume_step.has_value());
   ASSERT_EQ(kill(workers.back(), SIGKILL), 0);
 
   std::optional<ExitInfo> exit = agent->Wait(absl::Minutes(4));
@@ -142,8 +146,7 @@ TEST(MnistPrewarmTest, AKilledWorkerIsReplacedByPrewarmedProcesses) {
   std::string summary = ReadFileOrEmpty(dir.File("summary.json"));
   ASSERT_FALSE(summary.empty()) << "rank 0 wrote no --summary-json\n" << log;
   EXPECT_EQ(SummaryNumber(summary, "world_size"), 2) << summary;
-  EXPECT_GE(SummaryNumber(summary, "resumed_from_step").value_or(-1), 0)
-      << summary;
+  ExpectResumedFrom(dir.File("summary.json"), *resume_step);
   std::optional<double> accuracy = SummaryNumber(summary, "test_accuracy");
   ASSERT_TRUE(accuracy.has_value()) << summary;
   EXPECT_GE(*accuracy, kMinAccuracy) << summary;
@@ -165,7 +168,7 @@ TEST(MnistPrewarmTest, TwoNodesRestartWithTheirStandbys) {
                     (*server)->endpoint(), "--rdzv-id", "prewarm-2",
                     "--max-restarts", "2", "--monitor-interval", "0.1",
                     "--rdzv-conf", "heartbeat_interval=0.2",
-                    BinaryPath("worker/ddprun-mnist"), "--epochs", "4",
+                    BinaryPath("mnist/ddprun-mnist"), "--epochs", "4",
                     "--data-dir", MnistDir(), "--checkpoint-dir",
                     dir.File("checkpoints"), "--checkpoint-every", "50",
                     "--summary-json", dir.File("summary.json"), "--save", ""};
@@ -195,6 +198,16 @@ TEST(MnistPrewarmTest, TwoNodesRestartWithTheirStandbys) {
       },
       absl::Minutes(2)))
       << logs();
+  std::vector<pid_t> workers;
+  for (Subprocess& agent : agents) {
+    for (pid_t pid : Children(agent.pid())) {
+      if (!IsStandby(pid)) workers.push_back(pid);
+    }
+  }
+  ASSERT_TRUE(FreezeProcesses(workers));
+  std::optional<int64_t> resume_step =
+      NewestCheckpointStep(dir.File("checkpoints"));
+  ASSERT_TRUE(resume_step.has_value());
   ASSERT_EQ(kill(victim, SIGKILL), 0);
   for (Subprocess& agent : agents) {
     std::optional<ExitInfo> exit = agent.Wait(absl::Minutes(4));
@@ -211,6 +224,7 @@ TEST(MnistPrewarmTest, TwoNodesRestartWithTheirStandbys) {
   EXPECT_EQ(SummaryNumber(summary, "world_size"), 2) << summary;
   EXPECT_GE(SummaryNumber(summary, "test_accuracy").value_or(0), kMinAccuracy)
       << summary;
+  ExpectResumedFrom(dir.File("summary.json"), *resume_step);
 }
 
 }  // namespace

@@ -16,7 +16,7 @@ namespace ddprun::testing {
 namespace {
 
 std::string Ddprun() { return BinaryPath("launcher/ddprun"); }
-std::string Mnist() { return BinaryPath("worker/ddprun-mnist"); }
+std::string Mnist() { return BinaryPath("mnist/ddprun-mnist"); }
 
 class MnistTlsTest : public ::testing::Test {
  protected:

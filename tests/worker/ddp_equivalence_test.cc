@@ -11,12 +11,12 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "mnist/mnist_model.h"
 #include "rendezvous/server.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/worker/worker_test_util.h"
 #include "worker/checkpoint.h"
-#include "worker/mnist_model.h"
 
 namespace ddprun::worker {
 namespace {
@@ -36,7 +36,7 @@ class DdpEquivalenceTest : public ::testing::Test {
                                 const std::vector<std::string>& extra,
                                 int steps = kSteps) {
     std::vector<std::string> argv = {
-        BinaryPath("worker/ddprun-mnist"), "--data-dir", MnistDir(),
+        BinaryPath("mnist/ddprun-mnist"), "--data-dir", MnistDir(),
         "--epochs", "100", "--max-steps", std::to_string(steps),
         "--train-limit", "1024", "--test-limit", "100", "--seed", "7",
         "--batch-size", std::to_string(batch), "--backend", "gloo",

@@ -1,6 +1,8 @@
 // A missing or corrupt MNIST file ends ddprun-mnist quickly with one clear
 // error line naming the file and the fix, and a non-zero exit.
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -38,7 +40,7 @@ std::vector<std::string> ErrorLines(const std::string& err) {
 }
 
 void ExpectOneClearError(const std::string& data_dir, const std::string& names) {
-  auto result = RunCommand({BinaryPath("worker/ddprun-mnist"), "--data-dir",
+  auto result = RunCommand({BinaryPath("mnist/ddprun-mnist"), "--data-dir",
                             data_dir, "--epochs", "1", "--save", ""},
                            absl::Seconds(60));
   ASSERT_FALSE(result.timed_out);
@@ -102,6 +104,34 @@ TEST(MnistBadInputTest, ImageAndLabelCountsDiffer) {
   ExpectOneClearError(dir.path(), dir.File("t10k-labels-idx1-ubyte"));
 }
 
+// --hidden: one clear error naming the flag, the value and the range,
+// before anything slow starts.
+void ExpectHiddenRefused(const std::vector<std::string>& flags,
+                         const std::string& value, const std::string& fix) {
+  std::vector<std::string> argv = {BinaryPath("mnist/ddprun-mnist"),
+                                   "--data-dir", MnistDir(), "--save", ""};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  auto result = RunCommand(argv, absl::Seconds(60));
+  ASSERT_FALSE(result.timed_out);
+  EXPECT_NE(result.exit.exit_code, 0) << result.exit.ToString();
+  std::vector<std::string> lines = ErrorLines(result.err);
+  ASSERT_EQ(lines.size(), 1u) << result.err;
+  EXPECT_TRUE(absl::StrContains(lines[0], "--hidden " + value)) << lines[0];
+  EXPECT_TRUE(absl::StrContains(lines[0], fix)) << lines[0];
+  EXPECT_FALSE(absl::StrContains(result.err, "training")) << result.err;
+}
+
+TEST(MnistBadInputTest, HiddenOutOfRange) {
+  ExpectHiddenRefused({"--hidden", "0"}, "0", "1 to 65536");
+  ExpectHiddenRefused({"--hidden=-5"}, "-5", "1 to 65536");
+  ExpectHiddenRefused({"--hidden", "65537"}, "65537", "1 to 65536");
+}
+
+TEST(MnistBadInputTest, HiddenWithTheCnn) {
+  ExpectHiddenRefused({"--model", "cnn", "--hidden", "64"}, "64",
+                      "--model mlp only");
+}
+
 }  // namespace
 }  // namespace ddprun::worker
 
@@ -113,7 +143,7 @@ TEST(MnistDatasetTest, FashionMnistFromDebiansGzippedFiles) {
   if (ReadFileOrEmpty(dir + "/t10k-labels-idx1-ubyte.gz").empty()) {
     GTEST_SKIP() << "dataset-fashion-mnist is not installed";
   }
-  auto result = RunCommand({BinaryPath("worker/ddprun-mnist"), "--dataset",
+  auto result = RunCommand({BinaryPath("mnist/ddprun-mnist"), "--dataset",
                             "fashion-mnist", "--epochs", "1", "--train-limit",
                             "6400", "--save", "", "--no-progress"},
                            absl::Seconds(120));

@@ -16,8 +16,8 @@
 #include <gtest/gtest.h>
 
 #include "absl/cleanup/cleanup.h"
+#include "mnist/mnist_data.h"
 #include "tests/testing/temp_dir.h"
-#include "worker/mnist_data.h"
 
 namespace ddprun::worker {
 namespace {

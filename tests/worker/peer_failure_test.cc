@@ -32,7 +32,7 @@ TEST_P(PeerFailureTest, SurvivorExitsWithClearErrorAndErrorFile) {
   std::vector<::ddprun::testing::Subprocess> ranks;
   for (int rank = 0; rank < 2; ++rank) {
     ::ddprun::testing::SubprocessOptions options;
-    options.argv = {::ddprun::testing::BinaryPath("worker/ddprun-mnist"),
+    options.argv = {::ddprun::testing::BinaryPath("mnist/ddprun-mnist"),
                     "--data-dir", ::ddprun::testing::MnistDir(), "--epochs", "1000",
                     "--train-limit", "6400", "--test-limit", "100", "--save", "",
                     "--no-progress", GetParam()};

@@ -36,7 +36,7 @@ TEST(ProgressTest, WorkerWritesOneRecordPerStepToTheAgentsPipe) {
   ASSERT_EQ(pipe(fds), 0);
   ::ddprun::testing::TempDir dir;
   ::ddprun::testing::SubprocessOptions options;
-  options.argv = {BinaryPath("worker/ddprun-mnist"), "--data-dir", MnistDir(),
+  options.argv = {BinaryPath("mnist/ddprun-mnist"), "--data-dir", MnistDir(),
                   "--epochs", "1", "--max-steps", "25", "--train-limit",
                   "3200", "--test-limit", "100", "--save", ""};
   options.env = {{"DDPRUN_PROGRESS_FD", std::to_string(fds[1])}};
@@ -67,7 +67,7 @@ TEST(ProgressTest, ClosedPipeDoesNotKillTheWorker) {
   ASSERT_EQ(pipe(fds), 0);
   close(fds[0]);  // nobody reads: writes fail with EPIPE
   auto result = ::ddprun::testing::RunCommand(
-      {BinaryPath("worker/ddprun-mnist"), "--data-dir", MnistDir(), "--epochs",
+      {BinaryPath("mnist/ddprun-mnist"), "--data-dir", MnistDir(), "--epochs",
        "1", "--max-steps", "5", "--train-limit", "640", "--test-limit", "100",
        "--save", ""},
       absl::Seconds(60), {{"DDPRUN_PROGRESS_FD", std::to_string(fds[1])}});

@@ -13,6 +13,7 @@ struct MnistTrainOptions {
   std::string data_dir;  // empty: data/mnist, or Debian's fashion-mnist
   std::string dataset = "mnist";  // mnist | fashion-mnist
   std::string model = "mlp";      // mlp (the seed) | cnn
+  int hidden = 128;  // mlp: width of the hidden layer (the seed's: 128)
   uint64_t seed = 0;
   int batch_size = 32;  // per rank
   double lr = 0.01;

@@ -1,4 +1,4 @@
-#include "worker/mnist_data.h"
+#include "mnist/mnist_data.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

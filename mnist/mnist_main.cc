@@ -2,9 +2,9 @@
 // MnistTrainOptions and runs RunMnistTraining; nothing else lives here.
 #include "CLI/CLI.hpp"
 #include "common/logging.h"
+#include "mnist/mnist_trainer.h"
 #include "worker/error_file.h"
 #include "worker/fast_exit.h"
-#include "worker/mnist_trainer.h"
 
 int main(int argc, char** argv) {
   ddprun::worker::MnistTrainOptions o;
@@ -17,6 +17,9 @@ int main(int argc, char** argv) {
   app.add_option("--dataset", o.dataset, "mnist or fashion-mnist")
       ->capture_default_str();
   app.add_option("--model", o.model, "mlp (the seed) or cnn")
+      ->capture_default_str();
+  app.add_option("--hidden", o.hidden,
+                 "Width of the MLP's hidden layer (1 to 65536)")
       ->capture_default_str();
   app.add_option("--seed", o.seed, "Seed of init and shuffling")
       ->capture_default_str();

@@ -12,6 +12,7 @@ struct TrainSummary {
   int world_size = 1;
   int epochs = 0;  // epochs reached (a partial one counts)
   int64_t steps = 0;
+  int64_t parameters = 0;      // the model's
   double samples_per_sec = 0;  // all ranks together, training time only
   double test_accuracy = 0;    // in [0, 1]
   double wall_seconds = 0;     // from process start

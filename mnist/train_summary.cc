@@ -1,4 +1,4 @@
-#include "worker/train_summary.h"
+#include "mnist/train_summary.h"
 
 #include <fstream>
 
@@ -10,13 +10,14 @@ absl::Status WriteTrainSummary(const std::string& path, const TrainSummary& s) {
   std::ofstream out(path);
   out << absl::StrFormat(
       "{\"world_size\": %d, \"epochs\": %d, \"steps\": %d, "
+      "\"parameters\": %d, "
       "\"samples_per_sec\": %.1f, \"test_accuracy\": %.6f, "
       "\"wall_seconds\": %.3f, \"time_to_first_step_seconds\": %.3f, "
       "\"final_loss\": %.6f, \"allreduce_seconds_per_step\": %.6f, "
       "\"resumed_from_step\": %d, \"first_step_unix_seconds\": %.3f}\n",
-      s.world_size, s.epochs, s.steps, s.samples_per_sec, s.test_accuracy,
-      s.wall_seconds, s.time_to_first_step_seconds, s.final_loss,
-      s.allreduce_seconds_per_step, s.resumed_from_step,
+      s.world_size, s.epochs, s.steps, s.parameters, s.samples_per_sec,
+      s.test_accuracy, s.wall_seconds, s.time_to_first_step_seconds,
+      s.final_loss, s.allreduce_seconds_per_step, s.resumed_from_step,
       s.first_step_unix_seconds);
   out.close();
   if (!out) {

@@ -1,0 +1,490 @@
+#include "mnist/mnist_trainer.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <future>
+#include <memory>
+#include <optional>
+#include <utility>
+
+#include <ATen/ATen.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/optim/sgd.h>
+#include <torch/utils.h>
+
+#include "absl/strings/str_format.h"
+#include "common/worker_env.h"
+#include "mnist/mnist_data.h"
+#include "mnist/mnist_model.h"
+#include "mnist/train_summary.h"
+#include "spdlog/spdlog.h"
+#include "worker/checkpoint.h"
+#include "worker/ddp.h"
+#include "worker/distributed_sampler.h"
+#include "worker/nccl_group.h"
+#include "worker/process_group.h"
+#include "worker/process_start.h"
+#include "worker/progress.h"
+#include "worker/standby.h"
+#include "worker/worker_env.h"
+
+namespace ddprun::worker {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Share of `split` the model classifies right, in [0, 1].
+double Accuracy(torch::nn::Sequential& model, const MnistSplit& split,
+                const c10::Device& device) {
+  at::NoGradGuard no_grad;
+  constexpr int64_t kChunk = 2000;
+  int64_t correct = 0;
+  for (int64_t start = 0; start < split.size(); start += kChunk) {
+    int64_t n = std::min(kChunk, split.size() - start);
+    at::Tensor x = split.images.narrow(0, start, n).to(device);
+    at::Tensor y = split.labels.narrow(0, start, n).to(device);
+    correct += model->forward(x).argmax(1).eq(y).sum().item<int64_t>();
+  }
+  return split.size() == 0 ? 0.0
+                           : static_cast<double>(correct) / split.size();
+}
+
+// Where training starts: fresh, or from the newest checkpoint.
+struct StartPoint {
+  int64_t epoch = 0;
+  int64_t epoch_position = 0;
+  int64_t step = 0;
+  int64_t resumed_from = -1;
+};
+
+// Loads the newest checkpoint into `model` (every rank that can read it;
+// parameters are broadcast from rank 0 afterwards anyway) and agrees on
+// where to continue with rank 0.
+absl::StatusOr<StartPoint> Resume(const MnistTrainOptions& options,
+                                  const WorkerEnv& env,
+                                  const ProcessGroup& group,
+                                  torch::nn::Sequential& model) {
+  StartPoint start;
+  if (!options.checkpoint_dir.empty()) {
+    auto newest = LoadNewestCheckpoint(options.checkpoint_dir);
+    if (!newest.ok()) return newest.status();
+    if (newest->has_value()) {
+      const TrainingCheckpoint& c = **newest;
+      at::NoGradGuard no_grad;
+      for (auto& item : model->named_parameters()) {
+        auto it = c.model.find(item.key());
+        if (it == c.model.end() || !it->second.sizes().equals(item.value().sizes())) {
+          return absl::FailedPreconditionError(absl::StrFormat(
+              "checkpoint in %s does not fit --model %s%s (parameter %s); "
+              "use another --checkpoint-dir",
+              options.checkpoint_dir, options.model,
+              options.model == "mlp"
+                  ? absl::StrFormat(" --hidden %d", options.hidden)
+                  : std::string(),
+              item.key()));
+        }
+        item.value().copy_(it->second);
+      }
+      start.epoch = c.epoch;
+      start.epoch_position = c.epoch_position;
+      start.step = c.step;
+      start.resumed_from = c.step;
+      if (c.seed != options.seed) {
+        spdlog::warn("checkpoint was written with --seed {}, now {}; the "
+                     "sample order changes",
+                     c.seed, options.seed);
+      }
+      if (c.world_size != env.world_size && env.rank == 0) {
+        spdlog::info(
+            "checkpoint was written by {} ranks, now {}: the epoch continues "
+            "after the {} samples already trained, split over the new ranks",
+            c.world_size, env.world_size, c.epoch_position);
+      }
+    }
+  }
+  if (group.collectives) {
+    // Rank 0's view wins, so that ranks that could not read the folder
+    // (no shared file system) still agree.
+    // On the group's device: NCCL broadcasts CUDA tensors only.
+    std::vector<at::Tensor> counters = {
+        at::tensor({start.epoch, start.epoch_position, start.step,
+                    start.resumed_from},
+                   at::kLong)
+            .to(group.device)};
+    ::c10d::BroadcastOptions root0;
+    root0.rootRank = 0;
+    group.collectives->broadcast(counters, root0)->wait();
+    at::Tensor on_host = counters[0].cpu();
+    const int64_t* v = on_host.data_ptr<int64_t>();
+    start = {v[0], v[1], v[2], v[3]};
+  }
+  return start;
+}
+
+absl::Status ValidateOptions(const MnistTrainOptions& o) {
+  if (o.batch_size < 1 || o.epochs < 1 || o.lr <= 0 || o.accumulate < 1 ||
+      o.bucket_mb <= 0 || o.max_steps < 0 || o.checkpoint_every < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--batch-size %d, --epochs %d, --lr %g, --accumulate %d and "
+        "--bucket-mb %g must be positive; --max-steps %d and "
+        "--checkpoint-every %d must not be negative",
+        o.batch_size, o.epochs, o.lr, o.accumulate, o.bucket_mb, o.max_steps,
+        o.checkpoint_every));
+  }
+  return absl::OkStatus();
+}
+
+// Everything one run holds from set-up to finish. Built in place by SetUp
+// (DataParallel keeps a reference to the group, the optimizer to the
+// model's parameters).
+struct Training {
+  explicit Training(const MnistTrainOptions& o) : options(o) {}
+  const MnistTrainOptions& options;
+  WorkerEnv env;
+  bool lead = false;
+  int world = 1;
+  ProcessGroup group;
+  MnistData data;
+  torch::nn::Sequential model{nullptr};
+  StartPoint start;
+  std::optional<DataParallel> ddp;
+  std::optional<torch::optim::SGD> optimizer;
+  std::optional<DistributedSampler> sampler;
+  std::optional<ProgressReporter> progress;
+  int64_t per_step = 0;  // samples per optimizer step and rank
+  int64_t steps_per_epoch = 0;
+
+  // Where training stands.
+  TrainSummary summary;
+  int64_t step = 0;
+  int64_t samples_trained = 0;  // by this rank, this run
+  double train_seconds = 0;
+  double loss_value = 0;
+  bool stop = false;
+};
+
+// What needs no round: the options checked, the model built, the data
+// checked and loading on a thread of its own.
+struct BeforeRound {
+  BackendKind backend = BackendKind::kAuto;
+  torch::nn::Sequential model{nullptr};
+  std::future<absl::StatusOr<MnistData>> loading;
+};
+
+absl::StatusOr<BeforeRound> PrepareBeforeRound(
+    const MnistTrainOptions& options) {
+  at::set_num_threads(1);
+  if (absl::Status valid = ValidateOptions(options); !valid.ok()) return valid;
+  spdlog::debug("{:.3f} s after start: main", SecondsSinceProcessStart());
+  absl::StatusOr<DatasetKind> dataset = ParseDataset(options.dataset);
+  if (!dataset.ok()) return dataset.status();
+  BeforeRound prepared;
+  absl::StatusOr<BackendKind> backend = ParseBackend(options.backend);
+  if (!backend.ok()) return backend.status();
+  prepared.backend = *backend;
+  torch::manual_seed(options.seed);
+  absl::StatusOr<torch::nn::Sequential> made =
+      MakeMnistModel(options.model, options.hidden);
+  if (!made.ok()) return made.status();
+  prepared.model = *made;
+
+  MnistOptions data_options;
+  data_options.data_dir = options.data_dir;
+  data_options.dataset = *dataset;
+  data_options.train_limit = options.train_limit;
+  data_options.test_limit = options.test_limit;
+  // The node's workers decode the set once (prewarmed ones too: ddprun sets
+  // this before their round).
+  if (const char* shm = std::getenv(common::env::kShmDir); shm != nullptr) {
+    data_options.cache_dir = shm;
+  }
+  // Bad files fail here at once; the loading itself overlaps the wait for
+  // the round and the forming of the process group (CPU and memory against
+  // mostly waiting on peers).
+  if (absl::Status files = CheckMnistFiles(data_options); !files.ok()) {
+    return files;
+  }
+  prepared.loading = std::async(std::launch::async, [data_options] {
+    absl::StatusOr<MnistData> loaded = LoadMnist(data_options);
+    spdlog::debug("{:.3f} s after start: data loaded",
+                  SecondsSinceProcessStart());
+    return loaded;
+  });
+  // CUDA's runtime starts in the first device query (a large part of a
+  // GPU worker's start): done here, it is done before the round too.
+  if (*backend != BackendKind::kGloo) (void)NcclUsable();
+  return prepared;
+}
+
+int64_t ParameterCount(torch::nn::Sequential& model) {
+  int64_t n = 0;
+  for (const at::Tensor& p : model->parameters()) n += p.numel();
+  return n;
+}
+
+// Set-up: everything before the first step. A prewarmed process (ddprun
+// --prewarm) does what needs no round before its round starts.
+absl::StatusOr<std::unique_ptr<Training>> SetUp(
+    const MnistTrainOptions& options) {
+  absl::StatusOr<BeforeRound> prepared = PrepareBeforeRound(options);
+  if (!prepared.ok()) return prepared.status();
+  if (absl::Status activated = AwaitActivation(); !activated.ok()) {
+    return activated;
+  }
+  spdlog::debug("{:.3f} s after start: round's environment",
+                SecondsSinceProcessStart());
+  absl::StatusOr<WorkerEnv> env = ReadWorkerEnv();
+  if (!env.ok()) return env.status();
+  auto t = std::make_unique<Training>(options);
+  t->env = *env;
+  t->lead = env->rank == 0;
+  t->world = env->world_size;
+  t->model = prepared->model;
+
+  ProcessGroupOptions group_options;
+  group_options.backend = prepared->backend;
+  group_options.direct_allreduce = options.direct_allreduce;
+  absl::StatusOr<ProcessGroup> group = CreateProcessGroup(*env, group_options);
+  absl::StatusOr<MnistData> data = prepared->loading.get();
+  if (!data.ok()) return data.status();
+  if (!group.ok()) return group.status();
+  t->group = *std::move(group);
+  t->data = *std::move(data);
+  const c10::Device device = t->group.device;
+  spdlog::debug("{:.3f} s after start: process group formed",
+                SecondsSinceProcessStart());
+
+  t->model->to(device);
+  if (!device.is_cpu()) {
+    // Once, not per step: the whole set fits in GPU memory (~220 MB).
+    for (MnistSplit* split : {&t->data.train, &t->data.test}) {
+      split->images = split->images.to(device);
+      split->labels = split->labels.to(device);
+    }
+  }
+  absl::StatusOr<StartPoint> start =
+      Resume(options, t->env, t->group, t->model);
+  if (!start.ok()) return start.status();
+  t->start = *start;
+  spdlog::debug("{:.3f} s after start: resume point agreed",
+                SecondsSinceProcessStart());
+  DataParallelOptions ddp_options;
+  ddp_options.bucket_mb = options.bucket_mb;
+  ddp_options.overlap = options.overlap;
+  t->ddp.emplace(t->model->parameters(), t->group, ddp_options);
+  t->ddp->BroadcastParameters();
+  spdlog::debug("{:.3f} s after start: parameters broadcast",
+                SecondsSinceProcessStart());
+  t->optimizer.emplace(t->model->parameters(),
+                       torch::optim::SGDOptions(options.lr));
+
+  DistributedSamplerOptions sampler_options;
+  sampler_options.dataset_size = t->data.train.size();
+  sampler_options.rank = env->rank;
+  sampler_options.world_size = t->world;
+  sampler_options.seed = options.seed;
+  t->sampler.emplace(sampler_options);
+  t->per_step = static_cast<int64_t>(options.batch_size) * options.accumulate;
+  t->steps_per_epoch =
+      (t->sampler->num_samples() + t->per_step - 1) / t->per_step;
+
+  const int64_t parameters = ParameterCount(t->model);
+  if (t->lead) {
+    spdlog::info(
+        "training {} ({} parameters) on {} train / {} test samples, world "
+        "size {}, backend {}{}, batch {} per rank, {} gradient bucket(s){}",
+        options.model, parameters, t->data.train.size(), t->data.test.size(),
+        t->world, BackendName(t->group.backend),
+        t->group.direct ? " (direct allreduce)" : "", options.batch_size,
+        t->ddp->num_buckets(),
+        start->resumed_from >= 0
+            ? absl::StrFormat(", resuming from step %d (epoch %d, sample %d)",
+                              start->step, start->epoch + 1,
+                              start->epoch_position)
+            : std::string());
+  }
+  ProgressOptions progress_options;
+  progress_options.fd = env->progress_fd;
+  progress_options.display = t->lead && options.progress;
+  t->progress.emplace(progress_options);
+
+  t->summary.world_size = t->world;
+  t->summary.parameters = parameters;
+  t->summary.resumed_from_step = start->resumed_from;
+  t->summary.epochs = static_cast<int>(start->epoch);
+  t->step = start->step;
+  t->stop = options.max_steps > 0 && t->step >= options.max_steps;
+  return t;
+}
+
+// Rank 0 saves where training stands (with --checkpoint-dir).
+absl::Status SaveProgress(const Training& t, int64_t epoch, int64_t position) {
+  if (!t.lead || t.options.checkpoint_dir.empty()) return absl::OkStatus();
+  TrainingCheckpoint c;
+  c.model = StateDict(*t.model);
+  c.lr = t.options.lr;
+  c.epoch = epoch;
+  c.epoch_position = position;
+  c.step = t.step;
+  c.seed = t.options.seed;
+  c.world_size = t.world;
+  return SaveCheckpoint(t.options.checkpoint_dir, c);
+}
+
+// One optimizer step over indices [begin, end) of the epoch's `indices`:
+// micro-batches of --batch-size, all but the last under NoSync. Returns the
+// sum of the micro-batches' losses and their number.
+std::pair<double, int64_t> TrainStep(Training& t, const at::Tensor& indices,
+                                     int64_t begin, int64_t end) {
+  const c10::Device device = t.group.device;
+  double loss_sum = 0;
+  int64_t batches = 0;
+  // None, not zeros: the first backward then hands its gradient over
+  // instead of adding it to 400 KB of zeros (PyTorch 2's default too).
+  t.model->zero_grad(/*set_to_none=*/true);
+  for (int64_t micro = begin; micro < end; micro += t.options.batch_size) {
+    const int64_t n = std::min<int64_t>(t.options.batch_size, end - micro);
+    std::optional<DataParallel::NoSync> no_sync;
+    if (micro + n < end) no_sync.emplace(*t.ddp);
+    at::Tensor idx = indices.narrow(0, micro, n);
+    at::Tensor x = t.data.train.images.index_select(0, idx).to(device);
+    at::Tensor y = t.data.train.labels.index_select(0, idx).to(device);
+    at::Tensor loss = at::cross_entropy_loss(t.model->forward(x), y);
+    loss.backward();
+    t.loss_value = loss.item<double>();
+    loss_sum += t.loss_value;
+    ++batches;
+  }
+  t.ddp->FinishGradientSync();
+  t.optimizer->step();
+  ++t.step;
+  return {loss_sum, batches};
+}
+
+// One epoch (from where the checkpoint left it when resuming), with
+// checkpoints every --checkpoint-every steps and at its end; rank 0 logs
+// the test accuracy.
+absl::Status TrainEpoch(Training& t, int64_t epoch) {
+  const MnistTrainOptions& options = t.options;
+  const c10::Device device = t.group.device;
+  int64_t position = epoch == t.start.epoch ? t.start.epoch_position : 0;
+  t.sampler->SetEpoch(epoch, position);
+  const std::vector<int64_t>& indices = t.sampler->indices();
+  const int64_t count = static_cast<int64_t>(indices.size());
+  at::Tensor all_indices = at::tensor(indices, at::kLong).to(device);
+  auto epoch_start = Clock::now();
+  double loss_sum = 0;
+  int64_t batches = 0;
+  int64_t epoch_samples = 0;
+  const int64_t first_step_in_epoch =
+      t.steps_per_epoch - (count + t.per_step - 1) / t.per_step;
+  for (int64_t begin = 0; begin < count; begin += t.per_step) {
+    const int64_t end = std::min(begin + t.per_step, count);
+    auto [step_loss, step_batches] = TrainStep(t, all_indices, begin, end);
+    loss_sum += step_loss;
+    batches += step_batches;
+    epoch_samples += end - begin;
+    position += (end - begin) * t.world;
+    if (t.step == t.start.step + 1) {
+      t.summary.time_to_first_step_seconds = SecondsSinceProcessStart();
+      t.summary.first_step_unix_seconds =
+          std::chrono::duration<double>(
+              std::chrono::system_clock::now().time_since_epoch())
+              .count();
+    }
+    StepProgress p;
+    p.epoch = static_cast<int>(epoch);
+    p.epochs = options.epochs;
+    p.step = t.step;
+    p.steps_per_epoch = t.steps_per_epoch;
+    p.step_in_epoch = first_step_in_epoch + (begin / t.per_step) + 1;
+    p.loss = t.loss_value;
+    p.samples_per_step = t.per_step * t.world;
+    p.samples_per_sec =
+        epoch_samples * t.world / std::max(Since(epoch_start), 1e-9);
+    t.progress->OnStep(p);
+    const bool epoch_done = end == count;
+    if (!epoch_done && options.checkpoint_every > 0 &&
+        t.step % options.checkpoint_every == 0) {
+      if (absl::Status s = SaveProgress(t, epoch, position); !s.ok()) return s;
+    }
+    if (options.max_steps > 0 && t.step >= options.max_steps && !epoch_done) {
+      t.stop = true;
+      break;
+    }
+  }
+  double epoch_seconds = Since(epoch_start);
+  t.train_seconds += epoch_seconds;
+  t.samples_trained += epoch_samples;
+  t.progress->EndLine();
+  if (!t.stop) {
+    if (absl::Status s = SaveProgress(t, epoch + 1, 0); !s.ok()) return s;
+    if (options.max_steps > 0 && t.step >= options.max_steps) t.stop = true;
+  }
+  if (t.lead) {
+    double accuracy = Accuracy(t.model, t.data.test, device);
+    t.summary.test_accuracy = accuracy;
+    spdlog::info(
+        "epoch {}/{}: loss {:.4f}, {:.0f} samples/s, test accuracy "
+        "{:.2f}%",
+        epoch + 1, options.epochs, batches ? loss_sum / batches : 0.0,
+        epoch_samples * t.world / std::max(epoch_seconds, 1e-9),
+        100.0 * accuracy);
+  }
+  t.summary.epochs = static_cast<int>(epoch + 1);
+  return absl::OkStatus();
+}
+
+// Finish: the summary's figures; rank 0 saves the model and the summary.
+absl::Status Finish(Training& t) {
+  const MnistTrainOptions& options = t.options;
+  t.summary.steps = t.step;
+  t.summary.final_loss = t.loss_value;
+  t.summary.samples_per_sec =
+      t.samples_trained * t.world / std::max(t.train_seconds, 1e-9);
+  const int64_t steps_here = t.step - t.start.step;
+  t.summary.allreduce_seconds_per_step =
+      steps_here > 0 ? t.ddp->sync_seconds() / steps_here : 0.0;
+  if (!t.lead) return absl::OkStatus();
+  if (!options.save_path.empty()) {
+    absl::Status saved = SaveStateDict(options.save_path, StateDict(*t.model));
+    if (!saved.ok()) return saved;
+    spdlog::info("saved the model to {}", options.save_path);
+  }
+  t.summary.wall_seconds = SecondsSinceProcessStart();
+  if (!options.summary_json.empty()) {
+    absl::Status written = WriteTrainSummary(options.summary_json, t.summary);
+    if (!written.ok()) return written;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Train(const MnistTrainOptions& options) {
+  absl::StatusOr<std::unique_ptr<Training>> training = SetUp(options);
+  if (!training.ok()) return training.status();
+  Training& t = **training;
+  for (int64_t epoch = t.start.epoch; epoch < options.epochs && !t.stop;
+       ++epoch) {
+    if (absl::Status s = TrainEpoch(t, epoch); !s.ok()) return s;
+  }
+  return Finish(t);
+}
+
+}  // namespace
+
+absl::Status RunMnistTraining(const MnistTrainOptions& options) {
+  try {
+    return Train(options);
+  } catch (const c10::Error& e) {
+    return absl::InternalError(e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    // Gloo's own exceptions (a peer's connection reset) and the like.
+    return absl::InternalError(e.what());
+  }
+}
+
+}  // namespace ddprun::worker
