@@ -54,7 +54,7 @@ ip netns list | grep -q '^ddpl' && fail "the demo left namespaces behind: $(ip n
 
 # 2. Partition and heal, seen through the real client.
 "$script" up "$name" 2 2>/dev/null
-ip netns exec "$name-rdzv" "$DDPRUN_RENDEZVOUS" --host 10.253.0.1 --port 29400 \
+ip netns exec "$name-rdzv" "$DDPRUN_RENDEZVOUS" --host 10.253.0.1 --port 29400 --insecure \
   >"$work/rdzv.out" 2>&1 &
 rdzv_pid=$!
 reachable() {

@@ -111,6 +111,7 @@ try:
     token = os.path.join(creds, "token")
     with open(token, "w") as f:
         f.write("a-shared-token\n")
+    os.chmod(token, 0o600)  # token files must be private
     # /etc/default/ddprun-rendezvous: loopback and a port the kernel picks.
     default = ("DDPRUN_RDZV_HOST=127.0.0.1\nDDPRUN_RDZV_PORT=0\n"
                "DDPRUN_RDZV_METRICS_PORT=0\n")
