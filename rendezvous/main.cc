@@ -72,6 +72,16 @@ int main(int argc, char** argv) {
   app.add_option("--max-keys-per-scope", server.limits.max_keys_per_scope,
                  "keys one store scope (job round) may hold")
       ->capture_default_str();
+  app.add_option("--max-store-bytes", server.limits.max_store_bytes,
+                 "memory the store may hold for all jobs together (keys, "
+                 "values, parked calls; bytes)")
+      ->capture_default_str();
+  app.add_option("--max-job-store-bytes", server.limits.max_job_store_bytes,
+                 "memory the store may hold for one job (bytes)")
+      ->capture_default_str();
+  app.add_option("--max-job-store-keys", server.limits.max_job_store_keys,
+                 "keys the store may hold for one job, all its rounds")
+      ->capture_default_str();
   app.add_option("--metrics-port", options.metrics_port,
                  "serve Prometheus /metrics on this port (0: the kernel "
                  "picks; -1: off)")

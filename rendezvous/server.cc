@@ -32,8 +32,7 @@ Server::Server(const ServerOptions& options)
                                       : &common::RealClock::Get()),
       token_check_(options.token),
       jobs_(clock_, TableOptions(options)),
-      store_(clock_, options.limits.max_keys_per_scope,
-             options.limits.max_scopes),
+      store_(clock_, options.limits),
       store_service_(&jobs_, &store_, &token_check_, options.limits),
       rendezvous_service_(&jobs_, &store_service_, &token_check_) {}
 

@@ -71,6 +71,16 @@ class Server {
 
   // Store Get/Wait calls parked now.
   size_t NumStoreWaitersForTest() const { return store_.num_waiters(); }
+  // Calls parked now, Joins and store Get/Wait: each holds a reactor that
+  // only an answer, a cancellation or shutdown releases.
+  size_t NumParkedCallsForTest() const {
+    return rendezvous_service_.num_parked() + store_service_.num_parked();
+  }
+  // Bytes the store charges now (limits.h), all jobs / one job.
+  int64_t StoreBytesForTest() const { return store_.num_bytes(); }
+  int64_t JobStoreBytesForTest(const std::string& run_id) const {
+    return store_.num_job_bytes(run_id);
+  }
 
  private:
   explicit Server(const ServerOptions& options);

@@ -40,6 +40,30 @@ std::string SimulatedAgents::NodeId(int node) const {
   return absl::StrCat("sim-", node);
 }
 
+void SimulatedAgents::Authorize(grpc::ClientContext* context) const {
+  if (!options_.token.empty()) {
+    context->AddMetadata("authorization",
+                         absl::StrCat("Bearer ", options_.token));
+  }
+}
+
+absl::Status SimulatedAgents::EndRound() {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+  Authorize(&context);
+  v1::ReportFailureRequest request;
+  request.set_run_id(options_.run_id);
+  request.set_node_id(NodeId(0));
+  request.set_round(round_);
+  v1::ReportFailureResponse response;
+  grpc::Status status = Stub(0).ReportFailure(&context, request, &response);
+  if (!status.ok()) return absl::UnavailableError(status.error_message());
+  if (response.restarts_exhausted()) {
+    return absl::FailedPreconditionError("the job's restarts ran out");
+  }
+  return absl::OkStatus();
+}
+
 JoinResult SimulatedAgents::JoinAll(absl::Duration timeout) {
   using JoinCall = Call<v1::JoinRequest, v1::JoinResponse>;
   absl::Mutex mu;
@@ -54,6 +78,7 @@ JoinResult SimulatedAgents::JoinAll(absl::Duration timeout) {
   for (int i = 0; i < options_.nodes; ++i) {
     auto* call = new JoinCall;
     call->context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    Authorize(&call->context);
     v1::JoinRequest& r = call->request;
     r.set_run_id(options_.run_id);
     r.set_node_id(NodeId(i));
@@ -64,6 +89,7 @@ JoinResult SimulatedAgents::JoinAll(absl::Duration timeout) {
     v1::JobConfig* c = r.mutable_config();
     c->set_min_nodes(options_.nodes);
     c->set_max_nodes(options_.nodes);
+    c->set_max_restarts(options_.max_restarts);
     c->set_join_timeout_ms(absl::ToInt64Milliseconds(timeout));
     c->set_heartbeat_interval_ms(
         absl::ToInt64Milliseconds(options_.heartbeat_interval));
@@ -123,6 +149,7 @@ double SimulatedAgents::HeartbeatThroughput(absl::Duration duration,
     auto* call = new BeatCall;
     call->context.set_deadline(
         absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    Authorize(&call->context);
     call->request.set_run_id(options_.run_id);
     call->request.set_node_id(NodeId(node));
     call->request.set_round(round_);
@@ -160,6 +187,7 @@ DetectionResult SimulatedAgents::DetectLostNode(absl::Duration max_wait) {
   {
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    Authorize(&context);
     v1::HeartbeatRequest request;
     request.set_run_id(options_.run_id);
     request.set_node_id(NodeId(0));
@@ -191,6 +219,7 @@ DetectionResult SimulatedAgents::DetectLostNode(absl::Duration max_wait) {
     auto* call = new BeatCall;
     call->context.set_deadline(
         absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    Authorize(&call->context);
     call->request.set_run_id(options_.run_id);
     call->request.set_node_id(NodeId(node));
     call->request.set_round(round_);
