@@ -82,6 +82,12 @@ int main(int argc, char** argv) {
   app.add_option("--max-job-store-keys", server.limits.max_job_store_keys,
                  "keys the store may hold for one job, all its rounds")
       ->capture_default_str();
+  app.add_option("--heartbeat-budget", server.heartbeat_budget_per_s,
+                 "heartbeats per second one job may send: a larger job's "
+                 "nodes are told a longer interval (and timeout, in "
+                 "proportion); 0: never")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--metrics-port", options.metrics_port,
                  "serve Prometheus /metrics on this port (0: the kernel "
                  "picks; -1: off)")

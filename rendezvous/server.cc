@@ -20,6 +20,7 @@ JobTableOptions TableOptions(const ServerOptions& options) {
   JobTableOptions table;
   table.ended_job_grace = options.ended_job_grace;
   table.job.max_peers_in_assignment = options.max_peers_in_assignment;
+  table.job.heartbeat_budget_per_s = options.heartbeat_budget_per_s;
   table.limits = options.limits;
   return table;
 }

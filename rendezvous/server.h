@@ -42,6 +42,9 @@ struct ServerOptions {
   absl::Duration keepalive_timeout = absl::Seconds(5);
   // Assignments carry the peer list up to this many nodes.
   int max_peers_in_assignment = 128;
+  // Heartbeats per second one job may send; larger jobs get a longer
+  // interval (JobOptions::heartbeat_budget_per_s). 0: never lengthened.
+  int64_t heartbeat_budget_per_s = 10000;
   // The time source; nullptr: the real clock. Must outlive the server.
   const common::Clock* clock = nullptr;
   // Prometheus metrics: every RPC by method and code with its latency, and

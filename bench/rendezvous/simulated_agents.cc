@@ -24,7 +24,9 @@ struct Call {
 }  // namespace
 
 SimulatedAgents::SimulatedAgents(AgentsOptions options)
-    : options_(std::move(options)) {
+    : options_(std::move(options)),
+      interval_(options_.heartbeat_interval),
+      timeout_(options_.heartbeat_timeout) {
   int channels = std::max(1, std::min(options_.channels, options_.nodes));
   for (int i = 0; i < channels; ++i) {
     grpc::ChannelArguments args;
@@ -116,6 +118,12 @@ JoinResult SimulatedAgents::JoinAll(absl::Duration timeout) {
             }
             world_size = a.world_size();
             round_ = a.round();
+            if (a.heartbeat_interval_ms() > 0) {
+              interval_ = absl::Milliseconds(a.heartbeat_interval_ms());
+            }
+            if (a.heartbeat_timeout_ms() > 0) {
+              timeout_ = absl::Milliseconds(a.heartbeat_timeout_ms());
+            }
           }
           delete call;
         });
@@ -182,7 +190,7 @@ DetectionResult SimulatedAgents::DetectLostNode(absl::Duration max_wait) {
   std::vector<absl::Time> told(options_.nodes, absl::InfiniteFuture());
   int outstanding = 0;
   int known_count = 0;
-  const absl::Duration interval = options_.heartbeat_interval;
+  const absl::Duration interval = interval_;  // as the server said
   // Node 0's last heartbeat: it is silent from when it was answered.
   {
     grpc::ClientContext context;

@@ -57,6 +57,10 @@ class SimulatedAgents {
   // nodes may JoinAll again (max_restarts permitting).
   absl::Status EndRound();
   int64_t round() const { return round_; }
+  // What the last assignment said (the server may lengthen the job's
+  // interval and timeout for a large job); the options' before a Join.
+  absl::Duration heartbeat_interval() const { return interval_; }
+  absl::Duration heartbeat_timeout() const { return timeout_; }
 
  private:
   v1::Rendezvous::Stub& Stub(int node) { return *stubs_[node % stubs_.size()]; }
@@ -67,6 +71,8 @@ class SimulatedAgents {
   AgentsOptions options_;
   std::vector<std::unique_ptr<v1::Rendezvous::Stub>> stubs_;
   int64_t round_ = 0;
+  absl::Duration interval_;
+  absl::Duration timeout_;
 };
 
 }  // namespace ddprun::bench
