@@ -25,6 +25,10 @@ int main(int argc, char** argv) {
   app.add_option("--heartbeat-seconds", heartbeat_seconds,
                  "how long to measure heartbeat throughput")
       ->capture_default_str();
+  double join_timeout_seconds = 120;
+  app.add_option("--join-timeout-seconds", join_timeout_seconds,
+                 "how long every node's Join may take")
+      ->capture_default_str();
   bool hostile = false;
   ddprun::bench::HostileOptions hostile_options;
   app.add_flag("--hostile", hostile,
@@ -44,5 +48,6 @@ int main(int argc, char** argv) {
     return ddprun::bench::RunHostileBench(hostile_options);
   }
   options.heartbeat_duration = absl::Seconds(heartbeat_seconds);
+  options.join_timeout = absl::Seconds(join_timeout_seconds);
   return ddprun::bench::RunRendezvousBench(options);
 }
