@@ -9,6 +9,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/secret_file.h"
 #include "common/worker_env.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
@@ -136,6 +137,8 @@ absl::StatusOr<std::string> LoadToken(const std::string& token_file) {
   if (!token_file.empty()) {
     absl::StatusOr<std::string> content = ReadSecretFile(token_file, "token");
     if (!content.ok()) return content.status();
+    absl::Status s = CheckSecretFilePermissions(token_file, "token");
+    if (!s.ok()) return s;
     std::string token(absl::StripAsciiWhitespace(*content));
     if (token.empty()) {
       return absl::InvalidArgumentError(absl::StrFormat(

@@ -1,6 +1,7 @@
 #include "rendezvous/job.h"
 
 #include <algorithm>
+#include <cmath>
 #include <tuple>
 #include <utility>
 
@@ -15,7 +16,29 @@ Job::Job(std::string run_id, v1::JobConfig config, absl::Time now,
     : run_id_(std::move(run_id)),
       config_(std::move(config)),
       options_(options),
+      heartbeat_interval_ms_(config_.heartbeat_interval_ms()),
+      heartbeat_timeout_ms_(config_.heartbeat_timeout_ms()),
       last_activity_(now) {}
+
+void Job::ScaleHeartbeats(int64_t nodes) {
+  heartbeat_interval_ms_ = config_.heartbeat_interval_ms();
+  heartbeat_timeout_ms_ = config_.heartbeat_timeout_ms();
+  const int64_t budget = options_.heartbeat_budget_per_s;
+  if (budget <= 0 || heartbeat_interval_ms_ <= 0) return;
+  // Every node beats once per interval: n / interval <= budget.
+  const int64_t needed_ms = (nodes * 1000 + budget - 1) / budget;
+  if (needed_ms <= heartbeat_interval_ms_) return;
+  const double factor =
+      static_cast<double>(needed_ms) / static_cast<double>(heartbeat_interval_ms_);
+  heartbeat_interval_ms_ = needed_ms;
+  heartbeat_timeout_ms_ = static_cast<int64_t>(
+      std::ceil(static_cast<double>(config_.heartbeat_timeout_ms()) * factor));
+  spdlog::info(
+      "job '{}': {} nodes heartbeat every {} ms (timeout {} ms), not {} ms, "
+      "to stay within {} heartbeats/s (--heartbeat-budget)",
+      run_id_, nodes, heartbeat_interval_ms_, heartbeat_timeout_ms_,
+      config_.heartbeat_interval_ms(), budget);
+}
 
 bool Job::ended() const {
   return state_ == v1::JOB_STATE_SUCCEEDED || state_ == v1::JOB_STATE_FAILED;
@@ -257,7 +280,9 @@ void Job::Close(absl::Time now, Effects* effects) {
   base.set_master_port(ordered[0]->second.join.master_port());
   base.set_restart_count(restart_count_);
   base.set_max_restarts(config_.max_restarts());
-  base.set_heartbeat_interval_ms(config_.heartbeat_interval_ms());
+  ScaleHeartbeats(static_cast<int64_t>(ordered.size()));
+  base.set_heartbeat_interval_ms(heartbeat_interval_ms_);
+  base.set_heartbeat_timeout_ms(heartbeat_timeout_ms_);
   if (static_cast<int>(last_peers_.size()) <=
       options_.max_peers_in_assignment) {
     for (const auto& peer : last_peers_) *base.add_peers() = peer;
@@ -438,7 +463,7 @@ void Job::Tick(absl::Time now, Effects* effects) {
   std::vector<std::string> timed_out;
   std::vector<std::string> silent;
   const absl::Duration heartbeat_timeout =
-      absl::Milliseconds(config_.heartbeat_timeout_ms());
+      absl::Milliseconds(heartbeat_timeout_ms_);
   for (const auto& [id, node] : nodes_) {
     if (node.waiter.has_value()) {
       // A parked Join proves liveness: a dead client cancels its call.
@@ -458,7 +483,7 @@ void Job::Tick(absl::Time now, Effects* effects) {
   for (const std::string& id : silent) {
     bool member = state_ == v1::JOB_STATE_RUNNING && nodes_.at(id).member;
     spdlog::info("job '{}': node '{}' silent for {} ms; dropped{}", run_id_, id,
-                 config_.heartbeat_timeout_ms(),
+                 heartbeat_timeout_ms_,
                  member ? absl::StrFormat(", round %d ends", round_) : "");
     lost_member |= member;
     DropNode(id, now);

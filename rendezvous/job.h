@@ -26,6 +26,13 @@ struct JobOptions {
   // Nodes a job keeps (members, joining and waiting); more Joins are
   // refused RESOURCE_EXHAUSTED.
   int64_t max_nodes = 100000;
+  // Heartbeats per second one job's nodes may send. A round of n nodes
+  // heartbeats every max(interval, n / budget): beyond `budget` nodes per
+  // second of interval the server hands out a longer interval in the
+  // assignment (agents follow it) and lengthens the timeout in proportion,
+  // so that a large job neither floods the server nor has live nodes
+  // declared lost because their heartbeats queued. 0: never lengthened.
+  int64_t heartbeat_budget_per_s = 10000;
 };
 
 // The rendezvous state machine of one job: rounds, membership, ranks,
@@ -47,6 +54,9 @@ struct JobOptions {
 //   others keep the previous round's order, newcomers follow by arrival. The
 //   ranks are then made contiguous (0..n-1) keeping that order; at most
 //   max_nodes are taken, the rest stay parked for the next round.
+// - A round's heartbeat interval and timeout are the config's, lengthened
+//   in proportion for a job too large for JobOptions::heartbeat_budget_per_s
+//   (the assignment carries both).
 // - While a round runs, a Join from a member (its agent restarted) ends the
 //   round; a Join from a new node ends it too when fewer than max_nodes are
 //   members, otherwise the node waits. A member silent for
@@ -123,6 +133,8 @@ class Job {
   void DropNode(const std::string& node_id, absl::Time now);
   void AddFailures(const v1::ReportFailureRequest& request, absl::Time now);
   bool AllExpectedParked() const;
+  // Sets the round's heartbeat interval and timeout for `nodes` nodes.
+  void ScaleHeartbeats(int64_t nodes);
   std::string JoinTimeoutMessage() const;
 
   const std::string run_id_;
@@ -141,6 +153,9 @@ class Job {
   int world_size_ = 0;
   int parked_ = 0;  // nodes with a parked Join
   uint64_t next_arrival_ = 0;
+  // The running (or last) round's heartbeat interval and timeout.
+  int64_t heartbeat_interval_ms_ = 0;
+  int64_t heartbeat_timeout_ms_ = 0;
   std::optional<absl::Time> min_reached_at_;  // rule (c)'s clock
   std::optional<absl::Time> ended_at_;
   absl::Time last_activity_;

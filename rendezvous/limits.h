@@ -18,6 +18,14 @@ struct Limits {
   int64_t max_value_bytes = 1 << 20;  // a store value
   int64_t max_keys_per_scope = 100000;
   int64_t max_scopes = 100000;           // store scopes, all jobs together
+  // Store memory: what keys, values and parked Get/Wait calls hold (each
+  // charged its bytes plus a fixed overhead), for all jobs together and per
+  // job (a run_id, all its rounds). The defaults fit the 2 GiB the
+  // Kubernetes manifest gives the server; flags: --max-store-bytes,
+  // --max-job-store-bytes, --max-job-store-keys.
+  int64_t max_store_bytes = int64_t{1} << 30;
+  int64_t max_job_store_bytes = int64_t{256} << 20;
+  int64_t max_job_store_keys = 100000;
   int64_t max_keys_per_request = 10000;  // Check, Wait
   int64_t max_id_bytes = 512;            // run_id, node_id, address
   int64_t max_nodes_per_job = 100000;

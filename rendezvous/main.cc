@@ -1,7 +1,41 @@
 // ddprun-rendezvous: the rendezvous and store server for ddprun jobs.
+#include <cstdio>
+#include <string>
+
 #include "CLI/CLI.hpp"
+#include "common/credentials.h"
 #include "common/logging.h"
+#include "rendezvous/job_token.h"
 #include "rendezvous/run_server.h"
+
+namespace {
+
+// `ddprun-rendezvous job-token`: prints the token of one job.
+int PrintJobToken(const std::string& run_id, const std::string& token_file) {
+  absl::StatusOr<std::string> secret = ddprun::common::LoadToken(token_file);
+  if (!secret.ok()) {
+    std::fprintf(stderr, "ddprun-rendezvous job-token: %s\n",
+                 secret.status().ToString().c_str());
+    return 1;
+  }
+  if (run_id.empty()) {
+    std::fprintf(stderr,
+                 "ddprun-rendezvous job-token: --run-id is empty; give the "
+                 "job's run id (the agents' --rdzv-id)\n");
+    return 1;
+  }
+  absl::StatusOr<std::string> token =
+      ddprun::rendezvous::JobToken(*secret, run_id);
+  if (!token.ok()) {
+    std::fprintf(stderr, "ddprun-rendezvous job-token: %s\n",
+                 token.status().ToString().c_str());
+    return 1;
+  }
+  std::printf("%s\n", token->c_str());
+  return 0;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   ddprun::rendezvous::RunServerOptions options;
@@ -17,8 +51,9 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(0, 65535));
   app.add_option("--token-file", options.token_file,
-                 "file holding the shared token every call must carry "
-                 "(default: $DDPRUN_TOKEN; none: no check)");
+                 "file holding the server's token: calls must carry it or "
+                 "their job's token (see job-token) (default: "
+                 "$DDPRUN_TOKEN; none: no check)");
   app.add_option("--tls-cert-file", server.tls.cert_file,
                  "PEM server certificate chain: serve TLS");
   app.add_option("--tls-key-file", server.tls.key_file,
@@ -37,16 +72,50 @@ int main(int argc, char** argv) {
   app.add_option("--max-keys-per-scope", server.limits.max_keys_per_scope,
                  "keys one store scope (job round) may hold")
       ->capture_default_str();
+  app.add_option("--max-store-bytes", server.limits.max_store_bytes,
+                 "memory the store may hold for all jobs together (keys, "
+                 "values, parked calls; bytes)")
+      ->capture_default_str();
+  app.add_option("--max-job-store-bytes", server.limits.max_job_store_bytes,
+                 "memory the store may hold for one job (bytes)")
+      ->capture_default_str();
+  app.add_option("--max-job-store-keys", server.limits.max_job_store_keys,
+                 "keys the store may hold for one job, all its rounds")
+      ->capture_default_str();
+  app.add_option("--heartbeat-budget", server.heartbeat_budget_per_s,
+                 "heartbeats per second one job may send: a larger job's "
+                 "nodes are told a longer interval (and timeout, in "
+                 "proportion); 0: never")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--metrics-port", options.metrics_port,
                  "serve Prometheus /metrics on this port (0: the kernel "
                  "picks; -1: off)")
       ->capture_default_str();
   app.add_option("--metrics-host", options.metrics_host,
-                 "address for /metrics (default: --host)");
+                 "address for /metrics; it needs no token and names every "
+                 "job, so widen it (e.g. 0.0.0.0) only where just your "
+                 "scrapers reach it")
+      ->capture_default_str();
+  app.add_flag("--insecure", options.insecure,
+               "listen beyond loopback without a token: only on a network "
+               "that just trusted hosts reach");
   app.add_option("--log-level", logging.level,
                  "trace, debug, info, warn, error or off")
       ->capture_default_str();
+  std::string job_run_id;
+  std::string job_secret_file;
+  CLI::App* job_token = app.add_subcommand(
+      "job-token",
+      "print the token that admits one job's agents and workers (and no "
+      "other job): HMAC-SHA256 of the run id keyed by the server's token, "
+      "in hex");
+  job_token->add_option("--run-id", job_run_id, "the job's run id (--rdzv-id)")
+      ->required();
+  job_token->add_option("--token-file", job_secret_file,
+                        "the server's token file (default: $DDPRUN_TOKEN)");
   CLI11_PARSE(app, argc, argv);
+  if (*job_token) return PrintJobToken(job_run_id, job_secret_file);
   ddprun::common::InitLogging(logging);
   return ddprun::rendezvous::RunServerUntilSignal(options);
 }

@@ -62,7 +62,7 @@ void RendezvousService::CancelAll(const grpc::Status& status) {
 grpc::ServerUnaryReactor* RendezvousService::Join(
     grpc::CallbackServerContext* context, const v1::JoinRequest* request,
     v1::JoinResponse* response) {
-  if (absl::Status ok = token_->Check(*context); !ok.ok()) {
+  if (absl::Status ok = token_->Check(*context, request->run_id()); !ok.ok()) {
     return FinishNow(context, ok);
   }
   WaiterId id = parked_.NewId();
@@ -88,7 +88,7 @@ grpc::ServerUnaryReactor* RendezvousService::Join(
 grpc::ServerUnaryReactor* RendezvousService::Heartbeat(
     grpc::CallbackServerContext* context, const v1::HeartbeatRequest* request,
     v1::HeartbeatResponse* response) {
-  if (absl::Status ok = token_->Check(*context); !ok.ok()) {
+  if (absl::Status ok = token_->Check(*context, request->run_id()); !ok.ok()) {
     return FinishNow(context, ok);
   }
   return FinishWith(context, jobs_->Heartbeat(*request), response);
@@ -98,7 +98,7 @@ grpc::ServerUnaryReactor* RendezvousService::ReportFailure(
     grpc::CallbackServerContext* context,
     const v1::ReportFailureRequest* request,
     v1::ReportFailureResponse* response) {
-  if (absl::Status ok = token_->Check(*context); !ok.ok()) {
+  if (absl::Status ok = token_->Check(*context, request->run_id()); !ok.ok()) {
     return FinishNow(context, ok);
   }
   Effects effects;
@@ -110,7 +110,7 @@ grpc::ServerUnaryReactor* RendezvousService::ReportFailure(
 grpc::ServerUnaryReactor* RendezvousService::Leave(
     grpc::CallbackServerContext* context, const v1::LeaveRequest* request,
     v1::LeaveResponse* /*response*/) {
-  if (absl::Status ok = token_->Check(*context); !ok.ok()) {
+  if (absl::Status ok = token_->Check(*context, request->run_id()); !ok.ok()) {
     return FinishNow(context, ok);
   }
   Effects effects;
@@ -122,9 +122,11 @@ grpc::ServerUnaryReactor* RendezvousService::Leave(
 grpc::ServerUnaryReactor* RendezvousService::Status(
     grpc::CallbackServerContext* context, const v1::StatusRequest* request,
     v1::StatusResponse* response) {
-  if (absl::Status ok = token_->Check(*context); !ok.ok()) {
-    return FinishNow(context, ok);
-  }
+  absl::Status ok =
+      request->run_id().empty()
+          ? token_->CheckAdmin(*context, "Status of every job")
+          : token_->Check(*context, request->run_id());
+  if (!ok.ok()) return FinishNow(context, ok);
   return FinishWith(context, jobs_->Status(*request), response);
 }
 

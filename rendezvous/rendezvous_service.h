@@ -41,6 +41,8 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   void Apply(Effects effects);
   void Tick();
   void CancelAll(const grpc::Status& status);
+  // Joins parked now.
+  size_t num_parked() const { return parked_.size(); }
 
  private:
   JobTable* const jobs_;

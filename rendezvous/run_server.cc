@@ -4,6 +4,9 @@
 
 #include <cstdio>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_format.h"
+
 #include "common/credentials.h"
 #include "common/metrics.h"
 #include "common/metrics_http.h"
@@ -11,6 +14,26 @@
 #include "spdlog/spdlog.h"
 
 namespace ddprun::rendezvous {
+
+bool IsLoopbackHost(const std::string& host) {
+  return host == "localhost" || host == "::1" || host == "[::1]" ||
+         absl::StartsWith(host, "127.");
+}
+
+absl::Status CheckListenIsAuthenticated(const RunServerOptions& options,
+                                        const std::string& token) {
+  const ServerOptions& server = options.server;
+  if (options.insecure || !token.empty() || IsLoopbackHost(server.host) ||
+      !server.tls.client_ca_file.empty()) {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "refusing to listen on %s without a token: any host that reaches the "
+      "port could join jobs and read or overwrite their store. Give "
+      "--token-file (or %s), or mutual TLS (--tls-client-ca-file); or, on a "
+      "network only trusted hosts reach, add --insecure",
+      server.host, common::env::kToken));
+}
 
 int RunServerUntilSignal(const RunServerOptions& options) {
   sigset_t signals;
@@ -23,6 +46,11 @@ int RunServerUntilSignal(const RunServerOptions& options) {
   absl::StatusOr<std::string> token = common::LoadToken(options.token_file);
   if (!token.ok()) {
     spdlog::error("ddprun-rendezvous: {}", token.status().ToString());
+    return 1;
+  }
+  if (absl::Status safe = CheckListenIsAuthenticated(options, *token);
+      !safe.ok()) {
+    spdlog::error("ddprun-rendezvous: {}", safe.ToString());
     return 1;
   }
   // Declared before the server and its metrics endpoint: both use it.
@@ -39,18 +67,16 @@ int RunServerUntilSignal(const RunServerOptions& options) {
   std::printf("ddprun-rendezvous listening on %s\n",
               (*server)->endpoint().c_str());
   std::fflush(stdout);
-  if (server_options.token.empty()) {
+  if (server_options.token.empty() && !IsLoopbackHost(options.server.host)) {
     spdlog::warn(
-        "ddprun-rendezvous: no token (--token-file or {}): any client that "
-        "reaches this port can join jobs and use the store",
+        "ddprun-rendezvous: --insecure: no token (--token-file or {}): any "
+        "client that reaches this port can join jobs and use the store",
         common::env::kToken);
   }
   std::unique_ptr<common::MetricsServer> metrics;
   if (options.metrics_port >= 0) {
     common::MetricsServerOptions metrics_options;
-    metrics_options.host = options.metrics_host.empty()
-                               ? options.server.host
-                               : options.metrics_host;
+    metrics_options.host = options.metrics_host;
     metrics_options.port = options.metrics_port;
     auto started = common::MetricsServer::Start(metrics_options, &registry);
     if (!started.ok()) {

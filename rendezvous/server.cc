@@ -20,6 +20,7 @@ JobTableOptions TableOptions(const ServerOptions& options) {
   JobTableOptions table;
   table.ended_job_grace = options.ended_job_grace;
   table.job.max_peers_in_assignment = options.max_peers_in_assignment;
+  table.job.heartbeat_budget_per_s = options.heartbeat_budget_per_s;
   table.limits = options.limits;
   return table;
 }
@@ -32,8 +33,7 @@ Server::Server(const ServerOptions& options)
                                       : &common::RealClock::Get()),
       token_check_(options.token),
       jobs_(clock_, TableOptions(options)),
-      store_(clock_, options.limits.max_keys_per_scope,
-             options.limits.max_scopes),
+      store_(clock_, options.limits),
       store_service_(&jobs_, &store_, &token_check_, options.limits),
       rendezvous_service_(&jobs_, &store_service_, &token_check_) {}
 

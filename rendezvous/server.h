@@ -42,6 +42,9 @@ struct ServerOptions {
   absl::Duration keepalive_timeout = absl::Seconds(5);
   // Assignments carry the peer list up to this many nodes.
   int max_peers_in_assignment = 128;
+  // Heartbeats per second one job may send; larger jobs get a longer
+  // interval (JobOptions::heartbeat_budget_per_s). 0: never lengthened.
+  int64_t heartbeat_budget_per_s = 10000;
   // The time source; nullptr: the real clock. Must outlive the server.
   const common::Clock* clock = nullptr;
   // Prometheus metrics: every RPC by method and code with its latency, and
@@ -71,6 +74,16 @@ class Server {
 
   // Store Get/Wait calls parked now.
   size_t NumStoreWaitersForTest() const { return store_.num_waiters(); }
+  // Calls parked now, Joins and store Get/Wait: each holds a reactor that
+  // only an answer, a cancellation or shutdown releases.
+  size_t NumParkedCallsForTest() const {
+    return rendezvous_service_.num_parked() + store_service_.num_parked();
+  }
+  // Bytes the store charges now (limits.h), all jobs / one job.
+  int64_t StoreBytesForTest() const { return store_.num_bytes(); }
+  int64_t JobStoreBytesForTest(const std::string& run_id) const {
+    return store_.num_job_bytes(run_id);
+  }
 
  private:
   explicit Server(const ServerOptions& options);

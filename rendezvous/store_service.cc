@@ -31,7 +31,9 @@ absl::Status StoreService::Admit(const grpc::CallbackServerContext& context,
                                  const v1::StoreScope& scope,
                                  const std::string& key,
                                  size_t value_bytes) const {
-  if (absl::Status s = token_->Check(context); !s.ok()) return s;
+  if (absl::Status s = token_->Check(context, scope.run_id()); !s.ok()) {
+    return s;
+  }
   if (absl::Status s = CheckStoreSizes(limits_, scope, key, value_bytes);
       !s.ok()) {
     return s;

@@ -55,6 +55,8 @@ class StoreService final : public v1::Store::CallbackService {
   void ReleaseRoundsBefore(const std::string& run_id, int64_t before_round);
   void Tick();
   void CancelAll(const grpc::Status& status);
+  // Get and Wait calls parked now.
+  size_t num_parked() const { return parked_.size(); }
 
  private:
   // A parked Get or Wait: the response to fill (nullptr for a Wait).

@@ -19,15 +19,30 @@ std::string Printable(const std::string& value) {
   return shown;
 }
 
+Limits WithCounts(int64_t max_keys, int64_t max_scopes) {
+  Limits limits;
+  limits.max_keys_per_scope = max_keys;
+  limits.max_scopes = max_scopes;
+  return limits;
+}
+
+int64_t EntryCharge(const std::string& key, const std::string& value) {
+  return static_cast<int64_t>(key.size() + value.size()) +
+         StoreState::kEntryOverheadBytes;
+}
+
 }  // namespace
+
+StoreState::StoreState(const common::Clock* clock, const Limits& limits)
+    : clock_(clock), limits_(limits) {}
 
 StoreState::StoreState(const common::Clock* clock, int64_t max_keys,
                        int64_t max_scopes)
-    : clock_(clock), max_keys_(max_keys), max_scopes_(max_scopes) {}
+    : StoreState(clock, WithCounts(max_keys, max_scopes)) {}
 
 absl::Status StoreState::Room(const Scope& s, const v1::StoreScope& scope,
                               const std::string& key) const {
-  if (static_cast<int64_t>(s.values.size()) < max_keys_ ||
+  if (static_cast<int64_t>(s.values.size()) < limits_.max_keys_per_scope ||
       s.values.contains(key)) {
     return absl::OkStatus();
   }
@@ -37,36 +52,85 @@ absl::Status StoreState::Room(const Scope& s, const v1::StoreScope& scope,
       scope.run_id(), scope.round(), s.values.size()));
 }
 
-absl::StatusOr<StoreState::Scope*> StoreState::ScopeFor(
-    const v1::StoreScope& scope) {
-  auto& rounds = scopes_[scope.run_id()];
-  auto it = rounds.find(scope.round());
-  if (it != rounds.end()) return &it->second;
-  if (num_scopes_ >= max_scopes_) {
-    if (rounds.empty()) scopes_.erase(scope.run_id());
+absl::Status StoreState::Charge(Run& run, const std::string& run_id,
+                                int64_t bytes, int64_t keys) {
+  if (keys > 0 && run.keys + keys > limits_.max_job_store_keys) {
     return absl::ResourceExhaustedError(absl::StrFormat(
+        "the store of job '%s' already holds %d keys, its cap "
+        "(--max-job-store-keys %d); delete keys it no longer needs, or raise "
+        "the cap",
+        run_id, run.keys, limits_.max_job_store_keys));
+  }
+  if (bytes > 0 && run.bytes + bytes > limits_.max_job_store_bytes) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "the store of job '%s' holds %d bytes; %d more would pass its cap "
+        "(--max-job-store-bytes %d); delete keys it no longer needs, or "
+        "raise the cap",
+        run_id, run.bytes, bytes, limits_.max_job_store_bytes));
+  }
+  if (bytes > 0 && num_bytes_ + bytes > limits_.max_store_bytes) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "the store holds %d bytes for all jobs; %d more for job '%s' would "
+        "pass the server's cap (--max-store-bytes %d); retry when jobs end, "
+        "or raise the cap where the server has the memory",
+        num_bytes_, bytes, run_id, limits_.max_store_bytes));
+  }
+  run.bytes += bytes;
+  run.keys += keys;
+  num_bytes_ += bytes;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StoreState::Found> StoreState::ScopeFor(
+    const v1::StoreScope& scope) {
+  Run& run = runs_[scope.run_id()];
+  auto it = run.rounds.find(scope.round());
+  if (it != run.rounds.end()) return Found{&run, &it->second};
+  absl::Status room = absl::OkStatus();
+  if (num_scopes_ >= limits_.max_scopes) {
+    room = absl::ResourceExhaustedError(absl::StrFormat(
         "the store already holds %d scopes, the limit max_scopes; scope "
         "(%s, round %d) cannot be opened until jobs end",
         num_scopes_, scope.run_id(), scope.round()));
+  } else {
+    room = Charge(run, scope.run_id(), kScopeOverheadBytes, 0);
+  }
+  if (!room.ok()) {
+    if (run.rounds.empty()) runs_.erase(scope.run_id());
+    return room;
   }
   ++num_scopes_;
-  return &rounds[scope.round()];
+  return Found{&run, &run.rounds[scope.round()]};
 }
 
 const StoreState::Scope* StoreState::FindScope(
     const v1::StoreScope& scope) const {
-  auto run = scopes_.find(scope.run_id());
-  if (run == scopes_.end()) return nullptr;
-  auto round = run->second.find(scope.round());
-  if (round == run->second.end()) return nullptr;
+  auto run = runs_.find(scope.run_id());
+  if (run == runs_.end()) return nullptr;
+  auto round = run->second.rounds.find(scope.round());
+  if (round == run->second.rounds.end()) return nullptr;
   return &round->second;
 }
 
-void StoreState::Put(Scope& s, const std::string& key, std::string value,
-                     std::vector<StoreCompletion>* done) {
-  s.values[key] = std::move(value);
+absl::Status StoreState::Put(Found found, const std::string& run_id,
+                             const std::string& key, std::string value,
+                             std::vector<StoreCompletion>* done) {
+  Scope& s = *found.scope;
+  auto existing = s.values.find(key);
+  if (existing == s.values.end()) {
+    absl::Status charged =
+        Charge(*found.run, run_id, EntryCharge(key, value), 1);
+    if (!charged.ok()) return charged;
+    s.values.emplace(key, std::move(value));
+  } else {
+    int64_t growth = static_cast<int64_t>(value.size()) -
+                     static_cast<int64_t>(existing->second.size());
+    absl::Status charged = Charge(*found.run, run_id, growth, 0);
+    if (!charged.ok()) return charged;
+    existing->second = std::move(value);
+  }
   auto it = s.waiting.find(key);
-  if (it == s.waiting.end()) return;
+  if (it == s.waiting.end()) return absl::OkStatus();
   std::vector<WaiterId> ids = std::move(it->second);
   s.waiting.erase(it);
   for (WaiterId id : ids) {
@@ -76,13 +140,23 @@ void StoreState::Put(Scope& s, const std::string& key, std::string value,
     done->push_back(
         {id, w->second.is_get ? s.values[w->second.get_key] : std::string()});
     deadlines_.erase({w->second.deadline, id});
+    Uncharge(w->second);
     waiters_.erase(w);
   }
+  return absl::OkStatus();
 }
 
-void StoreState::Park(const v1::StoreScope& scope, Scope& s,
-                      const std::vector<std::string>& missing, bool is_get,
-                      absl::Duration timeout, WaiterId waiter) {
+absl::Status StoreState::Park(const v1::StoreScope& scope, Found found,
+                              const std::vector<std::string>& missing,
+                              bool is_get, absl::Duration timeout,
+                              WaiterId waiter) {
+  int64_t charge = kWaiterOverheadBytes;
+  for (const std::string& key : missing) {
+    charge += static_cast<int64_t>(key.size()) + 2 * sizeof(WaiterId);
+  }
+  if (is_get) charge += static_cast<int64_t>(missing.front().size());
+  absl::Status charged = Charge(*found.run, scope.run_id(), charge, 0);
+  if (!charged.ok()) return charged;
   Waiter& w = waiters_[waiter];
   w.run_id = scope.run_id();
   w.round = scope.round();
@@ -91,14 +165,26 @@ void StoreState::Park(const v1::StoreScope& scope, Scope& s,
   w.missing = static_cast<int>(missing.size());
   w.deadline = timeout == absl::InfiniteDuration() ? absl::InfiniteFuture()
                                                    : clock_->Now() + timeout;
+  w.charge = charge;
   deadlines_.insert({w.deadline, waiter});
-  for (const std::string& key : missing) s.waiting[key].push_back(waiter);
+  for (const std::string& key : missing) {
+    found.scope->waiting[key].push_back(waiter);
+  }
+  return absl::OkStatus();
+}
+
+void StoreState::Uncharge(const Waiter& waiter) {
+  auto run = runs_.find(waiter.run_id);
+  if (run == runs_.end()) return;
+  run->second.bytes -= waiter.charge;
+  num_bytes_ -= waiter.charge;
 }
 
 void StoreState::Forget(WaiterId waiter) {
   auto it = waiters_.find(waiter);
   if (it == waiters_.end()) return;
   deadlines_.erase({it->second.deadline, waiter});
+  Uncharge(it->second);
   waiters_.erase(it);
 }
 
@@ -106,39 +192,41 @@ absl::Status StoreState::Set(const v1::StoreScope& scope,
                              const std::string& key, std::string value,
                              std::vector<StoreCompletion>* done) {
   absl::MutexLock lock(&mu_);
-  absl::StatusOr<Scope*> found = ScopeFor(scope);
+  absl::StatusOr<Found> found = ScopeFor(scope);
   if (!found.ok()) return found.status();
-  Scope& s = **found;
-  if (absl::Status room = Room(s, scope, key); !room.ok()) return room;
-  Put(s, key, std::move(value), done);
-  return absl::OkStatus();
+  if (absl::Status room = Room(*found->scope, scope, key); !room.ok()) {
+    return room;
+  }
+  return Put(*found, scope.run_id(), key, std::move(value), done);
 }
 
 void StoreState::Get(const v1::StoreScope& scope, const std::string& key,
                      absl::Duration timeout, WaiterId waiter,
                      std::vector<StoreCompletion>* done) {
   absl::MutexLock lock(&mu_);
-  absl::StatusOr<Scope*> found = ScopeFor(scope);
+  absl::StatusOr<Found> found = ScopeFor(scope);
   if (!found.ok()) {
     done->push_back({waiter, found.status()});
     return;
   }
-  Scope& s = **found;
+  Scope& s = *found->scope;
   auto it = s.values.find(key);
   if (it != s.values.end()) {
     done->push_back({waiter, it->second});
     return;
   }
-  Park(scope, s, {key}, /*is_get=*/true, timeout, waiter);
+  absl::Status parked =
+      Park(scope, *found, {key}, /*is_get=*/true, timeout, waiter);
+  if (!parked.ok()) done->push_back({waiter, parked});
 }
 
 absl::StatusOr<int64_t> StoreState::Add(const v1::StoreScope& scope,
                                         const std::string& key, int64_t delta,
                                         std::vector<StoreCompletion>* done) {
   absl::MutexLock lock(&mu_);
-  absl::StatusOr<Scope*> found = ScopeFor(scope);
+  absl::StatusOr<Found> found = ScopeFor(scope);
   if (!found.ok()) return found.status();
-  Scope& s = **found;
+  Scope& s = *found->scope;
   int64_t current = 0;
   if (auto it = s.values.find(key); it != s.values.end()) {
     if (!absl::SimpleAtoi(it->second, &current)) {
@@ -156,7 +244,8 @@ absl::StatusOr<int64_t> StoreState::Add(const v1::StoreScope& scope,
   }
   if (absl::Status room = Room(s, scope, key); !room.ok()) return room;
   int64_t sum = current + delta;
-  Put(s, key, absl::StrCat(sum), done);
+  absl::Status put = Put(*found, scope.run_id(), key, absl::StrCat(sum), done);
+  if (!put.ok()) return put;
   return sum;
 }
 
@@ -165,9 +254,9 @@ absl::StatusOr<std::string> StoreState::CompareSet(
     const std::string& expected, std::string desired,
     std::vector<StoreCompletion>* done) {
   absl::MutexLock lock(&mu_);
-  absl::StatusOr<Scope*> found = ScopeFor(scope);
+  absl::StatusOr<Found> found = ScopeFor(scope);
   if (!found.ok()) return found.status();
-  Scope& s = **found;
+  Scope& s = *found->scope;
   auto it = s.values.find(key);
   if (it == s.values.end()) {
     if (!expected.empty()) return expected;
@@ -176,7 +265,8 @@ absl::StatusOr<std::string> StoreState::CompareSet(
     return it->second;
   }
   std::string result = desired;
-  Put(s, key, std::move(desired), done);
+  absl::Status put = Put(*found, scope.run_id(), key, std::move(desired), done);
+  if (!put.ok()) return put;
   return result;
 }
 
@@ -195,12 +285,12 @@ void StoreState::Wait(const v1::StoreScope& scope,
                       absl::Duration timeout, WaiterId waiter,
                       std::vector<StoreCompletion>* done) {
   absl::MutexLock lock(&mu_);
-  absl::StatusOr<Scope*> found = ScopeFor(scope);
+  absl::StatusOr<Found> found = ScopeFor(scope);
   if (!found.ok()) {
     done->push_back({waiter, found.status()});
     return;
   }
-  Scope& s = **found;
+  Scope& s = *found->scope;
   std::vector<std::string> missing;
   absl::flat_hash_set<std::string> seen;
   for (const std::string& key : keys) {
@@ -212,17 +302,26 @@ void StoreState::Wait(const v1::StoreScope& scope,
     done->push_back({waiter, std::string()});
     return;
   }
-  Park(scope, s, missing, /*is_get=*/false, timeout, waiter);
+  absl::Status parked =
+      Park(scope, *found, missing, /*is_get=*/false, timeout, waiter);
+  if (!parked.ok()) done->push_back({waiter, parked});
 }
 
 bool StoreState::DeleteKey(const v1::StoreScope& scope,
                            const std::string& key) {
   absl::MutexLock lock(&mu_);
-  auto run = scopes_.find(scope.run_id());
-  if (run == scopes_.end()) return false;
-  auto round = run->second.find(scope.round());
-  if (round == run->second.end()) return false;
-  return round->second.values.erase(key) > 0;
+  auto run = runs_.find(scope.run_id());
+  if (run == runs_.end()) return false;
+  auto round = run->second.rounds.find(scope.round());
+  if (round == run->second.rounds.end()) return false;
+  auto it = round->second.values.find(key);
+  if (it == round->second.values.end()) return false;
+  int64_t charge = EntryCharge(it->first, it->second);
+  round->second.values.erase(it);
+  run->second.bytes -= charge;
+  run->second.keys -= 1;
+  num_bytes_ -= charge;
+  return true;
 }
 
 int64_t StoreState::NumKeys(const v1::StoreScope& scope) const {
@@ -254,6 +353,7 @@ void StoreState::Tick(std::vector<StoreCompletion>* done) {
                  waiter.is_get
                      ? absl::StrCat(" (key '", Printable(waiter.get_key), "')")
                      : std::string()))});
+    Uncharge(waiter);
     waiters_.erase(w);
   }
 }
@@ -262,9 +362,9 @@ void StoreState::ReleaseRoundsBefore(const std::string& run_id,
                                      int64_t before_round,
                                      std::vector<StoreCompletion>* done) {
   absl::MutexLock lock(&mu_);
-  auto run = scopes_.find(run_id);
-  if (run == scopes_.end()) return;
-  auto& rounds = run->second;
+  auto run = runs_.find(run_id);
+  if (run == runs_.end()) return;
+  auto& rounds = run->second.rounds;
   for (auto it = rounds.begin();
        it != rounds.end() && it->first < before_round;) {
     for (auto& [key, ids] : it->second.waiting) {
@@ -280,16 +380,26 @@ void StoreState::ReleaseRoundsBefore(const std::string& run_id,
         Forget(id);
       }
     }
+    int64_t charge = kScopeOverheadBytes;
+    for (const auto& [key, value] : it->second.values) {
+      charge += EntryCharge(key, value);
+    }
+    run->second.bytes -= charge;
+    run->second.keys -= static_cast<int64_t>(it->second.values.size());
+    num_bytes_ -= charge;
     it = rounds.erase(it);
     --num_scopes_;
   }
-  if (rounds.empty()) scopes_.erase(run);
+  if (rounds.empty()) runs_.erase(run);
 }
 
 void StoreState::CancelAll(const absl::Status& status,
                            std::vector<StoreCompletion>* done) {
   absl::MutexLock lock(&mu_);
-  for (const auto& [id, waiter] : waiters_) done->push_back({id, status});
+  for (const auto& [id, waiter] : waiters_) {
+    done->push_back({id, status});
+    Uncharge(waiter);
+  }
   waiters_.clear();
   deadlines_.clear();
 }
@@ -302,6 +412,17 @@ size_t StoreState::num_scopes() const {
 size_t StoreState::num_waiters() const {
   absl::MutexLock lock(&mu_);
   return waiters_.size();
+}
+
+int64_t StoreState::num_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return num_bytes_;
+}
+
+int64_t StoreState::num_job_bytes(const std::string& run_id) const {
+  absl::MutexLock lock(&mu_);
+  auto run = runs_.find(run_id);
+  return run == runs_.end() ? 0 : run->second.bytes;
 }
 
 }  // namespace ddprun::rendezvous

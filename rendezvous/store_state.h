@@ -15,6 +15,7 @@
 #include "common/clock.h"
 #include "ddprun/v1/store.pb.h"
 #include "rendezvous/effects.h"
+#include "rendezvous/limits.h"
 
 namespace ddprun::rendezvous {
 
@@ -36,10 +37,16 @@ struct StoreCompletion {
 class StoreState {
  public:
   // `clock` must outlive the store.
-  // A scope holds at most max_keys keys and the store at most max_scopes
-  // scopes; writing a new key or opening a new scope beyond that is refused
-  // RESOURCE_EXHAUSTED. A job's scopes go when its rounds end; free-standing
-  // scopes (run_id naming no job) stay until the server stops.
+  // What the store may hold (limits.h): keys per scope, scopes, and memory:
+  // every key and value, scope and parked Get/Wait is charged its bytes plus
+  // a fixed overhead to its job (run_id) and to the store; a write, a new
+  // scope or a park that would pass max_job_store_bytes,
+  // max_job_store_keys or max_store_bytes is refused RESOURCE_EXHAUSTED,
+  // naming the cap and its flag, and changes nothing. A job's scopes go when
+  // its rounds end; free-standing scopes (run_id naming no job) stay until
+  // the server stops.
+  StoreState(const common::Clock* clock, const Limits& limits);
+  // Limits' defaults but these two.
   StoreState(const common::Clock* clock, int64_t max_keys,
              int64_t max_scopes = 100000);
 
@@ -85,6 +92,15 @@ class StoreState {
 
   size_t num_scopes() const;
   size_t num_waiters() const;
+  // Bytes charged now, all jobs together / job `run_id`.
+  int64_t num_bytes() const;
+  int64_t num_job_bytes(const std::string& run_id) const;
+
+  // Fixed charges besides the bytes of keys and values: what a hash-map
+  // slot, a scope, a parked waiter cost the server beyond their strings.
+  static constexpr int64_t kEntryOverheadBytes = 64;
+  static constexpr int64_t kScopeOverheadBytes = 256;
+  static constexpr int64_t kWaiterOverheadBytes = 256;
 
  private:
   struct Scope {
@@ -100,35 +116,54 @@ class StoreState {
     std::string get_key;
     int missing = 0;  // keys not yet set
     absl::Time deadline;
+    int64_t charge = 0;  // bytes charged to its job while parked
+  };
+  // One run_id's scopes (by round) and what they are charged.
+  struct Run {
+    std::map<int64_t, Scope> rounds;
+    int64_t bytes = 0;
+    int64_t keys = 0;
+  };
+  struct Found {
+    Run* run = nullptr;
+    Scope* scope = nullptr;
   };
 
   // The scope, created when missing; RESOURCE_EXHAUSTED when the store
-  // already holds max_scopes.
-  absl::StatusOr<Scope*> ScopeFor(const v1::StoreScope& scope)
+  // already holds max_scopes or the new scope's charge does not fit.
+  absl::StatusOr<Found> ScopeFor(const v1::StoreScope& scope)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   const Scope* FindScope(const v1::StoreScope& scope) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  void Park(const v1::StoreScope& scope, Scope& s,
-            const std::vector<std::string>& missing, bool is_get,
-            absl::Duration timeout, WaiterId waiter)
+  // Charges `bytes` and `keys` to `run_id`'s job and the store, or refuses
+  // RESOURCE_EXHAUSTED (nothing charged) when a cap would be passed.
+  // Negative amounts (releases) always pass.
+  absl::Status Charge(Run& run, const std::string& run_id, int64_t bytes,
+                      int64_t keys) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Park(const v1::StoreScope& scope, Found found,
+                    const std::vector<std::string>& missing, bool is_get,
+                    absl::Duration timeout, WaiterId waiter)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // RESOURCE_EXHAUSTED when `key` is new and the scope is full.
   absl::Status Room(const Scope& s, const v1::StoreScope& scope,
                     const std::string& key) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // Stores the value and wakes the waiters of `key`.
-  void Put(Scope& s, const std::string& key, std::string value,
-           std::vector<StoreCompletion>* done)
+  // Charges, stores the value and wakes the waiters of `key`; refuses when
+  // a cap would be passed.
+  absl::Status Put(Found found, const std::string& run_id,
+                   const std::string& key, std::string value,
+                   std::vector<StoreCompletion>* done)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops a parked waiter and its charge.
   void Forget(WaiterId waiter) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Uncharge(const Waiter& waiter) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const common::Clock* const clock_;
-  const int64_t max_keys_;
-  const int64_t max_scopes_;
+  const Limits limits_;
   int64_t num_scopes_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t num_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   mutable absl::Mutex mu_;
-  absl::flat_hash_map<std::string, std::map<int64_t, Scope>> scopes_
-      ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, Run> runs_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<WaiterId, Waiter> waiters_ ABSL_GUARDED_BY(mu_);
   std::set<std::pair<absl::Time, WaiterId>> deadlines_ ABSL_GUARDED_BY(mu_);
 };

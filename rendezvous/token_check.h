@@ -1,27 +1,49 @@
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "grpcpp/server_context.h"
+#include "rendezvous/job_token.h"
 
 namespace ddprun::rendezvous {
 
-// The server's check of the shared token (metadata
-// `authorization: Bearer <token>`), run first by every Rendezvous and Store
-// handler. The health and reflection services stay open: probes (e.g. the
-// kubelet's) carry no token, and neither reveals job data.
+// The server's admission of a call (metadata `authorization: Bearer <token>`),
+// run first by every Rendezvous and Store handler. Two kinds of token pass:
+// - the server's own secret (--token-file): every job, and what only an
+//   operator may do (Status of every job);
+// - a job token (job_token.h), derived from the secret and one run id: that
+//   job's Rendezvous calls and its store scopes, nothing of another job.
+// The health and reflection services stay open: probes (e.g. the kubelet's)
+// carry no token, and neither reveals job data.
 // Immutable after construction; thread-safe.
 class TokenCheck {
  public:
-  // An empty token admits every call.
-  explicit TokenCheck(std::string token) : token_(std::move(token)) {}
+  // An empty secret admits every call.
+  explicit TokenCheck(std::string secret);
 
-  // OK, or UNAUTHENTICATED saying what to do (never echoing a token).
-  absl::Status Check(const grpc::CallbackServerContext& context) const;
+  // Admits a call on job `run_id` (a store scope's run_id is its job):
+  // OK, UNAUTHENTICATED when the call carries no token this server issued,
+  // or PERMISSION_DENIED when it carries another job's token. The messages
+  // say what to do and never echo a token.
+  absl::Status Check(const grpc::CallbackServerContext& context,
+                     absl::string_view run_id) const;
+  // Admits only the server's own secret; `what` names the operation.
+  absl::Status CheckAdmin(const grpc::CallbackServerContext& context,
+                          absl::string_view what) const;
 
  private:
-  const std::string token_;
+  enum class Verdict { kAdmitted, kNoToken, kOtherJob };
+  // `run_id` nullptr: only the secret admits.
+  Verdict Judge(const grpc::CallbackServerContext& context,
+                const absl::string_view* run_id) const;
+
+  const std::string secret_;
+  // nullptr when there is no secret (or OpenSSL failed: then only the secret
+  // itself admits).
+  std::unique_ptr<JobTokens> job_tokens_;
 };
 
 }  // namespace ddprun::rendezvous

@@ -13,9 +13,9 @@ int RunRendezvousBench(const BenchOptions& options) {
       "(heartbeat interval %s, timeout %s)\n",
       absl::FormatDuration(options.heartbeat_interval).c_str(),
       absl::FormatDuration(options.heartbeat_timeout).c_str());
-  std::printf("%8s %14s %14s %10s %10s %12s %12s %12s\n", "nodes",
+  std::printf("%8s %14s %14s %10s %10s %12s %14s %12s %12s\n", "nodes",
               "last_join->all", "first->all", "rss_MiB", "peak_MiB",
-              "heartbeats/s", "detect_1st", "detect_all");
+              "heartbeats/s", "given_hb_ms", "detect_1st", "detect_all");
   int failures = 0;
   for (int n : options.nodes) {
     auto server = ServerProcess::Start(options.server_binary, {});
@@ -40,15 +40,19 @@ int RunRendezvousBench(const BenchOptions& options) {
     }
     double beats = agents.HeartbeatThroughput(options.heartbeat_duration,
                                               options.heartbeats_in_flight);
+    // The agents heartbeat at the interval the server handed out.
     DetectionResult detected = agents.DetectLostNode(
-        options.heartbeat_timeout + 3 * options.heartbeat_interval);
+        agents.heartbeat_timeout() + 3 * agents.heartbeat_interval());
     long peak = server->PeakRssKib();
     std::printf(
-        "%8d %12.1fms %12.1fms %10.1f %10.1f %12.0f %10.0fms "
+        "%8d %12.1fms %12.1fms %10.1f %10.1f %12.0f %7.0f/%-6.0f %10.0fms "
         "%10.0fms%s\n",
         n, absl::ToDoubleMilliseconds(joined.last_to_all),
         absl::ToDoubleMilliseconds(joined.first_to_all), rss / 1024.0,
-        peak / 1024.0, beats, absl::ToDoubleMilliseconds(detected.first_knows),
+        peak / 1024.0, beats,
+        absl::ToDoubleMilliseconds(agents.heartbeat_interval()),
+        absl::ToDoubleMilliseconds(agents.heartbeat_timeout()),
+        absl::ToDoubleMilliseconds(detected.first_knows),
         absl::ToDoubleMilliseconds(detected.all_know),
         detected.complete ? "" : " (detection incomplete)");
     std::fflush(stdout);

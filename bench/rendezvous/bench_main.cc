@@ -4,6 +4,7 @@
 
 #include "CLI/CLI.hpp"
 #include "bench/rendezvous/bench.h"
+#include "bench/rendezvous/hostile_load.h"
 
 int main(int argc, char** argv) {
   ddprun::bench::BenchOptions options;
@@ -24,7 +25,29 @@ int main(int argc, char** argv) {
   app.add_option("--heartbeat-seconds", heartbeat_seconds,
                  "how long to measure heartbeat throughput")
       ->capture_default_str();
+  double join_timeout_seconds = 120;
+  app.add_option("--join-timeout-seconds", join_timeout_seconds,
+                 "how long every node's Join may take")
+      ->capture_default_str();
+  bool hostile = false;
+  ddprun::bench::HostileOptions hostile_options;
+  app.add_flag("--hostile", hostile,
+               "instead: a store hog against a job forming rounds (round "
+               "latency quiet vs under load, server RSS vs the store cap)");
+  app.add_option("--hostile-rounds", hostile_options.rounds_per_block,
+                 "victim rounds per block (--hostile)")
+      ->capture_default_str();
+  int64_t hostile_cap_mib = hostile_options.store_cap_bytes >> 20;
+  app.add_option("--hostile-cap-mib", hostile_cap_mib,
+                 "the store cap (--hostile), MiB")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  if (hostile) {
+    hostile_options.server_binary = options.server_binary;
+    hostile_options.store_cap_bytes = hostile_cap_mib << 20;
+    return ddprun::bench::RunHostileBench(hostile_options);
+  }
   options.heartbeat_duration = absl::Seconds(heartbeat_seconds);
+  options.join_timeout = absl::Seconds(join_timeout_seconds);
   return ddprun::bench::RunRendezvousBench(options);
 }

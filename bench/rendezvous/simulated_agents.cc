@@ -24,7 +24,9 @@ struct Call {
 }  // namespace
 
 SimulatedAgents::SimulatedAgents(AgentsOptions options)
-    : options_(std::move(options)) {
+    : options_(std::move(options)),
+      interval_(options_.heartbeat_interval),
+      timeout_(options_.heartbeat_timeout) {
   int channels = std::max(1, std::min(options_.channels, options_.nodes));
   for (int i = 0; i < channels; ++i) {
     grpc::ChannelArguments args;
@@ -38,6 +40,30 @@ SimulatedAgents::SimulatedAgents(AgentsOptions options)
 
 std::string SimulatedAgents::NodeId(int node) const {
   return absl::StrCat("sim-", node);
+}
+
+void SimulatedAgents::Authorize(grpc::ClientContext* context) const {
+  if (!options_.token.empty()) {
+    context->AddMetadata("authorization",
+                         absl::StrCat("Bearer ", options_.token));
+  }
+}
+
+absl::Status SimulatedAgents::EndRound() {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+  Authorize(&context);
+  v1::ReportFailureRequest request;
+  request.set_run_id(options_.run_id);
+  request.set_node_id(NodeId(0));
+  request.set_round(round_);
+  v1::ReportFailureResponse response;
+  grpc::Status status = Stub(0).ReportFailure(&context, request, &response);
+  if (!status.ok()) return absl::UnavailableError(status.error_message());
+  if (response.restarts_exhausted()) {
+    return absl::FailedPreconditionError("the job's restarts ran out");
+  }
+  return absl::OkStatus();
 }
 
 JoinResult SimulatedAgents::JoinAll(absl::Duration timeout) {
@@ -54,6 +80,7 @@ JoinResult SimulatedAgents::JoinAll(absl::Duration timeout) {
   for (int i = 0; i < options_.nodes; ++i) {
     auto* call = new JoinCall;
     call->context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    Authorize(&call->context);
     v1::JoinRequest& r = call->request;
     r.set_run_id(options_.run_id);
     r.set_node_id(NodeId(i));
@@ -64,6 +91,7 @@ JoinResult SimulatedAgents::JoinAll(absl::Duration timeout) {
     v1::JobConfig* c = r.mutable_config();
     c->set_min_nodes(options_.nodes);
     c->set_max_nodes(options_.nodes);
+    c->set_max_restarts(options_.max_restarts);
     c->set_join_timeout_ms(absl::ToInt64Milliseconds(timeout));
     c->set_heartbeat_interval_ms(
         absl::ToInt64Milliseconds(options_.heartbeat_interval));
@@ -90,6 +118,12 @@ JoinResult SimulatedAgents::JoinAll(absl::Duration timeout) {
             }
             world_size = a.world_size();
             round_ = a.round();
+            if (a.heartbeat_interval_ms() > 0) {
+              interval_ = absl::Milliseconds(a.heartbeat_interval_ms());
+            }
+            if (a.heartbeat_timeout_ms() > 0) {
+              timeout_ = absl::Milliseconds(a.heartbeat_timeout_ms());
+            }
           }
           delete call;
         });
@@ -123,6 +157,7 @@ double SimulatedAgents::HeartbeatThroughput(absl::Duration duration,
     auto* call = new BeatCall;
     call->context.set_deadline(
         absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    Authorize(&call->context);
     call->request.set_run_id(options_.run_id);
     call->request.set_node_id(NodeId(node));
     call->request.set_round(round_);
@@ -155,11 +190,12 @@ DetectionResult SimulatedAgents::DetectLostNode(absl::Duration max_wait) {
   std::vector<absl::Time> told(options_.nodes, absl::InfiniteFuture());
   int outstanding = 0;
   int known_count = 0;
-  const absl::Duration interval = options_.heartbeat_interval;
+  const absl::Duration interval = interval_;  // as the server said
   // Node 0's last heartbeat: it is silent from when it was answered.
   {
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    Authorize(&context);
     v1::HeartbeatRequest request;
     request.set_run_id(options_.run_id);
     request.set_node_id(NodeId(0));
@@ -191,6 +227,7 @@ DetectionResult SimulatedAgents::DetectLostNode(absl::Duration max_wait) {
     auto* call = new BeatCall;
     call->context.set_deadline(
         absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    Authorize(&call->context);
     call->request.set_run_id(options_.run_id);
     call->request.set_node_id(NodeId(node));
     call->request.set_round(round_);

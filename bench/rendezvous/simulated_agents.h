@@ -20,6 +20,9 @@ struct AgentsOptions {
   int channels = 16;
   absl::Duration heartbeat_interval = absl::Seconds(1);
   absl::Duration heartbeat_timeout = absl::Seconds(3);
+  int max_restarts = 0;
+  // Sent on every call when set (the job's token).
+  std::string token;
 };
 
 struct JoinResult {
@@ -50,14 +53,26 @@ class SimulatedAgents {
   // Every node heartbeats once per interval (spread over the interval);
   // node 0 stops. Measures when the survivors learn the round is over.
   DetectionResult DetectLostNode(absl::Duration max_wait);
+  // Node 0 reports a failure in the current round: the round ends and the
+  // nodes may JoinAll again (max_restarts permitting).
+  absl::Status EndRound();
+  int64_t round() const { return round_; }
+  // What the last assignment said (the server may lengthen the job's
+  // interval and timeout for a large job); the options' before a Join.
+  absl::Duration heartbeat_interval() const { return interval_; }
+  absl::Duration heartbeat_timeout() const { return timeout_; }
 
  private:
   v1::Rendezvous::Stub& Stub(int node) { return *stubs_[node % stubs_.size()]; }
   std::string NodeId(int node) const;
+  // The token, when set, on a call about to start.
+  void Authorize(grpc::ClientContext* context) const;
 
   AgentsOptions options_;
   std::vector<std::unique_ptr<v1::Rendezvous::Stub>> stubs_;
   int64_t round_ = 0;
+  absl::Duration interval_;
+  absl::Duration timeout_;
 };
 
 }  // namespace ddprun::bench

@@ -32,6 +32,7 @@ secrets = os.path.join(work, "secrets")
 os.makedirs(secrets)
 with open(os.path.join(secrets, "ddprun_token"), "w") as f:
     f.write("compose-token\n")
+os.chmod(os.path.join(secrets, "ddprun_token"), 0o600)  # must be private
 data = c.path("data", "mnist")
 rdzv_addr = "10.253.0.1"
 

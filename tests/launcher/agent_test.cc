@@ -2,6 +2,7 @@
 // fault_worker processes, a real rendezvous server (in ddprun with
 // --standalone, or in this process on port 0 for several agents).
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -733,6 +734,7 @@ TEST(AgentTokenTest, TheTokenFileAuthenticatesTheAgentAndReachesWorkers) {
     FILE* f = fopen(dir.File(name).c_str(), "w");
     fputs(text.c_str(), f);
     fclose(f);
+    chmod(dir.File(name).c_str(), 0600);  // token files must be private
     return dir.File(name);
   };
   std::string good = write("good", "s3cret-token\n");

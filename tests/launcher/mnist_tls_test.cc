@@ -2,6 +2,8 @@
 // mutual TLS) with a token: the agent passes its --tls-* settings on
 // (DDPRUN_TLS_*), so the workers of a TLS job can form their group at all.
 // Registered only in builds that have ddprun-mnist.
+#include <sys/stat.h>
+
 #include <fstream>
 #include <string>
 #include <vector>
@@ -27,6 +29,7 @@ class MnistTlsTest : public ::testing::Test {
         absl::Seconds(30));
     ASSERT_TRUE(made.exit.ok()) << made.err;
     std::ofstream(certs_.File("token")) << "s3cret-token\n";
+    chmod(certs_.File("token").c_str(), 0600);  // token files must be private
   }
 
   // Two workers train a few steps through `server`; returns the agent's

@@ -207,7 +207,8 @@ def workers_started(err_text):
 def run_test(args, cluster, work, procs):
     cluster.up(2)
     rdzv = cluster.spawn("rdzv", [args.rendezvous, "--host", "10.253.0.1",
-                                  "--port", "0"], f"{work}/rendezvous")
+                                  "--port", "0", "--insecure"],
+                         f"{work}/rendezvous")
     procs.append(rdzv)
     listening = wait_for(
         lambda: re.search(r"^ddprun-rendezvous listening on (\S+)",

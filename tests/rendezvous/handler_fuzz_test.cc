@@ -1,10 +1,15 @@
 // A bounded, deterministic fuzz of the gRPC handlers themselves: random but
 // well-formed requests (every field filled with random values through
 // protobuf reflection) and random bytes, sent to every Rendezvous and Store
-// method of a real server. The server must answer every call (no hang past
-// the call's deadline, no crash) and keep serving a well-behaved client.
+// method of a real server. Every handler must be reached many times; the
+// server must answer every call itself (the client's deadline is far away;
+// the client gives up only on calls the server may park: Join, Get, Wait,
+// and then the server must release them: no parked call leaks), never
+// crash, and keep serving a well-behaved client.
+#include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -21,6 +26,7 @@
 #include "gtest/gtest.h"
 #include "rendezvous/server.h"
 #include "spdlog/spdlog.h"
+#include "tests/testing/wait_for.h"
 
 namespace ddprun::rendezvous {
 namespace {
@@ -119,6 +125,38 @@ class RandomMessages {
   std::mt19937 rng_;
 };
 
+// A call of the fuzz: what was sent and how it ended.
+struct FuzzCall {
+  grpc::ClientContext context;
+  grpc::ByteBuffer request;
+  grpc::ByteBuffer response;
+  int method = 0;
+  absl::Time sent;
+  bool answered = false;
+  bool cancelled_by_us = false;
+  grpc::Status status;
+};
+
+// Whether a status came from one of our handlers: OK, or a code they use
+// with a sentence of theirs. gRPC's own refusals (a body that does not
+// parse: INTERNAL) and the client's cancellations do not count.
+bool FromHandler(const FuzzCall& call) {
+  if (call.status.ok()) return true;
+  if (call.cancelled_by_us) return false;
+  switch (call.status.error_code()) {
+    case grpc::StatusCode::INVALID_ARGUMENT:
+    case grpc::StatusCode::NOT_FOUND:
+    case grpc::StatusCode::FAILED_PRECONDITION:
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+    case grpc::StatusCode::ABORTED:
+    case grpc::StatusCode::CANCELLED:
+      return call.status.error_message().size() > 20;
+    default:
+      return false;
+  }
+}
+
 TEST(HandlerFuzzTest, RandomRequestsToEveryMethod) {
   spdlog::set_level(spdlog::level::warn);
   ServerOptions options;
@@ -139,18 +177,50 @@ TEST(HandlerFuzzTest, RandomRequestsToEveryMethod) {
     for (int i = 0; i < s->method_count(); ++i) methods.push_back(s->method(i));
   }
   ASSERT_EQ(methods.size(), 13u);
+  // Only these may be parked by the server (and so need the client to give
+  // up on them); every other method must be answered at once.
+  auto parkable = [&](int m) {
+    const std::string& name = methods[m]->name();
+    return name == "Join" || name == "Get" || name == "Wait";
+  };
 
   google::protobuf::DynamicMessageFactory factory;
   RandomMessages random(20261202);
   absl::Mutex mu;
   int in_flight = 0;
-  int answered = 0;
-  int ok = 0;
+  bool sending_done = false;
+  std::vector<std::unique_ptr<FuzzCall>> calls;
   constexpr int kCalls = 1500;
   constexpr int kMaxInFlight = 32;
-  absl::Time stop = absl::Now() + absl::Seconds(20);
-  for (int i = 0; i < kCalls && absl::Now() < stop; ++i) {
-    const auto* method = methods[random.Pick(methods.size())];
+  // A parked call the client gives up on after this (its server-side
+  // timeouts are random and may be hours).
+  const absl::Duration kGiveUp = absl::Milliseconds(300);
+
+  // Gives up on parked calls: a client cancellation, which the server must
+  // turn into the release of the parked call.
+  std::thread canceller([&] {
+    absl::MutexLock lock(&mu);
+    while (!(sending_done && in_flight == 0)) {
+      auto finished = [&] { return sending_done && in_flight == 0; };
+      mu.AwaitWithTimeout(absl::Condition(&finished), absl::Milliseconds(20));
+      std::vector<FuzzCall*> overdue;
+      absl::Time now = absl::Now();
+      for (auto& call : calls) {
+        if (!call->answered && !call->cancelled_by_us &&
+            parkable(call->method) && now - call->sent > kGiveUp) {
+          call->cancelled_by_us = true;
+          overdue.push_back(call.get());
+        }
+      }
+      mu.Unlock();
+      for (FuzzCall* call : overdue) call->context.TryCancel();
+      mu.Lock();
+    }
+  });
+
+  for (int i = 0; i < kCalls; ++i) {
+    const int m = random.Pick(methods.size());
+    const auto* method = methods[m];
     std::string payload;
     if (random.Pick(8) == 0) {
       payload = random.Bytes(64);
@@ -160,43 +230,86 @@ TEST(HandlerFuzzTest, RandomRequestsToEveryMethod) {
       random.Fill(request.get(), 0);
       ASSERT_TRUE(request->SerializeToString(&payload));
     }
-    struct Call {
-      grpc::ClientContext context;
-      grpc::ByteBuffer request;
-      grpc::ByteBuffer response;
-    };
-    auto* call = new Call;
-    // Joins, Gets and Waits may park: a short deadline bounds them.
-    call->context.set_deadline(
-        absl::ToChronoTime(absl::Now() + absl::Milliseconds(300)));
-    grpc::Slice slice(payload);
-    call->request = grpc::ByteBuffer(&slice, 1);
+    FuzzCall* call = nullptr;
     {
       absl::MutexLock lock(&mu);
       auto room = [&] { return in_flight < kMaxInFlight; };
-      mu.Await(absl::Condition(&room));
+      ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(&room),
+                                      absl::Seconds(30)))
+          << "calls stopped being answered";
       ++in_flight;
+      calls.push_back(std::make_unique<FuzzCall>());
+      call = calls.back().get();
+      call->method = m;
+      call->sent = absl::Now();
     }
+    // Far beyond the test: an answer comes from the server (or from our
+    // cancellation of a parked call), never from this deadline.
+    call->context.set_deadline(
+        absl::ToChronoTime(absl::Now() + absl::Minutes(10)));
+    grpc::Slice slice(payload);
+    call->request = grpc::ByteBuffer(&slice, 1);
     std::string path =
         absl::StrCat("/", method->service()->full_name(), "/", method->name());
     generic.UnaryCall(&call->context, path, grpc::StubOptions(), &call->request,
                       &call->response, [&, call](grpc::Status status) {
                         absl::MutexLock lock(&mu);
+                        call->status = std::move(status);
+                        call->answered = true;
                         --in_flight;
-                        ++answered;
-                        ok += status.ok();
-                        delete call;
                       });
   }
   {
     absl::MutexLock lock(&mu);
+    sending_done = true;
     auto drained = [&] { return in_flight == 0; };
-    ASSERT_TRUE(
-        mu.AwaitWithTimeout(absl::Condition(&drained), absl::Seconds(20)))
-        << in_flight << " calls never answered";
-    EXPECT_GT(ok, 0) << "some random requests must be valid";
-    EXPECT_LT(ok, answered) << "and some must be refused";
+    bool all = mu.AwaitWithTimeout(absl::Condition(&drained),
+                                   absl::Seconds(60));
+    if (!all) {
+      for (auto& call : calls) {
+        if (!call->answered) {
+          ADD_FAILURE() << methods[call->method]->name()
+                        << " never answered (cancelled by the client: "
+                        << call->cancelled_by_us << ")";
+        }
+      }
+    }
+    ASSERT_TRUE(all) << in_flight << " calls never answered";
   }
+  canceller.join();
+
+  // Every handler was reached, many times, and answered with its own words;
+  // the client gave up only on calls the server may park.
+  std::vector<int> reached(methods.size(), 0);
+  int ok = 0;
+  int refused = 0;
+  int given_up = 0;
+  for (const auto& call : calls) {
+    if (call->cancelled_by_us && !call->status.ok()) {
+      EXPECT_TRUE(parkable(call->method))
+          << methods[call->method]->name()
+          << " was not answered within " << kGiveUp;
+      ++given_up;
+      continue;
+    }
+    ok += call->status.ok();
+    refused += !call->status.ok();
+    reached[call->method] += FromHandler(*call);
+  }
+  for (size_t m = 0; m < methods.size(); ++m) {
+    EXPECT_GE(reached[m], 20) << methods[m]->name() << " was reached "
+                              << reached[m] << " times";
+  }
+  EXPECT_GT(ok, 0) << "some random requests must be valid";
+  EXPECT_GT(refused, 0) << "and some must be refused";
+  EXPECT_GT(given_up, 0) << "some calls were parked";
+
+  // No parked call leaked: every one the client gave up on was released.
+  EXPECT_TRUE(testing::WaitFor(
+      [&] { return (*server)->NumParkedCallsForTest() == 0; },
+      absl::Seconds(10)))
+      << (*server)->NumParkedCallsForTest() << " parked calls leaked";
+  EXPECT_EQ((*server)->NumStoreWaitersForTest(), 0u);
 
   // A well-behaved client is still served.
   auto store = v1::Store::NewStub(channel);

@@ -14,6 +14,8 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
+#include "common/credentials.h"
+#include "rendezvous/job_token.h"
 #include "rendezvous/server.h"
 #include "tests/testing/wait_for.h"
 
@@ -296,6 +298,143 @@ TEST_F(HostileTest, ClosedJobsAndStaleRoundsAreRefused) {
   v1::ReportFailureResponse failed;
   EXPECT_TRUE(rendezvous_->ReportFailure(Context().get(), fail, &failed).ok());
   EXPECT_EQ(failed.restart_count(), 0);
+}
+
+}  // namespace
+}  // namespace ddprun::rendezvous
+
+namespace ddprun::rendezvous {
+namespace {
+
+// One job's client fills the store as fast as it can while another job
+// forms rounds and uses its store: the hog is refused at its cap (and the
+// server's), the victim never is, nothing crashes, and the store's charge
+// stays within the caps. Latency and RSS under this load are measured in
+// bench/rendezvous (ddprun-rdzv-bench --hostile), not asserted here.
+TEST(HostileLoadTest, AStoreHogIsRefusedWhileAnotherJobFormsRounds) {
+  constexpr char kSecret[] = "hostile-secret";
+  ServerOptions options;
+  options.token = kSecret;
+  options.limits.max_job_store_bytes = 4 << 20;
+  options.limits.max_store_bytes = 6 << 20;
+  auto server = Server::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto channel_for = [&](const std::string& run_id) {
+    common::ChannelOptions channel;
+    channel.token = *JobToken(kSecret, run_id);
+    return *common::CreateChannel((*server)->endpoint(), channel);
+  };
+
+  // Two connections of one hog job (a job token admits no other job's
+  // scopes). The server's cap, over all jobs, is StoreCapsTest's.
+  absl::Mutex mu;
+  bool stop = false;
+  int hog_ok = 0;
+  std::vector<std::string> refusals;
+  std::vector<std::string> other_errors;
+  std::vector<std::thread> hogs;
+  const std::string run_id = "hog";
+  for (int h = 0; h < 2; ++h) {
+    hogs.emplace_back([&] {
+      auto store = v1::Store::NewStub(channel_for(run_id));
+      const std::string value(256 << 10, 'h');
+      for (int i = 0;; ++i) {
+        {
+          absl::MutexLock lock(&mu);
+          if (stop) return;
+        }
+        v1::SetRequest request;
+        request.mutable_scope()->set_run_id(run_id);
+        request.mutable_scope()->set_round(i % 4);
+        request.set_key(absl::StrCat("fill-", i));
+        request.set_value(value);
+        v1::SetResponse response;
+        grpc::Status status = store->Set(Context().get(), request, &response);
+        absl::MutexLock lock(&mu);
+        if (status.ok()) {
+          ++hog_ok;
+        } else if (status.error_code() ==
+                   grpc::StatusCode::RESOURCE_EXHAUSTED) {
+          if (refusals.size() < 1000) refusals.push_back(status.error_message());
+        } else {
+          other_errors.push_back(status.error_message());
+        }
+      }
+    });
+  }
+  {
+    absl::MutexLock lock(&mu);
+    auto refused = [&] { return refusals.size() >= 20; };
+    ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(&refused),
+                                    absl::Seconds(60)))
+        << "the hogs were never refused";
+  }
+
+  // The victim forms rounds (each ended by a reported failure) and uses its
+  // store in each while the hogs keep writing.
+  auto victim_channel = channel_for("victim");
+  auto rendezvous = v1::Rendezvous::NewStub(victim_channel);
+  auto store = v1::Store::NewStub(victim_channel);
+  constexpr int kRounds = 15;
+  for (int r = 0; r < kRounds; ++r) {
+    v1::JoinRequest join;
+    join.set_run_id("victim");
+    join.set_node_id("v0");
+    join.set_local_world_size(1);
+    join.set_node_rank(-1);
+    join.set_address("127.0.0.1");
+    join.mutable_config()->set_min_nodes(1);
+    join.mutable_config()->set_max_nodes(1);
+    join.mutable_config()->set_max_restarts(kRounds);
+    v1::JoinResponse joined;
+    grpc::Status status = rendezvous->Join(Context().get(), join, &joined);
+    ASSERT_TRUE(status.ok()) << "round " << r << ": " << status.error_message();
+    ASSERT_TRUE(joined.has_assignment());
+    const int64_t round = joined.assignment().round();
+    EXPECT_EQ(round, r);
+    v1::SetRequest set;
+    set.mutable_scope()->set_run_id("victim");
+    set.mutable_scope()->set_round(round);
+    set.set_key("MASTER");
+    set.set_value(std::string(64 << 10, 'v'));
+    v1::SetResponse set_response;
+    status = store->Set(Context().get(), set, &set_response);
+    ASSERT_TRUE(status.ok()) << "round " << r << ": " << status.error_message();
+    v1::GetRequest get;
+    *get.mutable_scope() = set.scope();
+    get.set_key("MASTER");
+    v1::GetResponse got;
+    status = store->Get(Context().get(), get, &got);
+    ASSERT_TRUE(status.ok()) << "round " << r << ": " << status.error_message();
+    EXPECT_EQ(got.value().size(), 64u << 10);
+    v1::ReportFailureRequest failed;
+    failed.set_run_id("victim");
+    failed.set_node_id("v0");
+    failed.set_round(round);
+    v1::ReportFailureResponse failed_response;
+    status = rendezvous->ReportFailure(Context().get(), failed,
+                                       &failed_response);
+    ASSERT_TRUE(status.ok()) << "round " << r << ": " << status.error_message();
+  }
+
+  {
+    absl::MutexLock lock(&mu);
+    stop = true;
+  }
+  for (std::thread& hog : hogs) hog.join();
+  absl::MutexLock lock(&mu);
+  EXPECT_TRUE(other_errors.empty()) << other_errors.front();
+  EXPECT_GT(hog_ok, 0);
+  for (const std::string& message : refusals) {
+    EXPECT_NE(message.find("--max-job-store-bytes"), std::string::npos)
+        << message;
+  }
+  EXPECT_LE((*server)->JobStoreBytesForTest("hog"),
+            options.limits.max_job_store_bytes);
+  EXPECT_GT((*server)->JobStoreBytesForTest("hog"),
+            options.limits.max_job_store_bytes - (300 << 10))
+      << "the hog filled its share";
+  EXPECT_LE((*server)->StoreBytesForTest(), options.limits.max_store_bytes);
 }
 
 }  // namespace

@@ -2,9 +2,11 @@
 // transition, no sockets, no sleeps.
 #include <map>
 #include <string>
+#include <vector>
 
 #include "common/clock.h"
 #include "gtest/gtest.h"
+#include "rendezvous/job.h"
 #include "rendezvous/job_table.h"
 
 namespace ddprun::rendezvous {
@@ -497,6 +499,90 @@ TEST_F(JobTest, StatusShowsNodesRanksAndAges) {
   EXPECT_EQ(s.nodes(1).node_rank(), 1);
   EXPECT_EQ(s.nodes(1).last_heartbeat_age_ms(), 200);
   EXPECT_EQ(s.world_size(), 2);
+}
+
+}  // namespace
+}  // namespace ddprun::rendezvous
+
+namespace ddprun::rendezvous {
+namespace {
+
+// Forms round 0 of a job of `nodes` nodes; returns the assignments.
+std::vector<v1::Assignment> FormRound(Job& job, int nodes, absl::Time now) {
+  Effects effects;
+  for (int i = 0; i < nodes; ++i) {
+    v1::JoinRequest request;
+    request.set_run_id(job.run_id());
+    request.set_node_id("n" + std::to_string(i));
+    request.set_local_world_size(1);
+    request.set_node_rank(-1);
+    request.set_address("addr");
+    job.Join(request, static_cast<WaiterId>(i + 1), now, &effects);
+  }
+  std::vector<v1::Assignment> assignments;
+  for (auto& c : effects.joins) {
+    EXPECT_TRUE(c.response.ok()) << c.response.status();
+    if (c.response.ok()) assignments.push_back(c.response->assignment());
+  }
+  return assignments;
+}
+
+v1::JobConfig ScaleConfig(int nodes) {
+  v1::JobConfig config;
+  config.set_min_nodes(nodes);
+  config.set_max_nodes(nodes);
+  config.set_last_call_timeout_ms(1000);
+  config.set_join_timeout_ms(60000);
+  config.set_heartbeat_interval_ms(100);
+  config.set_heartbeat_timeout_ms(500);
+  return config;
+}
+
+TEST(HeartbeatBudgetTest, ALargeJobIsToldALongerIntervalAndTimeout) {
+  JobOptions options;
+  options.heartbeat_budget_per_s = 20;  // 10 nodes at 100 ms would send 100/s
+  absl::Time now = absl::UnixEpoch();
+  Job job("big", ScaleConfig(10), now, options);
+  std::vector<v1::Assignment> assignments = FormRound(job, 10, now);
+  ASSERT_EQ(assignments.size(), 10u);
+  for (const v1::Assignment& a : assignments) {
+    EXPECT_EQ(a.heartbeat_interval_ms(), 500) << "10 nodes / 20 per s";
+    EXPECT_EQ(a.heartbeat_timeout_ms(), 2500) << "in proportion: 5 x 500 ms";
+  }
+  // Nine nodes beat at the longer interval; n9 stays silent. The job's own
+  // 500 ms timeout would have dropped them all; the lengthened one drops
+  // only n9, once 2.5 s passed.
+  Effects effects;
+  for (absl::Duration t : {absl::Milliseconds(500), absl::Milliseconds(1000),
+                           absl::Milliseconds(1500), absl::Milliseconds(2000)}) {
+    for (int i = 0; i < 9; ++i) {
+      v1::HeartbeatRequest beat;
+      beat.set_node_id("n" + std::to_string(i));
+      EXPECT_FALSE(job.Heartbeat(beat, now + t).rejoin());
+    }
+    job.Tick(now + t, &effects);
+  }
+  job.Tick(now + absl::Milliseconds(2400), &effects);
+  EXPECT_EQ(job.round(), 0) << "no live node was declared lost";
+  job.Tick(now + absl::Milliseconds(2600), &effects);
+  EXPECT_EQ(job.round(), 1) << "the silent node is lost after 2.5 s";
+}
+
+TEST(HeartbeatBudgetTest, JobsWithinTheBudgetKeepTheirInterval) {
+  JobOptions options;
+  options.heartbeat_budget_per_s = 20;
+  absl::Time now = absl::UnixEpoch();
+  Job small("small", ScaleConfig(2), now, options);  // 20/s: at the budget
+  for (const v1::Assignment& a : FormRound(small, 2, now)) {
+    EXPECT_EQ(a.heartbeat_interval_ms(), 100);
+    EXPECT_EQ(a.heartbeat_timeout_ms(), 500);
+  }
+  options.heartbeat_budget_per_s = 0;  // never lengthened
+  Job unbounded("unbounded", ScaleConfig(10), now, options);
+  for (const v1::Assignment& a : FormRound(unbounded, 10, now)) {
+    EXPECT_EQ(a.heartbeat_interval_ms(), 100);
+    EXPECT_EQ(a.heartbeat_timeout_ms(), 500);
+  }
 }
 
 }  // namespace

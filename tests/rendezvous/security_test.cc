@@ -1,5 +1,10 @@
 // Token, TLS and mutual TLS on a real server; token loading.
+#include <sys/stat.h>
+
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -11,6 +16,7 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
+#include "rendezvous/run_server.h"
 #include "rendezvous/server.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/temp_dir.h"
@@ -45,6 +51,13 @@ grpc::Status TryHeartbeat(const std::shared_ptr<grpc::Channel>& channel) {
   request.set_run_id("none");
   v1::HeartbeatResponse response;
   return stub->Heartbeat(Context().get(), request, &response);
+}
+
+// Token files must be private (0600), as the server and clients demand.
+void WritePrivateFile(const std::string& path, const std::string& text,
+                      mode_t mode = 0600) {
+  std::ofstream(path) << text;
+  ASSERT_EQ(::chmod(path.c_str(), mode), 0) << path;
 }
 
 std::shared_ptr<grpc::Channel> Channel(const std::string& endpoint,
@@ -176,7 +189,7 @@ TEST_F(TlsTest, MissingFilesAreClearErrors) {
 }
 
 TEST_F(TlsTest, BinaryServesMutualTlsFromItsFlags) {
-  std::ofstream(File("token")) << "tls-binary-token\n";
+  WritePrivateFile(File("token"), "tls-binary-token\n");
   testing::SubprocessOptions options;
   options.argv = {testing::BinaryPath("rendezvous/ddprun-rendezvous"),
                   "--port",
@@ -233,12 +246,12 @@ TEST_F(TlsTest, BinaryWithAMissingKeyFileExitsWithOneClearLine) {
 
 TEST(LoadTokenTest, FileThenEnvironment) {
   testing::TempDir dir;
-  std::ofstream(dir.File("token")) << "  abc123\n";
+  WritePrivateFile(dir.File("token"), "  abc123\n");
   auto token = common::LoadToken(dir.File("token"));
   ASSERT_TRUE(token.ok()) << token.status();
   EXPECT_EQ(*token, "abc123");
 
-  std::ofstream(dir.File("empty")) << "\n";
+  WritePrivateFile(dir.File("empty"), "\n");
   EXPECT_EQ(common::LoadToken(dir.File("empty")).status().code(),
             absl::StatusCode::kInvalidArgument);
   auto missing = common::LoadToken(dir.File("missing"));
@@ -254,7 +267,7 @@ TEST(LoadTokenTest, FileThenEnvironment) {
 
 TEST(TokenBinaryTest, TokenFileFlagIsEnforced) {
   testing::TempDir dir;
-  std::ofstream(dir.File("token")) << "binary-token\n";
+  WritePrivateFile(dir.File("token"), "binary-token\n");
   testing::SubprocessOptions options;
   options.argv = {testing::BinaryPath("rendezvous/ddprun-rendezvous"), "--port",
                   "0", "--token-file", dir.File("token")};
@@ -280,6 +293,123 @@ TEST(TokenBinaryTest, TokenFileFlagIsEnforced) {
   common::ChannelOptions right;
   right.token = "binary-token";
   EXPECT_TRUE(TrySet(Channel(endpoint, right)).ok());
+}
+
+}  // namespace
+}  // namespace ddprun::rendezvous
+
+namespace ddprun::rendezvous {
+namespace {
+
+TEST(LoadTokenTest, ATokenFileOthersCanReadOrChangeIsAClearError) {
+  testing::TempDir dir;
+  const std::string path = dir.File("token");
+  for (mode_t mode : {0644, 0604, 0606, 0666, 0602}) {
+    WritePrivateFile(path, "t0k3n\n", mode);
+    auto token = common::LoadToken(path);
+    ASSERT_FALSE(token.ok()) << std::oct << mode;
+    EXPECT_EQ(token.status().code(), absl::StatusCode::kFailedPrecondition);
+    const std::string& message = std::string(token.status().message());
+    EXPECT_NE(message.find(path), std::string::npos) << message;
+    EXPECT_NE(message.find("chmod 600"), std::string::npos) << message;
+    char shown[8];
+    std::snprintf(shown, sizeof(shown), "%04o", static_cast<unsigned>(mode));
+    EXPECT_NE(message.find(shown), std::string::npos) << message;
+    EXPECT_EQ(message.find("t0k3n"), std::string::npos) << "never the token";
+  }
+  for (mode_t mode : {0600, 0400}) {
+    WritePrivateFile(path, "t0k3n\n", mode);
+    auto token = common::LoadToken(path);
+    ASSERT_TRUE(token.ok()) << std::oct << mode << " " << token.status();
+    EXPECT_EQ(*token, "t0k3n");
+  }
+  // Group bits: refused on a file its user owns; a root-owned file may be
+  // group-readable (Kubernetes fsGroup, systemd), never group-writable.
+  WritePrivateFile(path, "t0k3n\n", 0660);
+  EXPECT_EQ(common::LoadToken(path).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  WritePrivateFile(path, "t0k3n\n", 0640);
+  if (::geteuid() == 0) {
+    EXPECT_TRUE(common::LoadToken(path).ok()) << "root-owned, group-readable";
+    ASSERT_EQ(::chown(path.c_str(), 65534, 65534), 0);
+    EXPECT_EQ(common::LoadToken(path).status().code(),
+              absl::StatusCode::kFailedPrecondition)
+        << "owned by a user, group-readable";
+  } else {
+    EXPECT_EQ(common::LoadToken(path).status().code(),
+              absl::StatusCode::kFailedPrecondition)
+        << "owned by this user, group-readable";
+  }
+}
+
+TEST(SecureDefaultsTest, NoTokenBeyondLoopbackIsRefusedWithBothFixes) {
+  testing::RunResult result = testing::RunCommand(
+      {testing::BinaryPath("rendezvous/ddprun-rendezvous"), "--host",
+       "0.0.0.0", "--port", "0"},
+      absl::Seconds(20), {{"DDPRUN_TOKEN", ""}});
+  ASSERT_FALSE(result.timed_out);
+  EXPECT_NE(result.exit.exit_code, 0);
+  EXPECT_NE(result.err.find("0.0.0.0"), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("--token-file"), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("--insecure"), std::string::npos) << result.err;
+  EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1)
+      << result.err;
+  EXPECT_EQ(result.out, "") << "no 'listening' line when it refuses";
+
+  EXPECT_TRUE(IsLoopbackHost("127.0.0.1"));
+  EXPECT_TRUE(IsLoopbackHost("127.0.1.1"));
+  EXPECT_TRUE(IsLoopbackHost("::1"));
+  EXPECT_TRUE(IsLoopbackHost("[::1]"));
+  EXPECT_TRUE(IsLoopbackHost("localhost"));
+  EXPECT_FALSE(IsLoopbackHost("0.0.0.0"));
+  EXPECT_FALSE(IsLoopbackHost("::"));
+  EXPECT_FALSE(IsLoopbackHost("10.0.0.1"));
+  EXPECT_FALSE(IsLoopbackHost("rendezvous.example"));
+  RunServerOptions mutual;
+  mutual.server.host = "0.0.0.0";
+  EXPECT_EQ(CheckListenIsAuthenticated(mutual, "").code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(CheckListenIsAuthenticated(mutual, "token").ok());
+  mutual.server.tls.client_ca_file = "ca.crt";
+  EXPECT_TRUE(CheckListenIsAuthenticated(mutual, "").ok())
+      << "mutual TLS authenticates clients";
+}
+
+TEST(SecureDefaultsTest, InsecureListensAndMetricsStayOnLoopback) {
+  testing::TempDir dir;
+  testing::SubprocessOptions options;
+  options.argv = {testing::BinaryPath("rendezvous/ddprun-rendezvous"),
+                  "--host",
+                  "0.0.0.0",
+                  "--port",
+                  "0",
+                  "--insecure",
+                  "--metrics-port",
+                  "0"};
+  options.stdout_path = dir.File("out");
+  options.stderr_path = dir.File("err");
+  options.unset_env = {"DDPRUN_TOKEN"};
+  auto process = testing::Subprocess::Start(options);
+  ASSERT_TRUE(process.ok()) << process.status();
+  std::string out;
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        out = testing::ReadFileOrEmpty(dir.File("out"));
+        return out.find("metrics on ") != std::string::npos &&
+               out.back() == '\n';
+      },
+      absl::Seconds(10)))
+      << out << testing::ReadFileOrEmpty(dir.File("err"));
+  EXPECT_NE(out.find("ddprun-rendezvous listening on 127.0.0.1:"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("ddprun-rendezvous metrics on http://127.0.0.1:"),
+            std::string::npos)
+      << "/metrics binds loopback unless --metrics-host says otherwise: "
+      << out;
+  EXPECT_NE(testing::ReadFileOrEmpty(dir.File("err")).find("--insecure"),
+            std::string::npos)
+      << "the server warns that it runs without a token";
 }
 
 }  // namespace
