@@ -1,6 +1,6 @@
 // The agent's shared-memory folder: created with its lock, removed when the
 // agent ends, and removed by the next agent when the owner died.
-#include "launcher/shm_dir.h"
+#include "launcher/posix/shm_dir.h"
 
 #include <sys/wait.h>
 #include <unistd.h>
