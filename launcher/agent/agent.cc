@@ -9,13 +9,10 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_format.h"
-#include "absl/time/clock.h"
 #include "launcher/agent/failure_report.h"
 #include "launcher/agent/failure_summary.h"
 #include "launcher/agent/heartbeat_loop.h"
 #include "launcher/posix/local_address.h"
-#include "launcher/agent/worker_env.h"
-#include "launcher/posix/worker_output.h"
 #include "spdlog/spdlog.h"
 
 namespace ddprun::launcher {
@@ -31,10 +28,29 @@ constexpr absl::Duration kMasterListenWait = absl::Seconds(1);
 
 int64_t Millis(absl::Duration d) { return absl::ToInt64Milliseconds(d); }
 
+void LogAssignment(const v1::Assignment& assignment, int nproc_per_node) {
+  spdlog::info(
+      "round {}: node rank {} of {}, ranks {}..{} of {}, master {}:{}, "
+      "restart {}/{}",
+      assignment.round(), assignment.node_rank(), assignment.num_nodes(),
+      assignment.rank_offset(), assignment.rank_offset() + nproc_per_node - 1,
+      assignment.world_size(), assignment.master_addr(),
+      assignment.master_port(), assignment.restart_count(),
+      assignment.max_restarts());
+}
+
+void RouteOutput(const WorkerOutput& output, RoundPlan& plan) {
+  for (int local_rank = 0; local_rank < static_cast<int>(plan.workers.size());
+       ++local_rank) {
+    plan.workers[local_rank].stdout_fd = output.stdout_fd(local_rank);
+    plan.workers[local_rank].stderr_fd = output.stderr_fd(local_rank);
+  }
+}
+
 }  // namespace
 
 Agent::Agent(const LaunchOptions& options, AgentContext context,
-             RendezvousClient& client, ProcessControl& control,
+             RendezvousApi& client, ProcessControl& control,
              AgentEvents& events, const common::Clock& clock)
     : options_(options),
       context_(std::move(context)),
@@ -42,16 +58,10 @@ Agent::Agent(const LaunchOptions& options, AgentContext context,
       control_(control),
       events_(events),
       clock_(clock) {
+  if (!context_.reserve_port) context_.reserve_port = ReservePort;
   if (!context_.standby_argv.empty()) {
-    std::vector<std::string> env = context_.base_env;
-    // Set before the standby imports torch, which reads it once.
-    if (std::none_of(env.begin(), env.end(), [](const std::string& e) {
-          return e.rfind("OMP_NUM_THREADS=", 0) == 0;
-        })) {
-      env.push_back("OMP_NUM_THREADS=1");
-    }
-    standbys_ = std::make_unique<StandbyPool>(control_, context_.standby_argv,
-                                              std::move(env));
+    standbys_ = std::make_unique<StandbyPool>(
+        control_, context_.standby_argv, BuildStandbyPlanEnv(context_));
   }
 }
 
@@ -75,17 +85,8 @@ v1::JoinRequest Agent::MakeJoinRequest(int master_port) const {
   return request;
 }
 
-std::string Agent::AttemptDir(int restart_count) const {
-  if (!options_.log_dir.empty()) {
-    return absl::StrFormat("%s/%s/attempt_%d", options_.log_dir,
-                           options_.rdzv_id, restart_count);
-  }
-  return absl::StrFormat("%s/attempt_%d", context_.scratch_dir, restart_count);
-}
-
 int Agent::Run() {
-  const RdzvConf& conf = options_.rdzv_conf;
-  long last_round = 0;  // the last round this node was assigned
+  int64_t last_round = 0;  // the last round this node was assigned
   while (true) {
     if (std::optional<int> sig = events_.stop_signal()) {
       // Stopped between rounds (e.g. while its workers were being stopped):
@@ -93,50 +94,11 @@ int Agent::Run() {
       Leave(last_round, v1::LeaveRequest::REASON_SHUTDOWN);
       return 128 + *sig;
     }
-    absl::StatusOr<int> master_port = ReservePort(context_.local_addr);
-    if (!master_port.ok()) {
-      spdlog::error("{}", std::string(master_port.status().message()));
-      return 1;
-    }
-    spdlog::info("joining job '{}' at rendezvous {} as {}", options_.rdzv_id,
-                 client_.endpoint(), context_.node_id);
-    absl::StatusOr<v1::JoinResponse> joined =
-        client_.Join(MakeJoinRequest(*master_port), conf.join_timeout,
-                     std::min(conf.join_timeout, kMaxUnreachableWait));
-    if (std::optional<int> sig = events_.stop_signal()) {
-      spdlog::info("stopped by {} while joining", SignalName(*sig));
-      long round = joined.ok() && joined->has_assignment()
-                       ? joined->assignment().round()
-                       : last_round;
-      Leave(round, v1::LeaveRequest::REASON_SHUTDOWN);
-      return 128 + *sig;
-    }
-    if (!joined.ok()) {
-      spdlog::error("{}", std::string(joined.status().message()));
-      return 1;
-    }
-    if (joined->has_ended()) {
-      const v1::JobEnded& ended = joined->ended();
-      if (ended.state() == v1::JOB_STATE_SUCCEEDED) {
-        spdlog::info("job '{}' already succeeded", options_.rdzv_id);
-        return 0;
-      }
-      std::string summary = FormatFailureSummary(options_.rdzv_id, ended);
-      fputs(summary.c_str(), stderr);
-      fflush(stderr);
-      return 1;
-    }
-    const v1::Assignment& assignment = joined->assignment();
+    Joined joined = JoinNextRound(last_round);
+    if (!joined.assignment.has_value()) return joined.exit_code;
+    const v1::Assignment& assignment = *joined.assignment;
     last_round = assignment.round();
-    spdlog::info(
-        "round {}: node rank {} of {}, ranks {}..{} of {}, master {}:{}, "
-        "restart {}/{}",
-        assignment.round(), assignment.node_rank(), assignment.num_nodes(),
-        assignment.rank_offset(),
-        assignment.rank_offset() + options_.nproc_per_node - 1,
-        assignment.world_size(), assignment.master_addr(),
-        assignment.master_port(), assignment.restart_count(),
-        assignment.max_restarts());
+    LogAssignment(assignment, options_.nproc_per_node);
     switch (RunRound(assignment)) {
       case RoundEnd::kSucceeded:
         Leave(assignment.round(), v1::LeaveRequest::REASON_SUCCEEDED);
@@ -153,119 +115,100 @@ int Agent::Run() {
   }
 }
 
-Agent::RoundEnd Agent::RunRound(const v1::Assignment& assignment) {
-  const int n = options_.nproc_per_node;
-  std::string attempt_dir = AttemptDir(assignment.restart_count());
-  std::error_code ec;
-  std::filesystem::create_directories(attempt_dir, ec);
-  if (ec) {
-    spdlog::warn("cannot create {}: {}; workers get no error file", attempt_dir,
-                 ec.message());
+Agent::Joined Agent::JoinNextRound(int64_t last_round) {
+  const RdzvConf& conf = options_.rdzv_conf;
+  absl::StatusOr<int> master_port = context_.reserve_port(context_.local_addr);
+  if (!master_port.ok()) {
+    spdlog::error("{}", std::string(master_port.status().message()));
+    return {.exit_code = 1};
   }
-  std::vector<std::string> error_files;
-  for (int local_rank = 0; local_rank < n; ++local_rank) {
-    std::string error_file =
-        absl::StrFormat("%s/rank_%d.error.json", attempt_dir,
-                        assignment.rank_offset() + local_rank);
-    std::filesystem::remove(error_file, ec);  // only this attempt's errors
-    error_files.push_back(error_file);
+  spdlog::info("joining job '{}' at rendezvous {} as {}", options_.rdzv_id,
+               client_.endpoint(), context_.node_id);
+  absl::StatusOr<v1::JoinResponse> joined =
+      client_.Join(MakeJoinRequest(*master_port), conf.join_timeout,
+                   std::min(conf.join_timeout, kMaxUnreachableWait));
+  if (std::optional<int> sig = events_.stop_signal()) {
+    spdlog::info("stopped by {} while joining", SignalName(*sig));
+    int64_t round = joined.ok() && joined->has_assignment()
+                        ? joined->assignment().round()
+                        : last_round;
+    Leave(round, v1::LeaveRequest::REASON_SHUTDOWN);
+    return {.exit_code = 128 + *sig};
   }
-  // Prewarmed workers already hold their progress channels.
-  bool use_standbys = standbys_ != nullptr && standbys_->size() >= n;
-  std::vector<ProgressChannel> progress;
-  auto make_requests = [&](const std::vector<int>& progress_fds) {
-    std::vector<SpawnRequest> requests;
-    for (int local_rank = 0; local_rank < n; ++local_rank) {
-      WorkerEnvSpec spec;
-      spec.run_id = options_.rdzv_id;
-      spec.role = options_.role;
-      spec.local_rank = local_rank;
-      spec.local_world_size = n;
-      spec.rank = assignment.rank_offset() + local_rank;
-      spec.world_size = assignment.world_size();
-      spec.group_rank = assignment.node_rank();
-      spec.group_world_size = assignment.num_nodes();
-      spec.master_addr = assignment.master_addr();
-      spec.master_port = assignment.master_port();
-      spec.restart_count = assignment.restart_count();
-      spec.max_restarts = assignment.max_restarts();
-      spec.round = assignment.round();
-      spec.error_file = error_files[local_rank];
-      spec.store_endpoint = context_.store_endpoint;
-      spec.local_addr = context_.local_addr;
-      spec.credentials = context_.credentials;
-      spec.progress_fd = progress_fds[local_rank];
-      SpawnRequest request;
-      request.argv = context_.worker_argv;
-      request.env = BuildWorkerEnv(spec, context_.base_env);
-      if (spec.progress_fd >= 0) request.inherit_fds = {spec.progress_fd};
-      requests.push_back(std::move(request));
+  if (!joined.ok()) {
+    spdlog::error("{}", std::string(joined.status().message()));
+    return {.exit_code = 1};
+  }
+  if (joined->has_ended()) {
+    const v1::JobEnded& ended = joined->ended();
+    if (ended.state() == v1::JOB_STATE_SUCCEEDED) {
+      spdlog::info("job '{}' already succeeded", options_.rdzv_id);
+      return {.exit_code = 0};
     }
-    return requests;
-  };
-  auto fresh_requests = [&] {
-    progress.clear();
-    std::vector<int> fds;
-    for (int local_rank = 0; local_rank < n; ++local_rank) {
+    std::string summary = FormatFailureSummary(options_.rdzv_id, ended);
+    fputs(summary.c_str(), stderr);
+    fflush(stderr);
+    return {.exit_code = 1};
+  }
+  return {.assignment = joined->assignment()};
+}
+
+RoundPlan Agent::PlanRound(const v1::Assignment& assignment, bool use_standbys,
+                           std::vector<ProgressChannel>& progress) const {
+  std::vector<int> fds;
+  progress.clear();
+  for (int local_rank = 0; local_rank < options_.nproc_per_node;
+       ++local_rank) {
+    if (use_standbys) {
+      // Prewarmed workers already hold their progress channels.
+      fds.push_back(standbys_->progress_fd(local_rank));
+    } else {
       progress.emplace_back();
       fds.push_back(progress.back().write_fd());
     }
-    return make_requests(fds);
-  };
-  std::vector<SpawnRequest> requests;
-  if (use_standbys) {
-    std::vector<int> fds;
-    for (int i = 0; i < n; ++i) fds.push_back(standbys_->progress_fd(i));
-    requests = make_requests(fds);
-  } else {
-    requests = fresh_requests();
   }
+  return BuildRoundPlan(options_, context_, assignment, fds);
+}
 
-  WorkerOutputOptions output_options;
-  output_options.attempt_dir = attempt_dir;
-  output_options.num_workers = n;
-  output_options.rank_offset = assignment.rank_offset();
-  output_options.redirects = options_.redirects;
-  output_options.tee = options_.tee;
-  output_options.local_ranks_filter = options_.local_ranks_filter;
+void Agent::PrepareAttemptDir(const RoundPlan& plan) const {
+  std::error_code ec;
+  std::filesystem::create_directories(plan.attempt_dir, ec);
+  if (ec) {
+    spdlog::warn("cannot create {}: {}; workers get no error file",
+                 plan.attempt_dir, ec.message());
+  }
+  // Only this attempt's errors.
+  for (const std::string& file : plan.error_files) {
+    std::filesystem::remove(file, ec);
+  }
+}
+
+Agent::RoundEnd Agent::RunRound(const v1::Assignment& assignment) {
+  const int n = options_.nproc_per_node;
+  bool use_standbys = standbys_ != nullptr && standbys_->size() >= n;
+  std::vector<ProgressChannel> progress;
+  RoundPlan plan = PlanRound(assignment, use_standbys, progress);
+  PrepareAttemptDir(plan);
   absl::StatusOr<std::unique_ptr<WorkerOutput>> output =
-      WorkerOutput::Open(output_options);
+      WorkerOutput::Open(plan.output);
   if (!output.ok()) {
     spdlog::error("{}", std::string(output.status().message()));
-    ReportFailures(assignment, {}, error_files,
+    ReportFailures(assignment, {}, plan.error_files,
                    std::string(output.status().message()));
     return RoundEnd::kRejoin;
   }
-  for (int local_rank = 0; local_rank < n; ++local_rank) {
-    requests[local_rank].stdout_fd = (*output)->stdout_fd(local_rank);
-    requests[local_rank].stderr_fd = (*output)->stderr_fd(local_rank);
-  }
+  RouteOutput(**output, plan);
 
   events_.TakeRejoin();  // a previous round's news is not this round's
   WorkerGroup group(control_, clock_);
-  absl::Status started;
-  if (use_standbys) {
-    absl::StatusOr<std::vector<pid_t>> pids =
-        ActivateStandbys(assignment, requests, progress);
-    if (pids.ok()) {
-      group.Adopt(*pids);
-    } else {
-      spdlog::warn("{}; starting workers afresh",
-                   std::string(pids.status().message()));
-      use_standbys = false;
-      requests = fresh_requests();
-      for (int local_rank = 0; local_rank < n; ++local_rank) {
-        requests[local_rank].stdout_fd = (*output)->stdout_fd(local_rank);
-        requests[local_rank].stderr_fd = (*output)->stderr_fd(local_rank);
-      }
-    }
-  }
-  if (!use_standbys) started = group.Start(requests, options_.shutdown_grace);
+  absl::Status started = StartWorkers(assignment, **output, plan, group,
+                                      progress, use_standbys);
   for (ProgressChannel& channel : progress) channel.CloseWriteEnd();
   (*output)->StartCopying();
   if (!started.ok()) {
     spdlog::error("{}", std::string(started.message()));
-    ReportFailures(assignment, {}, error_files, std::string(started.message()));
+    ReportFailures(assignment, {}, plan.error_files,
+                   std::string(started.message()));
     return RoundEnd::kRejoin;
   }
   spdlog::info("{} {} workers: {}",
@@ -273,11 +216,32 @@ Agent::RoundEnd Agent::RunRound(const v1::Assignment& assignment) {
                context_.worker_argv[0]);
   // The next round's workers start now, while this round trains.
   if (standbys_ != nullptr) standbys_->Fill(n);
-  RoundEnd end = Supervise(assignment, group, progress, error_files);
+  RoundEnd end = Supervise({assignment, plan, group, progress});
   // The workers are gone; what they wrote last still reaches the console and
   // the files (bounded: a worker's own children may hold a pipe open).
   (*output)->Finish(absl::Seconds(1));
   return end;
+}
+
+absl::Status Agent::StartWorkers(const v1::Assignment& assignment,
+                                 const WorkerOutput& output, RoundPlan& plan,
+                                 WorkerGroup& group,
+                                 std::vector<ProgressChannel>& progress,
+                                 bool& used_standbys) {
+  if (used_standbys) {
+    absl::StatusOr<std::vector<pid_t>> pids =
+        ActivateStandbys(assignment, plan.workers, progress);
+    if (pids.ok()) {
+      group.Adopt(*pids);
+      return absl::OkStatus();
+    }
+    spdlog::warn("{}; starting workers afresh",
+                 std::string(pids.status().message()));
+    used_standbys = false;
+    plan = PlanRound(assignment, /*use_standbys=*/false, progress);
+    RouteOutput(output, plan);
+  }
+  return group.Start(plan.workers, options_.shutdown_grace);
 }
 
 absl::StatusOr<std::vector<pid_t>> Agent::ActivateStandbys(
@@ -320,11 +284,8 @@ absl::StatusOr<std::vector<pid_t>> Agent::ActivateStandbys(
   return pids;
 }
 
-Agent::RoundEnd Agent::Supervise(const v1::Assignment& assignment,
-                                 WorkerGroup& group,
-                                 std::vector<ProgressChannel>& progress,
-                                 const std::vector<std::string>& error_files) {
-  const int n = options_.nproc_per_node;
+Agent::RoundEnd Agent::Supervise(const RunningRound& round) {
+  const v1::Assignment& assignment = round.assignment;
   HeartbeatLoopOptions hb;
   hb.run_id = options_.rdzv_id;
   hb.node_id = context_.node_id;
@@ -336,29 +297,18 @@ Agent::RoundEnd Agent::Supervise(const v1::Assignment& assignment,
   HeartbeatLoop heartbeat(client_, hb, [this] { events_.PostRejoin(); });
 
   SupervisorPolicyOptions policy_options;
-  policy_options.num_workers = n;
+  policy_options.num_workers = options_.nproc_per_node;
   policy_options.worker_timeout = options_.worker_timeout;
   SupervisorPolicy policy(policy_options, clock_);
   AgentMetrics* metrics = context_.metrics;
-  if (metrics != nullptr) metrics->RoundStarted(assignment, n);
+  if (metrics != nullptr) {
+    metrics->RoundStarted(assignment, options_.nproc_per_node);
+  }
   // Whatever ends the round, the metrics say no worker runs any more.
   absl::Cleanup round_ended = [metrics] {
     if (metrics != nullptr) metrics->RoundEnded();
   };
   int exited = 0;
-  auto record_exits =
-      [&](const std::vector<std::pair<int, ExitStatus>>& exits) {
-        exited += static_cast<int>(exits.size());
-        for (const auto& [local_rank, status] : exits) {
-          if (!status.success()) {
-            spdlog::warn("worker rank {} (local {}) ended: {}",
-                         assignment.rank_offset() + local_rank, local_rank,
-                         status.ToString());
-          }
-          policy.OnExit(local_rank, status);
-        }
-      };
-
   while (true) {
     absl::Duration wait = options_.monitor_interval;
     if (std::optional<absl::Time> hang = policy.NextHangDeadline()) {
@@ -371,49 +321,66 @@ Agent::RoundEnd Agent::Supervise(const v1::Assignment& assignment,
                    absl::FormatDuration(options_.shutdown_grace));
       // The signal itself first, as torchrun forwards it; then the usual
       // two phases.
-      group.SignalAll(*sig);
-      group.Stop(options_.shutdown_grace);
+      round.group.SignalAll(*sig);
+      round.group.Stop(options_.shutdown_grace);
       return RoundEnd::kStopped;
     }
-    record_exits(group.Reap());
-    for (int i = 0; i < n; ++i) {
-      if (progress[i].Drain()) {
-        policy.OnProgress(i);
-        if (metrics != nullptr) metrics->Progress(i, clock_.Now());
-      }
-    }
-    if (metrics != nullptr) metrics->Update(n - exited, clock_.Now());
+    Observe(round, policy, exited);
     switch (policy.Evaluate()) {
       case SupervisorPolicy::Verdict::kRunning:
         break;
       case SupervisorPolicy::Verdict::kSucceeded:
         return RoundEnd::kSucceeded;
-      case SupervisorPolicy::Verdict::kFailed: {
-        // Report first, so that the other nodes hear of it at their next
-        // heartbeat while this one stops its workers.
-        std::vector<LocalFailure> failures = policy.failures();
-        for (const LocalFailure& f : failures) {
-          if (f.cause == "hung") {
-            spdlog::warn(
-                "worker rank {} (local {}) is hung: no progress for {} "
-                "(--worker-timeout)",
-                assignment.rank_offset() + f.local_rank, f.local_rank,
-                absl::FormatDuration(options_.worker_timeout));
-          }
-        }
-        if (metrics != nullptr) {
-          for (const LocalFailure& f : failures) metrics->WorkerFailed(f.cause);
-        }
-        ReportFailures(assignment, failures, error_files, "");
-        group.Stop(options_.shutdown_grace);
-        return RoundEnd::kRejoin;
-      }
+      case SupervisorPolicy::Verdict::kFailed:
+        return OnWorkersFailed(round, policy);
     }
     if (events_.TakeRejoin()) {
-      group.Stop(options_.shutdown_grace);
+      round.group.Stop(options_.shutdown_grace);
       return RoundEnd::kRejoin;
     }
   }
+}
+
+void Agent::Observe(const RunningRound& round, SupervisorPolicy& policy,
+                    int& exited) {
+  const int n = options_.nproc_per_node;
+  AgentMetrics* metrics = context_.metrics;
+  for (const auto& [local_rank, status] : round.group.Reap()) {
+    ++exited;
+    if (!status.success()) {
+      spdlog::warn("worker rank {} (local {}) ended: {}",
+                   round.assignment.rank_offset() + local_rank, local_rank,
+                   status.ToString());
+    }
+    policy.OnExit(local_rank, status);
+  }
+  for (int i = 0; i < n; ++i) {
+    if (round.progress[i].Drain()) {
+      policy.OnProgress(i);
+      if (metrics != nullptr) metrics->Progress(i, clock_.Now());
+    }
+  }
+  if (metrics != nullptr) metrics->Update(n - exited, clock_.Now());
+}
+
+Agent::RoundEnd Agent::OnWorkersFailed(const RunningRound& round,
+                                       const SupervisorPolicy& policy) {
+  // Report first, so that the other nodes hear of it at their next
+  // heartbeat while this one stops its workers.
+  const std::vector<LocalFailure>& failures = policy.failures();
+  for (const LocalFailure& f : failures) {
+    if (f.cause == "hung") {
+      spdlog::warn(
+          "worker rank {} (local {}) is hung: no progress for {} "
+          "(--worker-timeout)",
+          round.assignment.rank_offset() + f.local_rank, f.local_rank,
+          absl::FormatDuration(options_.worker_timeout));
+    }
+    if (context_.metrics != nullptr) context_.metrics->WorkerFailed(f.cause);
+  }
+  ReportFailures(round.assignment, failures, round.plan.error_files, "");
+  round.group.Stop(options_.shutdown_grace);
+  return RoundEnd::kRejoin;
 }
 
 void Agent::ReportFailures(const v1::Assignment& assignment,
@@ -441,7 +408,7 @@ void Agent::ReportFailures(const v1::Assignment& assignment,
       response->restarts_exhausted() ? "exhausted" : "left");
 }
 
-void Agent::Leave(long round, v1::LeaveRequest::Reason reason) {
+void Agent::Leave(int64_t round, v1::LeaveRequest::Reason reason) {
   v1::LeaveRequest request;
   request.set_run_id(options_.rdzv_id);
   request.set_node_id(context_.node_id);

@@ -1,54 +1,43 @@
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/clock.h"
 #include "ddprun/v1/rendezvous.pb.h"
+#include "launcher/agent/agent_context.h"
 #include "launcher/agent/agent_events.h"
 #include "launcher/agent/agent_metrics.h"
+#include "launcher/agent/rendezvous_api.h"
+#include "launcher/agent/round_plan.h"
+#include "launcher/agent/standby_pool.h"
+#include "launcher/agent/supervisor_policy.h"
 #include "launcher/cli/launch_options.h"
 #include "launcher/posix/process_control.h"
 #include "launcher/posix/progress_channel.h"
-#include "launcher/agent/rendezvous_client.h"
-#include "launcher/agent/standby_pool.h"
-#include "launcher/agent/supervisor_policy.h"
-#include "launcher/agent/worker_env.h"
 #include "launcher/posix/worker_group.h"
+#include "launcher/posix/worker_output.h"
 
 namespace ddprun::launcher {
 
-// What the agent needs beyond the options, prepared by RunLaunch.
-struct AgentContext {
-  std::string store_endpoint;  // the rendezvous server workers talk to
-  std::string local_addr;      // this node's address for its peers
-  std::string node_id;
-  // Passed on to the workers for their store calls.
-  StoreCredentials credentials;
-  std::string scratch_dir;  // per-attempt error files when no --log-dir
-  std::vector<std::string> worker_argv;
-  std::vector<std::string> base_env;  // the agent's environment
-  // --prewarm: the command of a standby worker; empty: no prewarming.
-  std::vector<std::string> standby_argv;
-  // Whether global rank 0 of a prewarmed round listens on MASTER_PORT (a
-  // Python program: torch's env:// TCPStore), so that the other ranks are
-  // activated once it does. libddp programs use the rendezvous store.
-  bool rank0_listens_on_master_port = false;
-  // --metrics-port: what /metrics shows of this node's workers; null: off.
-  AgentMetrics* metrics = nullptr;
-};
-
-// The node agent: joins a round, runs the local workers of the round,
-// supervises them, reports failures, re-joins, and ends with the job.
+// The node agent's round lifecycle: join -> plan -> start -> supervise ->
+// report -> stop or rejoin -> leave, until the job ends for this node.
+// It talks to the rendezvous through RendezvousApi and to the operating
+// system through ProcessControl; time comes from the injected clock, and it
+// sleeps only in AgentEvents::Wait. So tests drive every transition with
+// fakes (tests/launcher/agent_lifecycle_test.cc), as job_test.cc drives Job.
+//
 // Everything runs on the thread that calls Run (it forks the workers, so it
 // must live as long as they do); the heartbeat and signal threads only post
 // AgentEvents.
 class Agent {
  public:
   Agent(const LaunchOptions& options, AgentContext context,
-        RendezvousClient& client, ProcessControl& control, AgentEvents& events,
+        RendezvousApi& client, ProcessControl& control, AgentEvents& events,
         const common::Clock& clock);
 
   // Runs the job to its end; returns ddprun's exit code: 0 when this node's
@@ -59,30 +48,58 @@ class Agent {
 
  private:
   enum class RoundEnd { kSucceeded, kRejoin, kStopped };
+  // A Join's outcome: this node's next round, or the exit code to end with.
+  struct Joined {
+    std::optional<v1::Assignment> assignment;
+    int exit_code = 0;
+  };
+  // What Supervise watches of one round.
+  struct RunningRound {
+    const v1::Assignment& assignment;
+    const RoundPlan& plan;
+    WorkerGroup& group;
+    std::vector<ProgressChannel>& progress;
+  };
 
+  Joined JoinNextRound(int64_t last_round);
   v1::JoinRequest MakeJoinRequest(int master_port) const;
   // Starts the round's workers, supervises them until the round ends for
   // this node, and leaves no worker running.
   RoundEnd RunRound(const v1::Assignment& assignment);
+  // The plan with fresh progress pipes (appended to `progress`), or with
+  // the prewarmed workers' pipes.
+  RoundPlan PlanRound(const v1::Assignment& assignment, bool use_standbys,
+                      std::vector<ProgressChannel>& progress) const;
+  void PrepareAttemptDir(const RoundPlan& plan) const;
+  // Starts (or activates) the workers of `plan` into `group`. A failed
+  // activation falls back to starting them afresh; `plan` and `progress`
+  // are then replanned. Sets `used_standbys`.
+  absl::Status StartWorkers(const v1::Assignment& assignment,
+                            const WorkerOutput& output, RoundPlan& plan,
+                            WorkerGroup& group,
+                            std::vector<ProgressChannel>& progress,
+                            bool& used_standbys);
   // Hands the round's environments to the prewarmed workers; global rank 0
   // first. Appends their progress channels to `progress`.
   absl::StatusOr<std::vector<pid_t>> ActivateStandbys(
       const v1::Assignment& assignment,
       const std::vector<SpawnRequest>& requests,
       std::vector<ProgressChannel>& progress);
-  RoundEnd Supervise(const v1::Assignment& assignment, WorkerGroup& group,
-                     std::vector<ProgressChannel>& progress,
-                     const std::vector<std::string>& error_files);
+  RoundEnd Supervise(const RunningRound& round);
+  // Reaps and drains progress; tells the policy and the metrics.
+  void Observe(const RunningRound& round, SupervisorPolicy& policy,
+               int& exited);
+  RoundEnd OnWorkersFailed(const RunningRound& round,
+                           const SupervisorPolicy& policy);
   void ReportFailures(const v1::Assignment& assignment,
                       const std::vector<LocalFailure>& failures,
                       const std::vector<std::string>& error_files,
                       const std::string& spawn_error);
-  void Leave(long round, v1::LeaveRequest::Reason reason);
-  std::string AttemptDir(int restart_count) const;
+  void Leave(int64_t round, v1::LeaveRequest::Reason reason);
 
   const LaunchOptions& options_;
   AgentContext context_;
-  RendezvousClient& client_;
+  RendezvousApi& client_;
   ProcessControl& control_;
   AgentEvents& events_;
   const common::Clock& clock_;

@@ -13,13 +13,16 @@ namespace ddprun::launcher {
 // sleeps in Wait between checks and wakes early on any of these. Thread-safe.
 class AgentEvents {
  public:
+  virtual ~AgentEvents() = default;
+
   void PostSignal(int sig);
   void PostRejoin();
   void PostChildEvent();
 
   // Returns when an event is pending or after `timeout`; clears the pending
-  // child event (signals and rejoin stay until taken).
-  void Wait(absl::Duration timeout);
+  // child event (signals and rejoin stay until taken). The agent's only
+  // sleep: lifecycle tests override it to step a fake clock instead.
+  virtual void Wait(absl::Duration timeout);
 
   // The first stop signal received, if any.
   std::optional<int> stop_signal() const;

@@ -14,7 +14,7 @@ struct FailureReportContext {
   std::string run_id;
   std::string node_id;
   std::string host;  // this node's address, as peers know it
-  long round = 0;
+  int64_t round = 0;
   int rank_offset = 0;  // global rank of local rank 0
   absl::Duration worker_timeout = absl::ZeroDuration();
 };

@@ -5,7 +5,7 @@
 
 namespace ddprun::launcher {
 
-HeartbeatLoop::HeartbeatLoop(RendezvousClient& client,
+HeartbeatLoop::HeartbeatLoop(RendezvousApi& client,
                              HeartbeatLoopOptions options,
                              std::function<void()> on_round_over)
     : client_(client),

@@ -1,19 +1,20 @@
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <thread>
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
-#include "launcher/agent/rendezvous_client.h"
+#include "launcher/agent/rendezvous_api.h"
 
 namespace ddprun::launcher {
 
 struct HeartbeatLoopOptions {
   std::string run_id;
   std::string node_id;
-  long round = 0;
+  int64_t round = 0;
   absl::Duration interval = absl::Seconds(1);
   // The server drops a node it has not heard from for this long (the job's
   // heartbeat_timeout). A node whose heartbeats all failed for as long has
@@ -30,7 +31,7 @@ struct HeartbeatLoopOptions {
 // the thread.
 class HeartbeatLoop {
  public:
-  HeartbeatLoop(RendezvousClient& client, HeartbeatLoopOptions options,
+  HeartbeatLoop(RendezvousApi& client, HeartbeatLoopOptions options,
                 std::function<void()> on_round_over);
   ~HeartbeatLoop();
   HeartbeatLoop(const HeartbeatLoop&) = delete;
@@ -39,7 +40,7 @@ class HeartbeatLoop {
  private:
   void Run();
 
-  RendezvousClient& client_;
+  RendezvousApi& client_;
   HeartbeatLoopOptions options_;
   std::function<void()> on_round_over_;
   absl::Notification stop_;

@@ -10,6 +10,7 @@
 #include "common/credentials.h"
 #include "ddprun/v1/rendezvous.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "launcher/agent/rendezvous_api.h"
 #include "launcher/cli/launch_options.h"
 
 namespace ddprun::launcher {
@@ -27,9 +28,10 @@ struct RendezvousClientOptions {
 absl::StatusOr<common::ChannelOptions> MakeChannelOptions(
     const RendezvousAuth& auth);
 
-// The agent's side of the Rendezvous service: every call carries a deadline.
-// Thread-safe (the agent's thread joins, the heartbeat thread heartbeats).
-class RendezvousClient {
+// The agent's side of the Rendezvous service over gRPC: every call carries a
+// deadline. Thread-safe (the agent's thread joins, the heartbeat thread
+// heartbeats).
+class RendezvousClient final : public RendezvousApi {
  public:
   // Errors: unreadable TLS files (named in the message).
   static absl::StatusOr<std::unique_ptr<RendezvousClient>> Create(
@@ -41,19 +43,20 @@ class RendezvousClient {
   // CancelJoin().
   absl::StatusOr<v1::JoinResponse> Join(const v1::JoinRequest& request,
                                         absl::Duration join_timeout,
-                                        absl::Duration unreachable_timeout);
+                                        absl::Duration unreachable_timeout)
+      override;
   // Makes a Join in progress (and the next ones) return CANCELLED; used when
   // the agent is told to stop while it waits. Any thread.
   void CancelJoin();
 
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(
-      const v1::HeartbeatRequest& request);
+      const v1::HeartbeatRequest& request) override;
   absl::StatusOr<v1::ReportFailureResponse> ReportFailure(
-      const v1::ReportFailureRequest& request);
-  absl::Status Leave(const v1::LeaveRequest& request);
+      const v1::ReportFailureRequest& request) override;
+  absl::Status Leave(const v1::LeaveRequest& request) override;
   absl::StatusOr<v1::StatusResponse> Status(const v1::StatusRequest& request);
 
-  const std::string& endpoint() const { return options_.endpoint; }
+  const std::string& endpoint() const override { return options_.endpoint; }
 
  private:
   RendezvousClient(RendezvousClientOptions options,

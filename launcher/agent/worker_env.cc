@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/worker_env.h"
 
@@ -69,6 +70,7 @@ std::vector<std::string> BuildWorkerEnv(const WorkerEnvSpec& spec,
       set(name, *value);
     }
   }
+  if (!spec.shm_dir.empty()) set(env::kShmDir, spec.shm_dir);
   if (spec.progress_fd >= 0) {
     set(env::kProgressFd, spec.progress_fd);
   } else {
@@ -77,6 +79,23 @@ std::vector<std::string> BuildWorkerEnv(const WorkerEnvSpec& spec,
   std::vector<std::string> out;
   out.reserve(vars.size());
   for (const auto& [name, value] : vars) out.push_back(name + "=" + value);
+  return out;
+}
+
+std::vector<std::string> BuildStandbyEnv(const std::vector<std::string>& base,
+                                         const std::string& shm_dir) {
+  std::vector<std::string> out;
+  bool has_omp = false;
+  const std::string shm_prefix = absl::StrCat(env::kShmDir, "=");
+  const std::string omp_prefix = absl::StrCat(env::kOmpNumThreads, "=");
+  for (const std::string& entry : base) {
+    // A process sees only the first of two entries of one name.
+    if (!shm_dir.empty() && absl::StartsWith(entry, shm_prefix)) continue;
+    has_omp |= absl::StartsWith(entry, omp_prefix);
+    out.push_back(entry);
+  }
+  if (!shm_dir.empty()) out.push_back(shm_prefix + shm_dir);
+  if (!has_omp) out.push_back(omp_prefix + "1");
   return out;
 }
 

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -32,12 +33,13 @@ struct WorkerEnvSpec {
   int master_port = 0;
   int restart_count = 0;
   int max_restarts = 0;
-  long round = 0;
+  int64_t round = 0;
   std::string error_file;
   std::string store_endpoint;  // the rendezvous server, HOST:PORT
   std::string local_addr;
   StoreCredentials credentials;
   int progress_fd = -1;    // -1: not set
+  std::string shm_dir;     // DDPRUN_SHM_DIR; empty: not set
 };
 
 // The worker's complete environment: `base` (the agent's own, NAME=value)
@@ -45,6 +47,12 @@ struct WorkerEnvSpec {
 // `base` does not set it, as torchrun does.
 std::vector<std::string> BuildWorkerEnv(const WorkerEnvSpec& spec,
                                         const std::vector<std::string>& base);
+
+// The environment of a prewarmed worker before its round (--prewarm): `base`
+// with DDPRUN_SHM_DIR (when `shm_dir` is set) and OMP_NUM_THREADS=1 when
+// `base` does not set it, as the standby imports torch, which reads it once.
+std::vector<std::string> BuildStandbyEnv(const std::vector<std::string>& base,
+                                         const std::string& shm_dir);
 
 // The agent's own environment as NAME=value strings.
 std::vector<std::string> CurrentEnvironment();

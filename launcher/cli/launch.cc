@@ -7,13 +7,11 @@
 #include <filesystem>
 #include <memory>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "common/endpoint.h"
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "common/metrics_http.h"
-#include "common/worker_env.h"
 #include "launcher/agent/agent.h"
 #include "launcher/agent/agent_metrics.h"
 #include "launcher/posix/local_address.h"
@@ -50,19 +48,6 @@ class ScratchDir {
   bool keep_;
   std::string path_;
 };
-
-// Sets NAME=value in `env`, replacing what was there (a process sees only
-// the first of two entries of one name).
-void SetEnv(std::vector<std::string>& env, const std::string& name,
-            const std::string& value) {
-  const std::string prefix = name + "=";
-  env.erase(std::remove_if(env.begin(), env.end(),
-                           [&](const std::string& e) {
-                             return absl::StartsWith(e, prefix);
-                           }),
-            env.end());
-  env.push_back(prefix + value);
-}
 
 }  // namespace
 
@@ -153,7 +138,7 @@ int RunLaunch(const LaunchOptions& options) {
   // Before the standbys start: they load their data before their round.
   absl::StatusOr<std::unique_ptr<ShmDir>> shm_dir = ShmDir::Create();
   if (shm_dir.ok()) {
-    SetEnv(context.base_env, common::env::kShmDir, (*shm_dir)->path());
+    context.shm_dir = (*shm_dir)->path();
   } else {
     spdlog::debug("{}", std::string(shm_dir.status().message()));
   }
