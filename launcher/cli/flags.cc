@@ -120,55 +120,8 @@ struct RawLaunchFlags {
   std::string metrics_port = "-1";
 };
 
-absl::StatusOr<CommandLine> ParseStatus(int argc, const char* const* argv) {
-  CommandLine command;
-  command.kind = CommandLine::Kind::kStatus;
-  StatusOptions& o = command.status;
-  CLI::App app("ddprun status: what the rendezvous server knows about jobs",
-               "ddprun status");
-  std::string timeout = "5";
-  AddString(app, "--rdzv-endpoint", &o.rdzv_endpoint,
-            "HOST:PORT of ddprun-rendezvous")
-      ->required();
-  AddString(app, "--rdzv-id", &o.rdzv_id, "only this job (default: all)");
-  AddFlag(app, "--json", &o.json, "print JSON instead of a table");
-  AddAuthFlags(app, o.auth);
-  AddString(app, "--timeout", &timeout, "seconds to wait for the answer");
-  try {
-    app.parse(argc - 1, argv + 1);
-  } catch (const CLI::CallForHelp&) {
-    command.kind = CommandLine::Kind::kHelp;
-    command.help = app.help();
-    return command;
-  } catch (const CLI::ParseError& e) {
-    std::string what = e.what();
-    return Usage(
-        absl::StrFormat("status: %s; run 'ddprun status --help' for the flags",
-                        what.substr(0, what.find('\n'))));
-  }
-  absl::StatusOr<absl::Duration> t = ParseSeconds("--timeout", timeout);
-  if (!t.ok()) return t.status();
-  o.timeout = *t;
-  return command;
-}
-
-}  // namespace
-
-absl::StatusOr<CommandLine> ParseCommandLine(int argc,
-                                             const char* const* argv) {
-  if (argc >= 2 && std::string(argv[1]) == "status") {
-    return ParseStatus(argc, argv);
-  }
-  CommandLine command;
-  LaunchOptions& o = command.launch;
-  RawLaunchFlags raw;
-  CLI::App app(
-      "ddprun: run a data-parallel job on this node (torchrun's flags)",
-      "ddprun");
-  app.prefix_command();
-  app.footer(
-      "Usage: ddprun [FLAGS] PROGRAM [ARGS...]; see also: ddprun status "
-      "--help");
+// The launch flags, as torchrun spells them, into `o` and `raw`.
+void AddLaunchFlags(CLI::App& app, LaunchOptions& o, RawLaunchFlags& raw) {
   AddString(app, "--nnodes", &raw.nnodes, "N or MIN:MAX nodes");
   AddString(app, "--nproc-per-node", &raw.nproc_per_node,
             "workers on this node: N, cpu (one per CPU) or auto");
@@ -223,17 +176,10 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc,
   AddString(app, "--metrics-host", &o.metrics_host,
             "address /metrics listens on (0.0.0.0: every interface)");
   AddAuthFlags(app, o.auth);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    command.kind = CommandLine::Kind::kHelp;
-    command.help = app.help();
-    return command;
-  } catch (const CLI::ParseError& e) {
-    return FromCliError(e);
-  }
+}
 
-  std::vector<std::string> rest = app.remaining();
+// What follows the flags: the program and its arguments, untouched.
+absl::Status TakeProgram(std::vector<std::string> rest, LaunchOptions& o) {
   if (!rest.empty() && rest.front() == "--") rest.erase(rest.begin());
   if (!rest.empty() && absl::StartsWith(rest.front(), "-") &&
       rest.front() != "-") {
@@ -248,6 +194,11 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc,
   }
   o.program = std::move(rest);
 
+  return absl::OkStatus();
+}
+
+// The flags given as strings, parsed and range-checked.
+absl::Status ParseLaunchValues(const RawLaunchFlags& raw, LaunchOptions& o) {
   if (absl::Status s = ParseNnodes(raw.nnodes, o.min_nodes, o.max_nodes);
       !s.ok()) {
     return s;
@@ -322,6 +273,12 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc,
       ParseIntList("--local-ranks-filter", raw.local_ranks_filter);
   if (!filter.ok()) return filter.status();
   o.local_ranks_filter = *filter;
+  return absl::OkStatus();
+}
+
+// Values that are fine alone but not together, and what --standalone
+// implies.
+absl::Status CheckLaunchOptions(LaunchOptions& o) {
   if (o.rdzv_backend != "c10d" && o.rdzv_backend != "ddprun" &&
       o.rdzv_backend != "static" && o.rdzv_backend != "etcd" &&
       o.rdzv_backend != "etcd-v2") {
@@ -364,6 +321,72 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc,
         "no rendezvous: give --rdzv-endpoint HOST:PORT (a ddprun-rendezvous "
         "server) or --standalone for a single node");
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CommandLine> ParseStatus(int argc, const char* const* argv) {
+  CommandLine command;
+  command.kind = CommandLine::Kind::kStatus;
+  StatusOptions& o = command.status;
+  CLI::App app("ddprun status: what the rendezvous server knows about jobs",
+               "ddprun status");
+  std::string timeout = "5";
+  AddString(app, "--rdzv-endpoint", &o.rdzv_endpoint,
+            "HOST:PORT of ddprun-rendezvous")
+      ->required();
+  AddString(app, "--rdzv-id", &o.rdzv_id, "only this job (default: all)");
+  AddFlag(app, "--json", &o.json, "print JSON instead of a table");
+  AddAuthFlags(app, o.auth);
+  AddString(app, "--timeout", &timeout, "seconds to wait for the answer");
+  try {
+    app.parse(argc - 1, argv + 1);
+  } catch (const CLI::CallForHelp&) {
+    command.kind = CommandLine::Kind::kHelp;
+    command.help = app.help();
+    return command;
+  } catch (const CLI::ParseError& e) {
+    std::string what = e.what();
+    return Usage(
+        absl::StrFormat("status: %s; run 'ddprun status --help' for the flags",
+                        what.substr(0, what.find('\n'))));
+  }
+  absl::StatusOr<absl::Duration> t = ParseSeconds("--timeout", timeout);
+  if (!t.ok()) return t.status();
+  o.timeout = *t;
+  return command;
+}
+
+}  // namespace
+
+absl::StatusOr<CommandLine> ParseCommandLine(int argc,
+                                             const char* const* argv) {
+  if (argc >= 2 && std::string(argv[1]) == "status") {
+    return ParseStatus(argc, argv);
+  }
+  CommandLine command;
+  LaunchOptions& o = command.launch;
+  RawLaunchFlags raw;
+  CLI::App app(
+      "ddprun: run a data-parallel job on this node (torchrun's flags)",
+      "ddprun");
+  app.prefix_command();
+  app.footer(
+      "Usage: ddprun [FLAGS] PROGRAM [ARGS...]; see also: ddprun status "
+      "--help");
+  AddLaunchFlags(app, o, raw);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    command.kind = CommandLine::Kind::kHelp;
+    command.help = app.help();
+    return command;
+  } catch (const CLI::ParseError& e) {
+    return FromCliError(e);
+  }
+
+  if (absl::Status s = TakeProgram(app.remaining(), o); !s.ok()) return s;
+  if (absl::Status s = ParseLaunchValues(raw, o); !s.ok()) return s;
+  if (absl::Status s = CheckLaunchOptions(o); !s.ok()) return s;
   return command;
 }
 

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <memory>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/endpoint.h"
 #include "common/logging.h"
@@ -49,6 +50,114 @@ class ScratchDir {
   std::string path_;
 };
 
+// The rendezvous this agent talks to: the one at --rdzv-endpoint, or
+// (--standalone) one started here. `channel` loses its TLS settings then.
+struct Rendezvous {
+  std::unique_ptr<rendezvous::Server> server;  // --standalone only
+  common::Endpoint endpoint;
+};
+
+// Returns the exit code on failure.
+absl::StatusOr<Rendezvous> FindRendezvous(const LaunchOptions& options,
+                                          common::ChannelOptions& channel,
+                                          int& exit_code) {
+  Rendezvous found;
+  std::string endpoint = options.rdzv_endpoint;
+  if (options.standalone) {
+    // Loopback only: a token (if any) guards it; TLS has no use here.
+    rendezvous::ServerOptions server_options;
+    server_options.host = "127.0.0.1";
+    server_options.port = 0;
+    server_options.token = channel.token;
+    channel = common::ChannelOptions{.token = channel.token};
+    absl::StatusOr<std::unique_ptr<rendezvous::Server>> started =
+        rendezvous::Server::Start(server_options);
+    if (!started.ok()) {
+      exit_code = 1;
+      return absl::Status(started.status().code(),
+                          absl::StrCat("cannot start the standalone "
+                                       "rendezvous: ",
+                                       started.status().message()));
+    }
+    found.server = std::move(*started);
+    endpoint = found.server->endpoint();
+    spdlog::info("standalone rendezvous on {}, run id {}", endpoint,
+                 options.rdzv_id);
+  }
+  absl::StatusOr<common::Endpoint> parsed = common::ParseEndpoint(endpoint);
+  if (!parsed.ok()) {
+    exit_code = 2;
+    return absl::Status(parsed.status().code(),
+                        absl::StrCat("--rdzv-endpoint: ",
+                                     parsed.status().message()));
+  }
+  found.endpoint = *parsed;
+  return found;
+}
+
+// How workers reach the store (the same server): the agent's token file and
+// TLS settings, absolute, as workers may change directory.
+StoreCredentials WorkerCredentials(const LaunchOptions& options,
+                                   const common::ChannelOptions& channel) {
+  StoreCredentials credentials;
+  std::error_code ec;
+  auto absolute = [&ec](const std::string& path) -> std::string {
+    return path.empty() ? path : std::filesystem::absolute(path, ec).string();
+  };
+  credentials.token_file = absolute(options.auth.token_file);
+  if (!channel.tls_ca_file.empty()) {
+    credentials.tls_ca_file = absolute(channel.tls_ca_file);
+    credentials.tls_cert_file = absolute(channel.tls_cert_file);
+    credentials.tls_key_file = absolute(channel.tls_key_file);
+    credentials.tls_server_name = channel.tls_server_name;
+  }
+  return credentials;
+}
+
+// The commands of the workers (and standbys); a missing program is found
+// here, before this node joins and makes the others wait for it.
+absl::Status SetCommands(const LaunchOptions& options, AgentContext& context) {
+  const char* python_exec = getenv("PYTHON_EXEC");
+  context.worker_argv =
+      BuildProgramArgv(options, python_exec != nullptr ? python_exec : "");
+  if (options.prewarm) {
+    context.standby_argv =
+        BuildStandbyArgv(options, python_exec != nullptr ? python_exec : "");
+    context.rank0_listens_on_master_port = RunsUnderPython(options);
+  }
+  return ResolveProgram(context.worker_argv[0], context.base_env).status();
+}
+
+bool LogsToFiles(const LaunchOptions& options) {
+  return options.redirects.all != 0 || options.tee.all != 0 ||
+         !options.redirects.by_local_rank.empty() ||
+         !options.tee.by_local_rank.empty();
+}
+
+// --metrics-port: the registry's /metrics endpoint; null when off.
+absl::StatusOr<std::unique_ptr<common::MetricsServer>> StartMetrics(
+    const LaunchOptions& options, common::MetricsRegistry& registry) {
+  if (options.metrics_port < 0) return nullptr;
+  common::MetricsServerOptions metrics_options;
+  metrics_options.host = options.metrics_host;
+  metrics_options.port = options.metrics_port;
+  absl::StatusOr<std::unique_ptr<common::MetricsServer>> started =
+      common::MetricsServer::Start(metrics_options, &registry);
+  if (!started.ok()) {
+    return absl::Status(started.status().code(),
+                        absl::StrCat("--metrics-port: ",
+                                     started.status().message()));
+  }
+  spdlog::info("metrics on {}", (*started)->url());
+  return started;
+}
+
+// Logs `status` and returns `code`.
+int Fail(const absl::Status& status, int code) {
+  spdlog::error("{}", std::string(status.message()));
+  return code;
+}
+
 }  // namespace
 
 int RunLaunch(const LaunchOptions& options) {
@@ -73,67 +182,18 @@ int RunLaunch(const LaunchOptions& options) {
 
   absl::StatusOr<common::ChannelOptions> channel =
       MakeChannelOptions(options.auth);
-  if (!channel.ok()) {
-    spdlog::error("{}", std::string(channel.status().message()));
-    return 2;
-  }
-  std::string endpoint = options.rdzv_endpoint;
-  std::unique_ptr<rendezvous::Server> server;
-  if (options.standalone) {
-    // Loopback only: a token (if any) guards it; TLS has no use here.
-    rendezvous::ServerOptions server_options;
-    server_options.host = "127.0.0.1";
-    server_options.port = 0;
-    server_options.token = channel->token;
-    *channel = common::ChannelOptions{.token = channel->token};
-    absl::StatusOr<std::unique_ptr<rendezvous::Server>> started =
-        rendezvous::Server::Start(server_options);
-    if (!started.ok()) {
-      spdlog::error("cannot start the standalone rendezvous: {}",
-                    std::string(started.status().message()));
-      return 1;
-    }
-    server = std::move(*started);
-    endpoint = server->endpoint();
-    spdlog::info("standalone rendezvous on {}, run id {}", endpoint,
-                 options.rdzv_id);
-  }
-  absl::StatusOr<common::Endpoint> parsed = common::ParseEndpoint(endpoint);
-  if (!parsed.ok()) {
-    spdlog::error("--rdzv-endpoint: {}",
-                  std::string(parsed.status().message()));
-    return 2;
-  }
+  if (!channel.ok()) return Fail(channel.status(), 2);
+  int exit_code = 0;
+  absl::StatusOr<Rendezvous> rdzv = FindRendezvous(options, *channel, exit_code);
+  if (!rdzv.ok()) return Fail(rdzv.status(), exit_code);
 
   AgentContext context;
-  context.store_endpoint = parsed->ToString();
-  context.local_addr = options.local_addr.empty() ? DefaultLocalAddress(*parsed)
-                                                  : options.local_addr;
+  context.store_endpoint = rdzv->endpoint.ToString();
+  context.local_addr = options.local_addr.empty()
+                           ? DefaultLocalAddress(rdzv->endpoint)
+                           : options.local_addr;
   context.node_id = MakeNodeId();
-  RendezvousClientOptions client_options;
-  client_options.endpoint = parsed->ToString();
-  client_options.channel = *channel;
-  if (!options.auth.token_file.empty()) {
-    // Workers read the same token for their store calls.
-    std::error_code ec;
-    context.credentials.token_file = std::filesystem::absolute(options.auth.token_file, ec);
-  }
-  if (!channel->tls_ca_file.empty()) {
-    // Workers reach the store (the same server) with the same TLS settings;
-    // absolute, as workers may change directory.
-    std::error_code ec;
-    auto absolute = [&ec](const std::string& path) -> std::string {
-      return path.empty() ? path
-                          : std::filesystem::absolute(path, ec).string();
-    };
-    context.credentials.tls_ca_file = absolute(channel->tls_ca_file);
-    context.credentials.tls_cert_file = absolute(channel->tls_cert_file);
-    context.credentials.tls_key_file = absolute(channel->tls_key_file);
-    context.credentials.tls_server_name = channel->tls_server_name;
-  }
-  const char* python_exec = getenv("PYTHON_EXEC");
-  context.worker_argv =
-      BuildProgramArgv(options, python_exec != nullptr ? python_exec : "");
+  context.credentials = WorkerCredentials(options, *channel);
   context.base_env = CurrentEnvironment();
   // Before the standbys start: they load their data before their round.
   absl::StatusOr<std::unique_ptr<ShmDir>> shm_dir = ShmDir::Create();
@@ -142,42 +202,29 @@ int RunLaunch(const LaunchOptions& options) {
   } else {
     spdlog::debug("{}", std::string(shm_dir.status().message()));
   }
-  if (options.prewarm) {
-    context.standby_argv =
-        BuildStandbyArgv(options, python_exec != nullptr ? python_exec : "");
-    context.rank0_listens_on_master_port = RunsUnderPython(options);
-  }
-  // A missing program is found here, before this node joins and makes the
-  // others wait for it.
-  if (absl::StatusOr<std::string> program =
-          ResolveProgram(context.worker_argv[0], context.base_env);
-      !program.ok()) {
-    spdlog::error("{}", std::string(program.status().message()));
-    return 2;
+  if (absl::Status s = SetCommands(options, context); !s.ok()) {
+    return Fail(s, 2);
   }
   if (!getenv("OMP_NUM_THREADS") && options.nproc_per_node > 1) {
     spdlog::info(
         "setting OMP_NUM_THREADS=1 for each worker to avoid overloading the "
         "system; set it yourself to tune");
   }
-  bool logs_to_files = options.redirects.all != 0 || options.tee.all != 0 ||
-                       !options.redirects.by_local_rank.empty() ||
-                       !options.tee.by_local_rank.empty();
-  ScratchDir scratch(/*keep=*/logs_to_files && options.log_dir.empty());
+  ScratchDir scratch(/*keep=*/LogsToFiles(options) && options.log_dir.empty());
   context.scratch_dir = scratch.path();
-  if (logs_to_files) {
+  if (LogsToFiles(options)) {
     spdlog::info("worker logs in {}/attempt_<restart>/",
                  options.log_dir.empty()
                      ? scratch.path()
                      : options.log_dir + "/" + options.rdzv_id);
   }
 
+  RendezvousClientOptions client_options;
+  client_options.endpoint = rdzv->endpoint.ToString();
+  client_options.channel = *channel;
   absl::StatusOr<std::unique_ptr<RendezvousClient>> created =
       RendezvousClient::Create(client_options);
-  if (!created.ok()) {
-    spdlog::error("{}", std::string(created.status().message()));
-    return 2;
-  }
+  if (!created.ok()) return Fail(created.status(), 2);
   RendezvousClient& client = **created;
   {
     absl::MutexLock lock(&client_mu);
@@ -186,27 +233,18 @@ int RunLaunch(const LaunchOptions& options) {
   // Declared before the agent that updates them; the server stops first.
   common::MetricsRegistry registry;
   std::unique_ptr<AgentMetrics> metrics;
-  std::unique_ptr<common::MetricsServer> metrics_server;
   if (options.metrics_port >= 0) {
     metrics = std::make_unique<AgentMetrics>(registry);
-    common::MetricsServerOptions metrics_options;
-    metrics_options.host = options.metrics_host;
-    metrics_options.port = options.metrics_port;
-    absl::StatusOr<std::unique_ptr<common::MetricsServer>> started =
-        common::MetricsServer::Start(metrics_options, &registry);
-    if (!started.ok()) {
-      spdlog::error("--metrics-port: {}", std::string(started.status().message()));
-      return 2;
-    }
-    metrics_server = std::move(*started);
-    spdlog::info("metrics on {}", metrics_server->url());
     context.metrics = metrics.get();
   }
+  absl::StatusOr<std::unique_ptr<common::MetricsServer>> metrics_server =
+      StartMetrics(options, registry);
+  if (!metrics_server.ok()) return Fail(metrics_server.status(), 2);
   PosixProcessControl control;
   Agent agent(options, std::move(context), client, control, events,
               common::RealClock::Get());
   int code = agent.Run();
-  if (metrics_server != nullptr) metrics_server->Shutdown();
+  if (*metrics_server != nullptr) (*metrics_server)->Shutdown();
   {
     absl::MutexLock lock(&client_mu);
     client_for_signals = nullptr;
