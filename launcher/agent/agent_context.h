@@ -17,7 +17,7 @@ struct AgentContext {
   std::string local_addr;      // this node's address for its peers
   std::string node_id;
   // Passed on to the workers for their store calls.
-  StoreCredentials credentials;
+  common::Credentials credentials;
   std::string scratch_dir;  // per-attempt error files when no --log-dir
   std::vector<std::string> worker_argv;
   std::vector<std::string> base_env;  // the agent's environment

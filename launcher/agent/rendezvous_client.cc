@@ -10,15 +10,12 @@
 namespace ddprun::launcher {
 
 absl::StatusOr<common::ChannelOptions> MakeChannelOptions(
-    const RendezvousAuth& auth) {
+    const common::Credentials& auth) {
   common::ChannelOptions channel;
+  static_cast<common::Credentials&>(channel) = auth;
   absl::StatusOr<std::string> token = common::LoadToken(auth.token_file);
   if (!token.ok()) return token.status();
   channel.token = *token;
-  channel.tls_ca_file = auth.tls_ca_file;
-  channel.tls_cert_file = auth.tls_cert_file;
-  channel.tls_key_file = auth.tls_key_file;
-  channel.tls_server_name = auth.tls_server_name;
   return channel;
 }
 

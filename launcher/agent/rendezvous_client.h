@@ -26,7 +26,7 @@ struct RendezvousClientOptions {
 // The channel settings for `auth`: reads the token (file, or $DDPRUN_TOKEN).
 // Errors name the unreadable or empty file.
 absl::StatusOr<common::ChannelOptions> MakeChannelOptions(
-    const RendezvousAuth& auth);
+    const common::Credentials& auth);
 
 // The agent's side of the Rendezvous service over gRPC: every call carries a
 // deadline. Thread-safe (the agent's thread joins, the heartbeat thread

@@ -52,24 +52,9 @@ std::vector<std::string> BuildWorkerEnv(const WorkerEnvSpec& spec,
   set(env::kStoreRunId, spec.run_id);
   set(env::kRound, spec.round);
   set(env::kLocalAddr, spec.local_addr);
-  if (!spec.credentials.token_file.empty()) {
-    set(env::kTokenFile, spec.credentials.token_file);
-  } else {
-    vars.erase(env::kTokenFile);
-  }
-  // The agent's own TLS settings, never ones left in its environment: a
+  // The agent's own credentials, never ones left in its environment: a
   // worker talks to the store exactly as its agent talks to the rendezvous.
-  for (const auto& [name, value] :
-       {std::pair{env::kTlsCaFile, &spec.credentials.tls_ca_file},
-        std::pair{env::kTlsCertFile, &spec.credentials.tls_cert_file},
-        std::pair{env::kTlsKeyFile, &spec.credentials.tls_key_file},
-        std::pair{env::kTlsServerName, &spec.credentials.tls_server_name}}) {
-    if (value->empty()) {
-      vars.erase(name);
-    } else {
-      set(name, *value);
-    }
-  }
+  spec.credentials.ToEnv(vars);
   if (!spec.shm_dir.empty()) set(env::kShmDir, spec.shm_dir);
   if (spec.progress_fd >= 0) {
     set(env::kProgressFd, spec.progress_fd);

@@ -5,21 +5,12 @@
 #include <string>
 #include <vector>
 
+#include "common/auth.h"
+
 namespace ddprun::launcher {
 
 // What one worker is told about itself; see common/worker_env.h for the
 // meaning of each variable.
-// How workers authenticate to the store: the agent's own token file and
-// TLS settings, as absolute paths (workers may change directory); empty
-// fields are not set (--standalone is plaintext without a token).
-struct StoreCredentials {
-  std::string token_file;
-  std::string tls_ca_file;
-  std::string tls_cert_file;  // with tls_key_file: mutual TLS
-  std::string tls_key_file;
-  std::string tls_server_name;
-};
-
 struct WorkerEnvSpec {
   std::string run_id;
   std::string role = "default";
@@ -37,7 +28,9 @@ struct WorkerEnvSpec {
   std::string error_file;
   std::string store_endpoint;  // the rendezvous server, HOST:PORT
   std::string local_addr;
-  StoreCredentials credentials;
+  // The store's token file and TLS settings (absolute paths); empty fields
+  // are not set (--standalone is plaintext without a token).
+  common::Credentials credentials;
   int progress_fd = -1;    // -1: not set
   std::string shm_dir;     // DDPRUN_SHM_DIR; empty: not set
 };

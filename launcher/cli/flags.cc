@@ -14,6 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
+#include "common/status_macros.h"
 #include "launcher/cli/rdzv_conf.h"
 
 namespace ddprun::launcher {
@@ -62,7 +63,7 @@ CLI::Option* AddFlag(CLI::App& app, const std::string& names, bool* target,
   return app.add_flag(all, *target, help)->envname(env);
 }
 
-void AddAuthFlags(CLI::App& app, RendezvousAuth& auth) {
+void AddAuthFlags(CLI::App& app, common::Credentials& auth) {
   AddString(app, "--token-file", &auth.token_file,
             "file with the shared token (default: $DDPRUN_TOKEN)");
   AddString(app, "--tls-ca-file", &auth.tls_ca_file,
@@ -222,18 +223,12 @@ absl::Status ParseLaunchValues(const RawLaunchFlags& raw, LaunchOptions& o) {
   if (absl::Status s = ParseRdzvConf(raw.rdzv_conf, o.rdzv_conf); !s.ok()) {
     return s;
   }
-  absl::StatusOr<int> node_rank =
-      ParseInt("--node-rank", raw.node_rank, -1, "0");
-  if (!node_rank.ok()) return node_rank.status();
-  o.node_rank = *node_rank;
-  absl::StatusOr<int> max_restarts =
-      ParseInt("--max-restarts", raw.max_restarts, 0, "3");
-  if (!max_restarts.ok()) return max_restarts.status();
-  o.max_restarts = *max_restarts;
-  absl::StatusOr<int> master_port =
-      ParseInt("--master-port", raw.master_port, 0, "29500");
-  if (!master_port.ok()) return master_port.status();
-  o.master_port = *master_port;
+  DDPRUN_ASSIGN_OR_RETURN(
+      o.node_rank, ParseInt("--node-rank", raw.node_rank, -1, "0"));
+  DDPRUN_ASSIGN_OR_RETURN(
+      o.max_restarts, ParseInt("--max-restarts", raw.max_restarts, 0, "3"));
+  DDPRUN_ASSIGN_OR_RETURN(
+      o.master_port, ParseInt("--master-port", raw.master_port, 0, "29500"));
   absl::StatusOr<int> metrics_port =
       ParseInt("--metrics-port", raw.metrics_port, -1, "9401");
   if (!metrics_port.ok()) return metrics_port.status();
@@ -262,17 +257,12 @@ absl::Status ParseLaunchValues(const RawLaunchFlags& raw, LaunchOptions& o) {
         "--monitor-interval must be positive; write e.g. "
         "--monitor-interval 0.1");
   }
-  absl::StatusOr<PerRankStreams> redirects =
-      ParsePerRankStreams("--redirects", raw.redirects);
-  if (!redirects.ok()) return redirects.status();
-  o.redirects = *redirects;
-  absl::StatusOr<PerRankStreams> tee = ParsePerRankStreams("--tee", raw.tee);
-  if (!tee.ok()) return tee.status();
-  o.tee = *tee;
-  absl::StatusOr<std::vector<int>> filter =
-      ParseIntList("--local-ranks-filter", raw.local_ranks_filter);
-  if (!filter.ok()) return filter.status();
-  o.local_ranks_filter = *filter;
+  DDPRUN_ASSIGN_OR_RETURN(
+      o.redirects, ParsePerRankStreams("--redirects", raw.redirects));
+  DDPRUN_ASSIGN_OR_RETURN(o.tee, ParsePerRankStreams("--tee", raw.tee));
+  DDPRUN_ASSIGN_OR_RETURN(
+      o.local_ranks_filter,
+      ParseIntList("--local-ranks-filter", raw.local_ranks_filter));
   return absl::OkStatus();
 }
 
@@ -350,9 +340,7 @@ absl::StatusOr<CommandLine> ParseStatus(int argc, const char* const* argv) {
         absl::StrFormat("status: %s; run 'ddprun status --help' for the flags",
                         what.substr(0, what.find('\n'))));
   }
-  absl::StatusOr<absl::Duration> t = ParseSeconds("--timeout", timeout);
-  if (!t.ok()) return t.status();
-  o.timeout = *t;
+  DDPRUN_ASSIGN_OR_RETURN(o.timeout, ParseSeconds("--timeout", timeout));
   return command;
 }
 
@@ -384,9 +372,9 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc,
     return FromCliError(e);
   }
 
-  if (absl::Status s = TakeProgram(app.remaining(), o); !s.ok()) return s;
-  if (absl::Status s = ParseLaunchValues(raw, o); !s.ok()) return s;
-  if (absl::Status s = CheckLaunchOptions(o); !s.ok()) return s;
+  DDPRUN_RETURN_IF_ERROR(TakeProgram(app.remaining(), o));
+  DDPRUN_RETURN_IF_ERROR(ParseLaunchValues(raw, o));
+  DDPRUN_RETURN_IF_ERROR(CheckLaunchOptions(o));
   return command;
 }
 

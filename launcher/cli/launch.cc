@@ -69,7 +69,7 @@ absl::StatusOr<Rendezvous> FindRendezvous(const LaunchOptions& options,
     server_options.host = "127.0.0.1";
     server_options.port = 0;
     server_options.token = channel.token;
-    channel = common::ChannelOptions{.token = channel.token};
+    channel.ClearTls();
     absl::StatusOr<std::unique_ptr<rendezvous::Server>> started =
         rendezvous::Server::Start(server_options);
     if (!started.ok()) {
@@ -93,25 +93,6 @@ absl::StatusOr<Rendezvous> FindRendezvous(const LaunchOptions& options,
   }
   found.endpoint = *parsed;
   return found;
-}
-
-// How workers reach the store (the same server): the agent's token file and
-// TLS settings, absolute, as workers may change directory.
-StoreCredentials WorkerCredentials(const LaunchOptions& options,
-                                   const common::ChannelOptions& channel) {
-  StoreCredentials credentials;
-  std::error_code ec;
-  auto absolute = [&ec](const std::string& path) -> std::string {
-    return path.empty() ? path : std::filesystem::absolute(path, ec).string();
-  };
-  credentials.token_file = absolute(options.auth.token_file);
-  if (!channel.tls_ca_file.empty()) {
-    credentials.tls_ca_file = absolute(channel.tls_ca_file);
-    credentials.tls_cert_file = absolute(channel.tls_cert_file);
-    credentials.tls_key_file = absolute(channel.tls_key_file);
-    credentials.tls_server_name = channel.tls_server_name;
-  }
-  return credentials;
 }
 
 // The commands of the workers (and standbys); a missing program is found
@@ -193,7 +174,8 @@ int RunLaunch(const LaunchOptions& options) {
                            ? DefaultLocalAddress(rdzv->endpoint)
                            : options.local_addr;
   context.node_id = MakeNodeId();
-  context.credentials = WorkerCredentials(options, *channel);
+  // Workers reach the store (the same server) as the agent does.
+  context.credentials = channel->ForWorkers();
   context.base_env = CurrentEnvironment();
   // Before the standbys start: they load their data before their round.
   absl::StatusOr<std::unique_ptr<ShmDir>> shm_dir = ShmDir::Create();

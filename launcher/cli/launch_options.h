@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "common/auth.h"
 
 namespace ddprun::launcher {
 
@@ -31,16 +32,6 @@ struct PerRankStreams {
     auto it = by_local_rank.find(local_rank);
     return it == by_local_rank.end() ? all : it->second;
   }
-};
-
-// How the agent proves itself to the rendezvous server and checks it.
-struct RendezvousAuth {
-  // The shared token's file; empty: $DDPRUN_TOKEN, else no token.
-  std::string token_file;
-  std::string tls_ca_file;    // set: TLS, the server's certificate's CA
-  std::string tls_cert_file;  // with tls_key_file: mutual TLS
-  std::string tls_key_file;
-  std::string tls_server_name;  // checked instead of the endpoint's host
 };
 
 // Everything `ddprun` (the launch command) was asked to do. Filled by
@@ -82,7 +73,9 @@ struct LaunchOptions {
   // picks a port (logged).
   int metrics_port = -1;
   std::string metrics_host = "127.0.0.1";
-  RendezvousAuth auth;
+  // --token-file and --tls-*: how the agent proves itself to the rendezvous
+  // server and checks it (the token is loaded later).
+  common::Credentials auth;
 
   // The training program and its arguments, untouched.
   std::vector<std::string> program;
@@ -93,7 +86,7 @@ struct StatusOptions {
   std::string rdzv_endpoint;
   std::string rdzv_id;  // empty: every job
   bool json = false;
-  RendezvousAuth auth;
+  common::Credentials auth;
   absl::Duration timeout = absl::Seconds(5);
 };
 
