@@ -159,6 +159,12 @@ v1::JoinResponse Assigned(const v1::Assignment& a) {
   return r;
 }
 
+v1::HeartbeatResponse Running() {
+  v1::HeartbeatResponse r;
+  r.set_state(v1::JOB_STATE_RUNNING);
+  return r;
+}
+
 class FakeRendezvous final : public RendezvousApi {
  public:
   // Answers to the Joins, in order; a Join past them is a test error.
@@ -167,9 +173,7 @@ class FakeRendezvous final : public RendezvousApi {
   std::function<absl::StatusOr<v1::HeartbeatResponse>(
       const v1::HeartbeatRequest&, int)>
       heartbeat = [](const v1::HeartbeatRequest&, int) {
-        v1::HeartbeatResponse r;
-        r.set_state(v1::JOB_STATE_RUNNING);
-        return r;
+        return absl::StatusOr<v1::HeartbeatResponse>(Running());
       };
   bool restarts_exhausted = false;
   std::function<void()> on_join;
@@ -225,12 +229,35 @@ class FakeRendezvous final : public RendezvousApi {
   std::string endpoint_ = "fake:0";
 };
 
+using HeartbeatFn = std::function<absl::StatusOr<v1::HeartbeatResponse>(
+    const v1::HeartbeatRequest&, int)>;
+
+// Heartbeats of `round` answer `answer`; later rounds run on.
+HeartbeatFn InRound(int64_t round,
+                    absl::StatusOr<v1::HeartbeatResponse> answer) {
+  return [round, answer](const v1::HeartbeatRequest& request,
+                         int) -> absl::StatusOr<v1::HeartbeatResponse> {
+    if (request.round() == round) return answer;
+    return Running();
+  };
+}
+
+// The server's word that the node's round is over.
 v1::HeartbeatResponse RoundOver(int nodes_waiting = 0) {
   v1::HeartbeatResponse r;
   r.set_state(v1::JOB_STATE_JOINING);
   r.set_rejoin(true);
   r.set_nodes_waiting(nodes_waiting);
   return r;
+}
+
+// Workers that run until signalled, except those of `round`, which exit 0.
+std::function<std::optional<ExitStatus>(const FakeWorker&)> SucceedInRound(
+    int64_t round) {
+  return [round](const FakeWorker& w) -> std::optional<ExitStatus> {
+    if (w.round == round) return ExitStatus::Exited(0);
+    return std::nullopt;
+  };
 }
 
 class AgentLifecycleTest : public ::testing::Test {
@@ -354,10 +381,8 @@ TEST_F(AgentLifecycleTest, SilentWorkerIsHungAfterTheWorkerTimeout) {
   options_.worker_timeout = absl::Seconds(30);
   control_.progress_at_start = true;
   ExpectJoins({Assigned(MakeAssignment(1, 0)), Assigned(MakeAssignment(2, 1))});
-  control_.exit_when = [](const FakeWorker& w) -> std::optional<ExitStatus> {
-    if (w.round == 2) return ExitStatus::Exited(0);
-    return std::nullopt;  // round 1: silent after one progress report
-  };
+  // Round 1: silent after one progress report.
+  control_.exit_when = SucceedInRound(2);
   absl::Time start = clock_.Now();
 
   EXPECT_EQ(RunAgent(), 0);
@@ -371,17 +396,8 @@ TEST_F(AgentLifecycleTest, SilentWorkerIsHungAfterTheWorkerTimeout) {
 
 TEST_F(AgentLifecycleTest, PeerFailureLearnedByHeartbeatRejoins) {
   ExpectJoins({Assigned(MakeAssignment(1, 0)), Assigned(MakeAssignment(2, 1))});
-  rdzv_.heartbeat = [](const v1::HeartbeatRequest& request,
-                       int) -> absl::StatusOr<v1::HeartbeatResponse> {
-    if (request.round() == 1) return RoundOver();
-    v1::HeartbeatResponse r;
-    r.set_state(v1::JOB_STATE_RUNNING);
-    return r;
-  };
-  control_.exit_when = [](const FakeWorker& w) -> std::optional<ExitStatus> {
-    if (w.round == 2) return ExitStatus::Exited(0);
-    return std::nullopt;
-  };
+  rdzv_.heartbeat = InRound(1, RoundOver());
+  control_.exit_when = SucceedInRound(2);
 
   EXPECT_EQ(RunAgent(), 0);
 
@@ -399,9 +415,7 @@ TEST_F(AgentLifecycleTest, RendezvousUnreachableAndBackKeepsTheRound) {
   rdzv_.heartbeat = [](const v1::HeartbeatRequest&,
                        int call) -> absl::StatusOr<v1::HeartbeatResponse> {
     if (call < 3) return absl::UnavailableError("rendezvous down");
-    v1::HeartbeatResponse r;
-    r.set_state(v1::JOB_STATE_RUNNING);
-    return r;
+    return Running();
   };
   // The workers finish once the rendezvous answered again.
   control_.exit_when = [this](const FakeWorker&) -> std::optional<ExitStatus> {
@@ -419,17 +433,8 @@ TEST_F(AgentLifecycleTest, RendezvousUnreachableAndBackKeepsTheRound) {
 TEST_F(AgentLifecycleTest, HeartbeatsFailingPastTheTimeoutEndTheRound) {
   options_.rdzv_conf.heartbeat_timeout = absl::Milliseconds(20);
   ExpectJoins({Assigned(MakeAssignment(1, 0)), Assigned(MakeAssignment(2, 0))});
-  rdzv_.heartbeat = [](const v1::HeartbeatRequest& request,
-                       int) -> absl::StatusOr<v1::HeartbeatResponse> {
-    if (request.round() == 1) return absl::UnavailableError("cut off");
-    v1::HeartbeatResponse r;
-    r.set_state(v1::JOB_STATE_RUNNING);
-    return r;
-  };
-  control_.exit_when = [](const FakeWorker& w) -> std::optional<ExitStatus> {
-    if (w.round == 2) return ExitStatus::Exited(0);
-    return std::nullopt;
-  };
+  rdzv_.heartbeat = InRound(1, absl::UnavailableError("cut off"));
+  control_.exit_when = SucceedInRound(2);
 
   EXPECT_EQ(RunAgent(), 0);
 
@@ -509,17 +514,8 @@ TEST_F(AgentLifecycleTest, JobThatAlreadySucceededExitsZero) {
 TEST_F(AgentLifecycleTest, ScaleUpRejoinsIntoTheLargerWorld) {
   ExpectJoins({Assigned(MakeAssignment(1, 0, /*num_nodes=*/1)),
                Assigned(MakeAssignment(2, 0, /*num_nodes=*/2))});
-  rdzv_.heartbeat = [](const v1::HeartbeatRequest& request,
-                       int) -> absl::StatusOr<v1::HeartbeatResponse> {
-    if (request.round() == 1) return RoundOver(/*nodes_waiting=*/1);
-    v1::HeartbeatResponse r;
-    r.set_state(v1::JOB_STATE_RUNNING);
-    return r;
-  };
-  control_.exit_when = [](const FakeWorker& w) -> std::optional<ExitStatus> {
-    if (w.round == 2) return ExitStatus::Exited(0);
-    return std::nullopt;
-  };
+  rdzv_.heartbeat = InRound(1, RoundOver(/*nodes_waiting=*/1));
+  control_.exit_when = SucceedInRound(2);
 
   EXPECT_EQ(RunAgent(), 0);
 
