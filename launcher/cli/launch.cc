@@ -115,6 +115,37 @@ bool LogsToFiles(const LaunchOptions& options) {
          !options.tee.by_local_rank.empty();
 }
 
+// What the agent sets for the workers that a user may want to know.
+void LogWorkerSettings(const LaunchOptions& options,
+                       const std::string& scratch_dir) {
+  if (!getenv("OMP_NUM_THREADS") && options.nproc_per_node > 1) {
+    spdlog::info(
+        "setting OMP_NUM_THREADS=1 for each worker to avoid overloading the "
+        "system; set it yourself to tune");
+  }
+  if (LogsToFiles(options)) {
+    spdlog::info("worker logs in {}/attempt_<restart>/",
+                 options.log_dir.empty()
+                     ? scratch_dir
+                     : options.log_dir + "/" + options.rdzv_id);
+  }
+}
+
+// What the agent knows of its node before any round.
+AgentContext MakeContext(const LaunchOptions& options,
+                         const common::Endpoint& rdzv,
+                         const common::ChannelOptions& channel) {
+  AgentContext context;
+  context.store_endpoint = rdzv.ToString();
+  context.local_addr = options.local_addr.empty() ? DefaultLocalAddress(rdzv)
+                                                  : options.local_addr;
+  context.node_id = MakeNodeId();
+  // Workers reach the store (the same server) as the agent does.
+  context.credentials = channel.ForWorkers();
+  context.base_env = CurrentEnvironment();
+  return context;
+}
+
 // --metrics-port: the registry's /metrics endpoint; null when off.
 absl::StatusOr<std::unique_ptr<common::MetricsServer>> StartMetrics(
     const LaunchOptions& options, common::MetricsRegistry& registry) {
@@ -168,15 +199,7 @@ int RunLaunch(const LaunchOptions& options) {
   absl::StatusOr<Rendezvous> rdzv = FindRendezvous(options, *channel, exit_code);
   if (!rdzv.ok()) return Fail(rdzv.status(), exit_code);
 
-  AgentContext context;
-  context.store_endpoint = rdzv->endpoint.ToString();
-  context.local_addr = options.local_addr.empty()
-                           ? DefaultLocalAddress(rdzv->endpoint)
-                           : options.local_addr;
-  context.node_id = MakeNodeId();
-  // Workers reach the store (the same server) as the agent does.
-  context.credentials = channel->ForWorkers();
-  context.base_env = CurrentEnvironment();
+  AgentContext context = MakeContext(options, rdzv->endpoint, *channel);
   // Before the standbys start: they load their data before their round.
   absl::StatusOr<std::unique_ptr<ShmDir>> shm_dir = ShmDir::Create();
   if (shm_dir.ok()) {
@@ -187,19 +210,9 @@ int RunLaunch(const LaunchOptions& options) {
   if (absl::Status s = SetCommands(options, context); !s.ok()) {
     return Fail(s, 2);
   }
-  if (!getenv("OMP_NUM_THREADS") && options.nproc_per_node > 1) {
-    spdlog::info(
-        "setting OMP_NUM_THREADS=1 for each worker to avoid overloading the "
-        "system; set it yourself to tune");
-  }
   ScratchDir scratch(/*keep=*/LogsToFiles(options) && options.log_dir.empty());
   context.scratch_dir = scratch.path();
-  if (LogsToFiles(options)) {
-    spdlog::info("worker logs in {}/attempt_<restart>/",
-                 options.log_dir.empty()
-                     ? scratch.path()
-                     : options.log_dir + "/" + options.rdzv_id);
-  }
+  LogWorkerSettings(options, scratch.path());
 
   RendezvousClientOptions client_options;
   client_options.endpoint = rdzv->endpoint.ToString();
