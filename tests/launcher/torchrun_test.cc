@@ -21,7 +21,15 @@ TEST(TorchrunTest, ALibddpProgramTrainsAtWorldTwoUnderTorchrun) {
   std::vector<std::string> argv = {"/usr/bin/python3",
                                    "-m",
                                    "torch.distributed.run",
-                                   "--standalone",
+                                   // Not --standalone: it takes the fixed
+                                   // port 29400, which another torchrun on
+                                   // the machine may hold.
+                                   "--rdzv_backend",
+                                   "c10d",
+                                   "--rdzv_endpoint",
+                                   "localhost:0",
+                                   "--rdzv_id",
+                                   "libddp-under-torchrun",
                                    "--nnodes",
                                    "1",
                                    "--nproc_per_node",
