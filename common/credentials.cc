@@ -1,6 +1,7 @@
 #include "common/credentials.h"
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <utility>
@@ -9,7 +10,6 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/secret_file.h"
 #include "common/worker_env.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
@@ -56,20 +56,6 @@ class TokenInterceptorFactory final
 };
 
 }  // namespace
-
-absl::StatusOr<std::string> ReadSecretFile(const std::string& path,
-                                           absl::string_view what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::NotFoundError(absl::StrFormat(
-        "cannot read the %s file '%s': it is missing or not readable by this "
-        "user; check the path and its permissions",
-        what, path));
-  }
-  std::ostringstream content;
-  content << in.rdbuf();
-  return content.str();
-}
 
 absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(
     const std::string& endpoint, const ChannelOptions& options) {
@@ -131,31 +117,6 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(
 
 void AttachToken(grpc::ClientContext* context, const std::string& token) {
   if (!token.empty()) context->AddMetadata(kAuthorizationKey, Bearer(token));
-}
-
-absl::StatusOr<std::string> LoadToken(const std::string& token_file) {
-  if (!token_file.empty()) {
-    absl::StatusOr<std::string> content = ReadSecretFile(token_file, "token");
-    if (!content.ok()) return content.status();
-    absl::Status s = CheckSecretFilePermissions(token_file, "token");
-    if (!s.ok()) return s;
-    std::string token(absl::StripAsciiWhitespace(*content));
-    if (token.empty()) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "the token file '%s' is empty; write the shared token into it "
-          "(e.g. head -c 32 /dev/urandom | base64)",
-          token_file));
-    }
-    if (token.find_first_of("\r\n") != std::string::npos) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "the token file '%s' holds more than one line; it must hold the "
-          "token alone",
-          token_file));
-    }
-    return token;
-  }
-  const char* env = std::getenv(env::kToken);
-  return std::string(env != nullptr ? absl::StripAsciiWhitespace(env) : "");
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>>

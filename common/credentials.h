@@ -6,6 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/auth.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/security/server_credentials.h"
@@ -21,18 +22,8 @@ namespace ddprun::common {
 // private network) wherever strangers can listen.
 inline constexpr char kAuthorizationKey[] = "authorization";
 
-struct ChannelOptions {
-  // Sent on every call of the channel; empty: none.
-  std::string token;
-  // TLS is on when tls_ca_file is set: the server's certificate must chain
-  // to this CA (PEM).
-  std::string tls_ca_file;
-  // Both set: the client certificate and key (PEM) for mutual TLS.
-  std::string tls_cert_file;
-  std::string tls_key_file;
-  // The name checked against the server certificate instead of the host of
-  // the endpoint (e.g. a certificate for "rendezvous" dialled by IP).
-  std::string tls_server_name;
+// Credentials plus the channel's own settings.
+struct ChannelOptions : Credentials {
   // Reconnect pacing after a failed connection; 0: gRPC's defaults (1 s
   // growing to 120 s). The agent uses short values so that it finds a
   // rendezvous server that starts after it within its join retries.
@@ -48,15 +39,6 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(
 // Attaches the token to one call, for channels not made by CreateChannel.
 // No-op for an empty token.
 void AttachToken(grpc::ClientContext* context, const std::string& token);
-
-// The shared token: the first line of `token_file` when it is given
-// (surrounding whitespace removed; an empty token is an error), otherwise
-// the environment variable DDPRUN_TOKEN, otherwise empty (no token).
-absl::StatusOr<std::string> LoadToken(const std::string& token_file);
-
-// Reads a whole file, for keys and certificates. The error names the file.
-absl::StatusOr<std::string> ReadSecretFile(const std::string& path,
-                                           absl::string_view what);
 
 struct ServerTlsOptions {
   std::string cert_file;  // PEM certificate chain; empty: plaintext

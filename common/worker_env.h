@@ -24,6 +24,8 @@ inline constexpr char kRunId[] = "TORCHELASTIC_RUN_ID";
 inline constexpr char kErrorFile[] = "TORCHELASTIC_ERROR_FILE";
 inline constexpr char kUseAgentStore[] = "TORCHELASTIC_USE_AGENT_STORE";
 inline constexpr char kOmpNumThreads[] = "OMP_NUM_THREADS";
+// Read by libddp as torch reads it: the interfaces Gloo binds to.
+inline constexpr char kGlooSocketIfname[] = "GLOO_SOCKET_IFNAME";
 
 // ddprun's own names.
 // host:port of the rendezvous store service (gRPC).

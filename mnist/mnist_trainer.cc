@@ -199,9 +199,7 @@ absl::StatusOr<BeforeRound> PrepareBeforeRound(
   data_options.test_limit = options.test_limit;
   // The node's workers decode the set once (prewarmed ones too: ddprun sets
   // this before their round).
-  if (const char* shm = std::getenv(common::env::kShmDir); shm != nullptr) {
-    data_options.cache_dir = shm;
-  }
+  data_options.cache_dir = ReadShmDir();
   // Bad files fail here at once; the loading itself overlaps the wait for
   // the round and the forming of the process group (CPU and memory against
   // mostly waiting on peers).

@@ -32,19 +32,14 @@ absl::StatusOr<c10::intrusive_ptr<::c10d::Store>> CreateStore(
       store_options.endpoint = env.store_endpoint;
       store_options.run_id = env.store_run_id;
       store_options.round = env.round;
-      store_options.token = env.token;
-      store_options.tls_ca_file = env.tls_ca_file;
-      store_options.tls_cert_file = env.tls_cert_file;
-      store_options.tls_key_file = env.tls_key_file;
-      store_options.tls_server_name = env.tls_server_name;
+      store_options.credentials = env.credentials;
       return c10::intrusive_ptr<::c10d::Store>(
           c10::make_intrusive<GrpcStore>(store_options, options.timeout));
     }
     // Under torchrun: its agent (or rank 0) serves a TCPStore there.
     ::c10d::TCPStoreOptions tcp;
     tcp.port = static_cast<uint16_t>(env.master_port);
-    tcp.isServer = env.rank == 0 && std::getenv("TORCHELASTIC_USE_AGENT_STORE") ==
-                                        nullptr;
+    tcp.isServer = env.rank == 0 && !env.use_agent_store;
     tcp.numWorkers = env.world_size;
     tcp.waitWorkers = false;
     tcp.timeout = options.timeout;
@@ -66,8 +61,8 @@ absl::StatusOr<c10::intrusive_ptr<Collectives>> CreateGloo(
   auto gloo_options = ::c10d::ProcessGroupGloo::Options::create(options.timeout);
   std::string where;
   try {
-    const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
-    if (ifname != nullptr && ifname[0] != '\0') {
+    const char* ifname = env.gloo_socket_ifname.c_str();
+    if (ifname[0] != '\0') {
       where = absl::StrFormat("GLOO_SOCKET_IFNAME=%s", ifname);
       for (absl::string_view name : absl::StrSplit(ifname, ',', absl::SkipEmpty())) {
         gloo_options->devices.push_back(
@@ -156,8 +151,7 @@ absl::StatusOr<ProcessGroup> CreateProcessGroup(
                       DirectAllreduce::Available();
   std::future<absl::StatusOr<std::unique_ptr<DirectAllreduce>>> direct_made;
   if (direct) {
-    const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
-    std::string iface = ifname != nullptr ? ifname : "";
+    std::string iface = env.gloo_socket_ifname;
     iface = iface.substr(0, iface.find(','));
     direct_made = std::async(
         std::launch::async,

@@ -23,7 +23,7 @@ namespace ddprun::worker {
 namespace env = ::ddprun::common::env;
 namespace {
 
-// A parser for exactly what the agent writes (launcher/standby_pool.cc's
+// A parser for exactly what the agent writes (launcher/agent/standby_pool.cc's
 // EnvToJson): one flat object of string values.
 class EnvJsonParser {
  public:

@@ -104,11 +104,7 @@ absl::StatusOr<std::unique_ptr<StoreClient>> StoreClient::Create(
   // The shared channel helper attaches the token to every call; TLS is on
   // when tls_ca_file is set (the agent passes its own --tls-* settings).
   common::ChannelOptions channel_options;
-  channel_options.token = options.token;
-  channel_options.tls_ca_file = options.tls_ca_file;
-  channel_options.tls_cert_file = options.tls_cert_file;
-  channel_options.tls_key_file = options.tls_key_file;
-  channel_options.tls_server_name = options.tls_server_name;
+  static_cast<common::Credentials&>(channel_options) = options.credentials;
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
       common::CreateChannel(endpoint->ToString(), channel_options);
   if (!channel.ok()) {

@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/auth.h"
 
 namespace ddprun::worker {
 
@@ -15,11 +16,8 @@ struct StoreClientOptions {
   std::string endpoint;  // "host:port" of the rendezvous Store service
   std::string run_id;    // the scope: job and round
   int64_t round = 0;
-  std::string token;  // sent as "authorization: Bearer <token>" when set
-  std::string tls_ca_file;  // set: TLS, the server's certificate checked
-  std::string tls_cert_file;  // with tls_key_file: mutual TLS
-  std::string tls_key_file;
-  std::string tls_server_name;  // checked instead of the endpoint's host
+  // The token (sent as "authorization: Bearer <token>" when set) and TLS.
+  common::Credentials credentials;
   // The deadline of a call that does not wait for keys.
   absl::Duration call_timeout = absl::Seconds(30);
   // A blocking call's deadline is its wait plus this, so that the server,

@@ -1,23 +1,15 @@
 #include "worker/worker_env.h"
 
-#include <cstdlib>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "common/status_macros.h"
 #include "common/worker_env.h"
 
 namespace ddprun::worker {
 namespace env = ::ddprun::common::env;
 namespace {
-
-std::optional<std::string> ProcessEnv(const char* name) {
-  const char* value = std::getenv(name);
-  if (value == nullptr) return std::nullopt;
-  return std::string(value);
-}
 
 class Reader {
  public:
@@ -50,13 +42,6 @@ class Reader {
   const EnvLookup& lookup_;
 };
 
-#define DDPRUN_ASSIGN_OR_RETURN(lhs, expr) \
-  do {                                     \
-    auto _result = (expr);                 \
-    if (!_result.ok()) return _result.status(); \
-    lhs = *_result;                        \
-  } while (0)
-
 }  // namespace
 
 std::string WorkerEnv::Describe() const {
@@ -65,7 +50,7 @@ std::string WorkerEnv::Describe() const {
 }
 
 absl::StatusOr<WorkerEnv> ReadWorkerEnv() {
-  return ReadWorkerEnvFrom(&ProcessEnv);
+  return ReadWorkerEnvFrom(&common::ProcessEnv);
 }
 
 absl::StatusOr<WorkerEnv> ReadWorkerEnvFrom(const EnvLookup& lookup) {
@@ -95,31 +80,9 @@ absl::StatusOr<WorkerEnv> ReadWorkerEnvFrom(const EnvLookup& lookup) {
   e.store_endpoint = r.String(env::kStoreEndpoint).value_or("");
   e.store_run_id = r.String(env::kStoreRunId).value_or("");
   e.local_addr = r.String(env::kLocalAddr).value_or("");
-  e.tls_ca_file = r.String(env::kTlsCaFile).value_or("");
-  e.tls_cert_file = r.String(env::kTlsCertFile).value_or("");
-  e.tls_key_file = r.String(env::kTlsKeyFile).value_or("");
-  e.tls_server_name = r.String(env::kTlsServerName).value_or("");
-  if (e.tls_cert_file.empty() != e.tls_key_file.empty()) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s='%s' and %s='%s': mutual TLS needs both a certificate and its "
-        "key; set both or neither",
-        env::kTlsCertFile, e.tls_cert_file, env::kTlsKeyFile, e.tls_key_file));
-  }
-
-  if (std::optional<std::string> path = r.String(env::kTokenFile)) {
-    std::ifstream in(*path);
-    if (!in) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "cannot read the token file %s='%s'; check that it exists and is "
-          "readable by this user",
-          env::kTokenFile, *path));
-    }
-    std::stringstream buffer;
-    buffer << in.rdbuf();
-    e.token = std::string(absl::StripAsciiWhitespace(buffer.str()));
-  } else {
-    e.token = r.String(env::kToken).value_or("");
-  }
+  DDPRUN_ASSIGN_OR_RETURN(e.credentials, common::Credentials::FromEnv(lookup));
+  e.use_agent_store = r.String(env::kUseAgentStore).value_or("") == "True";
+  e.gloo_socket_ifname = r.String(env::kGlooSocketIfname).value_or("");
 
   if (e.world_size > 1 && e.store_endpoint.empty() && e.master_addr.empty()) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -129,6 +92,10 @@ absl::StatusOr<WorkerEnv> ReadWorkerEnvFrom(const EnvLookup& lookup) {
         env::kWorldSize));
   }
   return e;
+}
+
+std::string ReadShmDir(const EnvLookup& lookup) {
+  return lookup(env::kShmDir).value_or("");
 }
 
 }  // namespace ddprun::worker

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/auth.h"
 
 namespace ddprun::worker {
 
@@ -27,14 +28,16 @@ struct WorkerEnv {
   int64_t round = 0;
   // This node's address as peers reach it; Gloo binds its device to it.
   std::string local_addr;
-  // The token for store calls, from DDPRUN_TOKEN_FILE or DDPRUN_TOKEN.
-  std::string token;
-  // TLS to the store (DDPRUN_TLS_*): on when tls_ca_file is set; mutual TLS
-  // with a certificate and key. Empty: plaintext.
-  std::string tls_ca_file;
-  std::string tls_cert_file;
-  std::string tls_key_file;
-  std::string tls_server_name;
+  // How store calls authenticate: DDPRUN_TOKEN_FILE (the token read from
+  // it) or DDPRUN_TOKEN, and DDPRUN_TLS_* (TLS on when the CA is set).
+  common::Credentials credentials;
+  // TORCHELASTIC_USE_AGENT_STORE: the launcher's agent serves the TCPStore
+  // on MASTER_PORT, so rank 0 must not. Only "True" is true: torchrun sets
+  // "False" when rank 0 is to serve it.
+  bool use_agent_store = false;
+  // GLOO_SOCKET_IFNAME: the interfaces Gloo binds to, comma-separated;
+  // empty: the one of the host name.
+  std::string gloo_socket_ifname;
   // Where one progress record per step goes; -1 when nobody listens.
   int progress_fd = -1;
 
@@ -43,13 +46,20 @@ struct WorkerEnv {
   std::string Describe() const;
 };
 
+// The one reader of the worker environment in libddp: no other file of
+// worker/ calls getenv.
+//
 // Reads the environment of this process. A malformed value (a rank that is
 // not a number, a rank outside the world) is an InvalidArgument error that
 // names the variable, its value and the fix.
 absl::StatusOr<WorkerEnv> ReadWorkerEnv();
 
 // The same, from a lookup function; lets tests pass a map instead of setenv.
-using EnvLookup = std::function<std::optional<std::string>(const char* name)>;
+using EnvLookup = common::EnvLookup;
 absl::StatusOr<WorkerEnv> ReadWorkerEnvFrom(const EnvLookup& lookup);
+
+// DDPRUN_SHM_DIR, the node's shared-memory folder; empty when unset. Unlike
+// ReadWorkerEnv it may be read by a prewarmed worker before its round.
+std::string ReadShmDir(const EnvLookup& lookup = common::ProcessEnv);
 
 }  // namespace ddprun::worker

@@ -1,6 +1,6 @@
 // The agent's /metrics: AgentMetrics' bookkeeping, and a real scrape of a
 // running `ddprun --metrics-port 0` whose workers report progress.
-#include "launcher/agent_metrics.h"
+#include "launcher/agent/agent_metrics.h"
 
 #include <signal.h>
 

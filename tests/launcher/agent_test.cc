@@ -496,7 +496,9 @@ TEST_F(MultiAgentTest, TheSurvivorOfAKilledAgentContinuesAlone) {
       "--rdzv-id",
       "survivor",
       "--rdzv-conf",
-      "heartbeat_interval=0.1,heartbeat_timeout=1,last_call_timeout=0.2"};
+      // The last call waits long enough for the second agent to start on a
+      // loaded machine (0.2 s let the first finish a round of its own).
+      "heartbeat_interval=0.1,heartbeat_timeout=1,last_call_timeout=3"};
   // Workers run while the job has two nodes and finish once it has one.
   std::vector<std::string> program = {FaultWorker(), "--hang-if-world-size",
                                       "2", "--out-dir", dir_.path()};

@@ -1,4 +1,4 @@
-#include "launcher/flags.h"
+#include "launcher/cli/flags.h"
 
 #include <stdlib.h>
 
@@ -7,7 +7,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "launcher/program_command.h"
+#include "launcher/cli/program_command.h"
 
 namespace ddprun::launcher {
 namespace {

@@ -1,7 +1,7 @@
 // The heartbeat loop with a real rendezvous server, and with one that cannot
 // be reached: a node whose heartbeats all fail for the heartbeat timeout
 // knows that its round is over (the server has dropped it).
-#include "launcher/heartbeat_loop.h"
+#include "launcher/agent/heartbeat_loop.h"
 
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
-#include "launcher/rendezvous_client.h"
+#include "launcher/agent/rendezvous_client.h"
 #include "rendezvous/server.h"
 #include "tests/testing/wait_for.h"
 

@@ -1,5 +1,5 @@
 // The POSIX spawner with real processes.
-#include "launcher/process_control.h"
+#include "launcher/posix/process_control.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -8,7 +8,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "launcher/worker_env.h"
+#include "launcher/agent/worker_env.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/wait_for.h"
 

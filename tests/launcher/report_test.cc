@@ -3,11 +3,11 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "launcher/error_file.h"
-#include "launcher/failure_report.h"
-#include "launcher/failure_summary.h"
-#include "launcher/program_command.h"
-#include "launcher/worker_env.h"
+#include "launcher/agent/error_file.h"
+#include "launcher/agent/failure_report.h"
+#include "launcher/agent/failure_summary.h"
+#include "launcher/cli/program_command.h"
+#include "launcher/agent/worker_env.h"
 #include "tests/testing/temp_dir.h"
 
 namespace ddprun::launcher {

@@ -1,7 +1,7 @@
 // The agent's shared-memory folder: created with its lock, removed when the
 // agent ends, and removed by the next agent when the owner died; never
 // another user's folder, never through a symbolic link.
-#include "launcher/shm_dir.h"
+#include "launcher/posix/shm_dir.h"
 
 #include <sys/wait.h>
 #include <unistd.h>

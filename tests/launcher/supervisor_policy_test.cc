@@ -1,4 +1,4 @@
-#include "launcher/supervisor_policy.h"
+#include "launcher/agent/supervisor_policy.h"
 
 #include "gtest/gtest.h"
 

@@ -1,4 +1,4 @@
-#include "launcher/worker_group.h"
+#include "launcher/posix/worker_group.h"
 
 #include <signal.h>
 

@@ -171,11 +171,11 @@ TEST(GrpcStoreTokenTest, TokenIsSentAndAWrongOneIsRefusedClearly) {
   StoreClientOptions options;
   options.endpoint = (*server)->endpoint();
   options.run_id = "token";
-  options.token = "s3cret";
+  options.credentials.token = "s3cret";
   auto good = c10::make_intrusive<GrpcStore>(options, milliseconds(5000));
   good->set("k", Bytes("v"));
   EXPECT_EQ(good->get("k"), Bytes("v"));
-  options.token = "wrong";
+  options.credentials.token = "wrong";
   auto bad = c10::make_intrusive<GrpcStore>(options, milliseconds(5000));
   try {
     bad->get("k");

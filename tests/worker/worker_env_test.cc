@@ -1,10 +1,12 @@
 #include "worker/worker_env.h"
 
+#include <fstream>
 #include <map>
 
 #include <gtest/gtest.h>
 
 #include "absl/strings/match.h"
+#include "tests/testing/temp_dir.h"
 
 namespace ddprun::worker {
 namespace {
@@ -47,7 +49,7 @@ TEST(WorkerEnvTest, ReadsWhatDdprunSets) {
   EXPECT_EQ(env->store_run_id, "job");
   EXPECT_EQ(env->round, 7);
   EXPECT_EQ(env->local_addr, "10.0.0.2");
-  EXPECT_EQ(env->token, "secret");
+  EXPECT_EQ(env->credentials.token, "secret");
   EXPECT_EQ(env->progress_fd, 9);
 }
 
@@ -73,15 +75,65 @@ TEST(WorkerEnvTest, ReadsTheStoresTlsSettings) {
                    {"DDPRUN_TLS_KEY_FILE", "/etc/w.key"},
                    {"DDPRUN_TLS_SERVER_NAME", "rendezvous"}});
   ASSERT_TRUE(env.ok()) << env.status();
-  EXPECT_EQ(env->tls_ca_file, "/etc/ca.crt");
-  EXPECT_EQ(env->tls_cert_file, "/etc/w.crt");
-  EXPECT_EQ(env->tls_key_file, "/etc/w.key");
-  EXPECT_EQ(env->tls_server_name, "rendezvous");
+  EXPECT_EQ(env->credentials.tls_ca_file, "/etc/ca.crt");
+  EXPECT_EQ(env->credentials.tls_cert_file, "/etc/w.crt");
+  EXPECT_EQ(env->credentials.tls_key_file, "/etc/w.key");
+  EXPECT_EQ(env->credentials.tls_server_name, "rendezvous");
   auto half = Read({{"DDPRUN_TLS_CA_FILE", "/etc/ca.crt"},
                     {"DDPRUN_TLS_CERT_FILE", "/etc/w.crt"}});
   ASSERT_FALSE(half.ok());
   EXPECT_TRUE(absl::StrContains(half.status().message(), "DDPRUN_TLS_KEY_FILE"))
       << half.status();
+}
+
+TEST(WorkerEnvTest, OnlyTrueMeansTheAgentServesTheStore) {
+  // torchrun sets TORCHELASTIC_USE_AGENT_STORE=False when rank 0 is to
+  // serve the TCPStore itself.
+  EXPECT_FALSE(Read({})->use_agent_store);
+  EXPECT_FALSE(Read({{"TORCHELASTIC_USE_AGENT_STORE", "False"}})->use_agent_store);
+  EXPECT_TRUE(Read({{"TORCHELASTIC_USE_AGENT_STORE", "True"}})->use_agent_store);
+}
+
+TEST(WorkerEnvTest, CredentialsTheAgentWroteReadBack) {
+  testing::TempDir dir;
+  std::ofstream(dir.File("token")) << "  s3cret \n";
+  common::Credentials given;
+  given.token_file = dir.File("token");
+  given.tls_ca_file = "/etc/ca.crt";
+  given.tls_server_name = "rendezvous";
+  std::map<std::string, std::string> vars = {
+      {"DDPRUN_TLS_KEY_FILE", "/left/over.key"}};
+  given.ToEnv(vars);
+  EXPECT_EQ(vars.count("DDPRUN_TLS_KEY_FILE"), 0u);  // the agent's, only
+  auto env = Read(vars);
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_EQ(env->credentials.token, "s3cret");
+  EXPECT_EQ(env->credentials.token_file, dir.File("token"));
+  EXPECT_EQ(env->credentials.tls_ca_file, "/etc/ca.crt");
+  EXPECT_EQ(env->credentials.tls_server_name, "rendezvous");
+}
+
+TEST(WorkerEnvTest, AnUnreadableTokenFileIsNamed) {
+  auto env = Read({{"DDPRUN_TOKEN_FILE", "/nonexistent/token"}});
+  ASSERT_FALSE(env.ok());
+  EXPECT_TRUE(absl::StrContains(env.status().message(), "DDPRUN_TOKEN_FILE"))
+      << env.status();
+  EXPECT_TRUE(absl::StrContains(env.status().message(), "/nonexistent/token"))
+      << env.status();
+}
+
+TEST(WorkerEnvTest, TheSharedMemoryFolderIsReadBeforeTheRound) {
+  // A prewarmed worker (DDPRUN_STANDBY_FD set) reads it before its round.
+  std::map<std::string, std::string> vars = {{"DDPRUN_STANDBY_FD", "5"},
+                                             {"DDPRUN_SHM_DIR", "/dev/shm/x"}};
+  auto lookup = [&](const char* name) -> std::optional<std::string> {
+    auto it = vars.find(name);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+  EXPECT_EQ(ReadShmDir(lookup), "/dev/shm/x");
+  vars.erase("DDPRUN_SHM_DIR");
+  EXPECT_EQ(ReadShmDir(lookup), "");
 }
 
 }  // namespace

@@ -1,0 +1,421 @@
+#include "launcher/agent/agent.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_format.h"
+#include "launcher/agent/failure_report.h"
+#include "launcher/agent/failure_summary.h"
+#include "launcher/agent/heartbeat_loop.h"
+#include "launcher/posix/local_address.h"
+#include "spdlog/spdlog.h"
+
+namespace ddprun::launcher {
+namespace {
+
+// Bound on retrying an unreachable rendezvous, whatever join_timeout says:
+// a typo in --rdzv-endpoint should fail in seconds, not minutes.
+constexpr absl::Duration kMaxUnreachableWait = absl::Seconds(30);
+
+// How long prewarmed workers other than global rank 0 wait for MASTER_PORT
+// to listen: torch's own retry would cost a second.
+constexpr absl::Duration kMasterListenWait = absl::Seconds(1);
+
+int64_t Millis(absl::Duration d) { return absl::ToInt64Milliseconds(d); }
+
+void LogAssignment(const v1::Assignment& assignment, int nproc_per_node) {
+  spdlog::info(
+      "round {}: node rank {} of {}, ranks {}..{} of {}, master {}:{}, "
+      "restart {}/{}",
+      assignment.round(), assignment.node_rank(), assignment.num_nodes(),
+      assignment.rank_offset(), assignment.rank_offset() + nproc_per_node - 1,
+      assignment.world_size(), assignment.master_addr(),
+      assignment.master_port(), assignment.restart_count(),
+      assignment.max_restarts());
+}
+
+void RouteOutput(const WorkerOutput& output, RoundPlan& plan) {
+  for (int local_rank = 0; local_rank < static_cast<int>(plan.workers.size());
+       ++local_rank) {
+    plan.workers[local_rank].stdout_fd = output.stdout_fd(local_rank);
+    plan.workers[local_rank].stderr_fd = output.stderr_fd(local_rank);
+  }
+}
+
+}  // namespace
+
+Agent::Agent(const LaunchOptions& options, AgentContext context,
+             RendezvousApi& client, ProcessControl& control,
+             AgentEvents& events, const common::Clock& clock)
+    : options_(options),
+      context_(std::move(context)),
+      client_(client),
+      control_(control),
+      events_(events),
+      clock_(clock) {
+  if (!context_.reserve_port) context_.reserve_port = ReservePort;
+  if (!context_.standby_argv.empty()) {
+    standbys_ = std::make_unique<StandbyPool>(
+        control_, context_.standby_argv, BuildStandbyPlanEnv(context_));
+  }
+}
+
+v1::JoinRequest Agent::MakeJoinRequest(int master_port) const {
+  v1::JoinRequest request;
+  request.set_run_id(options_.rdzv_id);
+  request.set_node_id(context_.node_id);
+  request.set_local_world_size(options_.nproc_per_node);
+  request.set_node_rank(options_.node_rank);
+  request.set_address(context_.local_addr);
+  request.set_master_port(master_port);
+  v1::JobConfig* config = request.mutable_config();
+  const RdzvConf& conf = options_.rdzv_conf;
+  config->set_min_nodes(options_.min_nodes);
+  config->set_max_nodes(options_.max_nodes);
+  config->set_max_restarts(options_.max_restarts);
+  config->set_last_call_timeout_ms(Millis(conf.last_call_timeout));
+  config->set_join_timeout_ms(Millis(conf.join_timeout));
+  config->set_heartbeat_interval_ms(Millis(conf.heartbeat_interval));
+  config->set_heartbeat_timeout_ms(Millis(conf.heartbeat_timeout));
+  return request;
+}
+
+int Agent::Run() {
+  int64_t last_round = 0;  // the last round this node was assigned
+  while (true) {
+    if (std::optional<int> sig = events_.stop_signal()) {
+      // Stopped between rounds (e.g. while its workers were being stopped):
+      // still tell the server, so that no round waits for this node.
+      Leave(last_round, v1::LeaveRequest::REASON_SHUTDOWN);
+      return 128 + *sig;
+    }
+    Joined joined = JoinNextRound(last_round);
+    if (!joined.assignment.has_value()) return joined.exit_code;
+    const v1::Assignment& assignment = *joined.assignment;
+    last_round = assignment.round();
+    LogAssignment(assignment, options_.nproc_per_node);
+    switch (RunRound(assignment)) {
+      case RoundEnd::kSucceeded:
+        Leave(assignment.round(), v1::LeaveRequest::REASON_SUCCEEDED);
+        spdlog::info("all {} local workers succeeded", options_.nproc_per_node);
+        return 0;
+      case RoundEnd::kStopped: {
+        Leave(assignment.round(), v1::LeaveRequest::REASON_SHUTDOWN);
+        int sig = events_.stop_signal().value_or(SIGTERM);
+        return 128 + sig;
+      }
+      case RoundEnd::kRejoin:
+        break;
+    }
+  }
+}
+
+Agent::Joined Agent::JoinNextRound(int64_t last_round) {
+  const RdzvConf& conf = options_.rdzv_conf;
+  absl::StatusOr<int> master_port = context_.reserve_port(context_.local_addr);
+  if (!master_port.ok()) {
+    spdlog::error("{}", std::string(master_port.status().message()));
+    return {.exit_code = 1};
+  }
+  spdlog::info("joining job '{}' at rendezvous {} as {}", options_.rdzv_id,
+               client_.endpoint(), context_.node_id);
+  absl::StatusOr<v1::JoinResponse> joined =
+      client_.Join(MakeJoinRequest(*master_port), conf.join_timeout,
+                   std::min(conf.join_timeout, kMaxUnreachableWait));
+  if (std::optional<int> sig = events_.stop_signal()) {
+    spdlog::info("stopped by {} while joining", SignalName(*sig));
+    int64_t round = joined.ok() && joined->has_assignment()
+                        ? joined->assignment().round()
+                        : last_round;
+    Leave(round, v1::LeaveRequest::REASON_SHUTDOWN);
+    return {.exit_code = 128 + *sig};
+  }
+  if (!joined.ok()) {
+    spdlog::error("{}", std::string(joined.status().message()));
+    return {.exit_code = 1};
+  }
+  if (joined->has_ended()) {
+    const v1::JobEnded& ended = joined->ended();
+    if (ended.state() == v1::JOB_STATE_SUCCEEDED) {
+      spdlog::info("job '{}' already succeeded", options_.rdzv_id);
+      return {.exit_code = 0};
+    }
+    std::string summary = FormatFailureSummary(options_.rdzv_id, ended);
+    fputs(summary.c_str(), stderr);
+    fflush(stderr);
+    return {.exit_code = 1};
+  }
+  return {.assignment = joined->assignment()};
+}
+
+RoundPlan Agent::PlanRound(const v1::Assignment& assignment, bool use_standbys,
+                           std::vector<ProgressChannel>& progress) const {
+  std::vector<int> fds;
+  progress.clear();
+  for (int local_rank = 0; local_rank < options_.nproc_per_node;
+       ++local_rank) {
+    if (use_standbys) {
+      // Prewarmed workers already hold their progress channels.
+      fds.push_back(standbys_->progress_fd(local_rank));
+    } else {
+      progress.emplace_back();
+      fds.push_back(progress.back().write_fd());
+    }
+  }
+  return BuildRoundPlan(options_, context_, assignment, fds);
+}
+
+void Agent::PrepareAttemptDir(const RoundPlan& plan) const {
+  std::error_code ec;
+  std::filesystem::create_directories(plan.attempt_dir, ec);
+  if (ec) {
+    spdlog::warn("cannot create {}: {}; workers get no error file",
+                 plan.attempt_dir, ec.message());
+  }
+  // Only this attempt's errors.
+  for (const std::string& file : plan.error_files) {
+    std::filesystem::remove(file, ec);
+  }
+}
+
+Agent::RoundEnd Agent::RunRound(const v1::Assignment& assignment) {
+  const int n = options_.nproc_per_node;
+  bool use_standbys = standbys_ != nullptr && standbys_->size() >= n;
+  std::vector<ProgressChannel> progress;
+  RoundPlan plan = PlanRound(assignment, use_standbys, progress);
+  PrepareAttemptDir(plan);
+  absl::StatusOr<std::unique_ptr<WorkerOutput>> output =
+      WorkerOutput::Open(plan.output);
+  if (!output.ok()) {
+    spdlog::error("{}", std::string(output.status().message()));
+    ReportFailures(assignment, {}, plan.error_files,
+                   std::string(output.status().message()));
+    return RoundEnd::kRejoin;
+  }
+  RouteOutput(**output, plan);
+
+  events_.TakeRejoin();  // a previous round's news is not this round's
+  WorkerGroup group(control_, clock_);
+  absl::Status started = StartWorkers(assignment, **output, plan, group,
+                                      progress, use_standbys);
+  for (ProgressChannel& channel : progress) channel.CloseWriteEnd();
+  (*output)->StartCopying();
+  if (!started.ok()) {
+    spdlog::error("{}", std::string(started.message()));
+    ReportFailures(assignment, {}, plan.error_files,
+                   std::string(started.message()));
+    return RoundEnd::kRejoin;
+  }
+  spdlog::info("{} {} workers: {}",
+               use_standbys ? "activated prewarmed" : "started", n,
+               context_.worker_argv[0]);
+  // The next round's workers start now, while this round trains.
+  if (standbys_ != nullptr) standbys_->Fill(n);
+  RoundEnd end = Supervise({assignment, plan, group, progress});
+  // The workers are gone; what they wrote last still reaches the console and
+  // the files (bounded: a worker's own children may hold a pipe open).
+  (*output)->Finish(absl::Seconds(1));
+  return end;
+}
+
+absl::Status Agent::StartWorkers(const v1::Assignment& assignment,
+                                 const WorkerOutput& output, RoundPlan& plan,
+                                 WorkerGroup& group,
+                                 std::vector<ProgressChannel>& progress,
+                                 bool& used_standbys) {
+  if (used_standbys) {
+    absl::StatusOr<std::vector<pid_t>> pids =
+        ActivateStandbys(assignment, plan.workers, progress);
+    if (pids.ok()) {
+      group.Adopt(*pids);
+      return absl::OkStatus();
+    }
+    spdlog::warn("{}; starting workers afresh",
+                 std::string(pids.status().message()));
+    used_standbys = false;
+    plan = PlanRound(assignment, /*use_standbys=*/false, progress);
+    RouteOutput(output, plan);
+  }
+  return group.Start(plan.workers, options_.shutdown_grace);
+}
+
+absl::StatusOr<std::vector<pid_t>> Agent::ActivateStandbys(
+    const v1::Assignment& assignment, const std::vector<SpawnRequest>& requests,
+    std::vector<ProgressChannel>& progress) {
+  std::vector<std::vector<std::string>> envs;
+  for (const SpawnRequest& r : requests) envs.push_back(r.env);
+  progress.clear();
+  // torch 1.13's env:// has global rank 0 host the TCPStore on MASTER_PORT;
+  // a rank that connects before it listens sleeps a whole second before
+  // trying again. Prewarmed rank 0 listens within milliseconds, so the
+  // others go once it does (bounded: a program may never listen there).
+  // Other programs (libddp: the rendezvous store) are told all at once.
+  bool hosts_rank0 = assignment.rank_offset() == 0 &&
+                     context_.rank0_listens_on_master_port;
+  std::vector<pid_t> pids;
+  if (hosts_rank0) {
+    absl::StatusOr<std::vector<pid_t>> first =
+        standbys_->Activate({envs[0]}, progress);
+    if (!first.ok()) return first.status();
+    pids = *first;
+    envs.erase(envs.begin());
+  }
+  if (!envs.empty()) {
+    if (context_.rank0_listens_on_master_port &&
+        !WaitUntilListening(assignment.master_addr(), assignment.master_port(),
+                            kMasterListenWait)) {
+      spdlog::debug("nothing listens on MASTER_PORT {} after {}; going on",
+                    assignment.master_port(),
+                    absl::FormatDuration(kMasterListenWait));
+    }
+    absl::StatusOr<std::vector<pid_t>> rest =
+        standbys_->Activate(envs, progress);
+    if (!rest.ok()) {
+      for (pid_t pid : pids) control_.SignalGroup(pid, SIGKILL);
+      return rest.status();
+    }
+    pids.insert(pids.end(), rest->begin(), rest->end());
+  }
+  return pids;
+}
+
+Agent::RoundEnd Agent::Supervise(const RunningRound& round) {
+  const v1::Assignment& assignment = round.assignment;
+  HeartbeatLoopOptions hb;
+  hb.run_id = options_.rdzv_id;
+  hb.node_id = context_.node_id;
+  hb.round = assignment.round();
+  hb.interval = assignment.heartbeat_interval_ms() > 0
+                    ? absl::Milliseconds(assignment.heartbeat_interval_ms())
+                    : options_.rdzv_conf.heartbeat_interval;
+  hb.timeout = options_.rdzv_conf.heartbeat_timeout;
+  HeartbeatLoop heartbeat(client_, hb, [this] { events_.PostRejoin(); });
+
+  SupervisorPolicyOptions policy_options;
+  policy_options.num_workers = options_.nproc_per_node;
+  policy_options.worker_timeout = options_.worker_timeout;
+  SupervisorPolicy policy(policy_options, clock_);
+  AgentMetrics* metrics = context_.metrics;
+  if (metrics != nullptr) {
+    metrics->RoundStarted(assignment, options_.nproc_per_node);
+  }
+  // Whatever ends the round, the metrics say no worker runs any more.
+  absl::Cleanup round_ended = [metrics] {
+    if (metrics != nullptr) metrics->RoundEnded();
+  };
+  int exited = 0;
+  while (true) {
+    absl::Duration wait = options_.monitor_interval;
+    if (std::optional<absl::Time> hang = policy.NextHangDeadline()) {
+      wait =
+          std::max(absl::ZeroDuration(), std::min(wait, *hang - clock_.Now()));
+    }
+    events_.Wait(wait);
+    if (std::optional<int> sig = events_.stop_signal()) {
+      spdlog::info("got {}: stopping workers (grace {})", SignalName(*sig),
+                   absl::FormatDuration(options_.shutdown_grace));
+      // The signal itself first, as torchrun forwards it; then the usual
+      // two phases.
+      round.group.SignalAll(*sig);
+      round.group.Stop(options_.shutdown_grace);
+      return RoundEnd::kStopped;
+    }
+    Observe(round, policy, exited);
+    switch (policy.Evaluate()) {
+      case SupervisorPolicy::Verdict::kRunning:
+        break;
+      case SupervisorPolicy::Verdict::kSucceeded:
+        return RoundEnd::kSucceeded;
+      case SupervisorPolicy::Verdict::kFailed:
+        return OnWorkersFailed(round, policy);
+    }
+    if (events_.TakeRejoin()) {
+      round.group.Stop(options_.shutdown_grace);
+      return RoundEnd::kRejoin;
+    }
+  }
+}
+
+void Agent::Observe(const RunningRound& round, SupervisorPolicy& policy,
+                    int& exited) {
+  const int n = options_.nproc_per_node;
+  AgentMetrics* metrics = context_.metrics;
+  for (const auto& [local_rank, status] : round.group.Reap()) {
+    ++exited;
+    if (!status.success()) {
+      spdlog::warn("worker rank {} (local {}) ended: {}",
+                   round.assignment.rank_offset() + local_rank, local_rank,
+                   status.ToString());
+    }
+    policy.OnExit(local_rank, status);
+  }
+  for (int i = 0; i < n; ++i) {
+    if (round.progress[i].Drain()) {
+      policy.OnProgress(i);
+      if (metrics != nullptr) metrics->Progress(i, clock_.Now());
+    }
+  }
+  if (metrics != nullptr) metrics->Update(n - exited, clock_.Now());
+}
+
+Agent::RoundEnd Agent::OnWorkersFailed(const RunningRound& round,
+                                       const SupervisorPolicy& policy) {
+  // Report first, so that the other nodes hear of it at their next
+  // heartbeat while this one stops its workers.
+  const std::vector<LocalFailure>& failures = policy.failures();
+  for (const LocalFailure& f : failures) {
+    if (f.cause == "hung") {
+      spdlog::warn(
+          "worker rank {} (local {}) is hung: no progress for {} "
+          "(--worker-timeout)",
+          round.assignment.rank_offset() + f.local_rank, f.local_rank,
+          absl::FormatDuration(options_.worker_timeout));
+    }
+    if (context_.metrics != nullptr) context_.metrics->WorkerFailed(f.cause);
+  }
+  ReportFailures(round.assignment, failures, round.plan.error_files, "");
+  round.group.Stop(options_.shutdown_grace);
+  return RoundEnd::kRejoin;
+}
+
+void Agent::ReportFailures(const v1::Assignment& assignment,
+                           const std::vector<LocalFailure>& failures,
+                           const std::vector<std::string>& error_files,
+                           const std::string& spawn_error) {
+  FailureReportContext report;
+  report.run_id = options_.rdzv_id;
+  report.node_id = context_.node_id;
+  report.host = context_.local_addr;
+  report.round = assignment.round();
+  report.rank_offset = assignment.rank_offset();
+  report.worker_timeout = options_.worker_timeout;
+  v1::ReportFailureRequest request = BuildFailureReport(
+      report, failures, error_files, spawn_error, clock_.Now());
+  absl::StatusOr<v1::ReportFailureResponse> response =
+      client_.ReportFailure(request);
+  if (!response.ok()) {
+    spdlog::warn("{}", std::string(response.status().message()));
+    return;
+  }
+  spdlog::info(
+      "reported the failure of round {}; job restart count {}, restarts {}",
+      assignment.round(), response->restart_count(),
+      response->restarts_exhausted() ? "exhausted" : "left");
+}
+
+void Agent::Leave(int64_t round, v1::LeaveRequest::Reason reason) {
+  v1::LeaveRequest request;
+  request.set_run_id(options_.rdzv_id);
+  request.set_node_id(context_.node_id);
+  request.set_round(round);
+  request.set_reason(reason);
+  absl::Status left = client_.Leave(request);
+  if (!left.ok()) spdlog::warn("{}", std::string(left.message()));
+}
+
+}  // namespace ddprun::launcher

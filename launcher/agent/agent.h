@@ -1,0 +1,109 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/clock.h"
+#include "ddprun/v1/rendezvous.pb.h"
+#include "launcher/agent/agent_context.h"
+#include "launcher/agent/agent_events.h"
+#include "launcher/agent/agent_metrics.h"
+#include "launcher/agent/rendezvous_api.h"
+#include "launcher/agent/round_plan.h"
+#include "launcher/agent/standby_pool.h"
+#include "launcher/agent/supervisor_policy.h"
+#include "launcher/cli/launch_options.h"
+#include "launcher/posix/process_control.h"
+#include "launcher/posix/progress_channel.h"
+#include "launcher/posix/worker_group.h"
+#include "launcher/posix/worker_output.h"
+
+namespace ddprun::launcher {
+
+// The node agent's round lifecycle: join -> plan -> start -> supervise ->
+// report -> stop or rejoin -> leave, until the job ends for this node.
+// It talks to the rendezvous through RendezvousApi and to the operating
+// system through ProcessControl; time comes from the injected clock, and it
+// sleeps only in AgentEvents::Wait. So tests drive every transition with
+// fakes (tests/launcher/agent_lifecycle_test.cc), as job_test.cc drives Job.
+//
+// Everything runs on the thread that calls Run (it forks the workers, so it
+// must live as long as they do); the heartbeat and signal threads only post
+// AgentEvents.
+class Agent {
+ public:
+  Agent(const LaunchOptions& options, AgentContext context,
+        RendezvousApi& client, ProcessControl& control, AgentEvents& events,
+        const common::Clock& clock);
+
+  // Runs the job to its end; returns ddprun's exit code: 0 when this node's
+  // workers all succeeded, 1 when the job failed (after printing the
+  // summary) or the rendezvous could not be used, 128+signal when stopped by
+  // a signal.
+  int Run();
+
+ private:
+  enum class RoundEnd { kSucceeded, kRejoin, kStopped };
+  // A Join's outcome: this node's next round, or the exit code to end with.
+  struct Joined {
+    std::optional<v1::Assignment> assignment;
+    int exit_code = 0;
+  };
+  // What Supervise watches of one round.
+  struct RunningRound {
+    const v1::Assignment& assignment;
+    const RoundPlan& plan;
+    WorkerGroup& group;
+    std::vector<ProgressChannel>& progress;
+  };
+
+  Joined JoinNextRound(int64_t last_round);
+  v1::JoinRequest MakeJoinRequest(int master_port) const;
+  // Starts the round's workers, supervises them until the round ends for
+  // this node, and leaves no worker running.
+  RoundEnd RunRound(const v1::Assignment& assignment);
+  // The plan with fresh progress pipes (appended to `progress`), or with
+  // the prewarmed workers' pipes.
+  RoundPlan PlanRound(const v1::Assignment& assignment, bool use_standbys,
+                      std::vector<ProgressChannel>& progress) const;
+  void PrepareAttemptDir(const RoundPlan& plan) const;
+  // Starts (or activates) the workers of `plan` into `group`. A failed
+  // activation falls back to starting them afresh; `plan` and `progress`
+  // are then replanned. Sets `used_standbys`.
+  absl::Status StartWorkers(const v1::Assignment& assignment,
+                            const WorkerOutput& output, RoundPlan& plan,
+                            WorkerGroup& group,
+                            std::vector<ProgressChannel>& progress,
+                            bool& used_standbys);
+  // Hands the round's environments to the prewarmed workers; global rank 0
+  // first. Appends their progress channels to `progress`.
+  absl::StatusOr<std::vector<pid_t>> ActivateStandbys(
+      const v1::Assignment& assignment,
+      const std::vector<SpawnRequest>& requests,
+      std::vector<ProgressChannel>& progress);
+  RoundEnd Supervise(const RunningRound& round);
+  // Reaps and drains progress; tells the policy and the metrics.
+  void Observe(const RunningRound& round, SupervisorPolicy& policy,
+               int& exited);
+  RoundEnd OnWorkersFailed(const RunningRound& round,
+                           const SupervisorPolicy& policy);
+  void ReportFailures(const v1::Assignment& assignment,
+                      const std::vector<LocalFailure>& failures,
+                      const std::vector<std::string>& error_files,
+                      const std::string& spawn_error);
+  void Leave(int64_t round, v1::LeaveRequest::Reason reason);
+
+  const LaunchOptions& options_;
+  AgentContext context_;
+  RendezvousApi& client_;
+  ProcessControl& control_;
+  AgentEvents& events_;
+  const common::Clock& clock_;
+  std::unique_ptr<StandbyPool> standbys_;  // null without --prewarm
+};
+
+}  // namespace ddprun::launcher

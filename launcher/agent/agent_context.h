@@ -1,0 +1,41 @@
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "launcher/agent/agent_metrics.h"
+#include "launcher/agent/worker_env.h"
+
+namespace ddprun::launcher {
+
+// What the agent knows of its node beyond the options, prepared by
+// RunLaunch: the same for every round.
+struct AgentContext {
+  std::string store_endpoint;  // the rendezvous server workers talk to
+  std::string local_addr;      // this node's address for its peers
+  std::string node_id;
+  // Passed on to the workers for their store calls.
+  common::Credentials credentials;
+  std::string scratch_dir;  // per-attempt error files when no --log-dir
+  std::vector<std::string> worker_argv;
+  std::vector<std::string> base_env;  // the agent's environment
+  // The node's shared-memory folder (DDPRUN_SHM_DIR) for workers and
+  // standbys; empty: none (the variable is left as the agent has it).
+  std::string shm_dir;
+  // --prewarm: the command of a standby worker; empty: no prewarming.
+  std::vector<std::string> standby_argv;
+  // Whether global rank 0 of a prewarmed round listens on MASTER_PORT (a
+  // Python program: torch's env:// TCPStore), so that the other ranks are
+  // activated once it does. libddp programs use the rendezvous store.
+  bool rank0_listens_on_master_port = false;
+  // --metrics-port: what /metrics shows of this node's workers; null: off.
+  AgentMetrics* metrics = nullptr;
+  // Picks the MASTER_PORT this node offers for a round (binds port 0 on
+  // `local_addr`); null: ReservePort. Tests pass a fixed port.
+  std::function<absl::StatusOr<int>(const std::string& local_addr)>
+      reserve_port;
+};
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,51 @@
+#include "launcher/agent/error_file.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace ddprun::launcher {
+namespace {
+
+// Long tracebacks stay in the file; the summary shows the start.
+constexpr size_t kMaxMessageBytes = 4096;
+
+std::string Clip(std::string text) {
+  if (text.size() > kMaxMessageBytes) {
+    text.resize(kMaxMessageBytes);
+    text += "...";
+  }
+  return text;
+}
+
+}  // namespace
+
+std::string ReadWorkerErrorMessage(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "";
+  std::ostringstream content;
+  content << in.rdbuf();
+  std::string text(absl::StripAsciiWhitespace(content.str()));
+  if (text.empty()) return "";
+  google::protobuf::Struct root;
+  if (!google::protobuf::util::JsonStringToMessage(text, &root).ok()) {
+    return Clip(text);
+  }
+  auto it = root.fields().find("message");
+  if (it == root.fields().end()) return Clip(text);
+  const google::protobuf::Value& message = it->second;
+  if (message.has_string_value()) return Clip(message.string_value());
+  if (message.has_struct_value()) {
+    const auto& inner = message.struct_value().fields();
+    auto m = inner.find("message");
+    if (m != inner.end() && m->second.has_string_value()) {
+      return Clip(m->second.string_value());
+    }
+  }
+  return Clip(text);
+}
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,63 @@
+#include "launcher/agent/failure_report.h"
+
+#include "absl/strings/str_format.h"
+#include "launcher/agent/error_file.h"
+#include "launcher/posix/exit_status.h"
+
+namespace ddprun::launcher {
+
+v1::ReportFailureRequest BuildFailureReport(
+    const FailureReportContext& context,
+    const std::vector<LocalFailure>& failures,
+    const std::vector<std::string>& error_files, const std::string& spawn_error,
+    absl::Time now) {
+  v1::ReportFailureRequest request;
+  request.set_run_id(context.run_id);
+  request.set_node_id(context.node_id);
+  request.set_round(context.round);
+  auto add = [&](int local_rank) {
+    v1::WorkerFailure* f = request.add_failures();
+    f->set_node_id(context.node_id);
+    f->set_host(context.host);
+    f->set_round(context.round);
+    f->set_rank(context.rank_offset + local_rank);
+    f->set_local_rank(local_rank);
+    return f;
+  };
+  if (!spawn_error.empty()) {
+    v1::WorkerFailure* f = add(0);
+    f->set_exit_code(-1);
+    f->set_cause("spawn");
+    f->set_message(spawn_error);
+    f->set_time_unix_ms(absl::ToUnixMillis(now));
+  }
+  for (const LocalFailure& failure : failures) {
+    v1::WorkerFailure* f = add(failure.local_rank);
+    f->set_cause(failure.cause);
+    f->set_time_unix_ms(absl::ToUnixMillis(failure.time));
+    if (failure.cause == "hung") {
+      f->set_exit_code(-1);
+      f->set_message(absl::StrFormat(
+          "no progress for %s (--worker-timeout); the agent stopped it",
+          absl::FormatDuration(context.worker_timeout)));
+      continue;
+    }
+    f->set_exit_code(failure.exit.exit_code);
+    f->set_signal(failure.exit.signal);
+    if (failure.exit.signal != 0) {
+      f->set_signal_name(SignalName(failure.exit.signal));
+    }
+    std::string message =
+        failure.local_rank < static_cast<int>(error_files.size())
+            ? ReadWorkerErrorMessage(error_files[failure.local_rank])
+            : "";
+    if (message.empty() && failure.exit.signal != 0) {
+      message = absl::StrFormat("the worker was killed by %s",
+                                SignalName(failure.exit.signal));
+    }
+    f->set_message(message);
+  }
+  return request;
+}
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,59 @@
+#include "launcher/agent/failure_summary.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
+#include "absl/time/time.h"
+
+namespace ddprun::launcher {
+namespace {
+
+std::string How(const v1::WorkerFailure& f) {
+  if (f.cause() == "hung") return "hung (no progress for --worker-timeout)";
+  if (f.cause() == "spawn") return "could not be started";
+  if (f.signal() != 0) {
+    std::string name = f.signal_name().empty()
+                           ? absl::StrCat("signal ", f.signal())
+                           : f.signal_name();
+    return absl::StrFormat("killed by %s (signal %d)", name, f.signal());
+  }
+  return absl::StrCat("exit code ", f.exit_code());
+}
+
+}  // namespace
+
+std::string FormatFailure(const v1::WorkerFailure& f) {
+  std::string time = absl::FormatTime("%Y-%m-%d %H:%M:%E3S UTC",
+                                      absl::FromUnixMillis(f.time_unix_ms()),
+                                      absl::UTCTimeZone());
+  std::string message =
+      f.message().empty()
+          ? "no error message (the worker wrote no TORCHELASTIC_ERROR_FILE)"
+          : absl::StrReplaceAll(f.message(), {{"\n", "\n      "}});
+  return absl::StrFormat(
+      "rank %d (local rank %d) on %s, round %d: %s at %s\n"
+      "      error: %s",
+      f.rank(), f.local_rank(), f.host(), f.round(), How(f), time, message);
+}
+
+std::string FormatFailureSummary(const std::string& run_id,
+                                 const v1::JobEnded& ended) {
+  std::string out = absl::StrFormat("ddprun: job '%s' failed", run_id);
+  if (!ended.message().empty()) absl::StrAppend(&out, ": ", ended.message());
+  absl::StrAppend(&out, "\n");
+  if (ended.failures().empty()) {
+    absl::StrAppend(&out, "  (the server recorded no worker failure)\n");
+    return out;
+  }
+  absl::StrAppend(&out, "  first failure (root cause):\n    ",
+                  FormatFailure(ended.failures(0)), "\n");
+  if (ended.failures_size() > 1) {
+    absl::StrAppend(&out, "  other failures:\n");
+    for (int i = 1; i < ended.failures_size(); ++i) {
+      absl::StrAppend(&out, "    ", FormatFailure(ended.failures(i)), "\n");
+    }
+  }
+  return out;
+}
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,36 @@
+#pragma once
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "ddprun/v1/rendezvous.pb.h"
+
+namespace ddprun::launcher {
+
+// What the agent asks of the rendezvous service: the seam between the round
+// lifecycle and the network. RendezvousClient (gRPC) is the implementation
+// ddprun uses; lifecycle tests pass a fake. Thread-safe: the agent's thread
+// joins, reports and leaves while the heartbeat thread heartbeats.
+class RendezvousApi {
+ public:
+  virtual ~RendezvousApi() = default;
+
+  // Waits for this node's round to close (up to `join_timeout` once the
+  // server answers); a server that cannot be reached is retried for up to
+  // `unreachable_timeout`.
+  virtual absl::StatusOr<v1::JoinResponse> Join(
+      const v1::JoinRequest& request, absl::Duration join_timeout,
+      absl::Duration unreachable_timeout) = 0;
+  virtual absl::StatusOr<v1::HeartbeatResponse> Heartbeat(
+      const v1::HeartbeatRequest& request) = 0;
+  virtual absl::StatusOr<v1::ReportFailureResponse> ReportFailure(
+      const v1::ReportFailureRequest& request) = 0;
+  virtual absl::Status Leave(const v1::LeaveRequest& request) = 0;
+
+  // Where the service is, for log lines.
+  virtual const std::string& endpoint() const = 0;
+};
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,155 @@
+#include "launcher/agent/rendezvous_client.h"
+
+#include <chrono>
+
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/backoff.h"
+#include "common/grpc_status.h"
+
+namespace ddprun::launcher {
+
+absl::StatusOr<common::ChannelOptions> MakeChannelOptions(
+    const common::Credentials& auth) {
+  common::ChannelOptions channel;
+  static_cast<common::Credentials&>(channel) = auth;
+  absl::StatusOr<std::string> token = common::LoadToken(auth.token_file);
+  if (!token.ok()) return token.status();
+  channel.token = *token;
+  return channel;
+}
+
+absl::StatusOr<std::unique_ptr<RendezvousClient>> RendezvousClient::Create(
+    RendezvousClientOptions options) {
+  // Reconnect quickly once the server comes up or a connection drops; the
+  // retry pacing of Join itself is our own Backoff.
+  options.channel.reconnect_backoff_initial_ms = 100;
+  options.channel.reconnect_backoff_max_ms = 1000;
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      common::CreateChannel(options.endpoint, options.channel);
+  if (!channel.ok()) return channel.status();
+  return std::unique_ptr<RendezvousClient>(
+      new RendezvousClient(std::move(options), *std::move(channel)));
+}
+
+RendezvousClient::RendezvousClient(RendezvousClientOptions options,
+                                   std::shared_ptr<grpc::Channel> channel)
+    : options_(std::move(options)),
+      channel_(std::move(channel)),
+      stub_(v1::Rendezvous::NewStub(channel_)) {}
+
+void RendezvousClient::Prepare(grpc::ClientContext& context,
+                               absl::Duration timeout) const {
+  // The channel attaches the token to every call.
+  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+}
+
+absl::Status RendezvousClient::Explain(const char* call,
+                                       const grpc::Status& status) const {
+  absl::Status s = common::FromGrpcStatus(status);
+  std::string hint;
+  switch (status.error_code()) {
+    case grpc::StatusCode::UNAVAILABLE:
+      hint =
+          "check that ddprun-rendezvous runs there, that the address is "
+          "reachable from this host, and that TLS matches the server's "
+          "(--tls-ca-file)";
+      break;
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      hint =
+          "the server did not answer in time; check the other nodes and "
+          "--rdzv-conf join_timeout";
+      break;
+    case grpc::StatusCode::UNAUTHENTICATED:
+      hint = "check --token-file: it must hold the server's token";
+      break;
+    default:
+      hint = "see the rendezvous server's log";
+  }
+  return absl::Status(
+      s.code(), absl::StrFormat("%s to rendezvous %s failed: %s; %s", call,
+                                options_.endpoint, s.message(), hint));
+}
+
+absl::StatusOr<v1::JoinResponse> RendezvousClient::Join(
+    const v1::JoinRequest& request, absl::Duration join_timeout,
+    absl::Duration unreachable_timeout) {
+  absl::Time give_up = absl::Now() + unreachable_timeout;
+  common::Backoff backoff;
+  while (true) {
+    grpc::ClientContext context;
+    // A little over the server's own join timeout, so that the server's
+    // answer (not our deadline) says what happened.
+    Prepare(context, join_timeout + absl::Seconds(5));
+    {
+      absl::MutexLock lock(&mu_);
+      if (join_cancelled_) {
+        return absl::CancelledError("Join cancelled: the agent is stopping");
+      }
+      join_context_ = &context;
+    }
+    v1::JoinResponse response;
+    grpc::Status status = stub_->Join(&context, request, &response);
+    {
+      absl::MutexLock lock(&mu_);
+      join_context_ = nullptr;
+      if (join_cancelled_) {
+        return absl::CancelledError("Join cancelled: the agent is stopping");
+      }
+    }
+    if (status.ok()) return response;
+    if (status.error_code() != grpc::StatusCode::UNAVAILABLE ||
+        absl::Now() >= give_up) {
+      return Explain("Join", status);
+    }
+    absl::Duration delay = std::min(backoff.Next(), give_up - absl::Now());
+    if (delay > absl::ZeroDuration()) absl::SleepFor(delay);
+  }
+}
+
+void RendezvousClient::CancelJoin() {
+  absl::MutexLock lock(&mu_);
+  join_cancelled_ = true;
+  if (join_context_ != nullptr) join_context_->TryCancel();
+}
+
+absl::StatusOr<v1::HeartbeatResponse> RendezvousClient::Heartbeat(
+    const v1::HeartbeatRequest& request) {
+  grpc::ClientContext context;
+  Prepare(context, options_.rpc_timeout);
+  v1::HeartbeatResponse response;
+  grpc::Status status = stub_->Heartbeat(&context, request, &response);
+  if (!status.ok()) return Explain("Heartbeat", status);
+  return response;
+}
+
+absl::StatusOr<v1::ReportFailureResponse> RendezvousClient::ReportFailure(
+    const v1::ReportFailureRequest& request) {
+  grpc::ClientContext context;
+  Prepare(context, options_.rpc_timeout);
+  v1::ReportFailureResponse response;
+  grpc::Status status = stub_->ReportFailure(&context, request, &response);
+  if (!status.ok()) return Explain("ReportFailure", status);
+  return response;
+}
+
+absl::Status RendezvousClient::Leave(const v1::LeaveRequest& request) {
+  grpc::ClientContext context;
+  Prepare(context, options_.rpc_timeout);
+  v1::LeaveResponse response;
+  grpc::Status status = stub_->Leave(&context, request, &response);
+  if (!status.ok()) return Explain("Leave", status);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::StatusResponse> RendezvousClient::Status(
+    const v1::StatusRequest& request) {
+  grpc::ClientContext context;
+  Prepare(context, options_.rpc_timeout);
+  v1::StatusResponse response;
+  grpc::Status status = stub_->Status(&context, request, &response);
+  if (!status.ok()) return Explain("Status", status);
+  return response;
+}
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,76 @@
+#include "launcher/agent/round_plan.h"
+
+#include "absl/strings/str_format.h"
+
+namespace ddprun::launcher {
+namespace {
+
+std::string AttemptDir(const LaunchOptions& options,
+                       const AgentContext& context, int restart_count) {
+  if (!options.log_dir.empty()) {
+    return absl::StrFormat("%s/%s/attempt_%d", options.log_dir,
+                           options.rdzv_id, restart_count);
+  }
+  return absl::StrFormat("%s/attempt_%d", context.scratch_dir, restart_count);
+}
+
+}  // namespace
+
+RoundPlan BuildRoundPlan(const LaunchOptions& options,
+                         const AgentContext& context,
+                         const v1::Assignment& assignment,
+                         const std::vector<int>& progress_fds) {
+  const int n = options.nproc_per_node;
+  RoundPlan plan;
+  plan.attempt_dir = AttemptDir(options, context, assignment.restart_count());
+  for (int local_rank = 0; local_rank < n; ++local_rank) {
+    plan.error_files.push_back(
+        absl::StrFormat("%s/rank_%d.error.json", plan.attempt_dir,
+                        assignment.rank_offset() + local_rank));
+  }
+
+  plan.output.attempt_dir = plan.attempt_dir;
+  plan.output.num_workers = n;
+  plan.output.rank_offset = assignment.rank_offset();
+  plan.output.redirects = options.redirects;
+  plan.output.tee = options.tee;
+  plan.output.local_ranks_filter = options.local_ranks_filter;
+
+  for (int local_rank = 0; local_rank < n; ++local_rank) {
+    WorkerEnvSpec spec;
+    spec.run_id = options.rdzv_id;
+    spec.role = options.role;
+    spec.local_rank = local_rank;
+    spec.local_world_size = n;
+    spec.rank = assignment.rank_offset() + local_rank;
+    spec.world_size = assignment.world_size();
+    spec.group_rank = assignment.node_rank();
+    spec.group_world_size = assignment.num_nodes();
+    spec.master_addr = assignment.master_addr();
+    spec.master_port = assignment.master_port();
+    spec.restart_count = assignment.restart_count();
+    spec.max_restarts = assignment.max_restarts();
+    spec.round = assignment.round();
+    spec.error_file = plan.error_files[local_rank];
+    spec.store_endpoint = context.store_endpoint;
+    spec.local_addr = context.local_addr;
+    spec.credentials = context.credentials;
+    spec.shm_dir = context.shm_dir;
+    spec.progress_fd =
+        local_rank < static_cast<int>(progress_fds.size())
+            ? progress_fds[local_rank]
+            : -1;
+    SpawnRequest request;
+    request.argv = context.worker_argv;
+    request.env = BuildWorkerEnv(spec, context.base_env);
+    if (spec.progress_fd >= 0) request.inherit_fds = {spec.progress_fd};
+    plan.workers.push_back(std::move(request));
+  }
+  return plan;
+}
+
+std::vector<std::string> BuildStandbyPlanEnv(const AgentContext& context) {
+  return BuildStandbyEnv(context.base_env, context.shm_dir);
+}
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,41 @@
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "ddprun/v1/rendezvous.pb.h"
+#include "launcher/agent/agent_context.h"
+#include "launcher/cli/launch_options.h"
+#include "launcher/posix/process_control.h"
+#include "launcher/posix/worker_output.h"
+
+namespace ddprun::launcher {
+
+// One round of this node's workers, decided before anything starts: where
+// the attempt's files go, how output is routed, and every local rank's
+// command and complete environment. The plan (through worker_env.h) is the
+// only writer of worker environments; running a round carries it out.
+struct RoundPlan {
+  // DIR/<run_id>/attempt_<restart> with --log-dir, else under the scratch
+  // folder.
+  std::string attempt_dir;
+  // TORCHELASTIC_ERROR_FILE of each local rank.
+  std::vector<std::string> error_files;
+  WorkerOutputOptions output;
+  // By local rank: argv, environment, the progress descriptor to inherit.
+  // stdout_fd / stderr_fd are left to the round's WorkerOutput.
+  std::vector<SpawnRequest> workers;
+};
+
+// The plan of `assignment` for this node. `progress_fds[local_rank]` is the
+// write end of that rank's progress pipe (-1: none): fresh pipes, or the
+// ones prewarmed workers already hold. Pure: touches no file.
+RoundPlan BuildRoundPlan(const LaunchOptions& options,
+                         const AgentContext& context,
+                         const v1::Assignment& assignment,
+                         const std::vector<int>& progress_fds);
+
+// The environment of a prewarmed worker before its round is known.
+std::vector<std::string> BuildStandbyPlanEnv(const AgentContext& context);
+
+}  // namespace ddprun::launcher

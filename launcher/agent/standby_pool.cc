@@ -1,0 +1,129 @@
+#include "launcher/agent/standby_pool.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/json_string.h"
+#include "common/worker_env.h"
+#include "spdlog/spdlog.h"
+
+namespace ddprun::launcher {
+namespace {
+
+bool WriteAll(int fd, const std::string& data) {
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string EnvToJson(const std::vector<std::string>& env) {
+  std::string out = "{";
+  for (const std::string& entry : env) {
+    size_t eq = entry.find('=');
+    if (eq == std::string::npos) continue;
+    if (out.size() > 1) out += ",";
+    common::AppendJsonString(out, absl::string_view(entry).substr(0, eq));
+    out += ":";
+    common::AppendJsonString(out, absl::string_view(entry).substr(eq + 1));
+  }
+  return out + "}";
+}
+
+StandbyPool::StandbyPool(ProcessControl& control, std::vector<std::string> argv,
+                         std::vector<std::string> env)
+    : control_(control), argv_(std::move(argv)), env_(std::move(env)) {}
+
+StandbyPool::~StandbyPool() { Clear(); }
+
+void StandbyPool::Fill(int count) {
+  while (size() < count) {
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) {
+      spdlog::warn("cannot prewarm a worker: pipe failed: {}", strerror(errno));
+      return;
+    }
+    Standby standby;
+    standby.control_fd = fds[1];
+    SpawnRequest request;
+    request.argv = argv_;
+    request.env = env_;
+    request.env.push_back(absl::StrCat(common::env::kStandbyFd, "=", fds[0]));
+    request.inherit_fds = {fds[0]};
+    if (standby.progress.write_fd() >= 0) {
+      request.inherit_fds.push_back(standby.progress.write_fd());
+    }
+    absl::StatusOr<pid_t> pid = control_.Spawn(request);
+    close(fds[0]);
+    standby.progress.CloseWriteEnd();
+    if (!pid.ok()) {
+      close(fds[1]);
+      spdlog::warn("cannot prewarm a worker: {}",
+                   std::string(pid.status().message()));
+      return;
+    }
+    standby.pid = *pid;
+    standbys_.push_back(std::move(standby));
+  }
+}
+
+int StandbyPool::progress_fd(int i) const {
+  return standbys_[i].progress.child_fd();
+}
+
+absl::StatusOr<std::vector<pid_t>> StandbyPool::Activate(
+    const std::vector<std::vector<std::string>>& envs,
+    std::vector<ProgressChannel>& progress) {
+  if (envs.size() > standbys_.size()) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("%d prewarmed workers wait, %d are needed",
+                        standbys_.size(), envs.size()));
+  }
+  for (size_t i = 0; i < envs.size(); ++i) {
+    Standby& s = standbys_[i];
+    bool told = WriteAll(s.control_fd, EnvToJson(envs[i]));
+    close(s.control_fd);
+    s.control_fd = -1;
+    if (!told) {
+      int err = errno;
+      // Those told already run as workers of a group that cannot be
+      // completed: end them too.
+      for (size_t j = 0; j <= i; ++j) {
+        control_.SignalGroup(standbys_[j].pid, SIGKILL);
+      }
+      standbys_.erase(standbys_.begin(), standbys_.begin() + i + 1);
+      Clear();
+      return absl::UnavailableError(
+          absl::StrFormat("prewarmed worker %d (pid %d) is gone (%s)", i, s.pid,
+                          strerror(err)));
+    }
+  }
+  std::vector<pid_t> pids;
+  for (size_t i = 0; i < envs.size(); ++i) {
+    pids.push_back(standbys_[i].pid);
+    progress.push_back(std::move(standbys_[i].progress));
+  }
+  standbys_.erase(standbys_.begin(), standbys_.begin() + envs.size());
+  return pids;
+}
+
+void StandbyPool::Clear() {
+  for (Standby& s : standbys_) {
+    control_.SignalGroup(s.pid, SIGKILL);
+    if (s.control_fd >= 0) close(s.control_fd);
+  }
+  standbys_.clear();
+}
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,57 @@
+#include "launcher/agent/supervisor_policy.h"
+
+namespace ddprun::launcher {
+
+SupervisorPolicy::SupervisorPolicy(SupervisorPolicyOptions options,
+                                   const common::Clock& clock)
+    : options_(options), clock_(clock), workers_(options.num_workers) {}
+
+void SupervisorPolicy::OnExit(int local_rank, ExitStatus status) {
+  if (local_rank < 0 || local_rank >= static_cast<int>(workers_.size())) return;
+  Worker& worker = workers_[local_rank];
+  if (worker.exit) return;
+  worker.exit = status;
+  // A worker already declared hung was killed by us; its exit is not news.
+  if (!status.success() && !worker.hung) {
+    failures_.push_back({local_rank, status,
+                         status.signal != 0 ? "signaled" : "exited",
+                         clock_.Now()});
+  }
+}
+
+void SupervisorPolicy::OnProgress(int local_rank) {
+  if (local_rank < 0 || local_rank >= static_cast<int>(workers_.size())) return;
+  workers_[local_rank].last_progress = clock_.Now();
+}
+
+SupervisorPolicy::Verdict SupervisorPolicy::Evaluate() {
+  absl::Time now = clock_.Now();
+  if (options_.worker_timeout > absl::ZeroDuration()) {
+    for (int i = 0; i < static_cast<int>(workers_.size()); ++i) {
+      Worker& w = workers_[i];
+      if (w.exit || w.hung || !w.last_progress) continue;
+      if (now - *w.last_progress >= options_.worker_timeout) {
+        w.hung = true;
+        failures_.push_back({i, ExitStatus{}, "hung", now});
+      }
+    }
+  }
+  if (!failures_.empty()) return Verdict::kFailed;
+  for (const Worker& w : workers_) {
+    if (!w.exit) return Verdict::kRunning;
+  }
+  return Verdict::kSucceeded;
+}
+
+std::optional<absl::Time> SupervisorPolicy::NextHangDeadline() const {
+  if (options_.worker_timeout <= absl::ZeroDuration()) return std::nullopt;
+  std::optional<absl::Time> next;
+  for (const Worker& w : workers_) {
+    if (w.exit || w.hung || !w.last_progress) continue;
+    absl::Time deadline = *w.last_progress + options_.worker_timeout;
+    if (!next || deadline < *next) next = deadline;
+  }
+  return next;
+}
+
+}  // namespace ddprun::launcher

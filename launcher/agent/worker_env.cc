@@ -1,0 +1,93 @@
+#include "launcher/agent/worker_env.h"
+
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/worker_env.h"
+
+extern char** environ;
+
+namespace ddprun::launcher {
+
+namespace env = ::ddprun::common::env;
+
+std::vector<std::string> BuildWorkerEnv(const WorkerEnvSpec& spec,
+                                        const std::vector<std::string>& base) {
+  std::map<std::string, std::string> vars;
+  for (const std::string& entry : base) {
+    size_t eq = entry.find('=');
+    if (eq == std::string::npos) continue;
+    vars[entry.substr(0, eq)] = entry.substr(eq + 1);
+  }
+  auto set = [&](const char* name, const auto& value) {
+    vars[name] = absl::StrCat(value);
+  };
+  set(env::kRank, spec.rank);
+  set(env::kLocalRank, spec.local_rank);
+  set(env::kGroupRank, spec.group_rank);
+  // One role per job: the role rank is the global rank.
+  set(env::kRoleRank, spec.rank);
+  set(env::kLocalWorldSize, spec.local_world_size);
+  set(env::kWorldSize, spec.world_size);
+  set(env::kGroupWorldSize, spec.group_world_size);
+  set(env::kRoleWorldSize, spec.world_size);
+  set(env::kRoleName, spec.role);
+  set(env::kMasterAddr, spec.master_addr);
+  set(env::kMasterPort, spec.master_port);
+  set(env::kRestartCount, spec.restart_count);
+  set(env::kMaxRestarts, spec.max_restarts);
+  set(env::kRunId, spec.run_id);
+  set(env::kErrorFile, spec.error_file);
+  set(env::kUseAgentStore, "False");
+  if (vars.find(env::kOmpNumThreads) == vars.end()) {
+    set(env::kOmpNumThreads, 1);
+  }
+  // As torchrun 1.13 sets it: a failed NCCL collective raises instead of
+  // hanging, so that the agent sees the worker fail.
+  if (vars.find("NCCL_ASYNC_ERROR_HANDLING") == vars.end()) {
+    set("NCCL_ASYNC_ERROR_HANDLING", 1);
+  }
+  set(env::kStoreEndpoint, spec.store_endpoint);
+  set(env::kStoreRunId, spec.run_id);
+  set(env::kRound, spec.round);
+  set(env::kLocalAddr, spec.local_addr);
+  // The agent's own credentials, never ones left in its environment: a
+  // worker talks to the store exactly as its agent talks to the rendezvous.
+  spec.credentials.ToEnv(vars);
+  if (!spec.shm_dir.empty()) set(env::kShmDir, spec.shm_dir);
+  if (spec.progress_fd >= 0) {
+    set(env::kProgressFd, spec.progress_fd);
+  } else {
+    vars.erase(env::kProgressFd);
+  }
+  std::vector<std::string> out;
+  out.reserve(vars.size());
+  for (const auto& [name, value] : vars) out.push_back(name + "=" + value);
+  return out;
+}
+
+std::vector<std::string> BuildStandbyEnv(const std::vector<std::string>& base,
+                                         const std::string& shm_dir) {
+  std::vector<std::string> out;
+  bool has_omp = false;
+  const std::string shm_prefix = absl::StrCat(env::kShmDir, "=");
+  const std::string omp_prefix = absl::StrCat(env::kOmpNumThreads, "=");
+  for (const std::string& entry : base) {
+    // A process sees only the first of two entries of one name.
+    if (!shm_dir.empty() && absl::StartsWith(entry, shm_prefix)) continue;
+    has_omp |= absl::StartsWith(entry, omp_prefix);
+    out.push_back(entry);
+  }
+  if (!shm_dir.empty()) out.push_back(shm_prefix + shm_dir);
+  if (!has_omp) out.push_back(omp_prefix + "1");
+  return out;
+}
+
+std::vector<std::string> CurrentEnvironment() {
+  std::vector<std::string> out;
+  for (char** e = environ; *e != nullptr; ++e) out.emplace_back(*e);
+  return out;
+}
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,381 @@
+#include "launcher/cli/flags.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/random/random.h"
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
+#include "common/status_macros.h"
+#include "launcher/cli/rdzv_conf.h"
+
+namespace ddprun::launcher {
+namespace {
+
+constexpr char kHelpHint[] = "run 'ddprun --help' for the flags";
+
+// Adds --dash-name and --dash_name, read also from PET_DASH_NAME as torchrun
+// does. Values stay strings here; they are validated below with messages of
+// our own.
+CLI::Option* AddString(CLI::App& app, const std::string& names,
+                       std::string* target, const std::string& help) {
+  std::vector<std::string> spellings = CLI::detail::split_names(names);
+  std::string all;
+  std::string env;
+  for (const std::string& name : spellings) {
+    if (!all.empty()) all += ",";
+    all += name;
+    if (absl::StartsWith(name, "--")) {
+      std::string underscored = absl::StrReplaceAll(name, {{"-", "_"}});
+      underscored = "--" + underscored.substr(2);
+      if (underscored != name) all += "," + underscored;
+      if (env.empty())
+        env = "PET_" + absl::AsciiStrToUpper(underscored.substr(2));
+    }
+  }
+  return app.add_option(all, *target, help)->envname(env);
+}
+
+CLI::Option* AddFlag(CLI::App& app, const std::string& names, bool* target,
+                     const std::string& help) {
+  std::vector<std::string> spellings = CLI::detail::split_names(names);
+  std::string all;
+  std::string env;
+  for (const std::string& name : spellings) {
+    if (!all.empty()) all += ",";
+    all += name;
+    if (absl::StartsWith(name, "--")) {
+      std::string underscored =
+          "--" + absl::StrReplaceAll(name.substr(2), {{"-", "_"}});
+      if (underscored != name) all += "," + underscored;
+      if (env.empty())
+        env = "PET_" + absl::AsciiStrToUpper(underscored.substr(2));
+    }
+  }
+  return app.add_flag(all, *target, help)->envname(env);
+}
+
+void AddAuthFlags(CLI::App& app, common::Credentials& auth) {
+  AddString(app, "--token-file", &auth.token_file,
+            "file with the shared token (default: $DDPRUN_TOKEN)");
+  AddString(app, "--tls-ca-file", &auth.tls_ca_file,
+            "TLS to the rendezvous: the CA of its certificate (PEM)");
+  AddString(app, "--tls-cert-file", &auth.tls_cert_file,
+            "mutual TLS: this agent's certificate (PEM)");
+  AddString(app, "--tls-key-file", &auth.tls_key_file,
+            "mutual TLS: this agent's key (PEM)");
+  AddString(app, "--tls-server-name", &auth.tls_server_name,
+            "the name to check in the server's certificate");
+}
+
+absl::Status Usage(absl::string_view message) {
+  return absl::InvalidArgumentError(message);
+}
+
+// CLI11's messages are good but may span lines; keep the first line and add
+// the fix.
+absl::Status FromCliError(const CLI::ParseError& e) {
+  std::string what = e.what();
+  what = what.substr(0, what.find('\n'));
+  return Usage(absl::StrFormat("%s; %s", what, kHelpHint));
+}
+
+absl::StatusOr<int> ParseInt(absl::string_view flag, absl::string_view text,
+                             int min_value, absl::string_view example) {
+  int value = 0;
+  if (!absl::SimpleAtoi(text, &value) || value < min_value) {
+    return Usage(
+        absl::StrFormat("%s: '%s' is not an integer >= %d; write e.g. %s %s",
+                        flag, text, min_value, flag, example));
+  }
+  return value;
+}
+
+std::string RandomRunId() {
+  absl::BitGen gen;
+  return absl::StrFormat("standalone-%08x", absl::Uniform<uint32_t>(gen));
+}
+
+// The raw strings of the launch flags, before validation.
+struct RawLaunchFlags {
+  std::string nnodes = "1";
+  std::string nproc_per_node = "1";
+  std::string rdzv_conf;
+  std::string node_rank = "-1";
+  std::string max_restarts = "0";
+  std::string monitor_interval = "0.1";
+  std::string worker_timeout = "0";
+  std::string shutdown_grace = "3";
+  std::string redirects = "0";
+  std::string tee = "0";
+  std::string local_ranks_filter;
+  std::string master_port = "0";
+  std::string metrics_port = "-1";
+};
+
+// The launch flags, as torchrun spells them, into `o` and `raw`.
+void AddLaunchFlags(CLI::App& app, LaunchOptions& o, RawLaunchFlags& raw) {
+  AddString(app, "--nnodes", &raw.nnodes, "N or MIN:MAX nodes");
+  AddString(app, "--nproc-per-node", &raw.nproc_per_node,
+            "workers on this node: N, cpu (one per CPU) or auto");
+  AddString(app, "--rdzv-endpoint", &o.rdzv_endpoint,
+            "HOST:PORT of ddprun-rendezvous");
+  AddString(app, "--rdzv-id", &o.rdzv_id, "the job's run id");
+  AddString(app, "--rdzv-backend", &o.rdzv_backend,
+            "accepted for torchrun compatibility (c10d, ddprun)");
+  AddString(app, "--rdzv-conf", &raw.rdzv_conf,
+            "key=value,...: last_call_timeout, join_timeout, close_timeout, "
+            "heartbeat_interval, heartbeat_timeout (seconds)");
+  AddFlag(app, "--standalone", &o.standalone,
+          "single node: an in-process rendezvous on a loopback port");
+  AddString(app, "--node-rank", &raw.node_rank, "this node's rank (optional)");
+  AddString(app, "--max-restarts", &raw.max_restarts,
+            "restarts of the job's worker groups before it fails");
+  AddString(app, "--monitor-interval", &raw.monitor_interval,
+            "seconds between worker checks");
+  AddString(app, "--worker-timeout", &raw.worker_timeout,
+            "seconds without progress after which a reporting worker is hung "
+            "(0: off)");
+  AddString(app, "--shutdown-grace", &raw.shutdown_grace,
+            "seconds between SIGTERM and SIGKILL when stopping workers");
+  AddString(app, "--log-dir", &o.log_dir,
+            "DIR/<run_id>/attempt_<n>/rank_<N>.stdout|.stderr");
+  AddString(app, "-r,--redirects", &raw.redirects,
+            "streams to files: 0-3 or LOCAL_RANK:0-3,...");
+  AddString(app, "-t,--tee", &raw.tee,
+            "streams to files and console: 0-3 or LOCAL_RANK:0-3,...");
+  AddString(app, "--local-ranks-filter", &raw.local_ranks_filter,
+            "local ranks whose console output is shown, e.g. 0,1");
+  AddString(app, "--role", &o.role, "ROLE_NAME of the workers");
+  AddFlag(app, "--no-python", &o.no_python,
+          "run the program directly, not under python");
+  AddFlag(app, "-m,--module", &o.run_module, "run the program as python -m");
+  AddFlag(app, "--prewarm", &o.prewarm,
+          "start the next round's workers ahead so that restarts are quick: "
+          "Python programs up to 'import torch'; any other program must "
+          "call ddprun::worker::AwaitActivation() (libddp, e.g. "
+          "ddprun-mnist) before it reads its environment");
+  AddString(app, "--master-addr", &o.master_addr,
+            "accepted; the rendezvous decides");
+  AddString(app, "--master-port", &raw.master_port,
+            "accepted; the rendezvous decides");
+  AddString(app, "--local-addr", &o.local_addr,
+            "this node's address for its peers");
+  AddString(app, "--log-level", &o.log_level,
+            "trace, debug, info, warn, error, off");
+  AddString(app, "--metrics-port", &raw.metrics_port,
+            "serve Prometheus /metrics of this node's workers on this port "
+            "(0: pick one; -1: off)");
+  AddString(app, "--metrics-host", &o.metrics_host,
+            "address /metrics listens on (0.0.0.0: every interface)");
+  AddAuthFlags(app, o.auth);
+}
+
+// What follows the flags: the program and its arguments, untouched.
+absl::Status TakeProgram(std::vector<std::string> rest, LaunchOptions& o) {
+  if (!rest.empty() && rest.front() == "--") rest.erase(rest.begin());
+  if (!rest.empty() && absl::StartsWith(rest.front(), "-") &&
+      rest.front() != "-") {
+    return Usage(
+        absl::StrFormat("unknown flag '%s'; %s", rest.front(), kHelpHint));
+  }
+  if (rest.empty()) {
+    return Usage(absl::StrFormat(
+        "no program to run; write ddprun [FLAGS] PROGRAM [ARGS...], e.g. "
+        "ddprun --standalone --nproc-per-node 2 ./train; %s",
+        kHelpHint));
+  }
+  o.program = std::move(rest);
+
+  return absl::OkStatus();
+}
+
+// The flags given as strings, parsed and range-checked.
+absl::Status ParseLaunchValues(const RawLaunchFlags& raw, LaunchOptions& o) {
+  if (absl::Status s = ParseNnodes(raw.nnodes, o.min_nodes, o.max_nodes);
+      !s.ok()) {
+    return s;
+  }
+  if (raw.nproc_per_node == "cpu") {
+    o.nproc_per_node = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+  } else if (raw.nproc_per_node == "auto" || raw.nproc_per_node == "gpu") {
+    // No GPU support in this build: one worker, as torchrun on a CPU host.
+    o.nproc_per_node = 1;
+  } else {
+    absl::StatusOr<int> n =
+        ParseInt("--nproc-per-node", raw.nproc_per_node, 1, "2");
+    if (!n.ok()) {
+      return Usage(absl::StrFormat(
+          "--nproc-per-node: '%s' is not a positive integer, cpu or auto; "
+          "write e.g. --nproc-per-node 2",
+          raw.nproc_per_node));
+    }
+    o.nproc_per_node = *n;
+  }
+  if (absl::Status s = ParseRdzvConf(raw.rdzv_conf, o.rdzv_conf); !s.ok()) {
+    return s;
+  }
+  DDPRUN_ASSIGN_OR_RETURN(
+      o.node_rank, ParseInt("--node-rank", raw.node_rank, -1, "0"));
+  DDPRUN_ASSIGN_OR_RETURN(
+      o.max_restarts, ParseInt("--max-restarts", raw.max_restarts, 0, "3"));
+  DDPRUN_ASSIGN_OR_RETURN(
+      o.master_port, ParseInt("--master-port", raw.master_port, 0, "29500"));
+  absl::StatusOr<int> metrics_port =
+      ParseInt("--metrics-port", raw.metrics_port, -1, "9401");
+  if (!metrics_port.ok()) return metrics_port.status();
+  if (*metrics_port > 65535) {
+    return Usage(absl::StrFormat(
+        "--metrics-port: %d is not a port; write e.g. --metrics-port 9401",
+        *metrics_port));
+  }
+  o.metrics_port = *metrics_port;
+  struct {
+    const char* flag;
+    const std::string& text;
+    absl::Duration& target;
+  } durations[] = {
+      {"--monitor-interval", raw.monitor_interval, o.monitor_interval},
+      {"--worker-timeout", raw.worker_timeout, o.worker_timeout},
+      {"--shutdown-grace", raw.shutdown_grace, o.shutdown_grace},
+  };
+  for (auto& d : durations) {
+    absl::StatusOr<absl::Duration> value = ParseSeconds(d.flag, d.text);
+    if (!value.ok()) return value.status();
+    d.target = *value;
+  }
+  if (o.monitor_interval <= absl::ZeroDuration()) {
+    return Usage(
+        "--monitor-interval must be positive; write e.g. "
+        "--monitor-interval 0.1");
+  }
+  DDPRUN_ASSIGN_OR_RETURN(
+      o.redirects, ParsePerRankStreams("--redirects", raw.redirects));
+  DDPRUN_ASSIGN_OR_RETURN(o.tee, ParsePerRankStreams("--tee", raw.tee));
+  DDPRUN_ASSIGN_OR_RETURN(
+      o.local_ranks_filter,
+      ParseIntList("--local-ranks-filter", raw.local_ranks_filter));
+  return absl::OkStatus();
+}
+
+// Values that are fine alone but not together, and what --standalone
+// implies.
+absl::Status CheckLaunchOptions(LaunchOptions& o) {
+  if (o.rdzv_backend != "c10d" && o.rdzv_backend != "ddprun" &&
+      o.rdzv_backend != "static" && o.rdzv_backend != "etcd" &&
+      o.rdzv_backend != "etcd-v2") {
+    return Usage(absl::StrFormat(
+        "--rdzv-backend: '%s' is unknown; write --rdzv-backend c10d (ddprun "
+        "always uses its own rendezvous service)",
+        o.rdzv_backend));
+  }
+  if (o.no_python && o.run_module) {
+    return Usage(
+        "--no-python and --module cannot be used together; drop one of them");
+  }
+  static constexpr const char* kLevels[] = {"trace", "debug",    "info", "warn",
+                                            "error", "critical", "off"};
+  if (std::find(std::begin(kLevels), std::end(kLevels), o.log_level) ==
+      std::end(kLevels)) {
+    return Usage(absl::StrFormat(
+        "--log-level: '%s' is unknown; write one of trace, debug, info, warn, "
+        "error, off",
+        o.log_level));
+  }
+  if (o.prewarm) {
+    bool plain_output = o.redirects.all == 0 && o.tee.all == 0 &&
+                        o.redirects.by_local_rank.empty() &&
+                        o.tee.by_local_rank.empty() &&
+                        o.local_ranks_filter.empty();
+    if (!plain_output) {
+      return Usage(
+          "--prewarm cannot be combined with --redirects, --tee or "
+          "--local-ranks-filter yet; drop one of them");
+    }
+  }
+  if (o.standalone) {
+    o.min_nodes = 1;
+    o.max_nodes = 1;
+    o.rdzv_endpoint.clear();
+    if (o.rdzv_id == "none") o.rdzv_id = RandomRunId();
+  } else if (o.rdzv_endpoint.empty()) {
+    return Usage(
+        "no rendezvous: give --rdzv-endpoint HOST:PORT (a ddprun-rendezvous "
+        "server) or --standalone for a single node");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CommandLine> ParseStatus(int argc, const char* const* argv) {
+  CommandLine command;
+  command.kind = CommandLine::Kind::kStatus;
+  StatusOptions& o = command.status;
+  CLI::App app("ddprun status: what the rendezvous server knows about jobs",
+               "ddprun status");
+  std::string timeout = "5";
+  AddString(app, "--rdzv-endpoint", &o.rdzv_endpoint,
+            "HOST:PORT of ddprun-rendezvous")
+      ->required();
+  AddString(app, "--rdzv-id", &o.rdzv_id, "only this job (default: all)");
+  AddFlag(app, "--json", &o.json, "print JSON instead of a table");
+  AddAuthFlags(app, o.auth);
+  AddString(app, "--timeout", &timeout, "seconds to wait for the answer");
+  try {
+    app.parse(argc - 1, argv + 1);
+  } catch (const CLI::CallForHelp&) {
+    command.kind = CommandLine::Kind::kHelp;
+    command.help = app.help();
+    return command;
+  } catch (const CLI::ParseError& e) {
+    std::string what = e.what();
+    return Usage(
+        absl::StrFormat("status: %s; run 'ddprun status --help' for the flags",
+                        what.substr(0, what.find('\n'))));
+  }
+  DDPRUN_ASSIGN_OR_RETURN(o.timeout, ParseSeconds("--timeout", timeout));
+  return command;
+}
+
+}  // namespace
+
+absl::StatusOr<CommandLine> ParseCommandLine(int argc,
+                                             const char* const* argv) {
+  if (argc >= 2 && std::string(argv[1]) == "status") {
+    return ParseStatus(argc, argv);
+  }
+  CommandLine command;
+  LaunchOptions& o = command.launch;
+  RawLaunchFlags raw;
+  CLI::App app(
+      "ddprun: run a data-parallel job on this node (torchrun's flags)",
+      "ddprun");
+  app.prefix_command();
+  app.footer(
+      "Usage: ddprun [FLAGS] PROGRAM [ARGS...]; see also: ddprun status "
+      "--help");
+  AddLaunchFlags(app, o, raw);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    command.kind = CommandLine::Kind::kHelp;
+    command.help = app.help();
+    return command;
+  } catch (const CLI::ParseError& e) {
+    return FromCliError(e);
+  }
+
+  DDPRUN_RETURN_IF_ERROR(TakeProgram(app.remaining(), o));
+  DDPRUN_RETURN_IF_ERROR(ParseLaunchValues(raw, o));
+  DDPRUN_RETURN_IF_ERROR(CheckLaunchOptions(o));
+  return command;
+}
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,250 @@
+#include "launcher/cli/launch.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/endpoint.h"
+#include "common/logging.h"
+#include "common/metrics.h"
+#include "common/metrics_http.h"
+#include "launcher/agent/agent.h"
+#include "launcher/agent/agent_metrics.h"
+#include "launcher/posix/local_address.h"
+#include "launcher/posix/process_control.h"
+#include "launcher/cli/program_command.h"
+#include "launcher/agent/rendezvous_client.h"
+#include "launcher/posix/shm_dir.h"
+#include "launcher/posix/signal_watcher.h"
+#include "launcher/agent/worker_env.h"
+#include "rendezvous/server.h"
+#include "spdlog/spdlog.h"
+
+namespace ddprun::launcher {
+namespace {
+
+// A per-run directory for the workers' error files (and, with --redirects or
+// --tee, their logs) when there is no --log-dir. Removed when the agent ends
+// unless it holds logs, as torchrun keeps its temporary log folder.
+class ScratchDir {
+ public:
+  explicit ScratchDir(bool keep) : keep_(keep) {
+    const char* tmp = getenv("TMPDIR");
+    std::string pattern =
+        absl::StrFormat("%s/ddprun-XXXXXX", tmp != nullptr ? tmp : "/tmp");
+    if (mkdtemp(pattern.data()) != nullptr) path_ = pattern;
+  }
+  ~ScratchDir() {
+    std::error_code ignored;
+    if (!path_.empty() && !keep_) std::filesystem::remove_all(path_, ignored);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  bool keep_;
+  std::string path_;
+};
+
+// The rendezvous this agent talks to: the one at --rdzv-endpoint, or
+// (--standalone) one started here. `channel` loses its TLS settings then.
+struct Rendezvous {
+  std::unique_ptr<rendezvous::Server> server;  // --standalone only
+  common::Endpoint endpoint;
+};
+
+// Returns the exit code on failure.
+absl::StatusOr<Rendezvous> FindRendezvous(const LaunchOptions& options,
+                                          common::ChannelOptions& channel,
+                                          int& exit_code) {
+  Rendezvous found;
+  std::string endpoint = options.rdzv_endpoint;
+  if (options.standalone) {
+    // Loopback only: a token (if any) guards it; TLS has no use here.
+    rendezvous::ServerOptions server_options;
+    server_options.host = "127.0.0.1";
+    server_options.port = 0;
+    server_options.token = channel.token;
+    channel.ClearTls();
+    absl::StatusOr<std::unique_ptr<rendezvous::Server>> started =
+        rendezvous::Server::Start(server_options);
+    if (!started.ok()) {
+      exit_code = 1;
+      return absl::Status(started.status().code(),
+                          absl::StrCat("cannot start the standalone "
+                                       "rendezvous: ",
+                                       started.status().message()));
+    }
+    found.server = std::move(*started);
+    endpoint = found.server->endpoint();
+    spdlog::info("standalone rendezvous on {}, run id {}", endpoint,
+                 options.rdzv_id);
+  }
+  absl::StatusOr<common::Endpoint> parsed = common::ParseEndpoint(endpoint);
+  if (!parsed.ok()) {
+    exit_code = 2;
+    return absl::Status(parsed.status().code(),
+                        absl::StrCat("--rdzv-endpoint: ",
+                                     parsed.status().message()));
+  }
+  found.endpoint = *parsed;
+  return found;
+}
+
+// The commands of the workers (and standbys); a missing program is found
+// here, before this node joins and makes the others wait for it.
+absl::Status SetCommands(const LaunchOptions& options, AgentContext& context) {
+  const char* python_exec = getenv("PYTHON_EXEC");
+  context.worker_argv =
+      BuildProgramArgv(options, python_exec != nullptr ? python_exec : "");
+  if (options.prewarm) {
+    context.standby_argv =
+        BuildStandbyArgv(options, python_exec != nullptr ? python_exec : "");
+    context.rank0_listens_on_master_port = RunsUnderPython(options);
+  }
+  return ResolveProgram(context.worker_argv[0], context.base_env).status();
+}
+
+bool LogsToFiles(const LaunchOptions& options) {
+  return options.redirects.all != 0 || options.tee.all != 0 ||
+         !options.redirects.by_local_rank.empty() ||
+         !options.tee.by_local_rank.empty();
+}
+
+// What the agent sets for the workers that a user may want to know.
+void LogWorkerSettings(const LaunchOptions& options,
+                       const std::string& scratch_dir) {
+  if (!getenv("OMP_NUM_THREADS") && options.nproc_per_node > 1) {
+    spdlog::info(
+        "setting OMP_NUM_THREADS=1 for each worker to avoid overloading the "
+        "system; set it yourself to tune");
+  }
+  if (LogsToFiles(options)) {
+    spdlog::info("worker logs in {}/attempt_<restart>/",
+                 options.log_dir.empty()
+                     ? scratch_dir
+                     : options.log_dir + "/" + options.rdzv_id);
+  }
+}
+
+// What the agent knows of its node before any round.
+AgentContext MakeContext(const LaunchOptions& options,
+                         const common::Endpoint& rdzv,
+                         const common::ChannelOptions& channel) {
+  AgentContext context;
+  context.store_endpoint = rdzv.ToString();
+  context.local_addr = options.local_addr.empty() ? DefaultLocalAddress(rdzv)
+                                                  : options.local_addr;
+  context.node_id = MakeNodeId();
+  // Workers reach the store (the same server) as the agent does.
+  context.credentials = channel.ForWorkers();
+  context.base_env = CurrentEnvironment();
+  return context;
+}
+
+// --metrics-port: the registry's /metrics endpoint; null when off.
+absl::StatusOr<std::unique_ptr<common::MetricsServer>> StartMetrics(
+    const LaunchOptions& options, common::MetricsRegistry& registry) {
+  if (options.metrics_port < 0) return nullptr;
+  common::MetricsServerOptions metrics_options;
+  metrics_options.host = options.metrics_host;
+  metrics_options.port = options.metrics_port;
+  absl::StatusOr<std::unique_ptr<common::MetricsServer>> started =
+      common::MetricsServer::Start(metrics_options, &registry);
+  if (!started.ok()) {
+    return absl::Status(started.status().code(),
+                        absl::StrCat("--metrics-port: ",
+                                     started.status().message()));
+  }
+  spdlog::info("metrics on {}", (*started)->url());
+  return started;
+}
+
+// Logs `status` and returns `code`.
+int Fail(const absl::Status& status, int code) {
+  spdlog::error("{}", std::string(status.message()));
+  return code;
+}
+
+}  // namespace
+
+int RunLaunch(const LaunchOptions& options) {
+  SignalWatcher::BlockSignals();
+  common::InitLogging({"ddprun", options.log_level});
+  AgentEvents events;
+  // Created before any gRPC thread, so they all inherit the blocked mask.
+  RendezvousClient* client_for_signals = nullptr;
+  absl::Mutex client_mu;
+  SignalWatcher signals({
+      [&](int sig) {
+        events.PostSignal(sig);
+        absl::MutexLock lock(&client_mu);
+        if (client_for_signals != nullptr) client_for_signals->CancelJoin();
+      },
+      [&] { events.PostChildEvent(); },
+  });
+  if (absl::Status s = BecomeSubreaper(); !s.ok()) {
+    spdlog::warn("{}; grandchildren of workers are not reaped",
+                 std::string(s.message()));
+  }
+
+  absl::StatusOr<common::ChannelOptions> channel =
+      MakeChannelOptions(options.auth);
+  if (!channel.ok()) return Fail(channel.status(), 2);
+  int exit_code = 0;
+  absl::StatusOr<Rendezvous> rdzv = FindRendezvous(options, *channel, exit_code);
+  if (!rdzv.ok()) return Fail(rdzv.status(), exit_code);
+
+  AgentContext context = MakeContext(options, rdzv->endpoint, *channel);
+  // Before the standbys start: they load their data before their round.
+  absl::StatusOr<std::unique_ptr<ShmDir>> shm_dir = ShmDir::Create();
+  if (shm_dir.ok()) {
+    context.shm_dir = (*shm_dir)->path();
+  } else {
+    spdlog::debug("{}", std::string(shm_dir.status().message()));
+  }
+  if (absl::Status s = SetCommands(options, context); !s.ok()) {
+    return Fail(s, 2);
+  }
+  ScratchDir scratch(/*keep=*/LogsToFiles(options) && options.log_dir.empty());
+  context.scratch_dir = scratch.path();
+  LogWorkerSettings(options, scratch.path());
+
+  RendezvousClientOptions client_options;
+  client_options.endpoint = rdzv->endpoint.ToString();
+  client_options.channel = *channel;
+  absl::StatusOr<std::unique_ptr<RendezvousClient>> created =
+      RendezvousClient::Create(client_options);
+  if (!created.ok()) return Fail(created.status(), 2);
+  RendezvousClient& client = **created;
+  {
+    absl::MutexLock lock(&client_mu);
+    client_for_signals = &client;
+  }
+  // Declared before the agent that updates them; the server stops first.
+  common::MetricsRegistry registry;
+  std::unique_ptr<AgentMetrics> metrics;
+  if (options.metrics_port >= 0) {
+    metrics = std::make_unique<AgentMetrics>(registry);
+    context.metrics = metrics.get();
+  }
+  absl::StatusOr<std::unique_ptr<common::MetricsServer>> metrics_server =
+      StartMetrics(options, registry);
+  if (!metrics_server.ok()) return Fail(metrics_server.status(), 2);
+  PosixProcessControl control;
+  Agent agent(options, std::move(context), client, control, events,
+              common::RealClock::Get());
+  int code = agent.Run();
+  if (*metrics_server != nullptr) (*metrics_server)->Shutdown();
+  {
+    absl::MutexLock lock(&client_mu);
+    client_for_signals = nullptr;
+  }
+  return code;
+}
+
+}  // namespace ddprun::launcher

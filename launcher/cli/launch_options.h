@@ -1,0 +1,93 @@
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "common/auth.h"
+
+namespace ddprun::launcher {
+
+// Rendezvous settings from --rdzv-conf (seconds in the flag, as torchrun).
+struct RdzvConf {
+  // Once MIN nodes joined, wait this long for more before closing a round.
+  absl::Duration last_call_timeout = absl::Seconds(30);
+  // How long a Join may wait for its round to close (torchrun: 600 s).
+  absl::Duration join_timeout = absl::Seconds(600);
+  // Accepted for torchrun compatibility; rounds close on the server.
+  absl::Duration close_timeout = absl::Seconds(60);
+  absl::Duration heartbeat_interval = absl::Seconds(1);
+  // A node silent this long is dropped from the job by the server.
+  absl::Duration heartbeat_timeout = absl::Seconds(10);
+};
+
+// Which of a worker's streams go to files (torchrun's Std: 0 none, 1 stdout,
+// 2 stderr, 3 both), for every local rank or per local rank ("0:1,1:2").
+struct PerRankStreams {
+  int all = 0;
+  std::map<int, int> by_local_rank;
+  int For(int local_rank) const {
+    auto it = by_local_rank.find(local_rank);
+    return it == by_local_rank.end() ? all : it->second;
+  }
+};
+
+// Everything `ddprun` (the launch command) was asked to do. Filled by
+// ParseCommandLine; read-only afterwards.
+struct LaunchOptions {
+  int min_nodes = 1;
+  int max_nodes = 1;
+  int nproc_per_node = 1;
+  std::string rdzv_endpoint;  // HOST:PORT; empty only with --standalone
+  std::string rdzv_id = "none";
+  std::string rdzv_backend = "ddprun";  // c10d / ddprun, both mean ours
+  RdzvConf rdzv_conf;
+  bool standalone = false;
+  int node_rank = -1;  // -1: the server assigns it
+  int max_restarts = 0;
+  absl::Duration monitor_interval = absl::Milliseconds(100);
+  // A worker that reported progress once and then is silent this long is
+  // hung; zero turns hang detection off.
+  absl::Duration worker_timeout = absl::ZeroDuration();
+  // Between SIGTERM and SIGKILL when stopping workers; one shared deadline.
+  absl::Duration shutdown_grace = absl::Seconds(3);
+  std::string log_dir;  // empty: workers inherit the agent's stdout/stderr
+  PerRankStreams redirects;
+  PerRankStreams tee;
+  // Local ranks whose console output is shown; empty: all.
+  std::vector<int> local_ranks_filter;
+  std::string role = "default";
+  bool no_python = false;
+  bool run_module = false;  // -m: `python -m program`
+  // Start the next round's Python workers ahead of time, up to their
+  // imports, so that a restart skips interpreter and torch start-up.
+  bool prewarm = false;
+  std::string master_addr;  // accepted; the rendezvous decides
+  int master_port = 0;      // accepted; the rendezvous decides
+  std::string local_addr;   // empty: derived from the endpoint
+  std::string log_level = "info";
+  // --metrics-port: serve Prometheus /metrics of this agent's workers
+  // (restarts, workers running, last progress age); -1: off, 0: the kernel
+  // picks a port (logged).
+  int metrics_port = -1;
+  std::string metrics_host = "127.0.0.1";
+  // --token-file and --tls-*: how the agent proves itself to the rendezvous
+  // server and checks it (the token is loaded later).
+  common::Credentials auth;
+
+  // The training program and its arguments, untouched.
+  std::vector<std::string> program;
+};
+
+// `ddprun status`: prints what the rendezvous server knows.
+struct StatusOptions {
+  std::string rdzv_endpoint;
+  std::string rdzv_id;  // empty: every job
+  bool json = false;
+  common::Credentials auth;
+  absl::Duration timeout = absl::Seconds(5);
+};
+
+}  // namespace ddprun::launcher

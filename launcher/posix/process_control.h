@@ -1,0 +1,64 @@
+#pragma once
+
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "launcher/posix/exit_status.h"
+
+namespace ddprun::launcher {
+
+// One process to start. Everything is prepared before fork.
+struct SpawnRequest {
+  std::vector<std::string> argv;  // argv[0] is looked up in the env's PATH
+  std::vector<std::string> env;   // the complete environment, NAME=value
+  int stdout_fd = -1;             // -1: inherit the agent's
+  int stderr_fd = -1;
+  // Descriptors the process keeps across exec, at the same numbers.
+  std::vector<int> inherit_fds;
+};
+
+// The seam between supervision and the operating system: the agent uses the
+// POSIX implementation, policy tests a fake. All calls come from the one
+// thread that owns the workers (the fork must happen on a thread that lives as
+// long as the workers, because PR_SET_PDEATHSIG fires when it exits).
+class ProcessControl {
+ public:
+  virtual ~ProcessControl() = default;
+  // Starts the process as the leader of a new process group (pgid == pid).
+  virtual absl::StatusOr<pid_t> Spawn(const SpawnRequest& request) = 0;
+  virtual void SignalGroup(pid_t pgid, int sig) = 0;
+  // Reaps one ended child, if any, without blocking. Grandchildren that were
+  // re-parented to the agent (it is a subreaper) are reaped here too.
+  virtual std::optional<std::pair<pid_t, ExitStatus>> ReapAny() = 0;
+  // Waits up to `max` for a child to change state (or returns earlier).
+  virtual void AwaitChildEvent(absl::Duration max) = 0;
+};
+
+// fork + exec with the contract of STYLE.md: in the child only
+// async-signal-safe calls (signal mask reset, setpgid, PR_SET_PDEATHSIG with a
+// re-check of the parent, dup2, exec); an exec failure comes back through a
+// close-on-exec pipe as a clear error.
+class PosixProcessControl final : public ProcessControl {
+ public:
+  absl::StatusOr<pid_t> Spawn(const SpawnRequest& request) override;
+  void SignalGroup(pid_t pgid, int sig) override;
+  std::optional<std::pair<pid_t, ExitStatus>> ReapAny() override;
+  void AwaitChildEvent(absl::Duration max) override;
+};
+
+// Makes this process a child subreaper, so that orphaned grandchildren of
+// the workers (e.g. data-loader processes) are re-parented to it and reaped.
+absl::Status BecomeSubreaper();
+
+// Resolves `program` as execvp would, with the PATH found in `env` (or the
+// agent's). NOT_FOUND with a clear message when there is nothing to run.
+absl::StatusOr<std::string> ResolveProgram(const std::string& program,
+                                           const std::vector<std::string>& env);
+
+}  // namespace ddprun::launcher

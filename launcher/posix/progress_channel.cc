@@ -1,0 +1,67 @@
+#include "launcher/posix/progress_channel.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <utility>
+
+namespace ddprun::launcher {
+
+ProgressChannel::ProgressChannel() {
+  int fds[2];
+  // Both ends close-on-exec: the spawner clears the flag on the write end
+  // for its one worker only.
+  if (pipe2(fds, O_CLOEXEC) == 0) {
+    read_fd_ = fds[0];
+    write_fd_ = fds[1];
+    child_fd_ = fds[1];
+    fcntl(read_fd_, F_SETFL, fcntl(read_fd_, F_GETFL) | O_NONBLOCK);
+  }
+}
+
+ProgressChannel::~ProgressChannel() { Close(); }
+
+ProgressChannel::ProgressChannel(ProgressChannel&& other) noexcept
+    : read_fd_(std::exchange(other.read_fd_, -1)),
+      write_fd_(std::exchange(other.write_fd_, -1)),
+      child_fd_(std::exchange(other.child_fd_, -1)) {}
+
+ProgressChannel& ProgressChannel::operator=(ProgressChannel&& other) noexcept {
+  if (this != &other) {
+    Close();
+    read_fd_ = std::exchange(other.read_fd_, -1);
+    write_fd_ = std::exchange(other.write_fd_, -1);
+    child_fd_ = std::exchange(other.child_fd_, -1);
+  }
+  return *this;
+}
+
+void ProgressChannel::CloseWriteEnd() {
+  if (write_fd_ >= 0) close(write_fd_);
+  write_fd_ = -1;
+}
+
+bool ProgressChannel::Drain() {
+  if (read_fd_ < 0) return false;
+  bool any = false;
+  char buffer[4096];
+  while (true) {
+    ssize_t n = read(read_fd_, buffer, sizeof(buffer));
+    if (n > 0) {
+      any = true;
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    break;  // empty (EAGAIN) or closed (0)
+  }
+  return any;
+}
+
+void ProgressChannel::Close() {
+  if (read_fd_ >= 0) close(read_fd_);
+  CloseWriteEnd();
+  read_fd_ = -1;
+}
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,77 @@
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "launcher/cli/launch_options.h"
+
+namespace ddprun::launcher {
+
+struct WorkerOutputOptions {
+  // Where the attempt's files go (DIR/<run_id>/attempt_<n>); created.
+  std::string attempt_dir;
+  int num_workers = 1;
+  int rank_offset = 0;                  // files and prefixes name global ranks
+  PerRankStreams redirects;             // streams to files only
+  PerRankStreams tee;                   // streams to files and the console
+  std::vector<int> local_ranks_filter;  // console shows only these; empty: all
+};
+
+// Where the workers' stdout and stderr go for one attempt, as torchrun's
+// --redirects/--tee/--local-ranks-filter say: inherited from the agent
+// (console), a file rank_<N>.stdout|.stderr, both (the agent copies a pipe
+// to the file and to the console, each line prefixed "[rankN]:"), or nowhere
+// (filtered out of the console). Owned by the agent's thread; the copying
+// runs on a thread of its own.
+class WorkerOutput {
+ public:
+  static absl::StatusOr<std::unique_ptr<WorkerOutput>> Open(
+      const WorkerOutputOptions& options);
+  ~WorkerOutput();
+  WorkerOutput(const WorkerOutput&) = delete;
+  WorkerOutput& operator=(const WorkerOutput&) = delete;
+
+  // The descriptors to give the worker as stdout/stderr; -1: inherit.
+  int stdout_fd(int local_rank) const {
+    return streams_[local_rank][0].child_fd;
+  }
+  int stderr_fd(int local_rank) const {
+    return streams_[local_rank][1].child_fd;
+  }
+
+  // After the workers are spawned: drops the agent's copies of the child
+  // ends and starts copying tee'd pipes.
+  void StartCopying();
+  // After the workers ended: copies what is left (at most `max_wait`, as a
+  // worker's own children may keep a pipe open) and closes everything.
+  void Finish(absl::Duration max_wait);
+
+ private:
+  struct Stream {
+    int child_fd = -1;    // what the worker writes to
+    int pipe_fd = -1;     // tee: the agent's read end
+    int file_fd = -1;     // tee: the log file the agent copies to
+    int console_fd = -1;  // tee: 1 or 2, or -1 when filtered out
+    std::string prefix;
+    std::string partial;  // console bytes not yet ended by a newline
+    bool owns_child_fd = false;
+  };
+
+  explicit WorkerOutput(int num_workers) : streams_(num_workers) {}
+  void Copy();
+  void CloseAll();
+
+  std::vector<std::array<Stream, 2>> streams_;
+  std::thread copier_;
+  int stop_pipe_[2] = {-1, -1};  // wakes the copier to finish
+  // Set by Finish before it wakes the copier.
+  std::atomic<int64_t> finish_deadline_unix_ns_{0};
+};
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,532 @@
+// The agent's round lifecycle driven through every transition with fakes at
+// its seams, as job_test.cc drives Job: a fake RendezvousApi, a fake
+// ProcessControl (no process is spawned) and a fake clock that moves only
+// when the agent waits. No sockets: the master port comes from the context.
+// The heartbeat loop is the real one, on its own thread, against the fake
+// rendezvous (1 ms interval); tests wait on conditions, never on time.
+#include <signal.h>
+#include <unistd.h>
+
+#include <deque>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/synchronization/mutex.h"
+#include "common/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "launcher/agent/agent.h"
+#include "launcher/agent/agent_events.h"
+#include "launcher/agent/rendezvous_api.h"
+#include "launcher/posix/process_control.h"
+#include "tests/testing/temp_dir.h"
+
+namespace ddprun::launcher {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+using ::testing::SizeIs;
+
+constexpr int kNproc = 2;
+
+// The agent's one sleep, stepped: a short real wait lets the heartbeat
+// thread post its news, then fake time moves by what the agent asked for.
+class SteppedEvents final : public AgentEvents {
+ public:
+  explicit SteppedEvents(common::FakeClock& clock) : clock_(clock) {}
+  void Wait(absl::Duration timeout) override {
+    AgentEvents::Wait(std::min(timeout, absl::Milliseconds(1)));
+    clock_.Advance(timeout);
+  }
+
+ private:
+  common::FakeClock& clock_;
+};
+
+// A worker as the fake process table knows it.
+struct FakeWorker {
+  pid_t pid = 0;
+  int local_rank = 0;
+  int64_t round = 0;
+  std::map<std::string, std::string> env;
+  std::vector<int> signals;
+  bool alive = true;
+};
+
+class FakeProcessControl final : public ProcessControl {
+ public:
+  explicit FakeProcessControl(common::FakeClock& clock) : clock_(clock) {}
+
+  // Asked about each running worker whenever the agent reaps: how it ends
+  // now, or nullopt while it runs on. Default: it runs until signalled.
+  std::function<std::optional<ExitStatus>(const FakeWorker&)> exit_when =
+      [](const FakeWorker&) { return std::nullopt; };
+  // Each worker reports progress once when it starts.
+  bool progress_at_start = false;
+
+  absl::StatusOr<pid_t> Spawn(const SpawnRequest& request) override {
+    FakeWorker w;
+    w.pid = next_pid_++;
+    for (const std::string& entry : request.env) {
+      size_t eq = entry.find('=');
+      w.env[entry.substr(0, eq)] = entry.substr(eq + 1);
+    }
+    EXPECT_TRUE(absl::SimpleAtoi(w.env["LOCAL_RANK"], &w.local_rank));
+    EXPECT_TRUE(absl::SimpleAtoi(w.env["DDPRUN_ROUND"], &w.round));
+    if (progress_at_start) {
+      EXPECT_THAT(request.inherit_fds, SizeIs(1));
+      EXPECT_EQ(write(request.inherit_fds[0], "s", 1), 1);
+    }
+    workers.push_back(std::move(w));
+    return workers.back().pid;
+  }
+
+  void SignalGroup(pid_t pgid, int sig) override {
+    FakeWorker* w = Find(pgid);
+    if (w == nullptr || !w->alive) return;
+    w->signals.push_back(sig);
+    End(*w, ExitStatus::Signaled(sig));
+  }
+
+  std::optional<std::pair<pid_t, ExitStatus>> ReapAny() override {
+    for (FakeWorker& w : workers) {
+      if (!w.alive) continue;
+      if (std::optional<ExitStatus> exit = exit_when(w)) End(w, *exit);
+    }
+    if (ended_.empty()) return std::nullopt;
+    auto front = ended_.front();
+    ended_.pop_front();
+    return front;
+  }
+
+  void AwaitChildEvent(absl::Duration max) override {
+    if (ended_.empty()) clock_.Advance(max);
+  }
+
+  // The workers of `round`, by local rank.
+  std::vector<const FakeWorker*> Round(int64_t round) const {
+    std::vector<const FakeWorker*> out;
+    for (const FakeWorker& w : workers) {
+      if (w.round == round) out.push_back(&w);
+    }
+    return out;
+  }
+
+  std::vector<FakeWorker> workers;
+
+ private:
+  FakeWorker* Find(pid_t pid) {
+    for (FakeWorker& w : workers) {
+      if (w.pid == pid) return &w;
+    }
+    return nullptr;
+  }
+  void End(FakeWorker& w, ExitStatus status) {
+    w.alive = false;
+    ended_.emplace_back(w.pid, status);
+  }
+
+  common::FakeClock& clock_;
+  pid_t next_pid_ = 1000;
+  std::deque<std::pair<pid_t, ExitStatus>> ended_;
+};
+
+v1::Assignment MakeAssignment(int64_t round, int restart_count,
+                              int num_nodes = 1) {
+  v1::Assignment a;
+  a.set_round(round);
+  a.set_node_rank(0);
+  a.set_num_nodes(num_nodes);
+  a.set_rank_offset(0);
+  a.set_world_size(num_nodes * kNproc);
+  a.set_master_addr("10.0.0.1");
+  a.set_master_port(29500);
+  a.set_restart_count(restart_count);
+  a.set_max_restarts(3);
+  a.set_heartbeat_interval_ms(1);
+  return a;
+}
+
+v1::JoinResponse Assigned(const v1::Assignment& a) {
+  v1::JoinResponse r;
+  *r.mutable_assignment() = a;
+  return r;
+}
+
+v1::HeartbeatResponse Running() {
+  v1::HeartbeatResponse r;
+  r.set_state(v1::JOB_STATE_RUNNING);
+  return r;
+}
+
+class FakeRendezvous final : public RendezvousApi {
+ public:
+  // Answers to the Joins, in order; a Join past them is a test error.
+  std::deque<absl::StatusOr<v1::JoinResponse>> joins ABSL_GUARDED_BY(mu);
+  // Called on the heartbeat thread with the call's number (from 0).
+  std::function<absl::StatusOr<v1::HeartbeatResponse>(
+      const v1::HeartbeatRequest&, int)>
+      heartbeat = [](const v1::HeartbeatRequest&, int) {
+        return absl::StatusOr<v1::HeartbeatResponse>(Running());
+      };
+  bool restarts_exhausted = false;
+  std::function<void()> on_join;
+
+  absl::StatusOr<v1::JoinResponse> Join(const v1::JoinRequest& request,
+                                        absl::Duration,
+                                        absl::Duration) override {
+    if (on_join) on_join();
+    absl::MutexLock lock(&mu);
+    join_requests.push_back(request);
+    if (joins.empty()) return absl::InternalError("unexpected Join");
+    absl::StatusOr<v1::JoinResponse> r = joins.front();
+    joins.pop_front();
+    return r;
+  }
+  absl::StatusOr<v1::HeartbeatResponse> Heartbeat(
+      const v1::HeartbeatRequest& request) override {
+    int call;
+    {
+      absl::MutexLock lock(&mu);
+      call = heartbeats++;
+    }
+    return heartbeat(request, call);
+  }
+  absl::StatusOr<v1::ReportFailureResponse> ReportFailure(
+      const v1::ReportFailureRequest& request) override {
+    absl::MutexLock lock(&mu);
+    reports.push_back(request);
+    v1::ReportFailureResponse r;
+    r.set_restart_count(static_cast<int>(reports.size()));
+    r.set_restarts_exhausted(restarts_exhausted);
+    return r;
+  }
+  absl::Status Leave(const v1::LeaveRequest& request) override {
+    absl::MutexLock lock(&mu);
+    leaves.push_back(request);
+    return absl::OkStatus();
+  }
+  const std::string& endpoint() const override { return endpoint_; }
+
+  int heartbeat_count() {
+    absl::MutexLock lock(&mu);
+    return heartbeats;
+  }
+
+  absl::Mutex mu;
+  std::vector<v1::JoinRequest> join_requests;
+  std::vector<v1::ReportFailureRequest> reports;
+  std::vector<v1::LeaveRequest> leaves;
+  int heartbeats ABSL_GUARDED_BY(mu) = 0;
+
+ private:
+  std::string endpoint_ = "fake:0";
+};
+
+using HeartbeatFn = std::function<absl::StatusOr<v1::HeartbeatResponse>(
+    const v1::HeartbeatRequest&, int)>;
+
+// Heartbeats of `round` answer `answer`; later rounds run on.
+HeartbeatFn InRound(int64_t round,
+                    absl::StatusOr<v1::HeartbeatResponse> answer) {
+  return [round, answer](const v1::HeartbeatRequest& request,
+                         int) -> absl::StatusOr<v1::HeartbeatResponse> {
+    if (request.round() == round) return answer;
+    return Running();
+  };
+}
+
+// The server's word that the node's round is over.
+v1::HeartbeatResponse RoundOver(int nodes_waiting = 0) {
+  v1::HeartbeatResponse r;
+  r.set_state(v1::JOB_STATE_JOINING);
+  r.set_rejoin(true);
+  r.set_nodes_waiting(nodes_waiting);
+  return r;
+}
+
+// Workers that run until signalled, except those of `round`, which exit 0.
+std::function<std::optional<ExitStatus>(const FakeWorker&)> SucceedInRound(
+    int64_t round) {
+  return [round](const FakeWorker& w) -> std::optional<ExitStatus> {
+    if (w.round == round) return ExitStatus::Exited(0);
+    return std::nullopt;
+  };
+}
+
+class AgentLifecycleTest : public ::testing::Test {
+ protected:
+  AgentLifecycleTest() : events_(clock_), control_(clock_) {
+    options_.nproc_per_node = kNproc;
+    options_.rdzv_id = "job";
+    options_.max_restarts = 3;
+    options_.monitor_interval = absl::Seconds(1);
+    options_.shutdown_grace = absl::Seconds(3);
+  }
+
+  int RunAgent() {
+    AgentContext context;
+    context.store_endpoint = "fake:0";
+    context.local_addr = "10.0.0.1";
+    context.node_id = "node-a";
+    context.scratch_dir = scratch_.path();
+    context.worker_argv = {"train"};
+    context.base_env = {"PATH=/usr/bin", "HOME=/root"};
+    context.reserve_port = [](const std::string&) { return 29500; };
+    Agent agent(options_, std::move(context), rdzv_, control_, events_,
+                clock_);
+    return agent.Run();
+  }
+
+  void ExpectJoins(std::vector<absl::StatusOr<v1::JoinResponse>> joins) {
+    absl::MutexLock lock(&rdzv_.mu);
+    for (auto& j : joins) rdzv_.joins.push_back(std::move(j));
+  }
+
+  // The workers of `round` all got `sig` (and nothing else).
+  void ExpectStoppedWith(int64_t round, int sig) {
+    std::vector<const FakeWorker*> ws = control_.Round(round);
+    ASSERT_THAT(ws, SizeIs(kNproc));
+    for (const FakeWorker* w : ws) EXPECT_THAT(w->signals, ElementsAre(sig));
+  }
+
+  common::FakeClock clock_;
+  SteppedEvents events_;
+  FakeProcessControl control_;
+  FakeRendezvous rdzv_;
+  LaunchOptions options_;
+  testing::TempDir scratch_;
+};
+
+TEST_F(AgentLifecycleTest, AllWorkersExitZeroLeavesAsSucceeded) {
+  ExpectJoins({Assigned(MakeAssignment(1, 0))});
+  control_.exit_when = [](const FakeWorker&) { return ExitStatus::Exited(0); };
+
+  EXPECT_EQ(RunAgent(), 0);
+
+  ASSERT_THAT(control_.workers, SizeIs(kNproc));
+  const FakeWorker& w1 = control_.workers[1];
+  EXPECT_EQ(w1.env.at("RANK"), "1");
+  EXPECT_EQ(w1.env.at("WORLD_SIZE"), "2");
+  EXPECT_EQ(w1.env.at("MASTER_PORT"), "29500");
+  EXPECT_EQ(w1.env.at("TORCHELASTIC_ERROR_FILE"),
+            scratch_.path() + "/attempt_0/rank_1.error.json");
+  ASSERT_THAT(rdzv_.join_requests, SizeIs(1));
+  EXPECT_EQ(rdzv_.join_requests[0].master_port(), 29500);
+  EXPECT_THAT(rdzv_.reports, IsEmpty());
+  ASSERT_THAT(rdzv_.leaves, SizeIs(1));
+  EXPECT_EQ(rdzv_.leaves[0].reason(), v1::LeaveRequest::REASON_SUCCEEDED);
+  EXPECT_EQ(rdzv_.leaves[0].round(), 1);
+}
+
+TEST_F(AgentLifecycleTest, WorkerExitIsReportedAndTheRestartSucceeds) {
+  ExpectJoins({Assigned(MakeAssignment(1, 0)), Assigned(MakeAssignment(2, 1))});
+  control_.exit_when = [](const FakeWorker& w) -> std::optional<ExitStatus> {
+    if (w.round == 1) {
+      if (w.local_rank == 1) return ExitStatus::Exited(3);
+      return std::nullopt;
+    }
+    return ExitStatus::Exited(0);
+  };
+
+  EXPECT_EQ(RunAgent(), 0);
+
+  ASSERT_THAT(rdzv_.reports, SizeIs(1));
+  ASSERT_THAT(rdzv_.reports[0].failures(), SizeIs(1));
+  const v1::WorkerFailure& f = rdzv_.reports[0].failures(0);
+  EXPECT_EQ(f.cause(), "exited");
+  EXPECT_EQ(f.exit_code(), 3);
+  EXPECT_EQ(f.rank(), 1);
+  EXPECT_EQ(rdzv_.reports[0].round(), 1);
+  // The surviving worker of round 1 was stopped; the failed one was not.
+  std::vector<const FakeWorker*> round1 = control_.Round(1);
+  ASSERT_THAT(round1, SizeIs(kNproc));
+  EXPECT_THAT(round1[0]->signals, ElementsAre(SIGTERM));
+  EXPECT_THAT(round1[1]->signals, IsEmpty());
+  std::vector<const FakeWorker*> round2 = control_.Round(2);
+  ASSERT_THAT(round2, SizeIs(kNproc));
+  EXPECT_EQ(round2[0]->env.at("TORCHELASTIC_RESTART_COUNT"), "1");
+  EXPECT_EQ(round2[0]->env.at("TORCHELASTIC_ERROR_FILE"),
+            scratch_.path() + "/attempt_1/rank_0.error.json");
+  EXPECT_THAT(rdzv_.join_requests, SizeIs(2));
+  ASSERT_THAT(rdzv_.leaves, SizeIs(1));
+  EXPECT_EQ(rdzv_.leaves[0].round(), 2);
+}
+
+TEST_F(AgentLifecycleTest, WorkerKilledBySignalIsReportedAsSignaled) {
+  ExpectJoins({Assigned(MakeAssignment(1, 0)), Assigned(MakeAssignment(2, 1))});
+  control_.exit_when = [](const FakeWorker& w) -> std::optional<ExitStatus> {
+    if (w.round == 1 && w.local_rank == 0) return ExitStatus::Signaled(SIGSEGV);
+    if (w.round == 2) return ExitStatus::Exited(0);
+    return std::nullopt;
+  };
+
+  EXPECT_EQ(RunAgent(), 0);
+
+  ASSERT_THAT(rdzv_.reports, SizeIs(1));
+  const v1::WorkerFailure& f = rdzv_.reports[0].failures(0);
+  EXPECT_EQ(f.cause(), "signaled");
+  EXPECT_EQ(f.signal(), SIGSEGV);
+  EXPECT_EQ(f.signal_name(), "SIGSEGV");
+  EXPECT_EQ(f.rank(), 0);
+}
+
+TEST_F(AgentLifecycleTest, SilentWorkerIsHungAfterTheWorkerTimeout) {
+  options_.worker_timeout = absl::Seconds(30);
+  control_.progress_at_start = true;
+  ExpectJoins({Assigned(MakeAssignment(1, 0)), Assigned(MakeAssignment(2, 1))});
+  // Round 1: silent after one progress report.
+  control_.exit_when = SucceedInRound(2);
+  absl::Time start = clock_.Now();
+
+  EXPECT_EQ(RunAgent(), 0);
+
+  ASSERT_THAT(rdzv_.reports, SizeIs(1));
+  ASSERT_THAT(rdzv_.reports[0].failures(), SizeIs(kNproc));
+  EXPECT_EQ(rdzv_.reports[0].failures(0).cause(), "hung");
+  ExpectStoppedWith(1, SIGTERM);
+  EXPECT_GE(clock_.Now() - start, absl::Seconds(30));
+}
+
+TEST_F(AgentLifecycleTest, PeerFailureLearnedByHeartbeatRejoins) {
+  ExpectJoins({Assigned(MakeAssignment(1, 0)), Assigned(MakeAssignment(2, 1))});
+  rdzv_.heartbeat = InRound(1, RoundOver());
+  control_.exit_when = SucceedInRound(2);
+
+  EXPECT_EQ(RunAgent(), 0);
+
+  // Not this node's failure: nothing reported, its workers stopped.
+  EXPECT_THAT(rdzv_.reports, IsEmpty());
+  ExpectStoppedWith(1, SIGTERM);
+  EXPECT_THAT(rdzv_.join_requests, SizeIs(2));
+  ASSERT_THAT(rdzv_.leaves, SizeIs(1));
+  EXPECT_EQ(rdzv_.leaves[0].round(), 2);
+}
+
+TEST_F(AgentLifecycleTest, RendezvousUnreachableAndBackKeepsTheRound) {
+  options_.rdzv_conf.heartbeat_timeout = absl::Seconds(60);
+  ExpectJoins({Assigned(MakeAssignment(1, 0))});
+  rdzv_.heartbeat = [](const v1::HeartbeatRequest&,
+                       int call) -> absl::StatusOr<v1::HeartbeatResponse> {
+    if (call < 3) return absl::UnavailableError("rendezvous down");
+    return Running();
+  };
+  // The workers finish once the rendezvous answered again.
+  control_.exit_when = [this](const FakeWorker&) -> std::optional<ExitStatus> {
+    if (rdzv_.heartbeat_count() >= 5) return ExitStatus::Exited(0);
+    return std::nullopt;
+  };
+
+  EXPECT_EQ(RunAgent(), 0);
+
+  EXPECT_THAT(rdzv_.join_requests, SizeIs(1));
+  EXPECT_THAT(rdzv_.reports, IsEmpty());
+  EXPECT_THAT(control_.workers, SizeIs(kNproc));
+}
+
+TEST_F(AgentLifecycleTest, HeartbeatsFailingPastTheTimeoutEndTheRound) {
+  options_.rdzv_conf.heartbeat_timeout = absl::Milliseconds(20);
+  ExpectJoins({Assigned(MakeAssignment(1, 0)), Assigned(MakeAssignment(2, 0))});
+  rdzv_.heartbeat = InRound(1, absl::UnavailableError("cut off"));
+  control_.exit_when = SucceedInRound(2);
+
+  EXPECT_EQ(RunAgent(), 0);
+
+  ExpectStoppedWith(1, SIGTERM);
+  EXPECT_THAT(rdzv_.reports, IsEmpty());
+  EXPECT_THAT(rdzv_.join_requests, SizeIs(2));
+}
+
+TEST_F(AgentLifecycleTest, UnreachableRendezvousAtJoinExitsOne) {
+  ExpectJoins({absl::UnavailableError("Join to rendezvous fake:0 failed")});
+
+  EXPECT_EQ(RunAgent(), 1);
+
+  EXPECT_THAT(control_.workers, IsEmpty());
+  EXPECT_THAT(rdzv_.leaves, IsEmpty());
+}
+
+TEST_F(AgentLifecycleTest, SignalToTheAgentStopsWorkersAndLeaves) {
+  ExpectJoins({Assigned(MakeAssignment(1, 0))});
+  control_.exit_when = [this](const FakeWorker&) -> std::optional<ExitStatus> {
+    events_.PostSignal(SIGTERM);
+    return std::nullopt;
+  };
+
+  EXPECT_EQ(RunAgent(), 128 + SIGTERM);
+
+  // Forwarded once; the two-phase stop's own SIGTERM finds them gone.
+  ExpectStoppedWith(1, SIGTERM);
+  EXPECT_THAT(rdzv_.reports, IsEmpty());
+  ASSERT_THAT(rdzv_.leaves, SizeIs(1));
+  EXPECT_EQ(rdzv_.leaves[0].reason(), v1::LeaveRequest::REASON_SHUTDOWN);
+  EXPECT_EQ(rdzv_.leaves[0].round(), 1);
+}
+
+TEST_F(AgentLifecycleTest, SignalWhileJoiningLeavesWithoutStartingWorkers) {
+  ExpectJoins({absl::CancelledError("join cancelled")});
+  rdzv_.on_join = [this] { events_.PostSignal(SIGINT); };
+
+  EXPECT_EQ(RunAgent(), 128 + SIGINT);
+
+  EXPECT_THAT(control_.workers, IsEmpty());
+  ASSERT_THAT(rdzv_.leaves, SizeIs(1));
+  EXPECT_EQ(rdzv_.leaves[0].reason(), v1::LeaveRequest::REASON_SHUTDOWN);
+}
+
+TEST_F(AgentLifecycleTest, RestartsExhaustedEndsWithExitOne) {
+  rdzv_.restarts_exhausted = true;
+  v1::JoinResponse ended;
+  ended.mutable_ended()->set_state(v1::JOB_STATE_FAILED);
+  v1::WorkerFailure* root = ended.mutable_ended()->add_failures();
+  root->set_rank(1);
+  root->set_cause("exited");
+  root->set_exit_code(3);
+  ExpectJoins({Assigned(MakeAssignment(1, 3)), ended});
+  control_.exit_when = [](const FakeWorker& w) -> std::optional<ExitStatus> {
+    if (w.local_rank == 1) return ExitStatus::Exited(3);
+    return std::nullopt;
+  };
+
+  EXPECT_EQ(RunAgent(), 1);
+
+  EXPECT_THAT(rdzv_.reports, SizeIs(1));
+  EXPECT_THAT(rdzv_.join_requests, SizeIs(2));
+  EXPECT_THAT(control_.workers, SizeIs(kNproc));  // no round after the last
+}
+
+TEST_F(AgentLifecycleTest, JobThatAlreadySucceededExitsZero) {
+  v1::JoinResponse ended;
+  ended.mutable_ended()->set_state(v1::JOB_STATE_SUCCEEDED);
+  ExpectJoins({ended});
+
+  EXPECT_EQ(RunAgent(), 0);
+
+  EXPECT_THAT(control_.workers, IsEmpty());
+}
+
+TEST_F(AgentLifecycleTest, ScaleUpRejoinsIntoTheLargerWorld) {
+  ExpectJoins({Assigned(MakeAssignment(1, 0, /*num_nodes=*/1)),
+               Assigned(MakeAssignment(2, 0, /*num_nodes=*/2))});
+  rdzv_.heartbeat = InRound(1, RoundOver(/*nodes_waiting=*/1));
+  control_.exit_when = SucceedInRound(2);
+
+  EXPECT_EQ(RunAgent(), 0);
+
+  EXPECT_THAT(rdzv_.reports, IsEmpty());
+  ExpectStoppedWith(1, SIGTERM);
+  std::vector<const FakeWorker*> round2 = control_.Round(2);
+  ASSERT_THAT(round2, SizeIs(kNproc));
+  EXPECT_EQ(round2[1]->env.at("WORLD_SIZE"), "4");
+  EXPECT_EQ(round2[1]->env.at("GROUP_WORLD_SIZE"), "2");
+  EXPECT_EQ(round2[1]->env.at("TORCHELASTIC_RESTART_COUNT"), "0");
+}
+
+}  // namespace
+}  // namespace ddprun::launcher
