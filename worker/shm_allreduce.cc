@@ -388,22 +388,30 @@ absl::Status ShmAllreduce::Allreduce(float* data, int64_t count,
                                   "for the previous slice to be copied out");
       if (!free.ok()) return free;
     }
-    std::memcpy(Input(buffer, me), mine, n * sizeof(float));
-    h.in_ready[me].value.store(seq, std::memory_order_release);
-    Signal();
-
-    absl::Status in = WaitFor(all_reached(h.in_ready, seq),
-                              "for its input to the shared segment");
-    if (!in.ok()) return in;
+    // Chunk r of the slice is local rank r's to reduce. Its own chunk a rank
+    // reads from its own buffer: only the others' chunks are copied in.
     const int64_t chunk =
         ((n + size - 1) / size + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
     const int64_t lo = std::min(n, chunk * me);
     const int64_t hi = std::min(n, lo + chunk);
-    for (int r = 0; r < size; ++r) inputs[r] = Input(buffer, r);
+    float* in = Input(buffer, me);
+    std::memcpy(in, mine, lo * sizeof(float));
+    std::memcpy(in + hi, mine + hi, (n - hi) * sizeof(float));
+    h.in_ready[me].value.store(seq, std::memory_order_release);
+    Signal();
+
+    absl::Status ready = WaitFor(all_reached(h.in_ready, seq),
+                                 "for its input to the shared segment");
+    if (!ready.ok()) return ready;
+    for (int r = 0; r < size; ++r) inputs[r] = r == me ? mine : Input(buffer, r);
     if (size == 1) {
-      std::memcpy(Output(buffer), inputs[0], n * sizeof(float));
+      std::memcpy(Output(buffer), mine, n * sizeof(float));
     } else {
       Reduce(Output(buffer), inputs, size, lo, hi);
+      // Still in this core's cache: the own chunk needs no copy-out later.
+      if (!between_nodes) {
+        std::memcpy(mine + lo, Output(buffer) + lo, (hi - lo) * sizeof(float));
+      }
     }
     h.reduced[me].value.store(seq, std::memory_order_release);
     Signal();
@@ -431,7 +439,12 @@ absl::Status ShmAllreduce::Allreduce(float* data, int64_t count,
                                    "for its chunk of the sum");
       if (!local.ok()) return local;
     }
-    std::memcpy(mine, Output(buffer), n * sizeof(float));
+    if (between_nodes) {
+      std::memcpy(mine, Output(buffer), n * sizeof(float));
+    } else {
+      std::memcpy(mine, Output(buffer), lo * sizeof(float));
+      std::memcpy(mine + hi, Output(buffer) + hi, (n - hi) * sizeof(float));
+    }
     h.copied[me].value.store(seq, std::memory_order_release);
     Signal();
   }

@@ -64,6 +64,8 @@ struct Layout {
   std::string path;        // the gradient path every rank must take
 };
 
+void PrintTo(const Layout& layout, std::ostream* os) { *os << layout.name; }
+
 class UnderDdprunTest : public ::testing::TestWithParam<Layout> {};
 
 TEST_P(UnderDdprunTest, EverySizeIsExactTheSameOnEveryRankAndTookItsPath) {
