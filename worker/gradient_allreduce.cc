@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 
 #include <ATen/core/Tensor.h>
@@ -9,6 +10,7 @@
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/worker_env.h"
@@ -24,6 +26,19 @@ std::vector<uint8_t> Bytes(const std::string& s) {
 }
 std::string String(const std::vector<uint8_t>& b) {
   return std::string(b.begin(), b.end());
+}
+
+// Segments of earlier rounds of this agent's job whose ranks died before
+// every rank mapped them (otherwise their names are gone already): nobody
+// can attach to them any more.
+void RemoveStaleSegments(const std::string& dir, const std::string& current) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (absl::StartsWith(name, "allreduce-") && name != current) {
+      std::filesystem::remove(entry.path(), ec);
+    }
+  }
 }
 
 }  // namespace
@@ -118,6 +133,7 @@ absl::StatusOr<std::unique_ptr<GradientAllreduce>> GradientAllreduce::Create(
     absl::StatusOr<std::unique_ptr<ShmAllreduce>> segment;
     try {
       if (local_rank == 0) {
+        RemoveStaleSegments(options.shm_dir, options.segment_name);
         segment = ShmAllreduce::Create(shm);
         // The others attach only once it exists; a failure reaches them too.
         store->set(ready, Bytes(segment.ok() ? std::string("ok")
