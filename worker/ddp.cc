@@ -6,6 +6,8 @@
 #include <ATen/core/grad_mode.h>
 #include <c10/util/Exception.h>
 
+#include "spdlog/spdlog.h"
+
 namespace ddprun::worker {
 namespace {
 
@@ -70,6 +72,11 @@ DataParallel::DataParallel(std::vector<at::Tensor> parameters,
   if (direct_ && !(parameters_[0].device().is_cpu() &&
                    parameters_[0].scalar_type() == at::kFloat)) {
     direct_.reset();  // it binds float buffers in host memory only
+  }
+  if (collectives_ && group.rank == 0) {
+    // What carries this model's gradients, as the tests check it.
+    spdlog::info("gradient sync: {} bucket(s) through {}", buckets_.size(),
+                 GradientPathName(gradient_path()));
   }
   if (collectives_ && options_.overlap && !direct_) {
     hooks_.reserve(n);

@@ -42,11 +42,13 @@ def main():
     parser.add_argument("--sizes", default=",".join(str(s) for s in SIZES))
     parser.add_argument("--python", default="/usr/bin/python3")
     parser.add_argument("--timeout", type=float, default=1200)
+    parser.add_argument("--results", default="",
+                        help="only print the tables of an earlier run's results.jsonl")
     args = parser.parse_args()
     build = os.environ.get("DDPRUN_BUILD_DIR", os.path.join(ROOT, "build"))
     ddprun = os.path.join(build, "launcher", "ddprun")
     bench = os.path.join(build, "bench", "collectives", "ddprun-allreduce-bench")
-    for path in (ddprun, bench):
+    for path in (ddprun, bench) if not args.results else ():
         if not os.access(path, os.X_OK):
             sys.exit(f"{path} is not built; run bench/collectives/run.sh")
     env = dict(os.environ, PYTHON_EXEC=args.python)
@@ -59,7 +61,9 @@ def main():
         "cpp": [bench, *common],
         "python": [os.path.join(ROOT, "bench", "collectives", "allreduce_torch.py"), *common],
     }
-    for i in range(args.runs):
+    if args.results:
+        results = args.results
+    for i in range(args.runs if not args.results else 0):
         for world in worlds:
             order = ["cpp", "python"] if i % 2 == 0 else ["python", "cpp"]
             for name in order:

@@ -68,8 +68,8 @@ TEST_P(PeerFailureTest, SurvivorExitsWithClearErrorAndErrorFile) {
   // The gradient path of this case ran.
   EXPECT_TRUE(absl::StrContains(
       err, std::string(GetParam()) == "--direct-allreduce"
-               ? "gradient allreduce: shared memory: 2 local ranks"
-               : "gradient allreduce: process group (asked for)"))
+               ? "through shared-memory"
+               : "through process-group"))
       << err;
   std::string error_file = ReadFileOrEmpty(dir.File("error0"));
   EXPECT_TRUE(absl::StrContains(error_file, "\"message\": {\"message\": \"INTERNAL: "))
