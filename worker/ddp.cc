@@ -6,6 +6,8 @@
 #include <ATen/core/grad_mode.h>
 #include <c10/util/Exception.h>
 
+#include "spdlog/spdlog.h"
+
 namespace ddprun::worker {
 namespace {
 
@@ -71,11 +73,10 @@ DataParallel::DataParallel(std::vector<at::Tensor> parameters,
                    parameters_[0].scalar_type() == at::kFloat)) {
     direct_.reset();  // it binds float buffers in host memory only
   }
-  if (direct_) {
-    for (Bucket& bucket : buckets_) {
-      bucket.direct_id =
-          direct_->Register(bucket.flat.data_ptr<float>(), bucket.flat.numel());
-    }
+  if (collectives_ && group.rank == 0) {
+    // What carries this model's gradients, as the tests check it.
+    spdlog::info("gradient sync: {} bucket(s) through {}", buckets_.size(),
+                 GradientPathName(gradient_path()));
   }
   if (collectives_ && options_.overlap && !direct_) {
     hooks_.reserve(n);
@@ -145,7 +146,8 @@ void DataParallel::LaunchReady() {
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
     Bucket& bucket = buckets_[next_launch_];
     if (direct_) {
-      direct_->Run(bucket.direct_id);  // synchronous, in this thread
+      // Synchronous, in this thread.
+      direct_->Run(bucket.flat.data_ptr<float>(), bucket.flat.numel());
     } else {
       std::vector<at::Tensor> tensors = {bucket.flat};
       bucket.work = collectives_->allreduce(tensors);

@@ -63,6 +63,11 @@ class DataParallel {
   };
 
   int num_buckets() const { return static_cast<int>(buckets_.size()); }
+  // What carries the gradients: the group's GradientAllreduce path, or the
+  // process group.
+  GradientPath gradient_path() const {
+    return direct_ ? direct_->path() : GradientPath::kProcessGroup;
+  }
   // Time spent in FinishGradientSync (launching and waiting), summed; for
   // the benchmark's "time in allreduce per step".
   double sync_seconds() const { return sync_seconds_; }
@@ -74,7 +79,6 @@ class DataParallel {
     at::Tensor flat;              // the bucket's buffer, reduced in place
     int pending = 0;              // gradients not yet copied in this step
     c10::intrusive_ptr<::c10d::Work> work;  // in flight when set
-    int direct_id = -1;  // the bucket's DirectAllreduce binding
   };
 
   void OnGradient(int param, const at::Tensor& grad);
@@ -87,9 +91,9 @@ class DataParallel {
 
   std::vector<at::Tensor> parameters_;
   c10::intrusive_ptr<Collectives> collectives_;
-  // When set (CPU Gloo), buckets are reduced synchronously by it in
-  // FinishGradientSync instead of from hooks through collectives_.
-  std::shared_ptr<DirectAllreduce> direct_;
+  // When set (CPU float with Gloo), buckets are reduced synchronously by it
+  // in FinishGradientSync instead of from hooks through collectives_.
+  std::shared_ptr<GradientAllreduce> direct_;
   int world_size_ = 1;
   DataParallelOptions options_;
 

@@ -1,7 +1,8 @@
 #include "worker/process_group.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
-#include <future>
 #include <memory>
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
@@ -10,6 +11,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "spdlog/spdlog.h"
 #include "worker/grpc_store.h"
@@ -92,6 +94,37 @@ absl::StatusOr<c10::intrusive_ptr<Collectives>> CreateGloo(
   }
 }
 
+absl::StatusOr<std::unique_ptr<GradientAllreduce>> CreateGradientAllreduce(
+    const c10::intrusive_ptr<::c10d::Store>& store, const WorkerEnv& env,
+    const ProcessGroupOptions& options) {
+  GradientAllreduceOptions gradient;
+  gradient.store = store;
+  gradient.rank = env.rank;
+  gradient.world_size = env.world_size;
+  gradient.shm_dir = ShmDirFromEnvironment();
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  gradient.host = host;
+  // Unique per run and round: a stale worker never meets the next round's.
+  gradient.segment_name = absl::StrFormat(
+      "allreduce-%s-%d.shm",
+      absl::StrReplaceAll(env.store_run_id.empty() ? "job" : env.store_run_id,
+                          {{"/", "_"}}),
+      env.round);
+  gradient.timeout = options.gradient_timeout.count() > 0
+                         ? options.gradient_timeout
+                         : options.timeout;
+  gradient.make_leaders = [&env, &options](
+                              const c10::intrusive_ptr<::c10d::Store>& leaders,
+                              int node, int nodes) {
+    WorkerEnv leader_env = env;
+    leader_env.rank = node;
+    leader_env.world_size = nodes;
+    return CreateGloo(leaders, leader_env, options);
+  };
+  return GradientAllreduce::Create(gradient);
+}
+
 }  // namespace
 
 absl::StatusOr<BackendKind> ParseBackend(const std::string& name) {
@@ -143,40 +176,26 @@ absl::StatusOr<ProcessGroup> CreateProcessGroup(
   group.store = *store;
   spdlog::debug("{:.3f} s after start: store client made",
                 SecondsSinceProcessStart());
-  // DirectAllreduce's mesh connects while the group's does, on a thread of
-  // its own: both only wait on the store and on peers (a restart's Gloo
-  // setup, ~15 ms each here, then costs the longer of the two).
-  const bool direct = options.direct_allreduce &&
-                      group.backend == BackendKind::kGloo &&
-                      DirectAllreduce::Available();
-  std::future<absl::StatusOr<std::unique_ptr<DirectAllreduce>>> direct_made;
-  if (direct) {
-    std::string iface = env.gloo_socket_ifname;
-    iface = iface.substr(0, iface.find(','));
-    direct_made = std::async(
-        std::launch::async,
-        [store = group.store, rank = env.rank, size = env.world_size,
-         host = env.local_addr.empty() ? std::string("127.0.0.1")
-                                       : env.local_addr,
-         iface, timeout = options.timeout] {
-          return DirectAllreduce::Create(store, rank, size, host, iface,
-                                         timeout);
-        });
-  }
   absl::StatusOr<c10::intrusive_ptr<Collectives>> collectives =
       group.backend == BackendKind::kNccl
           ? CreateNcclCollectives(group.store, env, options.timeout)
           : CreateGloo(group.store, env, options);
-  // The thread ends by itself (its own deadline) even when the group failed.
-  absl::StatusOr<std::unique_ptr<DirectAllreduce>> direct_group =
-      direct ? direct_made.get() : nullptr;
   if (!collectives.ok()) return collectives.status();
   group.collectives = *collectives;
   spdlog::debug("{:.3f} s after start: {} group formed",
                 SecondsSinceProcessStart(), BackendName(group.backend));
-  if (direct) {
-    if (!direct_group.ok()) return direct_group.status();
-    group.direct = std::move(*direct_group);
+  if (group.backend == BackendKind::kGloo) {
+    if (!options.direct_allreduce) {
+      if (env.rank == 0) {
+        spdlog::info("gradient allreduce: process group (asked for)");
+      }
+    } else {
+      absl::StatusOr<std::unique_ptr<GradientAllreduce>> gradient =
+          CreateGradientAllreduce(group.store, env, options);
+      if (!gradient.ok()) return gradient.status();
+      group.direct = std::move(*gradient);
+      if (group.direct) group.gradient_path = group.direct->path();
+    }
   }
   return group;
 }

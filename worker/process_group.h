@@ -8,7 +8,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "worker/gloo_direct.h"
+#include "worker/gradient_allreduce.h"
 #include "worker/torch_compat.h"
 #include "worker/worker_env.h"
 
@@ -27,10 +27,15 @@ struct ProcessGroupOptions {
   // Build the backend even in a world of one (checks of the backend itself);
   // without a configured store it then uses an in-process HashStore.
   bool force_collectives = false;
-  // With Gloo, also connect a DirectAllreduce for gradient sync (see
-  // gloo_direct.h); DataParallel uses it instead of the process group.
-  // Ignored where the build has none (DirectAllreduce::Available()).
+  // With Gloo, also form a GradientAllreduce for gradient sync (shared
+  // memory inside a node, hierarchical across nodes; see
+  // gradient_allreduce.h); DataParallel uses it instead of the process
+  // group. Where no two ranks share a node's DDPRUN_SHM_DIR (e.g. under
+  // torchrun) there is none and the process group carries gradients.
   bool direct_allreduce = false;
+  // Bounds each wait of that gradient allreduce inside a node (a stopped or
+  // hung local rank is an error after it); zero: `timeout`.
+  std::chrono::milliseconds gradient_timeout{0};
 };
 
 // The communication side of one worker for one round.
@@ -39,7 +44,9 @@ struct ProcessGroup {
   c10::Device device = c10::Device(c10::kCPU);  // where tensors live
   c10::intrusive_ptr<::c10d::Store> store;      // null in a world of one
   c10::intrusive_ptr<Collectives> collectives;  // null in a world of one
-  std::shared_ptr<DirectAllreduce> direct;      // set when asked for (Gloo)
+  // Set when asked for and usable (Gloo); gradient_path says what runs.
+  std::shared_ptr<GradientAllreduce> direct;
+  GradientPath gradient_path = GradientPath::kProcessGroup;
   int rank = 0;
   int world_size = 1;
 };

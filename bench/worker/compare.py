@@ -70,17 +70,26 @@ def main():
                          "--redirects", "1", "--tee", "1",
                          os.path.join(ROOT, "bench", "worker", "mnist_ddp.py"),
                          *common, "--summary-json", summary],
+            # The same Python DDP loop with ddprun-mnist's batching
+            # (index_select, no DataLoader).
+            "torchrun-indexed": [args.python, "-m", "torch.distributed.run", "--standalone",
+                                 "--nproc_per_node", str(world),
+                                 "--redirects", "1", "--tee", "1",
+                                 os.path.join(ROOT, "bench", "worker", "mnist_ddp.py"),
+                                 *common, "--batching", "index-select",
+                                 "--summary-json", summary],
         }
 
-    results = {(name, w): [] for w in worlds for name in ("ddprun", "torchrun")}
+    names = ["ddprun", "torchrun", "torchrun-indexed"]
+    results = {(name, w): [] for w in worlds for name in names}
     for i in range(args.runs):
         for world in worlds:
-            order = ["ddprun", "torchrun"] if i % 2 == 0 else ["torchrun", "ddprun"]
+            order = names[i % 3:] + names[:i % 3]  # rotates per run
             for name in order:
                 summary = os.path.join(out, f"{name}-{world}-{i}.json")
                 s = one_run(commands(world, summary)[name], summary, env, args.timeout)
                 results[(name, world)].append(s)
-                print(f"run {i + 1}/{args.runs} world {world} {name:8s}: "
+                print(f"run {i + 1}/{args.runs} world {world} {name:16s}: "
                       f"{s['samples_per_sec']:8.0f} samples/s, first step "
                       f"{s['launch_to_first_step_seconds']:.2f} s, wall "
                       f"{s['command_wall_seconds']:.2f} s, accuracy "
@@ -104,6 +113,15 @@ def main():
               f"| {med('torchrun', w, 'command_wall_seconds'):.2f} s "
               f"| {100 * med('ddprun', w, 'test_accuracy'):.2f}% "
               f"| {100 * med('torchrun', w, 'test_accuracy'):.2f}% |")
+    print()
+    print("| world | samples/s ddprun | Python DDP, index_select batches | ratio "
+          "| Python DDP, DataLoader (seed) | ratio |")
+    print("|---|---|---|---|---|---|")
+    for w in worlds:
+        d = med("ddprun", w, "samples_per_sec")
+        x = med("torchrun-indexed", w, "samples_per_sec")
+        t = med("torchrun", w, "samples_per_sec")
+        print(f"| {w} | {d:.0f} | {x:.0f} | {d / x:.2f}x | {t:.0f} | {d / t:.2f}x |")
     if 1 in worlds and 2 in worlds:
         one, two = med("ddprun", 1, "samples_per_sec"), med("ddprun", 2, "samples_per_sec")
         print(f"cost of DDP (ddprun): 2 ranks give {two / one:.2f}x the samples/s of 1; "

@@ -1,7 +1,8 @@
 """The seed program in Python DDP, the baseline ddprun-mnist is measured
 against: same model, data, sampler, batch, optimizer and Gloo backend.
 
-Run with torchrun (or alone, as one process):
+--batching index-select gathers batches as ddprun-mnist does (no
+DataLoader). Run with torchrun (or alone, as one process):
   /usr/bin/python3 -m torch.distributed.run --standalone --nproc-per-node 2 \
       bench/worker/mnist_ddp.py --data-dir data/mnist --epochs 1 \
       --summary-json out.json
@@ -48,6 +49,12 @@ def main():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--train-limit", type=int, default=0)
     parser.add_argument("--summary-json", default="")
+    # dataloader: the seed's DataLoader over a TensorDataset; index-select:
+    # batches gathered as ddprun-mnist gathers them (index_select on the
+    # in-memory set in DistributedSampler order), so that what is left
+    # between the two is the launcher, DDP and Python.
+    parser.add_argument("--batching", choices=["dataloader", "index-select"],
+                        default="dataloader")
     args = parser.parse_args()
 
     import torch
@@ -68,7 +75,16 @@ def main():
     test_x, test_y = load(args.data_dir, "t10k", 0)
     sampler = DistributedSampler(train, num_replicas=world, rank=rank, shuffle=True,
                                  seed=args.seed)
-    loader = DataLoader(train, batch_size=args.batch_size, sampler=sampler)
+    if args.batching == "dataloader":
+        loader = DataLoader(train, batch_size=args.batch_size, sampler=sampler)
+    else:
+        images, labels = train.tensors
+
+        def loader_fn():
+            order = torch.tensor(list(sampler), dtype=torch.long)
+            for i in range(0, len(order), args.batch_size):
+                idx = order[i:i + args.batch_size]
+                yield images.index_select(0, idx), labels.index_select(0, idx)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=args.lr)
     loss_fn = nn.CrossEntropyLoss()
 
@@ -79,7 +95,7 @@ def main():
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)
         start = time.perf_counter()
-        for x, y in loader:
+        for x, y in (loader if args.batching == "dataloader" else loader_fn()):
             optimizer.zero_grad()
             loss = loss_fn(ddp(x), y)
             loss.backward()

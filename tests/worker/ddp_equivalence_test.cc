@@ -7,6 +7,7 @@
 #include <torch/utils.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 
 #include "absl/strings/match.h"
@@ -61,18 +62,22 @@ class DdpEquivalenceTest : public ::testing::Test {
   }
 
   // Trains as 2 ranks with batch 32 through a real server.
+  // With `shm_dir`, the ranks share it as DDPRUN_SHM_DIR (one node under
+  // ddprun), which the shared-memory gradient allreduce needs.
   std::map<std::string, at::Tensor> TrainTwoRanks(
       const std::vector<std::string>& extra, const std::string& run_id,
-      int steps = kSteps) {
+      int steps = kSteps, const std::string& shm_dir = "") {
     auto server = rendezvous::Server::Start({.host = "127.0.0.1", .port = 0});
     EXPECT_TRUE(server.ok()) << server.status();
     if (!server.ok()) return {};
     std::string save = dir_.File(run_id + ".pt");
+    if (!shm_dir.empty()) std::filesystem::create_directories(shm_dir);
     std::vector<Subprocess> ranks;
     for (int rank = 0; rank < 2; ++rank) {
       SubprocessOptions options;
       options.argv = Argv(save, 32, extra, steps);
       options.env = testing::WorkerEnvFor(rank, 2, (*server)->endpoint(), run_id);
+      if (!shm_dir.empty()) options.env["DDPRUN_SHM_DIR"] = shm_dir;
       options.stderr_path = dir_.File(absl::StrCat(run_id, ".err", rank));
       auto child = Subprocess::Start(options);
       EXPECT_TRUE(child.ok()) << child.status();
@@ -144,16 +149,25 @@ TEST_F(DdpEquivalenceTest, NoSyncGradientAccumulationMatchesOneProcess) {
   ExpectSame(TrainAlone(accumulate), TrainTwoRanks(accumulate, "accumulate"));
 }
 
-TEST_F(DdpEquivalenceTest, DirectGlooAllreduceMatchesOneProcess) {
-  // The CPU default: buckets reduced by DirectAllreduce after backward;
-  // several buckets and a NoSync micro-batch, MLP and CNN. (Accumulating
-  // doubles the step; at lr 0.05 the CNN then amplifies float rounding to
-  // ~5e-5 in 12 steps, on every path, so it trains at 0.01.)
+TEST_F(DdpEquivalenceTest, SharedMemoryAllreduceMatchesOneProcess) {
+  // The CPU default under ddprun: buckets reduced by GradientAllreduce
+  // through shared memory after backward; several buckets and a NoSync
+  // micro-batch, MLP and CNN. (Accumulating doubles the step; at lr 0.05 the
+  // CNN then amplifies float rounding to ~5e-5 in 12 steps, on every path,
+  // so it trains at 0.01.)
   for (const std::string model : {"mlp", "cnn"}) {
+    SCOPED_TRACE(model);
     std::vector<std::string> direct = {"--model", model, "--direct-allreduce",
                                        "--bucket-mb", "0.01", "--accumulate", "2",
                                        "--lr", "0.01"};
-    ExpectSame(TrainAlone(direct), TrainTwoRanks(direct, "direct-" + model));
+    const std::string run_id = "direct-" + model;
+    ExpectSame(TrainAlone(direct),
+               TrainTwoRanks(direct, run_id, kSteps, dir_.File(run_id + ".shm")));
+    // The path this test is about ran (rank 0 says which).
+    EXPECT_TRUE(absl::StrContains(
+        ReadFileOrEmpty(dir_.File(absl::StrCat(run_id, ".err0"))),
+        " bucket(s) through shared-memory"))
+        << ReadFileOrEmpty(dir_.File(absl::StrCat(run_id, ".err0")));
   }
 }
 

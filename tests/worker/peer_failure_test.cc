@@ -37,6 +37,8 @@ TEST_P(PeerFailureTest, SurvivorExitsWithClearErrorAndErrorFile) {
                     "--train-limit", "6400", "--test-limit", "100", "--save", "",
                     "--no-progress", GetParam()};
     options.env = testing::WorkerEnvFor(rank, 2, (*server)->endpoint(), "peer");
+    // One node's folder, as ddprun gives it: the shared-memory path's.
+    options.env["DDPRUN_SHM_DIR"] = dir.path();
     options.env["TORCHELASTIC_ERROR_FILE"] = dir.File(absl::StrCat("error", rank));
     if (rank == 1) options.env["DDPRUN_PROGRESS_FD"] = std::to_string(progress[1]);
     options.stderr_path = dir.File(absl::StrCat("err", rank));
@@ -63,6 +65,12 @@ TEST_P(PeerFailureTest, SurvivorExitsWithClearErrorAndErrorFile) {
   EXPECT_EQ(exit->exit_code, 1) << exit->ToString();
   std::string err = ReadFileOrEmpty(dir.File("err0"));
   EXPECT_TRUE(absl::StrContains(err, "ddprun-mnist: error: ")) << err;
+  // The gradient path of this case ran.
+  EXPECT_TRUE(absl::StrContains(
+      err, std::string(GetParam()) == "--direct-allreduce"
+               ? "through shared-memory"
+               : "through process-group"))
+      << err;
   std::string error_file = ReadFileOrEmpty(dir.File("error0"));
   EXPECT_TRUE(absl::StrContains(error_file, "\"message\": {\"message\": \"INTERNAL: "))
       << error_file;
@@ -73,7 +81,7 @@ INSTANTIATE_TEST_SUITE_P(BothGradientPaths, PeerFailureTest,
                                            "--no-direct-allreduce"),
                          [](const ::testing::TestParamInfo<const char*>& info) {
                            return std::string(info.param) == "--direct-allreduce"
-                                      ? "DirectAllreduce"
+                                      ? "SharedMemoryAllreduce"
                                       : "ProcessGroupGloo";
                          });
 

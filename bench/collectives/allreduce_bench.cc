@@ -1,0 +1,134 @@
+// Allreduce latency and bandwidth, run under ddprun on one node:
+//   ddprun --standalone --nproc-per-node W ddprun-allreduce-bench \
+//       --out results.jsonl [--sizes 4096,...] [--reps 5]
+// For each size (bytes of floats), each repetition times, in an order that
+// rotates per repetition: libddp's gradient allreduce (GradientAllreduce,
+// what DataParallel uses), ProcessGroupGloo's allreduce (C++), and memcpy of
+// the same bytes by rank 0 alone (the others wait). Rank 0 appends one JSON
+// line per measurement: {"impl", "world", "bytes", "seconds"} (per
+// operation, the mean over the repetition's iterations).
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "worker/process_group.h"
+#include "worker/worker_env.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int Fail(const std::string& what) {
+  std::cerr << "ddprun-allreduce-bench: " << what << std::endl;
+  return 1;
+}
+
+int Run(int argc, char** argv) {
+  std::string out_path;
+  std::vector<int64_t> sizes = {4 << 10,  64 << 10,  400 << 10, 1 << 20,
+                                4 << 20,  16 << 20,  64 << 20,  256 << 20};
+  int reps = 5;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string flag = argv[i];
+    std::string value = argv[i + 1];
+    if (flag == "--out") {
+      out_path = value;
+    } else if (flag == "--reps") {
+      if (!absl::SimpleAtoi(value, &reps) || reps < 1) return Fail("bad --reps");
+    } else if (flag == "--sizes") {
+      sizes.clear();
+      for (absl::string_view s : absl::StrSplit(value, ',')) {
+        int64_t n = 0;
+        if (!absl::SimpleAtoi(s, &n) || n < 4) return Fail("bad --sizes");
+        sizes.push_back(n);
+      }
+    } else {
+      return Fail("unknown flag " + flag);
+    }
+  }
+  auto env = ddprun::worker::ReadWorkerEnv();
+  if (!env.ok()) return Fail(env.status().ToString());
+  ddprun::worker::ProcessGroupOptions options;
+  options.backend = ddprun::worker::BackendKind::kGloo;
+  options.direct_allreduce = true;
+  options.force_collectives = true;
+  auto group = ddprun::worker::CreateProcessGroup(*env, options);
+  if (!group.ok()) return Fail(group.status().ToString());
+  if (!group->direct) {
+    return Fail("no gradient allreduce here (run under ddprun, world > 1)");
+  }
+  const int rank = env->rank;
+  const int world = env->world_size;
+  std::ofstream out;
+  if (rank == 0) {
+    out.open(out_path, std::ios::app);
+    if (!out) return Fail("cannot write --out " + out_path);
+  }
+  auto barrier = [&] { group->collectives->barrier()->wait(); };
+
+  for (int64_t bytes : sizes) {
+    const int64_t n = bytes / 4;
+    at::Tensor data = at::ones({n}, at::kFloat);
+    at::Tensor copy = at::empty({n}, at::kFloat);
+    // ~0.3 s of traffic per measurement at a few GB/s; at least 3.
+    const int iterations =
+        static_cast<int>(std::clamp<int64_t>((1LL << 30) / bytes, 3, 2000));
+    const char* impls[] = {"libddp", "ProcessGroupGloo", "memcpy"};
+    for (int rep = 0; rep < reps; ++rep) {
+      for (int k = 0; k < 3; ++k) {
+        const std::string impl = impls[(k + rep) % 3];
+        std::function<void()> op;
+        if (impl == "libddp") {
+          op = [&] { group->direct->Run(data.data_ptr<float>(), n); };
+        } else if (impl == "ProcessGroupGloo") {
+          op = [&] {
+            std::vector<at::Tensor> tensors = {data};
+            group->collectives->allreduce(tensors)->wait();
+          };
+        } else if (rank == 0) {
+          op = [&] {
+            std::memcpy(copy.data_ptr<float>(), data.data_ptr<float>(), bytes);
+          };
+        }
+        barrier();
+        if (op) {
+          op();  // warm: page faults, first touch
+          data.fill_(1.0f);  // keep the values finite over many sums
+          Clock::time_point start = Clock::now();
+          for (int i = 0; i < iterations; ++i) op();
+          double seconds =
+              std::chrono::duration<double>(Clock::now() - start).count() /
+              iterations;
+          if (rank == 0) {
+            out << absl::StrFormat(
+                       "{\"impl\": \"%s\", \"world\": %d, \"bytes\": %d, "
+                       "\"seconds\": %.9f}",
+                       impl, world, bytes, seconds)
+                << std::endl;
+          }
+          data.fill_(1.0f);
+        }
+      }
+    }
+  }
+  barrier();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return Run(argc, argv);
+  } catch (const std::exception& e) {
+    return Fail(e.what());
+  }
+}

@@ -1,0 +1,115 @@
+"""Allreduce latency and bandwidth on one node, 4 KB ... 256 MB, at world 2
+and 4: libddp's gradient allreduce (shared memory; what DataParallel uses
+under ddprun), ProcessGroupGloo in C++, Python torch.distributed's Gloo, and
+memcpy of the same bytes on this machine (rank 0 alone, measured inside the
+C++ run). Launches alternate (C++, Python, Python, C++, ...) and inside the
+C++ run the three alternate per repetition; figures are medians.
+
+  /usr/bin/python3 bench/collectives/compare.py [--runs 3] [--worlds 2,4]
+  (bench/collectives/run.sh builds what is needed and calls this)
+
+Bandwidth is algorithm bandwidth: bytes / seconds per allreduce.
+"""
+import argparse
+import collections
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SIZES = [4 << 10, 64 << 10, 400 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20]
+
+
+def run(command, env, timeout):
+    result = subprocess.run(command, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, timeout=timeout, text=True)
+    if result.returncode != 0:
+        sys.exit(f"failed ({result.returncode}): {' '.join(command)}\n{result.stdout[-3000:]}")
+
+
+def human(n):
+    return f"{n >> 20} MB" if n >= 1 << 20 else f"{n >> 10} KB"
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=3, help="launches of each program")
+    parser.add_argument("--reps", type=int, default=3, help="repetitions per launch")
+    parser.add_argument("--worlds", default="2,4")
+    parser.add_argument("--sizes", default=",".join(str(s) for s in SIZES))
+    parser.add_argument("--python", default="/usr/bin/python3")
+    parser.add_argument("--timeout", type=float, default=1200)
+    parser.add_argument("--results", default="",
+                        help="only print the tables of an earlier run's results.jsonl")
+    args = parser.parse_args()
+    build = os.environ.get("DDPRUN_BUILD_DIR", os.path.join(ROOT, "build"))
+    ddprun = os.path.join(build, "launcher", "ddprun")
+    bench = os.path.join(build, "bench", "collectives", "ddprun-allreduce-bench")
+    for path in (ddprun, bench) if not args.results else ():
+        if not os.access(path, os.X_OK):
+            sys.exit(f"{path} is not built; run bench/collectives/run.sh")
+    env = dict(os.environ, PYTHON_EXEC=args.python)
+    env.pop("OMP_NUM_THREADS", None)
+    out = tempfile.mkdtemp(prefix="bench-collectives-")
+    results = os.path.join(out, "results.jsonl")
+    worlds = [int(w) for w in args.worlds.split(",")]
+    common = ["--out", results, "--reps", str(args.reps), "--sizes", args.sizes]
+    programs = {
+        "cpp": [bench, *common],
+        "python": [os.path.join(ROOT, "bench", "collectives", "allreduce_torch.py"), *common],
+    }
+    if args.results:
+        results = args.results
+    for i in range(args.runs if not args.results else 0):
+        for world in worlds:
+            order = ["cpp", "python"] if i % 2 == 0 else ["python", "cpp"]
+            for name in order:
+                run([ddprun, "--standalone", "--nproc-per-node", str(world), *programs[name]],
+                    env, args.timeout)
+                print(f"run {i + 1}/{args.runs} world {world} {name} done", flush=True)
+
+    samples = collections.defaultdict(list)
+    with open(results) as f:
+        for line in f:
+            r = json.loads(line)
+            samples[(r["impl"], r["world"], r["bytes"])].append(r["seconds"])
+
+    def med(impl, world, size):
+        s = samples.get((impl, world, size))
+        return statistics.median(s) if s else float("nan")
+
+    sizes = [int(s) for s in args.sizes.split(",")]
+    load = os.getloadavg()
+    print()
+    print(f"{os.cpu_count()} cores, load average {load[0]:.1f}/{load[1]:.1f}/{load[2]:.1f}; "
+          f"median of {args.runs} launches x {args.reps} repetitions, interleaved")
+    for world in worlds:
+        print()
+        print(f"world {world}, one node: time per allreduce (us) and bandwidth (GB/s = bytes/time)")
+        print("| size | libddp | ProcessGroupGloo (C++) | torch.distributed (Python) "
+              "| libddp GB/s | memcpy GB/s | libddp / memcpy | vs Gloo C++ |")
+        print("|---|---|---|---|---|---|---|---|")
+        for size in sizes:
+            ours, gloo = med("libddp", world, size), med("ProcessGroupGloo", world, size)
+            py, mem = med("torch.distributed", world, size), med("memcpy", world, size)
+            print(f"| {human(size)} | {1e6 * ours:.1f} | {1e6 * gloo:.1f} | {1e6 * py:.1f} "
+                  f"| {size / ours / 1e9:.2f} | {size / mem / 1e9:.2f} | {mem / ours:.2f} "
+                  f"| {gloo / ours:.1f}x |")
+    print()
+    if 2 in worlds and (400 << 10) in sizes:
+        t = med("libddp", 2, 400 << 10)
+        print(f"goal: 400 KB at world 2 <= 50 us: {1e6 * t:.1f} us "
+              f"({'met' if t <= 50e-6 else 'NOT met'})")
+    for world in worlds:
+        for size in (s for s in sizes if s >= 64 << 20):
+            ratio = med("memcpy", world, size) / med("libddp", world, size)
+            print(f"goal: {human(size)} at world {world} >= 0.5x memcpy bandwidth: "
+                  f"{ratio:.2f}x ({'met' if ratio >= 0.5 else 'NOT met'})")
+    print(f"raw results: {results}")
+
+
+if __name__ == "__main__":
+    main()

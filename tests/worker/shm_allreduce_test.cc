@@ -1,0 +1,192 @@
+// ShmAllreduce on its own: local ranks as threads (each with its own file
+// descriptor and lock, as processes have), and a forked process for a peer
+// that dies. The whole path under ddprun is gradient_allreduce_test.
+#include "worker/shm_allreduce.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "absl/strings/match.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "tests/testing/temp_dir.h"
+
+namespace ddprun::worker {
+namespace {
+
+using ::ddprun::testing::TempDir;
+
+float IntegerValue(int64_t i, int rank) {
+  return static_cast<float>((i * 5 + rank * 3) % 11) - 5.0f;
+}
+float NoisyValue(int64_t i, int rank) {
+  return static_cast<float>(((i + 1) * 2654435761u + rank * 40503u) % 100003) /
+         7919.0f;
+}
+
+ShmAllreduceOptions Options(const TempDir& dir, int local_rank, int local_size) {
+  ShmAllreduceOptions o;
+  o.dir = dir.path();
+  o.name = "segment";
+  o.local_rank = local_rank;
+  o.local_size = local_size;
+  o.timeout = std::chrono::seconds(20);
+  o.slice_floats = 64;  // small, so that buffers span many slices
+  return o;
+}
+
+// Runs `body` as every local rank, each on its own thread, after local
+// rank 0 created the segment and the others attached.
+void AsLocalRanks(const TempDir& dir, int size,
+                  const std::function<void(int, ShmAllreduce&)>& body,
+                  int64_t slice_floats = 64) {
+  absl::Notification created;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      ShmAllreduceOptions o = Options(dir, r, size);
+      o.slice_floats = slice_floats;
+      absl::StatusOr<std::unique_ptr<ShmAllreduce>> shm;
+      if (r == 0) {
+        shm = ShmAllreduce::Create(o);
+        created.Notify();
+      } else {
+        created.WaitForNotification();
+        shm = ShmAllreduce::Attach(o);
+      }
+      ASSERT_TRUE(shm.ok()) << shm.status();
+      body(r, **shm);
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+TEST(ShmAllreduceTest, EveryCountAndLocalSizeSumsExactlyWithTheSameBits) {
+  // 1 float, less than a chunk, chunk edges, several slices with a ragged end.
+  const std::vector<int64_t> counts = {1, 15, 17, 63, 64, 65, 1000, 64 * 7 + 5};
+  for (int size : {1, 2, 3, 4, 5, 8}) {
+    SCOPED_TRACE(size);
+    TempDir dir;
+    std::vector<std::vector<std::vector<float>>> noisy(size);
+    AsLocalRanks(dir, size, [&](int r, ShmAllreduce& shm) {
+      for (int64_t n : counts) {
+        std::vector<float> data(n);
+        for (int64_t i = 0; i < n; ++i) data[i] = IntegerValue(i, r);
+        ASSERT_TRUE(shm.Allreduce(data.data(), n).ok());
+        for (int64_t i = 0; i < n; ++i) {
+          float sum = 0;
+          for (int k = 0; k < size; ++k) sum += IntegerValue(i, k);
+          ASSERT_EQ(data[i], sum) << "rank " << r << " count " << n << " i " << i;
+        }
+        for (int64_t i = 0; i < n; ++i) data[i] = NoisyValue(i, r);
+        ASSERT_TRUE(shm.Allreduce(data.data(), n).ok());
+        noisy[r].push_back(data);
+      }
+    });
+    for (int r = 1; r < size; ++r) {
+      ASSERT_EQ(noisy[r].size(), counts.size());
+      for (size_t c = 0; c < counts.size(); ++c) {
+        EXPECT_EQ(std::memcmp(noisy[r][c].data(), noisy[0][c].data(),
+                              counts[c] * sizeof(float)),
+                  0)
+            << "rank " << r << " differs from rank 0 at count " << counts[c];
+      }
+    }
+    // The last rank to map it removed its name.
+    EXPECT_FALSE(std::filesystem::exists(dir.File("segment")));
+  }
+}
+
+TEST(ShmAllreduceTest, LocalRankZeroBringsEachSliceFromTheOtherNodes) {
+  TempDir dir;
+  AsLocalRanks(dir, 3, [](int r, ShmAllreduce& shm) {
+    // "Another node" contributes 100 per element; only local rank 0 calls it.
+    int calls = 0;
+    ShmAllreduce::BetweenNodes between = [&](float* data, int64_t n) {
+      ++calls;
+      for (int64_t i = 0; i < n; ++i) data[i] += 100;
+      return absl::OkStatus();
+    };
+    std::vector<float> data(200, static_cast<float>(r + 1));
+    ASSERT_TRUE(shm.Allreduce(data.data(), 200, between).ok());
+    for (float v : data) ASSERT_EQ(v, 106.0f);
+    EXPECT_EQ(calls, r == 0 ? 4 : 0);  // 200 floats in slices of 64
+  });
+}
+
+TEST(ShmAllreduceTest, AFailureBetweenNodesReachesEveryLocalRank) {
+  TempDir dir;
+  AsLocalRanks(dir, 2, [](int r, ShmAllreduce& shm) {
+    ShmAllreduce::BetweenNodes between = [](float*, int64_t) {
+      return absl::UnavailableError("the other node's leader is gone");
+    };
+    std::vector<float> data(10, 1.0f);
+    absl::Status status = shm.Allreduce(data.data(), 10, between);
+    EXPECT_FALSE(status.ok());
+    EXPECT_TRUE(absl::StrContains(status.message(), "the other node's leader is gone"))
+        << "rank " << r << ": " << status;
+    // Sticky: later calls fail at once.
+    EXPECT_FALSE(shm.Allreduce(data.data(), 10, between).ok());
+  });
+}
+
+TEST(ShmAllreduceTest, ARankThatNeverComesIsATimeoutThatNamesIt) {
+  TempDir dir;
+  ShmAllreduceOptions o = Options(dir, 0, 2);
+  o.timeout = std::chrono::milliseconds(300);
+  auto shm = ShmAllreduce::Create(o);
+  ASSERT_TRUE(shm.ok()) << shm.status();
+  std::vector<float> data(10, 1.0f);
+  absl::Time start = absl::Now();
+  absl::Status status = (*shm)->Allreduce(data.data(), 10);
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  EXPECT_TRUE(absl::StrContains(status.message(), "local rank 1")) << status;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+}
+
+TEST(ShmAllreduceTest, ADeadPeerIsNamedLongBeforeTheTimeout) {
+  TempDir dir;
+  ShmAllreduceOptions o = Options(dir, 0, 2);
+  o.timeout = std::chrono::seconds(60);
+  auto shm = ShmAllreduce::Create(o);
+  ASSERT_TRUE(shm.ok()) << shm.status();
+  // Local rank 1 maps the segment and dies without a word (as with kill -9).
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto peer = ShmAllreduce::Attach(Options(dir, 1, 2));
+    _exit(peer.ok() ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  std::vector<float> data(10, 1.0f);
+  absl::Time start = absl::Now();
+  absl::Status result = (*shm)->Allreduce(data.data(), 10);
+  EXPECT_EQ(result.code(), absl::StatusCode::kUnavailable) << result;
+  EXPECT_TRUE(absl::StrContains(result.message(), "local rank 1")) << result;
+  EXPECT_TRUE(absl::StrContains(result.message(), "died")) << result;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30));
+}
+
+TEST(ShmAllreduceTest, BadOptionsAreClearErrors) {
+  TempDir dir;
+  ShmAllreduceOptions o = Options(dir, 2, 2);
+  auto bad_rank = ShmAllreduce::Create(o);
+  ASSERT_FALSE(bad_rank.ok());
+  EXPECT_TRUE(absl::StrContains(bad_rank.status().message(), "local rank 2 of 2"));
+  o = Options(dir, 0, 2);
+  o.dir = dir.File("missing");
+  auto no_dir = ShmAllreduce::Create(o);
+  ASSERT_FALSE(no_dir.ok());
+  EXPECT_TRUE(absl::StrContains(no_dir.status().message(), dir.File("missing")));
+}
+
+}  // namespace
+}  // namespace ddprun::worker

@@ -1,0 +1,89 @@
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "worker/shm_allreduce.h"
+#include "worker/torch_compat.h"
+
+namespace ddprun::worker {
+
+// Which way gradients travel. kProcessGroup is the reference
+// (ProcessGroupGloo's allreduce, launched from autograd hooks); the other two
+// are GradientAllreduce.
+enum class GradientPath {
+  kProcessGroup,  // ProcessGroupGloo (or NCCL)
+  kSharedMemory,  // one node: ShmAllreduce only, no sockets
+  kHierarchical,  // ShmAllreduce in each node, Gloo between node leaders
+};
+std::string GradientPathName(GradientPath path);
+
+struct GradientAllreduceOptions {
+  // The round's store; keys under "ddp_grad/".
+  c10::intrusive_ptr<::c10d::Store> store;
+  int rank = 0;
+  int world_size = 1;
+  // This rank's node: ranks with the same host and shared-memory folder
+  // (DDPRUN_SHM_DIR, one per agent) reduce through one segment there. Empty
+  // folder: this rank shares memory with nobody (a node of its own).
+  std::string host;
+  std::string shm_dir;
+  // The segment's file name in shm_dir, the same on every rank of a round.
+  std::string segment_name;
+  std::chrono::milliseconds timeout = std::chrono::minutes(5);
+  int64_t slice_floats = ShmAllreduceOptions().slice_floats;
+  // Forms the Gloo group of the node leaders (rank = node index) on `store`;
+  // called on leaders only, when there is more than one node.
+  std::function<absl::StatusOr<c10::intrusive_ptr<Collectives>>(
+      const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size)>
+      make_leaders;
+};
+
+// The CPU gradient allreduce of DataParallel (float sums, in place, run in
+// the training thread): through shared memory inside a node, and
+// hierarchically across nodes (reduce in the node, allreduce between the
+// node leaders over Gloo, every local rank copies the result), so that
+// every rank ends with the same bits. Correct for any count and any world;
+// a dead or stopped peer ends it with an error within the timeout.
+class GradientAllreduce {
+ public:
+  // Collective over all ranks: each publishes its node, all derive the same
+  // layout. nullptr (and a log line saying why) when no node has two ranks
+  // that share a folder: then the process group is as fast and is used.
+  static absl::StatusOr<std::unique_ptr<GradientAllreduce>> Create(
+      const GradientAllreduceOptions& options);
+  ~GradientAllreduce();
+
+  // Sums `data` over all ranks, in place; blocks until done. Throws
+  // c10::Error naming the failed peer when it cannot finish.
+  void Run(float* data, int64_t count);
+
+  GradientPath path() const { return path_; }
+  // How many Run calls completed: tests check that this path ran.
+  int64_t runs() const { return runs_.load(); }
+  // "shared memory (2 local ranks, /dev/shm/ddprun-x/...)", for logs.
+  const std::string& description() const { return description_; }
+
+ private:
+  GradientAllreduce() = default;
+  absl::Status BetweenNodes(float* data, int64_t count);
+
+  GradientPath path_ = GradientPath::kSharedMemory;
+  std::string description_;
+  std::unique_ptr<ShmAllreduce> shm_;          // null: alone in the node
+  c10::intrusive_ptr<Collectives> leaders_;    // set on leaders, >1 node
+  bool hierarchical_ = false;
+  int64_t slice_floats_ = 0;
+  std::atomic<int64_t> runs_{0};
+};
+
+// DDPRUN_SHM_DIR, or empty when unset (e.g. under torchrun).
+std::string ShmDirFromEnvironment();
+
+}  // namespace ddprun::worker

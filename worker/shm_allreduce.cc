@@ -1,0 +1,454 @@
+#include "worker/shm_allreduce.h"
+
+#include <fcntl.h>
+#include <immintrin.h>
+#include <linux/futex.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <fstream>
+#include <new>
+
+#include "absl/strings/str_format.h"
+
+// Written here rather than taken from a library: the collective libraries
+// with a shared-memory path (oneCCL, DeepSpeed's CPU allreduce, NCCL's SHM
+// transport) are not packaged for Debian (or need a GPU), and Gloo, which
+// is, has none. The whole mechanism is ~300 lines of memcpy, additions and
+// counters.
+namespace ddprun::worker {
+namespace {
+
+constexpr uint64_t kMagic = 0x646470727573686dULL;  // "ddprushm"
+constexpr int kVersion = 1;
+constexpr int kMaxLocal = 64;
+constexpr int64_t kAlignFloats = 16;  // 64 bytes: chunks never share a line
+// Busy checks before sleeping on the futex: a few microseconds. Longer spins
+// cost more than they save on few cores, where the rank we wait for may need
+// this very core.
+constexpr int kSpins = 400;
+// A sleeping waiter wakes at least this often to look for dead peers.
+constexpr auto kLivenessPeriod = std::chrono::milliseconds(10);
+
+static_assert(std::atomic<uint64_t>::is_always_lock_free);
+static_assert(std::atomic<uint32_t>::is_always_lock_free);
+
+struct alignas(64) Counter {
+  std::atomic<uint64_t> value{0};
+};
+
+absl::Status Errno(const std::string& what, const std::string& path, int error) {
+  return absl::UnavailableError(absl::StrFormat(
+      "shared-memory allreduce: cannot %s %s: %s", what, path,
+      std::strerror(error)));
+}
+
+// The state of process `pid` as /proc shows it ('R', 'S', 'T' stopped, ...).
+char ProcessState(int pid) {
+  std::ifstream stat(absl::StrFormat("/proc/%d/stat", pid));
+  std::string text((std::istreambuf_iterator<char>(stat)),
+                   std::istreambuf_iterator<char>());
+  size_t close = text.rfind(')');
+  if (close == std::string::npos || close + 2 >= text.size()) return '?';
+  return text[close + 2];
+}
+
+// out[i] = ((in[0][i] + in[1][i]) + in[2][i]) + ...: one fixed order.
+void Reduce(float* __restrict out, float* const* in, int inputs, int64_t lo,
+            int64_t hi) {
+  const float* __restrict a = in[0];
+  const float* __restrict b = in[1];
+  switch (inputs) {
+    case 2:
+      for (int64_t i = lo; i < hi; ++i) out[i] = a[i] + b[i];
+      return;
+    case 3: {
+      const float* __restrict c = in[2];
+      for (int64_t i = lo; i < hi; ++i) out[i] = (a[i] + b[i]) + c[i];
+      return;
+    }
+    case 4: {
+      const float* __restrict c = in[2];
+      const float* __restrict d = in[3];
+      for (int64_t i = lo; i < hi; ++i) out[i] = ((a[i] + b[i]) + c[i]) + d[i];
+      return;
+    }
+    default:
+      for (int64_t i = lo; i < hi; ++i) out[i] = a[i] + b[i];
+      for (int k = 2; k < inputs; ++k) {
+        const float* __restrict x = in[k];
+        for (int64_t i = lo; i < hi; ++i) out[i] += x[i];
+      }
+  }
+}
+
+}  // namespace
+
+struct ShmAllreduce::Header {
+  uint64_t magic = kMagic;
+  int32_t version = kVersion;
+  int32_t local_size = 0;
+  int64_t slice_floats = 0;
+  // Every state change bumps `generation` and wakes its sleepers.
+  alignas(64) std::atomic<uint32_t> generation{0};
+  std::atomic<uint32_t> sleepers{0};
+  alignas(64) std::atomic<int32_t> attached{0};
+  // 0, or 1 + the local rank that failed first, with its message.
+  std::atomic<int32_t> failed{0};
+  char failure[512] = {};
+  int32_t pid[kMaxLocal] = {};
+  std::atomic<int32_t> present[kMaxLocal] = {};
+  // Per local rank: the last slice it copied in, reduced its chunk of, and
+  // copied out; `final` the last slice local rank 0 brought back from the
+  // other nodes.
+  Counter in_ready[kMaxLocal];
+  Counter reduced[kMaxLocal];
+  Counter copied[kMaxLocal];
+  Counter final;
+};
+
+namespace {
+
+constexpr size_t HeaderBytes() {
+  return (sizeof(ShmAllreduce::Header) + 4095) / 4096 * 4096;
+}
+
+}  // namespace
+
+static size_t SegmentBytes(int local_size, int64_t slice_floats) {
+  // Two buffer sets of local_size inputs and one output each.
+  return HeaderBytes() + 2 * static_cast<size_t>(local_size + 1) *
+                             static_cast<size_t>(slice_floats) * sizeof(float);
+}
+
+static absl::Status CheckOptions(const ShmAllreduceOptions& o) {
+  if (o.local_size < 1 || o.local_size > kMaxLocal || o.local_rank < 0 ||
+      o.local_rank >= o.local_size) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "shared-memory allreduce: local rank %d of %d is out of range (at "
+        "most %d local ranks)",
+        o.local_rank, o.local_size, kMaxLocal));
+  }
+  if (o.slice_floats < kAlignFloats || o.slice_floats % kAlignFloats != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "shared-memory allreduce: slice of %d floats; use a multiple of %d",
+        o.slice_floats, kAlignFloats));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<ShmAllreduce>> ShmAllreduce::Create(
+    const ShmAllreduceOptions& options) {
+  if (absl::Status ok = CheckOptions(options); !ok.ok()) return ok;
+  const std::string path = options.dir + "/" + options.name;
+  const std::string temp = path + ".creating";
+  const size_t size = SegmentBytes(options.local_size, options.slice_floats);
+  int fd = open(temp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return Errno("create", temp, errno);
+  auto give_up = [&](absl::Status status) {
+    close(fd);
+    unlink(temp.c_str());
+    return status;
+  };
+  if (int error = posix_fallocate(fd, 0, static_cast<off_t>(size)); error != 0) {
+    return give_up(Errno(absl::StrFormat("reserve %d bytes for", size), temp,
+                         error));
+  }
+  void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) return give_up(Errno("map", temp, errno));
+  auto* header = new (base) Header();
+  header->local_size = options.local_size;
+  header->slice_floats = options.slice_floats;
+  if (rename(temp.c_str(), path.c_str()) != 0) {
+    munmap(base, size);
+    return give_up(Errno("publish", path, errno));
+  }
+  std::unique_ptr<ShmAllreduce> shm(
+      new ShmAllreduce(options, path, fd, base, size));
+  if (absl::Status joined = shm->Join(); !joined.ok()) return joined;
+  return shm;
+}
+
+absl::StatusOr<std::unique_ptr<ShmAllreduce>> ShmAllreduce::Attach(
+    const ShmAllreduceOptions& options) {
+  if (absl::Status ok = CheckOptions(options); !ok.ok()) return ok;
+  const std::string path = options.dir + "/" + options.name;
+  const size_t size = SegmentBytes(options.local_size, options.slice_floats);
+  int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return Errno("open", path, errno);
+  struct stat st;
+  if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != size) {
+    close(fd);
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "shared-memory allreduce: %s has %d bytes, expected %d: local ranks "
+        "disagree on the local world size",
+        path, st.st_size, size));
+  }
+  void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) {
+    int error = errno;
+    close(fd);
+    return Errno("map", path, error);
+  }
+  std::unique_ptr<ShmAllreduce> shm(
+      new ShmAllreduce(options, path, fd, base, size));
+  const Header& h = *shm->header_;
+  if (h.magic != kMagic || h.version != kVersion ||
+      h.local_size != options.local_size ||
+      h.slice_floats != options.slice_floats) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "shared-memory allreduce: %s is not this group's segment (local "
+        "size %d, expected %d)",
+        path, h.local_size, options.local_size));
+  }
+  if (absl::Status joined = shm->Join(); !joined.ok()) return joined;
+  return shm;
+}
+
+ShmAllreduce::ShmAllreduce(const ShmAllreduceOptions& options, std::string path,
+                           int fd, void* base, size_t size)
+    : options_(options),
+      path_(std::move(path)),
+      fd_(fd),
+      base_(base),
+      size_(size),
+      header_(static_cast<Header*>(base)) {}
+
+ShmAllreduce::~ShmAllreduce() {
+  if (base_ != nullptr) munmap(base_, size_);
+  if (fd_ >= 0) close(fd_);  // releases this rank's lock
+}
+
+absl::Status ShmAllreduce::Join() {
+  // A lock on byte `local_rank` of the file, held as long as this process
+  // has it open: the kernel releases it when the process dies, however it
+  // dies, which is how the others tell a dead rank from a slow one. (An
+  // open-file-description lock: closing other descriptors keeps it.)
+  struct flock lock = {};
+  lock.l_type = F_WRLCK;
+  lock.l_whence = SEEK_SET;
+  lock.l_start = options_.local_rank;
+  lock.l_len = 1;
+  if (fcntl(fd_, F_OFD_SETLK, &lock) != 0) {
+    return Errno(absl::StrFormat("lock (local rank %d) in", options_.local_rank),
+                 path_, errno);
+  }
+  header_->pid[options_.local_rank] = static_cast<int32_t>(getpid());
+  header_->present[options_.local_rank].store(1, std::memory_order_release);
+  // The last rank to map the file removes its name: from then on it lives
+  // exactly as long as some rank has it mapped.
+  if (header_->attached.fetch_add(1) + 1 == options_.local_size) {
+    unlink(path_.c_str());
+  }
+  Signal();
+  return absl::OkStatus();
+}
+
+bool ShmAllreduce::PeerAlive(int local_rank) const {
+  if (header_->present[local_rank].load(std::memory_order_acquire) == 0) {
+    return true;  // not arrived yet: the timeout covers it
+  }
+  struct flock probe = {};
+  probe.l_type = F_WRLCK;
+  probe.l_whence = SEEK_SET;
+  probe.l_start = local_rank;
+  probe.l_len = 1;
+  if (fcntl(fd_, F_OFD_GETLK, &probe) != 0) return true;
+  return probe.l_type != F_UNLCK;
+}
+
+void ShmAllreduce::Signal() {
+  header_->generation.fetch_add(1);
+  if (header_->sleepers.load() > 0) {
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&header_->generation),
+            FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+  }
+}
+
+absl::Status ShmAllreduce::Fail(absl::Status status) {
+  if (failed_.ok()) failed_ = status;
+  int32_t none = 0;
+  if (header_->failed.compare_exchange_strong(none, options_.local_rank + 1)) {
+    std::string message(status.message());
+    std::strncpy(header_->failure, message.c_str(), sizeof(header_->failure) - 1);
+    Signal();
+  }
+  return failed_;
+}
+
+void ShmAllreduce::Abort(const std::string& message) {
+  (void)Fail(absl::InternalError(message));
+}
+
+absl::Status ShmAllreduce::WaitFor(const std::function<int()>& laggard,
+                                   const char* phase) {
+  int waiting_for = laggard();
+  if (waiting_for < 0) return absl::OkStatus();
+  for (int i = 0; i < kSpins; ++i) {
+    _mm_pause();
+    if ((waiting_for = laggard()) < 0) return absl::OkStatus();
+  }
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point start = Clock::now();
+  const Clock::time_point deadline = start + options_.timeout;
+  while (true) {
+    const uint32_t generation = header_->generation.load();
+    if ((waiting_for = laggard()) < 0) return absl::OkStatus();
+    if (int32_t who = header_->failed.load(); who != 0) {
+      if (!failed_.ok()) return failed_;
+      failed_ = absl::AbortedError(absl::StrFormat(
+          "gradient allreduce: local rank %d failed: %s", who - 1,
+          std::string(header_->failure, strnlen(header_->failure,
+                                                sizeof(header_->failure)))));
+      return failed_;
+    }
+    for (int peer = 0; peer < options_.local_size; ++peer) {
+      if (peer != options_.local_rank && !PeerAlive(peer)) {
+        return Fail(absl::UnavailableError(absl::StrFormat(
+            "gradient allreduce: local rank %d (pid %d) died while local "
+            "rank %d waited for it (%s, shared segment %s); its own log or "
+            "exit status says why",
+            peer, header_->pid[peer], options_.local_rank, phase, path_)));
+      }
+    }
+    const Clock::time_point now = Clock::now();
+    if (now >= deadline) {
+      const int pid = header_->pid[waiting_for];
+      const char state = pid > 0 ? ProcessState(pid) : '?';
+      return Fail(absl::DeadlineExceededError(absl::StrFormat(
+          "gradient allreduce: local rank %d waited %d ms for local rank %d "
+          "(pid %d%s, %s) and gave up; %s; raise the process group's "
+          "timeout if this rank is only slow",
+          options_.local_rank,
+          std::chrono::duration_cast<std::chrono::milliseconds>(now - start)
+              .count(),
+          waiting_for, pid,
+          pid <= 0 ? ", never arrived"
+                   : (state == 'T' || state == 't' ? ", stopped" : ""),
+          phase,
+          state == 'T' || state == 't'
+              ? "it is stopped (SIGSTOP or a debugger)"
+              : "it is hung or not calling the same allreduces")));
+    }
+    const auto nap = std::min<Clock::duration>(kLivenessPeriod, deadline - now);
+    struct timespec ts;
+    ts.tv_sec = std::chrono::duration_cast<std::chrono::seconds>(nap).count();
+    ts.tv_nsec = std::chrono::duration_cast<std::chrono::nanoseconds>(nap).count() %
+                 1000000000;
+    header_->sleepers.fetch_add(1);
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&header_->generation),
+            FUTEX_WAIT, generation, &ts, nullptr, 0);
+    header_->sleepers.fetch_sub(1);
+  }
+}
+
+float* ShmAllreduce::Input(int buffer, int local_rank) const {
+  auto* data = reinterpret_cast<float*>(static_cast<char*>(base_) + HeaderBytes());
+  return data + (static_cast<int64_t>(buffer) * (options_.local_size + 1) +
+                 local_rank) *
+                    options_.slice_floats;
+}
+
+float* ShmAllreduce::Output(int buffer) const {
+  return Input(buffer, options_.local_size);
+}
+
+absl::Status ShmAllreduce::Allreduce(float* data, int64_t count,
+                                     const BetweenNodes& between_nodes) {
+  if (!failed_.ok()) return failed_;
+  const int size = options_.local_size;
+  const int me = options_.local_rank;
+  const int64_t slice = options_.slice_floats;
+  Header& h = *header_;
+  auto all_reached = [&](Counter* counters, uint64_t target) {
+    return [counters, target, size] {
+      for (int r = 0; r < size; ++r) {
+        if (counters[r].value.load(std::memory_order_acquire) < target) return r;
+      }
+      return -1;
+    };
+  };
+  float* inputs[kMaxLocal];
+  for (int64_t offset = 0; offset < count; offset += slice) {
+    const int64_t n = std::min(slice, count - offset);
+    float* mine = data + offset;
+    const uint64_t seq = ++seq_;
+    const int buffer = static_cast<int>(seq & 1);
+    // This buffer set held slice seq-2: free once every rank copied it out
+    // (which also means every chunk of it was reduced).
+    if (seq > 2) {
+      absl::Status free = WaitFor(all_reached(h.copied, seq - 2),
+                                  "for the previous slice to be copied out");
+      if (!free.ok()) return free;
+    }
+    // Chunk r of the slice is local rank r's to reduce. Its own chunk a rank
+    // reads from its own buffer: only the others' chunks are copied in.
+    const int64_t chunk =
+        ((n + size - 1) / size + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
+    const int64_t lo = std::min(n, chunk * me);
+    const int64_t hi = std::min(n, lo + chunk);
+    float* in = Input(buffer, me);
+    std::memcpy(in, mine, lo * sizeof(float));
+    std::memcpy(in + hi, mine + hi, (n - hi) * sizeof(float));
+    h.in_ready[me].value.store(seq, std::memory_order_release);
+    Signal();
+
+    absl::Status ready = WaitFor(all_reached(h.in_ready, seq),
+                                 "for its input to the shared segment");
+    if (!ready.ok()) return ready;
+    for (int r = 0; r < size; ++r) inputs[r] = r == me ? mine : Input(buffer, r);
+    if (size == 1) {
+      std::memcpy(Output(buffer), mine, n * sizeof(float));
+    } else {
+      Reduce(Output(buffer), inputs, size, lo, hi);
+      // Still in this core's cache: the own chunk needs no copy-out later.
+      if (!between_nodes) {
+        std::memcpy(mine + lo, Output(buffer) + lo, (hi - lo) * sizeof(float));
+      }
+    }
+    h.reduced[me].value.store(seq, std::memory_order_release);
+    Signal();
+
+    if (between_nodes) {
+      if (me == 0) {
+        absl::Status local = WaitFor(all_reached(h.reduced, seq),
+                                     "for its chunk of the sum");
+        if (!local.ok()) return local;
+        absl::Status across = between_nodes(Output(buffer), n);
+        if (!across.ok()) return Fail(across);
+        h.final.value.store(seq, std::memory_order_release);
+        Signal();
+      } else {
+        absl::Status across = WaitFor(
+            [&h, seq] {
+              return h.final.value.load(std::memory_order_acquire) < seq ? 0
+                                                                         : -1;
+            },
+            "for the sum over the nodes");
+        if (!across.ok()) return across;
+      }
+    } else {
+      absl::Status local = WaitFor(all_reached(h.reduced, seq),
+                                   "for its chunk of the sum");
+      if (!local.ok()) return local;
+    }
+    if (between_nodes) {
+      std::memcpy(mine, Output(buffer), n * sizeof(float));
+    } else {
+      std::memcpy(mine, Output(buffer), lo * sizeof(float));
+      std::memcpy(mine + hi, Output(buffer) + hi, (n - hi) * sizeof(float));
+    }
+    h.copied[me].value.store(seq, std::memory_order_release);
+    Signal();
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ddprun::worker

@@ -1,0 +1,104 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace ddprun::worker {
+
+struct ShmAllreduceOptions {
+  // A folder in shared memory (the node's DDPRUN_SHM_DIR) and the segment's
+  // file name there, the same on every local rank of the group.
+  std::string dir;
+  std::string name;
+  int local_rank = 0;
+  int local_size = 1;
+  // How long one rank waits for another's next step before it fails.
+  std::chrono::milliseconds timeout = std::chrono::minutes(5);
+  // Buffers are reduced in slices of this many floats; the segment holds
+  // 2 x (local_size + 1) of them (1 MiB slices: 4 ranks' double-buffered
+  // slices stay in the last-level cache).
+  int64_t slice_floats = 256 * 1024;
+};
+
+// Sum of a float buffer over the ranks of one node, through one shared
+// segment, no sockets: for each slice every rank copies its part in, local
+// rank r reduces the r-th chunk of the slice over all inputs in local-rank
+// order (so every rank gets the same bits), then every rank copies the whole
+// reduced slice out (reduce-scatter, then all-gather). Slices alternate
+// between two buffer sets, so one slice's copy-out overlaps the next one's
+// copy-in. Ranks signal one another with counters in the segment and a
+// shared futex; waiters spin briefly, then sleep.
+//
+// Hierarchical use: with `between_nodes`, local rank 0 hands each reduced
+// slice to it (e.g. a Gloo allreduce among node leaders) before the others
+// copy it out.
+//
+// Failure: a local rank that dies (its lock on the segment is released by
+// the kernel), or fails and says so in the segment, or makes no progress
+// for `timeout` (stopped or hung), ends the wait of every other rank with an
+// error that names it. After an error the object only returns that error.
+//
+// Lifetime: local rank 0 creates the file (space reserved up front, so a
+// full tmpfs is an error here, not a SIGBUS later); the last rank to map it
+// unlinks it, so the memory goes when the last rank goes. A file left by a
+// rank that died before every rank mapped it goes with the agent's folder.
+//
+// Every local rank must make the same sequence of calls with the same
+// counts. Not thread-safe: one thread per process calls Allreduce.
+class ShmAllreduce {
+ public:
+  // Local rank 0: creates and publishes the segment. The others call Attach
+  // once it is published (the caller orders this, e.g. through its store).
+  static absl::StatusOr<std::unique_ptr<ShmAllreduce>> Create(
+      const ShmAllreduceOptions& options);
+  static absl::StatusOr<std::unique_ptr<ShmAllreduce>> Attach(
+      const ShmAllreduceOptions& options);
+  ~ShmAllreduce();
+  ShmAllreduce(const ShmAllreduce&) = delete;
+  ShmAllreduce& operator=(const ShmAllreduce&) = delete;
+
+  using BetweenNodes = std::function<absl::Status(float* data, int64_t count)>;
+  // Sums `data` over the local ranks (and, with `between_nodes`, over the
+  // nodes), in place.
+  absl::Status Allreduce(float* data, int64_t count,
+                         const BetweenNodes& between_nodes = nullptr);
+
+  // Tells the other local ranks that this one failed (they stop waiting and
+  // report `message`); for failures outside Allreduce.
+  void Abort(const std::string& message);
+
+  const std::string& path() const { return path_; }
+
+  // The segment's layout (shm_allreduce.cc).
+  struct Header;
+
+ private:
+  ShmAllreduce(const ShmAllreduceOptions& options, std::string path, int fd,
+               void* base, size_t size);
+  absl::Status Join();
+  // Waits until `laggard()` returns -1; else it names a local rank not there
+  // yet (for the error message), `phase` says what it was waited for.
+  absl::Status WaitFor(const std::function<int()>& laggard, const char* phase);
+  void Signal();
+  absl::Status Fail(absl::Status status);
+  bool PeerAlive(int local_rank) const;
+  float* Input(int buffer, int local_rank) const;
+  float* Output(int buffer) const;
+
+  ShmAllreduceOptions options_;
+  std::string path_;
+  int fd_ = -1;
+  void* base_ = nullptr;
+  size_t size_ = 0;
+  Header* header_ = nullptr;
+  uint64_t seq_ = 0;     // slices done, the same on every local rank
+  absl::Status failed_;  // sticky
+};
+
+}  // namespace ddprun::worker
