@@ -88,6 +88,22 @@ TEST(DropinTest, StackedSingleNodeOnPortZero) {
   EXPECT_EQ(ReadEnv(dir.File("rank_0.env.json"))["WORLD_SIZE"], "2");
 }
 
+TEST(DropinTest, TorchrunsLinePrefixAndItsTemplate) {
+  std::vector<std::string> line = {Ddprun(),  "--nproc-per-node", "2",
+                                   "--tee",   "3",
+                                   "--role",  "trainer",
+                                   FaultWorker(), "--print", "hi"};
+  RunResult plain = RunCommand(line, absl::Seconds(60));
+  ASSERT_TRUE(plain.exit.ok()) << plain.err;
+  EXPECT_THAT(plain.out, HasSubstr("[trainer1]:hi\n"));
+  RunResult templated =
+      RunCommand(line, absl::Seconds(60),
+                 {{"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE",
+                   "${role_name}-${rank}-${local_rank}> "}});
+  ASSERT_TRUE(templated.exit.ok()) << templated.err;
+  EXPECT_THAT(templated.out, HasSubstr("trainer-1-1> hi\n"));
+}
+
 struct Agents {
   TempDir dir;
   std::vector<Subprocess> procs;
