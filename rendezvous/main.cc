@@ -1,5 +1,6 @@
 // ddprun-rendezvous: the rendezvous and store server for ddprun jobs.
 #include "CLI/CLI.hpp"
+#include "common/cli.h"
 #include "common/logging.h"
 #include "rendezvous/run_server.h"
 
@@ -43,10 +44,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--metrics-host", options.metrics_host,
                  "address for /metrics (default: --host)");
-  app.add_option("--log-level", logging.level,
-                 "trace, debug, info, warn, error or off")
-      ->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  ddprun::common::AddLogLevelFlag(app, &logging.level);
+  ddprun::common::AddVersionFlag(app, "ddprun-rendezvous");
+  if (std::optional<int> code = ddprun::common::ParseFlags(
+          app, argc, argv, "ddprun-rendezvous")) {
+    return *code;
+  }
   ddprun::common::InitLogging(logging);
   return ddprun::rendezvous::RunServerUntilSignal(options);
 }

@@ -13,9 +13,11 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "common/endpoint.h"
+#include "common/version.h"
 #include "launcher/cli/nproc.h"
 #include "launcher/cli/rdzv_conf.h"
 
@@ -468,6 +470,8 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc,
       "Usage: ddprun [FLAGS] PROGRAM [ARGS...]; see also: ddprun status "
       "--help");
   AddLaunchFlags(app, o, raw);
+  bool version = false;
+  app.add_flag("--version", version, "print ddprun's version and exit");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -478,6 +482,11 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc,
     return FromCliError(e);
   }
 
+  if (version) {
+    command.kind = CommandLine::Kind::kHelp;
+    command.help = absl::StrCat("ddprun ", common::kVersion, "\n");
+    return command;
+  }
   if (absl::Status s = TakeProgram(app.remaining(), o); !s.ok()) return s;
   if (absl::Status s = ParseLaunchValues(raw, o); !s.ok()) return s;
   if (absl::Status s = CheckLaunchOptions(o); !s.ok()) return s;

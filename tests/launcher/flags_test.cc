@@ -160,6 +160,13 @@ INSTANTIATE_TEST_SUITE_P(
 
 using Mode = LaunchOptions::RdzvMode;
 
+TEST(FlagsTest, VersionIsTheProjectVersion) {
+  auto c = Parse({"--version"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->kind, CommandLine::Kind::kHelp);
+  EXPECT_THAT(c->help, testing::MatchesRegex("ddprun [0-9]+\\.[0-9]+\\.[0-9]+\n"));
+}
+
 TEST(FlagsTest, OneNodeWithoutRendezvousFlagsIsStandalone) {
   auto c = Parse({"--nproc-per-node", "2", "train.py"});
   ASSERT_TRUE(c.ok()) << c.status();
