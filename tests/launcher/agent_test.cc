@@ -206,7 +206,7 @@ TEST(AgentTest, BadInputGivesOneClearLineQuickly) {
       {{Ddprun(), "--standalone", "ddprun-no-such-program"},
        "cannot run 'ddprun-no-such-program'"},
       {{Ddprun(), "--rdzv-endpoint", "127.0.0.1:1", "--rdzv-conf",
-        "join_timeout=2", FaultWorker()},
+        "join_timeout=2,is_host=0", FaultWorker()},
        "ddprun-rendezvous runs there"},
   };
   for (const Case& c : cases) {
