@@ -32,7 +32,7 @@ inline CLI::Option* AddLogLevelFlag(CLI::App& app, std::string* level) {
 }
 
 inline void AddVersionFlag(CLI::App& app, const std::string& program) {
-  app.set_version_flag("--version", program + " " + kVersion);
+  app.set_version_flag("--version", program + " " + Version());
 }
 
 // Parses the command line. std::nullopt: go on; else the exit code: 0 after

@@ -484,7 +484,7 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc,
 
   if (version) {
     command.kind = CommandLine::Kind::kHelp;
-    command.help = absl::StrCat("ddprun ", common::kVersion, "\n");
+    command.help = absl::StrCat("ddprun ", common::Version(), "\n");
     return command;
   }
   if (absl::Status s = TakeProgram(app.remaining(), o); !s.ok()) return s;
