@@ -1,6 +1,7 @@
 // ddprun-mnist: the seed program in C++. Parses flags into
 // MnistTrainOptions and runs RunMnistTraining; nothing else lives here.
 #include "CLI/CLI.hpp"
+#include "common/cli.h"
 #include "common/logging.h"
 #include "mnist/mnist_trainer.h"
 #include "worker/error_file.h"
@@ -57,9 +58,12 @@ int main(int argc, char** argv) {
                "Gloo: reduce gradients on busy-polling pairs in the training "
                "thread instead of ProcessGroupGloo's threads")
       ->capture_default_str();
-  app.add_option("--log-level", o.log_level, "trace|debug|info|warn|error")
-      ->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  ddprun::common::AddLogLevelFlag(app, &o.log_level);
+  ddprun::common::AddVersionFlag(app, "ddprun-mnist");
+  if (std::optional<int> code =
+          ddprun::common::ParseFlags(app, argc, argv, "ddprun-mnist")) {
+    return *code;
+  }
 
   ddprun::common::InitLogging({.name = "ddprun-mnist", .level = o.log_level});
   // Training has closed its files and its process group by now.

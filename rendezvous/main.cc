@@ -4,6 +4,7 @@
 
 #include "CLI/CLI.hpp"
 #include "common/credentials.h"
+#include "common/cli.h"
 #include "common/logging.h"
 #include "rendezvous/job_token.h"
 #include "rendezvous/run_server.h"
@@ -100,9 +101,8 @@ int main(int argc, char** argv) {
   app.add_flag("--insecure", options.insecure,
                "listen beyond loopback without a token: only on a network "
                "that just trusted hosts reach");
-  app.add_option("--log-level", logging.level,
-                 "trace, debug, info, warn, error or off")
-      ->capture_default_str();
+  ddprun::common::AddLogLevelFlag(app, &logging.level);
+  ddprun::common::AddVersionFlag(app, "ddprun-rendezvous");
   std::string job_run_id;
   std::string job_secret_file;
   CLI::App* job_token = app.add_subcommand(
@@ -114,7 +114,10 @@ int main(int argc, char** argv) {
       ->required();
   job_token->add_option("--token-file", job_secret_file,
                         "the server's token file (default: $DDPRUN_TOKEN)");
-  CLI11_PARSE(app, argc, argv);
+  if (std::optional<int> code = ddprun::common::ParseFlags(
+          app, argc, argv, "ddprun-rendezvous")) {
+    return *code;
+  }
   if (*job_token) return PrintJobToken(job_run_id, job_secret_file);
   ddprun::common::InitLogging(logging);
   return ddprun::rendezvous::RunServerUntilSignal(options);

@@ -1,5 +1,6 @@
 #include "launcher/agent/round_plan.h"
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 
 namespace ddprun::launcher {
@@ -35,6 +36,14 @@ RoundPlan BuildRoundPlan(const LaunchOptions& options,
   plan.output.redirects = options.redirects;
   plan.output.tee = options.tee;
   plan.output.local_ranks_filter = options.local_ranks_filter;
+  plan.output.role = options.role;
+  static constexpr absl::string_view kPrefixTemplate =
+      "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE=";
+  for (const std::string& entry : context.base_env) {
+    if (absl::StartsWith(entry, kPrefixTemplate)) {
+      plan.output.prefix_template = entry.substr(kPrefixTemplate.size());
+    }
+  }
 
   for (int local_rank = 0; local_rank < n; ++local_rank) {
     WorkerEnvSpec spec;

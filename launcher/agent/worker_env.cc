@@ -40,13 +40,17 @@ std::vector<std::string> BuildWorkerEnv(const WorkerEnvSpec& spec,
   set(env::kRunId, spec.run_id);
   set(env::kErrorFile, spec.error_file);
   set(env::kUseAgentStore, "False");
-  if (vars.find(env::kOmpNumThreads) == vars.end()) {
+  // As torchrun: one thread each only when several workers share the node.
+  if (spec.local_world_size > 1 &&
+      vars.find(env::kOmpNumThreads) == vars.end()) {
     set(env::kOmpNumThreads, 1);
   }
-  // As torchrun 1.13 sets it: a failed NCCL collective raises instead of
-  // hanging, so that the agent sees the worker fail.
-  if (vars.find("NCCL_ASYNC_ERROR_HANDLING") == vars.end()) {
-    set("NCCL_ASYNC_ERROR_HANDLING", 1);
+  // As torchrun sets them (1.13 the first name, 2.x the second): a failed
+  // NCCL collective raises instead of hanging, so that the agent sees the
+  // worker fail.
+  for (const char* name :
+       {"NCCL_ASYNC_ERROR_HANDLING", "TORCH_NCCL_ASYNC_ERROR_HANDLING"}) {
+    if (vars.find(name) == vars.end()) set(name, 1);
   }
   set(env::kStoreEndpoint, spec.store_endpoint);
   set(env::kStoreRunId, spec.run_id);

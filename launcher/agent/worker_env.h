@@ -37,7 +37,7 @@ struct WorkerEnvSpec {
 
 // The worker's complete environment: `base` (the agent's own, NAME=value)
 // with the contract's names set over it. OMP_NUM_THREADS defaults to 1 when
-// `base` does not set it, as torchrun does.
+// `base` does not set it and the node runs several workers, as torchrun does.
 std::vector<std::string> BuildWorkerEnv(const WorkerEnvSpec& spec,
                                         const std::vector<std::string>& base);
 

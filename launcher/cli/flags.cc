@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <map>
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -12,9 +13,13 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "common/status_macros.h"
+#include "common/endpoint.h"
+#include "common/version.h"
+#include "launcher/cli/nproc.h"
 #include "launcher/cli/rdzv_conf.h"
 
 namespace ddprun::launcher {
@@ -119,15 +124,36 @@ struct RawLaunchFlags {
   std::string local_ranks_filter;
   std::string master_port = "0";
   std::string metrics_port = "-1";
+  // torchrun's flags that mean nothing here, by name: their values.
+  std::map<std::string, std::string> ignored;
+  std::map<std::string, bool> ignored_switches;
 };
+
+// torchrun (1.13 to 2.x) flags without a meaning for ddprun: accepted so that
+// a torchrun line runs unchanged, and logged once. Worker processes are
+// always fork+exec'd (--start-method); a Python program always runs as a
+// path (--run-path); logs go where --log-dir/--redirects/--tee say
+// (--logs-specs); there is no event log (--event-log-handler); no NUMA or
+// virtual-rank placement (--numa-binding, --virtual-local-rank); ddprun
+// always forwards SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2
+// (--signals-to-handle).
+constexpr const char* kIgnoredValueFlags[] = {
+    "--start-method",      "--logs-specs",
+    "--event-log-handler", "--numa-binding",
+    "--signals-to-handle", "--duplicate-stdout-filters",
+    "--duplicate-stderr-filters"};
+constexpr const char* kIgnoredSwitches[] = {"--run-path",
+                                            "--virtual-local-rank"};
 
 // The launch flags, as torchrun spells them, into `o` and `raw`.
 void AddLaunchFlags(CLI::App& app, LaunchOptions& o, RawLaunchFlags& raw) {
   AddString(app, "--nnodes", &raw.nnodes, "N or MIN:MAX nodes");
   AddString(app, "--nproc-per-node", &raw.nproc_per_node,
-            "workers on this node: N, cpu (one per CPU) or auto");
+            "workers on this node: N, cpu (one per CPU), gpu (one per GPU) "
+            "or auto (one per GPU, else one per CPU)");
   AddString(app, "--rdzv-endpoint", &o.rdzv_endpoint,
-            "HOST:PORT of ddprun-rendezvous");
+            "HOST:PORT of the rendezvous: ddprun-rendezvous, or served by the "
+            "agent on HOST when nothing listens there yet (port 0: one node)");
   AddString(app, "--rdzv-id", &o.rdzv_id, "the job's run id");
   AddString(app, "--rdzv-backend", &o.rdzv_backend,
             "accepted for torchrun compatibility (c10d, ddprun)");
@@ -164,9 +190,10 @@ void AddLaunchFlags(CLI::App& app, LaunchOptions& o, RawLaunchFlags& raw) {
           "call ddprun::worker::AwaitActivation() (libddp, e.g. "
           "ddprun-mnist) before it reads its environment");
   AddString(app, "--master-addr", &o.master_addr,
-            "accepted; the rendezvous decides");
+            "static rendezvous (without --rdzv-endpoint): node rank 0 serves "
+            "it here");
   AddString(app, "--master-port", &raw.master_port,
-            "accepted; the rendezvous decides");
+            "static rendezvous: its port (default 29500)");
   AddString(app, "--local-addr", &o.local_addr,
             "this node's address for its peers");
   AddString(app, "--log-level", &o.log_level,
@@ -176,6 +203,13 @@ void AddLaunchFlags(CLI::App& app, LaunchOptions& o, RawLaunchFlags& raw) {
             "(0: pick one; -1: off)");
   AddString(app, "--metrics-host", &o.metrics_host,
             "address /metrics listens on (0.0.0.0: every interface)");
+  for (const char* flag : kIgnoredValueFlags) {
+    AddString(app, flag, &raw.ignored[flag], "accepted; ignored (torchrun's)");
+  }
+  for (const char* flag : kIgnoredSwitches) {
+    AddFlag(app, flag, &raw.ignored_switches[flag],
+            "accepted; ignored (torchrun's)");
+  }
   AddAuthFlags(app, o.auth);
 }
 
@@ -204,22 +238,10 @@ absl::Status ParseLaunchValues(const RawLaunchFlags& raw, LaunchOptions& o) {
       !s.ok()) {
     return s;
   }
-  if (raw.nproc_per_node == "cpu") {
-    o.nproc_per_node = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
-  } else if (raw.nproc_per_node == "auto" || raw.nproc_per_node == "gpu") {
-    // No GPU support in this build: one worker, as torchrun on a CPU host.
-    o.nproc_per_node = 1;
-  } else {
-    absl::StatusOr<int> n =
-        ParseInt("--nproc-per-node", raw.nproc_per_node, 1, "2");
-    if (!n.ok()) {
-      return Usage(absl::StrFormat(
-          "--nproc-per-node: '%s' is not a positive integer, cpu or auto; "
-          "write e.g. --nproc-per-node 2",
-          raw.nproc_per_node));
-    }
-    o.nproc_per_node = *n;
-  }
+  absl::StatusOr<int> nproc =
+      ResolveNprocPerNode(raw.nproc_per_node, ProbeThisHost());
+  if (!nproc.ok()) return nproc.status();
+  o.nproc_per_node = *nproc;
   if (absl::Status s = ParseRdzvConf(raw.rdzv_conf, o.rdzv_conf); !s.ok()) {
     return s;
   }
@@ -263,6 +285,90 @@ absl::Status ParseLaunchValues(const RawLaunchFlags& raw, LaunchOptions& o) {
   DDPRUN_ASSIGN_OR_RETURN(
       o.local_ranks_filter,
       ParseIntList("--local-ranks-filter", raw.local_ranks_filter));
+  for (const auto& [flag, value] : raw.ignored) {
+    if (!value.empty()) o.ignored_flags.push_back(flag + " " + value);
+  }
+  for (const auto& [flag, on] : raw.ignored_switches) {
+    if (on) o.ignored_flags.push_back(flag);
+  }
+  return absl::OkStatus();
+}
+
+// How the rendezvous is found, as torchrun decides it: --standalone; else
+// --rdzv-endpoint (served by the agent on its host when free, c10d's
+// is_host); else static from --master-addr/--master-port (node rank 0
+// serves); else, for one node, standalone.
+absl::Status DecideRendezvous(LaunchOptions& o) {
+  using Mode = LaunchOptions::RdzvMode;
+  bool is_static = o.rdzv_endpoint.empty() &&
+                   (o.rdzv_backend == "static" || !o.master_addr.empty());
+  if (!o.standalone && o.rdzv_endpoint.empty() && !is_static &&
+      o.max_nodes == 1) {
+    o.standalone = true;  // torchrun's plain single-node line
+  }
+  if (o.standalone) {
+    o.rdzv_mode = Mode::kStandalone;
+    o.min_nodes = 1;
+    o.max_nodes = 1;
+    o.rdzv_endpoint.clear();
+    if (o.rdzv_id == "none") o.rdzv_id = RandomRunId();
+    return absl::OkStatus();
+  }
+  if (is_static) {
+    if (o.min_nodes != o.max_nodes) {
+      return Usage(absl::StrFormat(
+          "--nnodes %d:%d needs an elastic rendezvous; a static one "
+          "(--master-addr) has a fixed size: write --nnodes %d, or give "
+          "--rdzv-endpoint HOST:PORT",
+          o.min_nodes, o.max_nodes, o.max_nodes));
+    }
+    if (o.node_rank < 0) {
+      if (o.max_nodes > 1) {
+        return Usage(absl::StrFormat(
+            "static rendezvous (--master-addr %s) of %d nodes needs "
+            "--node-rank (0 on the node that serves it); write e.g. "
+            "--node-rank 0",
+            o.master_addr, o.max_nodes));
+      }
+      o.node_rank = 0;
+    }
+    if (o.node_rank >= o.max_nodes) {
+      return Usage(absl::StrFormat(
+          "--node-rank %d is not below --nnodes %d; write --node-rank 0..%d",
+          o.node_rank, o.max_nodes, o.max_nodes - 1));
+    }
+    std::string host = o.master_addr.empty() ? "127.0.0.1" : o.master_addr;
+    int port = o.master_port > 0 ? o.master_port : 29500;
+    o.rdzv_endpoint = common::Endpoint{host, port}.ToString();
+    o.rdzv_mode = o.node_rank == 0 ? Mode::kHost : Mode::kConnect;
+    return absl::OkStatus();
+  }
+  if (o.rdzv_endpoint.empty()) {
+    return Usage(absl::StrFormat(
+        "no rendezvous for --nnodes %d:%d: give --rdzv-endpoint HOST:PORT (a "
+        "ddprun-rendezvous server, or served by the agent on HOST), or "
+        "--master-addr A --master-port P --node-rank R (static)",
+        o.min_nodes, o.max_nodes));
+  }
+  absl::StatusOr<common::Endpoint> endpoint =
+      common::ParseEndpoint(o.rdzv_endpoint, /*default_port=*/29400);
+  if (!endpoint.ok()) {
+    return Usage(absl::StrCat("--rdzv-endpoint: ", endpoint.status().message()));
+  }
+  o.rdzv_endpoint = endpoint->ToString();
+  if (endpoint->port == 0) {
+    if (o.max_nodes > 1) {
+      return Usage(absl::StrFormat(
+          "--rdzv-endpoint %s: port 0 works for one node only (the others "
+          "could not find the port); write a port, e.g. %s:29400",
+          o.rdzv_endpoint, endpoint->host));
+    }
+    o.rdzv_mode = Mode::kHost;
+  } else if (o.rdzv_conf.is_host.has_value()) {
+    o.rdzv_mode = *o.rdzv_conf.is_host ? Mode::kHost : Mode::kConnect;
+  } else {
+    o.rdzv_mode = Mode::kHostOrConnect;
+  }
   return absl::OkStatus();
 }
 
@@ -301,17 +407,7 @@ absl::Status CheckLaunchOptions(LaunchOptions& o) {
           "--local-ranks-filter yet; drop one of them");
     }
   }
-  if (o.standalone) {
-    o.min_nodes = 1;
-    o.max_nodes = 1;
-    o.rdzv_endpoint.clear();
-    if (o.rdzv_id == "none") o.rdzv_id = RandomRunId();
-  } else if (o.rdzv_endpoint.empty()) {
-    return Usage(
-        "no rendezvous: give --rdzv-endpoint HOST:PORT (a ddprun-rendezvous "
-        "server) or --standalone for a single node");
-  }
-  return absl::OkStatus();
+  return DecideRendezvous(o);
 }
 
 absl::StatusOr<CommandLine> ParseStatus(int argc, const char* const* argv) {
@@ -362,6 +458,8 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc,
       "Usage: ddprun [FLAGS] PROGRAM [ARGS...]; see also: ddprun status "
       "--help");
   AddLaunchFlags(app, o, raw);
+  bool version = false;
+  app.add_flag("--version", version, "print ddprun's version and exit");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -372,6 +470,11 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc,
     return FromCliError(e);
   }
 
+  if (version) {
+    command.kind = CommandLine::Kind::kHelp;
+    command.help = absl::StrCat("ddprun ", common::Version(), "\n");
+    return command;
+  }
   DDPRUN_RETURN_IF_ERROR(TakeProgram(app.remaining(), o));
   DDPRUN_RETURN_IF_ERROR(ParseLaunchValues(raw, o));
   DDPRUN_RETURN_IF_ERROR(CheckLaunchOptions(o));

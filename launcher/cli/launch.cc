@@ -50,28 +50,38 @@ class ScratchDir {
   std::string path_;
 };
 
-// The rendezvous this agent talks to: the one at --rdzv-endpoint, or
-// (--standalone) one started here. `channel` loses its TLS settings then.
+// The rendezvous this agent talks to: the one at --rdzv-endpoint, or one
+// served here (--standalone, or torchrun's agent-hosted and static forms).
+// `channel` loses its TLS settings when this agent serves it.
 struct Rendezvous {
-  std::unique_ptr<rendezvous::Server> server;  // --standalone only
+  std::unique_ptr<rendezvous::Server> server;  // served by this agent
   common::Endpoint endpoint;
 };
+
+// Starts the in-process rendezvous server on host:port.
+absl::StatusOr<std::unique_ptr<rendezvous::Server>> Serve(
+    const std::string& host, int port, common::ChannelOptions& channel) {
+  // A token (if any) guards it; it serves no TLS.
+  rendezvous::ServerOptions server_options;
+  server_options.host = host;
+  server_options.port = port;
+  server_options.token = channel.token;
+  absl::StatusOr<std::unique_ptr<rendezvous::Server>> started =
+      rendezvous::Server::Start(server_options);
+  if (started.ok()) channel.ClearTls();
+  return started;
+}
 
 // Returns the exit code on failure.
 absl::StatusOr<Rendezvous> FindRendezvous(const LaunchOptions& options,
                                           common::ChannelOptions& channel,
                                           int& exit_code) {
+  using Mode = LaunchOptions::RdzvMode;
   Rendezvous found;
   std::string endpoint = options.rdzv_endpoint;
-  if (options.standalone) {
-    // Loopback only: a token (if any) guards it; TLS has no use here.
-    rendezvous::ServerOptions server_options;
-    server_options.host = "127.0.0.1";
-    server_options.port = 0;
-    server_options.token = channel.token;
-    channel.ClearTls();
+  if (options.rdzv_mode == Mode::kStandalone) {
     absl::StatusOr<std::unique_ptr<rendezvous::Server>> started =
-        rendezvous::Server::Start(server_options);
+        Serve("127.0.0.1", 0, channel);
     if (!started.ok()) {
       exit_code = 1;
       return absl::Status(started.status().code(),
@@ -84,12 +94,37 @@ absl::StatusOr<Rendezvous> FindRendezvous(const LaunchOptions& options,
     spdlog::info("standalone rendezvous on {}, run id {}", endpoint,
                  options.rdzv_id);
   }
-  absl::StatusOr<common::Endpoint> parsed = common::ParseEndpoint(endpoint);
+  absl::StatusOr<common::Endpoint> parsed =
+      common::ParseEndpoint(endpoint, /*default_port=*/29400);
   if (!parsed.ok()) {
     exit_code = 2;
     return absl::Status(parsed.status().code(),
                         absl::StrCat("--rdzv-endpoint: ",
                                      parsed.status().message()));
+  }
+  if (options.rdzv_mode == Mode::kHost ||
+      options.rdzv_mode == Mode::kHostOrConnect) {
+    // Binding decides: the address is this host's and nothing listens
+    // there yet (SO_REUSEPORT is off), so one agent wins, as c10d's is_host.
+    absl::StatusOr<std::unique_ptr<rendezvous::Server>> started =
+        Serve(parsed->host, parsed->port, channel);
+    if (started.ok()) {
+      found.server = std::move(*started);
+      parsed->port = found.server->port();
+      spdlog::info(
+          "serving the rendezvous on {} for this job (run id {}); it ends "
+          "with this agent: a separate ddprun-rendezvous outlives any node",
+          parsed->ToString(), options.rdzv_id);
+    } else if (options.rdzv_mode == Mode::kHost) {
+      exit_code = 1;
+      return absl::Status(
+          started.status().code(),
+          absl::StrCat("cannot serve the rendezvous on ", parsed->ToString(),
+                       ": ", started.status().message()));
+    } else {
+      spdlog::info("rendezvous at {} served elsewhere; joining it",
+                   parsed->ToString());
+    }
   }
   found.endpoint = *parsed;
   return found;
@@ -175,6 +210,14 @@ int Fail(const absl::Status& status, int code) {
 int RunLaunch(const LaunchOptions& options) {
   SignalWatcher::BlockSignals();
   common::InitLogging({"ddprun", options.log_level});
+  for (const std::string& flag : options.ignored_flags) {
+    spdlog::info("{}: torchrun's flag, ignored (no meaning with ddprun)", flag);
+  }
+  for (const std::string& key : options.rdzv_conf.ignored) {
+    spdlog::info("--rdzv-conf {}: torchrun's key, ignored (no meaning with "
+                 "ddprun's rendezvous)",
+                 key);
+  }
   AgentEvents events;
   // Created before any gRPC thread, so they all inherit the blocked mask.
   RendezvousClient* client_for_signals = nullptr;

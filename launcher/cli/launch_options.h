@@ -21,6 +21,12 @@ struct RdzvConf {
   absl::Duration heartbeat_interval = absl::Seconds(1);
   // A node silent this long is dropped from the job by the server.
   absl::Duration heartbeat_timeout = absl::Seconds(10);
+  // c10d's is_host: whether this agent serves the rendezvous at
+  // --rdzv-endpoint; unset: it does when the endpoint is its own address
+  // and nothing listens there yet.
+  std::optional<bool> is_host;
+  // torchrun keys without a meaning here ("key=value"), logged once.
+  std::vector<std::string> ignored;
 };
 
 // Which of a worker's streams go to files (torchrun's Std: 0 none, 1 stdout,
@@ -43,6 +49,13 @@ struct LaunchOptions {
   std::string rdzv_endpoint;  // HOST:PORT; empty only with --standalone
   std::string rdzv_id = "none";
   std::string rdzv_backend = "ddprun";  // c10d / ddprun, both mean ours
+  // How the rendezvous is found (decided from the flags): kConnect dials
+  // --rdzv-endpoint; kHostOrConnect serves it in-process when it is this
+  // host's address and free, else dials it (torchrun's c10d is_host);
+  // kHost serves it (static node rank 0, is_host=1); kStandalone serves
+  // one on a loopback port for this node alone.
+  enum class RdzvMode { kConnect, kHostOrConnect, kHost, kStandalone };
+  RdzvMode rdzv_mode = RdzvMode::kConnect;
   RdzvConf rdzv_conf;
   bool standalone = false;
   int node_rank = -1;  // -1: the server assigns it
@@ -73,6 +86,8 @@ struct LaunchOptions {
   // picks a port (logged).
   int metrics_port = -1;
   std::string metrics_host = "127.0.0.1";
+  // torchrun flags without a meaning here ("--flag value"), logged once.
+  std::vector<std::string> ignored_flags;
   // --token-file and --tls-*: how the agent proves itself to the rendezvous
   // server and checks it (the token is loaded later).
   common::Credentials auth;

@@ -1,6 +1,11 @@
 #include "launcher/cli/rdzv_conf.h"
 
+#include <algorithm>
+#include <iterator>
+
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -20,14 +25,50 @@ absl::StatusOr<absl::Duration> ParseSeconds(absl::string_view flag,
 }
 
 absl::Status ParseRdzvConf(absl::string_view text, RdzvConf& conf) {
+  // torchrun's keys that have no meaning with ddprun's rendezvous: the c10d
+  // store's transport and read timeout, etcd's connection settings.
+  static constexpr absl::string_view kIgnored[] = {
+      "read_timeout", "store_type", "use_libuv", "protocol",
+      "cacert",       "cert",       "key",       "rank"};
+  int keep_alive_max_attempt = 0;
   for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipEmpty())) {
     std::pair<absl::string_view, absl::string_view> kv =
         absl::StrSplit(item, absl::MaxSplits('=', 1));
     absl::string_view key = absl::StripAsciiWhitespace(kv.first);
     absl::string_view value = absl::StripAsciiWhitespace(kv.second);
+    if (std::find(std::begin(kIgnored), std::end(kIgnored), key) !=
+        std::end(kIgnored)) {
+      conf.ignored.push_back(absl::StrCat(key, "=", value));
+      continue;
+    }
+    if (key == "is_host") {
+      std::string v = absl::AsciiStrToLower(value);
+      if (v == "1" || v == "true" || v == "yes" || v == "y") {
+        conf.is_host = true;
+      } else if (v == "0" || v == "false" || v == "no" || v == "n") {
+        conf.is_host = false;
+      } else {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "--rdzv-conf is_host: '%s' is not a boolean; write is_host=1 or "
+            "is_host=0",
+            value));
+      }
+      continue;
+    }
+    if (key == "keep_alive_max_attempt") {
+      if (!absl::SimpleAtoi(value, &keep_alive_max_attempt) ||
+          keep_alive_max_attempt < 1) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "--rdzv-conf keep_alive_max_attempt: '%s' is not a positive "
+            "integer; write e.g. keep_alive_max_attempt=3",
+            value));
+      }
+      continue;
+    }
     absl::Duration* target = nullptr;
+    // c10d's "timeout" is its join timeout.
     if (key == "last_call_timeout") target = &conf.last_call_timeout;
-    if (key == "join_timeout") target = &conf.join_timeout;
+    if (key == "join_timeout" || key == "timeout") target = &conf.join_timeout;
     if (key == "close_timeout") target = &conf.close_timeout;
     if (key == "heartbeat_interval" || key == "keep_alive_interval") {
       target = &conf.heartbeat_interval;
@@ -36,7 +77,10 @@ absl::Status ParseRdzvConf(absl::string_view text, RdzvConf& conf) {
     if (target == nullptr) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "--rdzv-conf: unknown key '%s'; known keys: last_call_timeout, "
-          "join_timeout, close_timeout, heartbeat_interval, heartbeat_timeout",
+          "join_timeout (timeout), close_timeout, heartbeat_interval "
+          "(keep_alive_interval), heartbeat_timeout, keep_alive_max_attempt, "
+          "is_host; accepted and ignored: read_timeout, store_type, "
+          "use_libuv, protocol, cacert, cert, key, rank",
           key));
     }
     absl::StatusOr<absl::Duration> d =
@@ -48,6 +92,10 @@ absl::Status ParseRdzvConf(absl::string_view text, RdzvConf& conf) {
     return absl::InvalidArgumentError(
         "--rdzv-conf heartbeat_interval must be positive; write e.g. "
         "heartbeat_interval=1");
+  }
+  // torchrun: a node is dead after keep_alive_max_attempt missed beats.
+  if (keep_alive_max_attempt > 0) {
+    conf.heartbeat_timeout = conf.heartbeat_interval * keep_alive_max_attempt;
   }
   return absl::OkStatus();
 }

@@ -9,7 +9,10 @@ namespace {
 sigset_t WatchedSignals() {
   sigset_t set;
   sigemptyset(&set);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD}) {
+  // As torchrun: these end the job, forwarded to every worker first
+  // (SIGUSR1/SIGUSR2 too, which schedulers send ahead of a preemption).
+  for (int sig :
+       {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCHLD}) {
     sigaddset(&set, sig);
   }
   return set;

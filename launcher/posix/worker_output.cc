@@ -11,10 +11,29 @@
 #include <atomic>
 #include <filesystem>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
 
 namespace ddprun::launcher {
+
+std::string LinePrefix(const WorkerOutputOptions& options, int local_rank) {
+  if (options.prefix_template.empty()) {
+    return absl::StrFormat("[%s%d]:", options.role, local_rank);
+  }
+  // Python's string.Template names, braced or not; "$$" is a "$".
+  std::string rank = absl::StrCat(options.rank_offset + local_rank);
+  std::string local = absl::StrCat(local_rank);
+  return absl::StrReplaceAll(options.prefix_template,
+                             {{"$$", "$"},
+                              {"${role_name}", options.role},
+                              {"${rank}", rank},
+                              {"${local_rank}", local},
+                              {"$role_name", options.role},
+                              {"$rank", rank},
+                              {"$local_rank", local}});
+}
 namespace {
 
 constexpr int kStdout = 1;  // torchrun's Std bits
@@ -88,7 +107,7 @@ absl::StatusOr<std::unique_ptr<WorkerOutput>> WorkerOutput::Open(
         stream.file_fd = file;
         stream.console_fd =
             shown ? (s == 0 ? STDOUT_FILENO : STDERR_FILENO) : -1;
-        stream.prefix = absl::StrFormat("[rank%d]:", rank);
+        stream.prefix = LinePrefix(options, i);
       } else if (!shown) {
         stream.child_fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
         stream.owns_child_fd = true;

@@ -21,12 +21,21 @@ struct WorkerOutputOptions {
   PerRankStreams redirects;             // streams to files only
   PerRankStreams tee;                   // streams to files and the console
   std::vector<int> local_ranks_filter;  // console shows only these; empty: all
+  // Console lines of teed streams start with torchrun's prefix,
+  // "[<role><local rank>]:", or this template's (torchrun's
+  // TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE: ${role_name}, ${rank},
+  // ${local_rank}) when it is set.
+  std::string role = "default";
+  std::string prefix_template;
 };
+
+// The console prefix of one worker's teed lines (see WorkerOutputOptions).
+std::string LinePrefix(const WorkerOutputOptions& options, int local_rank);
 
 // Where the workers' stdout and stderr go for one attempt, as torchrun's
 // --redirects/--tee/--local-ranks-filter say: inherited from the agent
 // (console), a file rank_<N>.stdout|.stderr, both (the agent copies a pipe
-// to the file and to the console, each line prefixed "[rankN]:"), or nowhere
+// to the file and to the console, each line prefixed "[default0]:"), or nowhere
 // (filtered out of the console). Owned by the agent's thread; the copying
 // runs on a thread of its own.
 class WorkerOutput {

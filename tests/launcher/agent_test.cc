@@ -207,7 +207,7 @@ TEST(AgentTest, BadInputGivesOneClearLineQuickly) {
       {{Ddprun(), "--standalone", "ddprun-no-such-program"},
        "cannot run 'ddprun-no-such-program'"},
       {{Ddprun(), "--rdzv-endpoint", "127.0.0.1:1", "--rdzv-conf",
-        "join_timeout=2", FaultWorker()},
+        "join_timeout=2,is_host=0", FaultWorker()},
        "ddprun-rendezvous runs there"},
   };
   for (const Case& c : cases) {
@@ -282,8 +282,9 @@ TEST_P(StopSignalTest, IsForwardedAndEndsEveryWorker) {
   EXPECT_TRUE(WaitFor([&] { return AllGone(job->workers); }, absl::Seconds(2)));
 }
 
-INSTANTIATE_TEST_SUITE_P(IntTermHupQuit, StopSignalTest,
-                         ::testing::Values(SIGINT, SIGTERM, SIGHUP, SIGQUIT));
+INSTANTIATE_TEST_SUITE_P(TorchrunsSignals, StopSignalTest,
+                         ::testing::Values(SIGINT, SIGTERM, SIGHUP, SIGQUIT,
+                                           SIGUSR1, SIGUSR2));
 
 TEST(AgentTest, ChildrenOfWorkersDoNotOutliveTheJob) {
   TempDir dir;
@@ -710,11 +711,13 @@ TEST(AgentTest, LogDirRedirectsAndTee) {
   // The failed attempt's error file is kept beside its logs.
   EXPECT_THAT(ReadFileOrEmpty(logs + "/logged/attempt_0/rank_1.error.json"),
               HasSubstr("first attempt fails"));
-  // Tee'd stdout reaches the console with a rank prefix, once per attempt.
-  int rank0_lines = CountLinesWith(r.out, "[rank0]:hello from a worker");
+  // Tee'd stdout reaches the console with torchrun's prefix (role and local
+  // rank), once per attempt.
+  int rank0_lines = CountLinesWith(r.out, "[default0]:hello from a worker");
   EXPECT_GE(rank0_lines, 1) << r.out;
   EXPECT_LE(rank0_lines, 2) << r.out;
-  EXPECT_EQ(CountLinesWith(r.out, "[rank1]:hello from a worker"), 2) << r.out;
+  EXPECT_EQ(CountLinesWith(r.out, "[default1]:hello from a worker"), 2)
+      << r.out;
 }
 
 TEST(AgentTest, LocalRanksFilterHidesOtherRanksFromTheConsole) {

@@ -131,7 +131,16 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         BadInput{{"--bogus", "prog"}, "unknown flag '--bogus'"},
         BadInput{{"--standalone"}, "no program to run"},
-        BadInput{{"prog"}, "--rdzv-endpoint"},
+        BadInput{{"--nnodes", "2", "prog"}, "--rdzv-endpoint"},
+        BadInput{{"--nnodes", "2", "--master-addr", "h", "prog"},
+                 "--node-rank"},
+        BadInput{{"--nnodes", "1:2", "--master-addr", "h", "--node-rank", "0",
+                  "prog"},
+                 "fixed size"},
+        BadInput{{"--nnodes", "2", "--rdzv-endpoint", "h:0", "prog"},
+                 "port 0 works for one node only"},
+        BadInput{{"--standalone", "--rdzv-conf", "is_host=maybe", "p"},
+                 "is_host"},
         BadInput{{"--standalone", "--nnodes", "3:1", "p"}, "--nnodes"},
         BadInput{{"--standalone", "--nproc-per-node", "0", "p"},
                  "--nproc-per-node"},
@@ -148,6 +157,100 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{{"--standalone", "--prewarm", "--tee", "3", "x.py"},
                  "--prewarm cannot be combined"},
         BadInput{{"status"}, "--rdzv-endpoint"}));
+
+using Mode = LaunchOptions::RdzvMode;
+
+TEST(FlagsTest, VersionIsTheProjectVersion) {
+  auto c = Parse({"--version"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->kind, CommandLine::Kind::kHelp);
+  EXPECT_THAT(c->help, testing::MatchesRegex("ddprun [0-9]+\\.[0-9]+\\.[0-9]+\n"));
+}
+
+TEST(FlagsTest, OneNodeWithoutRendezvousFlagsIsStandalone) {
+  auto c = Parse({"--nproc-per-node", "2", "train.py"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->launch.rdzv_mode, Mode::kStandalone);
+  EXPECT_THAT(c->launch.rdzv_id, HasSubstr("standalone-"));
+}
+
+TEST(FlagsTest, StackedSingleNodeOnPortZeroServesIt) {
+  auto c = Parse({"--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0",
+                  "--nnodes", "1", "train.py"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->launch.rdzv_mode, Mode::kHost);
+  EXPECT_EQ(c->launch.rdzv_endpoint, "localhost:0");
+}
+
+TEST(FlagsTest, AnEndpointIsServedWhenFreeUnlessIsHostSays) {
+  auto c = Parse({"--nnodes", "2", "--rdzv-endpoint", "node1", "train.py"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->launch.rdzv_mode, Mode::kHostOrConnect);
+  EXPECT_EQ(c->launch.rdzv_endpoint, "node1:29400");  // torchrun's default
+  auto no = Parse({"--nnodes", "2", "--rdzv-endpoint", "node1:1234",
+                   "--rdzv-conf", "is_host=0", "train.py"});
+  ASSERT_TRUE(no.ok()) << no.status();
+  EXPECT_EQ(no->launch.rdzv_mode, Mode::kConnect);
+  auto yes = Parse({"--nnodes", "2", "--rdzv-endpoint", "node1:1234",
+                    "--rdzv-conf", "is_host=true", "train.py"});
+  ASSERT_TRUE(yes.ok()) << yes.status();
+  EXPECT_EQ(yes->launch.rdzv_mode, Mode::kHost);
+}
+
+TEST(FlagsTest, StaticRendezvousNodeRankZeroServes) {
+  auto r0 = Parse({"--nnodes", "2", "--node-rank", "0", "--master-addr",
+                   "10.1.2.3", "--master-port", "1234", "train.py"});
+  ASSERT_TRUE(r0.ok()) << r0.status();
+  EXPECT_EQ(r0->launch.rdzv_mode, Mode::kHost);
+  EXPECT_EQ(r0->launch.rdzv_endpoint, "10.1.2.3:1234");
+  auto r1 = Parse({"--nnodes=2", "--node_rank=1", "--master_addr=10.1.2.3",
+                   "train.py"});
+  ASSERT_TRUE(r1.ok()) << r1.status();
+  EXPECT_EQ(r1->launch.rdzv_mode, Mode::kConnect);
+  EXPECT_EQ(r1->launch.rdzv_endpoint, "10.1.2.3:29500");
+}
+
+TEST(FlagsTest, KubeflowPetVariablesAlone) {
+  setenv("PET_NNODES", "2", 1);
+  setenv("PET_NODE_RANK", "1", 1);
+  setenv("PET_MASTER_ADDR", "job-master-0", 1);
+  setenv("PET_MASTER_PORT", "23456", 1);
+  setenv("PET_NPROC_PER_NODE", "3", 1);
+  auto c = Parse({"train.py"});
+  for (const char* name : {"PET_NNODES", "PET_NODE_RANK", "PET_MASTER_ADDR",
+                           "PET_MASTER_PORT", "PET_NPROC_PER_NODE"}) {
+    unsetenv(name);
+  }
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->launch.max_nodes, 2);
+  EXPECT_EQ(c->launch.node_rank, 1);
+  EXPECT_EQ(c->launch.nproc_per_node, 3);
+  EXPECT_EQ(c->launch.rdzv_mode, Mode::kConnect);
+  EXPECT_EQ(c->launch.rdzv_endpoint, "job-master-0:23456");
+}
+
+TEST(FlagsTest, TorchrunFlagsWithoutMeaningAreAcceptedAndListed) {
+  auto c = Parse({"--start-method", "spawn", "--run_path", "--logs-specs",
+                  "x", "--event-log-handler", "console", "--numa-binding",
+                  "node", "--signals-to-handle", "SIGTERM,SIGUSR1",
+                  "--virtual-local-rank", "--rdzv-conf",
+                  "timeout=9,read_timeout=60,store_type=tcp,use_libuv=1,"
+                  "keep_alive_interval=2,keep_alive_max_attempt=4",
+                  "train.py"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  const LaunchOptions& o = c->launch;
+  EXPECT_THAT(o.ignored_flags,
+              testing::UnorderedElementsAre(
+                  "--start-method spawn", "--run-path", "--logs-specs x",
+                  "--event-log-handler console", "--numa-binding node",
+                  "--signals-to-handle SIGTERM,SIGUSR1",
+                  "--virtual-local-rank"));
+  EXPECT_THAT(o.rdzv_conf.ignored,
+              ElementsAre("read_timeout=60", "store_type=tcp", "use_libuv=1"));
+  EXPECT_EQ(o.rdzv_conf.join_timeout, absl::Seconds(9));
+  EXPECT_EQ(o.rdzv_conf.heartbeat_interval, absl::Seconds(2));
+  EXPECT_EQ(o.rdzv_conf.heartbeat_timeout, absl::Seconds(8));
+}
 
 }  // namespace
 }  // namespace ddprun::launcher

@@ -147,7 +147,8 @@ TEST(WorkerEnvTest, SetsTheContractOverTheAgentsEnvironment) {
                                "DDPRUN_ROUND=7",
                                "DDPRUN_LOCAL_ADDR=10.0.0.3",
                                "DDPRUN_PROGRESS_FD=9",
-                               "NCCL_ASYNC_ERROR_HANDLING=1"}) {
+                               "NCCL_ASYNC_ERROR_HANDLING=1",
+                               "TORCH_NCCL_ASYNC_ERROR_HANDLING=1"}) {
     EXPECT_TRUE(set.count(expected)) << expected;
   }
   // Not ours to pass on when not given.
@@ -157,6 +158,10 @@ TEST(WorkerEnvTest, SetsTheContractOverTheAgentsEnvironment) {
   env = BuildWorkerEnv(spec, {"OMP_NUM_THREADS=4"});
   EXPECT_TRUE(
       std::set<std::string>(env.begin(), env.end()).count("OMP_NUM_THREADS=4"));
+  // A single worker keeps all threads, as torchrun leaves it.
+  spec.local_world_size = 1;
+  env = BuildWorkerEnv(spec, {"PATH=/bin"});
+  for (const std::string& e : env) EXPECT_NE(e.rfind("OMP_NUM_THREADS", 0), 0u);
 }
 
 TEST(ProgramCommandTest, PythonProgramsAsTorchrunRunsThem) {

@@ -1,0 +1,157 @@
+"""torchrun command lines from PyTorch's docs, Kubeflow's PyTorchJob
+(PET_* variables) and Slurm recipes, with `torchrun` replaced by `ddprun`
+and nothing else changed, each running the unmodified env:// program
+allreduce.py. Multi-node lines start two agents on loopback. Lines run in
+parallel; prints "N of N command lines work" and the wall time.
+
+Usage: torchrun_corpus_test.py --ddprun PATH
+"""
+import argparse
+import concurrent.futures
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PROGRAM = os.path.join(HERE, "allreduce.py")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# (name, flags per node (PORT, RANK, LOGDIR substituted), extra env per node,
+#  nodes, world size, how the program is named: script | module | no-python)
+CORPUS = [
+    ("docs: single node, standalone", "--standalone --nproc-per-node 2", {}, 1, 2, "script"),
+    ("docs: standalone, underscores, =", "--standalone --nnodes=1 --nproc_per_node=2", {}, 1, 2, "script"),
+    ("docs: plain single node", "--nproc-per-node 2", {}, 1, 2, "script"),
+    ("docs: plain, underscores", "--nnodes=1 --nproc_per_node=2", {}, 1, 2, "script"),
+    ("docs: stacked single node, port 0",
+     "--rdzv-backend c10d --rdzv-endpoint localhost:0 --nnodes 1 --nproc-per-node 2", {}, 1, 2, "script"),
+    ("blog: c10d on localhost",
+     "--nnodes=1 --nproc_per_node=2 --rdzv_id=100 --rdzv_backend=c10d --rdzv_endpoint=127.0.0.1:PORT",
+     {}, 1, 2, "script"),
+    ("docs: -m module", "--standalone --nproc-per-node 2 -m", {}, 1, 2, "module"),
+    ("docs: --no-python", "--standalone --nproc-per-node 2 --no-python", {}, 1, 2, "no-python"),
+    ("docs: log flags", "--standalone --nproc-per-node 2 --log-dir LOGDIR --redirects 3 --tee 1", {}, 1, 2, "script"),
+    ("docs: short log flags, filter", "--standalone --nproc_per_node 2 -r 1 -t 2 --local_ranks_filter 0",
+     {}, 1, 2, "script"),
+    ("docs: fault tolerant, one node",
+     "--standalone --nproc-per-node 2 --max-restarts 3 --monitor-interval 1", {}, 1, 2, "script"),
+    ("torchrun flags without meaning",
+     "--standalone --nproc-per-node 2 --start-method spawn --role trainer --run-path "
+     "--logs-specs x --numa-binding node --signals-to-handle SIGTERM",
+     {}, 1, 2, "script"),
+    ("rdzv-conf keys", "--nproc-per-node 2 --rdzv-endpoint localhost:0 --rdzv-conf "
+     "timeout=900,read_timeout=60,store_type=tcp,use_libuv=0,keep_alive_max_attempt=5",
+     {}, 1, 2, "script"),
+    ("Kubeflow single node, PET_* only", "",
+     {"PET_NNODES": "1", "PET_NPROC_PER_NODE": "2"}, 1, 2, "script"),
+    ("docs: agent-hosted multi-node, c10d",
+     "--nnodes 2 --nproc-per-node 1 --rdzv-id job1 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:PORT",
+     {}, 2, 2, "script"),
+    ("Slurm: srun torchrun, c10d, underscores",
+     "--nnodes 2 --nproc_per_node 2 --rdzv_id 4242 --rdzv_backend c10d --rdzv_endpoint 127.0.0.1:PORT",
+     {}, 2, 4, "script"),
+    ("docs: elastic MIN:MAX",
+     "--nnodes 1:2 --nproc-per-node 1 --max-restarts 3 --rdzv-id elastic --rdzv-backend c10d "
+     "--rdzv-endpoint 127.0.0.1:PORT",
+     {}, 2, None, "script"),
+    ("Slurm: static, --master-addr/--master-port",
+     "--nnodes 2 --node-rank RANK --nproc-per-node 1 --master-addr 127.0.0.1 --master-port PORT",
+     {}, 2, 2, "script"),
+    ("static, underscores and =",
+     "--nnodes=2 --node_rank=RANK --nproc_per_node=2 --master_addr=127.0.0.1 --master_port=PORT",
+     {}, 2, 4, "script"),
+    ("Kubeflow PyTorchJob, PET_* only (static)", "",
+     {"PET_NNODES": "2", "PET_NODE_RANK": "RANK", "PET_MASTER_ADDR": "127.0.0.1",
+      "PET_MASTER_PORT": "PORT", "PET_NPROC_PER_NODE": "1"}, 2, 2, "script"),
+    ("Kubeflow elastic, PET_* rendezvous", "",
+     {"PET_NNODES": "2", "PET_RDZV_BACKEND": "c10d", "PET_RDZV_ENDPOINT": "127.0.0.1:PORT",
+      "PET_RDZV_ID": "kf", "PET_NPROC_PER_NODE": "1"}, 2, 2, "script"),
+    ("static multi-node, the program as -m",
+     "--nnodes 2 --node-rank RANK --nproc-per-node 1 --master-addr 127.0.0.1 --master-port PORT -m",
+     {}, 2, 2, "module"),
+]
+
+
+def run_case(ddprun, case):
+    name, ok, output = run_case_once(ddprun, case)
+    # Cases run in parallel, each picking free ports that it releases: one
+    # may take a port another case was about to bind. Retried once, only for
+    # that reason.
+    if not ok and "Address already in use" in output:
+        name, ok, output = run_case_once(ddprun, case)
+        name += " (retried after a port race between cases)"
+    return name, ok, output
+
+
+def run_case_once(ddprun, case):
+    name, flags, env_extra, nodes, world, kind = case
+    port = str(free_port())
+    with tempfile.TemporaryDirectory() as out:
+        procs = []
+        for node in range(nodes):
+            subst = lambda a: (a.replace("PORT", port).replace("RANK", str(node))
+                               .replace("LOGDIR", os.path.join(out, "logs")))
+            argv = [ddprun] + [subst(a) for a in flags.split()]
+            if kind == "script":
+                argv += [PROGRAM, out]
+            elif kind == "module":
+                argv += ["allreduce", out]
+            else:
+                argv += ["/usr/bin/python3", PROGRAM, out]
+            env = {k: v for k, v in os.environ.items() if not k.startswith("PET_")}
+            env["PYTHONPATH"] = HERE
+            env["PYTHON_EXEC"] = "/usr/bin/python3"  # the Python with torch
+            env.update({k: subst(v) for k, v in env_extra.items()})
+            procs.append(subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
+                                          stderr=subprocess.STDOUT, text=True))
+        outputs, ok = [], True
+        for p in procs:
+            try:
+                text, _ = p.communicate(timeout=240)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                text, _ = p.communicate()
+            outputs.append(text)
+            ok = ok and p.returncode == 0
+        results = sorted(f for f in os.listdir(out) if f.endswith(".result"))
+        worlds = set()
+        for f in results:
+            with open(os.path.join(out, f)) as fh:
+                worlds.add(int(fh.read().split()[0]))
+        got = len(results)
+        expected = world if world is not None else got
+        ok = (ok and got == expected and worlds == {expected} and
+              results == sorted("rank_%d.result" % r for r in range(expected)))
+        return name, ok, "\n".join(outputs)[-3000:]
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--ddprun", required=True)
+    parser.add_argument("--jobs", type=int, default=4)
+    args = parser.parse_args()
+    start = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+        results = list(pool.map(lambda c: run_case(args.ddprun, c), CORPUS))
+    failed = [(n, o) for n, ok, o in results if not ok]
+    for n, ok, _ in results:
+        print("%s: %s" % ("ok" if ok else "FAILED", n))
+    for n, o in failed:
+        print("FAIL: %s\n%s\n" % (n, o))
+    print("%d of %d command lines work (%.1f s, %d in parallel)" %
+          (len(results) - len(failed), len(results), time.monotonic() - start,
+           args.jobs))
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
