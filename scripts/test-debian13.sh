@@ -66,8 +66,6 @@ mirror=${DDPRUN_CI_MIRROR:-$(sed -n 's/^URIs: *\(http[^ ]*debian\)\/*$/\1/p' \
 mirror=${mirror:-http://deb.debian.org/debian}
 
 mkdir -p "$cache"/{logs,ccache,debs,debootstrap}
-exec 9>"$cache/lock"
-flock -w 3600 9 || fail "another run holds $cache/lock for over an hour"
 
 # MNIST: the tests read <source>/data/mnist (scripts/setup.sh on the host
 # fetched and verified it). A link to a folder outside the source is mounted
@@ -233,7 +231,7 @@ run_cuda() {
   log "cuda: $(in_root "$r" dpkg-query -W -f='libtorch-cuda-dev ${Version}, ' libtorch-cuda-dev)$(in_root "$r" dpkg-query -W -f='libnccl-dev ${Version}' libnccl-dev)"
   local b=/build-cuda cmd
   root_cmd "$r"
-  bounded 600 "cuda: configure" "$cache/logs/cuda-configure.log" \
+  bounded 1200 "cuda: configure" "$cache/logs/cuda-configure.log" \
     "${cmd[@]}" cmake -S /src -B "$b" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DCMAKE_CXX_FLAGS=-Werror \
       "-DCMAKE_EXE_LINKER_FLAGS=-Wl,--allow-shlib-undefined" \
@@ -257,7 +255,11 @@ run_cuda() {
 start=$SECONDS
 for s in "${stages[@]}"; do
   t=$SECONDS
+  # One run of a stage at a time on this machine (they share its root).
+  exec {lock}>"$cache/lock.$s"
+  flock -w 3600 "$lock" || fail "$s: another run holds $cache/lock.$s for over an hour"
   "run_$s"
+  exec {lock}>&-
   log "$s: done in $((SECONDS - t)) s"
 done
 log "all stages passed in $((SECONDS - start)) s"

@@ -19,7 +19,7 @@
 # Every step has a time limit; all of it stays within TIME_LIMIT seconds
 # (default 460: a device call may run 8 minutes).
 # Usage: tests/gpu/run.sh   (env: PYTHON, LIBTORCH_DIR, CARRY_DIR, BUILD_DIR,
-#                             DATA_DIR, TIME_LIMIT, JOBS, PREPARE_ONLY)
+#                             DATA_DIR, TIME_LIMIT, BUILD_LIMIT, JOBS, PREPARE_ONLY)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
@@ -46,6 +46,7 @@ step() { echo "== [$((SECONDS - started)) s] $*"; }
 # --- the carried dependencies (no GPU needed up to the build) -----------------
 carry_env=()
 cmake_prefix=()
+carry_flags=""
 if [ -d "$CARRY/root/usr" ]; then
   usr=$CARRY/root/usr
   need=$(cat "$CARRY/glibc-required")
@@ -63,6 +64,9 @@ if [ -d "$CARRY/root/usr" ]; then
   export PATH=$usr/bin:$PATH
   export PKG_CONFIG_LIBDIR=$usr/lib/x86_64-linux-gnu/pkgconfig:$usr/share/pkgconfig
   cmake_prefix=("$usr")
+  # Multiarch headers (OpenSSL's opensslconf.h) that a compiler finds only
+  # under its own /usr/include/<triplet>.
+  carry_flags="-isystem $usr/include/x86_64-linux-gnu"
   echo "carried: $(wc -l <"$CARRY/packages") Debian packages from $CARRY (glibc $have >= $need)"
 fi
 if [ -n "${DATA_DIR:-}" ]; then
@@ -103,13 +107,15 @@ step "build against $torch_prefix"
 prefix_path=$(IFS=';'; echo "$torch_prefix${cmake_prefix[*]:+;${cmake_prefix[*]}}")
 "${carry_env[@]}" timeout 120 cmake -G Ninja -S "$root" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$prefix_path" -DDDPRUN_BUILD_TESTS=ON \
+  -DCMAKE_CXX_FLAGS="$carry_flags" -DCMAKE_C_FLAGS="$carry_flags" \
   ${nccl_include:+-DDDPRUN_NCCL_INCLUDE_DIR="$nccl_include"} >"$work/cmake.log" 2>&1 ||
   { tail -30 "$work/cmake.log"; fail "cmake"; }
 [ -n "$prepare_only" ] || grep -q 'nccl_group.cc' "$BUILD/build.ninja" ||
   fail "configured without NCCL: this LibTorch has no torch_cuda target"
-"${carry_env[@]}" timeout 300 ninja -C "$BUILD" ${JOBS:+-j "$JOBS"} \
+build_limit=${BUILD_LIMIT:-300}
+"${carry_env[@]}" timeout "$build_limit" ninja -C "$BUILD" ${JOBS:+-j "$JOBS"} \
   ddprun-mnist ddprun-rendezvous pg_helper >"$work/build.log" 2>&1 ||
-  { tail -40 "$work/build.log"; fail "build (or over 300 s)"; }
+  { tail -40 "$work/build.log"; fail "build (or over $build_limit s)"; }
 mnist=$BUILD/worker/ddprun-mnist
 helper=$BUILD/tests/worker/pg_helper
 if [ -n "$prepare_only" ]; then

@@ -60,11 +60,11 @@ mkdir -p "$r/proc" "$r/src" "$r/carry"
 mount -t proc proc "$r/proc"
 mount --bind "$src" "$r/src"
 mount --bind "$carry" "$r/carry"
-start=$SECONDS
+start=$SECONDS status=0
 nice chroot "$r" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
   CARRY_DIR=/carry LIBTORCH_DIR=/usr PREPARE_ONLY=1 BUILD_DIR=/build-gpu \
-  JOBS="${JOBS:-2}" TIME_LIMIT=3000 \
-  bash /src/tests/gpu/run.sh 2>&1 | tail -n 40
-status=${PIPESTATUS[0]}
+  JOBS="${JOBS:-2}" TIME_LIMIT=3600 BUILD_LIMIT=3000 \
+  bash /src/tests/gpu/run.sh >"$cache/logs/test-carry.log" 2>&1 || status=$?
+tail -n 40 "$cache/logs/test-carry.log"
 echo "tests/gpu/run.sh PREPARE_ONLY in $r: status $status, $((SECONDS - start)) s"
 exit "$status"
