@@ -43,6 +43,19 @@ function(ddprun_torch_gloo out)
       "DirectAllreduce off")
     return()
   endif()
-  message(STATUS "Gloo: ${DDPRUN_TORCH_GLOO_LIBRARY}, as LibTorch links it")
-  set(${out} "${DDPRUN_TORCH_GLOO_LIBRARY}" PARENT_SCOPE)
+  set(libraries "${DDPRUN_TORCH_GLOO_LIBRARY}")
+  # Debian's libgloo_cuda (what its CUDA LibTorch links) leaves Gloo's core
+  # to libgloo: link that too, the same copy libgloo_cuda loads.
+  execute_process(COMMAND ${DDPRUN_READELF} -d "${DDPRUN_TORCH_GLOO_LIBRARY}"
+    OUTPUT_VARIABLE dynamic ERROR_QUIET)
+  if(NOT soname STREQUAL "libgloo.so.0" AND dynamic MATCHES "\\[(libgloo\\.so[^]/]*)\\]")
+    get_filename_component(gloo_dir "${DDPRUN_TORCH_GLOO_LIBRARY}" DIRECTORY)
+    find_library(DDPRUN_TORCH_GLOO_CORE NAMES "${CMAKE_MATCH_1}"
+      HINTS "${gloo_dir}" NO_CACHE)
+    if(DDPRUN_TORCH_GLOO_CORE)
+      list(APPEND libraries "${DDPRUN_TORCH_GLOO_CORE}")
+    endif()
+  endif()
+  message(STATUS "Gloo: ${libraries}, as LibTorch links it")
+  set(${out} "${libraries}" PARENT_SCOPE)
 endfunction()

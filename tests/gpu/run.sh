@@ -103,10 +103,12 @@ prepare_only=${PREPARE_ONLY:-}
   fail "LibTorch's CMake config needs the CUDA toolkit (nvcc); install it under /usr/local/cuda"
 export PATH=$PATH:/usr/local/cuda/bin
 
+# DirectAllreduce off: CPU only, and a CUDA LibTorch keeps its own Gloo
+# (worker/CMakeLists.txt would pick the stub by itself for PyTorch's wheels).
 step "build against $torch_prefix"
 prefix_path=$(IFS=';'; echo "$torch_prefix${cmake_prefix[*]:+;${cmake_prefix[*]}}")
 "${carry_env[@]}" timeout 120 cmake -G Ninja -S "$root" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_PREFIX_PATH="$prefix_path" -DDDPRUN_BUILD_TESTS=ON \
+  -DCMAKE_PREFIX_PATH="$prefix_path" -DDDPRUN_BUILD_TESTS=ON -DDDPRUN_GLOO_DIRECT=OFF \
   -DCMAKE_CXX_FLAGS="$carry_flags" -DCMAKE_C_FLAGS="$carry_flags" \
   ${nccl_include:+-DDDPRUN_NCCL_INCLUDE_DIR="$nccl_include"} >"$work/cmake.log" 2>&1 ||
   { tail -30 "$work/cmake.log"; fail "cmake"; }
