@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Installs everything ddprun needs on a fresh Debian 12 machine and builds it.
-# Idempotent: a second run checks, finds nothing to do, and rebuilds only
-# what changed.
+# Installs everything ddprun needs on a fresh Debian 12 (LibTorch 1.13) or
+# Debian 13 (LibTorch 2.6) machine and builds it. Idempotent: a second run
+# checks, finds nothing to do, and rebuilds only what changed.
 #
-#   scripts/setup.sh            packages + MNIST + build (build/)
-#   DDPRUN_SKIP_BUILD=1 ...     packages + MNIST only
+#   scripts/setup.sh                    packages + MNIST + build (build/)
+#   DDPRUN_SKIP_BUILD=1 ...             packages + MNIST only
+#   scripts/setup.sh --print-packages   the Debian packages, one a line
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -34,6 +35,11 @@ packages=(
   # kubectl: the Kubernetes lints build every kustomization with it.
   kubernetes-client
 )
+# scripts/test-debian13.sh keys its cached root on this list.
+if [[ ${1:-} == --print-packages ]]; then
+  printf '%s\n' "${packages[@]}"
+  exit 0
+fi
 
 missing=()
 for p in "${packages[@]}"; do

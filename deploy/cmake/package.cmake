@@ -29,6 +29,10 @@ if(DDPRUN_DEB_SHLIBDEPS)
 else()
   set(CPACK_DEBIAN_RUNTIME_PACKAGE_DEPENDS
     "libgrpc++1.51, libgrpc29, libprotobuf32, libabsl20220623, libspdlog1.10, libfmt9, zlib1g, libcpp-httplib0.11")
+  # DirectAllreduce built on LibTorch's shared libgloo (worker/CMakeLists.txt).
+  if(DDPRUN_GLOO_LIBRARY)
+    string(APPEND CPACK_DEBIAN_RUNTIME_PACKAGE_DEPENDS ", libgloo0")
+  endif()
 endif()
 # OpenBLAS makes LibTorch ~10x faster than the reference BLAS (TOOLCHAIN.md).
 set(CPACK_DEBIAN_RUNTIME_PACKAGE_RECOMMENDS "libopenblas0-openmp")

@@ -52,6 +52,12 @@ std::vector<std::string> BuildWorkerEnv(const WorkerEnvSpec& spec,
        {"NCCL_ASYNC_ERROR_HANDLING", "TORCH_NCCL_ASYNC_ERROR_HANDLING"}) {
     if (vars.find(name) == vars.end()) set(name, 1);
   }
+  // Rank 0 hosts the env:// TCPStore (TORCHELASTIC_USE_AGENT_STORE=False):
+  // PyTorch >= 2.4 starts it with libuv unless USE_LIBUV=0, and builds
+  // without libuv (Debian 13's 2.6) then fail in init_process_group. 0 gives
+  // the server every PyTorch before 2.4 used (those ignore the variable); a
+  // user's own USE_LIBUV wins.
+  if (vars.find("USE_LIBUV") == vars.end()) set("USE_LIBUV", 0);
   set(env::kStoreEndpoint, spec.store_endpoint);
   set(env::kStoreRunId, spec.run_id);
   set(env::kRound, spec.round);

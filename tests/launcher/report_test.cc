@@ -148,16 +148,19 @@ TEST(WorkerEnvTest, SetsTheContractOverTheAgentsEnvironment) {
                                "DDPRUN_LOCAL_ADDR=10.0.0.3",
                                "DDPRUN_PROGRESS_FD=9",
                                "NCCL_ASYNC_ERROR_HANDLING=1",
-                               "TORCH_NCCL_ASYNC_ERROR_HANDLING=1"}) {
+                               "TORCH_NCCL_ASYNC_ERROR_HANDLING=1",
+                               "USE_LIBUV=0"}) {
     EXPECT_TRUE(set.count(expected)) << expected;
   }
   // Not ours to pass on when not given.
   for (const std::string& e : env)
     EXPECT_NE(e.rfind("DDPRUN_TOKEN_FILE", 0), 0u);
-  // The user's own OMP_NUM_THREADS wins.
-  env = BuildWorkerEnv(spec, {"OMP_NUM_THREADS=4"});
+  // The user's own OMP_NUM_THREADS and USE_LIBUV win.
+  env = BuildWorkerEnv(spec, {"OMP_NUM_THREADS=4", "USE_LIBUV=1"});
   EXPECT_TRUE(
       std::set<std::string>(env.begin(), env.end()).count("OMP_NUM_THREADS=4"));
+  EXPECT_TRUE(
+      std::set<std::string>(env.begin(), env.end()).count("USE_LIBUV=1"));
   // A single worker keeps all threads, as torchrun leaves it.
   spec.local_world_size = 1;
   env = BuildWorkerEnv(spec, {"PATH=/bin"});

@@ -7,6 +7,7 @@
 
 #include <ATen/ATen.h>
 
+#include "worker/grpc_store.h"
 #include "worker/process_group.h"
 #include "worker/worker_env.h"
 
@@ -35,6 +36,16 @@ int Run() {
   if (!group.ok()) return Fail(group.status().ToString());
   const int rank = env->rank;
   const int world = env->world_size;
+  // The store's keys once the group is made and after the collectives (NCCL
+  // sends its unique ID through the store at its first collective).
+  // PG_HELPER_EXPECT_STORE=1 (tests/gpu/run.sh): the group must have used
+  // the rendezvous's gRPC store, even in a world of one.
+  const bool expect_store = std::getenv("PG_HELPER_EXPECT_STORE") != nullptr;
+  if (expect_store &&
+      dynamic_cast<ddprun::worker::GrpcStore*>(group->store.get()) == nullptr) {
+    return Fail("the group's store is not the gRPC store (DDPRUN_STORE_ENDPOINT unset?)");
+  }
+  const int64_t keys_made = group->store ? group->store->getNumKeys() : 0;
 
   // allreduce(sum) of rank+1 everywhere: 1 + 2 + ... + world.
   const at::TensorOptions on = at::TensorOptions(at::kFloat).device(group->device);
@@ -53,6 +64,15 @@ int Run() {
   group->collectives->broadcast(data, broadcast)->wait();
   if (!data[0].cpu().equal(at::arange(257, at::kFloat))) {
     return Fail("broadcast did not deliver rank 0's values");
+  }
+  const int64_t keys_used = group->store ? group->store->getNumKeys() : 0;
+  if (expect_store && keys_used == 0) {
+    return Fail("the store holds no key after the collectives");
+  }
+  if (group->store) {
+    std::cout << "rank " << rank << " store keys: " << keys_made
+              << " after the group was made, " << keys_used
+              << " after the collectives" << std::endl;
   }
   std::cout << "rank " << rank << " ok (" << ddprun::worker::BackendName(group->backend)
             << ")" << std::endl;

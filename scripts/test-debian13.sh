@@ -1,0 +1,265 @@
+#!/usr/bin/env bash
+# ddprun against LibTorch 2.6, in Debian 13 (trixie) roots made with
+# debootstrap and cached on this machine:
+#   cpu   the README's test command (scripts/test.sh: setup.sh, the build,
+#         every ctest test) with Debian 13's libtorch-dev 2.6 and
+#         python3-torch 2.6;
+#   cuda  the CUDA build compiled and linked, warnings as errors: libddp with
+#         the NCCL seam (worker/nccl_group.cc), ddprun-mnist and what
+#         tests/gpu/run.sh runs, against libtorch-cuda-dev 2.6 and NCCL. No GPU
+#         here: nothing of it runs, and cuDNN (not in Debian) is a placeholder
+#         package, its symbols left undefined (-Wl,--allow-shlib-undefined).
+#
+#   scripts/test-debian13.sh [cpu] [cuda]     (default: both; needs root)
+#
+# Each root is rebuilt only when its package list changes (the list's hash is
+# kept in the root); the build folders and a ccache live in the cache too, so
+# a warm run only rebuilds what changed. Settings (environment):
+#   DDPRUN_CI_CACHE   the cache folder [/var/cache/ddprun-ci]
+#   DDPRUN_CI_MIRROR  the Debian mirror [the machine's apt source]
+#   DDPRUN_TEST_JOBS  ctest's parallelism in the cpu root [2]
+set -euo pipefail
+src="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cache=${DDPRUN_CI_CACHE:-/var/cache/ddprun-ci}
+# Bump when the way a root is made changes (not its package list).
+recipe=1
+
+log() { printf '[debian13 %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
+fail() { printf '[debian13] FAIL: %s\n' "$*" >&2; exit 1; }
+# Runs "$@" under a time limit (seconds), showing the tail of its log on
+# failure: a stage that hangs fails CI with a message instead of eating it.
+bounded() {
+  local limit=$1 what=$2 logfile=$3; shift 3
+  local start=$SECONDS status=0
+  nice timeout --kill-after=30 "$limit" "$@" >"$logfile" 2>&1 || status=$?
+  if ((status)); then
+    tail -n 60 "$logfile" >&2
+    ((status == 124 || status == 137)) &&
+      fail "$what took longer than ${limit}s (log: $logfile)"
+    fail "$what failed with status $status (log: $logfile)"
+  fi
+  log "$what: $((SECONDS - start)) s"
+}
+
+stages=("$@")
+((${#stages[@]})) || stages=(cpu cuda)
+for s in "${stages[@]}"; do
+  [[ $s == cpu || $s == cuda ]] || fail "unknown stage '$s': the stages are cpu and cuda"
+done
+[[ $(id -u) -eq 0 ]] || fail "debootstrap, chroot and mounts need root; run it as root"
+
+# Mounts made below vanish with this process: they live in a private mount
+# namespace, so an interrupted run leaves nothing mounted in the cache.
+if [[ -z ${DDPRUN_CI_IN_NAMESPACE:-} ]]; then
+  exec unshare --mount --propagation private \
+    env DDPRUN_CI_IN_NAMESPACE=1 bash "${BASH_SOURCE[0]}" "${stages[@]}"
+fi
+
+if ! command -v debootstrap >/dev/null; then
+  log "installing debootstrap"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y -qq --no-install-recommends debootstrap >/dev/null ||
+    fail "could not install debootstrap (apt-get install debootstrap)"
+fi
+mirror=${DDPRUN_CI_MIRROR:-$(sed -n 's/^URIs: *\(http[^ ]*debian\)\/*$/\1/p' \
+  /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -n 1)}
+mirror=${mirror:-http://deb.debian.org/debian}
+
+mkdir -p "$cache"/{logs,ccache,debs,debootstrap}
+
+# MNIST: the tests read <source>/data/mnist (scripts/setup.sh on the host
+# fetched and verified it). A link to a folder outside the source is mounted
+# at the same path in the root.
+data=$src/data/mnist
+[[ -f $data/train-images-idx3-ubyte ]] ||
+  fail "no MNIST in $data: run scripts/setup.sh (DDPRUN_SKIP_BUILD=1) first"
+data_real=$(realpath "$data")
+
+# --- the roots -----------------------------------------------------------------
+# The packages of the cpu root: scripts/setup.sh's own list (it installs them
+# in the root itself), and ccache.
+cpu_packages() { "$src/scripts/setup.sh" --print-packages; echo ccache; }
+# The CUDA LibTorch with NCCL, nvcc (LibTorch's CMake config requires it),
+# the Gloo headers built for it, and the build dependencies of the worker
+# and the rendezvous (what tests/gpu/run.sh builds).
+cuda_packages() {
+  printf '%s\n' build-essential cmake ninja-build pkg-config ccache \
+    libtorch-cuda-dev libnccl-dev nvidia-cuda-dev nvidia-cuda-toolkit \
+    libgloo-cuda-dev libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev \
+    protobuf-compiler libabsl-dev libspdlog-dev libgtest-dev libgmock-dev \
+    libcli11-dev libcpp-httplib-dev zlib1g-dev
+}
+
+mounted=()
+mount_in() {  # mount_in ROOT TARGET MOUNT-ARGS...
+  local target=$1$2; shift 2
+  mkdir -p "$target"
+  mount "$@" "$target"
+  mounted+=("$target")
+}
+unmount_all() {
+  local i
+  for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do
+    umount -l "${mounted[$i]}" 2>/dev/null || true
+  done
+  mounted=()
+}
+trap unmount_all EXIT
+
+# The kernel's file systems, the source, MNIST, ccache and apt's download
+# cache (kept across rebuilds of a root).
+enter() {  # enter ROOT
+  local r=$1
+  mount_in "$r" /proc -t proc proc
+  mount_in "$r" /sys --rbind /sys
+  mount_in "$r" /dev --rbind /dev
+  mount_in "$r" /run -t tmpfs tmpfs
+  mount_in "$r" /src --bind "$src"
+  if [[ $data_real != "$data" ]]; then
+    mount_in "$r" "$data_real" --bind "$data_real"
+  fi
+  mount_in "$r" /ccache --bind "$cache/ccache"
+  mount_in "$r" /var/cache/apt/archives --bind "$cache/debs"
+  mkdir -p "$cache/debs/partial"
+  cp /etc/resolv.conf "$r/etc/resolv.conf"
+  find "$r/tmp" -mindepth 1 -delete 2>/dev/null || true
+}
+# in_root ROOT COMMAND...: COMMAND in ROOT with a clean environment. As an
+# array too (root_cmd ROOT sets it), for commands run under `bounded`.
+root_cmd() {
+  cmd=(chroot "$1" /usr/bin/env -i
+    PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+    HOME=/root LANG=C.UTF-8 CI="${CI:-}" DEBIAN_FRONTEND=noninteractive
+    CCACHE_DIR=/ccache CCACHE_MAXSIZE=5G
+    CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_C_COMPILER_LAUNCHER=ccache)
+}
+in_root() { local cmd; root_cmd "$1"; shift; "${cmd[@]}" "$@"; }
+
+# ensure_root NAME LIST-FUNCTION INSTALL-FUNCTION: $cache/NAME is a root
+# whose package list hashes as the list does now, or it is made again.
+ensure_root() {
+  local name=$1 list_fn=$2 install_fn=$3
+  local r=$cache/$name
+  local list want
+  list=$("$list_fn" | sort -u) || fail "could not list the packages of $name"
+  want=$(printf 'recipe %s\n%s\n' "$recipe" "$list" | sha256sum | cut -d' ' -f1)
+  if [[ -f $r/etc/ddprun-ci/packages.sha256 &&
+        $(cat "$r/etc/ddprun-ci/packages.sha256") == "$want" ]]; then
+    log "$name: root up to date ($r)"
+    return
+  fi
+  log "$name: making the root (its package list changed or it is new)"
+  local new=$r.new
+  rm -rf --one-file-system "$new"
+  bounded 1200 "$name: debootstrap trixie from $mirror" "$cache/logs/$name-debootstrap.log" \
+    debootstrap --variant=minbase --components=main,contrib,non-free \
+      --cache-dir="$cache/debootstrap" trixie "$new" "$mirror"
+  # No daemon starts in the root while packages install.
+  printf '#!/bin/sh\nexit 101\n' >"$new/usr/sbin/policy-rc.d"
+  chmod +x "$new/usr/sbin/policy-rc.d"
+  echo "deb $mirror trixie main contrib non-free" >"$new/etc/apt/sources.list"
+  enter "$new"
+  root_cmd "$new"
+  bounded 1200 "$name: apt-get update" "$cache/logs/$name-update.log" \
+    "${cmd[@]}" apt-get update
+  "$install_fn" "$new"
+  in_root "$new" apt-get clean
+  unmount_all
+  mkdir -p "$new/etc/ddprun-ci"
+  printf '%s\n' "$list" >"$new/etc/ddprun-ci/packages"
+  echo "$want" >"$new/etc/ddprun-ci/packages.sha256"
+  rm -rf --one-file-system "$r"
+  mv "$new" "$r"
+}
+
+install_cpu() {  # scripts/setup.sh installs its own list, OpenBLAS switched in
+  local cmd; root_cmd "$1"
+  bounded 1800 "cpu: scripts/setup.sh (packages)" "$cache/logs/cpu-setup.log" \
+    "${cmd[@]}" DDPRUN_SKIP_BUILD=1 /src/scripts/setup.sh
+  bounded 600 "cpu: ccache" "$cache/logs/cpu-ccache.log" \
+    "${cmd[@]}" apt-get install -y --no-install-recommends ccache
+}
+
+install_cuda() {
+  local r=$1
+  # libtorch-cuda-2.6 depends on nvidia-cudnn, an installer that downloads
+  # cuDNN from NVIDIA at install time; a placeholder of that name stands in.
+  local pkg=$r/tmp/nvidia-cudnn
+  mkdir -p "$pkg/DEBIAN"
+  cat >"$pkg/DEBIAN/control" <<'EOF'
+Package: nvidia-cudnn
+Version: 99:0+ddprun.placeholder
+Architecture: all
+Maintainer: ddprun CI <ci@ddprun.invalid>
+Description: placeholder for ddprun's compile-and-link check (no cuDNN)
+EOF
+  dpkg-deb --root-owner-group --build "$pkg" "$r/tmp/nvidia-cudnn.deb" >/dev/null
+  in_root "$r" dpkg -i /tmp/nvidia-cudnn.deb >/dev/null
+  local packages cmd
+  root_cmd "$r"
+  mapfile -t packages < <(cuda_packages)
+  bounded 2400 "cuda: apt-get install (${#packages[@]} packages, ~2.6 GB)" \
+    "$cache/logs/cuda-install.log" \
+    "${cmd[@]}" apt-get install -y --no-install-recommends "${packages[@]}"
+}
+
+# --- cpu: the whole suite against LibTorch 2.6 ----------------------------------
+run_cpu() {
+  ensure_root trixie-cpu cpu_packages install_cpu
+  local r=$cache/trixie-cpu
+  enter "$r"
+  log "cpu: $(in_root "$r" dpkg-query -W -f='libtorch-dev ${Version}, ' libtorch-dev)$(in_root "$r" dpkg-query -W -f='python3-torch ${Version}' python3-torch)"
+  # The README's test command, in the root; setup.sh finds everything
+  # installed and builds into the cached /build (ccache makes a fresh
+  # clone's rebuild cheap).
+  local status=0 cmd
+  root_cmd "$r"
+  nice timeout --kill-after=60 3000 "${cmd[@]}" \
+    DDPRUN_BUILD_DIR=/build DDPRUN_TEST_JOBS="${DDPRUN_TEST_JOBS:-2}" \
+    bash -c 'cd /src && ./scripts/test.sh' || status=$?
+  unmount_all
+  ((status != 124 && status != 137)) || fail "cpu: the test suite took over 50 minutes"
+  ((status == 0)) || fail "cpu: scripts/test.sh in the Debian 13 root failed (status $status; see above)"
+  log "cpu: the whole suite passed against LibTorch 2.6"
+}
+
+# --- cuda: compile and link against the CUDA LibTorch 2.6 and NCCL -------------
+run_cuda() {
+  ensure_root trixie-cuda cuda_packages install_cuda
+  local r=$cache/trixie-cuda
+  enter "$r"
+  log "cuda: $(in_root "$r" dpkg-query -W -f='libtorch-cuda-dev ${Version}, ' libtorch-cuda-dev)$(in_root "$r" dpkg-query -W -f='libnccl-dev ${Version}' libnccl-dev)"
+  local b=/build-cuda cmd
+  root_cmd "$r"
+  bounded 1200 "cuda: configure" "$cache/logs/cuda-configure.log" \
+    "${cmd[@]}" cmake -S /src -B "$b" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DCMAKE_CXX_FLAGS=-Werror \
+      "-DCMAKE_EXE_LINKER_FLAGS=-Wl,--allow-shlib-undefined" \
+      "-DCMAKE_SHARED_LINKER_FLAGS=-Wl,--allow-shlib-undefined"
+  grep -q 'nccl_group\.cc\.o' "$r$b/build.ninja" ||
+    fail "cuda: configured without worker/nccl_group.cc (no torch_cuda target?); see $cache/logs/cuda-configure.log"
+  bounded 2400 "cuda: build (-Werror)" "$cache/logs/cuda-build.log" \
+    "${cmd[@]}" cmake --build "$b" -j 2 --target libddp ddprun-mnist ddprun-rendezvous pg_helper
+  if grep -q 'warning:' "$cache/logs/cuda-build.log"; then
+    grep -m 5 'warning:' "$cache/logs/cuda-build.log" >&2
+    fail "cuda: the build printed warnings"
+  fi
+  local needed
+  needed=$(in_root "$r" readelf -d "$b/worker/ddprun-mnist")
+  grep -q 'libtorch_cuda\.so' <<<"$needed" ||
+    fail "cuda: ddprun-mnist does not link libtorch_cuda.so"
+  unmount_all
+  log "cuda: libddp (nccl_group.cc), ddprun-mnist, ddprun-rendezvous and pg_helper compiled and linked"
+}
+
+start=$SECONDS
+for s in "${stages[@]}"; do
+  t=$SECONDS
+  # One run of a stage at a time on this machine (they share its root).
+  exec {lock}>"$cache/lock.$s"
+  flock -w 3600 "$lock" || fail "$s: another run holds $cache/lock.$s for over an hour"
+  "run_$s"
+  exec {lock}>&-
+  log "$s: done in $((SECONDS - t)) s"
+done
+log "all stages passed in $((SECONDS - start)) s"
