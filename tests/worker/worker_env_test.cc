@@ -1,5 +1,6 @@
 #include "worker/worker_env.h"
 
+#include <filesystem>
 #include <fstream>
 #include <map>
 
@@ -97,6 +98,10 @@ TEST(WorkerEnvTest, OnlyTrueMeansTheAgentServesTheStore) {
 TEST(WorkerEnvTest, CredentialsTheAgentWroteReadBack) {
   testing::TempDir dir;
   std::ofstream(dir.File("token")) << "  s3cret \n";
+  // Token files must be private (common/secret_file.h).
+  std::filesystem::permissions(dir.File("token"),
+                               std::filesystem::perms::owner_read |
+                                   std::filesystem::perms::owner_write);
   common::Credentials given;
   given.token_file = dir.File("token");
   given.tls_ca_file = "/etc/ca.crt";
