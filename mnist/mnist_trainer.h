@@ -30,7 +30,8 @@ struct MnistTrainOptions {
   std::string backend = "auto";  // auto | gloo | nccl
   double bucket_mb = 25.0;
   bool overlap = true;  // allreduce buckets from autograd hooks
-  // CPU Gloo: reduce gradients with DirectAllreduce (gloo_direct.h).
+  // CPU: reduce gradients through shared memory in a node, hierarchically
+  // across nodes (worker/gradient_allreduce.h); false: ProcessGroupGloo.
   bool direct_allreduce = true;
   std::string log_level = "info";
   bool progress = true;  // rank 0 shows a progress line
