@@ -171,15 +171,16 @@ RoundPlan Agent::PlanRound(const v1::Assignment& assignment, bool use_standbys,
 }
 
 void Agent::PrepareAttemptDir(const RoundPlan& plan) const {
+  // Only this attempt's files (a round after a scale event has the same
+  // attempt number), and a folder per local rank, as torchrun.
   std::error_code ec;
-  std::filesystem::create_directories(plan.attempt_dir, ec);
-  if (ec) {
-    spdlog::warn("cannot create {}: {}; workers get no error file",
-                 plan.attempt_dir, ec.message());
-  }
-  // Only this attempt's errors.
+  std::filesystem::remove_all(plan.attempt_dir, ec);
   for (const std::string& file : plan.error_files) {
-    std::filesystem::remove(file, ec);
+    std::filesystem::path folder = std::filesystem::path(file).parent_path();
+    if (!std::filesystem::create_directories(folder, ec) && ec) {
+      spdlog::warn("cannot create {}: {}; workers get no error file",
+                   folder.string(), ec.message());
+    }
   }
 }
 

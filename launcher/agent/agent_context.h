@@ -18,7 +18,9 @@ struct AgentContext {
   std::string node_id;
   // Passed on to the workers for their store calls.
   common::Credentials credentials;
-  std::string scratch_dir;  // per-attempt error files when no --log-dir
+  // The run's log folder, <--log-dir or a temporary one>/<run_id>_<random>:
+  // attempt_<n>/<local_rank>/{error.json,stdout.log,stderr.log}, torchrun's.
+  std::string scratch_dir;
   std::vector<std::string> worker_argv;
   std::vector<std::string> base_env;  // the agent's environment
   // The node's shared-memory folder (DDPRUN_SHM_DIR) for workers and

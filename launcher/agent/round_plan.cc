@@ -6,12 +6,9 @@
 namespace ddprun::launcher {
 namespace {
 
-std::string AttemptDir(const LaunchOptions& options,
-                       const AgentContext& context, int restart_count) {
-  if (!options.log_dir.empty()) {
-    return absl::StrFormat("%s/%s/attempt_%d", options.log_dir,
-                           options.rdzv_id, restart_count);
-  }
+// torchrun's layout (torch.distributed.elastic): the run's log folder,
+// then attempt_<restart>/<local_rank>/error.json, stdout.log, stderr.log.
+std::string AttemptDir(const AgentContext& context, int restart_count) {
   return absl::StrFormat("%s/attempt_%d", context.scratch_dir, restart_count);
 }
 
@@ -23,11 +20,10 @@ RoundPlan BuildRoundPlan(const LaunchOptions& options,
                          const std::vector<int>& progress_fds) {
   const int n = options.nproc_per_node;
   RoundPlan plan;
-  plan.attempt_dir = AttemptDir(options, context, assignment.restart_count());
+  plan.attempt_dir = AttemptDir(context, assignment.restart_count());
   for (int local_rank = 0; local_rank < n; ++local_rank) {
     plan.error_files.push_back(
-        absl::StrFormat("%s/rank_%d.error.json", plan.attempt_dir,
-                        assignment.rank_offset() + local_rank));
+        absl::StrFormat("%s/%d/error.json", plan.attempt_dir, local_rank));
   }
 
   plan.output.attempt_dir = plan.attempt_dir;

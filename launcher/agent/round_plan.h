@@ -16,10 +16,11 @@ namespace ddprun::launcher {
 // command and complete environment. The plan (through worker_env.h) is the
 // only writer of worker environments; running a round carries it out.
 struct RoundPlan {
-  // DIR/<run_id>/attempt_<restart> with --log-dir, else under the scratch
-  // folder.
+  // <run log folder>/attempt_<restart> (torchrun's layout: one folder per
+  // local rank in it, see AgentContext::scratch_dir).
   std::string attempt_dir;
-  // TORCHELASTIC_ERROR_FILE of each local rank.
+  // TORCHELASTIC_ERROR_FILE of each local rank: <attempt>/<local_rank>/
+  // error.json.
   std::vector<std::string> error_files;
   WorkerOutputOptions output;
   // By local rank: argv, environment, the progress descriptor to inherit.

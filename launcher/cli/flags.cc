@@ -173,7 +173,8 @@ void AddLaunchFlags(CLI::App& app, LaunchOptions& o, RawLaunchFlags& raw) {
   AddString(app, "--shutdown-grace", &raw.shutdown_grace,
             "seconds between SIGTERM and SIGKILL when stopping workers");
   AddString(app, "--log-dir", &o.log_dir,
-            "DIR/<run_id>/attempt_<n>/rank_<N>.stdout|.stderr");
+            "DIR/<run_id>_<random>/attempt_<n>/<local_rank>/{stdout.log,"
+            "stderr.log,error.json}, torchrun's layout");
   AddString(app, "-r,--redirects", &raw.redirects,
             "streams to files: 0-3 or LOCAL_RANK:0-3,...");
   AddString(app, "-t,--tee", &raw.tee,

@@ -1,6 +1,8 @@
 #include "launcher/cli/launch.h"
 
+#include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,25 +30,70 @@
 namespace ddprun::launcher {
 namespace {
 
-// A per-run directory for the workers' error files (and, with --redirects or
-// --tee, their logs) when there is no --log-dir. Removed when the agent ends
-// unless it holds logs, as torchrun keeps its temporary log folder.
-class ScratchDir {
+bool LogsToFiles(const LaunchOptions& options) {
+  return options.redirects.all != 0 || options.tee.all != 0 ||
+         !options.redirects.by_local_rank.empty() ||
+         !options.tee.by_local_rank.empty();
+}
+
+// The run's log folder, torchrun's layout: `<base>/<run_id>_<random>`, whose
+// attempt_<n>/<local_rank>/ folders hold each worker's error.json (and, with
+// --redirects or --tee, its stdout.log and stderr.log). `<base>` is --log-dir
+// (created if missing, kept), or a temporary folder (torchrun's
+// torchelastic_XXXXXX) removed when the agent ends unless it holds logs.
+// --log-dir /dev/null means no log folder of the user's, as torch 2.x.
+class RunLogDir {
  public:
-  explicit ScratchDir(bool keep) : keep_(keep) {
-    const char* tmp = getenv("TMPDIR");
-    std::string pattern =
-        absl::StrFormat("%s/ddprun-XXXXXX", tmp != nullptr ? tmp : "/tmp");
-    if (mkdtemp(pattern.data()) != nullptr) path_ = pattern;
+  static absl::StatusOr<std::unique_ptr<RunLogDir>> Create(
+      const LaunchOptions& options) {
+    std::unique_ptr<RunLogDir> dir(new RunLogDir);
+    std::string base = options.log_dir;
+    if (base.empty() || base == "/dev/null") {
+      const char* tmp = getenv("TMPDIR");
+      std::string pattern = absl::StrFormat(
+          "%s/torchelastic_XXXXXX", tmp != nullptr && *tmp ? tmp : "/tmp");
+      if (mkdtemp(pattern.data()) == nullptr) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "cannot create a temporary log folder '%s': %s; set TMPDIR to a "
+            "writable folder",
+            pattern, strerror(errno)));
+      }
+      base = pattern;
+      dir->temporary_base_ = base;
+      dir->keep_ = LogsToFiles(options);
+    } else {
+      std::error_code ec;
+      std::filesystem::create_directories(base, ec);
+      if (ec) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "--log-dir: cannot create '%s': %s; give a writable folder",
+            base, ec.message()));
+      }
+    }
+    // mkdtemp's random part is 6 characters; Python's tempfile.mkdtemp
+    // (torchrun's) is 8, from the same alphabet but for '_'.
+    std::string run = absl::StrFormat("%s/%s_XXXXXX", base, options.rdzv_id);
+    if (mkdtemp(run.data()) == nullptr) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "--log-dir: cannot create the run's log folder '%s': %s; give a "
+          "writable folder",
+          run, strerror(errno)));
+    }
+    dir->path_ = run;
+    return dir;
   }
-  ~ScratchDir() {
+  ~RunLogDir() {
     std::error_code ignored;
-    if (!path_.empty() && !keep_) std::filesystem::remove_all(path_, ignored);
+    if (!temporary_base_.empty() && !keep_) {
+      std::filesystem::remove_all(temporary_base_, ignored);
+    }
   }
   const std::string& path() const { return path_; }
 
  private:
-  bool keep_;
+  RunLogDir() = default;
+  bool keep_ = true;
+  std::string temporary_base_;  // removed at the end unless keep_
   std::string path_;
 };
 
@@ -144,26 +191,20 @@ absl::Status SetCommands(const LaunchOptions& options, AgentContext& context) {
   return ResolveProgram(context.worker_argv[0], context.base_env).status();
 }
 
-bool LogsToFiles(const LaunchOptions& options) {
-  return options.redirects.all != 0 || options.tee.all != 0 ||
-         !options.redirects.by_local_rank.empty() ||
-         !options.tee.by_local_rank.empty();
-}
-
 // What the agent sets for the workers that a user may want to know.
 void LogWorkerSettings(const LaunchOptions& options,
-                       const std::string& scratch_dir) {
+                       const std::string& log_dir) {
   if (!getenv("OMP_NUM_THREADS") && options.nproc_per_node > 1) {
     spdlog::info(
         "setting OMP_NUM_THREADS=1 for each worker to avoid overloading the "
         "system; set it yourself to tune");
   }
-  if (LogsToFiles(options)) {
-    spdlog::info("worker logs in {}/attempt_<restart>/",
-                 options.log_dir.empty()
-                     ? scratch_dir
-                     : options.log_dir + "/" + options.rdzv_id);
-  }
+  // torchrun says it too ("log directory set to: ...").
+  spdlog::log(LogsToFiles(options) || !options.log_dir.empty()
+                  ? spdlog::level::info
+                  : spdlog::level::debug,
+              "log directory set to: {} (attempt_<restart>/<local_rank>/)",
+              log_dir);
 }
 
 // What the agent knows of its node before any round.
@@ -253,9 +294,11 @@ int RunLaunch(const LaunchOptions& options) {
   if (absl::Status s = SetCommands(options, context); !s.ok()) {
     return Fail(s, 2);
   }
-  ScratchDir scratch(/*keep=*/LogsToFiles(options) && options.log_dir.empty());
-  context.scratch_dir = scratch.path();
-  LogWorkerSettings(options, scratch.path());
+  absl::StatusOr<std::unique_ptr<RunLogDir>> log_dir =
+      RunLogDir::Create(options);
+  if (!log_dir.ok()) return Fail(log_dir.status(), 2);
+  context.scratch_dir = (*log_dir)->path();
+  LogWorkerSettings(options, (*log_dir)->path());
 
   RendezvousClientOptions client_options;
   client_options.endpoint = rdzv->endpoint.ToString();

@@ -54,19 +54,6 @@ void WriteAll(int fd, const char* data, size_t size) {
 absl::StatusOr<std::unique_ptr<WorkerOutput>> WorkerOutput::Open(
     const WorkerOutputOptions& options) {
   std::unique_ptr<WorkerOutput> out(new WorkerOutput(options.num_workers));
-  bool needs_files = false;
-  for (int i = 0; i < options.num_workers; ++i) {
-    needs_files |= options.redirects.For(i) != 0 || options.tee.For(i) != 0;
-  }
-  if (needs_files) {
-    std::error_code ec;
-    std::filesystem::create_directories(options.attempt_dir, ec);
-    if (ec) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "cannot create the log folder '%s': %s; check --log-dir",
-          options.attempt_dir, ec.message()));
-    }
-  }
   for (int i = 0; i < options.num_workers; ++i) {
     int rank = options.rank_offset + i;
     bool shown = options.local_ranks_filter.empty() ||
@@ -78,9 +65,18 @@ absl::StatusOr<std::unique_ptr<WorkerOutput>> WorkerOutput::Open(
       Stream& stream = out->streams_[i][s];
       bool redirect = options.redirects.For(i) & bit;
       bool tee = options.tee.For(i) & bit;
-      std::string path = absl::StrFormat("%s/rank_%d.%s", options.attempt_dir,
-                                         rank, s == 0 ? "stdout" : "stderr");
+      // torchrun's <attempt>/<local_rank>/stdout.log and stderr.log.
+      std::string folder = absl::StrFormat("%s/%d", options.attempt_dir, i);
+      std::string path = absl::StrFormat("%s/%s.log", folder,
+                                         s == 0 ? "stdout" : "stderr");
       if (redirect || tee) {
+        std::error_code ec;
+        std::filesystem::create_directories(folder, ec);
+        if (ec) {
+          return absl::FailedPreconditionError(absl::StrFormat(
+              "cannot create the log folder '%s': %s; check --log-dir",
+              folder, ec.message()));
+        }
         int file =
             open(path.c_str(),
                  O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);

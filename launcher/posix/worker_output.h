@@ -14,7 +14,8 @@
 namespace ddprun::launcher {
 
 struct WorkerOutputOptions {
-  // Where the attempt's files go (DIR/<run_id>/attempt_<n>); created.
+  // Where the attempt's files go (<run log folder>/attempt_<n>): each
+  // worker's in <local_rank>/, created when needed.
   std::string attempt_dir;
   int num_workers = 1;
   int rank_offset = 0;                  // files and prefixes name global ranks
@@ -34,9 +35,9 @@ std::string LinePrefix(const WorkerOutputOptions& options, int local_rank);
 
 // Where the workers' stdout and stderr go for one attempt, as torchrun's
 // --redirects/--tee/--local-ranks-filter say: inherited from the agent
-// (console), a file rank_<N>.stdout|.stderr, both (the agent copies a pipe
-// to the file and to the console, each line prefixed "[default0]:"), or nowhere
-// (filtered out of the console). Owned by the agent's thread; the copying
+// (console), a file <local_rank>/stdout.log|stderr.log (torchrun's names),
+// both (the agent copies a pipe to the file and to the console, each line
+// prefixed "[default0]:"), or nowhere (filtered out of the console). Owned by the agent's thread; the copying
 // runs on a thread of its own.
 class WorkerOutput {
  public:

@@ -316,7 +316,7 @@ TEST_F(AgentLifecycleTest, AllWorkersExitZeroLeavesAsSucceeded) {
   EXPECT_EQ(w1.env.at("WORLD_SIZE"), "2");
   EXPECT_EQ(w1.env.at("MASTER_PORT"), "29500");
   EXPECT_EQ(w1.env.at("TORCHELASTIC_ERROR_FILE"),
-            scratch_.path() + "/attempt_0/rank_1.error.json");
+            scratch_.path() + "/attempt_0/1/error.json");
   ASSERT_THAT(rdzv_.join_requests, SizeIs(1));
   EXPECT_EQ(rdzv_.join_requests[0].master_port(), 29500);
   EXPECT_THAT(rdzv_.reports, IsEmpty());
@@ -353,7 +353,7 @@ TEST_F(AgentLifecycleTest, WorkerExitIsReportedAndTheRestartSucceeds) {
   ASSERT_THAT(round2, SizeIs(kNproc));
   EXPECT_EQ(round2[0]->env.at("TORCHELASTIC_RESTART_COUNT"), "1");
   EXPECT_EQ(round2[0]->env.at("TORCHELASTIC_ERROR_FILE"),
-            scratch_.path() + "/attempt_1/rank_0.error.json");
+            scratch_.path() + "/attempt_1/0/error.json");
   EXPECT_THAT(rdzv_.join_requests, SizeIs(2));
   ASSERT_THAT(rdzv_.leaves, SizeIs(1));
   EXPECT_EQ(rdzv_.leaves[0].round(), 2);

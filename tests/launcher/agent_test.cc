@@ -29,8 +29,10 @@
 namespace ddprun::testing {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
+using ::testing::StartsWith;
 
 std::string Ddprun() { return BinaryPath("launcher/ddprun"); }
 std::string FaultWorker() { return BinaryPath("tests/launcher/fault_worker"); }
@@ -113,7 +115,7 @@ TEST(AgentTest, TwoWorkersGetTheWholeEnvironment) {
     EXPECT_EQ(e["TORCHELASTIC_MAX_RESTARTS"], "0");
     EXPECT_THAT(e["TORCHELASTIC_RUN_ID"], HasSubstr("standalone-"));
     EXPECT_THAT(e["TORCHELASTIC_ERROR_FILE"],
-                HasSubstr(absl::StrCat("rank_", i, ".error.json")));
+                HasSubstr(absl::StrCat("/attempt_0/", i, "/error.json")));
     EXPECT_EQ(e["TORCHELASTIC_USE_AGENT_STORE"], "False");
     EXPECT_EQ(e["OMP_NUM_THREADS"], "1");
     EXPECT_THAT(e["DDPRUN_STORE_ENDPOINT"], HasSubstr("127.0.0.1:"));
@@ -696,20 +698,27 @@ TEST(AgentTest, LogDirRedirectsAndTee) {
   ASSERT_TRUE(r.exit.ok()) << r.exit.ToString() << "\n" << r.err;
   // Rank 0 of the failed attempt may be stopped before it prints (rank 1's
   // failure ends the group), so only the others are sure to have printed.
+  // torchrun's layout: LOGDIR/<run_id>_<random>/attempt_<n>/<local_rank>/.
+  std::vector<std::string> runs;
+  for (const auto& entry : std::filesystem::directory_iterator(logs)) {
+    runs.push_back(entry.path().filename().string());
+  }
+  ASSERT_THAT(runs, ElementsAre(StartsWith("logged_")));
+  std::string run = absl::StrCat(logs, "/", runs[0]);
   for (int attempt = 0; attempt < 2; ++attempt) {
     for (int rank = 0; rank < 2; ++rank) {
-      std::string base =
-          absl::StrCat(logs, "/logged/attempt_", attempt, "/rank_", rank);
-      EXPECT_TRUE(std::filesystem::exists(base + ".stdout")) << base;
-      EXPECT_TRUE(std::filesystem::exists(base + ".stderr")) << base;
+      std::string base = absl::StrCat(run, "/attempt_", attempt, "/", rank);
+      EXPECT_TRUE(std::filesystem::exists(base + "/stdout.log")) << base;
+      EXPECT_TRUE(std::filesystem::exists(base + "/stderr.log")) << base;
       if (attempt == 1 || rank == 1) {
-        EXPECT_EQ(ReadFileOrEmpty(base + ".stdout"), "hello from a worker\n")
+        EXPECT_EQ(ReadFileOrEmpty(base + "/stdout.log"),
+                  "hello from a worker\n")
             << base;
       }
     }
   }
   // The failed attempt's error file is kept beside its logs.
-  EXPECT_THAT(ReadFileOrEmpty(logs + "/logged/attempt_0/rank_1.error.json"),
+  EXPECT_THAT(ReadFileOrEmpty(run + "/attempt_0/1/error.json"),
               HasSubstr("first attempt fails"));
   // Tee'd stdout reaches the console with torchrun's prefix (role and local
   // rank), once per attempt.

@@ -92,19 +92,22 @@ TEST(RoundPlanTest, AttemptFilesFollowTheRestartCount) {
   Fixture f;
   RoundPlan scratch = BuildRoundPlan(f.options, f.context, f.assignment, {});
   EXPECT_EQ(scratch.attempt_dir, "/tmp/ddprun-x/attempt_2");
+  // torchrun's layout: a folder per local rank (not the global rank).
   EXPECT_THAT(scratch.error_files,
-              ElementsAre("/tmp/ddprun-x/attempt_2/rank_2.error.json",
-                          "/tmp/ddprun-x/attempt_2/rank_3.error.json"));
+              ElementsAre("/tmp/ddprun-x/attempt_2/0/error.json",
+                          "/tmp/ddprun-x/attempt_2/1/error.json"));
   EXPECT_EQ(AsMap(scratch.workers[0].env)["TORCHELASTIC_ERROR_FILE"],
-            "/tmp/ddprun-x/attempt_2/rank_2.error.json");
+            "/tmp/ddprun-x/attempt_2/0/error.json");
   // Without progress pipes, no DDPRUN_PROGRESS_FD and nothing inherited.
   EXPECT_EQ(AsMap(scratch.workers[0].env).count("DDPRUN_PROGRESS_FD"), 0u);
   EXPECT_THAT(scratch.workers[0].inherit_fds, IsEmpty());
 
+  // The run's log folder (under --log-dir or not) is the context's.
   f.options.log_dir = "/var/log/train";
   f.options.tee.all = 3;
+  f.context.scratch_dir = "/var/log/train/job7_a1b2c3";
   RoundPlan logged = BuildRoundPlan(f.options, f.context, f.assignment, {});
-  EXPECT_EQ(logged.attempt_dir, "/var/log/train/job7/attempt_2");
+  EXPECT_EQ(logged.attempt_dir, "/var/log/train/job7_a1b2c3/attempt_2");
   EXPECT_EQ(logged.output.attempt_dir, logged.attempt_dir);
   EXPECT_EQ(logged.output.rank_offset, 2);
   EXPECT_EQ(logged.output.num_workers, 2);

@@ -61,9 +61,10 @@ def diff(torchrun_env, ddprun_env):
             continue
         if key == "MASTER_ADDR" and t in LOOPBACK and d in LOOPBACK:
             continue  # both this host's loopback
-        if key == "TORCHELASTIC_ERROR_FILE" and t and d:
-            # A file in a per-run temporary folder in both; its path is
-            # the launcher's (ddprun: attempt_N/rank_R.error.json).
+        if (key == "TORCHELASTIC_ERROR_FILE" and t and d and
+                t.split("/")[-3:] == d.split("/")[-3:]):
+            # A file in a per-run temporary folder in both, the same
+            # attempt_<n>/<local_rank>/error.json under it.
             continue
         if key == "TORCHELASTIC_USE_AGENT_STORE" and (t, d) == ("True", "False"):
             # torchrun's static form serves a TCPStore at MASTER_PORT from
