@@ -1,13 +1,21 @@
 """torchrun command lines from PyTorch's docs, Kubeflow's PyTorchJob
 (PET_* variables) and Slurm recipes, with `torchrun` replaced by `ddprun`
 and nothing else changed, each running the unmodified env:// program
-allreduce.py. Multi-node lines start two agents on loopback. Lines run in
-parallel; prints "N of N command lines work" and the wall time.
+allreduce.py, and then (with --mnist) each line where it makes sense with
+ddprun-mnist, a libddp program, which must train: every agent exits 0 and
+rank 0's summary names the line's world size, steps and a test accuracy
+above chance. The -m lines have no ddprun-mnist form (a module is Python's);
+every other line runs the binary, named as the program (ddprun runs a
+program that is not a .py file directly; torchrun would need --no-python,
+which the --no-python line gives). Multi-node lines start two agents on
+loopback. Lines run in parallel; prints "N of N command lines work" for
+each program and the wall time.
 
-Usage: torchrun_corpus_test.py --ddprun PATH
+Usage: torchrun_corpus_test.py --ddprun PATH [--mnist PATH --data-dir DIR]
 """
 import argparse
 import concurrent.futures
+import json
 import os
 import socket
 import subprocess
@@ -81,18 +89,66 @@ CORPUS = [
 ]
 
 
-def run_case(ddprun, case):
-    name, ok, output = run_case_once(ddprun, case)
+# ddprun-mnist's training: a subset and one epoch, so that the whole corpus
+# stays short on CI's 2 cores; enough steps that the accuracy must rise.
+MNIST_ARGS = ["--epochs", "1", "--train-limit", "1024", "--test-limit", "500",
+              "--batch-size", "16", "--lr", "0.05", "--save", ""]
+# Above chance (0.1) by a margin: the model learned from the subset.
+MNIST_MIN_ACCURACY = 0.5
+
+
+def run_case(ddprun, case, mnist=None):
+    name, ok, output = run_case_once(ddprun, case, mnist)
     # Cases run in parallel, each picking free ports that it releases: one
     # may take a port another case was about to bind. Retried once, only for
     # that reason.
     if not ok and "Address already in use" in output:
-        name, ok, output = run_case_once(ddprun, case)
+        name, ok, output = run_case_once(ddprun, case, mnist)
         name += " (retried after a port race between cases)"
     return name, ok, output
 
 
-def run_case_once(ddprun, case):
+def program_argv(kind, out, mnist):
+    """The program part of the command line: allreduce.py, or ddprun-mnist
+    (mnist = (binary, data dir)) writing its summary into `out`."""
+    if mnist is not None:
+        binary, data_dir = mnist
+        return [binary, "--data-dir", data_dir, "--summary-json",
+                os.path.join(out, "summary.json")] + MNIST_ARGS
+    if kind == "script":
+        return [PROGRAM, out]
+    if kind == "module":
+        return ["allreduce", out]
+    return ["/usr/bin/python3", PROGRAM, out]
+
+
+def check_allreduce(out, world):
+    results = sorted(f for f in os.listdir(out) if f.endswith(".result"))
+    worlds = set()
+    for f in results:
+        with open(os.path.join(out, f)) as fh:
+            worlds.add(int(fh.read().split()[0]))
+    got = len(results)
+    expected = world if world is not None else got
+    return (got == expected and worlds == {expected} and
+            results == sorted("rank_%d.result" % r for r in range(expected)))
+
+
+def check_mnist(out, world, nodes):
+    """Rank 0's summary: the world size of the line (any from 1 to `nodes`
+    for an elastic line), steps taken, learned."""
+    try:
+        with open(os.path.join(out, "summary.json")) as f:
+            summary = json.load(f)
+    except (OSError, ValueError) as e:
+        return False, "no summary: %s" % e
+    worlds = [world] if world is not None else list(range(1, nodes + 1))
+    ok = (summary.get("world_size") in worlds and summary.get("steps", 0) > 0
+          and summary.get("test_accuracy", 0) >= MNIST_MIN_ACCURACY)
+    return ok, "summary: %s" % json.dumps(summary)
+
+
+def run_case_once(ddprun, case, mnist=None):
     name, flags, env_extra, nodes, world, kind = case
     port = str(free_port())
     with tempfile.TemporaryDirectory() as out:
@@ -101,15 +157,13 @@ def run_case_once(ddprun, case):
             subst = lambda a: (a.replace("PORT", port).replace("RANK", str(node))
                                .replace("LOGDIR", os.path.join(out, "logs")))
             argv = [ddprun] + [subst(a) for a in flags.split()]
-            if kind == "script":
-                argv += [PROGRAM, out]
-            elif kind == "module":
-                argv += ["allreduce", out]
-            else:
-                argv += ["/usr/bin/python3", PROGRAM, out]
+            argv += program_argv(kind, out, mnist)
             env = {k: v for k, v in os.environ.items() if not k.startswith("PET_")}
             env["PYTHONPATH"] = HERE
             env["PYTHON_EXEC"] = "/usr/bin/python3"  # the Python with torch
+            if mnist is not None:
+                # Several cases share CI's 2 cores: one thread per worker.
+                env["OMP_NUM_THREADS"] = "1"
             env.update({k: subst(v) for k, v in env_extra.items()})
             procs.append(subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
                                           stderr=subprocess.STDOUT, text=True))
@@ -122,35 +176,52 @@ def run_case_once(ddprun, case):
                 text, _ = p.communicate()
             outputs.append(text)
             ok = ok and p.returncode == 0
-        results = sorted(f for f in os.listdir(out) if f.endswith(".result"))
-        worlds = set()
-        for f in results:
-            with open(os.path.join(out, f)) as fh:
-                worlds.add(int(fh.read().split()[0]))
-        got = len(results)
-        expected = world if world is not None else got
-        ok = (ok and got == expected and worlds == {expected} and
-              results == sorted("rank_%d.result" % r for r in range(expected)))
+        if mnist is not None:
+            trained, summary = check_mnist(out, world, nodes)
+            ok = ok and trained
+            outputs.append(summary)
+        else:
+            ok = ok and check_allreduce(out, world)
         return name, ok, "\n".join(outputs)[-3000:]
+
+
+def report(label, results, elapsed, jobs):
+    failed = [(n, o) for n, ok, o in results if not ok]
+    for n, ok, _ in results:
+        print("%s: %s (%s)" % ("ok" if ok else "FAILED", n, label))
+    for n, o in failed:
+        print("FAIL: %s (%s)\n%s\n" % (n, label, o))
+    print("%s: %d of %d command lines work (%.1f s, %d in parallel)" %
+          (label, len(results) - len(failed), len(results), elapsed, jobs),
+          flush=True)
+    return not failed
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--ddprun", required=True)
+    parser.add_argument("--mnist", help="ddprun-mnist: run the corpus with it too")
+    parser.add_argument("--data-dir", help="MNIST's IDX files, for --mnist")
     parser.add_argument("--jobs", type=int, default=4)
     args = parser.parse_args()
+    if args.mnist and not args.data_dir:
+        parser.error("--mnist needs --data-dir")
     start = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
         results = list(pool.map(lambda c: run_case(args.ddprun, c), CORPUS))
-    failed = [(n, o) for n, ok, o in results if not ok]
-    for n, ok, _ in results:
-        print("%s: %s" % ("ok" if ok else "FAILED", n))
-    for n, o in failed:
-        print("FAIL: %s\n%s\n" % (n, o))
-    print("%d of %d command lines work (%.1f s, %d in parallel)" %
-          (len(results) - len(failed), len(results), time.monotonic() - start,
-           args.jobs))
-    sys.exit(1 if failed else 0)
+    ok = report("allreduce.py", results, time.monotonic() - start, args.jobs)
+    if args.mnist:
+        mnist = (args.mnist, args.data_dir)
+        lines = [c for c in CORPUS if c[5] != "module"]
+        print("ddprun-mnist: %d lines; not the %d -m lines (a module is "
+              "Python's)" % (len(lines), len(CORPUS) - len(lines)))
+        start = time.monotonic()
+        with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+            results = list(pool.map(
+                lambda c: run_case(args.ddprun, c, mnist), lines))
+        ok = report("ddprun-mnist", results, time.monotonic() - start,
+                    args.jobs) and ok
+    sys.exit(0 if ok else 1)
 
 
 if __name__ == "__main__":
