@@ -58,7 +58,18 @@ Agent::Agent(const LaunchOptions& options, AgentContext context,
       control_(control),
       events_(events),
       clock_(clock) {
-  if (!context_.reserve_port) context_.reserve_port = ReservePort;
+  if (!context_.reserve_port) {
+    context_.reserve_port =
+        [this](const std::string& address) -> absl::StatusOr<int> {
+      absl::StatusOr<HeldPort> held = HeldPort::Bind(address);
+      if (!held.ok()) return held.status();
+      held_master_port_ = std::move(*held);
+      spdlog::debug("holding port {} on {} (this node's MASTER_PORT offer) "
+                    "until the round's workers start",
+                    held_master_port_->port(), address);
+      return held_master_port_->port();
+    };
+  }
   if (!context_.standby_argv.empty()) {
     standbys_ = std::make_unique<StandbyPool>(
         control_, context_.standby_argv, BuildStandbyPlanEnv(context_));
@@ -201,6 +212,7 @@ Agent::RoundEnd Agent::RunRound(const v1::Assignment& assignment) {
   RouteOutput(**output, plan);
 
   events_.TakeRejoin();  // a previous round's news is not this round's
+  held_master_port_.reset();  // global rank 0 may bind it now
   WorkerGroup group(control_, clock_);
   absl::Status started = StartWorkers(assignment, **output, plan, group,
                                       progress, use_standbys);

@@ -17,6 +17,7 @@
 #include "launcher/agent/standby_pool.h"
 #include "launcher/agent/supervisor_policy.h"
 #include "launcher/cli/launch_options.h"
+#include "launcher/posix/local_address.h"
 #include "launcher/posix/process_control.h"
 #include "launcher/posix/progress_channel.h"
 #include "launcher/posix/worker_group.h"
@@ -104,6 +105,9 @@ class Agent {
   AgentEvents& events_;
   const common::Clock& clock_;
   std::unique_ptr<StandbyPool> standbys_;  // null without --prewarm
+  // The MASTER_PORT this node offered in its last Join, held from the Join
+  // until its workers start (see HeldPort); empty with a reserve_port seam.
+  std::optional<HeldPort> held_master_port_;
 };
 
 }  // namespace ddprun::launcher

@@ -35,7 +35,8 @@ struct AgentContext {
   // --metrics-port: what /metrics shows of this node's workers; null: off.
   AgentMetrics* metrics = nullptr;
   // Picks the MASTER_PORT this node offers for a round (binds port 0 on
-  // `local_addr`); null: ReservePort. Tests pass a fixed port.
+  // `local_addr`); null: a HeldPort the agent holds until the round's
+  // workers start. Tests pass a fixed port.
   std::function<absl::StatusOr<int>(const std::string& local_addr)>
       reserve_port;
 };

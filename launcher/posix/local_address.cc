@@ -74,7 +74,7 @@ std::string DefaultLocalAddress(const common::Endpoint& rendezvous) {
   return HostName();
 }
 
-absl::StatusOr<int> ReservePort(const std::string& address) {
+absl::StatusOr<HeldPort> HeldPort::Bind(const std::string& address) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -88,10 +88,15 @@ absl::StatusOr<int> ReservePort(const std::string& address) {
         address, gai_strerror(rc)));
   }
   std::string error = "no usable address";
+  int held_fd = -1;
   int port = -1;
   for (addrinfo* ai = result; ai != nullptr && port < 0; ai = ai->ai_next) {
     int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) continue;
+    // The workers' TCPStore sets it too, so it may bind the port even
+    // before Release.
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     sockaddr_storage bound{};
     socklen_t len = sizeof(bound);
     if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
@@ -99,10 +104,11 @@ absl::StatusOr<int> ReservePort(const std::string& address) {
       port = bound.ss_family == AF_INET
                  ? ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port)
                  : ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port);
+      held_fd = fd;
     } else {
       error = strerror(errno);
+      close(fd);
     }
-    close(fd);
   }
   freeaddrinfo(result);
   if (port < 0) {
@@ -111,7 +117,27 @@ absl::StatusOr<int> ReservePort(const std::string& address) {
         "--local-addr with an address of this host",
         address, error));
   }
-  return port;
+  return HeldPort(held_fd, port);
+}
+
+HeldPort& HeldPort::operator=(HeldPort&& other) noexcept {
+  if (this != &other) {
+    Release();
+    fd_ = std::exchange(other.fd_, -1);
+    port_ = other.port_;
+  }
+  return *this;
+}
+
+void HeldPort::Release() {
+  if (fd_ >= 0) close(fd_);
+  fd_ = -1;
+}
+
+absl::StatusOr<int> ReservePort(const std::string& address) {
+  absl::StatusOr<HeldPort> held = HeldPort::Bind(address);
+  if (!held.ok()) return held.status();
+  return held->port();
 }
 
 bool WaitUntilListening(const std::string& host, int port, absl::Duration max) {

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -13,8 +14,37 @@ namespace ddprun::launcher {
 // rendezvous, else the host name's address.
 std::string DefaultLocalAddress(const common::Endpoint& rendezvous);
 
-// Binds TCP port 0 on `address`, reads the port the kernel chose and closes
-// the socket: MASTER_PORT for node rank 0's workers, never guessed.
+// A TCP port the kernel chose on this node's address (MASTER_PORT for node
+// rank 0's workers, never guessed), held by a bound socket that does not
+// listen, so that while a node waits for its round no other process is
+// given the port (the kernel skips bound ports when it picks ephemeral ones,
+// for bind(0) and connect alike). Release() it when the workers are about to
+// bind it: torch's TCPStore (SO_REUSEADDR) could bind it while held, another
+// program could not. The socket has SO_REUSEADDR and is close-on-exec.
+// Move-only; owned by one thread.
+class HeldPort {
+ public:
+  static absl::StatusOr<HeldPort> Bind(const std::string& address);
+  HeldPort(HeldPort&& other) noexcept
+      : fd_(std::exchange(other.fd_, -1)), port_(other.port_) {}
+  HeldPort& operator=(HeldPort&& other) noexcept;
+  HeldPort(const HeldPort&) = delete;
+  HeldPort& operator=(const HeldPort&) = delete;
+  ~HeldPort() { Release(); }
+
+  int port() const { return port_; }
+  bool held() const { return fd_ >= 0; }
+  // Closes the socket; the port stays known. Idempotent.
+  void Release();
+
+ private:
+  HeldPort(int fd, int port) : fd_(fd), port_(port) {}
+  int fd_ = -1;
+  int port_ = -1;
+};
+
+// HeldPort::Bind, released at once: a port the kernel chose, for callers
+// that bind it themselves right away.
 absl::StatusOr<int> ReservePort(const std::string& address);
 
 // Whether something accepts TCP connections on host:port within `max`
