@@ -67,7 +67,12 @@ def one_run(build, mode):
             procs.append(subprocess.Popen(
                 [os.path.join(build, "launcher", "ddprun")] +
                 agent_flags(mode, node, port) + program, env=env,
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+                stdout=log, stderr=subprocess.STDOUT,
+                # A process group of its own (for kill_group), but the
+                # bench's session: with sched_autogroup a session per agent
+                # would give two agents twice one agent's CPU share under
+                # load.
+                preexec_fn=os.setpgrp))
         try:
             for p in procs:
                 p.wait(timeout=300)
