@@ -69,9 +69,13 @@ class RunLogDir {
             "--log-dir: cannot create '%s': %s; give a writable folder",
             base, ec.message()));
       }
+      // Workers get absolute paths (TORCHELASTIC_ERROR_FILE), whatever
+      // folder they change to.
+      std::filesystem::path absolute = std::filesystem::absolute(base, ec);
+      if (!ec) base = absolute.lexically_normal().string();
     }
-    // mkdtemp's random part is 6 characters; Python's tempfile.mkdtemp
-    // (torchrun's) is 8, from the same alphabet but for '_'.
+    // mkdtemp's random part is 6 letters or digits; torchrun's (Python's
+    // tempfile) is 8 lowercase letters, digits or '_'.
     std::string run = absl::StrFormat("%s/%s_XXXXXX", base, options.rdzv_id);
     if (mkdtemp(run.data()) == nullptr) {
       return absl::FailedPreconditionError(absl::StrFormat(

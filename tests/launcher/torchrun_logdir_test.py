@@ -117,11 +117,22 @@ def check_line(ddprun, flags):
         return problems
 
 
+def check_bad_log_dir(ddprun):
+    """A --log-dir that cannot be made: one line naming the flag, exit 2."""
+    p = subprocess.run([ddprun, "--standalone", "--log-dir", "/proc/no/logs",
+                        "/bin/true"], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, timeout=60, text=True)
+    if p.returncode != 2 or "--log-dir: cannot create '/proc/no/logs'" \
+            not in p.stdout:
+        return ["a bad --log-dir: exit %d, %r" % (p.returncode, p.stdout)]
+    return []
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--ddprun", required=True)
     args = parser.parse_args()
-    failures = []
+    failures = check_bad_log_dir(args.ddprun)
     for flags in LINES:
         failures += ["%s: %s" % (" ".join(flags), p)
                      for p in check_line(args.ddprun, flags)]
