@@ -54,6 +54,7 @@ void Job::Park(Node& node, WaiterId waiter, absl::Time now) {
   node.waiter = waiter;
   node.join_deadline = now + absl::Milliseconds(config_.join_timeout_ms());
   node.last_seen = now;
+  next_scan_ = std::min(next_scan_, node.join_deadline);
   ++parked_;
 }
 
@@ -271,6 +272,7 @@ void Job::Close(absl::Time now, Effects* effects) {
   world_size_ = offset;
   state_ = v1::JOB_STATE_RUNNING;
   min_reached_at_.reset();
+  next_scan_ = absl::InfinitePast();  // new heartbeat clocks and timeout
 
   v1::Assignment base;
   base.set_round(round_);
@@ -460,16 +462,31 @@ std::string Job::JoinTimeoutMessage() const {
 
 void Job::Tick(absl::Time now, Effects* effects) {
   if (ended()) return;
+  if (now < next_scan_) {
+    MaybeClose(now, effects);  // rule (c)'s last call
+    return;
+  }
   std::vector<std::string> timed_out;
   std::vector<std::string> silent;
   const absl::Duration heartbeat_timeout =
       absl::Milliseconds(heartbeat_timeout_ms_);
+  // A full scan at least once a second whatever the deadlines say.
+  next_scan_ = now + absl::Seconds(1);
   for (const auto& [id, node] : nodes_) {
     if (node.waiter.has_value()) {
       // A parked Join proves liveness: a dead client cancels its call.
-      if (now >= node.join_deadline) timed_out.push_back(id);
-    } else if (!node.done && now >= node.last_seen + heartbeat_timeout) {
-      silent.push_back(id);
+      if (now >= node.join_deadline) {
+        timed_out.push_back(id);
+      } else {
+        next_scan_ = std::min(next_scan_, node.join_deadline);
+      }
+    } else if (!node.done) {
+      absl::Time deadline = node.last_seen + heartbeat_timeout;
+      if (now >= deadline) {
+        silent.push_back(id);
+      } else {
+        next_scan_ = std::min(next_scan_, deadline);
+      }
     }
   }
   if (!timed_out.empty()) {
