@@ -44,6 +44,9 @@ void RendezvousService::Apply(Effects effects) {
   for (const ReleasedRounds& r : effects.released) {
     store_->ReleaseRoundsBefore(r.run_id, r.before_round);
   }
+  for (const ClosedRound& closed : effects.closed) {
+    jobs_->AnswersDelivered(closed);
+  }
 }
 
 void RendezvousService::Tick() {

@@ -45,6 +45,10 @@ struct ServerOptions {
   // Heartbeats per second one job may send; larger jobs get a longer
   // interval (JobOptions::heartbeat_budget_per_s). 0: never lengthened.
   int64_t heartbeat_budget_per_s = 10000;
+  // A tick this much later than the previous one means the server did not
+  // run: that time does not count as any node's silence
+  // (JobOptions::forgive_stalls_over).
+  absl::Duration forgive_stalls_over = absl::Seconds(1);
   // The time source; nullptr: the real clock. Must outlive the server.
   const common::Clock* clock = nullptr;
   // Prometheus metrics: every RPC by method and code with its latency, and
