@@ -13,17 +13,12 @@ int RunRendezvousBench(const BenchOptions& options) {
       "(heartbeat interval %s, timeout %s)\n",
       absl::FormatDuration(options.heartbeat_interval).c_str(),
       absl::FormatDuration(options.heartbeat_timeout).c_str());
-  std::printf("%8s %6s %14s %14s %10s %10s %12s %14s %12s %12s\n", "nodes",
-              "shards", "last_join->all", "first->all", "rss_MiB", "peak_MiB",
+  std::printf("%8s %14s %14s %10s %10s %12s %14s %12s %12s\n", "nodes",
+              "last_join->all", "first->all", "rss_MiB", "peak_MiB",
               "heartbeats/s", "given_hb_ms", "detect_1st", "detect_all");
   int failures = 0;
-  std::vector<int> shard_counts = options.grpc_shards;
-  if (shard_counts.empty()) shard_counts.push_back(0);
   for (int n : options.nodes) {
-   for (int shards : shard_counts) {
-    std::vector<std::string> args;
-    if (shards > 0) args = {"--grpc-shards", std::to_string(shards)};
-    auto server = ServerProcess::Start(options.server_binary, args);
+    auto server = ServerProcess::Start(options.server_binary, {});
     if (!server.ok()) {
       std::fprintf(stderr, "%s\n", server.status().ToString().c_str());
       return 1;
@@ -39,8 +34,7 @@ int RunRendezvousBench(const BenchOptions& options) {
     JoinResult joined = agents.JoinAll(options.join_timeout);
     long rss = server->RssKib();
     if (!joined.error.empty()) {
-      std::printf("%8d %6d join failed: %s\n", n, shards,
-                  joined.error.c_str());
+      std::printf("%8d join failed: %s\n", n, joined.error.c_str());
       ++failures;
       continue;
     }
@@ -51,9 +45,9 @@ int RunRendezvousBench(const BenchOptions& options) {
         agents.heartbeat_timeout() + 3 * agents.heartbeat_interval());
     long peak = server->PeakRssKib();
     std::printf(
-        "%8d %6d %12.1fms %12.1fms %10.1f %10.1f %12.0f %7.0f/%-6.0f %10.0fms "
+        "%8d %12.1fms %12.1fms %10.1f %10.1f %12.0f %7.0f/%-6.0f %10.0fms "
         "%10.0fms%s\n",
-        n, shards, absl::ToDoubleMilliseconds(joined.last_to_all),
+        n, absl::ToDoubleMilliseconds(joined.last_to_all),
         absl::ToDoubleMilliseconds(joined.first_to_all), rss / 1024.0,
         peak / 1024.0, beats,
         absl::ToDoubleMilliseconds(agents.heartbeat_interval()),
@@ -63,7 +57,6 @@ int RunRendezvousBench(const BenchOptions& options) {
         detected.complete ? "" : " (detection incomplete)");
     std::fflush(stdout);
     if (!detected.complete) ++failures;
-   }
   }
   return failures == 0 ? 0 : 1;
 }

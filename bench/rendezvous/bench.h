@@ -17,9 +17,6 @@ struct BenchOptions {
   int heartbeats_in_flight = 256;
   absl::Duration heartbeat_interval = absl::Seconds(1);
   absl::Duration heartbeat_timeout = absl::Seconds(3);
-  // The server's --grpc-shards, one row each per node count (interleaved);
-  // empty: the server's default.
-  std::vector<int> grpc_shards;
 };
 
 // For each node count: a fresh server process, every node joining, the

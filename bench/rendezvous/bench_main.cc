@@ -20,10 +20,6 @@ int main(int argc, char** argv) {
   app.add_option("--nodes", options.nodes, "node counts to measure")
       ->delimiter(',')
       ->capture_default_str();
-  app.add_option("--grpc-shards", options.grpc_shards,
-                 "the server's --grpc-shards values to compare (a row each, "
-                 "interleaved); default: the server's default")
-      ->delimiter(',');
   app.add_option("--channels", options.channels,
                  "connections shared by the simulated agents")
       ->capture_default_str();
