@@ -27,10 +27,11 @@ struct ReleasedRounds {
   int64_t before_round = 0;
 };
 
-// A round closed: its Joins are among `joins`. Once the adapter handed
-// those answers to gRPC it calls JobTable::AnswersDelivered, which starts
-// the round's heartbeat clocks then (handing out 100,000 answers takes
-// seconds, and no member can beat before it has its answer).
+// A round closed: its Joins are among `joins`. Once every one of those
+// calls is done (its answer sent) the adapter calls
+// JobTable::AnswersDelivered, which starts the round's heartbeat clocks then
+// (handing out 100,000 answers takes seconds, and no member can beat before
+// it has its answer).
 struct ClosedRound {
   std::string run_id;
   int64_t round = 0;

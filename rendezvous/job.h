@@ -106,8 +106,8 @@ class Job {
   void Leave(const v1::LeaveRequest& request, absl::Time now, Effects* effects);
   // Join timeouts, silent nodes, last call.
   void Tick(absl::Time now, Effects* effects);
-  // The answers of `round` (a ClosedRound effect) were handed to gRPC at
-  // `now`: its members' heartbeat clocks start then, not at the close.
+  // The answers of `round` (a ClosedRound effect) were sent by `now`: its
+  // members' heartbeat clocks start then, not at the close.
   void AnswersDelivered(int64_t round, absl::Time now);
   // Answers every parked Join with `status` (server shutdown).
   void CancelAllJoins(const absl::Status& status, Effects* effects);
@@ -173,7 +173,7 @@ class Job {
   // (Close rescans).
   absl::Time next_scan_ = absl::InfinitePast();
   // No node's silence counts before this: the running round's answers were
-  // handed out then (AnswersDelivered).
+  // sent by then (AnswersDelivered).
   absl::Time heartbeat_clock_start_ = absl::InfinitePast();
   absl::Time last_tick_ = absl::InfinitePast();
   std::optional<absl::Time> ended_at_;

@@ -3,6 +3,7 @@
 #include <malloc.h>
 
 #include <algorithm>
+#include <iterator>
 #include <limits>
 #include <utility>
 
@@ -111,22 +112,29 @@ void Server::MaybeReturnMemory() {
   // stayed at its peak for good; after a large fan-out it is given back.
   const size_t large_fan_out = options_.return_memory_after_parked;
   if (large_fan_out == 0) return;
-  const size_t parked = NumParkedCallsForTest();
+  // Joins: the fan-outs that size (store waiters are few).
+  const size_t parked = rendezvous_service_.num_parked();
   const absl::Time now = clock_->Now();
-  peak_parked_ = std::max(peak_parked_, parked);
-  if (peak_parked_ < large_fan_out || parked > peak_parked_ / 2) {
-    fan_out_seen_at_.reset();
-    return;
+  peak_parked_ = std::max(peak_parked_, rendezvous_service_.TakePeakParked());
+  if (!fan_out_seen_at_.has_value()) {
+    if (peak_parked_ < large_fan_out || parked > peak_parked_ / 2) return;
+    fan_out_seen_at_ = now;
+    trims_done_ = 0;
   }
-  // The answered calls free their memory when gRPC is done sending them.
-  if (!fan_out_seen_at_.has_value()) fan_out_seen_at_ = now;
-  if (now - *fan_out_seen_at_ < absl::Seconds(1)) return;
+  // The answered calls free their memory only when gRPC is done sending
+  // them, which takes a while for 100,000 answers on a loaded host: give
+  // back what is free 1 s, 5 s and 20 s after the fan-out.
+  static constexpr absl::Duration kAfter[] = {
+      absl::Seconds(1), absl::Seconds(5), absl::Seconds(20)};
+  if (now - *fan_out_seen_at_ < kAfter[trims_done_]) return;
 #ifdef __GLIBC__
   malloc_trim(0);
-  trims_.fetch_add(1);
 #endif
-  peak_parked_ = parked;
-  fan_out_seen_at_.reset();
+  trims_.fetch_add(1);
+  if (++trims_done_ == static_cast<int>(std::size(kAfter))) {
+    peak_parked_ = parked;
+    fan_out_seen_at_.reset();
+  }
 }
 
 void Server::AddJobMetrics(common::MetricsRegistry* registry) {

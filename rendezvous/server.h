@@ -90,7 +90,7 @@ class Server {
     return rendezvous_service_.num_parked() + store_service_.num_parked();
   }
   // Bytes the store charges now (limits.h), all jobs / one job.
-  // How often memory was given back after a large fan-out.
+  // How often memory was given back (three times per large fan-out).
   int MemoryTrimsForTest() const { return trims_.load(); }
   int64_t StoreBytesForTest() const { return store_.num_bytes(); }
   int64_t JobStoreBytesForTest(const std::string& run_id) const {
@@ -118,6 +118,7 @@ class Server {
   // MaybeReturnMemory's state (ticker thread only).
   size_t peak_parked_ = 0;
   std::optional<absl::Time> fan_out_seen_at_;
+  int trims_done_ = 0;  // of this fan-out
   std::atomic<int> trims_{0};
   int port_ = 0;
   absl::Mutex shutdown_mu_;

@@ -231,7 +231,7 @@ TEST(ServerMemoryTest, MemoryIsGivenBackAfterALargeFanOut) {
     ASSERT_TRUE(status.ok()) << status.error_message();
   }
   EXPECT_TRUE(testing::WaitFor(
-      [&] { return (*server)->MemoryTrimsForTest() == 1; }, absl::Seconds(20)))
+      [&] { return (*server)->MemoryTrimsForTest() >= 1; }, absl::Seconds(20)))
       << "no memory given back after 200 parked Joins were answered";
 }
 
