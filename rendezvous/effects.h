@@ -27,14 +27,27 @@ struct ReleasedRounds {
   int64_t before_round = 0;
 };
 
+// A round closed: its Joins are among `joins`. Once every one of those
+// calls is done (its answer sent) the adapter calls
+// JobTable::AnswersDelivered, which starts the round's heartbeat clocks then
+// (handing out 100,000 answers takes seconds, and no member can beat before
+// it has its answer).
+struct ClosedRound {
+  std::string run_id;
+  int64_t round = 0;
+};
+
 // What a decision of the job state machine asks the adapters to do. The
 // state classes fill it under their lock; the adapters apply it after the
 // lock is released, so that no gRPC call happens under a state lock.
 struct Effects {
   std::vector<JoinCompletion> joins;
   std::vector<ReleasedRounds> released;
+  std::vector<ClosedRound> closed;
 
-  bool empty() const { return joins.empty() && released.empty(); }
+  bool empty() const {
+    return joins.empty() && released.empty() && closed.empty();
+  }
 };
 
 }  // namespace ddprun::rendezvous

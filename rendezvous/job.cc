@@ -54,6 +54,7 @@ void Job::Park(Node& node, WaiterId waiter, absl::Time now) {
   node.waiter = waiter;
   node.join_deadline = now + absl::Milliseconds(config_.join_timeout_ms());
   node.last_seen = now;
+  next_scan_ = std::min(next_scan_, node.join_deadline);
   ++parked_;
 }
 
@@ -271,6 +272,9 @@ void Job::Close(absl::Time now, Effects* effects) {
   world_size_ = offset;
   state_ = v1::JOB_STATE_RUNNING;
   min_reached_at_.reset();
+  next_scan_ = absl::InfinitePast();  // new heartbeat clocks and timeout
+  heartbeat_clock_start_ = now;
+  effects->closed.push_back({run_id_, round_});
 
   v1::Assignment base;
   base.set_round(round_);
@@ -458,18 +462,58 @@ std::string Job::JoinTimeoutMessage() const {
       config_.max_nodes());
 }
 
+void Job::AnswersDelivered(int64_t round, absl::Time now) {
+  if (round != round_ || state_ != v1::JOB_STATE_RUNNING) return;
+  heartbeat_clock_start_ = std::max(heartbeat_clock_start_, now);
+  next_scan_ = absl::InfinitePast();
+}
+
 void Job::Tick(absl::Time now, Effects* effects) {
   if (ended()) return;
+  const absl::Duration since_last_tick = now - last_tick_;
+  last_tick_ = now;
+  if (since_last_tick > options_.forgive_stalls_over &&
+      since_last_tick != absl::InfiniteDuration()) {
+    // The server did not run for since_last_tick: heartbeats sent
+    // meanwhile are still queued behind this Tick. Nobody's silence grows
+    // by the stall.
+    spdlog::warn(
+        "job '{}': the server did not tick for {}; that time is not counted "
+        "as silence of the job's nodes",
+        run_id_, absl::FormatDuration(since_last_tick));
+    for (auto& [id, node] : nodes_) {
+      node.last_seen = std::min(now, node.last_seen + since_last_tick);
+    }
+    heartbeat_clock_start_ =
+        std::min(now, heartbeat_clock_start_ + since_last_tick);
+    next_scan_ = absl::InfinitePast();
+  }
+  if (now < next_scan_) {
+    MaybeClose(now, effects);  // rule (c)'s last call
+    return;
+  }
   std::vector<std::string> timed_out;
   std::vector<std::string> silent;
   const absl::Duration heartbeat_timeout =
       absl::Milliseconds(heartbeat_timeout_ms_);
+  // A full scan at least once a second whatever the deadlines say.
+  next_scan_ = now + absl::Seconds(1);
   for (const auto& [id, node] : nodes_) {
     if (node.waiter.has_value()) {
       // A parked Join proves liveness: a dead client cancels its call.
-      if (now >= node.join_deadline) timed_out.push_back(id);
-    } else if (!node.done && now >= node.last_seen + heartbeat_timeout) {
-      silent.push_back(id);
+      if (now >= node.join_deadline) {
+        timed_out.push_back(id);
+      } else {
+        next_scan_ = std::min(next_scan_, node.join_deadline);
+      }
+    } else if (!node.done) {
+      absl::Time deadline =
+          std::max(node.last_seen, heartbeat_clock_start_) + heartbeat_timeout;
+      if (now >= deadline) {
+        silent.push_back(id);
+      } else {
+        next_scan_ = std::min(next_scan_, deadline);
+      }
     }
   }
   if (!timed_out.empty()) {

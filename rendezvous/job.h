@@ -33,6 +33,12 @@ struct JobOptions {
   // so that a large job neither floods the server nor has live nodes
   // declared lost because their heartbeats queued. 0: never lengthened.
   int64_t heartbeat_budget_per_s = 10000;
+  // A Tick that comes this long after the previous one means the server
+  // itself did not run (overloaded, paused): heartbeats sent meanwhile wait
+  // in its queues behind this Tick. The gap is then not counted as any
+  // node's silence. Infinite: never (callers that tick at will, as tests
+  // with a fake clock do).
+  absl::Duration forgive_stalls_over = absl::InfiniteDuration();
 };
 
 // The rendezvous state machine of one job: rounds, membership, ranks,
@@ -100,6 +106,9 @@ class Job {
   void Leave(const v1::LeaveRequest& request, absl::Time now, Effects* effects);
   // Join timeouts, silent nodes, last call.
   void Tick(absl::Time now, Effects* effects);
+  // The answers of `round` (a ClosedRound effect) were sent by `now`: its
+  // members' heartbeat clocks start then, not at the close.
+  void AnswersDelivered(int64_t round, absl::Time now);
   // Answers every parked Join with `status` (server shutdown).
   void CancelAllJoins(const absl::Status& status, Effects* effects);
 
@@ -157,6 +166,16 @@ class Job {
   int64_t heartbeat_interval_ms_ = 0;
   int64_t heartbeat_timeout_ms_ = 0;
   std::optional<absl::Time> min_reached_at_;  // rule (c)'s clock
+  // No join deadline or heartbeat deadline falls before this: Tick skips its
+  // O(nodes) scan until then (a scan every tick made the 10 ms ticker the
+  // server's largest cost at 100,000 nodes). Deadlines only move later
+  // (heartbeats), except a new Join's (Park lowers it) and a new round's
+  // (Close rescans).
+  absl::Time next_scan_ = absl::InfinitePast();
+  // No node's silence counts before this: the running round's answers were
+  // sent by then (AnswersDelivered).
+  absl::Time heartbeat_clock_start_ = absl::InfinitePast();
+  absl::Time last_tick_ = absl::InfinitePast();
   std::optional<absl::Time> ended_at_;
   absl::Time last_activity_;
 };

@@ -193,6 +193,14 @@ absl::Status JobTable::CheckStoreScope(const v1::StoreScope& scope) const {
       scope.run_id(), scope.round(), current));
 }
 
+void JobTable::AnswersDelivered(const ClosedRound& closed) {
+  absl::Time now = clock_->Now();
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(closed.run_id);
+  if (it == jobs_.end()) return;
+  it->second->AnswersDelivered(closed.round, now);
+}
+
 void JobTable::Tick(Effects* effects) {
   absl::Time now = clock_->Now();
   absl::MutexLock lock(&mu_);

@@ -58,6 +58,9 @@ class JobTable {
   // The current round of job `run_id`; nullopt when there is no such job.
   std::optional<int64_t> CurrentRound(const std::string& run_id) const;
 
+  // The answers of a ClosedRound effect were sent: the round's heartbeat
+  // clocks start now.
+  void AnswersDelivered(const ClosedRound& closed);
   // Time-driven transitions of every job, and release of idle jobs.
   void Tick(Effects* effects);
   void CancelAllJoins(const absl::Status& status, Effects* effects);

@@ -1,7 +1,9 @@
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -22,9 +24,17 @@ class ParkedReactor final : public grpc::ServerUnaryReactor {
       : on_cancel_(std::move(on_cancel)) {}
   void OnCancel() override { on_cancel_(); }
   void OnDone() override { delete this; }
+  // Finish, keeping `keep` alive until the call is done (its answer sent or
+  // the client gone): a shared owner learns so when the last of its calls
+  // is done.
+  void FinishHolding(const grpc::Status& status, std::shared_ptr<void> keep) {
+    keep_ = std::move(keep);
+    Finish(status);
+  }
 
  private:
   std::function<void()> on_cancel_;
+  std::shared_ptr<void> keep_;
 };
 
 // Parked calls by waiter id, and the one way to finish them: Take removes a
@@ -34,7 +44,7 @@ template <typename Response>
 class ParkedCalls {
  public:
   struct Call {
-    grpc::ServerUnaryReactor* reactor = nullptr;
+    ParkedReactor* reactor = nullptr;
     Response* response = nullptr;
   };
 
@@ -42,6 +52,14 @@ class ParkedCalls {
   void Add(WaiterId id, Call call) {
     absl::MutexLock lock(&mu_);
     calls_.emplace(id, call);
+    peak_ = std::max(peak_, calls_.size());
+  }
+  // The most calls parked at once since the last TakePeak.
+  size_t TakePeak() {
+    absl::MutexLock lock(&mu_);
+    size_t peak = std::max(peak_, calls_.size());
+    peak_ = calls_.size();
+    return peak;
   }
   std::optional<Call> Take(WaiterId id) {
     absl::MutexLock lock(&mu_);
@@ -67,6 +85,7 @@ class ParkedCalls {
   std::atomic<WaiterId> next_id_{1};
   mutable absl::Mutex mu_;
   absl::flat_hash_map<WaiterId, Call> calls_ ABSL_GUARDED_BY(mu_);
+  size_t peak_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace ddprun::rendezvous

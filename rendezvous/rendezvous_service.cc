@@ -1,7 +1,9 @@
 #include "rendezvous/rendezvous_service.h"
 
+#include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "common/grpc_status.h"
 
@@ -30,16 +32,43 @@ RendezvousService::RendezvousService(JobTable* jobs, StoreService* store,
                                      const TokenCheck* token)
     : jobs_(jobs), store_(store), token_(token) {}
 
+namespace {
+
+// Held by every call a round's close answered; when the last of them is
+// done (its answer sent), the round's heartbeat clocks start. Handing out
+// 100,000 answers takes seconds on a loaded host, and no member can beat
+// before it has its answer.
+class RoundsDelivered {
+ public:
+  RoundsDelivered(JobTable* jobs, std::vector<ClosedRound> closed)
+      : jobs_(jobs), closed_(std::move(closed)) {}
+  ~RoundsDelivered() {
+    for (const ClosedRound& round : closed_) jobs_->AnswersDelivered(round);
+  }
+
+ private:
+  JobTable* const jobs_;
+  const std::vector<ClosedRound> closed_;
+};
+
+}  // namespace
+
 void RendezvousService::Apply(Effects effects) {
+  std::shared_ptr<void> delivered;
+  if (!effects.closed.empty()) {
+    delivered =
+        std::make_shared<RoundsDelivered>(jobs_, std::move(effects.closed));
+  }
   for (JoinCompletion& c : effects.joins) {
     auto call = parked_.Take(c.waiter);
     if (!call.has_value()) continue;  // cancelled meanwhile
     if (!c.response.ok()) {
-      call->reactor->Finish(common::ToGrpcStatus(c.response.status()));
+      call->reactor->FinishHolding(common::ToGrpcStatus(c.response.status()),
+                                   delivered);
       continue;
     }
     *call->response = *std::move(c.response);
-    call->reactor->Finish(grpc::Status::OK);
+    call->reactor->FinishHolding(grpc::Status::OK, delivered);
   }
   for (const ReleasedRounds& r : effects.released) {
     store_->ReleaseRoundsBefore(r.run_id, r.before_round);

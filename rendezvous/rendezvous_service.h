@@ -43,6 +43,8 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   void CancelAll(const grpc::Status& status);
   // Joins parked now.
   size_t num_parked() const { return parked_.size(); }
+  // The most Joins parked at once since the last call.
+  size_t TakePeakParked() { return parked_.TakePeak(); }
 
  private:
   JobTable* const jobs_;

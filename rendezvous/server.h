@@ -1,6 +1,8 @@
 #pragma once
 
+#include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -45,6 +47,14 @@ struct ServerOptions {
   // Heartbeats per second one job may send; larger jobs get a longer
   // interval (JobOptions::heartbeat_budget_per_s). 0: never lengthened.
   int64_t heartbeat_budget_per_s = 10000;
+  // A tick this much later than the previous one means the server did not
+  // run: that time does not count as any node's silence
+  // (JobOptions::forgive_stalls_over).
+  absl::Duration forgive_stalls_over = absl::Seconds(1);
+  // After this many calls were parked at once and then answered, the
+  // memory gRPC held for them is given back to the system
+  // (MaybeReturnMemory). 0: never.
+  size_t return_memory_after_parked = 10000;
   // The time source; nullptr: the real clock. Must outlive the server.
   const common::Clock* clock = nullptr;
   // Prometheus metrics: every RPC by method and code with its latency, and
@@ -80,6 +90,8 @@ class Server {
     return rendezvous_service_.num_parked() + store_service_.num_parked();
   }
   // Bytes the store charges now (limits.h), all jobs / one job.
+  // How often memory was given back (three times per large fan-out).
+  int MemoryTrimsForTest() const { return trims_.load(); }
   int64_t StoreBytesForTest() const { return store_.num_bytes(); }
   int64_t JobStoreBytesForTest(const std::string& run_id) const {
     return store_.num_job_bytes(run_id);
@@ -87,6 +99,10 @@ class Server {
 
  private:
   explicit Server(const ServerOptions& options);
+  // After a fan-out of at least return_memory_after_parked calls, once
+  // they are answered, gives the memory they held back to the system
+  // (ticker thread).
+  void MaybeReturnMemory();
   // Sets the job gauges from the job table on every scrape.
   void AddJobMetrics(common::MetricsRegistry* registry);
 
@@ -99,6 +115,11 @@ class Server {
   RendezvousService rendezvous_service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<Ticker> ticker_;
+  // MaybeReturnMemory's state (ticker thread only).
+  size_t peak_parked_ = 0;
+  std::optional<absl::Time> fan_out_seen_at_;
+  int trims_done_ = 0;  // of this fan-out
+  std::atomic<int> trims_{0};
   int port_ = 0;
   absl::Mutex shutdown_mu_;
   bool shut_down_ ABSL_GUARDED_BY(shutdown_mu_) = false;

@@ -13,8 +13,9 @@ int RunRendezvousBench(const BenchOptions& options) {
       "(heartbeat interval %s, timeout %s)\n",
       absl::FormatDuration(options.heartbeat_interval).c_str(),
       absl::FormatDuration(options.heartbeat_timeout).c_str());
-  std::printf("%8s %14s %14s %10s %10s %12s %14s %12s %12s\n", "nodes",
-              "last_join->all", "first->all", "rss_MiB", "peak_MiB",
+  std::printf("%8s %14s %14s %10s %10s %10s %12s %14s %12s %12s\n",
+              "nodes", "last_join->all", "first->all", "rss_MiB", "rss_hb_MiB",
+              "peak_MiB",
               "heartbeats/s", "given_hb_ms", "detect_1st", "detect_all");
   int failures = 0;
   for (int n : options.nodes) {
@@ -40,16 +41,19 @@ int RunRendezvousBench(const BenchOptions& options) {
     }
     double beats = agents.HeartbeatThroughput(options.heartbeat_duration,
                                               options.heartbeats_in_flight);
+    // After the round's answers went out and the nodes heartbeat: what the
+    // server keeps while the job runs.
+    long rss_running = server->RssKib();
     // The agents heartbeat at the interval the server handed out.
     DetectionResult detected = agents.DetectLostNode(
         agents.heartbeat_timeout() + 3 * agents.heartbeat_interval());
     long peak = server->PeakRssKib();
     std::printf(
-        "%8d %12.1fms %12.1fms %10.1f %10.1f %12.0f %7.0f/%-6.0f %10.0fms "
+        "%8d %12.1fms %12.1fms %10.1f %10.1f %10.1f %12.0f %7.0f/%-6.0f %10.0fms "
         "%10.0fms%s\n",
         n, absl::ToDoubleMilliseconds(joined.last_to_all),
         absl::ToDoubleMilliseconds(joined.first_to_all), rss / 1024.0,
-        peak / 1024.0, beats,
+        rss_running / 1024.0, peak / 1024.0, beats,
         absl::ToDoubleMilliseconds(agents.heartbeat_interval()),
         absl::ToDoubleMilliseconds(agents.heartbeat_timeout()),
         absl::ToDoubleMilliseconds(detected.first_knows),

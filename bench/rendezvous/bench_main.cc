@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/synchronization/mutex.h"
 #include "bench/rendezvous/bench.h"
 #include "bench/rendezvous/hostile_load.h"
 
@@ -42,6 +43,10 @@ int main(int argc, char** argv) {
                  "the store cap (--hostile), MiB")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  // As in ddprun-rendezvous: the simulated agents' gRPC would otherwise
+  // spend its time in Abseil's deadlock-detection graph (Debian's Abseil
+  // keeps it on).
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   if (hostile) {
     hostile_options.server_binary = options.server_binary;
     hostile_options.store_cap_bytes = hostile_cap_mib << 20;

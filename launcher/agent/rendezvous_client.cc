@@ -77,10 +77,13 @@ absl::StatusOr<v1::JoinResponse> RendezvousClient::Join(
   absl::Time give_up = absl::Now() + unreachable_timeout;
   common::Backoff backoff;
   while (true) {
+    // No gRPC deadline on the parked Join: the server would arm a timer for
+    // it, and Debian's gRPC (built with its debug checks) walks a list of
+    // every armed timer in its bucket on each add and remove, which made
+    // 100,000 parked Joins cost O(n^2). The server answers at its own
+    // join_timeout; this client gives up a little after it (so that the
+    // server's answer, not our timer, says what happened) by cancelling.
     grpc::ClientContext context;
-    // A little over the server's own join timeout, so that the server's
-    // answer (not our deadline) says what happened.
-    Prepare(context, join_timeout + absl::Seconds(5));
     {
       absl::MutexLock lock(&mu_);
       if (join_cancelled_) {
@@ -89,13 +92,38 @@ absl::StatusOr<v1::JoinResponse> RendezvousClient::Join(
       join_context_ = &context;
     }
     v1::JoinResponse response;
-    grpc::Status status = stub_->Join(&context, request, &response);
+    grpc::Status status;
+    bool timed_out = false;
+    {
+      absl::Mutex done_mu;
+      bool done = false;
+      stub_->async()->Join(&context, &request, &response,
+                           [&](grpc::Status s) {
+                             absl::MutexLock lock(&done_mu);
+                             status = std::move(s);
+                             done = true;
+                           });
+      absl::MutexLock lock(&done_mu);
+      if (!done_mu.AwaitWithTimeout(absl::Condition(&done),
+                                    join_timeout + absl::Seconds(5))) {
+        timed_out = true;
+        context.TryCancel();
+        done_mu.Await(absl::Condition(&done));
+      }
+    }
     {
       absl::MutexLock lock(&mu_);
       join_context_ = nullptr;
       if (join_cancelled_) {
         return absl::CancelledError("Join cancelled: the agent is stopping");
       }
+    }
+    if (timed_out && !status.ok()) {
+      status = grpc::Status(
+          grpc::StatusCode::DEADLINE_EXCEEDED,
+          absl::StrFormat("no answer within join_timeout + 5 s (%s)",
+                          absl::FormatDuration(join_timeout +
+                                               absl::Seconds(5))));
     }
     if (status.ok()) return response;
     if (status.error_code() != grpc::StatusCode::UNAVAILABLE ||

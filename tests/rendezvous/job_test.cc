@@ -585,5 +585,110 @@ TEST(HeartbeatBudgetTest, JobsWithinTheBudgetKeepTheirInterval) {
   }
 }
 
+
+v1::HeartbeatRequest Beat(const std::string& node, int64_t round = 0) {
+  v1::HeartbeatRequest beat;
+  beat.set_node_id(node);
+  beat.set_round(round);
+  return beat;
+}
+
+// Tick skips its scan of the nodes until a deadline may be due; a silent
+// member is still lost at the first tick past its deadline, not later.
+TEST(HeartbeatClockTest, SilentMemberIsLostAtTheFirstTickPastItsDeadline) {
+  absl::Time t0 = absl::UnixEpoch();
+  Job job("job", ScaleConfig(2), t0);  // interval 100 ms, timeout 500 ms
+  ASSERT_EQ(FormRound(job, 2, t0).size(), 2u);
+  Effects effects;
+  absl::Time n1_last = t0;
+  for (int ms = 10; ms <= 2000; ms += 10) {
+    absl::Time now = t0 + absl::Milliseconds(ms);
+    job.Heartbeat(Beat("n0"), now);
+    if (ms <= 300) {
+      job.Heartbeat(Beat("n1"), now);
+      n1_last = now;
+    }
+    job.Tick(now, &effects);
+    if (now < n1_last + absl::Milliseconds(500)) {
+      ASSERT_EQ(job.round(), 0) << "n1 lost early, at " << ms << " ms";
+    } else {
+      ASSERT_EQ(job.round(), 1) << "n1 not lost at " << ms << " ms";
+      return;
+    }
+  }
+  FAIL() << "n1 was never lost";
+}
+
+// Handing out a large round's answers takes the server seconds: a member's
+// heartbeat clock starts when its answer went out, not at the close.
+TEST(HeartbeatClockTest, ClocksStartWhenTheAnswersWereHandedOut) {
+  absl::Time t0 = absl::UnixEpoch();
+  Job job("job", ScaleConfig(2), t0);
+  Effects closed;
+  for (int i = 0; i < 2; ++i) {
+    v1::JoinRequest request;
+    request.set_node_id("n" + std::to_string(i));
+    request.set_local_world_size(1);
+    request.set_node_rank(-1);
+    job.Join(request, static_cast<WaiterId>(i + 1), t0, &closed);
+  }
+  ASSERT_EQ(closed.closed.size(), 1u) << "the close is an effect";
+  EXPECT_EQ(closed.closed[0].run_id, "job");
+  EXPECT_EQ(closed.closed[0].round, 0);
+  const absl::Time delivered = t0 + absl::Seconds(2);
+  job.AnswersDelivered(0, delivered);
+  Effects effects;
+  job.Tick(delivered + absl::Milliseconds(450), &effects);
+  EXPECT_EQ(job.round(), 0)
+      << "2 s after the close, but only 450 ms after the answers";
+  job.Heartbeat(Beat("n0"), delivered + absl::Milliseconds(450));
+  job.Tick(delivered + absl::Milliseconds(550), &effects);
+  EXPECT_EQ(job.round(), 1) << "n1 never beat: lost 500 ms after its answer";
+  // A delivery report for a round that is over changes nothing.
+  job.AnswersDelivered(0, delivered + absl::Seconds(10));
+  EXPECT_EQ(job.round(), 1);
+}
+
+// The server did not run for a second (overloaded or paused): the
+// heartbeats sent meanwhile wait in its queues behind the first Tick after
+// the stall. That Tick must not declare the nodes lost.
+TEST(HeartbeatClockTest, TheServersOwnStallIsNotCountedAsSilence) {
+  for (bool forgive : {true, false}) {
+    SCOPED_TRACE(forgive ? "stalls forgiven" : "stalls counted");
+    JobOptions options;
+    if (forgive) options.forgive_stalls_over = absl::Milliseconds(200);
+    absl::Time t0 = absl::UnixEpoch();
+    Job job("job", ScaleConfig(2), t0, options);
+    ASSERT_EQ(FormRound(job, 2, t0).size(), 2u);
+    Effects effects;
+    absl::Time now = t0;
+    for (int i = 0; i < 10; ++i) {
+      now += absl::Milliseconds(10);
+      job.Heartbeat(Beat("n0"), now);
+      job.Heartbeat(Beat("n1"), now);
+      job.Tick(now, &effects);
+    }
+    now += absl::Seconds(1);  // no tick, no heartbeat handled
+    job.Tick(now, &effects);
+    if (!forgive) {
+      EXPECT_EQ(job.round(), 1) << "the control: counted, the stall loses both";
+      continue;
+    }
+    EXPECT_EQ(job.round(), 0) << "a live node was declared lost";
+    job.Heartbeat(Beat("n0"), now);  // the queued heartbeats
+    job.Heartbeat(Beat("n1"), now);
+    // After the stall n1 goes silent for real: it is still lost.
+    absl::Time n1_last = now;
+    while (job.round() == 0 && now < n1_last + absl::Seconds(2)) {
+      now += absl::Milliseconds(10);
+      job.Heartbeat(Beat("n0"), now);
+      job.Tick(now, &effects);
+    }
+    EXPECT_EQ(job.round(), 1);
+    EXPECT_GE(now, n1_last + absl::Milliseconds(500));
+    EXPECT_LE(now, n1_last + absl::Milliseconds(510));
+  }
+}
+
 }  // namespace
 }  // namespace ddprun::rendezvous

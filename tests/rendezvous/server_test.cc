@@ -191,6 +191,50 @@ TEST_F(ServerTest, ManyAgentsJoinConcurrentlyAndRejoinInTheSameOrder) {
   }
 }
 
+// The memory gRPC held for a large fan-out of parked Joins goes back to the
+// system once they are answered (glibc would keep it for good).
+TEST(ServerMemoryTest, MemoryIsGivenBackAfterALargeFanOut) {
+  ServerOptions options;
+  options.return_memory_after_parked = 100;
+  auto server = Server::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = v1::Rendezvous::NewStub(grpc::CreateChannel(
+      (*server)->endpoint(), grpc::InsecureChannelCredentials()));
+  std::vector<grpc::Status> statuses;
+  JoinConcurrently(stub.get(), 50, &statuses);
+  EXPECT_EQ((*server)->MemoryTrimsForTest(), 0) << "50 parked: below 100";
+  ASSERT_TRUE(statuses[0].ok()) << statuses[0].error_message();
+  // 200 nodes of a second job park, then their round closes.
+  std::vector<v1::JoinResponse> responses(200);
+  std::vector<grpc::Status> second(200);
+  {
+    std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+    std::vector<v1::JoinRequest> requests(200);
+    absl::Mutex mu;
+    int done = 0;
+    for (int i = 0; i < 200; ++i) {
+      requests[i] = JoinRequest(absl::StrCat("n", i), 200);
+      requests[i].set_run_id("large");
+      contexts.push_back(Context(absl::Seconds(30)));
+      stub->async()->Join(contexts.back().get(), &requests[i], &responses[i],
+                          [&, i](grpc::Status status) {
+                            absl::MutexLock lock(&mu);
+                            second[i] = status;
+                            ++done;
+                          });
+    }
+    absl::MutexLock lock(&mu);
+    auto all = [&] { return done == 200; };
+    mu.Await(absl::Condition(&all));
+  }
+  for (const grpc::Status& status : second) {
+    ASSERT_TRUE(status.ok()) << status.error_message();
+  }
+  EXPECT_TRUE(testing::WaitFor(
+      [&] { return (*server)->MemoryTrimsForTest() >= 1; }, absl::Seconds(20)))
+      << "no memory given back after 200 parked Joins were answered";
+}
+
 TEST_F(ServerTest, CancelledJoinLeavesNoNodeBehind) {
   v1::JoinResponse response;
   grpc::Status status = stub_->Join(Context(absl::Milliseconds(200)).get(),
