@@ -1,7 +1,6 @@
 #include "worker/gradient_allreduce.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <filesystem>
 #include <map>
 
@@ -13,7 +12,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/worker_env.h"
 #include "spdlog/spdlog.h"
 
 namespace ddprun::worker {
@@ -53,11 +51,6 @@ std::string GradientPathName(GradientPath path) {
       return "hierarchical";
   }
   return "?";
-}
-
-std::string ShmDirFromEnvironment() {
-  const char* dir = std::getenv(common::env::kShmDir);
-  return dir != nullptr ? dir : "";
 }
 
 GradientAllreduce::~GradientAllreduce() = default;

@@ -32,6 +32,7 @@ struct GradientAllreduceOptions {
   // This rank's node: ranks with the same host and shared-memory folder
   // (DDPRUN_SHM_DIR, one per agent) reduce through one segment there. Empty
   // folder: this rank shares memory with nobody (a node of its own).
+  // ReadShmDir() (worker_env.h) reads it from the environment.
   std::string host;
   std::string shm_dir;
   // The segment's file name in shm_dir, the same on every rank of a round.
@@ -82,8 +83,5 @@ class GradientAllreduce {
   int64_t slice_floats_ = 0;
   std::atomic<int64_t> runs_{0};
 };
-
-// DDPRUN_SHM_DIR, or empty when unset (e.g. under torchrun).
-std::string ShmDirFromEnvironment();
 
 }  // namespace ddprun::worker

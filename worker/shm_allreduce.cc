@@ -1,8 +1,8 @@
 #include "worker/shm_allreduce.h"
 
 #include <fcntl.h>
-#include <immintrin.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -27,22 +27,41 @@ namespace ddprun::worker {
 namespace {
 
 constexpr uint64_t kMagic = 0x646470727573686dULL;  // "ddprushm"
-constexpr int kVersion = 1;
+constexpr int kVersion = 2;
 constexpr int kMaxLocal = 64;
 constexpr int64_t kAlignFloats = 16;  // 64 bytes: chunks never share a line
-// Busy checks before sleeping on the futex: a few microseconds. Longer spins
-// cost more than they save on few cores, where the rank we wait for may need
-// this very core.
-constexpr int kSpins = 400;
+// How a waiter waits: busy checks for a few microseconds (a peer on another
+// idle core answers within that), then checks with sched_yield in between up
+// to kSpinTime (on an idle machine the yield returns at once, so this is
+// still spinning; on a loaded one it hands the core to whoever is runnable,
+// often the peer we wait for), then sleeps on the shared futex. Sleeping
+// early is what costs most on a VM: waking a halted vCPU takes tens of
+// microseconds, longer than most waits.
+constexpr int kPauseSpins = 64;
+// Buffer sets the slices rotate through: a rank may run this many slices
+// ahead of the slowest, so that short stalls of one rank do not stop the
+// others at once.
+constexpr int kBuffers = 4;
+constexpr auto kSpinTime = std::chrono::microseconds(200);
 // A sleeping waiter wakes at least this often to look for dead peers.
 constexpr auto kLivenessPeriod = std::chrono::milliseconds(10);
+// Up to this many local ranks (and for any count of at most
+// kEachSumsAllMaxFloats per slice), every rank sums every input itself: one
+// wait per slice instead of two, for the same bytes moved at 2 ranks.
+constexpr int kEachSumsAllMaxRanks = 2;
+constexpr int64_t kEachSumsAllMaxFloats = 16 * 1024;
 
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 static_assert(std::atomic<uint32_t>::is_always_lock_free);
 
-struct alignas(64) Counter {
-  std::atomic<uint64_t> value{0};
-};
+// A hint to the core that this thread spins (lets a sibling hyperthread run).
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
 
 absl::Status Errno(const std::string& what, const std::string& path, int error) {
   return absl::UnavailableError(absl::StrFormat(
@@ -60,36 +79,56 @@ char ProcessState(int pid) {
   return text[close + 2];
 }
 
-// out[i] = ((in[0][i] + in[1][i]) + in[2][i]) + ...: one fixed order.
-void Reduce(float* __restrict out, float* const* in, int inputs, int64_t lo,
-            int64_t hi) {
-  const float* __restrict a = in[0];
-  const float* __restrict b = in[1];
-  switch (inputs) {
-    case 2:
-      for (int64_t i = lo; i < hi; ++i) out[i] = a[i] + b[i];
-      return;
-    case 3: {
-      const float* __restrict c = in[2];
-      for (int64_t i = lo; i < hi; ++i) out[i] = (a[i] + b[i]) + c[i];
-      return;
+// Eight floats, loaded and stored unaligned; the compiler lowers it to one
+// AVX register or two SSE ones, whichever the clone below targets.
+typedef float Floats8 __attribute__((vector_size(32), aligned(4), may_alias));
+
+#if defined(__x86_64__) && defined(__has_attribute)
+#if __has_attribute(target_clones)
+#define DDPRUN_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
+#endif
+#endif
+#ifndef DDPRUN_VECTOR_CLONES
+#define DDPRUN_VECTOR_CLONES
+#endif
+
+// out[i] = ((in[0][i] + in[1][i]) + in[2][i]) + ... for i in [lo, hi): one
+// fixed order, whatever the vector width (additions lane by lane round as
+// the scalar ones do), so every rank and every clone gets the same bits.
+// `out` may be one of the inputs (same index only). Written with explicit
+// vectors: GCC -O2 leaves the plain loop scalar.
+DDPRUN_VECTOR_CLONES
+void Reduce(float* out, float* const* in, int inputs, int64_t lo, int64_t hi) {
+  int64_t i = lo;
+  for (; i + 32 <= hi; i += 32) {
+    Floats8 s0 = *reinterpret_cast<const Floats8*>(in[0] + i);
+    Floats8 s1 = *reinterpret_cast<const Floats8*>(in[0] + i + 8);
+    Floats8 s2 = *reinterpret_cast<const Floats8*>(in[0] + i + 16);
+    Floats8 s3 = *reinterpret_cast<const Floats8*>(in[0] + i + 24);
+    for (int k = 1; k < inputs; ++k) {
+      const float* x = in[k] + i;
+      s0 += *reinterpret_cast<const Floats8*>(x);
+      s1 += *reinterpret_cast<const Floats8*>(x + 8);
+      s2 += *reinterpret_cast<const Floats8*>(x + 16);
+      s3 += *reinterpret_cast<const Floats8*>(x + 24);
     }
-    case 4: {
-      const float* __restrict c = in[2];
-      const float* __restrict d = in[3];
-      for (int64_t i = lo; i < hi; ++i) out[i] = ((a[i] + b[i]) + c[i]) + d[i];
-      return;
-    }
-    default:
-      for (int64_t i = lo; i < hi; ++i) out[i] = a[i] + b[i];
-      for (int k = 2; k < inputs; ++k) {
-        const float* __restrict x = in[k];
-        for (int64_t i = lo; i < hi; ++i) out[i] += x[i];
-      }
+    *reinterpret_cast<Floats8*>(out + i) = s0;
+    *reinterpret_cast<Floats8*>(out + i + 8) = s1;
+    *reinterpret_cast<Floats8*>(out + i + 16) = s2;
+    *reinterpret_cast<Floats8*>(out + i + 24) = s3;
+  }
+  for (; i < hi; ++i) {
+    float sum = in[0][i];
+    for (int k = 1; k < inputs; ++k) sum += in[k][i];
+    out[i] = sum;
   }
 }
 
 }  // namespace
+
+struct alignas(64) ShmAllreduce::Counter {
+  std::atomic<uint64_t> value{0};
+};
 
 struct ShmAllreduce::Header {
   uint64_t magic = kMagic;
@@ -123,8 +162,8 @@ constexpr size_t HeaderBytes() {
 }  // namespace
 
 static size_t SegmentBytes(int local_size, int64_t slice_floats) {
-  // Two buffer sets of local_size inputs and one output each.
-  return HeaderBytes() + 2 * static_cast<size_t>(local_size + 1) *
+  // kBuffers buffer sets of local_size inputs and one output each.
+  return HeaderBytes() + kBuffers * static_cast<size_t>(local_size + 1) *
                              static_cast<size_t>(slice_floats) * sizeof(float);
 }
 
@@ -291,12 +330,19 @@ absl::Status ShmAllreduce::WaitFor(const std::function<int()>& laggard,
                                    const char* phase) {
   int waiting_for = laggard();
   if (waiting_for < 0) return absl::OkStatus();
-  for (int i = 0; i < kSpins; ++i) {
-    _mm_pause();
+  for (int i = 0; i < kPauseSpins; ++i) {
+    CpuRelax();
     if ((waiting_for = laggard()) < 0) return absl::OkStatus();
   }
   using Clock = std::chrono::steady_clock;
   const Clock::time_point start = Clock::now();
+  while (Clock::now() - start < kSpinTime) {
+    sched_yield();
+    for (int i = 0; i < kPauseSpins; ++i) {
+      if ((waiting_for = laggard()) < 0) return absl::OkStatus();
+      CpuRelax();
+    }
+  }
   const Clock::time_point deadline = start + options_.timeout;
   while (true) {
     const uint32_t generation = header_->generation.load();
@@ -360,94 +406,140 @@ float* ShmAllreduce::Output(int buffer) const {
   return Input(buffer, options_.local_size);
 }
 
+bool ShmAllreduce::EachSumsAll(int64_t n, bool between_nodes) const {
+  return !between_nodes && (options_.local_size <= kEachSumsAllMaxRanks ||
+                            n <= kEachSumsAllMaxFloats);
+}
+
 absl::Status ShmAllreduce::Allreduce(float* data, int64_t count,
                                      const BetweenNodes& between_nodes) {
   if (!failed_.ok()) return failed_;
   const int size = options_.local_size;
-  const int me = options_.local_rank;
   const int64_t slice = options_.slice_floats;
-  Header& h = *header_;
-  auto all_reached = [&](Counter* counters, uint64_t target) {
-    return [counters, target, size] {
-      for (int r = 0; r < size; ++r) {
-        if (counters[r].value.load(std::memory_order_acquire) < target) return r;
-      }
-      return -1;
-    };
-  };
-  float* inputs[kMaxLocal];
   for (int64_t offset = 0; offset < count; offset += slice) {
     const int64_t n = std::min(slice, count - offset);
-    float* mine = data + offset;
     const uint64_t seq = ++seq_;
-    const int buffer = static_cast<int>(seq & 1);
-    // This buffer set held slice seq-2: free once every rank copied it out
-    // (which also means every chunk of it was reduced).
-    if (seq > 2) {
-      absl::Status free = WaitFor(all_reached(h.copied, seq - 2),
+    // This buffer set held slice seq-kBuffers: free once every rank is done
+    // with it.
+    if (seq > kBuffers) {
+      absl::Status free = WaitFor(AllReached(header_->copied, seq - kBuffers),
                                   "for the previous slice to be copied out");
       if (!free.ok()) return free;
     }
-    // Chunk r of the slice is local rank r's to reduce. Its own chunk a rank
-    // reads from its own buffer: only the others' chunks are copied in.
-    const int64_t chunk =
-        ((n + size - 1) / size + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
-    const int64_t lo = std::min(n, chunk * me);
-    const int64_t hi = std::min(n, lo + chunk);
-    float* in = Input(buffer, me);
-    std::memcpy(in, mine, lo * sizeof(float));
-    std::memcpy(in + hi, mine + hi, (n - hi) * sizeof(float));
-    h.in_ready[me].value.store(seq, std::memory_order_release);
-    Signal();
-
-    absl::Status ready = WaitFor(all_reached(h.in_ready, seq),
-                                 "for its input to the shared segment");
-    if (!ready.ok()) return ready;
-    for (int r = 0; r < size; ++r) inputs[r] = r == me ? mine : Input(buffer, r);
+    absl::Status done;
     if (size == 1) {
-      std::memcpy(Output(buffer), mine, n * sizeof(float));
-    } else {
-      Reduce(Output(buffer), inputs, size, lo, hi);
-      // Still in this core's cache: the own chunk needs no copy-out later.
-      if (!between_nodes) {
-        std::memcpy(mine + lo, Output(buffer) + lo, (hi - lo) * sizeof(float));
-      }
+      if (between_nodes) done = between_nodes(data + offset, n);
+      if (!done.ok()) return Fail(done);
+      header_->copied[0].value.store(seq, std::memory_order_release);
+      continue;
     }
-    h.reduced[me].value.store(seq, std::memory_order_release);
-    Signal();
-
-    if (between_nodes) {
-      if (me == 0) {
-        absl::Status local = WaitFor(all_reached(h.reduced, seq),
-                                     "for its chunk of the sum");
-        if (!local.ok()) return local;
-        absl::Status across = between_nodes(Output(buffer), n);
-        if (!across.ok()) return Fail(across);
-        h.final.value.store(seq, std::memory_order_release);
-        Signal();
-      } else {
-        absl::Status across = WaitFor(
-            [&h, seq] {
-              return h.final.value.load(std::memory_order_acquire) < seq ? 0
-                                                                         : -1;
-            },
-            "for the sum over the nodes");
-        if (!across.ok()) return across;
-      }
+    if (EachSumsAll(n, static_cast<bool>(between_nodes))) {
+      done = SliceEachSumsAll(data + offset, n, seq);
+      ++stats_.each_sums_all_slices;
     } else {
-      absl::Status local = WaitFor(all_reached(h.reduced, seq),
-                                   "for its chunk of the sum");
-      if (!local.ok()) return local;
+      done = SliceScattered(data + offset, n, seq, between_nodes);
+      ++stats_.scattered_slices;
     }
-    if (between_nodes) {
-      std::memcpy(mine, Output(buffer), n * sizeof(float));
-    } else {
-      std::memcpy(mine, Output(buffer), lo * sizeof(float));
-      std::memcpy(mine + hi, Output(buffer) + hi, (n - hi) * sizeof(float));
-    }
-    h.copied[me].value.store(seq, std::memory_order_release);
-    Signal();
+    if (!done.ok()) return done;
   }
+  return absl::OkStatus();
+}
+
+std::function<int()> ShmAllreduce::AllReached(const Counter* counters,
+                                              uint64_t target) const {
+  const int size = options_.local_size;
+  return [counters, target, size] {
+    for (int r = 0; r < size; ++r) {
+      if (counters[r].value.load(std::memory_order_acquire) < target) return r;
+    }
+    return -1;
+  };
+}
+
+absl::Status ShmAllreduce::SliceEachSumsAll(float* mine, int64_t n,
+                                            uint64_t seq) {
+  // Every rank copies its slice in, waits for the others', and sums all
+  // inputs into its own buffer, reading its own part from there: one wait,
+  // and at 2 ranks the same bytes as reduce-scatter + all-gather.
+  Header& h = *header_;
+  const int size = options_.local_size;
+  const int me = options_.local_rank;
+  const int buffer = static_cast<int>(seq % kBuffers);
+  std::memcpy(Input(buffer, me), mine, n * sizeof(float));
+  h.in_ready[me].value.store(seq, std::memory_order_release);
+  Signal();
+  absl::Status ready = WaitFor(AllReached(h.in_ready, seq),
+                               "for its input to the shared segment");
+  if (!ready.ok()) return ready;
+  float* inputs[kMaxLocal];
+  for (int r = 0; r < size; ++r) inputs[r] = r == me ? mine : Input(buffer, r);
+  Reduce(mine, inputs, size, 0, n);
+  h.copied[me].value.store(seq, std::memory_order_release);
+  Signal();
+  return absl::OkStatus();
+}
+
+absl::Status ShmAllreduce::SliceScattered(float* mine, int64_t n, uint64_t seq,
+                                          const BetweenNodes& between_nodes) {
+  // Reduce-scatter, then all-gather: chunk r of the slice is local rank r's
+  // to reduce. Its own chunk a rank reads from its own buffer: only the
+  // others' chunks are copied in.
+  Header& h = *header_;
+  const int size = options_.local_size;
+  const int me = options_.local_rank;
+  const int buffer = static_cast<int>(seq % kBuffers);
+  const int64_t chunk =
+      ((n + size - 1) / size + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
+  const int64_t lo = std::min(n, chunk * me);
+  const int64_t hi = std::min(n, lo + chunk);
+  float* in = Input(buffer, me);
+  float* out = Output(buffer);
+  std::memcpy(in, mine, lo * sizeof(float));
+  std::memcpy(in + hi, mine + hi, (n - hi) * sizeof(float));
+  h.in_ready[me].value.store(seq, std::memory_order_release);
+  Signal();
+
+  absl::Status ready = WaitFor(AllReached(h.in_ready, seq),
+                               "for its input to the shared segment");
+  if (!ready.ok()) return ready;
+  float* inputs[kMaxLocal];
+  for (int r = 0; r < size; ++r) inputs[r] = r == me ? mine : Input(buffer, r);
+  Reduce(out, inputs, size, lo, hi);
+  // Still in this core's cache: the own chunk needs no copy-out later.
+  if (!between_nodes) {
+    std::memcpy(mine + lo, out + lo, (hi - lo) * sizeof(float));
+  }
+  h.reduced[me].value.store(seq, std::memory_order_release);
+  Signal();
+
+  if (between_nodes && me == 0) {
+    absl::Status local =
+        WaitFor(AllReached(h.reduced, seq), "for its chunk of the sum");
+    if (!local.ok()) return local;
+    absl::Status across = between_nodes(out, n);
+    if (!across.ok()) return Fail(across);
+    h.final.value.store(seq, std::memory_order_release);
+    Signal();
+  } else if (between_nodes) {
+    absl::Status across = WaitFor(
+        [&h, seq] {
+          return h.final.value.load(std::memory_order_acquire) < seq ? 0 : -1;
+        },
+        "for the sum over the nodes");
+    if (!across.ok()) return across;
+  } else {
+    absl::Status local =
+        WaitFor(AllReached(h.reduced, seq), "for its chunk of the sum");
+    if (!local.ok()) return local;
+  }
+  if (between_nodes) {
+    std::memcpy(mine, out, n * sizeof(float));
+  } else {
+    std::memcpy(mine, out, lo * sizeof(float));
+    std::memcpy(mine + hi, out + hi, (n - hi) * sizeof(float));
+  }
+  h.copied[me].value.store(seq, std::memory_order_release);
+  Signal();
   return absl::OkStatus();
 }
 
