@@ -92,15 +92,17 @@ typedef float Floats8 __attribute__((vector_size(32), aligned(4), may_alias));
 #define DDPRUN_VECTOR_CLONES
 #endif
 
-// out[i] = ((in[0][i] + in[1][i]) + in[2][i]) + ... for i in [lo, hi): one
-// fixed order, whatever the vector width (additions lane by lane round as
-// the scalar ones do), so every rank and every clone gets the same bits.
-// `out` may be one of the inputs (same index only). Written with explicit
-// vectors: GCC -O2 leaves the plain loop scalar.
+// out[i] = (((in[0][i] + in[1][i]) + in[2][i]) + ...) / divisor for i in
+// [0, n): one fixed order, whatever the vector width (additions and the
+// division lane by lane round as the scalar ones do), so every rank and
+// every clone gets the same bits. `out` may be one of the inputs. Written
+// with explicit vectors: GCC -O2 leaves the plain loop scalar.
 DDPRUN_VECTOR_CLONES
-void Reduce(float* out, float* const* in, int inputs, int64_t lo, int64_t hi) {
-  int64_t i = lo;
-  for (; i + 32 <= hi; i += 32) {
+void SumInto(float* out, const float* const* in, int inputs, int64_t n,
+             float divisor) {
+  const bool divide = divisor != 1.0f;
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
     Floats8 s0 = *reinterpret_cast<const Floats8*>(in[0] + i);
     Floats8 s1 = *reinterpret_cast<const Floats8*>(in[0] + i + 8);
     Floats8 s2 = *reinterpret_cast<const Floats8*>(in[0] + i + 16);
@@ -112,15 +114,30 @@ void Reduce(float* out, float* const* in, int inputs, int64_t lo, int64_t hi) {
       s2 += *reinterpret_cast<const Floats8*>(x + 16);
       s3 += *reinterpret_cast<const Floats8*>(x + 24);
     }
+    if (divide) {
+      s0 /= divisor;
+      s1 /= divisor;
+      s2 /= divisor;
+      s3 /= divisor;
+    }
     *reinterpret_cast<Floats8*>(out + i) = s0;
     *reinterpret_cast<Floats8*>(out + i + 8) = s1;
     *reinterpret_cast<Floats8*>(out + i + 16) = s2;
     *reinterpret_cast<Floats8*>(out + i + 24) = s3;
   }
-  for (; i < hi; ++i) {
+  for (; i < n; ++i) {
     float sum = in[0][i];
     for (int k = 1; k < inputs; ++k) sum += in[k][i];
-    out[i] = sum;
+    out[i] = divide ? sum / divisor : sum;
+  }
+}
+
+// out[i] = in[i] / divisor (a copy when divisor is 1).
+void CopyDivided(float* out, const float* in, int64_t n, float divisor) {
+  if (divisor == 1.0f) {
+    std::memcpy(out, in, n * sizeof(float));
+  } else {
+    SumInto(out, &in, 1, n, divisor);
   }
 }
 
@@ -406,6 +423,47 @@ float* ShmAllreduce::Output(int buffer) const {
   return Input(buffer, options_.local_size);
 }
 
+// The pieces of the caller's parts that make up one slice, in order; `at`
+// is a piece's offset in the slice.
+class ShmAllreduce::Pieces {
+ public:
+  struct Piece {
+    float* data;
+    int64_t at;
+    int64_t count;
+  };
+
+  // Takes the next `n` floats of `parts` from (part, offset) on.
+  Pieces(const std::vector<Part>& parts, size_t& part, int64_t& offset,
+         int64_t n) {
+    int64_t at = 0;
+    while (at < n) {
+      const Part& p = parts[part];
+      const int64_t take = std::min(n - at, p.count - offset);
+      if (take > 0) pieces_.push_back({p.data + offset, at, take});
+      at += take;
+      offset += take;
+      if (offset == p.count) {
+        ++part;
+        offset = 0;
+      }
+    }
+  }
+
+  // Calls fn(data, at, count) for the pieces' overlap with [lo, hi).
+  template <typename Fn>
+  void ForRange(int64_t lo, int64_t hi, Fn fn) const {
+    for (const Piece& p : pieces_) {
+      const int64_t a = std::max(lo, p.at);
+      const int64_t b = std::min(hi, p.at + p.count);
+      if (a < b) fn(p.data + (a - p.at), a, b - a);
+    }
+  }
+
+ private:
+  std::vector<Piece> pieces_;
+};
+
 bool ShmAllreduce::EachSumsAll(int64_t n, bool between_nodes) const {
   return !between_nodes && (options_.local_size <= kEachSumsAllMaxRanks ||
                             n <= kEachSumsAllMaxFloats);
@@ -413,11 +471,23 @@ bool ShmAllreduce::EachSumsAll(int64_t n, bool between_nodes) const {
 
 absl::Status ShmAllreduce::Allreduce(float* data, int64_t count,
                                      const BetweenNodes& between_nodes) {
+  return Allreduce(std::vector<Part>{{data, count}}, 1.0f, between_nodes);
+}
+
+absl::Status ShmAllreduce::Allreduce(const std::vector<Part>& parts,
+                                     float divisor,
+                                     const BetweenNodes& between_nodes) {
   if (!failed_.ok()) return failed_;
+  int64_t count = 0;
+  for (const Part& p : parts) count += std::max<int64_t>(0, p.count);
   const int size = options_.local_size;
   const int64_t slice = options_.slice_floats;
+  size_t part = 0;
+  int64_t part_offset = 0;
+  while (part < parts.size() && parts[part].count <= 0) ++part;
   for (int64_t offset = 0; offset < count; offset += slice) {
     const int64_t n = std::min(slice, count - offset);
+    const Pieces mine(parts, part, part_offset, n);
     const uint64_t seq = ++seq_;
     // This buffer set held slice seq-kBuffers: free once every rank is done
     // with it.
@@ -427,17 +497,18 @@ absl::Status ShmAllreduce::Allreduce(float* data, int64_t count,
       if (!free.ok()) return free;
     }
     absl::Status done;
-    if (size == 1) {
-      if (between_nodes) done = between_nodes(data + offset, n);
-      if (!done.ok()) return Fail(done);
+    if (size == 1 && !between_nodes) {
+      if (divisor != 1.0f) {
+        mine.ForRange(0, n, [&](float* d, int64_t, int64_t k) {
+          CopyDivided(d, d, k, divisor);
+        });
+      }
       header_->copied[0].value.store(seq, std::memory_order_release);
-      continue;
-    }
-    if (EachSumsAll(n, static_cast<bool>(between_nodes))) {
-      done = SliceEachSumsAll(data + offset, n, seq);
+    } else if (EachSumsAll(n, static_cast<bool>(between_nodes))) {
+      done = SliceEachSumsAll(mine, n, seq, divisor);
       ++stats_.each_sums_all_slices;
     } else {
-      done = SliceScattered(data + offset, n, seq, between_nodes);
+      done = SliceScattered(mine, n, seq, divisor, between_nodes);
       ++stats_.scattered_slices;
     }
     if (!done.ok()) return done;
@@ -456,8 +527,8 @@ std::function<int()> ShmAllreduce::AllReached(const Counter* counters,
   };
 }
 
-absl::Status ShmAllreduce::SliceEachSumsAll(float* mine, int64_t n,
-                                            uint64_t seq) {
+absl::Status ShmAllreduce::SliceEachSumsAll(const Pieces& mine, int64_t n,
+                                            uint64_t seq, float divisor) {
   // Every rank copies its slice in, waits for the others', and sums all
   // inputs into its own buffer, reading its own part from there: one wait,
   // and at 2 ranks the same bytes as reduce-scatter + all-gather.
@@ -465,21 +536,27 @@ absl::Status ShmAllreduce::SliceEachSumsAll(float* mine, int64_t n,
   const int size = options_.local_size;
   const int me = options_.local_rank;
   const int buffer = static_cast<int>(seq % kBuffers);
-  std::memcpy(Input(buffer, me), mine, n * sizeof(float));
+  float* in = Input(buffer, me);
+  mine.ForRange(0, n, [in](float* d, int64_t at, int64_t k) {
+    std::memcpy(in + at, d, k * sizeof(float));
+  });
   h.in_ready[me].value.store(seq, std::memory_order_release);
   Signal();
   absl::Status ready = WaitFor(AllReached(h.in_ready, seq),
                                "for its input to the shared segment");
   if (!ready.ok()) return ready;
-  float* inputs[kMaxLocal];
-  for (int r = 0; r < size; ++r) inputs[r] = r == me ? mine : Input(buffer, r);
-  Reduce(mine, inputs, size, 0, n);
+  mine.ForRange(0, n, [&](float* d, int64_t at, int64_t k) {
+    const float* inputs[kMaxLocal];
+    for (int r = 0; r < size; ++r) inputs[r] = r == me ? d : Input(buffer, r) + at;
+    SumInto(d, inputs, size, k, divisor);
+  });
   h.copied[me].value.store(seq, std::memory_order_release);
   Signal();
   return absl::OkStatus();
 }
 
-absl::Status ShmAllreduce::SliceScattered(float* mine, int64_t n, uint64_t seq,
+absl::Status ShmAllreduce::SliceScattered(const Pieces& mine, int64_t n,
+                                          uint64_t seq, float divisor,
                                           const BetweenNodes& between_nodes) {
   // Reduce-scatter, then all-gather: chunk r of the slice is local rank r's
   // to reduce. Its own chunk a rank reads from its own buffer: only the
@@ -494,21 +571,27 @@ absl::Status ShmAllreduce::SliceScattered(float* mine, int64_t n, uint64_t seq,
   const int64_t hi = std::min(n, lo + chunk);
   float* in = Input(buffer, me);
   float* out = Output(buffer);
-  std::memcpy(in, mine, lo * sizeof(float));
-  std::memcpy(in + hi, mine + hi, (n - hi) * sizeof(float));
+  auto copy_in = [in](float* d, int64_t at, int64_t k) {
+    std::memcpy(in + at, d, k * sizeof(float));
+  };
+  mine.ForRange(0, lo, copy_in);
+  mine.ForRange(hi, n, copy_in);
   h.in_ready[me].value.store(seq, std::memory_order_release);
   Signal();
 
   absl::Status ready = WaitFor(AllReached(h.in_ready, seq),
                                "for its input to the shared segment");
   if (!ready.ok()) return ready;
-  float* inputs[kMaxLocal];
-  for (int r = 0; r < size; ++r) inputs[r] = r == me ? mine : Input(buffer, r);
-  Reduce(out, inputs, size, lo, hi);
-  // Still in this core's cache: the own chunk needs no copy-out later.
-  if (!between_nodes) {
-    std::memcpy(mine + lo, out + lo, (hi - lo) * sizeof(float));
-  }
+  mine.ForRange(lo, hi, [&](float* d, int64_t at, int64_t k) {
+    const float* inputs[kMaxLocal];
+    for (int r = 0; r < size; ++r) inputs[r] = r == me ? d : Input(buffer, r) + at;
+    SumInto(out + at, inputs, size, k, 1.0f);
+  });
+  auto copy_out = [out, divisor](float* d, int64_t at, int64_t k) {
+    CopyDivided(d, out + at, k, divisor);
+  };
+  // Still in this core's cache: the own chunk goes out at once.
+  if (!between_nodes) mine.ForRange(lo, hi, copy_out);
   h.reduced[me].value.store(seq, std::memory_order_release);
   Signal();
 
@@ -533,10 +616,10 @@ absl::Status ShmAllreduce::SliceScattered(float* mine, int64_t n, uint64_t seq,
     if (!local.ok()) return local;
   }
   if (between_nodes) {
-    std::memcpy(mine, out, n * sizeof(float));
+    mine.ForRange(0, n, copy_out);
   } else {
-    std::memcpy(mine, out, lo * sizeof(float));
-    std::memcpy(mine + hi, out + hi, (n - hi) * sizeof(float));
+    mine.ForRange(0, lo, copy_out);
+    mine.ForRange(hi, n, copy_out);
   }
   h.copied[me].value.store(seq, std::memory_order_release);
   Signal();

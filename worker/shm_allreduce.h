@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -77,6 +78,18 @@ class ShmAllreduce {
   absl::Status Allreduce(float* data, int64_t count,
                          const BetweenNodes& between_nodes = nullptr);
 
+  // One buffer made of several (e.g. a model's gradients, in place: no
+  // flattening copy before, none after). Every rank passes parts of the
+  // same total length (their boundaries may differ). Each element becomes
+  // sum / divisor (one IEEE division of the sum, so the bits are those of
+  // summing, then dividing).
+  struct Part {
+    float* data;
+    int64_t count;
+  };
+  absl::Status Allreduce(const std::vector<Part>& parts, float divisor,
+                         const BetweenNodes& between_nodes = nullptr);
+
   // Tells the other local ranks that this one failed (they stop waiting and
   // report `message`); for failures outside Allreduce.
   void Abort(const std::string& message);
@@ -106,9 +119,12 @@ class ShmAllreduce {
   std::function<int()> AllReached(const Counter* counters,
                                   uint64_t target) const;
   bool EachSumsAll(int64_t n, bool between_nodes) const;
-  absl::Status SliceEachSumsAll(float* mine, int64_t n, uint64_t seq);
-  absl::Status SliceScattered(float* mine, int64_t n, uint64_t seq,
-                              const BetweenNodes& between_nodes);
+  // Where the current slice lies in the caller's parts.
+  class Pieces;
+  absl::Status SliceEachSumsAll(const Pieces& mine, int64_t n, uint64_t seq,
+                                float divisor);
+  absl::Status SliceScattered(const Pieces& mine, int64_t n, uint64_t seq,
+                              float divisor, const BetweenNodes& between_nodes);
   void Signal();
   absl::Status Fail(absl::Status status);
   bool PeerAlive(int local_rank) const;

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "tests/testing/temp_dir.h"
@@ -149,6 +150,46 @@ TEST(ShmAllreduceTest, LongSlicesOfThreeOrMoreRanksAreReducedScattered) {
                             noisy[0].size() * sizeof(float)),
                 0)
           << "rank " << r << " differs from rank 0";
+    }
+  }
+}
+
+TEST(ShmAllreduceTest, PartsWithDifferentBoundariesAreSummedAndDividedInPlace) {
+  // A model's gradients, reduced where they lie: each rank cuts the same
+  // 300 floats differently (an empty part too); every element becomes
+  // sum / divisor, with the bits of summing in local-rank order, then
+  // dividing. Slices of 64 cross the parts' boundaries; both schedules
+  // (every rank sums all; reduce-scatter under a between-nodes step) run.
+  const int64_t total = 300;
+  for (int size : {2, 3}) {
+    for (bool hierarchical : {false, true}) {
+      SCOPED_TRACE(absl::StrCat(size, hierarchical ? " hierarchical" : ""));
+      TempDir dir;
+      AsLocalRanks(dir, size, [&](int r, ShmAllreduce& shm) {
+        std::vector<float> data(total);
+        for (int64_t i = 0; i < total; ++i) data[i] = NoisyValue(i, r);
+        const std::vector<int64_t> cuts = {0, 7 + 13 * r, 64, 64, 200 - r, total};
+        std::vector<ShmAllreduce::Part> parts;
+        for (size_t k = 0; k + 1 < cuts.size(); ++k) {
+          parts.push_back({data.data() + cuts[k], cuts[k + 1] - cuts[k]});
+        }
+        ShmAllreduce::BetweenNodes between;
+        if (hierarchical) {
+          between = [](float*, int64_t) { return absl::OkStatus(); };
+        }
+        const float divisor = static_cast<float>(size);
+        ASSERT_TRUE(shm.Allreduce(parts, divisor, between).ok());
+        for (int64_t i = 0; i < total; ++i) {
+          float sum = NoisyValue(i, 0);
+          for (int k = 1; k < size; ++k) sum += NoisyValue(i, k);
+          ASSERT_EQ(data[i], sum / divisor) << "rank " << r << " i " << i;
+        }
+        if (hierarchical) {
+          EXPECT_GT(shm.stats().scattered_slices, 0);
+        } else {
+          EXPECT_GT(shm.stats().each_sums_all_slices, 0);
+        }
+      });
     }
   }
 }
