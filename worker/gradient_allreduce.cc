@@ -190,6 +190,13 @@ absl::Status GradientAllreduce::BetweenNodes(float* data, int64_t count) {
 }
 
 void GradientAllreduce::Run(float* data, int64_t count) {
+  Run(std::vector<ShmAllreduce::Part>{{data, count}}, 1.0f);
+}
+
+void GradientAllreduce::Run(const std::vector<ShmAllreduce::Part>& parts,
+                            float divisor) {
+  int64_t count = 0;
+  for (const ShmAllreduce::Part& p : parts) count += p.count;
   if (count <= 0) return;  // the same on every rank
   absl::Status status;
   if (shm_) {
@@ -197,13 +204,30 @@ void GradientAllreduce::Run(float* data, int64_t count) {
     if (hierarchical_) {
       between = [this](float* d, int64_t n) { return BetweenNodes(d, n); };
     }
-    status = shm_->Allreduce(data, count, between);
+    status = shm_->Allreduce(parts, divisor, between);
   } else {
     // The only rank of its node: in the slices the other leaders use, so
-    // that every leader's Gloo call has the same size.
+    // that every leader's Gloo call has the same size. Parts go through
+    // one contiguous buffer (a rare layout: no node shares memory with it).
+    float* data = parts.size() == 1 ? parts[0].data : nullptr;
+    std::vector<float> gathered;
+    if (data == nullptr) {
+      gathered.reserve(count);
+      for (const ShmAllreduce::Part& p : parts) {
+        gathered.insert(gathered.end(), p.data, p.data + p.count);
+      }
+      data = gathered.data();
+    }
     for (int64_t offset = 0; offset < count && status.ok();
          offset += slice_floats_) {
       status = BetweenNodes(data + offset, std::min(slice_floats_, count - offset));
+    }
+    if (divisor != 1.0f || !gathered.empty()) {
+      int64_t at = 0;
+      for (const ShmAllreduce::Part& p : parts) {
+        for (int64_t i = 0; i < p.count; ++i) p.data[i] = data[at + i] / divisor;
+        at += p.count;
+      }
     }
   }
   TORCH_CHECK(status.ok(), status.message());

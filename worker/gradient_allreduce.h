@@ -64,6 +64,10 @@ class GradientAllreduce {
   // Sums `data` over all ranks, in place; blocks until done. Throws
   // c10::Error naming the failed peer when it cannot finish.
   void Run(float* data, int64_t count);
+  // The same for a buffer made of parts (e.g. a bucket's gradients where
+  // they lie); each element becomes the sum / divisor (DataParallel's
+  // average, divided in the same pass).
+  void Run(const std::vector<ShmAllreduce::Part>& parts, float divisor);
 
   GradientPath path() const { return path_; }
   // How many Run calls completed: tests check that this path ran.
