@@ -161,9 +161,10 @@ struct ShmAllreduce::Header {
   char failure[512] = {};
   int32_t pid[kMaxLocal] = {};
   std::atomic<int32_t> present[kMaxLocal] = {};
-  // Per local rank: the last slice it copied in, reduced its chunk of, and
-  // copied out; `final` the last slice local rank 0 brought back from the
-  // other nodes.
+  // Per local rank: the last slice it copied in, reduced its chunk of
+  // (reduce-scatter only), and was done with (copied out, or summed all
+  // inputs of: its buffer set may be reused); `final` the last slice local
+  // rank 0 brought back from the other nodes.
   Counter in_ready[kMaxLocal];
   Counter reduced[kMaxLocal];
   Counter copied[kMaxLocal];
