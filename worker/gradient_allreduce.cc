@@ -110,7 +110,8 @@ absl::StatusOr<std::unique_ptr<GradientAllreduce>> GradientAllreduce::Create(
       std::find(mine.begin(), mine.end(), options.rank) - mine.begin());
   const int node_count = static_cast<int>(nodes.size());
   made->hierarchical_ = node_count > 1;
-  made->slice_floats_ = options.slice_floats;
+  made->slice_floats_ = made->hierarchical_ ? options.hierarchical_slice_floats
+                                           : options.slice_floats;
   made->path_ = made->hierarchical_ ? GradientPath::kHierarchical
                                     : GradientPath::kSharedMemory;
 
@@ -121,7 +122,7 @@ absl::StatusOr<std::unique_ptr<GradientAllreduce>> GradientAllreduce::Create(
     shm.local_rank = local_rank;
     shm.local_size = local_size;
     shm.timeout = options.timeout;
-    shm.slice_floats = options.slice_floats;
+    shm.slice_floats = made->slice_floats_;
     const std::string ready = absl::StrCat(kPrefix, "segment/", my_node);
     absl::StatusOr<std::unique_ptr<ShmAllreduce>> segment;
     try {

@@ -38,7 +38,11 @@ struct GradientAllreduceOptions {
   // The segment's file name in shm_dir, the same on every rank of a round.
   std::string segment_name;
   std::chrono::milliseconds timeout = std::chrono::minutes(5);
+  // Slices of the shared segment inside one node; across nodes each slice
+  // is also one Gloo allreduce between the node leaders, whose latency
+  // larger slices amortise.
   int64_t slice_floats = ShmAllreduceOptions().slice_floats;
+  int64_t hierarchical_slice_floats = 256 * 1024;
   // Forms the Gloo group of the node leaders (rank = node index) on `store`;
   // called on leaders only, when there is more than one node.
   std::function<absl::StatusOr<c10::intrusive_ptr<Collectives>>(
