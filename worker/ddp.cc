@@ -36,6 +36,10 @@ DataParallel::DataParallel(std::vector<at::Tensor> parameters,
     absl::MutexLock lock(&mu_);
     ready_.assign(n, 0);
   }
+  if (direct_ && !(parameters_[0].device().is_cpu() &&
+                   parameters_[0].scalar_type() == at::kFloat)) {
+    direct_.reset();  // it binds float buffers in host memory only
+  }
   const int64_t cap_bytes =
       std::max<int64_t>(1, static_cast<int64_t>(options_.bucket_mb * 1024 * 1024));
   // Reverse order: the last layers' gradients are computed first.
@@ -43,8 +47,10 @@ DataParallel::DataParallel(std::vector<at::Tensor> parameters,
   int64_t numel = 0;
   auto close = [&] {
     if (current.params.empty()) return;
-    current.flat = at::zeros({numel}, parameters_[current.params[0]].options()
-                                          .requires_grad(false));
+    if (!direct_) {  // the direct path reduces the gradients where they lie
+      current.flat = at::zeros({numel}, parameters_[current.params[0]].options()
+                                            .requires_grad(false));
+    }
     current.pending = static_cast<int>(current.params.size());
     for (size_t slot = 0; slot < current.params.size(); ++slot) {
       bucket_of_[current.params[slot]] = static_cast<int>(buckets_.size());
@@ -69,10 +75,6 @@ DataParallel::DataParallel(std::vector<at::Tensor> parameters,
   }
   close();
 
-  if (direct_ && !(parameters_[0].device().is_cpu() &&
-                   parameters_[0].scalar_type() == at::kFloat)) {
-    direct_.reset();  // it binds float buffers in host memory only
-  }
   if (collectives_ && group.rank == 0) {
     // What carries this model's gradients, as the tests check it.
     spdlog::info("gradient sync: {} bucket(s) through {}", buckets_.size(),
@@ -159,6 +161,13 @@ void DataParallel::LaunchReady() {
 void DataParallel::FinishGradientSync() {
   if (!collectives_ || !sync_) return;
   auto start = std::chrono::steady_clock::now();
+  if (direct_) {
+    ReduceGradientsInPlace();
+    sync_seconds_ += std::chrono::duration<double>(
+                         std::chrono::steady_clock::now() - start)
+                         .count();
+    return;
+  }
   {
     absl::MutexLock lock(&mu_);
     // Parameters no hook saw (no overlap, or unused in this step): their
@@ -189,6 +198,30 @@ void DataParallel::FinishGradientSync() {
   sync_seconds_ += std::chrono::duration<double>(
                        std::chrono::steady_clock::now() - start)
                        .count();
+}
+
+void DataParallel::ReduceGradientsInPlace() {
+  // No hooks ran (this path registers none): each grad holds everything
+  // backward produced since the last sync. Bucket by bucket, in the same
+  // order on every rank, the gradients are averaged where they lie: the
+  // shared-memory allreduce reads them, and writes sum / world back into
+  // them, in one pass; no bucket buffer, no copies.
+  at::NoGradGuard no_grad;
+  std::vector<ShmAllreduce::Part> parts;
+  for (const Bucket& bucket : buckets_) {
+    parts.clear();
+    for (int index : bucket.params) {
+      at::Tensor& p = parameters_[index];
+      at::Tensor& grad = p.mutable_grad();
+      if (!grad.defined()) {
+        grad = at::zeros_like(p);  // unused in this step: counts as zero
+      } else if (!grad.is_contiguous() || grad.is_sparse()) {
+        grad = grad.to_dense().contiguous();
+      }
+      parts.push_back({grad.data_ptr<float>(), grad.numel()});
+    }
+    direct_->Run(parts, static_cast<float>(world_size_));
+  }
 }
 
 void DataParallel::ResetStep() {

@@ -77,6 +77,7 @@ class DataParallel {
     std::vector<int> params;      // indices into parameters_
     std::vector<int64_t> offsets;  // each parameter's offset in flat
     at::Tensor flat;              // the bucket's buffer, reduced in place
+                                  // (undefined on the direct path)
     int pending = 0;              // gradients not yet copied in this step
     c10::intrusive_ptr<::c10d::Work> work;  // in flight when set
   };
@@ -87,6 +88,9 @@ class DataParallel {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Launches ready buckets in order, from next_launch_.
   void LaunchReady() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // FinishGradientSync on the direct path: each bucket's gradients are
+  // averaged in place by direct_.
+  void ReduceGradientsInPlace();
   void ResetStep();
 
   std::vector<at::Tensor> parameters_;

@@ -1,7 +1,6 @@
 #include "worker/gradient_allreduce.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <filesystem>
 #include <map>
 
@@ -13,7 +12,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/worker_env.h"
 #include "spdlog/spdlog.h"
 
 namespace ddprun::worker {
@@ -53,11 +51,6 @@ std::string GradientPathName(GradientPath path) {
       return "hierarchical";
   }
   return "?";
-}
-
-std::string ShmDirFromEnvironment() {
-  const char* dir = std::getenv(common::env::kShmDir);
-  return dir != nullptr ? dir : "";
 }
 
 GradientAllreduce::~GradientAllreduce() = default;
@@ -117,7 +110,8 @@ absl::StatusOr<std::unique_ptr<GradientAllreduce>> GradientAllreduce::Create(
       std::find(mine.begin(), mine.end(), options.rank) - mine.begin());
   const int node_count = static_cast<int>(nodes.size());
   made->hierarchical_ = node_count > 1;
-  made->slice_floats_ = options.slice_floats;
+  made->slice_floats_ = made->hierarchical_ ? options.hierarchical_slice_floats
+                                           : options.slice_floats;
   made->path_ = made->hierarchical_ ? GradientPath::kHierarchical
                                     : GradientPath::kSharedMemory;
 
@@ -128,7 +122,7 @@ absl::StatusOr<std::unique_ptr<GradientAllreduce>> GradientAllreduce::Create(
     shm.local_rank = local_rank;
     shm.local_size = local_size;
     shm.timeout = options.timeout;
-    shm.slice_floats = options.slice_floats;
+    shm.slice_floats = made->slice_floats_;
     const std::string ready = absl::StrCat(kPrefix, "segment/", my_node);
     absl::StatusOr<std::unique_ptr<ShmAllreduce>> segment;
     try {
@@ -197,6 +191,13 @@ absl::Status GradientAllreduce::BetweenNodes(float* data, int64_t count) {
 }
 
 void GradientAllreduce::Run(float* data, int64_t count) {
+  Run(std::vector<ShmAllreduce::Part>{{data, count}}, 1.0f);
+}
+
+void GradientAllreduce::Run(const std::vector<ShmAllreduce::Part>& parts,
+                            float divisor) {
+  int64_t count = 0;
+  for (const ShmAllreduce::Part& p : parts) count += p.count;
   if (count <= 0) return;  // the same on every rank
   absl::Status status;
   if (shm_) {
@@ -204,13 +205,30 @@ void GradientAllreduce::Run(float* data, int64_t count) {
     if (hierarchical_) {
       between = [this](float* d, int64_t n) { return BetweenNodes(d, n); };
     }
-    status = shm_->Allreduce(data, count, between);
+    status = shm_->Allreduce(parts, divisor, between);
   } else {
     // The only rank of its node: in the slices the other leaders use, so
-    // that every leader's Gloo call has the same size.
+    // that every leader's Gloo call has the same size. Parts go through
+    // one contiguous buffer (a rare layout: no node shares memory with it).
+    float* data = parts.size() == 1 ? parts[0].data : nullptr;
+    std::vector<float> gathered;
+    if (data == nullptr) {
+      gathered.reserve(count);
+      for (const ShmAllreduce::Part& p : parts) {
+        gathered.insert(gathered.end(), p.data, p.data + p.count);
+      }
+      data = gathered.data();
+    }
     for (int64_t offset = 0; offset < count && status.ok();
          offset += slice_floats_) {
       status = BetweenNodes(data + offset, std::min(slice_floats_, count - offset));
+    }
+    if (divisor != 1.0f || !gathered.empty()) {
+      int64_t at = 0;
+      for (const ShmAllreduce::Part& p : parts) {
+        for (int64_t i = 0; i < p.count; ++i) p.data[i] = data[at + i] / divisor;
+        at += p.count;
+      }
     }
   }
   TORCH_CHECK(status.ok(), status.message());

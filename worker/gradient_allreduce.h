@@ -32,12 +32,17 @@ struct GradientAllreduceOptions {
   // This rank's node: ranks with the same host and shared-memory folder
   // (DDPRUN_SHM_DIR, one per agent) reduce through one segment there. Empty
   // folder: this rank shares memory with nobody (a node of its own).
+  // ReadShmDir() (worker_env.h) reads it from the environment.
   std::string host;
   std::string shm_dir;
   // The segment's file name in shm_dir, the same on every rank of a round.
   std::string segment_name;
   std::chrono::milliseconds timeout = std::chrono::minutes(5);
+  // Slices of the shared segment inside one node; across nodes each slice
+  // is also one Gloo allreduce between the node leaders, whose latency
+  // larger slices amortise.
   int64_t slice_floats = ShmAllreduceOptions().slice_floats;
+  int64_t hierarchical_slice_floats = 256 * 1024;
   // Forms the Gloo group of the node leaders (rank = node index) on `store`;
   // called on leaders only, when there is more than one node.
   std::function<absl::StatusOr<c10::intrusive_ptr<Collectives>>(
@@ -63,6 +68,10 @@ class GradientAllreduce {
   // Sums `data` over all ranks, in place; blocks until done. Throws
   // c10::Error naming the failed peer when it cannot finish.
   void Run(float* data, int64_t count);
+  // The same for a buffer made of parts (e.g. a bucket's gradients where
+  // they lie); each element becomes the sum / divisor (DataParallel's
+  // average, divided in the same pass).
+  void Run(const std::vector<ShmAllreduce::Part>& parts, float divisor);
 
   GradientPath path() const { return path_; }
   // How many Run calls completed: tests check that this path ran.
@@ -82,8 +91,5 @@ class GradientAllreduce {
   int64_t slice_floats_ = 0;
   std::atomic<int64_t> runs_{0};
 };
-
-// DDPRUN_SHM_DIR, or empty when unset (e.g. under torchrun).
-std::string ShmDirFromEnvironment();
 
 }  // namespace ddprun::worker

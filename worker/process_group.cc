@@ -101,7 +101,7 @@ absl::StatusOr<std::unique_ptr<GradientAllreduce>> CreateGradientAllreduce(
   gradient.store = store;
   gradient.rank = env.rank;
   gradient.world_size = env.world_size;
-  gradient.shm_dir = ShmDirFromEnvironment();
+  gradient.shm_dir = ReadShmDir();
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
   gradient.host = host;

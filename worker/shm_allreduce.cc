@@ -1,8 +1,8 @@
 #include "worker/shm_allreduce.h"
 
 #include <fcntl.h>
-#include <immintrin.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -27,22 +27,41 @@ namespace ddprun::worker {
 namespace {
 
 constexpr uint64_t kMagic = 0x646470727573686dULL;  // "ddprushm"
-constexpr int kVersion = 1;
+constexpr int kVersion = 2;
 constexpr int kMaxLocal = 64;
 constexpr int64_t kAlignFloats = 16;  // 64 bytes: chunks never share a line
-// Busy checks before sleeping on the futex: a few microseconds. Longer spins
-// cost more than they save on few cores, where the rank we wait for may need
-// this very core.
-constexpr int kSpins = 400;
+// How a waiter waits: busy checks for a few microseconds (a peer on another
+// idle core answers within that), then checks with sched_yield in between up
+// to kSpinTime (on an idle machine the yield returns at once, so this is
+// still spinning; on a loaded one it hands the core to whoever is runnable,
+// often the peer we wait for), then sleeps on the shared futex. Sleeping
+// early is what costs most on a VM: waking a halted vCPU takes tens of
+// microseconds, longer than most waits.
+constexpr int kPauseSpins = 64;
+// Buffer sets the slices rotate through: a rank may run this many slices
+// ahead of the slowest, so that short stalls of one rank do not stop the
+// others at once.
+constexpr int kBuffers = 4;
+constexpr auto kSpinTime = std::chrono::microseconds(200);
 // A sleeping waiter wakes at least this often to look for dead peers.
 constexpr auto kLivenessPeriod = std::chrono::milliseconds(10);
+// Up to this many local ranks (and for any count of at most
+// kEachSumsAllMaxFloats per slice), every rank sums every input itself: one
+// wait per slice instead of two, for the same bytes moved at 2 ranks.
+constexpr int kEachSumsAllMaxRanks = 2;
+constexpr int64_t kEachSumsAllMaxFloats = 16 * 1024;
 
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 static_assert(std::atomic<uint32_t>::is_always_lock_free);
 
-struct alignas(64) Counter {
-  std::atomic<uint64_t> value{0};
-};
+// A hint to the core that this thread spins (lets a sibling hyperthread run).
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
 
 absl::Status Errno(const std::string& what, const std::string& path, int error) {
   return absl::UnavailableError(absl::StrFormat(
@@ -60,36 +79,73 @@ char ProcessState(int pid) {
   return text[close + 2];
 }
 
-// out[i] = ((in[0][i] + in[1][i]) + in[2][i]) + ...: one fixed order.
-void Reduce(float* __restrict out, float* const* in, int inputs, int64_t lo,
-            int64_t hi) {
-  const float* __restrict a = in[0];
-  const float* __restrict b = in[1];
-  switch (inputs) {
-    case 2:
-      for (int64_t i = lo; i < hi; ++i) out[i] = a[i] + b[i];
-      return;
-    case 3: {
-      const float* __restrict c = in[2];
-      for (int64_t i = lo; i < hi; ++i) out[i] = (a[i] + b[i]) + c[i];
-      return;
+// Eight floats, loaded and stored unaligned; the compiler lowers it to one
+// AVX register or two SSE ones, whichever the clone below targets.
+typedef float Floats8 __attribute__((vector_size(32), aligned(4), may_alias));
+
+#if defined(__x86_64__) && defined(__has_attribute)
+#if __has_attribute(target_clones)
+#define DDPRUN_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
+#endif
+#endif
+#ifndef DDPRUN_VECTOR_CLONES
+#define DDPRUN_VECTOR_CLONES
+#endif
+
+// out[i] = (((in[0][i] + in[1][i]) + in[2][i]) + ...) / divisor for i in
+// [0, n): one fixed order, whatever the vector width (additions and the
+// division lane by lane round as the scalar ones do), so every rank and
+// every clone gets the same bits. `out` may be one of the inputs. Written
+// with explicit vectors: GCC -O2 leaves the plain loop scalar.
+DDPRUN_VECTOR_CLONES
+void SumInto(float* out, const float* const* in, int inputs, int64_t n,
+             float divisor) {
+  const bool divide = divisor != 1.0f;
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    Floats8 s0 = *reinterpret_cast<const Floats8*>(in[0] + i);
+    Floats8 s1 = *reinterpret_cast<const Floats8*>(in[0] + i + 8);
+    Floats8 s2 = *reinterpret_cast<const Floats8*>(in[0] + i + 16);
+    Floats8 s3 = *reinterpret_cast<const Floats8*>(in[0] + i + 24);
+    for (int k = 1; k < inputs; ++k) {
+      const float* x = in[k] + i;
+      s0 += *reinterpret_cast<const Floats8*>(x);
+      s1 += *reinterpret_cast<const Floats8*>(x + 8);
+      s2 += *reinterpret_cast<const Floats8*>(x + 16);
+      s3 += *reinterpret_cast<const Floats8*>(x + 24);
     }
-    case 4: {
-      const float* __restrict c = in[2];
-      const float* __restrict d = in[3];
-      for (int64_t i = lo; i < hi; ++i) out[i] = ((a[i] + b[i]) + c[i]) + d[i];
-      return;
+    if (divide) {
+      s0 /= divisor;
+      s1 /= divisor;
+      s2 /= divisor;
+      s3 /= divisor;
     }
-    default:
-      for (int64_t i = lo; i < hi; ++i) out[i] = a[i] + b[i];
-      for (int k = 2; k < inputs; ++k) {
-        const float* __restrict x = in[k];
-        for (int64_t i = lo; i < hi; ++i) out[i] += x[i];
-      }
+    *reinterpret_cast<Floats8*>(out + i) = s0;
+    *reinterpret_cast<Floats8*>(out + i + 8) = s1;
+    *reinterpret_cast<Floats8*>(out + i + 16) = s2;
+    *reinterpret_cast<Floats8*>(out + i + 24) = s3;
+  }
+  for (; i < n; ++i) {
+    float sum = in[0][i];
+    for (int k = 1; k < inputs; ++k) sum += in[k][i];
+    out[i] = divide ? sum / divisor : sum;
+  }
+}
+
+// out[i] = in[i] / divisor (a copy when divisor is 1).
+void CopyDivided(float* out, const float* in, int64_t n, float divisor) {
+  if (divisor == 1.0f) {
+    std::memcpy(out, in, n * sizeof(float));
+  } else {
+    SumInto(out, &in, 1, n, divisor);
   }
 }
 
 }  // namespace
+
+struct alignas(64) ShmAllreduce::Counter {
+  std::atomic<uint64_t> value{0};
+};
 
 struct ShmAllreduce::Header {
   uint64_t magic = kMagic;
@@ -105,9 +161,10 @@ struct ShmAllreduce::Header {
   char failure[512] = {};
   int32_t pid[kMaxLocal] = {};
   std::atomic<int32_t> present[kMaxLocal] = {};
-  // Per local rank: the last slice it copied in, reduced its chunk of, and
-  // copied out; `final` the last slice local rank 0 brought back from the
-  // other nodes.
+  // Per local rank: the last slice it copied in, reduced its chunk of
+  // (reduce-scatter only), and was done with (copied out, or summed all
+  // inputs of: its buffer set may be reused); `final` the last slice local
+  // rank 0 brought back from the other nodes.
   Counter in_ready[kMaxLocal];
   Counter reduced[kMaxLocal];
   Counter copied[kMaxLocal];
@@ -123,8 +180,8 @@ constexpr size_t HeaderBytes() {
 }  // namespace
 
 static size_t SegmentBytes(int local_size, int64_t slice_floats) {
-  // Two buffer sets of local_size inputs and one output each.
-  return HeaderBytes() + 2 * static_cast<size_t>(local_size + 1) *
+  // kBuffers buffer sets of local_size inputs and one output each.
+  return HeaderBytes() + kBuffers * static_cast<size_t>(local_size + 1) *
                              static_cast<size_t>(slice_floats) * sizeof(float);
 }
 
@@ -291,12 +348,19 @@ absl::Status ShmAllreduce::WaitFor(const std::function<int()>& laggard,
                                    const char* phase) {
   int waiting_for = laggard();
   if (waiting_for < 0) return absl::OkStatus();
-  for (int i = 0; i < kSpins; ++i) {
-    _mm_pause();
+  for (int i = 0; i < kPauseSpins; ++i) {
+    CpuRelax();
     if ((waiting_for = laggard()) < 0) return absl::OkStatus();
   }
   using Clock = std::chrono::steady_clock;
   const Clock::time_point start = Clock::now();
+  while (Clock::now() - start < kSpinTime) {
+    sched_yield();
+    for (int i = 0; i < kPauseSpins; ++i) {
+      if ((waiting_for = laggard()) < 0) return absl::OkStatus();
+      CpuRelax();
+    }
+  }
   const Clock::time_point deadline = start + options_.timeout;
   while (true) {
     const uint32_t generation = header_->generation.load();
@@ -360,94 +424,206 @@ float* ShmAllreduce::Output(int buffer) const {
   return Input(buffer, options_.local_size);
 }
 
+// The pieces of the caller's parts that make up one slice, in order; `at`
+// is a piece's offset in the slice.
+class ShmAllreduce::Pieces {
+ public:
+  struct Piece {
+    float* data;
+    int64_t at;
+    int64_t count;
+  };
+
+  // Takes the next `n` floats of `parts` from (part, offset) on.
+  Pieces(const std::vector<Part>& parts, size_t& part, int64_t& offset,
+         int64_t n) {
+    int64_t at = 0;
+    while (at < n) {
+      const Part& p = parts[part];
+      const int64_t take = std::min(n - at, p.count - offset);
+      if (take > 0) pieces_.push_back({p.data + offset, at, take});
+      at += take;
+      offset += take;
+      if (offset == p.count) {
+        ++part;
+        offset = 0;
+      }
+    }
+  }
+
+  // Calls fn(data, at, count) for the pieces' overlap with [lo, hi).
+  template <typename Fn>
+  void ForRange(int64_t lo, int64_t hi, Fn fn) const {
+    for (const Piece& p : pieces_) {
+      const int64_t a = std::max(lo, p.at);
+      const int64_t b = std::min(hi, p.at + p.count);
+      if (a < b) fn(p.data + (a - p.at), a, b - a);
+    }
+  }
+
+ private:
+  std::vector<Piece> pieces_;
+};
+
+bool ShmAllreduce::EachSumsAll(int64_t n, bool between_nodes) const {
+  return !between_nodes && (options_.local_size <= kEachSumsAllMaxRanks ||
+                            n <= kEachSumsAllMaxFloats);
+}
+
 absl::Status ShmAllreduce::Allreduce(float* data, int64_t count,
                                      const BetweenNodes& between_nodes) {
+  return Allreduce(std::vector<Part>{{data, count}}, 1.0f, between_nodes);
+}
+
+absl::Status ShmAllreduce::Allreduce(const std::vector<Part>& parts,
+                                     float divisor,
+                                     const BetweenNodes& between_nodes) {
   if (!failed_.ok()) return failed_;
+  int64_t count = 0;
+  for (const Part& p : parts) count += std::max<int64_t>(0, p.count);
   const int size = options_.local_size;
-  const int me = options_.local_rank;
   const int64_t slice = options_.slice_floats;
-  Header& h = *header_;
-  auto all_reached = [&](Counter* counters, uint64_t target) {
-    return [counters, target, size] {
-      for (int r = 0; r < size; ++r) {
-        if (counters[r].value.load(std::memory_order_acquire) < target) return r;
-      }
-      return -1;
-    };
-  };
-  float* inputs[kMaxLocal];
+  size_t part = 0;
+  int64_t part_offset = 0;
+  while (part < parts.size() && parts[part].count <= 0) ++part;
   for (int64_t offset = 0; offset < count; offset += slice) {
     const int64_t n = std::min(slice, count - offset);
-    float* mine = data + offset;
+    const Pieces mine(parts, part, part_offset, n);
     const uint64_t seq = ++seq_;
-    const int buffer = static_cast<int>(seq & 1);
-    // This buffer set held slice seq-2: free once every rank copied it out
-    // (which also means every chunk of it was reduced).
-    if (seq > 2) {
-      absl::Status free = WaitFor(all_reached(h.copied, seq - 2),
+    // This buffer set held slice seq-kBuffers: free once every rank is done
+    // with it.
+    if (seq > kBuffers) {
+      absl::Status free = WaitFor(AllReached(header_->copied, seq - kBuffers),
                                   "for the previous slice to be copied out");
       if (!free.ok()) return free;
     }
-    // Chunk r of the slice is local rank r's to reduce. Its own chunk a rank
-    // reads from its own buffer: only the others' chunks are copied in.
-    const int64_t chunk =
-        ((n + size - 1) / size + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
-    const int64_t lo = std::min(n, chunk * me);
-    const int64_t hi = std::min(n, lo + chunk);
-    float* in = Input(buffer, me);
-    std::memcpy(in, mine, lo * sizeof(float));
-    std::memcpy(in + hi, mine + hi, (n - hi) * sizeof(float));
-    h.in_ready[me].value.store(seq, std::memory_order_release);
-    Signal();
-
-    absl::Status ready = WaitFor(all_reached(h.in_ready, seq),
-                                 "for its input to the shared segment");
-    if (!ready.ok()) return ready;
-    for (int r = 0; r < size; ++r) inputs[r] = r == me ? mine : Input(buffer, r);
-    if (size == 1) {
-      std::memcpy(Output(buffer), mine, n * sizeof(float));
-    } else {
-      Reduce(Output(buffer), inputs, size, lo, hi);
-      // Still in this core's cache: the own chunk needs no copy-out later.
-      if (!between_nodes) {
-        std::memcpy(mine + lo, Output(buffer) + lo, (hi - lo) * sizeof(float));
+    absl::Status done;
+    if (size == 1 && !between_nodes) {
+      if (divisor != 1.0f) {
+        mine.ForRange(0, n, [&](float* d, int64_t, int64_t k) {
+          CopyDivided(d, d, k, divisor);
+        });
       }
-    }
-    h.reduced[me].value.store(seq, std::memory_order_release);
-    Signal();
-
-    if (between_nodes) {
-      if (me == 0) {
-        absl::Status local = WaitFor(all_reached(h.reduced, seq),
-                                     "for its chunk of the sum");
-        if (!local.ok()) return local;
-        absl::Status across = between_nodes(Output(buffer), n);
-        if (!across.ok()) return Fail(across);
-        h.final.value.store(seq, std::memory_order_release);
-        Signal();
-      } else {
-        absl::Status across = WaitFor(
-            [&h, seq] {
-              return h.final.value.load(std::memory_order_acquire) < seq ? 0
-                                                                         : -1;
-            },
-            "for the sum over the nodes");
-        if (!across.ok()) return across;
-      }
+      header_->copied[0].value.store(seq, std::memory_order_release);
+    } else if (EachSumsAll(n, static_cast<bool>(between_nodes))) {
+      done = SliceEachSumsAll(mine, n, seq, divisor);
+      ++stats_.each_sums_all_slices;
     } else {
-      absl::Status local = WaitFor(all_reached(h.reduced, seq),
-                                   "for its chunk of the sum");
-      if (!local.ok()) return local;
+      done = SliceScattered(mine, n, seq, divisor, between_nodes);
+      ++stats_.scattered_slices;
     }
-    if (between_nodes) {
-      std::memcpy(mine, Output(buffer), n * sizeof(float));
-    } else {
-      std::memcpy(mine, Output(buffer), lo * sizeof(float));
-      std::memcpy(mine + hi, Output(buffer) + hi, (n - hi) * sizeof(float));
-    }
-    h.copied[me].value.store(seq, std::memory_order_release);
-    Signal();
+    if (!done.ok()) return done;
   }
+  return absl::OkStatus();
+}
+
+std::function<int()> ShmAllreduce::AllReached(const Counter* counters,
+                                              uint64_t target) const {
+  const int size = options_.local_size;
+  return [counters, target, size] {
+    for (int r = 0; r < size; ++r) {
+      if (counters[r].value.load(std::memory_order_acquire) < target) return r;
+    }
+    return -1;
+  };
+}
+
+absl::Status ShmAllreduce::SliceEachSumsAll(const Pieces& mine, int64_t n,
+                                            uint64_t seq, float divisor) {
+  // Every rank copies its slice in, waits for the others', and sums all
+  // inputs into its own buffer, reading its own part from there: one wait,
+  // and at 2 ranks the same bytes as reduce-scatter + all-gather.
+  Header& h = *header_;
+  const int size = options_.local_size;
+  const int me = options_.local_rank;
+  const int buffer = static_cast<int>(seq % kBuffers);
+  float* in = Input(buffer, me);
+  mine.ForRange(0, n, [in](float* d, int64_t at, int64_t k) {
+    std::memcpy(in + at, d, k * sizeof(float));
+  });
+  h.in_ready[me].value.store(seq, std::memory_order_release);
+  Signal();
+  absl::Status ready = WaitFor(AllReached(h.in_ready, seq),
+                               "for its input to the shared segment");
+  if (!ready.ok()) return ready;
+  mine.ForRange(0, n, [&](float* d, int64_t at, int64_t k) {
+    const float* inputs[kMaxLocal];
+    for (int r = 0; r < size; ++r) inputs[r] = r == me ? d : Input(buffer, r) + at;
+    SumInto(d, inputs, size, k, divisor);
+  });
+  h.copied[me].value.store(seq, std::memory_order_release);
+  Signal();
+  return absl::OkStatus();
+}
+
+absl::Status ShmAllreduce::SliceScattered(const Pieces& mine, int64_t n,
+                                          uint64_t seq, float divisor,
+                                          const BetweenNodes& between_nodes) {
+  // Reduce-scatter, then all-gather: chunk r of the slice is local rank r's
+  // to reduce. Its own chunk a rank reads from its own buffer: only the
+  // others' chunks are copied in.
+  Header& h = *header_;
+  const int size = options_.local_size;
+  const int me = options_.local_rank;
+  const int buffer = static_cast<int>(seq % kBuffers);
+  const int64_t chunk =
+      ((n + size - 1) / size + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
+  const int64_t lo = std::min(n, chunk * me);
+  const int64_t hi = std::min(n, lo + chunk);
+  float* in = Input(buffer, me);
+  float* out = Output(buffer);
+  auto copy_in = [in](float* d, int64_t at, int64_t k) {
+    std::memcpy(in + at, d, k * sizeof(float));
+  };
+  mine.ForRange(0, lo, copy_in);
+  mine.ForRange(hi, n, copy_in);
+  h.in_ready[me].value.store(seq, std::memory_order_release);
+  Signal();
+
+  absl::Status ready = WaitFor(AllReached(h.in_ready, seq),
+                               "for its input to the shared segment");
+  if (!ready.ok()) return ready;
+  mine.ForRange(lo, hi, [&](float* d, int64_t at, int64_t k) {
+    const float* inputs[kMaxLocal];
+    for (int r = 0; r < size; ++r) inputs[r] = r == me ? d : Input(buffer, r) + at;
+    SumInto(out + at, inputs, size, k, 1.0f);
+  });
+  auto copy_out = [out, divisor](float* d, int64_t at, int64_t k) {
+    CopyDivided(d, out + at, k, divisor);
+  };
+  // Still in this core's cache: the own chunk goes out at once.
+  if (!between_nodes) mine.ForRange(lo, hi, copy_out);
+  h.reduced[me].value.store(seq, std::memory_order_release);
+  Signal();
+
+  if (between_nodes && me == 0) {
+    absl::Status local =
+        WaitFor(AllReached(h.reduced, seq), "for its chunk of the sum");
+    if (!local.ok()) return local;
+    absl::Status across = between_nodes(out, n);
+    if (!across.ok()) return Fail(across);
+    h.final.value.store(seq, std::memory_order_release);
+    Signal();
+  } else if (between_nodes) {
+    absl::Status across = WaitFor(
+        [&h, seq] {
+          return h.final.value.load(std::memory_order_acquire) < seq ? 0 : -1;
+        },
+        "for the sum over the nodes");
+    if (!across.ok()) return across;
+  } else {
+    absl::Status local =
+        WaitFor(AllReached(h.reduced, seq), "for its chunk of the sum");
+    if (!local.ok()) return local;
+  }
+  if (between_nodes) {
+    mine.ForRange(0, n, copy_out);
+  } else {
+    mine.ForRange(0, lo, copy_out);
+    mine.ForRange(hi, n, copy_out);
+  }
+  h.copied[me].value.store(seq, std::memory_order_release);
+  Signal();
   return absl::OkStatus();
 }
 

@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -21,19 +22,27 @@ struct ShmAllreduceOptions {
   // How long one rank waits for another's next step before it fails.
   std::chrono::milliseconds timeout = std::chrono::minutes(5);
   // Buffers are reduced in slices of this many floats; the segment holds
-  // 2 x (local_size + 1) of them (1 MiB slices: 4 ranks' double-buffered
-  // slices stay in the last-level cache).
-  int64_t slice_floats = 256 * 1024;
+  // 4 x (local_size + 1) of them. 128 KiB slices: a slice's copy-in and its
+  // sum stay in the core's L2 cache, and the ranks work on neighbouring
+  // slices at once (at 64 MB, 2 ranks: 1 MiB slices took ~1.5x as long).
+  int64_t slice_floats = 32 * 1024;
 };
 
 // Sum of a float buffer over the ranks of one node, through one shared
-// segment, no sockets: for each slice every rank copies its part in, local
-// rank r reduces the r-th chunk of the slice over all inputs in local-rank
-// order (so every rank gets the same bits), then every rank copies the whole
-// reduced slice out (reduce-scatter, then all-gather). Slices alternate
-// between two buffer sets, so one slice's copy-out overlaps the next one's
-// copy-in. Ranks signal one another with counters in the segment and a
-// shared futex; waiters spin briefly, then sleep.
+// segment, no sockets. Buffers go through in slices; per slice, one of two
+// schedules, chosen from the local size and the slice's length (the same on
+// every rank):
+// - each sums all (2 local ranks, or short slices): every rank copies its
+//   slice in, waits once for the others', and sums every input, its own
+//   read from its own buffer, in local-rank order;
+// - reduce-scatter, then all-gather (more ranks, long slices; always when
+//   hierarchical): every rank copies in the parts the others reduce, local
+//   rank r reduces the r-th chunk over all inputs in local-rank order, then
+//   every rank copies the whole reduced slice out.
+// Either way every rank gets the same bits. Slices alternate between two
+// buffer sets, so one slice's reading overlaps the next one's copy-in.
+// Ranks signal one another with counters in the segment and a shared futex;
+// waiters spin briefly (yielding the core in between), then sleep.
 //
 // Hierarchical use: with `between_nodes`, local rank 0 hands each reduced
 // slice to it (e.g. a Gloo allreduce among node leaders) before the others
@@ -69,22 +78,53 @@ class ShmAllreduce {
   absl::Status Allreduce(float* data, int64_t count,
                          const BetweenNodes& between_nodes = nullptr);
 
+  // One buffer made of several (e.g. a model's gradients, in place: no
+  // flattening copy before, none after). Every rank passes parts of the
+  // same total length (their boundaries may differ). Each element becomes
+  // sum / divisor (one IEEE division of the sum, so the bits are those of
+  // summing, then dividing).
+  struct Part {
+    float* data;
+    int64_t count;
+  };
+  absl::Status Allreduce(const std::vector<Part>& parts, float divisor,
+                         const BetweenNodes& between_nodes = nullptr);
+
   // Tells the other local ranks that this one failed (they stop waiting and
   // report `message`); for failures outside Allreduce.
   void Abort(const std::string& message);
 
   const std::string& path() const { return path_; }
 
+  // Slices summed by each schedule so far: tests check which one ran.
+  struct Stats {
+    int64_t each_sums_all_slices = 0;
+    int64_t scattered_slices = 0;
+  };
+  const Stats& stats() const { return stats_; }
+
   // The segment's layout (shm_allreduce.cc).
   struct Header;
+  struct Counter;
 
  private:
   ShmAllreduce(const ShmAllreduceOptions& options, std::string path, int fd,
                void* base, size_t size);
   absl::Status Join();
-  // Waits until `laggard()` returns -1; else it names a local rank not there
-  // yet (for the error message), `phase` says what it was waited for.
+  // Every wait of this class: until `laggard()` returns -1; else it names a
+  // local rank not there yet (for the error message), `phase` says what it
+  // was waited for. Fails on a peer's failure, death or the timeout.
   absl::Status WaitFor(const std::function<int()>& laggard, const char* phase);
+  // A laggard function: the first local rank whose counter is below target.
+  std::function<int()> AllReached(const Counter* counters,
+                                  uint64_t target) const;
+  bool EachSumsAll(int64_t n, bool between_nodes) const;
+  // Where the current slice lies in the caller's parts.
+  class Pieces;
+  absl::Status SliceEachSumsAll(const Pieces& mine, int64_t n, uint64_t seq,
+                                float divisor);
+  absl::Status SliceScattered(const Pieces& mine, int64_t n, uint64_t seq,
+                              float divisor, const BetweenNodes& between_nodes);
   void Signal();
   absl::Status Fail(absl::Status status);
   bool PeerAlive(int local_rank) const;
@@ -99,6 +139,7 @@ class ShmAllreduce {
   Header* header_ = nullptr;
   uint64_t seq_ = 0;     // slices done, the same on every local rank
   absl::Status failed_;  // sticky
+  Stats stats_;
 };
 
 }  // namespace ddprun::worker

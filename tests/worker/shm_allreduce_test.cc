@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "tests/testing/temp_dir.h"
@@ -88,6 +89,11 @@ TEST(ShmAllreduceTest, EveryCountAndLocalSizeSumsExactlyWithTheSameBits) {
         ASSERT_TRUE(shm.Allreduce(data.data(), n).ok());
         noisy[r].push_back(data);
       }
+      // Slices of 64 floats are short: every rank sums every input.
+      if (size > 1) {
+        EXPECT_GT(shm.stats().each_sums_all_slices, 0);
+        EXPECT_EQ(shm.stats().scattered_slices, 0);
+      }
     });
     for (int r = 1; r < size; ++r) {
       ASSERT_EQ(noisy[r].size(), counts.size());
@@ -100,6 +106,91 @@ TEST(ShmAllreduceTest, EveryCountAndLocalSizeSumsExactlyWithTheSameBits) {
     }
     // The last rank to map it removed its name.
     EXPECT_FALSE(std::filesystem::exists(dir.File("segment")));
+  }
+}
+
+TEST(ShmAllreduceTest, LongSlicesOfThreeOrMoreRanksAreReducedScattered) {
+  // Above 16 K floats per slice and 2 ranks, each rank reduces one chunk
+  // and gathers the others (reduce-scatter + all-gather); at 2 ranks every
+  // rank still sums all.
+  const int64_t slice = 32 * 1024;
+  const std::vector<int64_t> counts = {16 * 1024 + 1, slice, 2 * slice + 7};
+  for (int size : {2, 3, 4}) {
+    SCOPED_TRACE(size);
+    TempDir dir;
+    std::vector<std::vector<float>> noisy(size);
+    AsLocalRanks(
+        dir, size,
+        [&](int r, ShmAllreduce& shm) {
+          for (int64_t n : counts) {
+            std::vector<float> data(n);
+            for (int64_t i = 0; i < n; ++i) data[i] = IntegerValue(i, r);
+            ASSERT_TRUE(shm.Allreduce(data.data(), n).ok());
+            for (int64_t i = 0; i < n; ++i) {
+              float sum = 0;
+              for (int k = 0; k < size; ++k) sum += IntegerValue(i, k);
+              ASSERT_EQ(data[i], sum) << "rank " << r << " count " << n;
+            }
+          }
+          const int64_t n = counts.back();
+          noisy[r].resize(n);
+          for (int64_t i = 0; i < n; ++i) noisy[r][i] = NoisyValue(i, r);
+          ASSERT_TRUE(shm.Allreduce(noisy[r].data(), n).ok());
+          if (size == 2) {
+            EXPECT_EQ(shm.stats().scattered_slices, 0);
+          } else {
+            // 1 + 1 + 2 long slices, and 2 of the last sum; their 7-float
+            // tails are summed by all.
+            EXPECT_EQ(shm.stats().scattered_slices, 6);
+          }
+        },
+        slice);
+    for (int r = 1; r < size; ++r) {
+      EXPECT_EQ(std::memcmp(noisy[r].data(), noisy[0].data(),
+                            noisy[0].size() * sizeof(float)),
+                0)
+          << "rank " << r << " differs from rank 0";
+    }
+  }
+}
+
+TEST(ShmAllreduceTest, PartsWithDifferentBoundariesAreSummedAndDividedInPlace) {
+  // A model's gradients, reduced where they lie: each rank cuts the same
+  // 300 floats differently (an empty part too); every element becomes
+  // sum / divisor, with the bits of summing in local-rank order, then
+  // dividing. Slices of 64 cross the parts' boundaries; both schedules
+  // (every rank sums all; reduce-scatter under a between-nodes step) run.
+  const int64_t total = 300;
+  for (int size : {2, 3}) {
+    for (bool hierarchical : {false, true}) {
+      SCOPED_TRACE(absl::StrCat(size, hierarchical ? " hierarchical" : ""));
+      TempDir dir;
+      AsLocalRanks(dir, size, [&](int r, ShmAllreduce& shm) {
+        std::vector<float> data(total);
+        for (int64_t i = 0; i < total; ++i) data[i] = NoisyValue(i, r);
+        const std::vector<int64_t> cuts = {0, 7 + 13 * r, 64, 64, 200 - r, total};
+        std::vector<ShmAllreduce::Part> parts;
+        for (size_t k = 0; k + 1 < cuts.size(); ++k) {
+          parts.push_back({data.data() + cuts[k], cuts[k + 1] - cuts[k]});
+        }
+        ShmAllreduce::BetweenNodes between;
+        if (hierarchical) {
+          between = [](float*, int64_t) { return absl::OkStatus(); };
+        }
+        const float divisor = static_cast<float>(size);
+        ASSERT_TRUE(shm.Allreduce(parts, divisor, between).ok());
+        for (int64_t i = 0; i < total; ++i) {
+          float sum = NoisyValue(i, 0);
+          for (int k = 1; k < size; ++k) sum += NoisyValue(i, k);
+          ASSERT_EQ(data[i], sum / divisor) << "rank " << r << " i " << i;
+        }
+        if (hierarchical) {
+          EXPECT_GT(shm.stats().scattered_slices, 0);
+        } else {
+          EXPECT_GT(shm.stats().each_sums_all_slices, 0);
+        }
+      });
+    }
   }
 }
 
