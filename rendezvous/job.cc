@@ -533,6 +533,7 @@ v1::JobStatus Job::Status(absl::Time now) const {
   *status.mutable_config() = config_;
   status.set_restart_count(restart_count_);
   status.set_world_size(world_size_);
+  status.set_resuming(resuming_.has_value());
   for (const auto& f : failures_) *status.add_failures() = f;
   std::vector<const std::pair<const std::string, Node>*> sorted;
   for (const auto& entry : nodes_) sorted.push_back(&entry);

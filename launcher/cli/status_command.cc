@@ -37,10 +37,11 @@ std::string FormatStatus(const v1::StatusResponse& response) {
   for (const v1::JobStatus& job : response.jobs()) {
     absl::StrAppendFormat(
         &out,
-        "job %s: %s, round %d, world size %d, restarts %d/%d, nodes %d:%d\n",
+        "job %s: %s, round %d, world size %d, restarts %d/%d, nodes %d:%d%s\n",
         job.run_id(), StateName(job.state()), job.round(), job.world_size(),
         job.restart_count(), job.config().max_restarts(),
-        job.config().min_nodes(), job.config().max_nodes());
+        job.config().min_nodes(), job.config().max_nodes(),
+        job.resuming() ? " (server restarted: its members are resuming)" : "");
     absl::StrAppendFormat(&out, "  %-40s %-16s %9s %7s %6s %10s %s\n", "NODE",
                           "ADDRESS", "NODE_RANK", "RANKS", "NPROC", "HEARTBEAT",
                           "STATE");

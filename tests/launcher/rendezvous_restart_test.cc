@@ -55,6 +55,15 @@ std::set<pid_t> Children(pid_t pid) {
   return out;
 }
 
+int CountOf(const std::string& text, const std::string& part) {
+  int n = 0;
+  for (size_t at = text.find(part); at != std::string::npos;
+       at = text.find(part, at + 1)) {
+    ++n;
+  }
+  return n;
+}
+
 // ddprun-rendezvous as its own process: killed with SIGKILL and started
 // again on the port the kernel chose the first time.
 class RendezvousProcess {
@@ -258,6 +267,18 @@ TEST_P(BudgetTest, TheRoundAndTheRestartCountSurviveAServerRestart) {
   EXPECT_EQ(CurrentWorkers(), workers) << "a worker restarted\n" << Logs();
   for (pid_t pid : workers) EXPECT_FALSE(ProcessGone(pid)) << pid;
   EXPECT_THAT(Logs(), HasSubstr("took round 1 back"));
+  // `ddprun status` reads the same after the restart as before it.
+  RunResult table = RunCommand({Ddprun(), "status", "--rdzv-endpoint",
+                                server_.endpoint(), "--rdzv-id",
+                                "restart-budget"},
+                               absl::Seconds(10));
+  ASSERT_TRUE(table.exit.ok()) << table.err;
+  EXPECT_THAT(table.out,
+              HasSubstr(absl::StrCat("job restart-budget: running, round 1, "
+                                     "world size 4, restarts 1/",
+                                     max_restarts, ", nodes 2:2\n")));
+  EXPECT_THAT(table.out, Not(HasSubstr("resuming")));
+  EXPECT_EQ(CountOf(table.out, " running\n"), 2) << table.out;
 
   // A real fault after the restart counts: restart 2.
   ASSERT_EQ(kill(*workers.rbegin(), SIGKILL), 0);

@@ -177,6 +177,7 @@ TEST_F(JobResumeTest, ARestartedServerResumesTheRoundFromTheMembersRecords) {
   EXPECT_EQ(resuming.round(), 1);
   EXPECT_EQ(resuming.restart_count(), 1);
   EXPECT_EQ(resuming.state(), v1::JOB_STATE_RUNNING);
+  EXPECT_TRUE(resuming.resuming());
 
   // b has not re-registered yet: its heartbeat says resume, not rejoin.
   absl::StatusOr<v1::HeartbeatResponse> hb = Heartbeat("b", 1);
@@ -198,6 +199,7 @@ TEST_F(JobResumeTest, ARestartedServerResumesTheRoundFromTheMembersRecords) {
     }
   }
   v1::JobStatus status = Status();
+  EXPECT_FALSE(status.resuming()) << "whole again";
   EXPECT_EQ(status.round(), 1);
   EXPECT_EQ(status.world_size(), 3);
   ASSERT_EQ(status.nodes_size(), 2);
