@@ -314,7 +314,8 @@ TEST_F(RendezvousRestartTest, MnistTrainsThroughAServerRestart) {
               {DDPRUN_MNIST_BINARY, "--data-dir", MnistDir(), "--epochs", "3",
                "--train-limit", "12000", "--checkpoint-dir",
                dir_.File("checkpoints"), "--checkpoint-every", "10",
-               "--summary-json", dir_.File("summary.json")});
+               "--summary-json", dir_.File("summary.json"), "--save",
+               dir_.File("model.pt")});
   ASSERT_TRUE(server_.WaitForRunning("restart-mnist", 0, 0, 2)) << Logs();
   std::set<pid_t> workers = WaitForWorkers(2);
   // Mid-training: a first checkpoint is written.
