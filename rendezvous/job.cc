@@ -6,7 +6,9 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/rendezvous_words.h"
 #include "spdlog/spdlog.h"
 
 namespace ddprun::rendezvous {
@@ -148,6 +150,13 @@ void Job::Join(const v1::JoinRequest& request, WaiterId waiter, absl::Time now,
                       run_id_, nodes_.size(), id)),
                   effects);
   }
+  if (request.has_record()) {
+    LearnFromRecord(request.record(), /*round_over=*/true, now, effects);
+    if (ended()) {
+      effects->joins.push_back({waiter, EndedResponse()});
+      return;
+    }
+  }
   auto [it, inserted] = nodes_.try_emplace(id);
   Node& node = it->second;
   if (inserted) node.arrival = next_arrival_++;
@@ -170,7 +179,9 @@ void Job::Join(const v1::JoinRequest& request, WaiterId waiter, absl::Time now,
           "round {} ends",
           run_id_, id, round_);
       EndRound(now, effects);
-    } else if (static_cast<int>(last_members_.size()) < config_.max_nodes()) {
+    } else if (!resuming_.has_value() &&
+               static_cast<int>(last_members_.size()) < config_.max_nodes()) {
+      // (While a round is being resumed, newcomers wait until it is whole.)
       spdlog::info(
           "job '{}': node '{}' waits to join; round {} ends to "
           "admit it",
@@ -271,6 +282,7 @@ void Job::Close(absl::Time now, Effects* effects) {
   }
   world_size_ = offset;
   state_ = v1::JOB_STATE_RUNNING;
+  round_decided_here_ = true;
   min_reached_at_.reset();
   next_scan_ = absl::InfinitePast();  // new heartbeat clocks and timeout
   heartbeat_clock_start_ = now;
@@ -308,6 +320,7 @@ void Job::Close(absl::Time now, Effects* effects) {
 }
 
 void Job::EndRound(absl::Time now, Effects* effects) {
+  resuming_.reset();
   ++round_;
   state_ = v1::JOB_STATE_JOINING;
   for (auto& [id, node] : nodes_) node.member = false;
@@ -319,6 +332,7 @@ void Job::EndRound(absl::Time now, Effects* effects) {
 void Job::Finish(v1::JobState state, absl::Time now, Effects* effects) {
   state_ = state;
   ended_at_ = now;
+  resuming_.reset();
   for (auto& [id, node] : nodes_) {
     if (node.waiter.has_value()) Answer(node, EndedResponse(), effects);
   }
@@ -336,6 +350,7 @@ void Job::AddFailures(const v1::ReportFailureRequest& request, absl::Time now) {
     if (static_cast<int>(failures_.size()) >= options_.max_failures_kept) {
       return;
     }
+    common::NormalizeFailureCause(failure);
     if (failure.node_id().empty()) failure.set_node_id(request.node_id());
     if (failure.round() == 0) failure.set_round(request.round());
     if (static_cast<int64_t>(failure.message().size()) >
@@ -350,7 +365,7 @@ void Job::AddFailures(const v1::ReportFailureRequest& request, absl::Time now) {
   };
   if (request.failures().empty()) {
     v1::WorkerFailure failure;
-    failure.set_cause("reported");
+    failure.set_failure_cause(v1::FAILURE_CAUSE_REPORTED);
     failure.set_message(absl::StrFormat(
         "node '%s' reported a failure in round %d without details",
         request.node_id(), request.round()));
@@ -404,6 +419,9 @@ v1::HeartbeatResponse Job::Heartbeat(const v1::HeartbeatRequest& request,
   response.set_nodes_waiting(parked_);
   if (ended()) {
     *response.mutable_ended() = Ended();
+  } else if (resuming_.has_value() && !member && request.round() == round_) {
+    // The server restarted and this member has not re-registered yet.
+    response.set_resume(true);
   } else {
     response.set_rejoin(request.round() != round_ ||
                         state_ != v1::JOB_STATE_RUNNING || !member);
@@ -433,7 +451,10 @@ void Job::Leave(const v1::LeaveRequest& request, absl::Time now,
       bool all_done = true;
       for (const std::string& id : last_members_) {
         auto m = nodes_.find(id);
-        if (m != nodes_.end() && !m->second.done) all_done = false;
+        // (An empty id: a member of a resumed round not yet back.)
+        if (id.empty() || (m != nodes_.end() && !m->second.done)) {
+          all_done = false;
+        }
       }
       if (all_done) Finish(v1::JOB_STATE_SUCCEEDED, now, effects);
       return;
@@ -487,6 +508,9 @@ void Job::Tick(absl::Time now, Effects* effects) {
     heartbeat_clock_start_ =
         std::min(now, heartbeat_clock_start_ + since_last_tick);
     next_scan_ = absl::InfinitePast();
+  }
+  if (resuming_.has_value() && now >= resuming_->deadline) {
+    AbandonResuming(now, effects);
   }
   if (now < next_scan_) {
     MaybeClose(now, effects);  // rule (c)'s last call
@@ -553,6 +577,7 @@ v1::JobStatus Job::Status(absl::Time now) const {
   *status.mutable_config() = config_;
   status.set_restart_count(restart_count_);
   status.set_world_size(world_size_);
+  status.set_resuming(resuming_.has_value());
   for (const auto& f : failures_) *status.add_failures() = f;
   std::vector<const std::pair<const std::string, Node>*> sorted;
   for (const auto& entry : nodes_) sorted.push_back(&entry);
@@ -572,17 +597,252 @@ v1::JobStatus Job::Status(absl::Time now) const {
     n->set_rank_offset(node.member ? node.rank_offset : -1);
     n->set_last_heartbeat_age_ms(
         absl::ToInt64Milliseconds(now - node.last_seen));
+    v1::NodeState state = v1::NODE_STATE_REJOINING;  // its Join is due
     if (node.done) {
-      n->set_state("done");
+      state = v1::NODE_STATE_DONE;
     } else if (node.waiter.has_value()) {
-      n->set_state(state_ == v1::JOB_STATE_RUNNING ? "waiting" : "joining");
+      state = state_ == v1::JOB_STATE_RUNNING ? v1::NODE_STATE_WAITING
+                                              : v1::NODE_STATE_JOINING;
     } else if (node.member) {
-      n->set_state("running");
-    } else {
-      n->set_state("rejoining");  // its round ended; its Join is due
+      state = v1::NODE_STATE_RUNNING;
     }
+    n->set_node_state(state);
+    n->set_state(common::NodeStateWord(state));
   }
   return status;
+}
+
+// ---- Learning the job again after a server restart ----
+
+void Job::LearnFromRecord(const v1::RoundRecord& record, bool round_over,
+                          absl::Time now, Effects* effects) {
+  const int restarts = std::max(record.restart_count(),
+                                record.assignment().restart_count()) +
+                       (record.failed() ? 1 : 0);
+  if (restarts > restart_count_) {
+    spdlog::info("job '{}': restart count {} learned from a node's record",
+                 run_id_, restarts);
+    restart_count_ = restarts;
+    if (restart_count_ > config_.max_restarts()) {
+      Finish(v1::JOB_STATE_FAILED, now, effects);
+      return;
+    }
+  }
+  const int64_t next = record.assignment().round() + 1;
+  if (round_over && !round_decided_here_ && !resuming_.has_value() &&
+      state_ == v1::JOB_STATE_JOINING && next > round_) {
+    spdlog::info("job '{}': round {} learned from a node's record; round {} "
+                 "forms",
+                 run_id_, next - 1, next);
+    round_ = next;
+    effects->released.push_back({run_id_, round_});
+  }
+}
+
+v1::ResumeResponse Job::ResumeRefused(std::string why) {
+  v1::ResumeResponse response;
+  response.set_rejoin(std::move(why));
+  return response;
+}
+
+v1::ResumeResponse Job::Resume(const v1::JoinRequest& request, absl::Time now,
+                               Effects* effects) {
+  last_activity_ = now;
+  v1::ResumeResponse response;
+  if (ended()) {
+    *response.mutable_ended() = Ended();
+    return response;
+  }
+  if (request.node_id().empty() || !request.has_record()) {
+    return ResumeRefused(absl::StrFormat(
+        "Resume to job '%s' needs a node_id and the node's record", run_id_));
+  }
+  const v1::RoundRecord& record = request.record();
+  const int64_t round = record.assignment().round();
+  LearnFromRecord(record, /*round_over=*/false, now, effects);
+  if (ended()) {
+    *response.mutable_ended() = Ended();
+    return response;
+  }
+  const bool may_start = !round_decided_here_ && !resuming_.has_value() &&
+                         state_ == v1::JOB_STATE_JOINING && round >= round_;
+  const bool supersedes = resuming_.has_value() && round > round_;
+  if (may_start || supersedes) StartResuming(record, now, effects);
+  if (resuming_.has_value() && round == round_) {
+    return AddResumed(request, now, effects);
+  }
+  // Already resumed (the agent retried after a lost answer).
+  auto it = nodes_.find(request.node_id());
+  if (state_ == v1::JOB_STATE_RUNNING && round == round_ &&
+      it != nodes_.end() && it->second.member &&
+      it->second.previous_rank == record.assignment().node_rank()) {
+    it->second.last_seen = now;
+    *response.mutable_assignment() = record.assignment();
+    response.mutable_assignment()->set_restart_count(restart_count_);
+    return response;
+  }
+  return ResumeRefused(absl::StrFormat(
+      "job '%s' is in round %d (%s); node '%s' ran round %d, which cannot go "
+      "on",
+      run_id_, round_, v1::JobState_Name(state_), request.node_id(), round));
+}
+
+void Job::StartResuming(const v1::RoundRecord& record, absl::Time now,
+                        Effects* effects) {
+  const v1::Assignment& a = record.assignment();
+  for (auto& [id, node] : nodes_) {
+    if (node.member) {
+      node.member = false;
+      node.previous_rank = -1;
+      node.rank_offset = -1;
+    }
+  }
+  round_ = a.round();
+  state_ = v1::JOB_STATE_RUNNING;
+  min_reached_at_.reset();
+  heartbeat_interval_ms_ = a.heartbeat_interval_ms() > 0
+                               ? a.heartbeat_interval_ms()
+                               : config_.heartbeat_interval_ms();
+  heartbeat_timeout_ms_ = a.heartbeat_timeout_ms() > 0
+                              ? a.heartbeat_timeout_ms()
+                              : config_.heartbeat_timeout_ms();
+  const int num_nodes = std::max(1, a.num_nodes());
+  resuming_ = Resuming{
+      .num_nodes = num_nodes,
+      .world_size = a.world_size(),
+      .deadline = now + absl::Milliseconds(heartbeat_timeout_ms_)};
+  last_members_.assign(num_nodes, std::string());
+  last_peers_.assign(num_nodes, v1::Peer());
+  world_size_ = a.world_size();
+  effects->released.push_back({run_id_, round_});
+  spdlog::info(
+      "job '{}' learned again after a server restart: round {} of {} nodes "
+      "(world size {}), restart count {}; waiting up to {} ms for its "
+      "members to re-register",
+      run_id_, round_, num_nodes, world_size_, restart_count_,
+      heartbeat_timeout_ms_);
+}
+
+v1::ResumeResponse Job::AddResumed(const v1::JoinRequest& request,
+                                   absl::Time now, Effects* effects) {
+  const v1::Assignment& a = request.record().assignment();
+  const std::string& id = request.node_id();
+  const int rank = a.node_rank();
+  if (a.num_nodes() != resuming_->num_nodes ||
+      a.world_size() != resuming_->world_size) {
+    return ResumeRefused(absl::StrFormat(
+        "node '%s' ran round %d of job '%s' with %d nodes and world size %d, "
+        "but its peers' records say %d nodes and world size %d",
+        id, round_, run_id_, a.num_nodes(), a.world_size(),
+        resuming_->num_nodes, resuming_->world_size));
+  }
+  if (rank < 0 || rank >= resuming_->num_nodes ||
+      request.local_world_size() < 1) {
+    return ResumeRefused(absl::StrFormat(
+        "node '%s' has node rank %d and local world size %d in round %d of "
+        "job '%s', which has %d nodes",
+        id, rank, request.local_world_size(), round_, run_id_,
+        resuming_->num_nodes));
+  }
+  const std::string& holder = last_members_[rank];
+  if (!holder.empty() && holder != id) {
+    return ResumeRefused(absl::StrFormat(
+        "node rank %d of round %d of job '%s' is already held by node '%s'; "
+        "node '%s' must rejoin",
+        rank, round_, run_id_, holder, id));
+  }
+  if (!nodes_.contains(id) &&
+      static_cast<int64_t>(nodes_.size()) >= options_.max_nodes) {
+    return ResumeRefused(absl::StrFormat(
+        "job '%s' already has %d nodes, the server's limit max_nodes_per_job",
+        run_id_, nodes_.size()));
+  }
+  auto [it, inserted] = nodes_.try_emplace(id);
+  Node& node = it->second;
+  if (inserted) node.arrival = next_arrival_++;
+  if (node.waiter.has_value()) {
+    Answer(node,
+           absl::AbortedError(absl::StrFormat(
+               "superseded by a Resume from node '%s'", id)),
+           effects);
+  }
+  node.join = request;
+  node.join.clear_config();
+  node.join.clear_record();
+  node.join.set_master_port(a.master_port());
+  node.last_seen = now;
+  node.member = true;
+  node.done = false;
+  node.previous_rank = rank;
+  node.rank_offset = a.rank_offset();
+  last_members_[rank] = id;
+  v1::Peer& peer = last_peers_[rank];
+  peer.set_node_id(id);
+  peer.set_node_rank(rank);
+  peer.set_address(request.address());
+  peer.set_local_world_size(request.local_world_size());
+  peer.set_rank_offset(a.rank_offset());
+
+  v1::ResumeResponse response;
+  *response.mutable_assignment() = a;
+  response.mutable_assignment()->set_restart_count(restart_count_);
+  spdlog::info("job '{}': node '{}' resumed round {} as node rank {}", run_id_,
+               id, round_, rank);
+  if (std::none_of(last_members_.begin(), last_members_.end(),
+                   [](const std::string& m) { return m.empty(); })) {
+    FinishResuming(now, effects);
+  }
+  return response;
+}
+
+void Job::FinishResuming(absl::Time now, Effects* effects) {
+  resuming_.reset();
+  round_decided_here_ = true;
+  // The members' offsets must tile the world, as Close would have made them.
+  int offset = 0;
+  for (const v1::Peer& peer : last_peers_) {
+    if (peer.rank_offset() != offset) {
+      spdlog::warn(
+          "job '{}': the resumed members of round {} disagree on ranks (node "
+          "'{}' starts at rank {}, expected {}); round {} ends",
+          run_id_, round_, peer.node_id(), peer.rank_offset(), offset, round_);
+      EndRound(now, effects);
+      return;
+    }
+    offset += peer.local_world_size();
+  }
+  if (offset != world_size_) {
+    spdlog::warn("job '{}': the resumed members of round {} hold {} ranks, "
+                 "not world size {}; round {} ends",
+                 run_id_, round_, offset, world_size_, round_);
+    EndRound(now, effects);
+    return;
+  }
+  spdlog::info(
+      "job '{}': round {} resumed with all {} members; restart count {}",
+      run_id_, round_, last_members_.size(), restart_count_);
+  if (parked_ > 0 &&
+      static_cast<int>(last_members_.size()) < config_.max_nodes()) {
+    spdlog::info("job '{}': {} nodes wait to join; round {} ends to admit "
+                 "them",
+                 run_id_, parked_, round_);
+    EndRound(now, effects);
+  }
+}
+
+void Job::AbandonResuming(absl::Time now, Effects* effects) {
+  std::string missing;
+  for (size_t rank = 0; rank < last_members_.size(); ++rank) {
+    if (last_members_[rank].empty()) {
+      absl::StrAppend(&missing, missing.empty() ? "" : ", ", rank);
+    }
+  }
+  spdlog::info(
+      "job '{}': node ranks {} of round {} did not re-register within {} "
+      "ms; round {} ends",
+      run_id_, missing, round_, heartbeat_timeout_ms_, round_);
+  round_decided_here_ = true;
+  EndRound(now, effects);
 }
 
 }  // namespace ddprun::rendezvous

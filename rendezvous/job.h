@@ -74,6 +74,32 @@ struct JobOptions {
 //   records to the failure list, so the summary is complete).
 // - When every member of the running round left with SUCCEEDED the job is
 //   SUCCEEDED. An ended job answers Joins and Heartbeats with JobEnded.
+//
+// Learning a job again after a server restart (agents carry a RoundRecord:
+// their last assignment and the restart count they last heard):
+// - The restart count never goes below a record's: every Join or Resume
+//   with a record raises it to the record's (plus one when the record says
+//   its round failed unacknowledged), so --max-restarts still bounds a job
+//   whose server restarted. Restarts-exhausted is judged at the next
+//   ReportFailure, as always.
+// - Until this server has closed or resumed a round of the job, a Join with
+//   a record of round r raises the forming round to r + 1 (its round r is
+//   over), so rounds keep growing across restarts.
+// - Resume (a record of round r whose workers still run): the highest round
+//   wins. Until this server has closed or resumed a round, a record with
+//   r >= the forming round starts rebuilding round r: the round is RUNNING,
+//   its members are the nodes that resume with r (at their recorded node
+//   ranks), and each is answered at once with its assignment, so no worker
+//   restarts. A record with a higher round than the one being rebuilt
+//   replaces it (its earlier members are told to rejoin by heartbeat).
+//   Every other record (an older round, a node rank held by another node, a
+//   different num_nodes or world size) is answered `rejoin`: that node
+//   stops its workers and Joins as usual.
+// - The rebuilt round is whole when all its num_nodes node ranks resumed;
+//   nodes that Joined meanwhile are then admitted as in a running round.
+//   When it is not whole within the round's heartbeat_timeout (from the
+//   record), it ends as if the missing members were silent: round r + 1
+//   forms and nothing counts as a restart.
 class Job {
  public:
   // `config` must be normalized (NormalizeJobConfig).
@@ -104,6 +130,12 @@ class Job {
       const v1::ReportFailureRequest& request, absl::Time now,
       Effects* effects);
   void Leave(const v1::LeaveRequest& request, absl::Time now, Effects* effects);
+  // Re-registration of a node whose workers run in request.record()'s round
+  // (the rules above); never parks.
+  v1::ResumeResponse Resume(const v1::JoinRequest& request, absl::Time now,
+                            Effects* effects);
+  // True while a round is being rebuilt from re-registrations.
+  bool resuming() const { return resuming_.has_value(); }
   // Join timeouts, silent nodes, last call.
   void Tick(absl::Time now, Effects* effects);
   // The answers of `round` (a ClosedRound effect) were sent by `now`: its
@@ -146,6 +178,28 @@ class Job {
   void ScaleHeartbeats(int64_t nodes);
   std::string JoinTimeoutMessage() const;
 
+  // Re-registration after a server restart (the rules above).
+  struct Resuming {
+    int num_nodes = 0;
+    int world_size = 0;
+    absl::Time deadline;
+  };
+  // Raises the restart count to what `record` says and, when the record's
+  // round is over for its node (a Join), the forming round past it. Fails
+  // the job when the learned count is past max_restarts.
+  void LearnFromRecord(const v1::RoundRecord& record, bool round_over,
+                       absl::Time now, Effects* effects);
+  // Starts rebuilding the record's round; forgets one rebuilt before.
+  void StartResuming(const v1::RoundRecord& record, absl::Time now,
+                     Effects* effects);
+  v1::ResumeResponse AddResumed(const v1::JoinRequest& request,
+                                absl::Time now, Effects* effects);
+  // Every member is back: the round runs as one this server closed.
+  void FinishResuming(absl::Time now, Effects* effects);
+  // The deadline passed with members missing: the round ends.
+  void AbandonResuming(absl::Time now, Effects* effects);
+  static v1::ResumeResponse ResumeRefused(std::string why);
+
   const std::string run_id_;
   const v1::JobConfig config_;
   const JobOptions options_;
@@ -178,6 +232,10 @@ class Job {
   absl::Time last_tick_ = absl::InfinitePast();
   std::optional<absl::Time> ended_at_;
   absl::Time last_activity_;
+  // A round closed or resumed on this server: records no longer move the
+  // round.
+  bool round_decided_here_ = false;
+  std::optional<Resuming> resuming_;
 };
 
 }  // namespace ddprun::rendezvous

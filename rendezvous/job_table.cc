@@ -58,58 +58,87 @@ absl::Status JobTable::NotFound(const std::string& run_id) const {
       run_id));
 }
 
-void JobTable::Join(const v1::JoinRequest& request, WaiterId waiter,
-                    Effects* effects) {
+absl::StatusOr<v1::JobConfig> JobTable::CheckJoin(
+    const v1::JoinRequest& request) const {
   if (request.run_id().empty()) {
-    effects->joins.push_back(
-        {waiter, absl::InvalidArgumentError(
-                     "Join has an empty run_id; give --rdzv-id")});
-    return;
+    return absl::InvalidArgumentError(
+        "Join has an empty run_id; give --rdzv-id");
   }
   if (absl::Status sizes = CheckJoinSizes(request, options_.limits);
       !sizes.ok()) {
-    effects->joins.push_back({waiter, sizes});
-    return;
+    return sizes;
   }
   absl::StatusOr<v1::JobConfig> config = NormalizeJobConfig(request.config());
   if (!config.ok()) {
-    effects->joins.push_back(
-        {waiter, absl::InvalidArgumentError(absl::StrFormat(
-                     "Join to job '%s' refused: %s", request.run_id(),
-                     config.status().message()))});
+    return absl::InvalidArgumentError(
+        absl::StrFormat("Join to job '%s' refused: %s", request.run_id(),
+                        config.status().message()));
+  }
+  return config;
+}
+
+absl::StatusOr<Job*> JobTable::FindOrCreate(const v1::JoinRequest& request,
+                                            const v1::JobConfig& config,
+                                            absl::Time now) {
+  auto it = jobs_.find(request.run_id());
+  if (it == jobs_.end()) {
+    if (static_cast<int64_t>(jobs_.size()) >= options_.limits.max_jobs) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "Join refused: this server already hosts %d jobs, its limit "
+          "max_jobs; job '%s' cannot start here until others end",
+          jobs_.size(), request.run_id()));
+    }
+    spdlog::info("job '{}' created by node '{}': nodes {}:{}, max_restarts {}{}",
+                 request.run_id(), request.node_id(), config.min_nodes(),
+                 config.max_nodes(), config.max_restarts(),
+                 request.has_record() ? " (from the node's record of it)" : "");
+    it = jobs_
+             .emplace(request.run_id(),
+                      std::make_unique<Job>(request.run_id(), config, now,
+                                            options_.job))
+             .first;
+  } else if (std::string diff =
+                 DescribeConfigDifference(it->second->config(), config);
+             !diff.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("Join of node '%s' to job '%s' refused: %s",
+                        request.node_id(), request.run_id(), diff));
+  }
+  return it->second.get();
+}
+
+void JobTable::Join(const v1::JoinRequest& request, WaiterId waiter,
+                    Effects* effects) {
+  absl::StatusOr<v1::JobConfig> config = CheckJoin(request);
+  if (!config.ok()) {
+    effects->joins.push_back({waiter, config.status()});
     return;
   }
   absl::Time now = clock_->Now();
   absl::MutexLock lock(&mu_);
-  auto it = jobs_.find(request.run_id());
-  if (it == jobs_.end()) {
-    if (static_cast<int64_t>(jobs_.size()) >= options_.limits.max_jobs) {
-      effects->joins.push_back(
-          {waiter, absl::ResourceExhaustedError(absl::StrFormat(
-                       "Join refused: this server already hosts %d jobs, its "
-                       "limit max_jobs; job '%s' cannot start here until "
-                       "others end",
-                       jobs_.size(), request.run_id()))});
-      return;
-    }
-    spdlog::info("job '{}' created by node '{}': nodes {}:{}, max_restarts {}",
-                 request.run_id(), request.node_id(), config->min_nodes(),
-                 config->max_nodes(), config->max_restarts());
-    it = jobs_
-             .emplace(request.run_id(),
-                      std::make_unique<Job>(request.run_id(), *config, now,
-                                            options_.job))
-             .first;
-  } else if (std::string diff =
-                 DescribeConfigDifference(it->second->config(), *config);
-             !diff.empty()) {
-    effects->joins.push_back(
-        {waiter, absl::InvalidArgumentError(absl::StrFormat(
-                     "Join of node '%s' to job '%s' refused: %s",
-                     request.node_id(), request.run_id(), diff))});
+  absl::StatusOr<Job*> job = FindOrCreate(request, *config, now);
+  if (!job.ok()) {
+    effects->joins.push_back({waiter, job.status()});
     return;
   }
-  it->second->Join(request, waiter, now, effects);
+  (*job)->Join(request, waiter, now, effects);
+}
+
+absl::StatusOr<v1::ResumeResponse> JobTable::Resume(
+    const v1::JoinRequest& request, Effects* effects) {
+  if (!request.has_record()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "Resume of node '%s' to job '%s' has no record of its round; a node "
+        "without one Joins",
+        request.node_id(), request.run_id()));
+  }
+  absl::StatusOr<v1::JobConfig> config = CheckJoin(request);
+  if (!config.ok()) return config.status();
+  absl::Time now = clock_->Now();
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<Job*> job = FindOrCreate(request, *config, now);
+  if (!job.ok()) return job.status();
+  return (*job)->Resume(request, now, effects);
 }
 
 void JobTable::CancelJoin(const std::string& run_id, const std::string& node_id,

@@ -41,6 +41,10 @@ class JobTable {
   explicit JobTable(const common::Clock* clock, JobTableOptions options = {});
 
   void Join(const v1::JoinRequest& request, WaiterId waiter, Effects* effects);
+  // Re-registration after a server restart (Job::Resume): creates the job
+  // from the request's config when this server does not know it.
+  absl::StatusOr<v1::ResumeResponse> Resume(const v1::JoinRequest& request,
+                                            Effects* effects);
   void CancelJoin(const std::string& run_id, const std::string& node_id,
                   WaiterId waiter, Effects* effects);
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(
@@ -69,6 +73,14 @@ class JobTable {
 
  private:
   absl::Status NotFound(const std::string& run_id) const;
+  // What Join and Resume refuse before looking at the job: an empty run_id,
+  // oversized fields, a bad config. Returns the normalized config.
+  absl::StatusOr<v1::JobConfig> CheckJoin(const v1::JoinRequest& request) const;
+  // The request's job, created with `config` when new. Errors: the job
+  // limit, or a config that differs from the job's.
+  absl::StatusOr<Job*> FindOrCreate(const v1::JoinRequest& request,
+                                    const v1::JobConfig& config, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const common::Clock* const clock_;
   const JobTableOptions options_;

@@ -148,6 +148,18 @@ grpc::ServerUnaryReactor* RendezvousService::Leave(
   return FinishNow(context, status);
 }
 
+grpc::ServerUnaryReactor* RendezvousService::Resume(
+    grpc::CallbackServerContext* context, const v1::JoinRequest* request,
+    v1::ResumeResponse* response) {
+  if (absl::Status ok = token_->Check(*context, request->run_id()); !ok.ok()) {
+    return FinishNow(context, ok);
+  }
+  Effects effects;
+  auto result = jobs_->Resume(*request, &effects);
+  Apply(std::move(effects));
+  return FinishWith(context, std::move(result), response);
+}
+
 grpc::ServerUnaryReactor* RendezvousService::Status(
     grpc::CallbackServerContext* context, const v1::StatusRequest* request,
     v1::StatusResponse* response) {

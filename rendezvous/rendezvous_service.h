@@ -33,6 +33,10 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* context,
                                   const v1::LeaveRequest* request,
                                   v1::LeaveResponse* response) override;
+  // Answered at once (never parked): re-registration after a restart.
+  grpc::ServerUnaryReactor* Resume(grpc::CallbackServerContext* context,
+                                   const v1::JoinRequest* request,
+                                   v1::ResumeResponse* response) override;
   grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* context,
                                    const v1::StatusRequest* request,
                                    v1::StatusResponse* response) override;

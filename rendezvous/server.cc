@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "common/endpoint.h"
 #include "common/metrics_grpc.h"
+#include "common/rendezvous_words.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
@@ -169,12 +170,16 @@ void Server::AddJobMetrics(common::MetricsRegistry* registry) {
       restarts.WithLabels({job.run_id()}).Set(job.restart_count());
       int64_t oldest_ms = 0;
       for (const v1::NodeStatus& node : job.nodes()) {
-        nodes.WithLabels({job.run_id(), node.state()}).Add(1);
+        nodes.WithLabels({job.run_id(), common::NodeStateWord(node.node_state())})
+            .Add(1);
         oldest_ms = std::max(oldest_ms, node.last_heartbeat_age_ms());
       }
       heartbeat_age.WithLabels({job.run_id()}).Set(oldest_ms / 1000.0);
       for (const v1::WorkerFailure& failure : job.failures()) {
-        failures.WithLabels({job.run_id(), failure.cause()}).Add(1);
+        failures
+            .WithLabels({job.run_id(),
+                         common::FailureCauseWord(failure.failure_cause())})
+            .Add(1);
       }
     }
   });

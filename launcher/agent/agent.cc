@@ -93,7 +93,32 @@ v1::JoinRequest Agent::MakeJoinRequest(int master_port) const {
   config->set_join_timeout_ms(Millis(conf.join_timeout));
   config->set_heartbeat_interval_ms(Millis(conf.heartbeat_interval));
   config->set_heartbeat_timeout_ms(Millis(conf.heartbeat_timeout));
+  if (record_.has_value()) *request.mutable_record() = *record_;
   return request;
+}
+
+void Agent::Remember(const v1::Assignment& assignment) {
+  record_.emplace();
+  *record_->mutable_assignment() = assignment;
+  record_->set_restart_count(assignment.restart_count());
+}
+
+void Agent::RememberReport(
+    const absl::StatusOr<v1::ReportFailureResponse>& response) {
+  if (!record_.has_value()) return;
+  if (response.ok()) {
+    record_->set_restart_count(
+        std::max(record_->restart_count(), response->restart_count()));
+  } else {
+    // No server counted it: the next server learns it from the record.
+    record_->set_failed(true);
+  }
+}
+
+v1::JoinRequest Agent::MakeResumeRequest() const {
+  return MakeJoinRequest(record_.has_value()
+                             ? record_->assignment().master_port()
+                             : 0);
 }
 
 int Agent::Run() {
@@ -109,6 +134,7 @@ int Agent::Run() {
     if (!joined.assignment.has_value()) return joined.exit_code;
     const v1::Assignment& assignment = *joined.assignment;
     last_round = assignment.round();
+    Remember(assignment);
     LogAssignment(assignment, options_.nproc_per_node);
     switch (RunRound(assignment)) {
       case RoundEnd::kSucceeded:
@@ -307,6 +333,7 @@ Agent::RoundEnd Agent::Supervise(const RunningRound& round) {
                     ? absl::Milliseconds(assignment.heartbeat_interval_ms())
                     : options_.rdzv_conf.heartbeat_interval;
   hb.timeout = options_.rdzv_conf.heartbeat_timeout;
+  hb.resume = MakeResumeRequest();
   HeartbeatLoop heartbeat(client_, hb, [this] { events_.PostRejoin(); });
 
   SupervisorPolicyOptions policy_options;
@@ -382,7 +409,7 @@ Agent::RoundEnd Agent::OnWorkersFailed(const RunningRound& round,
   // heartbeat while this one stops its workers.
   const std::vector<LocalFailure>& failures = policy.failures();
   for (const LocalFailure& f : failures) {
-    if (f.cause == "hung") {
+    if (f.cause == v1::FAILURE_CAUSE_HUNG) {
       spdlog::warn(
           "worker rank {} (local {}) is hung: no progress for {} "
           "(--worker-timeout)",
@@ -411,6 +438,7 @@ void Agent::ReportFailures(const v1::Assignment& assignment,
       report, failures, error_files, spawn_error, clock_.Now());
   absl::StatusOr<v1::ReportFailureResponse> response =
       client_.ReportFailure(request);
+  RememberReport(response);
   if (!response.ok()) {
     spdlog::warn("{}", std::string(response.status().message()));
     return;

@@ -97,6 +97,13 @@ class Agent {
                       const std::vector<std::string>& error_files,
                       const std::string& spawn_error);
   void Leave(int64_t round, v1::LeaveRequest::Reason reason);
+  // The record a restarted server learns this node's job from: its last
+  // assignment and the restart count it last heard.
+  void Remember(const v1::Assignment& assignment);
+  void RememberReport(
+      const absl::StatusOr<v1::ReportFailureResponse>& response);
+  // The Resume request for the remembered round (HeartbeatLoop sends it).
+  v1::JoinRequest MakeResumeRequest() const;
 
   const LaunchOptions& options_;
   AgentContext context_;
@@ -108,6 +115,7 @@ class Agent {
   // The MASTER_PORT this node offered in its last Join, held from the Join
   // until its workers start (see HeldPort); empty with a reserve_port seam.
   std::optional<HeldPort> held_master_port_;
+  std::optional<v1::RoundRecord> record_;   // none before the first round
 };
 
 }  // namespace ddprun::launcher

@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "common/rendezvous_words.h"
+
 namespace ddprun::launcher {
 
 AgentMetrics::AgentMetrics(common::MetricsRegistry& registry)
@@ -52,8 +54,8 @@ void AgentMetrics::Update(int workers_running, absl::Time now) {
   }
 }
 
-void AgentMetrics::WorkerFailed(const std::string& cause) {
-  failures_.WithLabels({cause}).Increment();
+void AgentMetrics::WorkerFailed(v1::FailureCause cause) {
+  failures_.WithLabels({common::FailureCauseWord(cause)}).Increment();
 }
 
 void AgentMetrics::RoundEnded() {

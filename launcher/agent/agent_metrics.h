@@ -23,8 +23,8 @@ class AgentMetrics {
   void Progress(int local_rank, absl::Time now);
   // Once per supervision pass: progress ages and workers still running.
   void Update(int workers_running, absl::Time now);
-  // `cause` as in WorkerFailure.cause: exited, signaled, hung, spawn.
-  void WorkerFailed(const std::string& cause);
+  // Counted under the cause's word (exited, signaled, hung, spawn).
+  void WorkerFailed(v1::FailureCause cause);
   void RoundEnded();
 
  private:

@@ -1,6 +1,7 @@
 #include "launcher/agent/failure_report.h"
 
 #include "absl/strings/str_format.h"
+#include "common/rendezvous_words.h"
 #include "launcher/agent/error_file.h"
 #include "launcher/posix/exit_status.h"
 
@@ -27,15 +28,17 @@ v1::ReportFailureRequest BuildFailureReport(
   if (!spawn_error.empty()) {
     v1::WorkerFailure* f = add(0);
     f->set_exit_code(-1);
-    f->set_cause("spawn");
+    f->set_failure_cause(v1::FAILURE_CAUSE_SPAWN);
+    common::NormalizeFailureCause(*f);  // the word too, for older servers
     f->set_message(spawn_error);
     f->set_time_unix_ms(absl::ToUnixMillis(now));
   }
   for (const LocalFailure& failure : failures) {
     v1::WorkerFailure* f = add(failure.local_rank);
-    f->set_cause(failure.cause);
+    f->set_failure_cause(failure.cause);
+    common::NormalizeFailureCause(*f);
     f->set_time_unix_ms(absl::ToUnixMillis(failure.time));
-    if (failure.cause == "hung") {
+    if (failure.cause == v1::FAILURE_CAUSE_HUNG) {
       f->set_exit_code(-1);
       f->set_message(absl::StrFormat(
           "no progress for %s (--worker-timeout); the agent stopped it",

@@ -4,13 +4,19 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "absl/time/time.h"
+#include "common/rendezvous_words.h"
 
 namespace ddprun::launcher {
 namespace {
 
-std::string How(const v1::WorkerFailure& f) {
-  if (f.cause() == "hung") return "hung (no progress for --worker-timeout)";
-  if (f.cause() == "spawn") return "could not be started";
+std::string How(v1::WorkerFailure f) {
+  common::NormalizeFailureCause(f);  // a server older than the enum
+  if (f.failure_cause() == v1::FAILURE_CAUSE_HUNG) {
+    return "hung (no progress for --worker-timeout)";
+  }
+  if (f.failure_cause() == v1::FAILURE_CAUSE_SPAWN) {
+    return "could not be started";
+  }
   if (f.signal() != 0) {
     std::string name = f.signal_name().empty()
                            ? absl::StrCat("signal ", f.signal())

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -20,6 +21,11 @@ struct HeartbeatLoopOptions {
   // heartbeat_timeout). A node whose heartbeats all failed for as long has
   // been dropped, or is about to be: its round is over.
   absl::Duration timeout = absl::InfiniteDuration();
+  // The node's Resume request (a JoinRequest with its record of `round`):
+  // sent when the server says it does not know the job (NOT_FOUND: it
+  // restarted) or asks for it (HeartbeatResponse.resume), so that the round
+  // goes on without stopping the workers. Unset: never sent.
+  std::optional<v1::JoinRequest> resume;
 };
 
 // Heartbeats the rendezvous for one round on a thread of its own, so that a
@@ -27,8 +33,10 @@ struct HeartbeatLoopOptions {
 // server says the node's round is over (rejoin, or the job ended), or when no
 // heartbeat has reached the server for `timeout` (a host cut off from the
 // network learns so, instead of waiting on its peers forever). A failed
-// heartbeat is logged and retried at the next interval. The destructor stops
-// the thread.
+// heartbeat is logged and retried at the next interval. A restarted server
+// that lost the job is told the node's round (Resume) and the round goes on;
+// when the server cannot take it back, the round is over. The destructor
+// stops the thread.
 class HeartbeatLoop {
  public:
   HeartbeatLoop(RendezvousApi& client, HeartbeatLoopOptions options,
@@ -39,6 +47,9 @@ class HeartbeatLoop {
 
  private:
   void Run();
+  enum class Resumed { kYes, kRoundOver, kRetry };
+  // Re-registers the node's round with a server that lost it.
+  Resumed Resume();
 
   RendezvousApi& client_;
   HeartbeatLoopOptions options_;

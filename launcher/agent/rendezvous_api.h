@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "ddprun/v1/rendezvous.pb.h"
 
@@ -28,6 +29,14 @@ class RendezvousApi {
   virtual absl::StatusOr<v1::ReportFailureResponse> ReportFailure(
       const v1::ReportFailureRequest& request) = 0;
   virtual absl::Status Leave(const v1::LeaveRequest& request) = 0;
+  // Re-registers a node whose workers run in request.record()'s round with a
+  // server that lost the job (it restarted). Answered at once. The default
+  // says UNIMPLEMENTED, as a server older than Resume does.
+  virtual absl::StatusOr<v1::ResumeResponse> Resume(
+      const v1::JoinRequest& request) {
+    return absl::UnimplementedError(absl::StrCat(
+        "Resume of job '", request.run_id(), "' is not supported here"));
+  }
 
   // Where the service is, for log lines.
   virtual const std::string& endpoint() const = 0;

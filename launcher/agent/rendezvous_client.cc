@@ -170,6 +170,16 @@ absl::Status RendezvousClient::Leave(const v1::LeaveRequest& request) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<v1::ResumeResponse> RendezvousClient::Resume(
+    const v1::JoinRequest& request) {
+  grpc::ClientContext context;
+  Prepare(context, options_.rpc_timeout);
+  v1::ResumeResponse response;
+  grpc::Status status = stub_->Resume(&context, request, &response);
+  if (!status.ok()) return Explain("Resume", status);
+  return response;
+}
+
 absl::StatusOr<v1::StatusResponse> RendezvousClient::Status(
     const v1::StatusRequest& request) {
   grpc::ClientContext context;

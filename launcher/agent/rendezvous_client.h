@@ -54,6 +54,8 @@ class RendezvousClient final : public RendezvousApi {
   absl::StatusOr<v1::ReportFailureResponse> ReportFailure(
       const v1::ReportFailureRequest& request) override;
   absl::Status Leave(const v1::LeaveRequest& request) override;
+  absl::StatusOr<v1::ResumeResponse> Resume(
+      const v1::JoinRequest& request) override;
   absl::StatusOr<v1::StatusResponse> Status(const v1::StatusRequest& request);
 
   const std::string& endpoint() const override { return options_.endpoint; }

@@ -14,7 +14,8 @@ void SupervisorPolicy::OnExit(int local_rank, ExitStatus status) {
   // A worker already declared hung was killed by us; its exit is not news.
   if (!status.success() && !worker.hung) {
     failures_.push_back({local_rank, status,
-                         status.signal != 0 ? "signaled" : "exited",
+                         status.signal != 0 ? v1::FAILURE_CAUSE_SIGNALED
+                                            : v1::FAILURE_CAUSE_EXITED,
                          clock_.Now()});
   }
 }
@@ -32,7 +33,7 @@ SupervisorPolicy::Verdict SupervisorPolicy::Evaluate() {
       if (w.exit || w.hung || !w.last_progress) continue;
       if (now - *w.last_progress >= options_.worker_timeout) {
         w.hung = true;
-        failures_.push_back({i, ExitStatus{}, "hung", now});
+        failures_.push_back({i, ExitStatus{}, v1::FAILURE_CAUSE_HUNG, now});
       }
     }
   }

@@ -6,6 +6,7 @@
 
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "ddprun/v1/rendezvous.pb.h"
 #include "launcher/posix/exit_status.h"
 
 namespace ddprun::launcher {
@@ -13,8 +14,9 @@ namespace ddprun::launcher {
 // A failed worker of this node, as the agent reports it.
 struct LocalFailure {
   int local_rank = 0;
-  ExitStatus exit;    // meaningless when cause is "hung"
-  std::string cause;  // "exited", "signaled", "hung"
+  ExitStatus exit;  // meaningless when cause is FAILURE_CAUSE_HUNG
+  v1::FailureCause cause = v1::FAILURE_CAUSE_UNSPECIFIED;  // exited,
+                                                           // signaled, hung
   absl::Time time;
 };
 

@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "common/endpoint.h"
+#include "common/rendezvous_words.h"
 #include "google/protobuf/util/json_util.h"
 #include "launcher/agent/failure_summary.h"
 #include "launcher/agent/rendezvous_client.h"
@@ -21,6 +22,13 @@ std::string StateName(v1::JobState state) {
   return absl::AsciiStrToLower(short_name);
 }
 
+// The node's state as a word; a server older than node_state sends only the
+// word.
+std::string NodeStateOf(const v1::NodeStatus& node) {
+  if (node.node_state() == v1::NODE_STATE_UNSPECIFIED) return node.state();
+  return common::NodeStateWord(node.node_state());
+}
+
 }  // namespace
 
 std::string FormatStatus(const v1::StatusResponse& response) {
@@ -29,10 +37,11 @@ std::string FormatStatus(const v1::StatusResponse& response) {
   for (const v1::JobStatus& job : response.jobs()) {
     absl::StrAppendFormat(
         &out,
-        "job %s: %s, round %d, world size %d, restarts %d/%d, nodes %d:%d\n",
+        "job %s: %s, round %d, world size %d, restarts %d/%d, nodes %d:%d%s\n",
         job.run_id(), StateName(job.state()), job.round(), job.world_size(),
         job.restart_count(), job.config().max_restarts(),
-        job.config().min_nodes(), job.config().max_nodes());
+        job.config().min_nodes(), job.config().max_nodes(),
+        job.resuming() ? " (server restarted: its members are resuming)" : "");
     absl::StrAppendFormat(&out, "  %-40s %-16s %9s %7s %6s %10s %s\n", "NODE",
                           "ADDRESS", "NODE_RANK", "RANKS", "NPROC", "HEARTBEAT",
                           "STATE");
@@ -45,7 +54,7 @@ std::string FormatStatus(const v1::StatusResponse& response) {
       absl::StrAppendFormat(
           &out, "  %-40s %-16s %9d %7s %6d %9.1fs %s\n", node.node_id(),
           node.address(), node.node_rank(), ranks, node.local_world_size(),
-          node.last_heartbeat_age_ms() / 1000.0, node.state());
+          node.last_heartbeat_age_ms() / 1000.0, NodeStateOf(node));
     }
     for (const v1::WorkerFailure& failure : job.failures()) {
       absl::StrAppend(&out, "  failure: ", FormatFailure(failure), "\n");

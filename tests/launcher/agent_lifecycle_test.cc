@@ -202,6 +202,7 @@ class FakeRendezvous final : public RendezvousApi {
       const v1::ReportFailureRequest& request) override {
     absl::MutexLock lock(&mu);
     reports.push_back(request);
+    if (!report_error.ok()) return report_error;
     v1::ReportFailureResponse r;
     r.set_restart_count(static_cast<int>(reports.size()));
     r.set_restarts_exhausted(restarts_exhausted);
@@ -212,8 +213,24 @@ class FakeRendezvous final : public RendezvousApi {
     leaves.push_back(request);
     return absl::OkStatus();
   }
+  // Unset: UNIMPLEMENTED, as a server older than Resume.
+  std::function<absl::StatusOr<v1::ResumeResponse>(const v1::JoinRequest&)>
+      resume;
+  absl::StatusOr<v1::ResumeResponse> Resume(
+      const v1::JoinRequest& request) override {
+    {
+      absl::MutexLock lock(&mu);
+      resume_requests.push_back(request);
+    }
+    if (!resume) return RendezvousApi::Resume(request);
+    return resume(request);
+  }
   const std::string& endpoint() const override { return endpoint_; }
 
+  int resume_count() {
+    absl::MutexLock lock(&mu);
+    return static_cast<int>(resume_requests.size());
+  }
   int heartbeat_count() {
     absl::MutexLock lock(&mu);
     return heartbeats;
@@ -223,6 +240,8 @@ class FakeRendezvous final : public RendezvousApi {
   std::vector<v1::JoinRequest> join_requests;
   std::vector<v1::ReportFailureRequest> reports;
   std::vector<v1::LeaveRequest> leaves;
+  std::vector<v1::JoinRequest> resume_requests;
+  absl::Status report_error;  // what ReportFailure fails with, when set
   int heartbeats ABSL_GUARDED_BY(mu) = 0;
 
  private:
@@ -340,7 +359,7 @@ TEST_F(AgentLifecycleTest, WorkerExitIsReportedAndTheRestartSucceeds) {
   ASSERT_THAT(rdzv_.reports, SizeIs(1));
   ASSERT_THAT(rdzv_.reports[0].failures(), SizeIs(1));
   const v1::WorkerFailure& f = rdzv_.reports[0].failures(0);
-  EXPECT_EQ(f.cause(), "exited");
+  EXPECT_EQ(f.failure_cause(), v1::FAILURE_CAUSE_EXITED);
   EXPECT_EQ(f.exit_code(), 3);
   EXPECT_EQ(f.rank(), 1);
   EXPECT_EQ(rdzv_.reports[0].round(), 1);
@@ -371,7 +390,7 @@ TEST_F(AgentLifecycleTest, WorkerKilledBySignalIsReportedAsSignaled) {
 
   ASSERT_THAT(rdzv_.reports, SizeIs(1));
   const v1::WorkerFailure& f = rdzv_.reports[0].failures(0);
-  EXPECT_EQ(f.cause(), "signaled");
+  EXPECT_EQ(f.failure_cause(), v1::FAILURE_CAUSE_SIGNALED);
   EXPECT_EQ(f.signal(), SIGSEGV);
   EXPECT_EQ(f.signal_name(), "SIGSEGV");
   EXPECT_EQ(f.rank(), 0);
@@ -389,7 +408,8 @@ TEST_F(AgentLifecycleTest, SilentWorkerIsHungAfterTheWorkerTimeout) {
 
   ASSERT_THAT(rdzv_.reports, SizeIs(1));
   ASSERT_THAT(rdzv_.reports[0].failures(), SizeIs(kNproc));
-  EXPECT_EQ(rdzv_.reports[0].failures(0).cause(), "hung");
+  EXPECT_EQ(rdzv_.reports[0].failures(0).failure_cause(),
+            v1::FAILURE_CAUSE_HUNG);
   ExpectStoppedWith(1, SIGTERM);
   EXPECT_GE(clock_.Now() - start, absl::Seconds(30));
 }
@@ -526,6 +546,113 @@ TEST_F(AgentLifecycleTest, ScaleUpRejoinsIntoTheLargerWorld) {
   EXPECT_EQ(round2[1]->env.at("WORLD_SIZE"), "4");
   EXPECT_EQ(round2[1]->env.at("GROUP_WORLD_SIZE"), "2");
   EXPECT_EQ(round2[1]->env.at("TORCHELASTIC_RESTART_COUNT"), "0");
+}
+
+}  // namespace
+}  // namespace ddprun::launcher
+
+namespace ddprun::launcher {
+namespace {
+
+// The rendezvous server restarted (kill -9, started again): it answers
+// NOT_FOUND for the job until a node resumes the round with its record.
+class ServerRestartTest : public AgentLifecycleTest {
+ protected:
+  void RestartServerAfterHeartbeats(int healthy) {
+    rdzv_.heartbeat = [this, healthy](const v1::HeartbeatRequest&, int call)
+        -> absl::StatusOr<v1::HeartbeatResponse> {
+      if (call < healthy || rdzv_.resume_count() > 0) return Running();
+      return absl::NotFoundError("no job 'job' on this server");
+    };
+  }
+};
+
+TEST_F(ServerRestartTest, TheRoundGoesOnAndNoWorkerRestarts) {
+  ExpectJoins({Assigned(MakeAssignment(4, 2))});
+  RestartServerAfterHeartbeats(3);
+  rdzv_.resume = [](const v1::JoinRequest& request) {
+    v1::ResumeResponse r;
+    *r.mutable_assignment() = request.record().assignment();
+    return absl::StatusOr<v1::ResumeResponse>(r);
+  };
+  // The workers finish a while after the server took the round back.
+  control_.exit_when = [this](const FakeWorker&) -> std::optional<ExitStatus> {
+    if (rdzv_.resume_count() > 0 && rdzv_.heartbeat_count() >= 8) {
+      return ExitStatus::Exited(0);
+    }
+    return std::nullopt;
+  };
+
+  EXPECT_EQ(RunAgent(), 0);
+
+  EXPECT_THAT(control_.workers, SizeIs(kNproc)) << "no worker restarted";
+  for (const FakeWorker& w : control_.workers) EXPECT_THAT(w.signals, IsEmpty());
+  EXPECT_THAT(rdzv_.join_requests, SizeIs(1));
+  ASSERT_GE(rdzv_.resume_requests.size(), 1u);
+  const v1::JoinRequest& resume = rdzv_.resume_requests[0];
+  EXPECT_EQ(resume.node_id(), "node-a");
+  EXPECT_EQ(resume.record().assignment().round(), 4);
+  EXPECT_EQ(resume.record().restart_count(), 2);
+  EXPECT_FALSE(resume.record().failed());
+  EXPECT_EQ(resume.config().max_restarts(), 3) << "the job's config too";
+  ASSERT_THAT(rdzv_.leaves, SizeIs(1));
+  EXPECT_EQ(rdzv_.leaves[0].round(), 4);
+}
+
+TEST_F(ServerRestartTest, ARoundTheServerCannotTakeBackRejoinsWithTheRecord) {
+  ExpectJoins({Assigned(MakeAssignment(4, 2)), Assigned(MakeAssignment(5, 2))});
+  RestartServerAfterHeartbeats(2);
+  rdzv_.resume = [](const v1::JoinRequest&) {
+    v1::ResumeResponse r;
+    r.set_rejoin("job 'job' is in round 5");
+    return absl::StatusOr<v1::ResumeResponse>(r);
+  };
+  control_.exit_when = SucceedInRound(5);
+
+  EXPECT_EQ(RunAgent(), 0);
+
+  ExpectStoppedWith(4, SIGTERM);
+  ASSERT_THAT(rdzv_.join_requests, SizeIs(2));
+  EXPECT_FALSE(rdzv_.join_requests[0].has_record()) << "no round before";
+  const v1::RoundRecord& record = rdzv_.join_requests[1].record();
+  EXPECT_EQ(record.assignment().round(), 4);
+  EXPECT_EQ(record.restart_count(), 2);
+  EXPECT_THAT(rdzv_.reports, IsEmpty()) << "not a failure of this node";
+}
+
+TEST_F(ServerRestartTest, AServerWithoutResumeEndsTheRound) {
+  ExpectJoins({Assigned(MakeAssignment(4, 2)), Assigned(MakeAssignment(5, 2))});
+  RestartServerAfterHeartbeats(2);  // rdzv_.resume unset: UNIMPLEMENTED
+  control_.exit_when = SucceedInRound(5);
+
+  EXPECT_EQ(RunAgent(), 0);
+
+  ExpectStoppedWith(4, SIGTERM);
+  EXPECT_THAT(rdzv_.join_requests, SizeIs(2));
+}
+
+TEST_F(ServerRestartTest, TheRecordCarriesTheCountAndAnUnheardFailure) {
+  ExpectJoins({Assigned(MakeAssignment(1, 0)), Assigned(MakeAssignment(2, 1)),
+               Assigned(MakeAssignment(3, 2))});
+  // Round 1 fails and is reported (restart count 1 in the answer); round 2
+  // fails while the server is down.
+  control_.exit_when = [this](const FakeWorker& w) -> std::optional<ExitStatus> {
+    if (w.round == 3) return ExitStatus::Exited(0);
+    if (w.local_rank != 0) return std::nullopt;
+    if (w.round == 2) rdzv_.report_error = absl::UnavailableError("down");
+    return ExitStatus::Exited(1);
+  };
+
+  EXPECT_EQ(RunAgent(), 0);
+
+  ASSERT_THAT(rdzv_.join_requests, SizeIs(3));
+  const v1::RoundRecord& after1 = rdzv_.join_requests[1].record();
+  EXPECT_EQ(after1.assignment().round(), 1);
+  EXPECT_EQ(after1.restart_count(), 1) << "from ReportFailure's answer";
+  EXPECT_FALSE(after1.failed());
+  const v1::RoundRecord& after2 = rdzv_.join_requests[2].record();
+  EXPECT_EQ(after2.assignment().round(), 2);
+  EXPECT_TRUE(after2.failed()) << "no server counted round 2's failure";
 }
 
 }  // namespace

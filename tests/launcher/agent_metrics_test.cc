@@ -35,7 +35,7 @@ TEST(AgentMetricsTest, ARoundsWorkersProgressAndFailuresAreExported) {
   metrics.RoundStarted(assignment, 2);
   metrics.Progress(1, t0);
   metrics.Update(2, t0 + absl::Milliseconds(1500));
-  metrics.WorkerFailed("signaled");
+  metrics.WorkerFailed(v1::FAILURE_CAUSE_SIGNALED);
   std::string text = registry.Render();
   EXPECT_THAT(text, HasSubstr("ddprun_agent_round 3\n"));
   EXPECT_THAT(text, HasSubstr("ddprun_agent_restart_count 2\n"));

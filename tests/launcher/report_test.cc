@@ -45,9 +45,10 @@ TEST(FailureReportTest, CarriesRanksCausesAndMessages) {
                                3,     4,        absl::Seconds(30)};
   absl::Time t = absl::FromUnixMillis(1700000000000);
   std::vector<LocalFailure> failures = {
-      {1, ExitStatus::Exited(2), "exited", t},
-      {0, ExitStatus::Signaled(9), "signaled", t + absl::Seconds(1)},
-      {2, ExitStatus{}, "hung", t + absl::Seconds(2)}};
+      {1, ExitStatus::Exited(2), v1::FAILURE_CAUSE_EXITED, t},
+      {0, ExitStatus::Signaled(9), v1::FAILURE_CAUSE_SIGNALED,
+       t + absl::Seconds(1)},
+      {2, ExitStatus{}, v1::FAILURE_CAUSE_HUNG, t + absl::Seconds(2)}};
   v1::ReportFailureRequest r = BuildFailureReport(
       context, failures, {dir.File("none"), error_file, dir.File("none")}, "",
       t);
@@ -63,11 +64,13 @@ TEST(FailureReportTest, CarriesRanksCausesAndMessages) {
   EXPECT_EQ(r.failures(1).signal_name(), "SIGKILL");
   EXPECT_EQ(r.failures(1).exit_code(), -1);
   EXPECT_EQ(r.failures(1).message(), "the worker was killed by SIGKILL");
-  EXPECT_EQ(r.failures(2).cause(), "hung");
+  EXPECT_EQ(r.failures(2).failure_cause(), v1::FAILURE_CAUSE_HUNG);
+  EXPECT_EQ(r.failures(2).cause(), "hung") << "the word, for older servers";
   EXPECT_THAT(r.failures(2).message(), HasSubstr("no progress for 30s"));
   v1::ReportFailureRequest spawn =
       BuildFailureReport(context, {}, {}, "cannot run 'x'", t);
   ASSERT_EQ(spawn.failures_size(), 1);
+  EXPECT_EQ(spawn.failures(0).failure_cause(), v1::FAILURE_CAUSE_SPAWN);
   EXPECT_EQ(spawn.failures(0).cause(), "spawn");
   EXPECT_EQ(spawn.failures(0).message(), "cannot run 'x'");
 }
@@ -82,7 +85,7 @@ TEST(FailureSummaryTest, NamesTheRootCauseFirst) {
   root->set_exit_code(-1);
   root->set_signal(11);
   root->set_signal_name("SIGSEGV");
-  root->set_cause("signaled");
+  root->set_failure_cause(v1::FAILURE_CAUSE_SIGNALED);
   root->set_time_unix_ms(1700000000123);
   root->set_message("bad pointer");
   v1::WorkerFailure* other = ended.add_failures();

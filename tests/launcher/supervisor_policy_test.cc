@@ -28,10 +28,10 @@ TEST(SupervisorPolicyTest, OneNonZeroExitFailsTheGroupWithTheRootCauseFirst) {
   EXPECT_EQ(policy.Evaluate(), Verdict::kFailed);
   ASSERT_EQ(policy.failures().size(), 2u);
   EXPECT_EQ(policy.failures()[0].local_rank, 2);
-  EXPECT_EQ(policy.failures()[0].cause, "exited");
+  EXPECT_EQ(policy.failures()[0].cause, v1::FAILURE_CAUSE_EXITED);
   EXPECT_EQ(policy.failures()[0].exit.exit_code, 3);
   EXPECT_EQ(policy.failures()[0].time, first);
-  EXPECT_EQ(policy.failures()[1].cause, "signaled");
+  EXPECT_EQ(policy.failures()[1].cause, v1::FAILURE_CAUSE_SIGNALED);
   EXPECT_EQ(policy.failures()[1].exit.signal, 9);
 }
 
@@ -49,7 +49,7 @@ TEST(SupervisorPolicyTest, SilentAfterProgressPastTheTimeoutIsHung) {
   EXPECT_EQ(policy.Evaluate(), Verdict::kFailed);
   ASSERT_EQ(policy.failures().size(), 1u);
   EXPECT_EQ(policy.failures()[0].local_rank, 1);
-  EXPECT_EQ(policy.failures()[0].cause, "hung");
+  EXPECT_EQ(policy.failures()[0].cause, v1::FAILURE_CAUSE_HUNG);
   // Killing the hung worker afterwards adds no second failure.
   policy.OnExit(1, ExitStatus::Signaled(15));
   EXPECT_EQ(policy.failures().size(), 1u);

@@ -188,6 +188,13 @@ TEST_F(JobAuthTest, EveryOperationOnAnotherJobIsRefused) {
          v1::LeaveResponse r;
          return b.rendezvous->Leave(Context().get(), q, &r);
        }},
+      {"Resume",
+       [&] {
+         v1::JoinRequest q = Join("job-a", "a0");
+         *q.mutable_record()->mutable_assignment() = joined.assignment();
+         v1::ResumeResponse r;
+         return b.rendezvous->Resume(Context().get(), q, &r);
+       }},
       {"Status of job-a",
        [&] {
          v1::StatusRequest q;
@@ -268,7 +275,7 @@ TEST_F(JobAuthTest, EveryOperationOnAnotherJobIsRefused) {
          return b.store->NumKeys(Context().get(), q, &r);
        }},
   };
-  ASSERT_EQ(attempts.size(), 14u) << "every Rendezvous and Store method";
+  ASSERT_EQ(attempts.size(), 15u) << "every Rendezvous and Store method";
   for (const Attempt& attempt : attempts) {
     grpc::Status status = attempt.call();
     EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED)

@@ -1,0 +1,364 @@
+// Issue 13's "a rendezvous restart loses nothing", with real processes: the
+// ddprun-rendezvous binary on a kernel-chosen port, two ddprun agents with
+// two workers each; the server is killed (SIGKILL) mid-round and started
+// again on the same port. The agents resume the round from their records:
+// no worker restarts (same pids), the round number and the restart count go
+// on, a later real fault still counts against --max-restarts, and the job
+// completes. With ddprun-mnist (where it is built) the workers train through
+// the restart: they need the server's store only while a round forms.
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "launcher/agent/rendezvous_client.h"
+#include "tests/e2e/summary_json.h"
+#include "tests/testing/subprocess.h"
+#include "tests/testing/temp_dir.h"
+#include "tests/testing/wait_for.h"
+
+namespace ddprun::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+std::string Ddprun() { return BinaryPath("launcher/ddprun"); }
+std::string FaultWorker() { return BinaryPath("tests/launcher/fault_worker"); }
+
+std::vector<std::string> Concat(std::vector<std::string> a,
+                                const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// The direct children of `pid` (an agent's workers), from /proc.
+std::set<pid_t> Children(pid_t pid) {
+  std::set<pid_t> out;
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator(
+           absl::StrCat("/proc/", pid, "/task"), ec)) {
+    std::ifstream in(task.path() / "children");
+    pid_t child;
+    while (in >> child) out.insert(child);
+  }
+  return out;
+}
+
+int CountOf(const std::string& text, const std::string& part) {
+  int n = 0;
+  for (size_t at = text.find(part); at != std::string::npos;
+       at = text.find(part, at + 1)) {
+    ++n;
+  }
+  return n;
+}
+
+// ddprun-rendezvous as its own process: killed with SIGKILL and started
+// again on the port the kernel chose the first time.
+class RendezvousProcess {
+ public:
+  explicit RendezvousProcess(const TempDir& dir) : dir_(dir) {}
+
+  // Starts the server on `port` (0: the kernel's choice) and waits for its
+  // "listening on" line. The port of a killed server may take a moment to
+  // be free again: retried for a bounded time.
+  void Start(int port) {
+    bool listening = WaitFor(
+        [&] {
+          ++starts_;
+          std::string out = dir_.File(absl::StrCat("rdzv", starts_, ".out"));
+          err_ = dir_.File(absl::StrCat("rdzv", starts_, ".err"));
+          SubprocessOptions options;
+          options.argv = {BinaryPath("rendezvous/ddprun-rendezvous"), "--port",
+                          absl::StrCat(port)};
+          options.stdout_path = out;
+          options.stderr_path = err_;
+          absl::StatusOr<Subprocess> process = Subprocess::Start(options);
+          if (!process.ok()) return false;
+          const std::string prefix = "ddprun-rendezvous listening on 127.0.0.1:";
+          bool up = WaitFor(
+              [&] {
+                if (process->Poll().has_value()) return true;  // it exited
+                std::string text = ReadFileOrEmpty(out);
+                size_t at = text.find(prefix);
+                size_t eol = text.find('\n', at);
+                if (at == std::string::npos || eol == std::string::npos) {
+                  return false;
+                }
+                return absl::SimpleAtoi(
+                    text.substr(at + prefix.size(),
+                                eol - at - prefix.size()),
+                    &port_);
+              },
+              absl::Seconds(10), absl::Milliseconds(20));
+          // (A process that did not come up is killed and reaped by its
+          // destructor.)
+          if (!up || process->Poll().has_value()) return false;
+          process_ = std::make_unique<Subprocess>(*std::move(process));
+          return true;
+        },
+        absl::Seconds(30), absl::Milliseconds(200));
+    ASSERT_TRUE(listening) << ReadFileOrEmpty(err_);
+    ASSERT_TRUE(port == 0 || port_ == port);
+    auto client = launcher::RendezvousClient::Create({.endpoint = endpoint()});
+    ASSERT_TRUE(client.ok()) << client.status();
+    client_ = *std::move(client);
+  }
+
+  void KillNine() {
+    process_->Signal(SIGKILL);
+    ASSERT_TRUE(process_->Wait(absl::Seconds(10)).has_value());
+    process_.reset();
+  }
+
+  // The job's status, or nullopt when the server does not know it (yet).
+  std::optional<v1::JobStatus> Job(const std::string& run_id) {
+    v1::StatusRequest request;
+    request.set_run_id(run_id);
+    absl::StatusOr<v1::StatusResponse> status = client_->Status(request);
+    if (!status.ok() || status->jobs_size() != 1) return std::nullopt;
+    return status->jobs(0);
+  }
+
+  // Waits until job `run_id` runs `round` with `restart_count` and every
+  // one of its `nodes` nodes is running.
+  bool WaitForRunning(const std::string& run_id, int64_t round,
+                      int restart_count, int nodes) {
+    return WaitFor(
+        [&] {
+          std::optional<v1::JobStatus> job = Job(run_id);
+          last_seen_ = job.has_value() ? job->DebugString() : "no job";
+          if (!job.has_value() || job->state() != v1::JOB_STATE_RUNNING ||
+              job->round() != round || job->restart_count() != restart_count ||
+              job->nodes_size() != nodes) {
+            return false;
+          }
+          for (const v1::NodeStatus& node : job->nodes()) {
+            if (node.node_state() != v1::NODE_STATE_RUNNING) return false;
+          }
+          return true;
+        },
+        absl::Seconds(60), absl::Milliseconds(50));
+  }
+
+  std::string endpoint() const { return absl::StrCat("127.0.0.1:", port_); }
+  int port() const { return port_; }
+  std::string log() const {
+    return absl::StrCat(ReadFileOrEmpty(err_), "--- last status seen:\n",
+                        last_seen_);
+  }
+
+ private:
+  const TempDir& dir_;
+  int starts_ = 0;
+  int port_ = 0;
+  std::string err_;
+  std::string last_seen_;
+  std::unique_ptr<Subprocess> process_;
+  std::unique_ptr<launcher::RendezvousClient> client_;
+};
+
+class RendezvousRestartTest : public ::testing::Test {
+ protected:
+  RendezvousRestartTest() : server_(dir_) {}
+
+  void StartAgents(const std::string& run_id, int max_restarts,
+                   const std::vector<std::string>& program) {
+    for (int i = 0; i < 2; ++i) {
+      SubprocessOptions options;
+      options.argv = Concat(
+          {Ddprun(), "--rdzv-endpoint", server_.endpoint(), "--rdzv-id", run_id,
+           "--nnodes", "2", "--nproc-per-node", "2", "--node-rank",
+           absl::StrCat(i), "--max-restarts", absl::StrCat(max_restarts),
+           "--monitor-interval", "0.05", "--shutdown-grace", "2",
+           // A generous heartbeat timeout: the server is down a while.
+           // is_host=0: the agents never serve the endpoint themselves.
+           "--rdzv-conf",
+           "heartbeat_interval=0.2,heartbeat_timeout=20,is_host=0"},
+          program);
+      options.stdout_path = dir_.File(absl::StrCat("agent", i, ".out"));
+      options.stderr_path = dir_.File(absl::StrCat("agent", i, ".err"));
+      absl::StatusOr<Subprocess> agent = Subprocess::Start(options);
+      ASSERT_TRUE(agent.ok()) << agent.status();
+      agents_.push_back(*std::move(agent));
+    }
+  }
+
+  std::string Logs() {
+    std::string out = "--- rendezvous:\n" + server_.log();
+    for (int i = 0; i < static_cast<int>(agents_.size()); ++i) {
+      absl::StrAppend(&out, "--- agent ", i, ":\n",
+                      ReadFileOrEmpty(dir_.File(absl::StrCat("agent", i,
+                                                             ".err"))));
+    }
+    return out;
+  }
+
+  // Every worker of both agents, once each agent has `per_agent` of them.
+  std::set<pid_t> WaitForWorkers(size_t per_agent) {
+    std::set<pid_t> all;
+    EXPECT_TRUE(WaitFor(
+        [&] {
+          all.clear();
+          for (Subprocess& agent : agents_) {
+            std::set<pid_t> workers = Children(agent.pid());
+            if (workers.size() != per_agent) return false;
+            all.insert(workers.begin(), workers.end());
+          }
+          return true;
+        },
+        absl::Seconds(60), absl::Milliseconds(20)))
+        << Logs();
+    return all;
+  }
+
+  std::set<pid_t> CurrentWorkers() {
+    std::set<pid_t> all;
+    for (Subprocess& agent : agents_) {
+      std::set<pid_t> workers = Children(agent.pid());
+      all.insert(workers.begin(), workers.end());
+    }
+    return all;
+  }
+
+  TempDir dir_;
+  RendezvousProcess server_;
+  std::vector<Subprocess> agents_;
+};
+
+// fault_worker: rank 0 fails once (restart count 0 -> 1), then every worker
+// runs until restart count 2, when they all exit 0.
+std::vector<std::string> FaultProgram(const TempDir& dir) {
+  return {FaultWorker(), "--exit", "7", "--fail-rank", "0",
+          "--fail-below-restart", "1", "--hang-below-restart", "2",
+          "--out-dir", dir.path()};
+}
+
+class BudgetTest : public RendezvousRestartTest,
+                   public ::testing::WithParamInterface<int> {};
+
+// --max-restarts 2: the fault after the server restart is the second
+// restart, and the job completes. --max-restarts 1: the same fault is one
+// too many, and the job fails: the budget held across the restart.
+TEST_P(BudgetTest, TheRoundAndTheRestartCountSurviveAServerRestart) {
+  const int max_restarts = GetParam();
+  server_.Start(0);
+  StartAgents("restart-budget", max_restarts, FaultProgram(dir_));
+  // Rank 0's failure made round 1, restart count 1.
+  ASSERT_TRUE(server_.WaitForRunning("restart-budget", 1, 1, 2)) << Logs();
+  std::set<pid_t> workers = WaitForWorkers(2);
+
+  const int port = server_.port();
+  server_.KillNine();
+  server_.Start(port);
+  // The restarted server learns the round back from the agents' records.
+  ASSERT_TRUE(server_.WaitForRunning("restart-budget", 1, 1, 2)) << Logs();
+  EXPECT_EQ(CurrentWorkers(), workers) << "a worker restarted\n" << Logs();
+  for (pid_t pid : workers) EXPECT_FALSE(ProcessGone(pid)) << pid;
+  EXPECT_THAT(Logs(), HasSubstr("took round 1 back"));
+  // `ddprun status` reads the same after the restart as before it.
+  RunResult table = RunCommand({Ddprun(), "status", "--rdzv-endpoint",
+                                server_.endpoint(), "--rdzv-id",
+                                "restart-budget"},
+                               absl::Seconds(10));
+  ASSERT_TRUE(table.exit.ok()) << table.err;
+  EXPECT_THAT(table.out,
+              HasSubstr(absl::StrCat("job restart-budget: running, round 1, "
+                                     "world size 4, restarts 1/",
+                                     max_restarts, ", nodes 2:2\n")));
+  EXPECT_THAT(table.out, Not(HasSubstr("resuming")));
+  EXPECT_EQ(CountOf(table.out, " running\n"), 2) << table.out;
+
+  // A real fault after the restart counts: restart 2.
+  ASSERT_EQ(kill(*workers.rbegin(), SIGKILL), 0);
+  for (size_t i = 0; i < agents_.size(); ++i) {
+    std::optional<ExitInfo> exit = agents_[i].Wait(absl::Seconds(90));
+    ASSERT_TRUE(exit.has_value()) << Logs();
+    if (max_restarts == 2) {
+      EXPECT_TRUE(exit->ok()) << exit->ToString() << "\n" << Logs();
+    } else {
+      EXPECT_EQ(exit->exit_code, 1) << Logs();
+    }
+  }
+  std::optional<v1::JobStatus> job = server_.Job("restart-budget");
+  ASSERT_TRUE(job.has_value()) << Logs();
+  EXPECT_EQ(job->restart_count(), 2);
+  if (max_restarts == 2) {
+    EXPECT_EQ(job->state(), v1::JOB_STATE_SUCCEEDED) << Logs();
+    EXPECT_EQ(job->round(), 2);
+  } else {
+    EXPECT_EQ(job->state(), v1::JOB_STATE_FAILED) << Logs();
+    EXPECT_THAT(Logs(), HasSubstr("2 restarts used, max_restarts is 1"));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(MaxRestarts, BudgetTest, ::testing::Values(2, 1));
+
+#ifdef DDPRUN_MNIST_BINARY
+// ddprun-mnist trains through a server restart: same pids, same round and
+// restart count, and the job completes with every rank's summary.
+TEST_F(RendezvousRestartTest, MnistTrainsThroughAServerRestart) {
+  server_.Start(0);
+  StartAgents("restart-mnist", 1,
+              {DDPRUN_MNIST_BINARY, "--data-dir", MnistDir(), "--epochs", "3",
+               "--train-limit", "12000", "--checkpoint-dir",
+               dir_.File("checkpoints"), "--checkpoint-every", "10",
+               "--summary-json", dir_.File("summary.json"), "--save",
+               dir_.File("model.pt")});
+  ASSERT_TRUE(server_.WaitForRunning("restart-mnist", 0, 0, 2)) << Logs();
+  std::set<pid_t> workers = WaitForWorkers(2);
+  // Mid-training: a first checkpoint is written.
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return NewestCheckpointStep(dir_.File("checkpoints")).has_value();
+      },
+      absl::Minutes(3), absl::Milliseconds(50)))
+      << Logs();
+
+  const int port = server_.port();
+  server_.KillNine();
+  const int64_t step_at_kill =
+      NewestCheckpointStep(dir_.File("checkpoints")).value_or(0);
+  server_.Start(port);
+  ASSERT_TRUE(server_.WaitForRunning("restart-mnist", 0, 0, 2)) << Logs();
+  EXPECT_EQ(CurrentWorkers(), workers) << "a worker restarted\n" << Logs();
+  // The same workers train on: a newer checkpoint comes.
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return NewestCheckpointStep(dir_.File("checkpoints")).value_or(0) >
+               step_at_kill;
+      },
+      absl::Minutes(3), absl::Milliseconds(50)))
+      << Logs();
+
+  for (size_t i = 0; i < agents_.size(); ++i) {
+    std::optional<ExitInfo> exit = agents_[i].Wait(absl::Minutes(5));
+    ASSERT_TRUE(exit.has_value()) << Logs();
+    EXPECT_TRUE(exit->ok()) << exit->ToString() << "\n" << Logs();
+  }
+  std::optional<v1::JobStatus> job = server_.Job("restart-mnist");
+  ASSERT_TRUE(job.has_value()) << Logs();
+  EXPECT_EQ(job->state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(job->round(), 0);
+  EXPECT_EQ(job->restart_count(), 0);
+  EXPECT_THAT(Logs(), Not(HasSubstr("stopping workers")));
+  std::string summary =
+      ExpectTrainedSummary(dir_.File("summary.json"), 4, /*min_accuracy=*/0.8);
+  EXPECT_EQ(SummaryNumber(summary, "resumed_from_step"), -1)
+      << "trained in one go: nothing resumed from a checkpoint";
+}
+#endif
+
+}  // namespace
+}  // namespace ddprun::testing
