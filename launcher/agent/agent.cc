@@ -355,6 +355,12 @@ Agent::RoundEnd Agent::Supervise(const RunningRound& round) {
       case SupervisorPolicy::Verdict::kSucceeded:
         return RoundEnd::kSucceeded;
       case SupervisorPolicy::Verdict::kFailed: {
+        const std::vector<pid_t> pids = round.group.pids();
+        for (const LocalFailure& f : policy.failures()) {
+          if (f.cause == "hung" && control_.IsStopped(pids[f.local_rank])) {
+            policy.OnStopped(f.local_rank);
+          }
+        }
         RecoveryDecision decision = policy.DecideRecovery();
         if (decision.in_place) {
           in_place_declared_ = policy.in_place_declared();
@@ -429,7 +435,14 @@ Agent::RoundEnd Agent::OnWorkersFailed(const RunningRound& round,
 Agent::RoundEnd Agent::OnWorkersFailedInPlace(const RunningRound& round,
                                               const SupervisorPolicy& policy,
                                               const RecoveryDecision& decision) {
-  const std::vector<LocalFailure>& failures = policy.failures();
+  // Only the replaced workers failed; the others waited for them.
+  std::vector<LocalFailure> failures;
+  for (const LocalFailure& f : policy.failures()) {
+    if (std::find(decision.replace.begin(), decision.replace.end(),
+                  f.local_rank) != decision.replace.end()) {
+      failures.push_back(f);
+    }
+  }
   for (const LocalFailure& f : failures) {
     if (f.cause == "hung") {
       spdlog::warn(

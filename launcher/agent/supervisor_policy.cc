@@ -37,6 +37,11 @@ void SupervisorPolicy::OnInPlaceDeclared(int local_rank) {
   workers_[local_rank].in_place = true;
 }
 
+void SupervisorPolicy::OnStopped(int local_rank) {
+  if (local_rank < 0 || local_rank >= static_cast<int>(workers_.size())) return;
+  workers_[local_rank].stopped = true;
+}
+
 RecoveryDecision SupervisorPolicy::DecideRecovery() const {
   RecoveryDecision decision;
   for (const Worker& w : workers_) {
@@ -44,7 +49,14 @@ RecoveryDecision SupervisorPolicy::DecideRecovery() const {
     if (w.exit && w.exit->success()) return decision;
   }
   decision.in_place = true;
+  bool some_stopped = false;
   for (const LocalFailure& f : failures_) {
+    if (f.cause == "hung" && workers_[f.local_rank].stopped) some_stopped = true;
+  }
+  for (const LocalFailure& f : failures_) {
+    if (f.cause == "hung" && some_stopped && !workers_[f.local_rank].stopped) {
+      continue;  // silent because it waits for the stopped one
+    }
     if (std::find(decision.replace.begin(), decision.replace.end(),
                   f.local_rank) != decision.replace.end()) {
       continue;

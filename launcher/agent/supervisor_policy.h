@@ -52,6 +52,9 @@ class SupervisorPolicy {
   void OnProgress(int local_rank);
   // The worker said it recovers in place (libddp: worker/recovery.h).
   void OnInPlaceDeclared(int local_rank);
+  // The worker is stopped (SIGSTOP): when some hung workers are, the others
+  // that went silent with them are waiting for them, not hung themselves.
+  void OnStopped(int local_rank);
 
   // Also turns a worker silent past the worker timeout into a "hung" failure.
   Verdict Evaluate();
@@ -65,7 +68,9 @@ class SupervisorPolicy {
   // In place only when every local worker declared it and none has ended
   // well (a worker that finished cannot take a new round): then the failed
   // ones (after Evaluate said kFailed; none for another node's failure) are
-  // replaced and the hung ones among them killed first.
+  // replaced and the hung ones among them killed first. A hang replaces only
+  // the stopped workers when there are any (the rest wait for them in a
+  // collective), else every hung one.
   RecoveryDecision DecideRecovery() const;
   // By local rank, for the next round of the same processes.
   std::vector<bool> in_place_declared() const;
@@ -76,6 +81,7 @@ class SupervisorPolicy {
     std::optional<absl::Time> last_progress;
     bool hung = false;
     bool in_place = false;
+    bool stopped = false;
   };
 
   SupervisorPolicyOptions options_;

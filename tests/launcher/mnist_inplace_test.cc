@@ -33,11 +33,12 @@ namespace ddprun::testing {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // Divisible by 2 and 3 and by the per-step batch of either world, so that
 // every epoch is exactly this many samples (no padding).
 constexpr int kTrainSamples = 12000;
-constexpr int kEpochs = 3;
+constexpr int kEpochs = 4;
 constexpr double kMinAccuracy = 0.85;
 // Issue 13: within half a point of the fault-free run with the same seed.
 constexpr double kAccuracyTolerance = 0.005;
@@ -80,9 +81,10 @@ int RankOf(pid_t pid) {
   std::ifstream in(absl::StrCat("/proc/", pid, "/environ"));
   std::string entry;
   while (std::getline(in, entry, '\0')) {
-    if (absl::ConsumePrefix(&entry, "RANK=")) {
+    absl::string_view value = entry;
+    if (absl::ConsumePrefix(&value, "RANK=")) {
       int rank = -1;
-      if (absl::SimpleAtoi(entry, &rank)) return rank;
+      if (absl::SimpleAtoi(value, &rank)) return rank;
     }
   }
   return -1;
@@ -231,6 +233,54 @@ TEST_P(MnistInPlaceTest, KillNineOfOneWorkerKeepsTheSurvivorsRunning) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Workers, MnistInPlaceTest, ::testing::Values(2, 3));
+
+// A hang: one of three workers is stopped (SIGSTOP). Its peers go silent
+// with it (they wait for it in the allreduce); the agent tells them apart,
+// kills and replaces only the stopped one, and the job goes on in place.
+TEST(MnistInPlaceHangTest, AStoppedWorkerIsReplacedAndItsPeersKept) {
+  TempDir dir;
+  const std::vector<std::string> flags = {
+      "--standalone",     "--nproc-per-node", "3",   "--max-restarts", "3",
+      "--monitor-interval", "0.05",           "--worker-timeout", "2"};
+  const std::string reference = RunFaultFree(dir, flags);
+
+  Job job = StartJob(dir, flags, "agent", "summary.json");
+  ASSERT_TRUE(WaitFor([&] { return job.err().find("epoch 1/") !=
+                                   std::string::npos; },
+                      absl::Minutes(3)))
+      << job.err();
+  std::vector<pid_t> workers = Children(job.agent.pid());
+  ASSERT_EQ(workers.size(), 3u) << job.err();
+  pid_t victim = -1;
+  std::set<pid_t> survivors;
+  for (pid_t pid : workers) {
+    if (RankOf(pid) == 1) {
+      victim = pid;
+    } else {
+      survivors.insert(pid);
+    }
+  }
+  ASSERT_GT(victim, 0);
+  ASSERT_EQ(kill(victim, SIGSTOP), 0);
+  ASSERT_TRUE(WaitFor([&] { return job.err().find("resuming at step") !=
+                                   std::string::npos; },
+                      absl::Minutes(2)))
+      << job.err();
+  std::vector<pid_t> after = Children(job.agent.pid());
+  for (pid_t pid : survivors) {
+    EXPECT_NE(std::find(after.begin(), after.end(), pid), after.end())
+        << "survivor " << pid << " was restarted\n" << job.err();
+  }
+  EXPECT_EQ(std::find(after.begin(), after.end(), victim), after.end());
+  std::optional<ExitInfo> exit = job.agent.Wait(absl::Minutes(4));
+  ASSERT_TRUE(exit.has_value()) << job.err();
+  ASSERT_TRUE(exit->ok()) << exit->ToString() << "\n" << job.err();
+  EXPECT_THAT(job.err(), HasSubstr("worker rank 1 (local 1) is hung"));
+  EXPECT_THAT(job.err(), Not(HasSubstr("worker rank 0 (local 0) is hung")));
+  EXPECT_THAT(job.err(), HasSubstr("replacing local rank(s) 1,"));
+  ExpectExactInPlaceRun(ReadFileOrEmpty(dir.File("summary.json")), reference,
+                        job.err(), 3);
+}
 
 
 // Two agents on one host (two nodes): a worker of node 1 is killed; the

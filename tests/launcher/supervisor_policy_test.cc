@@ -118,6 +118,42 @@ TEST(SupervisorPolicyTest, AHungDeclaredWorkerIsKilledAndReplaced) {
   EXPECT_EQ(decision.kill, std::vector<int>{0});
 }
 
+TEST(SupervisorPolicyTest, AStoppedWorkerIsTheHangAndItsPeersAreKept) {
+  common::FakeClock clock;
+  SupervisorPolicy policy(
+      {.num_workers = 3, .worker_timeout = absl::Seconds(2)}, clock);
+  for (int i = 0; i < 3; ++i) {
+    policy.OnInPlaceDeclared(i);
+    policy.OnProgress(i);
+  }
+  // Rank 1 is stopped; 0 and 2 then wait for it in a collective: all three
+  // go silent together.
+  clock.Advance(absl::Seconds(2));
+  ASSERT_EQ(policy.Evaluate(), Verdict::kFailed);
+  ASSERT_EQ(policy.failures().size(), 3u);
+  policy.OnStopped(1);
+  RecoveryDecision decision = policy.DecideRecovery();
+  EXPECT_TRUE(decision.in_place);
+  EXPECT_EQ(decision.replace, std::vector<int>{1});
+  EXPECT_EQ(decision.kill, std::vector<int>{1});
+}
+
+TEST(SupervisorPolicyTest, SilentWorkersWithNoneStoppedAreAllReplaced) {
+  common::FakeClock clock;
+  SupervisorPolicy policy(
+      {.num_workers = 2, .worker_timeout = absl::Seconds(2)}, clock);
+  for (int i = 0; i < 2; ++i) {
+    policy.OnInPlaceDeclared(i);
+    policy.OnProgress(i);
+  }
+  clock.Advance(absl::Seconds(2));
+  ASSERT_EQ(policy.Evaluate(), Verdict::kFailed);
+  RecoveryDecision decision = policy.DecideRecovery();
+  EXPECT_TRUE(decision.in_place);
+  EXPECT_EQ(decision.replace, (std::vector<int>{0, 1}));
+  EXPECT_EQ(decision.kill, (std::vector<int>{0, 1}));
+}
+
 TEST(SupervisorPolicyTest, AWorkerThatFinishedMeansRestartAll) {
   common::FakeClock clock;
   SupervisorPolicy policy({.num_workers = 2}, clock);
