@@ -180,11 +180,26 @@ struct Training {
   // in-place recoveries resumed at; carried to new members.
   std::vector<int64_t> epoch_samples;
   std::vector<int64_t> resumed_at_steps;
+  // When the first step after each of those completed (Unix microseconds;
+  // 0 until it did), for "kill -9 -> next completed step".
+  std::vector<int64_t> resumed_step_micros;
 };
+
+int64_t UnixMicros() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Notes an in-place recovery that resumes at the current step.
+void NoteRecovery(Training& t) {
+  t.resumed_at_steps.push_back(t.step);
+  t.resumed_step_micros.push_back(0);
+}
 
 // The small record a survivor hands to new members with the model:
 // [epoch, position, step, resumed_from, epochs reached, n, epoch_samples...,
-//  m, resumed_at_steps...].
+//  m, resumed_at_steps..., resumed_step_micros...].
 std::vector<int64_t> EncodeState(const Training& t) {
   std::vector<int64_t> r = {t.cur_epoch, t.cur_position, t.step,
                             t.summary.resumed_from_step, t.summary.epochs,
@@ -192,6 +207,8 @@ std::vector<int64_t> EncodeState(const Training& t) {
   r.insert(r.end(), t.epoch_samples.begin(), t.epoch_samples.end());
   r.push_back(static_cast<int64_t>(t.resumed_at_steps.size()));
   r.insert(r.end(), t.resumed_at_steps.begin(), t.resumed_at_steps.end());
+  r.insert(r.end(), t.resumed_step_micros.begin(),
+           t.resumed_step_micros.end());
   return r;
 }
 
@@ -206,7 +223,7 @@ absl::Status DecodeState(const std::vector<int64_t>& r, Training& t) {
   const size_t n = static_cast<size_t>(r[5]);
   if (r.size() < 7 + n) return bad();
   const size_t m = static_cast<size_t>(r[6 + n]);
-  if (r.size() != 7 + n + m) return bad();
+  if (r.size() != 7 + n + 2 * m) return bad();
   t.start = {r[0], r[1], r[2], r[3]};
   t.cur_epoch = r[0];
   t.cur_position = r[1];
@@ -214,7 +231,8 @@ absl::Status DecodeState(const std::vector<int64_t>& r, Training& t) {
   t.summary.resumed_from_step = r[3];
   t.summary.epochs = static_cast<int>(r[4]);
   t.epoch_samples.assign(r.begin() + 6, r.begin() + 6 + n);
-  t.resumed_at_steps.assign(r.begin() + 7 + n, r.end());
+  t.resumed_at_steps.assign(r.begin() + 7 + n, r.begin() + 7 + n + m);
+  t.resumed_step_micros.assign(r.begin() + 7 + n + m, r.end());
   return absl::OkStatus();
 }
 
@@ -344,8 +362,11 @@ absl::StatusOr<std::unique_ptr<Training>> SetUp(
     }
   }
   t->backend = prepared->backend;
+  // --no-in-place: a Membership that never changes (restart everything).
+  WorkerEnv membership_env = *env;
+  if (!options.in_place) membership_env.control_fd = -1;
   absl::StatusOr<std::unique_ptr<Membership>> membership =
-      Membership::Start(*env);
+      Membership::Start(membership_env);
   if (!membership.ok()) return membership.status();
   t->membership = *std::move(membership);
   // A member that joins a running job (in-place recovery) takes the state
@@ -368,7 +389,7 @@ absl::StatusOr<std::unique_ptr<Training>> SetUp(
     t->summary.resumed_from_step = t->start.resumed_from;
     t->summary.epochs = static_cast<int>(t->start.epoch);
   } else {
-    t->resumed_at_steps.push_back(t->step);
+    NoteRecovery(*t);
     spdlog::info("rank {} joined the running job in place: state of rank {} "
                  "at step {} (epoch {}, sample {})",
                  t->env.rank, source, t->step, t->start.epoch + 1,
@@ -506,6 +527,9 @@ absl::Status TrainEpoch(Training& t, int64_t epoch) {
     position += (end - begin) * t.world;
     t.cur_position = position;
     t.epoch_samples[epoch] += (end - begin) * t.world;
+    if (!t.resumed_step_micros.empty() && t.resumed_step_micros.back() == 0) {
+      t.resumed_step_micros.back() = UnixMicros();
+    }
     if (t.step == t.start.step + 1 &&
         t.summary.time_to_first_step_seconds == 0) {
       t.summary.time_to_first_step_seconds = SecondsSinceProcessStart();
@@ -566,6 +590,9 @@ absl::Status Finish(Training& t) {
   t.summary.epoch_samples = t.epoch_samples;
   t.summary.epoch_size = t.sampler->num_samples() * t.world;
   t.summary.resumed_at_steps = t.resumed_at_steps;
+  for (int64_t micros : t.resumed_step_micros) {
+    t.summary.resumed_step_unix_seconds.push_back(micros / 1e6);
+  }
   t.summary.samples_per_sec =
       t.samples_trained * t.world / std::max(t.train_seconds, 1e-9);
   const int64_t steps_here = t.step - t.start.step;
@@ -610,7 +637,7 @@ absl::Status Recover(Training& t) {
   t.group = *std::move(group);
   absl::StatusOr<int> source = SyncState(t, /*has_state=*/true);
   if (!source.ok()) return source.status();
-  t.resumed_at_steps.push_back(t.step);
+  NoteRecovery(t);
   DataParallelOptions ddp_options;
   ddp_options.bucket_mb = t.options.bucket_mb;
   ddp_options.overlap = t.options.overlap;

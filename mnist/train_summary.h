@@ -31,6 +31,8 @@ struct TrainSummary {
   int64_t epoch_size = 0;
   // The step each in-place recovery resumed at (worker/recovery.h).
   std::vector<int64_t> resumed_at_steps;
+  // When the first step after each of them completed (Unix seconds).
+  std::vector<double> resumed_step_unix_seconds;
 };
 
 // Writes the summary as one JSON object.

@@ -218,11 +218,10 @@ absl::Status AwaitActivation() {
   double waited = std::chrono::duration<double>(
                       std::chrono::steady_clock::now() - waiting_since)
                       .count();
-  absl::StatusOr<WorkerEnv> activated = ReadWorkerEnv();
+  // Only for the log line: RANK as given, whatever the rest holds.
   spdlog::info("prewarmed process {} activated as rank {} after {:.1f} s in "
                "standby",
-               getpid(),
-               activated.ok() ? std::to_string(activated->rank) : "?", waited);
+               getpid(), common::ProcessEnv(env::kRank).value_or("?"), waited);
   return absl::OkStatus();
 }
 

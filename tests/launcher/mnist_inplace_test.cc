@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <random>
 #include <regex>
 #include <set>
 #include <string>
@@ -150,7 +151,8 @@ std::string RunFaultFree(const TempDir& dir,
 // the fault-free one's.
 void ExpectExactInPlaceRun(const std::string& summary,
                            const std::string& reference,
-                           const std::string& log, int world_size) {
+                           const std::string& log, int world_size,
+                           int epochs = kEpochs) {
   ASSERT_FALSE(summary.empty()) << log;
   ASSERT_FALSE(reference.empty());
   EXPECT_EQ(SummaryNumber(summary, "world_size"), world_size);
@@ -170,7 +172,7 @@ void ExpectExactInPlaceRun(const std::string& summary,
   // Exact sample accounting: every epoch adds up to the data set.
   EXPECT_EQ(SummaryNumber(summary, "epoch_size"), kTrainSamples);
   EXPECT_EQ(SummaryList(summary, "epoch_samples"),
-            std::vector<int64_t>(kEpochs, kTrainSamples))
+            std::vector<int64_t>(epochs, kTrainSamples))
       << summary;
   EXPECT_EQ(SummaryNumber(summary, "steps"), SummaryNumber(reference, "steps"));
   std::optional<double> accuracy = SummaryNumber(summary, "test_accuracy");
@@ -343,6 +345,120 @@ TEST(MnistInPlaceTwoAgentsTest, AWorkerOnTheOtherNodeKeepsItsPid) {
   EXPECT_THAT(node1.err(), HasSubstr("recovering in place"));
   ExpectExactInPlaceRun(ReadFileOrEmpty(dir.File("summary.json")), reference,
                         node0.err() + node1.err(), 4);
+}
+
+
+// A bounded, seeded chaos run on one node: three faults, each a kill -9 or
+// a SIGSTOP of a random worker at a random moment after the previous
+// recovery. Every fault is recovered in place: the job completes with the
+// fault-free accuracy, exact sample accounting, one restart per fault, and
+// the workers no fault touched keep their pids throughout.
+TEST(MnistInPlaceChaosTest, SeededKillsAndHangsAreEachRecoveredInPlace) {
+  constexpr int kFaults = 3;
+  constexpr int kChaosEpochs = 8;
+  const uint32_t seed = 20261203;
+  std::mt19937 rng(seed);
+  TempDir dir;
+  const std::vector<std::string> flags = {
+      "--standalone",       "--nproc-per-node", "3",   "--max-restarts",
+      "5",                  "--monitor-interval", "0.05", "--worker-timeout",
+      "2"};
+  auto with_epochs = [&](const std::string& summary) {
+    std::vector<std::string> args = MnistArgs(dir, summary);
+    args[2] = std::to_string(kChaosEpochs);
+    return Concat(Concat({Ddprun()}, flags), args);
+  };
+  auto start = [&](const std::string& name, const std::string& summary) {
+    SubprocessOptions options;
+    options.argv = with_epochs(summary);
+    options.stderr_path = dir.File(name + ".err");
+    options.stdout_path = dir.File(name + ".out");
+    auto agent = Subprocess::Start(options);
+    EXPECT_TRUE(agent.ok()) << agent.status();
+    return Job{std::move(*agent), options.stderr_path};
+  };
+  std::string reference;
+  {
+    Job ref = start("reference", "reference.json");
+    std::optional<ExitInfo> exit = ref.agent.Wait(absl::Minutes(4));
+    ASSERT_TRUE(exit.has_value() && exit->ok()) << ref.err();
+    reference = ReadFileOrEmpty(dir.File("reference.json"));
+  }
+  Job job = start("agent", "summary.json");
+  ASSERT_TRUE(WaitFor([&] { return job.err().find("epoch 1/") !=
+                                   std::string::npos; },
+                      absl::Minutes(3)))
+      << job.err();
+  std::set<pid_t> untouched;
+  for (pid_t pid : Children(job.agent.pid())) untouched.insert(pid);
+  ASSERT_EQ(untouched.size(), 3u) << job.err();
+  // One worker is never a victim, so that the pid check always bites.
+  const pid_t keeper = *std::next(
+      untouched.begin(), std::uniform_int_distribution<int>(0, 2)(rng));
+  auto count = [&](const std::string& what) {
+    const std::string log = job.err();
+    size_t n = 0;
+    for (size_t at = log.find(what); at != std::string::npos;
+         at = log.find(what, at + 1)) {
+      ++n;
+    }
+    return n;
+  };
+  for (int fault = 0; fault < kFaults; ++fault) {
+    // The newcomer of the previous fault has trained a step, then a random
+    // moment of training passes.
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          return count("resuming at step") >= static_cast<size_t>(2 * fault);
+        },
+        absl::Minutes(2)))
+        << job.err();
+    absl::SleepFor(absl::Milliseconds(
+        std::uniform_int_distribution<int>(50, 400)(rng)));
+    std::vector<pid_t> workers = Children(job.agent.pid());
+    ASSERT_EQ(workers.size(), 3u) << job.err();
+    auto kept = std::find(workers.begin(), workers.end(), keeper);
+    ASSERT_NE(kept, workers.end()) << "the keeper was restarted\n" << job.err();
+    workers.erase(kept);
+    const pid_t victim = workers[std::uniform_int_distribution<size_t>(
+        0, workers.size() - 1)(rng)];
+    const bool hang = std::uniform_int_distribution<int>(0, 1)(rng) == 1;
+    untouched.erase(victim);
+    ASSERT_EQ(kill(victim, hang ? SIGSTOP : SIGKILL), 0);
+  }
+  // After the last recovery the workers no fault touched still run.
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return count("resuming at step") >= static_cast<size_t>(2 * kFaults);
+      },
+      absl::Minutes(2)))
+      << job.err();
+  std::vector<pid_t> running = Children(job.agent.pid());
+  ASSERT_TRUE(untouched.count(keeper));
+  for (pid_t pid : untouched) {
+    EXPECT_NE(std::find(running.begin(), running.end(), pid), running.end())
+        << "untouched worker " << pid << " was restarted\n" << job.err();
+  }
+  std::optional<ExitInfo> exit = job.agent.Wait(absl::Minutes(6));
+  ASSERT_TRUE(exit.has_value()) << job.err();
+  ASSERT_TRUE(exit->ok()) << exit->ToString() << "\n" << job.err();
+  // One new round, one restart, per fault.
+  EXPECT_THAT(job.err(), HasSubstr(absl::StrCat("restart ", kFaults, "/5")));
+  EXPECT_THAT(job.err(),
+              Not(HasSubstr(absl::StrCat("restart ", kFaults + 1, "/5"))));
+  EXPECT_EQ(count("recovering in place"), static_cast<size_t>(kFaults));
+  const std::string summary = ReadFileOrEmpty(dir.File("summary.json"));
+  EXPECT_EQ(SummaryList(summary, "resumed_at_steps").size(),
+            static_cast<size_t>(kFaults))
+      << summary;
+  EXPECT_EQ(SummaryList(summary, "epoch_samples"),
+            std::vector<int64_t>(kChaosEpochs, kTrainSamples))
+      << summary;
+  EXPECT_EQ(SummaryNumber(summary, "steps"), SummaryNumber(reference, "steps"));
+  std::optional<double> accuracy = SummaryNumber(summary, "test_accuracy");
+  std::optional<double> expected = SummaryNumber(reference, "test_accuracy");
+  ASSERT_TRUE(accuracy.has_value() && expected.has_value());
+  EXPECT_NEAR(*accuracy, *expected, kAccuracyTolerance);
 }
 
 }  // namespace
