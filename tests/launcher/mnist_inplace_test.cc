@@ -236,6 +236,48 @@ TEST_P(MnistInPlaceTest, KillNineOfOneWorkerKeepsTheSurvivorsRunning) {
 
 INSTANTIATE_TEST_SUITE_P(Workers, MnistInPlaceTest, ::testing::Values(2, 3));
 
+// With --prewarm the lost rank is replaced by a waiting standby, which
+// takes the survivor's state as any new member does.
+TEST(MnistInPlacePrewarmTest, AKilledWorkerIsReplacedByAStandbyInPlace) {
+  TempDir dir;
+  const std::vector<std::string> flags = {
+      "--standalone", "--nproc-per-node", "2", "--max-restarts", "3",
+      "--monitor-interval", "0.05", "--prewarm"};
+  const std::string reference = RunFaultFree(dir, flags);
+
+  Job job = StartJob(dir, flags, "agent", "summary.json");
+  // Training runs and the standbys wait (children without a RANK).
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return job.err().find("epoch 1/") != std::string::npos &&
+               Children(job.agent.pid()).size() == 4;
+      },
+      absl::Minutes(3)))
+      << job.err();
+  pid_t victim = -1;
+  pid_t survivor = -1;
+  for (pid_t pid : Children(job.agent.pid())) {
+    if (RankOf(pid) == 1) victim = pid;
+    if (RankOf(pid) == 0) survivor = pid;
+  }
+  ASSERT_GT(victim, 0);
+  ASSERT_GT(survivor, 0);
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  ASSERT_TRUE(WaitFor([&] { return job.err().find("resuming at step") !=
+                                   std::string::npos; },
+                      absl::Minutes(2)))
+      << job.err();
+  std::vector<pid_t> after = Children(job.agent.pid());
+  EXPECT_NE(std::find(after.begin(), after.end(), survivor), after.end())
+      << job.err();
+  std::optional<ExitInfo> exit = job.agent.Wait(absl::Minutes(4));
+  ASSERT_TRUE(exit.has_value()) << job.err();
+  ASSERT_TRUE(exit->ok()) << exit->ToString() << "\n" << job.err();
+  EXPECT_THAT(job.err(), HasSubstr("replaced by a prewarmed worker"));
+  ExpectExactInPlaceRun(ReadFileOrEmpty(dir.File("summary.json")), reference,
+                        job.err(), 2);
+}
+
 // A hang: one of three workers is stopped (SIGSTOP). Its peers go silent
 // with it (they wait for it in the allreduce); the agent tells them apart,
 // kills and replaces only the stopped one, and the job goes on in place.
