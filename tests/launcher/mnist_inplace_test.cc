@@ -504,56 +504,5 @@ TEST(MnistInPlaceChaosTest, SeededKillsAndHangsAreEachRecoveredInPlace) {
 }
 
 
-// A node is lost (its agent killed, its worker with it): the survivor's
-// agent learns the new round by heartbeat, and its worker goes on in place
-// in a smaller world (--nnodes 1:2), from the step it had completed; the
-// rest of the epoch is split over the ranks left, each sample once.
-TEST(MnistInPlaceTwoAgentsTest, ALostNodeShrinksTheWorldInPlace) {
-  auto server = rendezvous::Server::Start(rendezvous::ServerOptions{});
-  ASSERT_TRUE(server.ok()) << server.status();
-  TempDir dir;
-  auto flags_of = [&](int node_rank) {
-    return std::vector<std::string>{
-        "--nnodes", "1:2", "--nproc-per-node", "1", "--rdzv-endpoint",
-        (*server)->endpoint(), "--rdzv-id", "shrink", "--node-rank",
-        std::to_string(node_rank), "--monitor-interval", "0.05",
-        "--max-restarts", "3", "--rdzv-conf",
-        "heartbeat_interval=0.2,heartbeat_timeout=2,last_call_timeout=1"};
-  };
-  Job survivor = StartJob(dir, flags_of(0), "agent0", "summary.json");
-  Job victim = StartJob(dir, flags_of(1), "agent1", "summary1.json");
-  ASSERT_TRUE(WaitFor([&] { return survivor.err().find("epoch 1/") !=
-                                   std::string::npos; },
-                      absl::Minutes(3)))
-      << survivor.err() << victim.err();
-  std::vector<pid_t> workers = Children(survivor.agent.pid());
-  ASSERT_EQ(workers.size(), 1u) << survivor.err();
-  victim.agent.Signal(SIGKILL);
-  ASSERT_TRUE(WaitFor([&] { return survivor.err().find("resuming at step") !=
-                                   std::string::npos; },
-                      absl::Minutes(2)))
-      << survivor.err();
-  EXPECT_EQ(Children(survivor.agent.pid()), workers) << survivor.err();
-  std::optional<ExitInfo> exit = survivor.agent.Wait(absl::Minutes(4));
-  ASSERT_TRUE(exit.has_value()) << survivor.err();
-  ASSERT_TRUE(exit->ok()) << exit->ToString() << "\n" << survivor.err();
-  EXPECT_THAT(survivor.err(), HasSubstr("as rank 0 of 1"));
-  const std::string summary = ReadFileOrEmpty(dir.File("summary.json"));
-  EXPECT_EQ(SummaryNumber(summary, "world_size"), 1) << summary;
-  std::vector<int64_t> resumed = SummaryList(summary, "resumed_at_steps");
-  ASSERT_EQ(resumed.size(), 1u) << summary;
-  std::vector<std::pair<int64_t, int64_t>> stops =
-      StoppedAndResumed(survivor.err());
-  ASSERT_EQ(stops.size(), 1u) << survivor.err();
-  EXPECT_EQ(stops[0].first, resumed[0]) << "steps lost";
-  EXPECT_GT(resumed[0], 0);
-  EXPECT_EQ(SummaryList(summary, "epoch_samples"),
-            std::vector<int64_t>(kEpochs, kTrainSamples))
-      << summary;
-  std::optional<double> accuracy = SummaryNumber(summary, "test_accuracy");
-  ASSERT_TRUE(accuracy.has_value());
-  EXPECT_GE(*accuracy, kMinAccuracy);
-}
-
 }  // namespace
 }  // namespace ddprun::testing
