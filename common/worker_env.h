@@ -61,5 +61,11 @@ inline constexpr char kShmDir[] = "DDPRUN_SHM_DIR";
 // object of strings, then end of file). End of file without data: the worker
 // is not needed and exits 0. libddp: ddprun::worker::AwaitActivation().
 inline constexpr char kStandbyFd[] = "DDPRUN_STANDBY_FD";
+// A file descriptor the agent writes the next round's complete environment
+// to (one JSON object of strings per line) while the worker runs: a program
+// that recovers in place (libddp: ddprun::worker::Membership, worker/
+// recovery.h) keeps running across rounds. Programs that do not read it
+// are restarted as under torchrun.
+inline constexpr char kControlFd[] = "DDPRUN_CONTROL_FD";
 
 }  // namespace ddprun::common::env

@@ -51,6 +51,10 @@ int main(int argc, char** argv) {
   app.add_flag("--overlap,!--no-overlap", o.overlap,
                "Allreduce buckets during backward")
       ->capture_default_str();
+  app.add_flag("--in-place,!--no-in-place", o.in_place,
+               "Recover in place when a rank fails under ddprun (the others "
+               "keep running); --no-in-place restarts every worker")
+      ->capture_default_str();
   app.add_flag("--progress,!--no-progress", o.progress,
                "Rank 0 shows a progress line")
       ->capture_default_str();

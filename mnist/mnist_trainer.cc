@@ -25,6 +25,7 @@
 #include "worker/process_group.h"
 #include "worker/process_start.h"
 #include "worker/progress.h"
+#include "worker/recovery.h"
 #include "worker/standby.h"
 #include "worker/worker_env.h"
 
@@ -157,6 +158,12 @@ struct Training {
   std::optional<ProgressReporter> progress;
   int64_t per_step = 0;  // samples per optimizer step and rank
   int64_t steps_per_epoch = 0;
+  BackendKind backend = BackendKind::kAuto;
+  // In-place recovery (worker/recovery.h): a new round replaces failed
+  // ranks while this process keeps its state.
+  std::unique_ptr<Membership> membership;
+  bool recover = false;         // the step loop stopped for a new round
+  absl::Status recover_cause;   // the collective error, if one stopped it
 
   // Where training stands.
   TrainSummary summary;
@@ -165,7 +172,83 @@ struct Training {
   double train_seconds = 0;
   double loss_value = 0;
   bool stop = false;
+  // Where the last step completed on this rank left the epoch: what a new
+  // member of the group continues from.
+  int64_t cur_epoch = 0;
+  int64_t cur_position = 0;
+  // Samples (all ranks) of the completed steps of each epoch, and the steps
+  // in-place recoveries resumed at; carried to new members.
+  std::vector<int64_t> epoch_samples;
+  std::vector<int64_t> resumed_at_steps;
+  // When the first step after each of those completed (Unix microseconds;
+  // 0 until it did), for "kill -9 -> next completed step".
+  std::vector<int64_t> resumed_step_micros;
 };
+
+int64_t UnixMicros() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Notes an in-place recovery that resumes at the current step.
+void NoteRecovery(Training& t) {
+  t.resumed_at_steps.push_back(t.step);
+  t.resumed_step_micros.push_back(0);
+}
+
+// The small record a survivor hands to new members with the model:
+// [epoch, position, step, resumed_from, epochs reached, n, epoch_samples...,
+//  m, resumed_at_steps..., resumed_step_micros...].
+std::vector<int64_t> EncodeState(const Training& t) {
+  std::vector<int64_t> r = {t.cur_epoch, t.cur_position, t.step,
+                            t.summary.resumed_from_step, t.summary.epochs,
+                            static_cast<int64_t>(t.epoch_samples.size())};
+  r.insert(r.end(), t.epoch_samples.begin(), t.epoch_samples.end());
+  r.push_back(static_cast<int64_t>(t.resumed_at_steps.size()));
+  r.insert(r.end(), t.resumed_at_steps.begin(), t.resumed_at_steps.end());
+  r.insert(r.end(), t.resumed_step_micros.begin(),
+           t.resumed_step_micros.end());
+  return r;
+}
+
+absl::Status DecodeState(const std::vector<int64_t>& r, Training& t) {
+  auto bad = [&] {
+    return absl::InternalError(absl::StrFormat(
+        "in-place recovery: the survivor's state record (%d values) is "
+        "malformed; the workers run different versions of ddprun-mnist",
+        r.size()));
+  };
+  if (r.size() < 7) return bad();
+  const size_t n = static_cast<size_t>(r[5]);
+  if (r.size() < 7 + n) return bad();
+  const size_t m = static_cast<size_t>(r[6 + n]);
+  if (r.size() != 7 + n + 2 * m) return bad();
+  t.start = {r[0], r[1], r[2], r[3]};
+  t.cur_epoch = r[0];
+  t.cur_position = r[1];
+  t.step = r[2];
+  t.summary.resumed_from_step = r[3];
+  t.summary.epochs = static_cast<int>(r[4]);
+  t.epoch_samples.assign(r.begin() + 6, r.begin() + 6 + n);
+  t.resumed_at_steps.assign(r.begin() + 7 + n, r.begin() + 7 + n + m);
+  t.resumed_step_micros.assign(r.begin() + 7 + n + m, r.end());
+  return absl::OkStatus();
+}
+
+// Collective: the rank with the newest state (a survivor) hands its model
+// and record to every rank of the group. Returns the source rank, -1 when
+// no rank has state (a fresh start). SGD without momentum keeps no
+// optimizer state; an optimizer that does would add its buffers here.
+absl::StatusOr<int> SyncState(Training& t, bool has_state) {
+  std::vector<int64_t> record = EncodeState(t);
+  std::vector<at::Tensor> tensors = t.model->parameters();
+  absl::StatusOr<int> source =
+      SyncFromSurvivor(t.group, has_state, t.step, record, tensors);
+  if (!source.ok() || *source < 0) return source;
+  if (absl::Status s = DecodeState(record, t); !s.ok()) return s;
+  return source;
+}
 
 // What needs no round: the options checked, the model built, the data
 // checked and loading on a thread of its own.
@@ -218,6 +301,20 @@ absl::StatusOr<BeforeRound> PrepareBeforeRound(
   return prepared;
 }
 
+// The sampler of this rank in the current world.
+void MakeSampler(Training& t) {
+  DistributedSamplerOptions sampler_options;
+  sampler_options.dataset_size = t.data.train.size();
+  sampler_options.rank = t.env.rank;
+  sampler_options.world_size = t.world;
+  sampler_options.seed = t.options.seed;
+  t.sampler.emplace(sampler_options);
+  t.per_step =
+      static_cast<int64_t>(t.options.batch_size) * t.options.accumulate;
+  t.steps_per_epoch =
+      (t.sampler->num_samples() + t.per_step - 1) / t.per_step;
+}
+
 int64_t ParameterCount(torch::nn::Sequential& model) {
   int64_t n = 0;
   for (const at::Tensor& p : model->parameters()) n += p.numel();
@@ -264,31 +361,54 @@ absl::StatusOr<std::unique_ptr<Training>> SetUp(
       split->labels = split->labels.to(device);
     }
   }
-  absl::StatusOr<StartPoint> start =
-      Resume(options, t->env, t->group, t->model);
-  if (!start.ok()) return start.status();
-  t->start = *start;
+  t->backend = prepared->backend;
+  // --no-in-place: a Membership that never changes (restart everything).
+  WorkerEnv membership_env = *env;
+  if (!options.in_place) membership_env.control_fd = -1;
+  absl::StatusOr<std::unique_ptr<Membership>> membership =
+      Membership::Start(membership_env);
+  if (!membership.ok()) return membership.status();
+  t->membership = *std::move(membership);
+  // A member that joins a running job (in-place recovery) takes the state
+  // of a survivor; only when nobody has one does the job start (fresh or
+  // from a checkpoint).
+  int source = -1;
+  if (t->membership->enabled()) {
+    absl::StatusOr<int> synced = SyncState(*t, /*has_state=*/false);
+    if (!synced.ok()) return synced.status();
+    source = *synced;
+  }
+  if (source < 0) {
+    absl::StatusOr<StartPoint> resumed =
+        Resume(options, t->env, t->group, t->model);
+    if (!resumed.ok()) return resumed.status();
+    t->start = *resumed;
+    t->step = t->start.step;
+    t->cur_epoch = t->start.epoch;
+    t->cur_position = t->start.epoch_position;
+    t->summary.resumed_from_step = t->start.resumed_from;
+    t->summary.epochs = static_cast<int>(t->start.epoch);
+  } else {
+    NoteRecovery(*t);
+    spdlog::info("rank {} joined the running job in place: state of rank {} "
+                 "at step {} (epoch {}, sample {})",
+                 t->env.rank, source, t->step, t->start.epoch + 1,
+                 t->start.epoch_position);
+  }
+  const StartPoint* start = &t->start;
   spdlog::debug("{:.3f} s after start: resume point agreed",
                 SecondsSinceProcessStart());
   DataParallelOptions ddp_options;
   ddp_options.bucket_mb = options.bucket_mb;
   ddp_options.overlap = options.overlap;
   t->ddp.emplace(t->model->parameters(), t->group, ddp_options);
-  t->ddp->BroadcastParameters();
+  if (source < 0) t->ddp->BroadcastParameters();
   spdlog::debug("{:.3f} s after start: parameters broadcast",
                 SecondsSinceProcessStart());
   t->optimizer.emplace(t->model->parameters(),
                        torch::optim::SGDOptions(options.lr));
 
-  DistributedSamplerOptions sampler_options;
-  sampler_options.dataset_size = t->data.train.size();
-  sampler_options.rank = env->rank;
-  sampler_options.world_size = t->world;
-  sampler_options.seed = options.seed;
-  t->sampler.emplace(sampler_options);
-  t->per_step = static_cast<int64_t>(options.batch_size) * options.accumulate;
-  t->steps_per_epoch =
-      (t->sampler->num_samples() + t->per_step - 1) / t->per_step;
+  MakeSampler(*t);
 
   const int64_t parameters = ParameterCount(t->model);
   if (t->lead) {
@@ -312,9 +432,6 @@ absl::StatusOr<std::unique_ptr<Training>> SetUp(
 
   t->summary.world_size = t->world;
   t->summary.parameters = parameters;
-  t->summary.resumed_from_step = start->resumed_from;
-  t->summary.epochs = static_cast<int>(start->epoch);
-  t->step = start->step;
   t->stop = options.max_steps > 0 && t->step >= options.max_steps;
   return t;
 }
@@ -371,6 +488,11 @@ absl::Status TrainEpoch(Training& t, int64_t epoch) {
   const c10::Device device = t.group.device;
   int64_t position = epoch == t.start.epoch ? t.start.epoch_position : 0;
   t.sampler->SetEpoch(epoch, position);
+  t.cur_epoch = epoch;
+  t.cur_position = position;
+  if (static_cast<int64_t>(t.epoch_samples.size()) <= epoch) {
+    t.epoch_samples.resize(epoch + 1, 0);
+  }
   const std::vector<int64_t>& indices = t.sampler->indices();
   const int64_t count = static_cast<int64_t>(indices.size());
   at::Tensor all_indices = at::tensor(indices, at::kLong).to(device);
@@ -382,12 +504,34 @@ absl::Status TrainEpoch(Training& t, int64_t epoch) {
       t.steps_per_epoch - (count + t.per_step - 1) / t.per_step;
   for (int64_t begin = 0; begin < count; begin += t.per_step) {
     const int64_t end = std::min(begin + t.per_step, count);
-    auto [step_loss, step_batches] = TrainStep(t, all_indices, begin, end);
+    // In-place recovery: a new round was announced (another rank failed, or
+    // the group grows), or this step's collective failed.
+    if (t.membership->changed()) {
+      t.recover = true;
+      break;
+    }
+    std::pair<double, int64_t> stepped;
+    try {
+      stepped = TrainStep(t, all_indices, begin, end);
+    } catch (const std::exception& e) {
+      if (!t.membership->enabled()) throw;
+      t.recover = true;
+      t.recover_cause = absl::UnavailableError(absl::StrFormat(
+          "step %d failed: %s", t.step + 1, e.what()));
+      break;
+    }
+    auto [step_loss, step_batches] = stepped;
     loss_sum += step_loss;
     batches += step_batches;
     epoch_samples += end - begin;
     position += (end - begin) * t.world;
-    if (t.step == t.start.step + 1) {
+    t.cur_position = position;
+    t.epoch_samples[epoch] += (end - begin) * t.world;
+    if (!t.resumed_step_micros.empty() && t.resumed_step_micros.back() == 0) {
+      t.resumed_step_micros.back() = UnixMicros();
+    }
+    if (t.step == t.start.step + 1 &&
+        t.summary.time_to_first_step_seconds == 0) {
       t.summary.time_to_first_step_seconds = SecondsSinceProcessStart();
       t.summary.first_step_unix_seconds =
           std::chrono::duration<double>(
@@ -419,6 +563,7 @@ absl::Status TrainEpoch(Training& t, int64_t epoch) {
   t.train_seconds += epoch_seconds;
   t.samples_trained += epoch_samples;
   t.progress->EndLine();
+  if (t.recover) return absl::OkStatus();
   if (!t.stop) {
     if (absl::Status s = SaveProgress(t, epoch + 1, 0); !s.ok()) return s;
     if (options.max_steps > 0 && t.step >= options.max_steps) t.stop = true;
@@ -442,6 +587,12 @@ absl::Status Finish(Training& t) {
   const MnistTrainOptions& options = t.options;
   t.summary.steps = t.step;
   t.summary.final_loss = t.loss_value;
+  t.summary.epoch_samples = t.epoch_samples;
+  t.summary.epoch_size = t.sampler->num_samples() * t.world;
+  t.summary.resumed_at_steps = t.resumed_at_steps;
+  for (int64_t micros : t.resumed_step_micros) {
+    t.summary.resumed_step_unix_seconds.push_back(micros / 1e6);
+  }
   t.summary.samples_per_sec =
       t.samples_trained * t.world / std::max(t.train_seconds, 1e-9);
   const int64_t steps_here = t.step - t.start.step;
@@ -461,13 +612,61 @@ absl::Status Finish(Training& t) {
   return absl::OkStatus();
 }
 
+// In-place recovery: drops the group, waits for the next round, forms its
+// group and hands this rank's state to the new members (or takes the
+// newest state of a survivor). Training goes on from the last step
+// completed on every rank.
+absl::Status Recover(Training& t) {
+  const int64_t stopped_at = t.step;
+  // Everything that holds the old group goes first: peers blocked in a
+  // collective with this rank see its sockets close.
+  t.ddp.reset();
+  t.group = ProcessGroup();
+  absl::StatusOr<WorkerEnv> env = t.membership->NextRound(t.recover_cause);
+  if (!env.ok()) return env.status();
+  t.recover = false;
+  t.recover_cause = absl::OkStatus();
+  ProcessGroupOptions group_options;
+  group_options.backend = t.backend;
+  group_options.direct_allreduce = t.options.direct_allreduce;
+  absl::StatusOr<ProcessGroup> group = CreateProcessGroup(*env, group_options);
+  if (!group.ok()) return group.status();
+  t.env = *env;
+  t.lead = env->rank == 0;
+  t.world = env->world_size;
+  t.group = *std::move(group);
+  absl::StatusOr<int> source = SyncState(t, /*has_state=*/true);
+  if (!source.ok()) return source.status();
+  NoteRecovery(t);
+  DataParallelOptions ddp_options;
+  ddp_options.bucket_mb = t.options.bucket_mb;
+  ddp_options.overlap = t.options.overlap;
+  t.ddp.emplace(t.model->parameters(), t.group, ddp_options);
+  MakeSampler(t);
+  t.summary.world_size = t.world;
+  t.stop = t.options.max_steps > 0 && t.step >= t.options.max_steps;
+  spdlog::info(
+      "rank {}: in-place recovery into round {} as rank {} of {}: stopped "
+      "at step {}, resuming at step {} (epoch {}, sample {}) with the state "
+      "of rank {}",
+      t.env.rank, t.env.round, t.env.rank, t.world, stopped_at, t.step,
+      t.start.epoch + 1, t.start.epoch_position, *source);
+  return absl::OkStatus();
+}
+
 absl::Status Train(const MnistTrainOptions& options) {
   absl::StatusOr<std::unique_ptr<Training>> training = SetUp(options);
   if (!training.ok()) return training.status();
   Training& t = **training;
-  for (int64_t epoch = t.start.epoch; epoch < options.epochs && !t.stop;
-       ++epoch) {
+  int64_t epoch = t.start.epoch;
+  while (epoch < options.epochs && !t.stop) {
     if (absl::Status s = TrainEpoch(t, epoch); !s.ok()) return s;
+    if (t.recover) {
+      if (absl::Status s = Recover(t); !s.ok()) return s;
+      epoch = t.start.epoch;
+      continue;
+    }
+    ++epoch;
   }
   return Finish(t);
 }

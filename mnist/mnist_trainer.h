@@ -35,6 +35,10 @@ struct MnistTrainOptions {
   bool direct_allreduce = true;
   std::string log_level = "info";
   bool progress = true;  // rank 0 shows a progress line
+  // Recover in place under ddprun (worker/recovery.h): a failed rank is
+  // replaced while the others keep running; false: every worker restarts
+  // (from the last checkpoint), as under torchrun.
+  bool in_place = true;
 };
 
 // Trains the seed MLP on MNIST with data parallelism over the ranks the

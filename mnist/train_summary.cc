@@ -2,7 +2,9 @@
 
 #include <fstream>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 
 namespace ddprun::worker {
 
@@ -14,11 +16,20 @@ absl::Status WriteTrainSummary(const std::string& path, const TrainSummary& s) {
       "\"samples_per_sec\": %.1f, \"test_accuracy\": %.6f, "
       "\"wall_seconds\": %.3f, \"time_to_first_step_seconds\": %.3f, "
       "\"final_loss\": %.6f, \"allreduce_seconds_per_step\": %.6f, "
-      "\"resumed_from_step\": %d, \"first_step_unix_seconds\": %.3f}\n",
+      "\"resumed_from_step\": %d, \"first_step_unix_seconds\": %.3f, "
+      "\"epoch_samples\": [%s], \"epoch_size\": %d, "
+      "\"in_place_recoveries\": %d, \"resumed_at_steps\": [%s], "
+      "\"resumed_step_unix_seconds\": [%s]}\n",
       s.world_size, s.epochs, s.steps, s.parameters, s.samples_per_sec,
       s.test_accuracy, s.wall_seconds, s.time_to_first_step_seconds,
       s.final_loss, s.allreduce_seconds_per_step, s.resumed_from_step,
-      s.first_step_unix_seconds);
+      s.first_step_unix_seconds, absl::StrJoin(s.epoch_samples, ", "),
+      s.epoch_size, s.resumed_at_steps.size(),
+      absl::StrJoin(s.resumed_at_steps, ", "),
+      absl::StrJoin(s.resumed_step_unix_seconds, ", ",
+                    [](std::string* out, double v) {
+                      absl::StrAppend(out, absl::StrFormat("%.6f", v));
+                    }));
   out.close();
   if (!out) {
     return absl::PermissionDeniedError(absl::StrFormat(

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 
@@ -23,6 +24,15 @@ struct TrainSummary {
   double final_loss = 0;
   double allreduce_seconds_per_step = 0;  // waiting for gradient sync
   int64_t resumed_from_step = -1;         // -1: started fresh
+  // Samples (all ranks) of the completed steps of each epoch reached; each
+  // equals epoch_size (the epoch's padded order) when no sample was skipped
+  // or trained twice, in-place recoveries included.
+  std::vector<int64_t> epoch_samples;
+  int64_t epoch_size = 0;
+  // The step each in-place recovery resumed at (worker/recovery.h).
+  std::vector<int64_t> resumed_at_steps;
+  // When the first step after each of them completed (Unix seconds).
+  std::vector<double> resumed_step_unix_seconds;
 };
 
 // Writes the summary as one JSON object.

@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "common/json_string.h"
 #include "common/worker_env.h"
+#include "worker/worker_env.h"
 
 namespace ddprun::worker {
 namespace {
@@ -167,15 +168,13 @@ void InstallErrorFileHandlers(const std::string& path) {
 
 int RunWorkerMain(const std::string& program,
                   const std::function<absl::Status()>& body) {
-  const char* path = std::getenv(common::env::kErrorFile);
-  std::string error_file = path != nullptr ? path : "";
+  std::string error_file = ReadErrorFilePath();
   if (!error_file.empty()) InstallErrorFileHandlers(error_file);
   absl::Status status = body();
   if (status.ok()) return 0;
   if (error_file.empty()) {
     // A prewarmed worker learns its error file in the body (AwaitActivation).
-    path = std::getenv(common::env::kErrorFile);
-    error_file = path != nullptr ? path : "";
+    error_file = ReadErrorFilePath();
   }
   std::string message = std::string(status.message());
   std::cerr << program << ": error: " << message << std::endl;

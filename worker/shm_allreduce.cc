@@ -17,6 +17,7 @@
 #include <new>
 
 #include "absl/strings/str_format.h"
+#include "worker/collective_abort.h"
 
 // Written here rather than taken from a library: the collective libraries
 // with a shared-memory path (oneCCL, DeepSpeed's CPU allreduce, NCCL's SHM
@@ -365,6 +366,14 @@ absl::Status ShmAllreduce::WaitFor(const std::function<int()>& laggard,
   while (true) {
     const uint32_t generation = header_->generation.load();
     if ((waiting_for = laggard()) < 0) return absl::OkStatus();
+    // In-place recovery (worker/recovery.h): the agent announced a new
+    // round, so the peer waited for may never come.
+    if (CollectiveAbortRequested()) {
+      return Fail(absl::AbortedError(absl::StrFormat(
+          "gradient allreduce: local rank %d aborted %s: the group changed "
+          "(ddprun announced a new round)",
+          options_.local_rank, phase)));
+    }
     if (int32_t who = header_->failed.load(); who != 0) {
       if (!failed_.ok()) return failed_;
       failed_ = absl::AbortedError(absl::StrFormat(

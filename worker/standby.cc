@@ -18,6 +18,7 @@
 #include "common/worker_env.h"
 #include "spdlog/spdlog.h"
 #include "worker/error_file.h"
+#include "worker/worker_env.h"
 
 namespace ddprun::worker {
 namespace env = ::ddprun::common::env;
@@ -60,10 +61,10 @@ class EnvJsonParser {
 
   absl::Status Error(const char* what) const {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "the environment from %s is not a JSON object of strings: %s at "
-        "byte %d of %d; start this program with ddprun --prewarm, which "
-        "writes it",
-        env::kStandbyFd, what, pos_, s_.size()));
+        "the environment from ddprun (%s or %s) is not a JSON object of "
+        "strings: %s at byte %d of %d; start this program with ddprun, "
+        "which writes it",
+        env::kStandbyFd, env::kControlFd, what, pos_, s_.size()));
   }
 
   void SkipSpace() {
@@ -164,15 +165,20 @@ class EnvJsonParser {
 
 }  // namespace
 
+absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ParseEnvJson(
+    const std::string& text) {
+  return EnvJsonParser(text).Parse();
+}
+
 absl::Status AwaitActivation() {
-  const char* fd_text = getenv(env::kStandbyFd);
-  if (fd_text == nullptr) return absl::OkStatus();
+  std::optional<std::string> fd_text = ReadStandbyFd();
+  if (!fd_text.has_value()) return absl::OkStatus();
   int fd = -1;
-  if (!absl::SimpleAtoi(fd_text, &fd) || fd < 0) {
+  if (!absl::SimpleAtoi(*fd_text, &fd) || fd < 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s='%s' is not a file descriptor; unset it, or start this program "
         "with ddprun --prewarm, which sets it",
-        env::kStandbyFd, fd_text));
+        env::kStandbyFd, *fd_text));
   }
   auto waiting_since = std::chrono::steady_clock::now();
   std::string data;
@@ -206,16 +212,16 @@ absl::Status AwaitActivation() {
     if (name.empty() || name.find('=') != std::string::npos) continue;
     setenv(name.c_str(), value.c_str(), /*overwrite=*/1);
   }
-  if (const char* error_file = getenv(env::kErrorFile); error_file != nullptr) {
+  if (std::string error_file = ReadErrorFilePath(); !error_file.empty()) {
     InstallErrorFileHandlers(error_file);
   }
   double waited = std::chrono::duration<double>(
                       std::chrono::steady_clock::now() - waiting_since)
                       .count();
-  const char* rank = getenv(env::kRank);
+  // Only for the log line: RANK as given, whatever the rest holds.
   spdlog::info("prewarmed process {} activated as rank {} after {:.1f} s in "
                "standby",
-               getpid(), rank != nullptr ? rank : "?", waited);
+               getpid(), common::ProcessEnv(env::kRank).value_or("?"), waited);
   return absl::OkStatus();
 }
 

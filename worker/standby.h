@@ -1,6 +1,11 @@
 #pragma once
 
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace ddprun::worker {
 
@@ -26,5 +31,11 @@ namespace ddprun::worker {
 // Call it from the main thread before starting threads that read the
 // environment (setenv is not thread-safe).
 absl::Status AwaitActivation();
+
+// Parses what the agent writes on DDPRUN_STANDBY_FD and DDPRUN_CONTROL_FD
+// (launcher/agent/standby_pool.cc's EnvToJson): one flat JSON object of
+// strings, as (name, value) pairs in order. Errors name the byte.
+absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ParseEnvJson(
+    const std::string& text);
 
 }  // namespace ddprun::worker

@@ -75,6 +75,7 @@ absl::StatusOr<WorkerEnv> ReadWorkerEnvFrom(const EnvLookup& lookup) {
                           r.Int(env::kRestartCount, 0, 0, 1 << 30));
   DDPRUN_ASSIGN_OR_RETURN(e.round, r.Int(env::kRound, 0, 0, INT64_MAX));
   DDPRUN_ASSIGN_OR_RETURN(e.progress_fd, r.Int(env::kProgressFd, -1, 0, 1 << 20));
+  DDPRUN_ASSIGN_OR_RETURN(e.control_fd, r.Int(env::kControlFd, -1, 0, 1 << 20));
   e.master_addr = r.String(env::kMasterAddr).value_or("");
   e.error_file = r.String(env::kErrorFile).value_or("");
   e.store_endpoint = r.String(env::kStoreEndpoint).value_or("");
@@ -96,6 +97,14 @@ absl::StatusOr<WorkerEnv> ReadWorkerEnvFrom(const EnvLookup& lookup) {
 
 std::string ReadShmDir(const EnvLookup& lookup) {
   return lookup(env::kShmDir).value_or("");
+}
+
+std::optional<std::string> ReadStandbyFd(const EnvLookup& lookup) {
+  return lookup(env::kStandbyFd);
+}
+
+std::string ReadErrorFilePath(const EnvLookup& lookup) {
+  return lookup(env::kErrorFile).value_or("");
 }
 
 }  // namespace ddprun::worker

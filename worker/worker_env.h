@@ -40,6 +40,9 @@ struct WorkerEnv {
   std::string gloo_socket_ifname;
   // Where one progress record per step goes; -1 when nobody listens.
   int progress_fd = -1;
+  // Where the agent sends the next round's environment (in-place recovery,
+  // worker/recovery.h); -1 when it does not.
+  int control_fd = -1;
 
   bool distributed() const { return world_size > 1; }
   // "rank R of W (local L of LW)", for log lines.
@@ -61,5 +64,15 @@ absl::StatusOr<WorkerEnv> ReadWorkerEnvFrom(const EnvLookup& lookup);
 // DDPRUN_SHM_DIR, the node's shared-memory folder; empty when unset. Unlike
 // ReadWorkerEnv it may be read by a prewarmed worker before its round.
 std::string ReadShmDir(const EnvLookup& lookup = common::ProcessEnv);
+
+// DDPRUN_STANDBY_FD as set; nullopt when unset (not a prewarmed process).
+// AwaitActivation's input, read before the round's environment exists.
+std::optional<std::string> ReadStandbyFd(
+    const EnvLookup& lookup = common::ProcessEnv);
+
+// TORCHELASTIC_ERROR_FILE; empty when unset. Read on its own where the rest
+// of the environment may not exist yet (a prewarmed worker before its
+// round, the error path of RunWorkerMain).
+std::string ReadErrorFilePath(const EnvLookup& lookup = common::ProcessEnv);
 
 }  // namespace ddprun::worker

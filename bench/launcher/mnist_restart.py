@@ -66,7 +66,7 @@ def one_run(build, prewarm):
                  "--data-dir", os.path.join(ROOT, "data", "mnist"),
                  "--checkpoint-dir", ckpt, "--checkpoint-every", "20",
                  "--summary-json", os.path.join(out, "summary.json"),
-                 "--save", ""],
+                 "--save", "", "--no-in-place"],
                 stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
         try:
             wait_until(lambda: os.path.isdir(ckpt) and os.listdir(ckpt),

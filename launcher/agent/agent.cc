@@ -9,6 +9,7 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "launcher/agent/failure_report.h"
 #include "launcher/agent/failure_summary.h"
 #include "launcher/agent/heartbeat_loop.h"
@@ -132,11 +133,13 @@ int Agent::Run() {
     }
     Joined joined = JoinNextRound(last_round);
     if (!joined.assignment.has_value()) return joined.exit_code;
-    const v1::Assignment& assignment = *joined.assignment;
+    v1::Assignment& assignment = *joined.assignment;
     last_round = assignment.round();
     Remember(assignment);
     LogAssignment(assignment, options_.nproc_per_node);
-    switch (RunRound(assignment)) {
+    RoundEnd end = RunRound(assignment);
+    last_round = assignment.round();  // in-place rounds ran inside
+    switch (end) {
       case RoundEnd::kSucceeded:
         Leave(assignment.round(), v1::LeaveRequest::REASON_SUCCEEDED);
         spdlog::info("all {} local workers succeeded", options_.nproc_per_node);
@@ -146,7 +149,10 @@ int Agent::Run() {
         int sig = events_.stop_signal().value_or(SIGTERM);
         return 128 + sig;
       }
+      case RoundEnd::kEnded:
+        return ended_exit_code_;
       case RoundEnd::kRejoin:
+      case RoundEnd::kInPlace:
         break;
     }
   }
@@ -191,20 +197,26 @@ Agent::Joined Agent::JoinNextRound(int64_t last_round) {
 }
 
 RoundPlan Agent::PlanRound(const v1::Assignment& assignment, bool use_standbys,
-                           std::vector<ProgressChannel>& progress) const {
+                           std::vector<ProgressChannel>& progress,
+                           std::vector<ControlChannel>& controls) const {
   std::vector<int> fds;
+  std::vector<int> control_fds;
   progress.clear();
+  controls.clear();
   for (int local_rank = 0; local_rank < options_.nproc_per_node;
        ++local_rank) {
     if (use_standbys) {
-      // Prewarmed workers already hold their progress channels.
+      // Prewarmed workers already hold their progress and control channels.
       fds.push_back(standbys_->progress_fd(local_rank));
+      control_fds.push_back(standbys_->control_fd(local_rank));
     } else {
       progress.emplace_back();
       fds.push_back(progress.back().write_fd());
+      controls.emplace_back();
+      control_fds.push_back(controls.back().child_fd());
     }
   }
-  return BuildRoundPlan(options_, context_, assignment, fds);
+  return BuildRoundPlan(options_, context_, assignment, fds, control_fds);
 }
 
 void Agent::PrepareAttemptDir(const RoundPlan& plan) const {
@@ -221,11 +233,12 @@ void Agent::PrepareAttemptDir(const RoundPlan& plan) const {
   }
 }
 
-Agent::RoundEnd Agent::RunRound(const v1::Assignment& assignment) {
+Agent::RoundEnd Agent::RunRound(v1::Assignment& assignment) {
   const int n = options_.nproc_per_node;
   bool use_standbys = standbys_ != nullptr && standbys_->size() >= n;
   std::vector<ProgressChannel> progress;
-  RoundPlan plan = PlanRound(assignment, use_standbys, progress);
+  std::vector<ControlChannel> controls;
+  RoundPlan plan = PlanRound(assignment, use_standbys, progress, controls);
   PrepareAttemptDir(plan);
   absl::StatusOr<std::unique_ptr<WorkerOutput>> output =
       WorkerOutput::Open(plan.output);
@@ -241,8 +254,9 @@ Agent::RoundEnd Agent::RunRound(const v1::Assignment& assignment) {
   held_master_port_.reset();  // global rank 0 may bind it now
   WorkerGroup group(control_, clock_);
   absl::Status started = StartWorkers(assignment, **output, plan, group,
-                                      progress, use_standbys);
+                                      progress, controls, use_standbys);
   for (ProgressChannel& channel : progress) channel.CloseWriteEnd();
+  for (ControlChannel& channel : controls) channel.CloseReadEnd();
   (*output)->StartCopying();
   if (!started.ok()) {
     spdlog::error("{}", std::string(started.message()));
@@ -255,7 +269,12 @@ Agent::RoundEnd Agent::RunRound(const v1::Assignment& assignment) {
                context_.worker_argv[0]);
   // The next round's workers start now, while this round trains.
   if (standbys_ != nullptr) standbys_->Fill(n);
+  in_place_declared_.assign(n, false);
   RoundEnd end = Supervise({assignment, plan, group, progress});
+  while (end == RoundEnd::kInPlace) {
+    end = ContinueInPlace(assignment, plan, group, **output, progress,
+                          controls);
+  }
   // The workers are gone; what they wrote last still reaches the console and
   // the files (bounded: a worker's own children may hold a pipe open).
   (*output)->Finish(absl::Seconds(1));
@@ -266,10 +285,11 @@ absl::Status Agent::StartWorkers(const v1::Assignment& assignment,
                                  const WorkerOutput& output, RoundPlan& plan,
                                  WorkerGroup& group,
                                  std::vector<ProgressChannel>& progress,
+                                 std::vector<ControlChannel>& controls,
                                  bool& used_standbys) {
   if (used_standbys) {
     absl::StatusOr<std::vector<pid_t>> pids =
-        ActivateStandbys(assignment, plan.workers, progress);
+        ActivateStandbys(assignment, plan.workers, progress, controls);
     if (pids.ok()) {
       group.Adopt(*pids);
       return absl::OkStatus();
@@ -277,7 +297,7 @@ absl::Status Agent::StartWorkers(const v1::Assignment& assignment,
     spdlog::warn("{}; starting workers afresh",
                  std::string(pids.status().message()));
     used_standbys = false;
-    plan = PlanRound(assignment, /*use_standbys=*/false, progress);
+    plan = PlanRound(assignment, /*use_standbys=*/false, progress, controls);
     RouteOutput(output, plan);
   }
   return group.Start(plan.workers, options_.shutdown_grace);
@@ -285,10 +305,12 @@ absl::Status Agent::StartWorkers(const v1::Assignment& assignment,
 
 absl::StatusOr<std::vector<pid_t>> Agent::ActivateStandbys(
     const v1::Assignment& assignment, const std::vector<SpawnRequest>& requests,
-    std::vector<ProgressChannel>& progress) {
+    std::vector<ProgressChannel>& progress,
+    std::vector<ControlChannel>& controls) {
   std::vector<std::vector<std::string>> envs;
   for (const SpawnRequest& r : requests) envs.push_back(r.env);
   progress.clear();
+  controls.clear();
   // torch 1.13's env:// has global rank 0 host the TCPStore on MASTER_PORT;
   // a rank that connects before it listens sleeps a whole second before
   // trying again. Prewarmed rank 0 listens within milliseconds, so the
@@ -299,7 +321,7 @@ absl::StatusOr<std::vector<pid_t>> Agent::ActivateStandbys(
   std::vector<pid_t> pids;
   if (hosts_rank0) {
     absl::StatusOr<std::vector<pid_t>> first =
-        standbys_->Activate({envs[0]}, progress);
+        standbys_->Activate({envs[0]}, progress, &controls);
     if (!first.ok()) return first.status();
     pids = *first;
     envs.erase(envs.begin());
@@ -313,7 +335,7 @@ absl::StatusOr<std::vector<pid_t>> Agent::ActivateStandbys(
                     absl::FormatDuration(kMasterListenWait));
     }
     absl::StatusOr<std::vector<pid_t>> rest =
-        standbys_->Activate(envs, progress);
+        standbys_->Activate(envs, progress, &controls);
     if (!rest.ok()) {
       for (pid_t pid : pids) control_.SignalGroup(pid, SIGKILL);
       return rest.status();
@@ -339,6 +361,7 @@ Agent::RoundEnd Agent::Supervise(const RunningRound& round) {
   SupervisorPolicyOptions policy_options;
   policy_options.num_workers = options_.nproc_per_node;
   policy_options.worker_timeout = options_.worker_timeout;
+  policy_options.in_place = in_place_declared_;
   SupervisorPolicy policy(policy_options, clock_);
   AgentMetrics* metrics = context_.metrics;
   if (metrics != nullptr) {
@@ -371,10 +394,32 @@ Agent::RoundEnd Agent::Supervise(const RunningRound& round) {
         break;
       case SupervisorPolicy::Verdict::kSucceeded:
         return RoundEnd::kSucceeded;
-      case SupervisorPolicy::Verdict::kFailed:
+      case SupervisorPolicy::Verdict::kFailed: {
+        const std::vector<pid_t> pids = round.group.pids();
+        for (const LocalFailure& f : policy.failures()) {
+          if (f.cause == "hung" && control_.IsStopped(pids[f.local_rank])) {
+            policy.OnStopped(f.local_rank);
+          }
+        }
+        RecoveryDecision decision = policy.DecideRecovery();
+        if (decision.in_place) {
+          in_place_declared_ = policy.in_place_declared();
+          return OnWorkersFailedInPlace(round, policy, decision);
+        }
         return OnWorkersFailed(round, policy);
+      }
     }
     if (events_.TakeRejoin()) {
+      // Another node failed: workers that recover in place go on into the
+      // next round.
+      if (policy.DecideRecovery().in_place) {
+        in_place_declared_ = policy.in_place_declared();
+        in_place_replace_.clear();
+        spdlog::info("round {} ended elsewhere; the workers continue in "
+                     "place into the next round",
+                     assignment.round());
+        return RoundEnd::kInPlace;
+      }
       round.group.Stop(options_.shutdown_grace);
       return RoundEnd::kRejoin;
     }
@@ -399,6 +444,7 @@ void Agent::Observe(const RunningRound& round, SupervisorPolicy& policy,
       policy.OnProgress(i);
       if (metrics != nullptr) metrics->Progress(i, clock_.Now());
     }
+    if (round.progress[i].declared_in_place()) policy.OnInPlaceDeclared(i);
   }
   if (metrics != nullptr) metrics->Update(n - exited, clock_.Now());
 }
@@ -421,6 +467,128 @@ Agent::RoundEnd Agent::OnWorkersFailed(const RunningRound& round,
   ReportFailures(round.assignment, failures, round.plan.error_files, "");
   round.group.Stop(options_.shutdown_grace);
   return RoundEnd::kRejoin;
+}
+
+// In-place recovery: only the failed workers are replaced; the survivors
+// keep their processes and state and learn the next round on their control
+// pipes (worker/recovery.h).
+Agent::RoundEnd Agent::OnWorkersFailedInPlace(const RunningRound& round,
+                                              const SupervisorPolicy& policy,
+                                              const RecoveryDecision& decision) {
+  // Only the replaced workers failed; the others waited for them.
+  std::vector<LocalFailure> failures;
+  for (const LocalFailure& f : policy.failures()) {
+    if (std::find(decision.replace.begin(), decision.replace.end(),
+                  f.local_rank) != decision.replace.end()) {
+      failures.push_back(f);
+    }
+  }
+  for (const LocalFailure& f : failures) {
+    if (f.cause == "hung") {
+      spdlog::warn(
+          "worker rank {} (local {}) is hung: no progress for {} "
+          "(--worker-timeout); killing it",
+          round.assignment.rank_offset() + f.local_rank, f.local_rank,
+          absl::FormatDuration(options_.worker_timeout));
+    }
+    if (context_.metrics != nullptr) context_.metrics->WorkerFailed(f.cause);
+  }
+  for (int local_rank : decision.kill) round.group.Kill(local_rank);
+  ReportFailures(round.assignment, failures, round.plan.error_files, "");
+  in_place_replace_ = decision.replace;
+  spdlog::info("recovering in place: replacing local rank(s) {}, the other "
+               "workers keep running",
+               absl::StrJoin(decision.replace, ","));
+  return RoundEnd::kInPlace;
+}
+
+Agent::RoundEnd Agent::ContinueInPlace(v1::Assignment& assignment,
+                                       RoundPlan& plan, WorkerGroup& group,
+                                       const WorkerOutput& output,
+                                       std::vector<ProgressChannel>& progress,
+                                       std::vector<ControlChannel>& controls) {
+  const int n = options_.nproc_per_node;
+  Joined joined = JoinNextRound(assignment.round());
+  if (!joined.assignment.has_value()) {
+    group.Stop(options_.shutdown_grace);
+    ended_exit_code_ = joined.exit_code;
+    return RoundEnd::kEnded;
+  }
+  events_.TakeRejoin();  // news of the round just left
+  assignment = *joined.assignment;
+  LogAssignment(assignment, n);
+  std::vector<bool> replace(n, false);
+  for (int local_rank : in_place_replace_) replace[local_rank] = true;
+  const int replacements = static_cast<int>(in_place_replace_.size());
+  const bool use_standbys =
+      standbys_ != nullptr && standbys_->size() >= replacements;
+  std::vector<int> progress_fds(n, -1);
+  std::vector<int> control_fds(n, -1);
+  int next_standby = 0;
+  for (int i = 0; i < n; ++i) {
+    if (!replace[i]) {
+      progress_fds[i] = progress[i].child_fd();
+      control_fds[i] = controls[i].child_fd();
+    } else if (use_standbys) {
+      progress_fds[i] = standbys_->progress_fd(next_standby);
+      control_fds[i] = standbys_->control_fd(next_standby);
+      ++next_standby;
+    } else {
+      progress[i] = ProgressChannel();
+      controls[i] = ControlChannel();
+      progress_fds[i] = progress[i].write_fd();
+      control_fds[i] = controls[i].child_fd();
+    }
+  }
+  plan = BuildRoundPlan(options_, context_, assignment, progress_fds,
+                        control_fds);
+  PrepareAttemptDir(plan);
+  RouteOutput(output, plan);
+  // The survivors first: their collectives in flight abort at once.
+  for (int i = 0; i < n; ++i) {
+    if (replace[i]) continue;
+    absl::Status sent = controls[i].Send(EnvToJson(plan.workers[i].env));
+    if (!sent.ok()) {
+      spdlog::warn("local rank {}: {}", i, std::string(sent.message()));
+    }
+  }
+  for (int i = 0; i < n; ++i) {
+    if (!replace[i]) continue;
+    in_place_declared_[i] = false;
+    absl::Status started;
+    if (use_standbys) {
+      std::vector<ProgressChannel> taken_progress;
+      std::vector<ControlChannel> taken_controls;
+      absl::StatusOr<std::vector<pid_t>> pid = standbys_->Activate(
+          {plan.workers[i].env}, taken_progress, &taken_controls);
+      if (pid.ok()) {
+        group.AdoptAt(i, pid->front());
+        progress[i] = std::move(taken_progress.front());
+        controls[i] = std::move(taken_controls.front());
+      }
+      started = pid.status();
+    } else {
+      started = group.Respawn(i, plan.workers[i]);
+      progress[i].CloseWriteEnd();
+      controls[i].CloseReadEnd();
+    }
+    if (!started.ok()) {
+      spdlog::error("cannot replace local rank {}: {}", i,
+                    std::string(started.message()));
+      ReportFailures(assignment, {}, plan.error_files,
+                     std::string(started.message()));
+      group.Stop(options_.shutdown_grace);
+      return RoundEnd::kRejoin;
+    }
+    spdlog::info("local rank {} (rank {}) {} as pid {}", i,
+                 assignment.rank_offset() + i,
+                 use_standbys ? "replaced by a prewarmed worker"
+                              : "started anew",
+                 group.pids()[i]);
+  }
+  if (standbys_ != nullptr) standbys_->Fill(n);
+  in_place_replace_.clear();
+  return Supervise({assignment, plan, group, progress});
 }
 
 void Agent::ReportFailures(const v1::Assignment& assignment,

@@ -17,6 +17,7 @@
 #include "launcher/agent/standby_pool.h"
 #include "launcher/agent/supervisor_policy.h"
 #include "launcher/cli/launch_options.h"
+#include "launcher/posix/control_channel.h"
 #include "launcher/posix/local_address.h"
 #include "launcher/posix/process_control.h"
 #include "launcher/posix/progress_channel.h"
@@ -48,7 +49,10 @@ class Agent {
   int Run();
 
  private:
-  enum class RoundEnd { kSucceeded, kRejoin, kStopped };
+  // kInPlace: the workers keep running into the next round (in-place
+  // recovery); kEnded: the job ended while rejoining, with exit code
+  // ended_exit_code_.
+  enum class RoundEnd { kSucceeded, kRejoin, kStopped, kInPlace, kEnded };
   // A Join's outcome: this node's next round, or the exit code to end with.
   struct Joined {
     std::optional<v1::Assignment> assignment;
@@ -65,12 +69,15 @@ class Agent {
   Joined JoinNextRound(int64_t last_round);
   v1::JoinRequest MakeJoinRequest(int master_port) const;
   // Starts the round's workers, supervises them until the round ends for
-  // this node, and leaves no worker running.
-  RoundEnd RunRound(const v1::Assignment& assignment);
-  // The plan with fresh progress pipes (appended to `progress`), or with
-  // the prewarmed workers' pipes.
+  // this node, and leaves no worker running. Rounds that the same workers
+  // continue into (in-place recovery) run inside it; `assignment` is then
+  // the last of them.
+  RoundEnd RunRound(v1::Assignment& assignment);
+  // The plan with fresh progress and control pipes (appended to `progress`
+  // and `controls`), or with the prewarmed workers' pipes.
   RoundPlan PlanRound(const v1::Assignment& assignment, bool use_standbys,
-                      std::vector<ProgressChannel>& progress) const;
+                      std::vector<ProgressChannel>& progress,
+                      std::vector<ControlChannel>& controls) const;
   void PrepareAttemptDir(const RoundPlan& plan) const;
   // Starts (or activates) the workers of `plan` into `group`. A failed
   // activation falls back to starting them afresh; `plan` and `progress`
@@ -79,19 +86,33 @@ class Agent {
                             const WorkerOutput& output, RoundPlan& plan,
                             WorkerGroup& group,
                             std::vector<ProgressChannel>& progress,
+                            std::vector<ControlChannel>& controls,
                             bool& used_standbys);
   // Hands the round's environments to the prewarmed workers; global rank 0
   // first. Appends their progress channels to `progress`.
   absl::StatusOr<std::vector<pid_t>> ActivateStandbys(
       const v1::Assignment& assignment,
       const std::vector<SpawnRequest>& requests,
-      std::vector<ProgressChannel>& progress);
+      std::vector<ProgressChannel>& progress,
+      std::vector<ControlChannel>& controls);
   RoundEnd Supervise(const RunningRound& round);
   // Reaps and drains progress; tells the policy and the metrics.
   void Observe(const RunningRound& round, SupervisorPolicy& policy,
                int& exited);
   RoundEnd OnWorkersFailed(const RunningRound& round,
                            const SupervisorPolicy& policy);
+  // In-place recovery (libddp programs, worker/recovery.h). The policy
+  // decided to keep the survivors: report the failures, kill the hung.
+  RoundEnd OnWorkersFailedInPlace(const RunningRound& round,
+                                  const SupervisorPolicy& policy,
+                                  const RecoveryDecision& decision);
+  // Joins the next round with the survivors still running, sends them its
+  // environment on their control pipes, starts what in_place_replace_
+  // names (from a standby when one waits) and supervises the round.
+  RoundEnd ContinueInPlace(v1::Assignment& assignment, RoundPlan& plan,
+                           WorkerGroup& group, const WorkerOutput& output,
+                           std::vector<ProgressChannel>& progress,
+                           std::vector<ControlChannel>& controls);
   void ReportFailures(const v1::Assignment& assignment,
                       const std::vector<LocalFailure>& failures,
                       const std::vector<std::string>& error_files,
@@ -116,6 +137,12 @@ class Agent {
   // until its workers start (see HeldPort); empty with a reserve_port seam.
   std::optional<HeldPort> held_master_port_;
   std::optional<v1::RoundRecord> record_;   // none before the first round
+  // In-place recovery: which local ranks declared it (carried into the
+  // next round of the same processes), which to replace, and the exit code
+  // of a job that ended while rejoining.
+  std::vector<bool> in_place_declared_;
+  std::vector<int> in_place_replace_;
+  int ended_exit_code_ = 1;
 };
 
 }  // namespace ddprun::launcher

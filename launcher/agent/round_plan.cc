@@ -17,7 +17,8 @@ std::string AttemptDir(const AgentContext& context, int restart_count) {
 RoundPlan BuildRoundPlan(const LaunchOptions& options,
                          const AgentContext& context,
                          const v1::Assignment& assignment,
-                         const std::vector<int>& progress_fds) {
+                         const std::vector<int>& progress_fds,
+                         const std::vector<int>& control_fds) {
   const int n = options.nproc_per_node;
   RoundPlan plan;
   plan.attempt_dir = AttemptDir(context, assignment.restart_count());
@@ -65,10 +66,14 @@ RoundPlan BuildRoundPlan(const LaunchOptions& options,
         local_rank < static_cast<int>(progress_fds.size())
             ? progress_fds[local_rank]
             : -1;
+    spec.control_fd = local_rank < static_cast<int>(control_fds.size())
+                          ? control_fds[local_rank]
+                          : -1;
     SpawnRequest request;
     request.argv = context.worker_argv;
     request.env = BuildWorkerEnv(spec, context.base_env);
     if (spec.progress_fd >= 0) request.inherit_fds = {spec.progress_fd};
+    if (spec.control_fd >= 0) request.inherit_fds.push_back(spec.control_fd);
     plan.workers.push_back(std::move(request));
   }
   return plan;

@@ -30,11 +30,14 @@ struct RoundPlan {
 
 // The plan of `assignment` for this node. `progress_fds[local_rank]` is the
 // write end of that rank's progress pipe (-1: none): fresh pipes, or the
-// ones prewarmed workers already hold. Pure: touches no file.
+// ones prewarmed workers already hold. `control_fds[local_rank]` likewise
+// is the read end of its control pipe (DDPRUN_CONTROL_FD, in-place
+// recovery; -1 or absent: none). Pure: touches no file.
 RoundPlan BuildRoundPlan(const LaunchOptions& options,
                          const AgentContext& context,
                          const v1::Assignment& assignment,
-                         const std::vector<int>& progress_fds);
+                         const std::vector<int>& progress_fds,
+                         const std::vector<int>& control_fds = {});
 
 // The environment of a prewarmed worker before its round is known.
 std::vector<std::string> BuildStandbyPlanEnv(const AgentContext& context);

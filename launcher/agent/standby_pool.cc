@@ -64,9 +64,13 @@ void StandbyPool::Fill(int count) {
     if (standby.progress.write_fd() >= 0) {
       request.inherit_fds.push_back(standby.progress.write_fd());
     }
+    if (standby.control.child_fd() >= 0) {
+      request.inherit_fds.push_back(standby.control.child_fd());
+    }
     absl::StatusOr<pid_t> pid = control_.Spawn(request);
     close(fds[0]);
     standby.progress.CloseWriteEnd();
+    standby.control.CloseReadEnd();
     if (!pid.ok()) {
       close(fds[1]);
       spdlog::warn("cannot prewarm a worker: {}",
@@ -82,9 +86,14 @@ int StandbyPool::progress_fd(int i) const {
   return standbys_[i].progress.child_fd();
 }
 
+int StandbyPool::control_fd(int i) const {
+  return standbys_[i].control.child_fd();
+}
+
 absl::StatusOr<std::vector<pid_t>> StandbyPool::Activate(
     const std::vector<std::vector<std::string>>& envs,
-    std::vector<ProgressChannel>& progress) {
+    std::vector<ProgressChannel>& progress,
+    std::vector<ControlChannel>* controls) {
   if (envs.size() > standbys_.size()) {
     return absl::FailedPreconditionError(
         absl::StrFormat("%d prewarmed workers wait, %d are needed",
@@ -113,6 +122,9 @@ absl::StatusOr<std::vector<pid_t>> StandbyPool::Activate(
   for (size_t i = 0; i < envs.size(); ++i) {
     pids.push_back(standbys_[i].pid);
     progress.push_back(std::move(standbys_[i].progress));
+    if (controls != nullptr) {
+      controls->push_back(std::move(standbys_[i].control));
+    }
   }
   standbys_.erase(standbys_.begin(), standbys_.begin() + envs.size());
   return pids;

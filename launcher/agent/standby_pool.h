@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "launcher/posix/control_channel.h"
 #include "launcher/posix/process_control.h"
 #include "launcher/posix/progress_channel.h"
 
@@ -34,14 +35,19 @@ class StandbyPool {
   int size() const { return static_cast<int>(standbys_.size()); }
   // The progress descriptor standby `i` inherited (for DDPRUN_PROGRESS_FD).
   int progress_fd(int i) const;
+  // The control descriptor standby `i` inherited (for DDPRUN_CONTROL_FD:
+  // the rounds after its first, in-place recovery).
+  int control_fd(int i) const;
 
   // Turns the first envs.size() standbys into workers: each gets envs[i].
-  // Returns their pids and appends their progress channels to `progress`.
+  // Returns their pids and appends their progress channels to `progress`
+  // (and their control channels to `controls` when given).
   // When one cannot be told (it died), every standby is killed and the
   // error returned; the caller then starts workers the ordinary way.
   absl::StatusOr<std::vector<pid_t>> Activate(
       const std::vector<std::vector<std::string>>& envs,
-      std::vector<ProgressChannel>& progress);
+      std::vector<ProgressChannel>& progress,
+      std::vector<ControlChannel>* controls = nullptr);
 
   // Kills every waiting standby.
   void Clear();
@@ -51,6 +57,7 @@ class StandbyPool {
     pid_t pid = -1;
     int control_fd = -1;  // write end; the standby reads the other
     ProgressChannel progress;
+    ControlChannel control;  // the rounds after activation
   };
 
   ProcessControl& control_;

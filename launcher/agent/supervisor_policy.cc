@@ -1,10 +1,18 @@
 #include "launcher/agent/supervisor_policy.h"
 
+#include <algorithm>
+
 namespace ddprun::launcher {
 
 SupervisorPolicy::SupervisorPolicy(SupervisorPolicyOptions options,
                                    const common::Clock& clock)
-    : options_(options), clock_(clock), workers_(options.num_workers) {}
+    : options_(options), clock_(clock), workers_(options.num_workers) {
+  for (int i = 0; i < static_cast<int>(workers_.size()) &&
+                  i < static_cast<int>(options_.in_place.size());
+       ++i) {
+    workers_[i].in_place = options_.in_place[i];
+  }
+}
 
 void SupervisorPolicy::OnExit(int local_rank, ExitStatus status) {
   if (local_rank < 0 || local_rank >= static_cast<int>(workers_.size())) return;
@@ -23,6 +31,49 @@ void SupervisorPolicy::OnExit(int local_rank, ExitStatus status) {
 void SupervisorPolicy::OnProgress(int local_rank) {
   if (local_rank < 0 || local_rank >= static_cast<int>(workers_.size())) return;
   workers_[local_rank].last_progress = clock_.Now();
+}
+
+void SupervisorPolicy::OnInPlaceDeclared(int local_rank) {
+  if (local_rank < 0 || local_rank >= static_cast<int>(workers_.size())) return;
+  workers_[local_rank].in_place = true;
+}
+
+void SupervisorPolicy::OnStopped(int local_rank) {
+  if (local_rank < 0 || local_rank >= static_cast<int>(workers_.size())) return;
+  workers_[local_rank].stopped = true;
+}
+
+RecoveryDecision SupervisorPolicy::DecideRecovery() const {
+  RecoveryDecision decision;
+  for (const Worker& w : workers_) {
+    if (!w.in_place) return decision;
+    if (w.exit && w.exit->success()) return decision;
+  }
+  decision.in_place = true;
+  bool some_stopped = false;
+  for (const LocalFailure& f : failures_) {
+    if (f.cause == "hung" && workers_[f.local_rank].stopped) some_stopped = true;
+  }
+  for (const LocalFailure& f : failures_) {
+    if (f.cause == "hung" && some_stopped && !workers_[f.local_rank].stopped) {
+      continue;  // silent because it waits for the stopped one
+    }
+    if (std::find(decision.replace.begin(), decision.replace.end(),
+                  f.local_rank) != decision.replace.end()) {
+      continue;
+    }
+    decision.replace.push_back(f.local_rank);
+    if (!workers_[f.local_rank].exit) decision.kill.push_back(f.local_rank);
+  }
+  std::sort(decision.replace.begin(), decision.replace.end());
+  std::sort(decision.kill.begin(), decision.kill.end());
+  return decision;
+}
+
+std::vector<bool> SupervisorPolicy::in_place_declared() const {
+  std::vector<bool> out;
+  for (const Worker& w : workers_) out.push_back(w.in_place);
+  return out;
 }
 
 SupervisorPolicy::Verdict SupervisorPolicy::Evaluate() {

@@ -25,6 +25,20 @@ struct SupervisorPolicyOptions {
   // Silence after a first progress report that makes a worker hung; zero:
   // off. Workers that never report are never hung.
   absl::Duration worker_timeout = absl::ZeroDuration();
+  // Which local ranks already declared in-place recovery (a previous round
+  // of the same processes); missing entries: not declared.
+  std::vector<bool> in_place;
+};
+
+// How the agent answers a failure of its own workers, or a new round that
+// another node caused (no local failure).
+struct RecoveryDecision {
+  // Keep the surviving workers: send them the next round's environment
+  // (DDPRUN_CONTROL_FD) instead of stopping them. Otherwise every worker
+  // is stopped and the next round starts them afresh (torchrun's way).
+  bool in_place = false;
+  std::vector<int> replace;  // local ranks to start anew (ascending)
+  std::vector<int> kill;     // of those, the ones still running (hung)
 };
 
 // Decides, from what was observed of one round's local workers, whether the
@@ -38,6 +52,11 @@ class SupervisorPolicy {
 
   void OnExit(int local_rank, ExitStatus status);
   void OnProgress(int local_rank);
+  // The worker said it recovers in place (libddp: worker/recovery.h).
+  void OnInPlaceDeclared(int local_rank);
+  // The worker is stopped (SIGSTOP): when some hung workers are, the others
+  // that went silent with them are waiting for them, not hung themselves.
+  void OnStopped(int local_rank);
 
   // Also turns a worker silent past the worker timeout into a "hung" failure.
   Verdict Evaluate();
@@ -48,11 +67,23 @@ class SupervisorPolicy {
   // when none can (so the agent knows how long it may sleep).
   std::optional<absl::Time> NextHangDeadline() const;
 
+  // In place only when every local worker declared it and none has ended
+  // well (a worker that finished cannot take a new round): then the failed
+  // ones (after Evaluate said kFailed; none for another node's failure) are
+  // replaced and the hung ones among them killed first. A hang replaces only
+  // the stopped workers when there are any (the rest wait for them in a
+  // collective), else every hung one.
+  RecoveryDecision DecideRecovery() const;
+  // By local rank, for the next round of the same processes.
+  std::vector<bool> in_place_declared() const;
+
  private:
   struct Worker {
     std::optional<ExitStatus> exit;
     std::optional<absl::Time> last_progress;
     bool hung = false;
+    bool in_place = false;
+    bool stopped = false;
   };
 
   SupervisorPolicyOptions options_;

@@ -71,6 +71,11 @@ std::vector<std::string> BuildWorkerEnv(const WorkerEnvSpec& spec,
   } else {
     vars.erase(env::kProgressFd);
   }
+  if (spec.control_fd >= 0) {
+    set(env::kControlFd, spec.control_fd);
+  } else {
+    vars.erase(env::kControlFd);
+  }
   std::vector<std::string> out;
   out.reserve(vars.size());
   for (const auto& [name, value] : vars) out.push_back(name + "=" + value);

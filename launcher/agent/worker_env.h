@@ -32,6 +32,7 @@ struct WorkerEnvSpec {
   // are not set (--standalone is plaintext without a token).
   common::Credentials credentials;
   int progress_fd = -1;    // -1: not set
+  int control_fd = -1;     // DDPRUN_CONTROL_FD; -1: not set
   std::string shm_dir;     // DDPRUN_SHM_DIR; empty: not set
 };
 

@@ -10,6 +10,9 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <string>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
@@ -153,6 +156,17 @@ std::optional<std::pair<pid_t, ExitStatus>> PosixProcessControl::ReapAny() {
   } while (pid < 0 && errno == EINTR);
   if (pid <= 0) return std::nullopt;
   return std::make_pair(pid, ExitStatus::FromWaitStatus(status));
+}
+
+bool PosixProcessControl::IsStopped(pid_t pid) {
+  // The state follows the command name, which may hold spaces and ')'.
+  std::ifstream stat(absl::StrFormat("/proc/%d/stat", pid));
+  std::string text((std::istreambuf_iterator<char>(stat)),
+                   std::istreambuf_iterator<char>());
+  size_t close = text.rfind(')');
+  if (close == std::string::npos || close + 2 >= text.size()) return false;
+  const char state = text[close + 2];
+  return state == 'T' || state == 't';
 }
 
 void PosixProcessControl::AwaitChildEvent(absl::Duration max) {

@@ -38,6 +38,9 @@ class ProcessControl {
   virtual std::optional<std::pair<pid_t, ExitStatus>> ReapAny() = 0;
   // Waits up to `max` for a child to change state (or returns earlier).
   virtual void AwaitChildEvent(absl::Duration max) = 0;
+  // Whether `pid` is stopped (SIGSTOP, a debugger): a hang's culprit rather
+  // than a worker waiting for it. False when unknown.
+  virtual bool IsStopped(pid_t pid) { return false; }
 };
 
 // fork + exec with the contract of STYLE.md: in the child only
@@ -50,6 +53,7 @@ class PosixProcessControl final : public ProcessControl {
   void SignalGroup(pid_t pgid, int sig) override;
   std::optional<std::pair<pid_t, ExitStatus>> ReapAny() override;
   void AwaitChildEvent(absl::Duration max) override;
+  bool IsStopped(pid_t pid) override;
 };
 
 // Makes this process a child subreaper, so that orphaned grandchildren of

@@ -25,7 +25,9 @@ ProgressChannel::~ProgressChannel() { Close(); }
 ProgressChannel::ProgressChannel(ProgressChannel&& other) noexcept
     : read_fd_(std::exchange(other.read_fd_, -1)),
       write_fd_(std::exchange(other.write_fd_, -1)),
-      child_fd_(std::exchange(other.child_fd_, -1)) {}
+      child_fd_(std::exchange(other.child_fd_, -1)),
+      in_place_(std::exchange(other.in_place_, false)),
+      tail_(std::move(other.tail_)) {}
 
 ProgressChannel& ProgressChannel::operator=(ProgressChannel&& other) noexcept {
   if (this != &other) {
@@ -33,6 +35,8 @@ ProgressChannel& ProgressChannel::operator=(ProgressChannel&& other) noexcept {
     read_fd_ = std::exchange(other.read_fd_, -1);
     write_fd_ = std::exchange(other.write_fd_, -1);
     child_fd_ = std::exchange(other.child_fd_, -1);
+    in_place_ = std::exchange(other.in_place_, false);
+    tail_ = std::move(other.tail_);
   }
   return *this;
 }
@@ -50,6 +54,13 @@ bool ProgressChannel::Drain() {
     ssize_t n = read(read_fd_, buffer, sizeof(buffer));
     if (n > 0) {
       any = true;
+      if (!in_place_) {
+        static constexpr char kDeclaration[] = "inplace\n";
+        constexpr size_t kLength = sizeof(kDeclaration) - 1;
+        tail_.append(buffer, static_cast<size_t>(n));
+        in_place_ = tail_.find(kDeclaration) != std::string::npos;
+        if (tail_.size() > kLength) tail_.erase(0, tail_.size() - kLength);
+      }
       continue;
     }
     if (n < 0 && errno == EINTR) continue;

@@ -1,10 +1,14 @@
 #pragma once
 
+#include <string>
+
 namespace ddprun::launcher {
 
 // The pipe one worker reports progress through (DDPRUN_PROGRESS_FD): the
 // worker writes a small record per step to the write end; the agent drains
-// the read end without blocking. Only "something arrived" matters here.
+// the read end without blocking. What matters here: that something arrived,
+// and whether the worker declared that it recovers in place (the line
+// "inplace", written by libddp's worker/recovery.h).
 // Owned by the agent's thread. Move-only; closes its descriptors.
 class ProgressChannel {
  public:
@@ -24,6 +28,8 @@ class ProgressChannel {
   void CloseWriteEnd();
   // Reads what is there; true when anything was.
   bool Drain();
+  // Whether the worker has written the line "inplace" so far.
+  bool declared_in_place() const { return in_place_; }
 
  private:
   void Close();
@@ -31,6 +37,8 @@ class ProgressChannel {
   int read_fd_ = -1;
   int write_fd_ = -1;
   int child_fd_ = -1;
+  bool in_place_ = false;
+  std::string tail_;  // the end of what was read, for a split "inplace"
 };
 
 }  // namespace ddprun::launcher

@@ -32,6 +32,31 @@ void WorkerGroup::Adopt(const std::vector<pid_t>& pids) {
   for (pid_t pid : pids) workers_.push_back({pid, false});
 }
 
+absl::Status WorkerGroup::Respawn(int local_rank, const SpawnRequest& request) {
+  absl::StatusOr<pid_t> pid = control_.Spawn(request);
+  if (!pid.ok()) return pid.status();
+  AdoptAt(local_rank, *pid);
+  return absl::OkStatus();
+}
+
+void WorkerGroup::AdoptAt(int local_rank, pid_t pid) {
+  if (local_rank >= static_cast<int>(workers_.size())) {
+    workers_.resize(local_rank + 1, {-1, true});
+  }
+  workers_[local_rank] = {pid, false};
+}
+
+void WorkerGroup::Kill(int local_rank) {
+  if (local_rank < 0 || local_rank >= static_cast<int>(workers_.size())) return;
+  const Worker& w = workers_[local_rank];
+  if (w.pid > 0) control_.SignalGroup(w.pid, SIGKILL);
+}
+
+bool WorkerGroup::Ended(int local_rank) const {
+  return local_rank < 0 || local_rank >= static_cast<int>(workers_.size()) ||
+         workers_[local_rank].ended;
+}
+
 std::vector<std::pair<int, ExitStatus>> WorkerGroup::Reap() {
   std::vector<std::pair<int, ExitStatus>> exits;
   while (std::optional<std::pair<pid_t, ExitStatus>> reaped =

@@ -34,6 +34,15 @@ class WorkerGroup {
   // own process groups) as the workers, local rank = index.
   void Adopt(const std::vector<pid_t>& pids);
 
+  // In-place recovery: local rank `local_rank` (ended, or killed by Kill)
+  // becomes a new process, spawned from `request` or adopted (a prewarmed
+  // worker). The old process, when reaped later, is dropped.
+  absl::Status Respawn(int local_rank, const SpawnRequest& request);
+  void AdoptAt(int local_rank, pid_t pid);
+  // SIGKILL to one worker's process group (a hung worker replaced in place).
+  void Kill(int local_rank);
+  bool Ended(int local_rank) const;
+
   // Reaps what ended since the last call: (local rank, how it ended).
   // Reaped children that are not workers (grandchildren) are dropped.
   std::vector<std::pair<int, ExitStatus>> Reap();

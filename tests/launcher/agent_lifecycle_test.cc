@@ -4,6 +4,7 @@
 // when the agent waits. No sockets: the master port comes from the context.
 // The heartbeat loop is the real one, on its own thread, against the fake
 // rendezvous (1 ms interval); tests wait on conditions, never on time.
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -57,7 +58,30 @@ struct FakeWorker {
   std::map<std::string, std::string> env;
   std::vector<int> signals;
   bool alive = true;
+  // A read end of its control pipe (DDPRUN_CONTROL_FD), kept by the fake as
+  // the worker would; -1 when it has none.
+  int control_fd = -1;
+  // What arrived there so far (ControlLines reads it).
+  mutable std::string control_data;
 };
+
+// The lines the agent wrote to `w`'s control pipe (the next rounds'
+// environments, in-place recovery).
+std::vector<std::string> ControlLines(const FakeWorker& w) {
+  char buffer[65536];
+  ssize_t n;
+  while (w.control_fd >= 0 &&
+         (n = read(w.control_fd, buffer, sizeof(buffer))) > 0) {
+    w.control_data.append(buffer, static_cast<size_t>(n));
+  }
+  std::vector<std::string> lines;
+  size_t start = 0, end;
+  while ((end = w.control_data.find('\n', start)) != std::string::npos) {
+    lines.push_back(w.control_data.substr(start, end - start));
+    start = end + 1;
+  }
+  return lines;
+}
 
 class FakeProcessControl final : public ProcessControl {
  public:
@@ -69,6 +93,9 @@ class FakeProcessControl final : public ProcessControl {
       [](const FakeWorker&) { return std::nullopt; };
   // Each worker reports progress once when it starts.
   bool progress_at_start = false;
+  // Each worker declares in-place recovery (as libddp's Membership does)
+  // when it starts.
+  bool declare_in_place = false;
 
   absl::StatusOr<pid_t> Spawn(const SpawnRequest& request) override {
     FakeWorker w;
@@ -79,9 +106,17 @@ class FakeProcessControl final : public ProcessControl {
     }
     EXPECT_TRUE(absl::SimpleAtoi(w.env["LOCAL_RANK"], &w.local_rank));
     EXPECT_TRUE(absl::SimpleAtoi(w.env["DDPRUN_ROUND"], &w.round));
+    // [0] the progress pipe, [1] the control pipe.
+    EXPECT_THAT(request.inherit_fds, SizeIs(2));
     if (progress_at_start) {
-      EXPECT_THAT(request.inherit_fds, SizeIs(1));
       EXPECT_EQ(write(request.inherit_fds[0], "s", 1), 1);
+    }
+    if (declare_in_place) {
+      EXPECT_EQ(write(request.inherit_fds[0], "inplace\n", 8), 8);
+    }
+    if (request.inherit_fds.size() == 2) {
+      w.control_fd = dup(request.inherit_fds[1]);
+      fcntl(w.control_fd, F_SETFL, fcntl(w.control_fd, F_GETFL) | O_NONBLOCK);
     }
     workers.push_back(std::move(w));
     return workers.back().pid;
@@ -116,6 +151,12 @@ class FakeProcessControl final : public ProcessControl {
       if (w.round == round) out.push_back(&w);
     }
     return out;
+  }
+
+  ~FakeProcessControl() {
+    for (FakeWorker& w : workers) {
+      if (w.control_fd >= 0) close(w.control_fd);
+    }
   }
 
   std::vector<FakeWorker> workers;
@@ -546,6 +587,82 @@ TEST_F(AgentLifecycleTest, ScaleUpRejoinsIntoTheLargerWorld) {
   EXPECT_EQ(round2[1]->env.at("WORLD_SIZE"), "4");
   EXPECT_EQ(round2[1]->env.at("GROUP_WORLD_SIZE"), "2");
   EXPECT_EQ(round2[1]->env.at("TORCHELASTIC_RESTART_COUNT"), "0");
+}
+
+// In-place recovery (issue 13): workers that declared it are not stopped.
+
+TEST_F(AgentLifecycleTest, InPlaceOnlyTheFailedWorkerIsReplaced) {
+  control_.declare_in_place = true;
+  ExpectJoins({Assigned(MakeAssignment(1, 0)), Assigned(MakeAssignment(2, 1))});
+  control_.exit_when = [this](const FakeWorker& w) -> std::optional<ExitStatus> {
+    if (w.round == 1 && w.local_rank == 1) return ExitStatus::Signaled(SIGKILL);
+    // Everyone ends well once the replacement runs.
+    if (!control_.Round(2).empty()) return ExitStatus::Exited(0);
+    return std::nullopt;
+  };
+
+  EXPECT_EQ(RunAgent(), 0);
+
+  ASSERT_THAT(rdzv_.reports, SizeIs(1));
+  EXPECT_EQ(rdzv_.reports[0].failures(0).cause(), "signaled");
+  EXPECT_EQ(rdzv_.reports[0].failures(0).rank(), 1);
+  // Three processes in all: the survivor was neither stopped nor started
+  // again; only local rank 1 was, into round 2.
+  ASSERT_THAT(control_.workers, SizeIs(3));
+  const FakeWorker& survivor = control_.workers[0];
+  EXPECT_EQ(survivor.local_rank, 0);
+  EXPECT_THAT(survivor.signals, IsEmpty());
+  const FakeWorker& replacement = control_.workers[2];
+  EXPECT_EQ(replacement.local_rank, 1);
+  EXPECT_EQ(replacement.round, 2);
+  EXPECT_EQ(replacement.env.at("TORCHELASTIC_RESTART_COUNT"), "1");
+  EXPECT_EQ(replacement.env.count("DDPRUN_CONTROL_FD"), 1u);
+  // The survivor learned round 2 on its control pipe: its whole new
+  // environment, one line.
+  std::vector<std::string> lines = ControlLines(survivor);
+  ASSERT_THAT(lines, SizeIs(1));
+  EXPECT_NE(lines[0].find("\"DDPRUN_ROUND\":\"2\""), std::string::npos)
+      << lines[0];
+  EXPECT_NE(lines[0].find("\"RANK\":\"0\""), std::string::npos);
+  ASSERT_THAT(rdzv_.leaves, SizeIs(1));
+  EXPECT_EQ(rdzv_.leaves[0].round(), 2);
+}
+
+TEST_F(AgentLifecycleTest, InPlaceWorkersContinueWhenAnotherNodeFails) {
+  control_.declare_in_place = true;
+  ExpectJoins({Assigned(MakeAssignment(1, 0)), Assigned(MakeAssignment(2, 1))});
+  rdzv_.heartbeat = InRound(1, RoundOver());
+  control_.exit_when = [](const FakeWorker& w) -> std::optional<ExitStatus> {
+    // A worker ends once it has been told round 2.
+    if (!ControlLines(w).empty()) return ExitStatus::Exited(0);
+    return std::nullopt;
+  };
+
+  EXPECT_EQ(RunAgent(), 0);
+
+  EXPECT_THAT(rdzv_.reports, IsEmpty());
+  ASSERT_THAT(control_.workers, SizeIs(kNproc));  // nobody started again
+  for (const FakeWorker& w : control_.workers) {
+    EXPECT_THAT(w.signals, IsEmpty());
+    ASSERT_THAT(ControlLines(w), SizeIs(1));
+  }
+  EXPECT_THAT(rdzv_.join_requests, SizeIs(2));
+}
+
+TEST_F(AgentLifecycleTest, WorkersThatDoNotDeclareAreAllRestarted) {
+  // The default fake declares nothing (a Python script): torchrun's way.
+  ExpectJoins({Assigned(MakeAssignment(1, 0)), Assigned(MakeAssignment(2, 1))});
+  control_.exit_when = [](const FakeWorker& w) -> std::optional<ExitStatus> {
+    if (w.round == 1 && w.local_rank == 1) return ExitStatus::Exited(1);
+    if (w.round == 2) return ExitStatus::Exited(0);
+    return std::nullopt;
+  };
+
+  EXPECT_EQ(RunAgent(), 0);
+
+  EXPECT_THAT(control_.Round(1)[0]->signals, ElementsAre(SIGTERM));
+  EXPECT_THAT(control_.Round(2), SizeIs(kNproc));
+  EXPECT_THAT(ControlLines(control_.workers[0]), IsEmpty());
 }
 
 }  // namespace

@@ -61,7 +61,10 @@ std::vector<std::string> MnistArgs(const TempDir& dir) {
           "--summary-json",
           dir.File("summary.json"),
           "--save",
-          dir.File("model.pt")};
+          dir.File("model.pt"),
+          // These tests are of restarts from a checkpoint (in-place
+          // recovery: mnist_inplace_test.cc).
+          "--no-in-place"};
 }
 
 // A complete checkpoint (not only the temporary file of the first).

@@ -89,7 +89,10 @@ TEST(MnistPrewarmTest, AKilledWorkerIsReplacedByPrewarmedProcesses) {
                   "--summary-json",
                   dir.File("summary.json"),
                   "--save",
-                  ""};
+                  "",
+                  // These tests are of restarts from a checkpoint (in-place
+                  // recovery: mnist_inplace_test.cc).
+                  "--no-in-place"};
   options.stderr_path = dir.File("agent.err");
   options.stdout_path = dir.File("agent.out");
   auto agent = Subprocess::Start(options);
@@ -171,7 +174,8 @@ TEST(MnistPrewarmTest, TwoNodesRestartWithTheirStandbys) {
                     BinaryPath("mnist/ddprun-mnist"), "--epochs", "4",
                     "--data-dir", MnistDir(), "--checkpoint-dir",
                     dir.File("checkpoints"), "--checkpoint-every", "50",
-                    "--summary-json", dir.File("summary.json"), "--save", ""};
+                    "--summary-json", dir.File("summary.json"), "--save", "",
+                    "--no-in-place"};
     options.stderr_path = dir.File(absl::StrCat("agent", node, ".err"));
     auto agent = Subprocess::Start(options);
     ASSERT_TRUE(agent.ok()) << agent.status();

@@ -235,7 +235,7 @@ def run_test(args, cluster, work, procs):
                 args.mnist, "--epochs", str(EPOCHS), "--train-limit", "20000",
                 "--data-dir", args.data_dir, "--checkpoint-dir", checkpoints,
                 "--checkpoint-every", "100", "--summary-json", summary,
-                "--save", ""]
+                "--save", "", "--no-in-place"]
         agents[node] = cluster.spawn(node, argv, f"{work}/{node}")
         procs.append(agents[node])
 

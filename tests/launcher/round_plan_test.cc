@@ -88,6 +88,20 @@ TEST(RoundPlanTest, EveryRankGetsItsCompleteEnvironment) {
   EXPECT_EQ(plan.workers[1].stdout_fd, -1);
 }
 
+TEST(RoundPlanTest, ControlPipesAreNamedAndInherited) {
+  Fixture f;
+  RoundPlan plan =
+      BuildRoundPlan(f.options, f.context, f.assignment, {7, 9}, {11, 12});
+  ASSERT_THAT(plan.workers, SizeIs(2));
+  std::map<std::string, std::string> env = AsMap(plan.workers[1].env);
+  EXPECT_EQ(env["DDPRUN_CONTROL_FD"], "12");
+  EXPECT_THAT(plan.workers[1].inherit_fds, ElementsAre(9, 12));
+  // Without one the variable is not set, even when the agent had it.
+  f.context.base_env.push_back("DDPRUN_CONTROL_FD=3");
+  RoundPlan none = BuildRoundPlan(f.options, f.context, f.assignment, {7, 9});
+  EXPECT_EQ(AsMap(none.workers[0].env).count("DDPRUN_CONTROL_FD"), 0u);
+}
+
 TEST(RoundPlanTest, AttemptFilesFollowTheRestartCount) {
   Fixture f;
   RoundPlan scratch = BuildRoundPlan(f.options, f.context, f.assignment, {});

@@ -1,5 +1,7 @@
 #include "launcher/agent/supervisor_policy.h"
 
+#include <vector>
+
 #include "gtest/gtest.h"
 
 namespace ddprun::launcher {
@@ -70,6 +72,108 @@ TEST(SupervisorPolicyTest, HangDetectionOffWithZeroTimeout) {
   clock.Advance(absl::Hours(10));
   EXPECT_EQ(policy.Evaluate(), Verdict::kRunning);
   EXPECT_FALSE(policy.NextHangDeadline().has_value());
+}
+
+
+// In-place recovery (issue 13): the decision to keep the survivors.
+
+TEST(SupervisorPolicyTest, AKilledWorkerOfADeclaredGroupIsReplacedInPlace) {
+  common::FakeClock clock;
+  SupervisorPolicy policy({.num_workers = 3}, clock);
+  for (int i = 0; i < 3; ++i) policy.OnInPlaceDeclared(i);
+  policy.OnExit(1, ExitStatus::Signaled(9));
+  ASSERT_EQ(policy.Evaluate(), Verdict::kFailed);
+  RecoveryDecision decision = policy.DecideRecovery();
+  EXPECT_TRUE(decision.in_place);
+  EXPECT_EQ(decision.replace, std::vector<int>{1});
+  EXPECT_TRUE(decision.kill.empty());  // it is gone already
+}
+
+TEST(SupervisorPolicyTest, AWorkerThatDidNotDeclareMeansRestartAll) {
+  common::FakeClock clock;
+  SupervisorPolicy policy({.num_workers = 2}, clock);
+  policy.OnInPlaceDeclared(0);  // rank 1 is, say, a Python script
+  policy.OnExit(0, ExitStatus::Exited(1));
+  ASSERT_EQ(policy.Evaluate(), Verdict::kFailed);
+  RecoveryDecision decision = policy.DecideRecovery();
+  EXPECT_FALSE(decision.in_place);
+  EXPECT_TRUE(decision.replace.empty());
+}
+
+TEST(SupervisorPolicyTest, AHungDeclaredWorkerIsKilledAndReplaced) {
+  common::FakeClock clock;
+  SupervisorPolicy policy(
+      {.num_workers = 2, .worker_timeout = absl::Seconds(2)}, clock);
+  policy.OnInPlaceDeclared(0);
+  policy.OnInPlaceDeclared(1);
+  policy.OnProgress(0);
+  policy.OnProgress(1);
+  clock.Advance(absl::Seconds(1));
+  policy.OnProgress(1);
+  clock.Advance(absl::Seconds(1));
+  ASSERT_EQ(policy.Evaluate(), Verdict::kFailed);
+  RecoveryDecision decision = policy.DecideRecovery();
+  EXPECT_TRUE(decision.in_place);
+  EXPECT_EQ(decision.replace, std::vector<int>{0});
+  EXPECT_EQ(decision.kill, std::vector<int>{0});
+}
+
+TEST(SupervisorPolicyTest, AStoppedWorkerIsTheHangAndItsPeersAreKept) {
+  common::FakeClock clock;
+  SupervisorPolicy policy(
+      {.num_workers = 3, .worker_timeout = absl::Seconds(2)}, clock);
+  for (int i = 0; i < 3; ++i) {
+    policy.OnInPlaceDeclared(i);
+    policy.OnProgress(i);
+  }
+  // Rank 1 is stopped; 0 and 2 then wait for it in a collective: all three
+  // go silent together.
+  clock.Advance(absl::Seconds(2));
+  ASSERT_EQ(policy.Evaluate(), Verdict::kFailed);
+  ASSERT_EQ(policy.failures().size(), 3u);
+  policy.OnStopped(1);
+  RecoveryDecision decision = policy.DecideRecovery();
+  EXPECT_TRUE(decision.in_place);
+  EXPECT_EQ(decision.replace, std::vector<int>{1});
+  EXPECT_EQ(decision.kill, std::vector<int>{1});
+}
+
+TEST(SupervisorPolicyTest, SilentWorkersWithNoneStoppedAreAllReplaced) {
+  common::FakeClock clock;
+  SupervisorPolicy policy(
+      {.num_workers = 2, .worker_timeout = absl::Seconds(2)}, clock);
+  for (int i = 0; i < 2; ++i) {
+    policy.OnInPlaceDeclared(i);
+    policy.OnProgress(i);
+  }
+  clock.Advance(absl::Seconds(2));
+  ASSERT_EQ(policy.Evaluate(), Verdict::kFailed);
+  RecoveryDecision decision = policy.DecideRecovery();
+  EXPECT_TRUE(decision.in_place);
+  EXPECT_EQ(decision.replace, (std::vector<int>{0, 1}));
+  EXPECT_EQ(decision.kill, (std::vector<int>{0, 1}));
+}
+
+TEST(SupervisorPolicyTest, AWorkerThatFinishedMeansRestartAll) {
+  common::FakeClock clock;
+  SupervisorPolicy policy({.num_workers = 2}, clock);
+  policy.OnInPlaceDeclared(0);
+  policy.OnInPlaceDeclared(1);
+  policy.OnExit(0, ExitStatus::Exited(0));
+  policy.OnExit(1, ExitStatus::Exited(2));
+  ASSERT_EQ(policy.Evaluate(), Verdict::kFailed);
+  EXPECT_FALSE(policy.DecideRecovery().in_place);
+}
+
+TEST(SupervisorPolicyTest, AnotherNodesFailureKeepsEveryDeclaredWorker) {
+  common::FakeClock clock;
+  // Declarations carry over from the previous round of the same processes.
+  SupervisorPolicy policy({.num_workers = 2, .in_place = {true, true}}, clock);
+  EXPECT_EQ(policy.Evaluate(), Verdict::kRunning);
+  RecoveryDecision decision = policy.DecideRecovery();
+  EXPECT_TRUE(decision.in_place);
+  EXPECT_TRUE(decision.replace.empty());
+  EXPECT_EQ(policy.in_place_declared(), (std::vector<bool>{true, true}));
 }
 
 }  // namespace

@@ -37,7 +37,7 @@ TEST(WorkerEnvTest, ReadsWhatDdprunSets) {
                    {"DDPRUN_STORE_ENDPOINT", "10.0.0.9:29400"},
                    {"DDPRUN_STORE_RUN_ID", "job"}, {"DDPRUN_ROUND", "7"},
                    {"DDPRUN_LOCAL_ADDR", "10.0.0.2"}, {"DDPRUN_TOKEN", "secret"},
-                   {"DDPRUN_PROGRESS_FD", "9"}});
+                   {"DDPRUN_PROGRESS_FD", "9"}, {"DDPRUN_CONTROL_FD", "11"}});
   ASSERT_TRUE(env.ok()) << env.status();
   EXPECT_EQ(env->rank, 3);
   EXPECT_EQ(env->local_rank, 1);
@@ -52,6 +52,7 @@ TEST(WorkerEnvTest, ReadsWhatDdprunSets) {
   EXPECT_EQ(env->local_addr, "10.0.0.2");
   EXPECT_EQ(env->credentials.token, "secret");
   EXPECT_EQ(env->progress_fd, 9);
+  EXPECT_EQ(env->control_fd, 11);
 }
 
 TEST(WorkerEnvTest, BadValuesNameTheVariable) {

@@ -1,0 +1,142 @@
+// worker/recovery.h's Membership against a real pipe, as the agent writes
+// it (one JSON environment per line on DDPRUN_CONTROL_FD): the new round
+// arrives, aborts the collective in flight, and comes back as a WorkerEnv.
+#include "worker/recovery.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+
+#include "absl/status/status.h"
+#include "gtest/gtest.h"
+#include "tests/testing/wait_for.h"
+#include "worker/collective_abort.h"
+
+namespace ddprun::worker {
+namespace {
+
+// A pipe whose ends close with the test.
+struct Pipe {
+  Pipe() { EXPECT_EQ(pipe2(fds, O_CLOEXEC), 0); }
+  ~Pipe() {
+    CloseWrite();
+    if (fds[0] >= 0) close(fds[0]);
+  }
+  void CloseWrite() {
+    if (fds[1] >= 0) close(fds[1]);
+    fds[1] = -1;
+  }
+  void Write(const std::string& s) {
+    ASSERT_EQ(write(fds[1], s.data(), s.size()),
+              static_cast<ssize_t>(s.size()));
+  }
+  int fds[2] = {-1, -1};
+};
+
+WorkerEnv UnderDdprun(int control_fd, int progress_fd) {
+  WorkerEnv env;
+  env.control_fd = control_fd;
+  env.progress_fd = progress_fd;
+  return env;
+}
+
+TEST(MembershipTest, WithoutAControlChannelNothingEverChanges) {
+  auto m = Membership::Start(WorkerEnv{});
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_FALSE((*m)->enabled());
+  EXPECT_FALSE((*m)->changed());
+  absl::StatusOr<WorkerEnv> next =
+      (*m)->NextRound(absl::UnavailableError("peer gone"));
+  EXPECT_EQ(next.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(next.status().message().find("peer gone"), std::string::npos);
+}
+
+TEST(MembershipTest, DeclaresInPlaceAndDeliversTheNextRound) {
+  Pipe control, progress;
+  auto m = Membership::Start(UnderDdprun(control.fds[0], progress.fds[1]));
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_TRUE((*m)->enabled());
+  // The agent's progress reader looks for this line.
+  char buffer[16] = {};
+  ASSERT_EQ(read(progress.fds[0], buffer, sizeof(buffer)), 8);
+  EXPECT_EQ(std::string(buffer, 8), "inplace\n");
+
+  EXPECT_FALSE((*m)->changed());
+  ClearCollectiveAbort();
+  control.Write(
+      "{\"RANK\":\"2\",\"WORLD_SIZE\":\"3\",\"LOCAL_RANK\":\"0\","
+      "\"LOCAL_WORLD_SIZE\":\"1\",\"DDPRUN_ROUND\":\"7\","
+      "\"DDPRUN_STORE_ENDPOINT\":\"127.0.0.1:1\"}\n");
+  ASSERT_TRUE(testing::WaitFor([&] { return (*m)->changed(); },
+                               absl::Seconds(30)));
+  // The shared-memory allreduce's waits end at once.
+  EXPECT_TRUE(CollectiveAbortRequested());
+  absl::StatusOr<WorkerEnv> next = (*m)->NextRound(absl::OkStatus());
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(next->rank, 2);
+  EXPECT_EQ(next->world_size, 3);
+  EXPECT_EQ(next->round, 7);
+  EXPECT_FALSE((*m)->changed());
+  EXPECT_FALSE(CollectiveAbortRequested());
+}
+
+TEST(MembershipTest, OnlyTheNewestOfSeveralRoundsCounts) {
+  Pipe control;
+  auto m = Membership::Start(UnderDdprun(control.fds[0], -1));
+  ASSERT_TRUE(m.ok()) << m.status();
+  control.Write("{\"DDPRUN_ROUND\":\"3\"}\n{\"DDPRUN_ROUND\":\"4\"}\n");
+  ASSERT_TRUE(testing::WaitFor([&] { return (*m)->changed(); },
+                               absl::Seconds(30)));
+  // Both lines were written at once; give the watcher the second too.
+  absl::StatusOr<WorkerEnv> next;
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        next = (*m)->NextRound(absl::OkStatus());
+        return next.ok() && next->round == 4;
+      },
+      absl::Seconds(30)))
+      << next.status();
+}
+
+TEST(MembershipTest, NoRoundWithinTheTimeoutReturnsTheCause) {
+  Pipe control;
+  MembershipOptions options;
+  options.round_timeout = std::chrono::milliseconds(50);
+  auto m = Membership::Start(UnderDdprun(control.fds[0], -1), options);
+  ASSERT_TRUE(m.ok()) << m.status();
+  absl::StatusOr<WorkerEnv> next =
+      (*m)->NextRound(absl::InternalError("allreduce failed"));
+  EXPECT_EQ(next.status().code(), absl::StatusCode::kInternal);
+  EXPECT_NE(next.status().message().find("allreduce failed"),
+            std::string::npos);
+  EXPECT_NE(next.status().message().find("no next round"), std::string::npos);
+}
+
+TEST(MembershipTest, TheAgentClosingTheChannelEndsTheWait) {
+  Pipe control;
+  auto m = Membership::Start(UnderDdprun(control.fds[0], -1));
+  ASSERT_TRUE(m.ok()) << m.status();
+  control.CloseWrite();
+  absl::StatusOr<WorkerEnv> next = (*m)->NextRound(absl::OkStatus());
+  EXPECT_FALSE(next.ok());
+  EXPECT_NE(next.status().message().find("DDPRUN_CONTROL_FD"),
+            std::string::npos)
+      << next.status();
+}
+
+TEST(MembershipTest, AMalformedRoundIsAClearError) {
+  Pipe control;
+  auto m = Membership::Start(UnderDdprun(control.fds[0], -1));
+  ASSERT_TRUE(m.ok()) << m.status();
+  control.Write("{\"RANK\": 3\n");
+  absl::StatusOr<WorkerEnv> next = (*m)->NextRound(absl::OkStatus());
+  EXPECT_EQ(next.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(next.status().message().find("not a JSON object of strings"),
+            std::string::npos)
+      << next.status();
+}
+
+}  // namespace
+}  // namespace ddprun::worker

@@ -1,0 +1,203 @@
+#include "worker/recovery.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <map>
+#include <utility>
+
+#include <ATen/ATen.h>
+
+#include "absl/strings/str_format.h"
+#include "common/worker_env.h"
+#include "spdlog/spdlog.h"
+#include "worker/collective_abort.h"
+#include "worker/error_file.h"
+#include "worker/standby.h"
+
+namespace ddprun::worker {
+namespace env = ::ddprun::common::env;
+namespace {
+
+// What the agent's progress-channel reader looks for
+// (launcher/posix/progress_channel.cc): this program recovers in place.
+constexpr char kInPlaceDeclaration[] = "inplace\n";
+
+void WriteDeclaration(int progress_fd) {
+  if (progress_fd < 0) return;
+  ssize_t n;
+  do {
+    n = write(progress_fd, kInPlaceDeclaration,
+              sizeof(kInPlaceDeclaration) - 1);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) {
+    spdlog::warn("cannot tell ddprun that this worker recovers in place ({}): "
+                 "a failure restarts every worker",
+                 strerror(errno));
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Membership>> Membership::Start(
+    const WorkerEnv& env, const MembershipOptions& options) {
+  std::unique_ptr<Membership> m(new Membership(env.control_fd, options));
+  if (!m->enabled()) return m;
+  if (pipe2(m->wake_, O_CLOEXEC) != 0) {
+    return absl::InternalError(absl::StrFormat(
+        "in-place recovery: cannot make a pipe: %s", strerror(errno)));
+  }
+  m->watcher_ = std::thread([p = m.get()] { p->Watch(); });
+  WriteDeclaration(env.progress_fd);
+  return m;
+}
+
+Membership::Membership(int control_fd, MembershipOptions options)
+    : control_fd_(control_fd), options_(options) {}
+
+Membership::~Membership() {
+  if (watcher_.joinable()) {
+    char byte = 0;
+    (void)!write(wake_[1], &byte, 1);
+    watcher_.join();
+  }
+  for (int fd : wake_) {
+    if (fd >= 0) close(fd);
+  }
+}
+
+void Membership::Watch() {
+  std::string buffer;
+  char chunk[16384];
+  while (true) {
+    struct pollfd fds[2] = {{control_fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
+    int ready = poll(fds, 2, -1);
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready < 0 || (fds[1].revents & POLLIN) != 0) return;
+    ssize_t n = read(control_fd_, chunk, sizeof(chunk));
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (n <= 0) {
+      absl::MutexLock lock(&mu_);
+      closed_ = true;
+      if (n < 0) channel_error_ = strerror(errno);
+      return;
+    }
+    buffer.append(chunk, static_cast<size_t>(n));
+    size_t newline;
+    while ((newline = buffer.find('\n')) != std::string::npos) {
+      std::string line = buffer.substr(0, newline);
+      buffer.erase(0, newline + 1);
+      if (line.empty()) continue;
+      {
+        absl::MutexLock lock(&mu_);
+        rounds_.push_back(std::move(line));
+      }
+      pending_.store(true);
+      RequestCollectiveAbort();
+    }
+  }
+}
+
+absl::StatusOr<WorkerEnv> Membership::NextRound(const absl::Status& cause) {
+  auto failed = [&](const std::string& why) {
+    if (!cause.ok()) {
+      return absl::Status(cause.code(),
+                          absl::StrFormat("%s (and %s)", cause.message(), why));
+    }
+    return absl::UnavailableError(why);
+  };
+  if (!enabled()) return failed("no in-place recovery without ddprun");
+  std::string json;
+  {
+    absl::MutexLock lock(&mu_);
+    auto arrived = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+      return !rounds_.empty() || closed_;
+    };
+    mu_.AwaitWithTimeout(absl::Condition(&arrived),
+                         absl::FromChrono(options_.round_timeout));
+    if (rounds_.empty()) {
+      return failed(closed_ ? absl::StrFormat(
+                                  "ddprun closed %s%s%s: no next round",
+                                  env::kControlFd,
+                                  channel_error_.empty() ? "" : ": ",
+                                  channel_error_)
+                            : absl::StrFormat(
+                                  "no next round from ddprun within %d ms",
+                                  options_.round_timeout.count()));
+    }
+    // Only the newest round counts: rounds that formed while this worker
+    // was busy are already over.
+    json = std::move(rounds_.back());
+    rounds_.clear();
+    pending_.store(false);
+    ClearCollectiveAbort();
+  }
+  absl::StatusOr<std::vector<std::pair<std::string, std::string>>> vars =
+      ParseEnvJson(json);
+  if (!vars.ok()) return vars.status();
+  std::map<std::string, std::string> lookup_map(vars->begin(), vars->end());
+  absl::StatusOr<WorkerEnv> next = ReadWorkerEnvFrom(
+      [&lookup_map](const char* name) -> std::optional<std::string> {
+        auto it = lookup_map.find(name);
+        if (it == lookup_map.end()) return std::nullopt;
+        return it->second;
+      });
+  if (!next.ok()) return next.status();
+  if (!next->error_file.empty()) InstallErrorFileHandlers(next->error_file);
+  return next;
+}
+
+absl::StatusOr<int> SyncFromSurvivor(const ProcessGroup& group, bool has_state,
+                                     int64_t version,
+                                     std::vector<int64_t>& record,
+                                     const std::vector<at::Tensor>& tensors) {
+  if (!group.collectives) return has_state ? group.rank : -1;
+  const int64_t world = group.world_size;
+  // One allreduce(max) of a key that orders (has state, version, -rank).
+  const int64_t key =
+      has_state ? std::max<int64_t>(version, 0) * world + (world - 1 - group.rank)
+                : -1;
+  std::vector<at::Tensor> keys = {
+      at::tensor({key}, at::kLong).to(group.device)};
+  ::c10d::AllreduceOptions max;
+  max.reduceOp = ::c10d::ReduceOp::MAX;
+  group.collectives->allreduce(keys, max)->wait();
+  const int64_t best = keys[0].cpu().item<int64_t>();
+  if (best < 0) return -1;
+  const int source = static_cast<int>(world - 1 - best % world);
+
+  ::c10d::BroadcastOptions from_source;
+  from_source.rootRank = source;
+  std::vector<at::Tensor> size = {
+      at::tensor({static_cast<int64_t>(record.size())}, at::kLong)
+          .to(group.device)};
+  group.collectives->broadcast(size, from_source)->wait();
+  const int64_t n = size[0].cpu().item<int64_t>();
+  if (n > 0) {
+    std::vector<int64_t> padded = record;
+    padded.resize(n, 0);
+    std::vector<at::Tensor> values = {
+        at::tensor(padded, at::kLong).to(group.device)};
+    group.collectives->broadcast(values, from_source)->wait();
+    at::Tensor on_host = values[0].cpu();
+    const int64_t* v = on_host.data_ptr<int64_t>();
+    record.assign(v, v + n);
+  } else {
+    record.clear();
+  }
+  if (!tensors.empty()) {
+    at::NoGradGuard no_grad;
+    std::vector<at::Tensor> all;
+    for (const at::Tensor& t : tensors) all.push_back(t.detach());
+    for (at::Tensor& t : all) {
+      std::vector<at::Tensor> one = {t};
+      group.collectives->broadcast(one, from_source)->wait();
+    }
+  }
+  return source;
+}
+
+}  // namespace ddprun::worker
