@@ -18,6 +18,9 @@
 #   DDPRUN_CI_CACHE   the cache folder [/var/cache/ddprun-ci]
 #   DDPRUN_CI_MIRROR  the Debian mirror [the machine's apt source]
 #   DDPRUN_TEST_JOBS  ctest's parallelism in the cpu root [2]
+#   DDPRUN_BUILD_JOBS ninja's parallelism in the cpu root [3]
+#   DDPRUN_CI_ROOTS_ONLY=1  make or update the roots, build and test nothing
+#                     (how the README's cold figures time the roots alone)
 set -euo pipefail
 src="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cache=${DDPRUN_CI_CACHE:-/var/cache/ddprun-ci}
@@ -267,6 +270,7 @@ check_one_gloo() {
 # /src and the build at /build, so a fresh clone's build hits the cache.
 run_cpu() {
   ensure_root trixie-cpu cpu_packages install_cpu
+  [[ -z ${DDPRUN_CI_ROOTS_ONLY:-} ]] || return 0
   local r=$cache/trixie-cpu b=/build
   enter "$r"
   log "cpu: $(in_root "$r" dpkg-query -W -f='libtorch-dev ${Version}, ' libtorch-dev)$(in_root "$r" dpkg-query -W -f='python3-torch ${Version}' python3-torch)"
@@ -316,6 +320,7 @@ run_cpu() {
 # --- cuda: compile and link against the CUDA LibTorch 2.6 and NCCL -------------
 run_cuda() {
   ensure_root trixie-cuda cuda_packages install_cuda
+  [[ -z ${DDPRUN_CI_ROOTS_ONLY:-} ]] || return 0
   local r=$cache/trixie-cuda
   enter "$r"
   log "cuda: $(in_root "$r" dpkg-query -W -f='libtorch-cuda-dev ${Version}, ' libtorch-cuda-dev)$(in_root "$r" dpkg-query -W -f='libnccl-dev ${Version}' libnccl-dev)"
