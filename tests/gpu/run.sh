@@ -101,8 +101,8 @@ with Debian's gRPC/absl; use PyTorch >= 2.7 or a cxx11-abi LibTorch via LIBTORCH
 fi
 # pip's NCCL keeps nccl.h in its Python package (nvidia/nccl/include).
 nccl_include=$("$PYTHON" -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "include"))' 2>/dev/null || true)
-# PREPARE_ONLY=1: configure and build only, CUDA not required (how
-# tests/gpu/test_carry.sh checks the carried folder on a machine without GPU).
+# PREPARE_ONLY=1: configure and build only; CPU_ONLY=1: the steps that need
+# no CUDA (tests/gpu/test_carry.sh, on a machine without GPU).
 prepare_only=${PREPARE_ONLY:-}
 cpu_only=${CPU_ONLY:-}
 [ -n "$prepare_only$cpu_only" ] || command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] ||

@@ -54,13 +54,6 @@ if [[ $(cat "$r/etc/ddprun-carry-root" 2>/dev/null) != "$stamp" ]]; then
   # Headers, compilers and tools the carry brings; libtorch-dev pulls some in.
   # shellcheck disable=SC2086
   in_root dpkg --purge --force-depends $removed >>"$log" 2>&1 || true
-  # A wheel keeps LibTorch's CMake config under the package, where
-  # torch.utils.cmake_prefix_path points.
-  prefix=$(in_root python3 -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null |
-    tail -n 1)
-  [[ $prefix == /* ]] || fail "python3 -c 'import torch' in $r: no cmake_prefix_path"
-  mkdir -p "$r$prefix"
-  ln -sfn /usr/lib/x86_64-linux-gnu/cmake/Torch "$r$prefix/Torch"
   in_root apt-get clean
   umount "$r/proc"
   echo "$stamp" >"$r/etc/ddprun-carry-root"
@@ -72,6 +65,16 @@ for pkg in libgrpc++-dev libabsl-dev libspdlog-dev libcli11-dev libgtest-dev \
 done
 mkdir -p "$r/proc" "$r/src" "$r/carry"
 mount -t proc proc "$r/proc"
+# A wheel keeps LibTorch's CMake config under the package, where
+# torch.utils.cmake_prefix_path points: a config there that includes
+# Debian's (which finds its files relative to where it lies).
+prefix=$(in_root python3 -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null |
+  tail -n 1)
+[[ $prefix == /* ]] || fail "python3 -c 'import torch' in $r: no cmake_prefix_path"
+rm -rf "$r$prefix/Torch"
+mkdir -p "$r$prefix/Torch"
+echo 'include("/usr/lib/x86_64-linux-gnu/cmake/Torch/TorchConfig.cmake")' \
+  >"$r$prefix/Torch/TorchConfig.cmake"
 mount --bind "$src" "$r/src"
 mount --bind "$carry" "$r/carry"
 mode=CPU_ONLY=1
