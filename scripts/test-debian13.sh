@@ -19,6 +19,8 @@
 #   DDPRUN_CI_MIRROR  the Debian mirror [the machine's apt source]
 #   DDPRUN_TEST_JOBS  ctest's parallelism in the cpu root [2]
 #   DDPRUN_BUILD_JOBS ninja's parallelism in the cpu root [3]
+#   DDPRUN_CPU_BUILD_LIMIT, DDPRUN_CPU_TEST_LIMIT  the cpu stage's bounds on
+#                     its build and its ctest, in seconds [3600, 2400]
 #   DDPRUN_CI_ROOTS_ONLY=1  make or update the roots, build and test nothing
 #                     (how the README's cold figures time the roots alone)
 set -euo pipefail
@@ -298,7 +300,7 @@ run_cpu() {
   done
   ((${#targets[@]})) || fail "cpu: ninja listed nothing under the target all"
   in_root "$r" ccache -z >/dev/null
-  bounded 3000 "cpu: build (${#targets[@]} targets, benchmarks left out)" "$cache/logs/cpu-build.log" \
+  bounded "${DDPRUN_CPU_BUILD_LIMIT:-3600}" "cpu: build (${#targets[@]} targets, benchmarks left out)" "$cache/logs/cpu-build.log" \
     "${cmd[@]}" ninja -C "$b" -j "${DDPRUN_BUILD_JOBS:-3}" "${targets[@]}"
   check_one_gloo "$r" cpu "$b/mnist/ddprun-mnist" "$b/tests/worker/pg_helper" \
     "$b/tests/worker/worker_store_test"
