@@ -119,6 +119,9 @@ trap unmount_all EXIT
 # cache (kept across rebuilds of a root).
 enter() {  # enter ROOT
   local r=$1
+  # The root a mount point of its own: `ip netns exec` (the network-namespace
+  # tests) remounts / and fails with EINVAL in a plain directory.
+  mount_in "$r" "" --bind "$r"
   mount_in "$r" /proc -t proc proc
   mount_in "$r" /sys --rbind /sys
   mount_in "$r" /dev --rbind /dev
