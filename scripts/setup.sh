@@ -32,6 +32,8 @@ packages=(
   # deploy/: a one-node Slurm cluster for the sbatch test, the HTTP server
   # behind /metrics, YAML parsing for the manifest lints, systemd-analyze.
   slurm-wlm munge libcpp-httplib-dev python3-yaml systemd
+  # file: CPack reads the programs with it for dpkg-shlibdeps (the .deb test).
+  file
   # kubectl: the Kubernetes lints build every kustomization with it.
   kubernetes-client
 )

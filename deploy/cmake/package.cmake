@@ -29,16 +29,16 @@ if(DDPRUN_DEB_SHLIBDEPS)
 else()
   set(CPACK_DEBIAN_RUNTIME_PACKAGE_DEPENDS
     "libgrpc++1.51, libgrpc29, libprotobuf32, libabsl20220623, libspdlog1.10, libfmt9, zlib1g, libcpp-httplib0.11")
-  # DirectAllreduce built on LibTorch's shared libgloo (worker/CMakeLists.txt).
-  if(DDPRUN_GLOO_LIBRARY)
-    string(APPEND CPACK_DEBIAN_RUNTIME_PACKAGE_DEPENDS ", libgloo0")
-  endif()
+  # No libgloo: ddprun's programs use only LibTorch's own Gloo (one Gloo per
+  # process), which comes with LibTorch.
 endif()
 # OpenBLAS makes LibTorch ~10x faster than the reference BLAS (TOOLCHAIN.md).
 set(CPACK_DEBIAN_RUNTIME_PACKAGE_RECOMMENDS "libopenblas0-openmp")
 set(CPACK_DEBIAN_RUNTIME_PACKAGE_SUGGESTS "slurm-client, python3-torch")
-# What find_package(ddp) needs to find (ddpConfig.cmake's find_dependency).
+# What find_package(ddp) needs to find (ddpConfig.cmake's find_dependency):
+# LibTorch with the headers of the Gloo it links (Debian's CPU or CUDA
+# build; each conflicts with the other, so a system holds one Gloo).
 set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS
-  "ddprun (= ${PROJECT_VERSION}), libtorch-dev, libgloo-dev, libgrpc++-dev, libprotobuf-dev, protobuf-compiler-grpc, libabsl-dev, libspdlog-dev, cmake")
+  "ddprun (= ${PROJECT_VERSION}), libtorch-dev | libtorch-cuda-dev, libgloo-dev | libgloo-cuda-dev, libgrpc++-dev, libprotobuf-dev, protobuf-compiler-grpc, libabsl-dev, libspdlog-dev, cmake")
 set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
 include(CPack)

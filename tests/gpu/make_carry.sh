@@ -59,6 +59,21 @@ while IFS= read -r pc; do
   sed -i "s|^prefix=/usr\$|prefix=\${pcfiledir}/$rel|; s|=/usr/|=\${pcfiledir}/$rel/|" "$pc"
 done < <(find "$out/root" -name '*.pc')
 ln -sf pkgconf "$out/root/usr/bin/pkg-config"
+# Debian 12 keeps a few libraries in /lib (zlib): merge them into /usr/lib as
+# a merged-/usr system does, and point absolute links (libz.so ->
+# /lib/.../libz.so.1.2.13) at the carried file, relative to the link: they
+# would otherwise name the build machine's files, or none.
+if [[ -d $out/root/lib ]]; then
+  cp -a "$out/root/lib/." "$out/root/usr/lib/"
+  rm -rf "$out/root/lib"
+fi
+while IFS= read -r link; do
+  target=$(readlink "$link")
+  [[ $target == /* ]] || continue
+  inside=$out/root/usr${target#/usr}
+  [[ -e $inside ]] || fail "$link points to $target, which the carry does not hold"
+  ln -sfn "$(realpath --relative-to="$(dirname "$link")" "$inside")" "$link"
+done < <(find "$out/root" -type l)
 for f in "$mnist"/*-ubyte; do gzip -9 -c "$f" >"$out/mnist/$(basename "$f").gz"; done
 # The newest glibc symbol version any carried ELF file needs.
 find "$out/root" -type f \( -name '*.so*' -o -path '*/bin/*' \) -exec \

@@ -19,7 +19,11 @@
 # Every step has a time limit; all of it stays within TIME_LIMIT seconds
 # (default 460: a device call may run 8 minutes).
 # Usage: tests/gpu/run.sh   (env: PYTHON, LIBTORCH_DIR, CARRY_DIR, BUILD_DIR,
-#                             DATA_DIR, TIME_LIMIT, BUILD_LIMIT, JOBS, PREPARE_ONLY)
+#                             DATA_DIR, TIME_LIMIT, BUILD_LIMIT, JOBS, PREPARE_ONLY,
+#                             CPU_ONLY)
+# Where no GPU is (tests/gpu/test_carry.sh): PREPARE_ONLY=1 stops after the
+# build; CPU_ONLY=1 leaves out only what needs CUDA: steps 1 and 3 run on
+# Gloo in a world of one (the store path still forced), 2 and 4 are skipped.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
@@ -88,7 +92,8 @@ else
   torch_prefix=$("$PYTHON" -c 'import torch; print(torch.utils.cmake_prefix_path)') ||
     fail "$PYTHON cannot import torch; install a CUDA PyTorch or set LIBTORCH_DIR"
   cuda=$("$PYTHON" -c 'import torch; print(torch.version.cuda or "")')
-  [ -n "$cuda" ] || fail "the PyTorch of $PYTHON has no CUDA"
+  [ -n "$cuda" ] || [ -n "${CPU_ONLY:-}${PREPARE_ONLY:-}" ] ||
+    fail "the PyTorch of $PYTHON has no CUDA"
   abi=$("$PYTHON" -c 'import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))')
   # gRPC, absl and spdlog from Debian use the C++11 ABI; so must LibTorch.
   [ "$abi" = 1 ] || fail "this PyTorch uses the pre-C++11 ABI and cannot link \
@@ -96,10 +101,11 @@ with Debian's gRPC/absl; use PyTorch >= 2.7 or a cxx11-abi LibTorch via LIBTORCH
 fi
 # pip's NCCL keeps nccl.h in its Python package (nvidia/nccl/include).
 nccl_include=$("$PYTHON" -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "include"))' 2>/dev/null || true)
-# PREPARE_ONLY=1: configure and build only, CUDA not required (how
-# tests/gpu/test_carry.sh checks the carried folder on a machine without GPU).
+# PREPARE_ONLY=1: configure and build only; CPU_ONLY=1: the steps that need
+# no CUDA (tests/gpu/test_carry.sh, on a machine without GPU).
 prepare_only=${PREPARE_ONLY:-}
-[ -n "$prepare_only" ] || command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] ||
+cpu_only=${CPU_ONLY:-}
+[ -n "$prepare_only$cpu_only" ] || command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] ||
   fail "LibTorch's CMake config needs the CUDA toolkit (nvcc); install it under /usr/local/cuda"
 export PATH=$PATH:/usr/local/cuda/bin
 
@@ -110,7 +116,7 @@ prefix_path=$(IFS=';'; echo "$torch_prefix${cmake_prefix[*]:+;${cmake_prefix[*]}
   -DCMAKE_CXX_FLAGS="$carry_flags" -DCMAKE_C_FLAGS="$carry_flags" \
   ${nccl_include:+-DDDPRUN_NCCL_INCLUDE_DIR="$nccl_include"} >"$work/cmake.log" 2>&1 ||
   { tail -30 "$work/cmake.log"; fail "cmake"; }
-[ -n "$prepare_only" ] || grep -q 'nccl_group.cc' "$BUILD/build.ninja" ||
+[ -n "$prepare_only$cpu_only" ] || grep -q 'nccl_group.cc' "$BUILD/build.ninja" ||
   fail "configured without NCCL: this LibTorch has no torch_cuda target"
 build_limit=${BUILD_LIMIT:-300}
 "${carry_env[@]}" timeout "$build_limit" ninja -C "$BUILD" ${JOBS:+-j "$JOBS"} \
@@ -127,10 +133,16 @@ if [ -n "$prepare_only" ]; then
 fi
 
 # --- the GPU steps ---------------------------------------------------------------
-command -v nvidia-smi >/dev/null || fail "nvidia-smi not found: this needs an NVIDIA GPU"
-gpus=$(nvidia-smi -L | grep -c '^GPU' || true)
-[ "$gpus" -ge 1 ] || fail "no GPU visible (nvidia-smi -L lists none)"
-echo "$(nvidia-smi -L | head -n 1), $gpus GPU(s)"
+backend=nccl
+if [ -n "$cpu_only" ]; then
+  backend=gloo gpus=1
+  echo "CPU_ONLY: Gloo in a world of one; the CUDA steps (2, 4) are skipped"
+else
+  command -v nvidia-smi >/dev/null || fail "nvidia-smi not found: this needs an NVIDIA GPU"
+  gpus=$(nvidia-smi -L | grep -c '^GPU' || true)
+  [ "$gpus" -ge 1 ] || fail "no GPU visible (nvidia-smi -L lists none)"
+  echo "$(nvidia-smi -L | head -n 1), $gpus GPU(s)"
+fi
 
 # A rendezvous server for the ranks' store; its first line names the port.
 "${carry_env[@]}" "$BUILD/rendezvous/ddprun-rendezvous" --port 0 >"$work/rdzv.out" 2>"$work/rdzv.err" &
@@ -181,15 +193,17 @@ sys.exit(0 if s["test_accuracy"] > float(sys.argv[2]) else 1)
 PY
 }
 
-step "1. NCCL, $gpus rank(s), one per GPU, through the gRPC store"
-PG_HELPER_BACKEND=nccl PG_HELPER_EXPECT_STORE=1 run_ranks "$gpus" nccl-pg 120 "$helper" ||
-  fail "NCCL through the gRPC store"
+step "1. $backend, $gpus rank(s), one per GPU, through the gRPC store"
+PG_HELPER_BACKEND=$backend PG_HELPER_EXPECT_STORE=1 run_ranks "$gpus" nccl-pg 120 "$helper" ||
+  fail "$backend through the gRPC store"
 cat "$work"/nccl-pg.*.out
 
 common=(--data-dir "$DATA" --epochs 100 --max-steps 20 --train-limit 2048
         --test-limit 1000 --seed 3 --lr 0.05 --no-progress)
 step "2. DDP equivalence on CUDA"
-if [ "$gpus" -ge 2 ]; then
+if [ -n "$cpu_only" ]; then
+  echo "skipped (CPU_ONLY)"
+elif [ "$gpus" -ge 2 ]; then
   n=2
   for m in 8 4; do [ "$gpus" -ge "$m" ] && { n=$m; break; }; done
   "${carry_env[@]}" timeout 120 "$mnist" "${common[@]}" --backend nccl --batch-size 64 \
@@ -206,11 +220,16 @@ else
 fi
 
 step "3. one full MNIST epoch on $gpus GPU(s)"
-run_ranks "$gpus" nccl-epoch 120 "$mnist" --data-dir "$DATA" --epochs 1 --backend nccl \
+run_ranks "$gpus" nccl-epoch "${EPOCH_LIMIT:-120}" "$mnist" --data-dir "$DATA" --epochs 1 --backend "$backend" \
   --no-progress --save "" --summary-json "$work/epoch.json" || fail "one epoch"
 summary "$work/epoch.json" 0.85 || fail "accuracy after one epoch"
 
 step "4. the seed's run (10 epochs) on $gpus GPU(s)"
+if [ -n "$cpu_only" ]; then
+  echo "skipped (CPU_ONLY)"
+  step "tests/gpu/run.sh: all checks but the CUDA ones passed (CPU_ONLY)"
+  exit 0
+fi
 run_ranks "$gpus" nccl-seed 240 "$mnist" --data-dir "$DATA" --backend nccl \
   --no-progress --save "" --summary-json "$work/seed.json" || fail "10 epochs"
 summary "$work/seed.json" 0.92 || fail "accuracy after 10 epochs"

@@ -9,12 +9,14 @@
 //   master;
 // - a job's round never goes back;
 // - the store answers a parked Get with the value its key holds.
+#include <cstdint>
 #include <map>
 #include <random>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/clock.h"
@@ -261,11 +263,18 @@ class Driver {
         EXPECT_TRUE(
             store_.Set(scope, key, absl::StrCat(Pick(100)), &done).ok());
         break;
-      case 1:
-        store_.Add(scope, key, Pick(5), &done);
+      // Every value the fuzz writes is a number and every scope it picks
+      // is live, so these succeed too (the results are [[nodiscard]]).
+      case 1: {
+        absl::StatusOr<int64_t> sum = store_.Add(scope, key, Pick(5), &done);
+        EXPECT_TRUE(sum.ok()) << sum.status();
         break;
-      case 2:
-        store_.CompareSet(scope, key, Pick(2) ? "" : "1", "2", &done);
+      }
+      case 2: {
+        absl::StatusOr<std::string> now =
+            store_.CompareSet(scope, key, Pick(2) ? "" : "1", "2", &done);
+        EXPECT_TRUE(now.ok()) << now.status();
+      }
     }
     AbsorbStore(std::move(done), &scope);
   }

@@ -44,6 +44,29 @@ TEST(GlooThroughGrpcStoreTest, TwoProcessesAllreduceAndBroadcast) {
   }
 }
 
+// What tests/gpu/run.sh's first step does on one GPU, with Gloo: a world of
+// one given a store endpoint builds its group on the rendezvous's gRPC store
+// (not an in-process HashStore), and its collectives write keys there.
+TEST(GlooThroughGrpcStoreTest, AWorldOfOneUsesTheGrpcStore) {
+  auto server = rendezvous::Server::Start({.host = "127.0.0.1", .port = 0});
+  ASSERT_TRUE(server.ok()) << server.status();
+  TempDir dir;
+  SubprocessOptions options;
+  options.argv = {::ddprun::testing::BinaryPath("tests/worker/pg_helper")};
+  options.env = testing::WorkerEnvFor(0, 1, (*server)->endpoint(), "one");
+  options.env["PG_HELPER_EXPECT_STORE"] = "1";
+  options.stdout_path = dir.File("out");
+  options.stderr_path = dir.File("err");
+  auto child = Subprocess::Start(options);
+  ASSERT_TRUE(child.ok()) << child.status();
+  auto exit = child->Wait(absl::Seconds(60));
+  ASSERT_TRUE(exit.has_value()) << "a world of one did not finish";
+  EXPECT_TRUE(exit->ok()) << exit->ToString() << "\n"
+                          << ::ddprun::testing::ReadFileOrEmpty(dir.File("err"));
+  EXPECT_NE(::ddprun::testing::ReadFileOrEmpty(dir.File("out")).find("rank 0 ok"),
+            std::string::npos);
+}
+
 TEST(GlooThroughGrpcStoreTest, LonePeerFailsWithClearErrorInsteadOfHanging) {
   auto server = rendezvous::Server::Start({.host = "127.0.0.1", .port = 0});
   ASSERT_TRUE(server.ok()) << server.status();
