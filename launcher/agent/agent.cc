@@ -397,7 +397,7 @@ Agent::RoundEnd Agent::Supervise(const RunningRound& round) {
       case SupervisorPolicy::Verdict::kFailed: {
         const std::vector<pid_t> pids = round.group.pids();
         for (const LocalFailure& f : policy.failures()) {
-          if (f.cause == "hung" && control_.IsStopped(pids[f.local_rank])) {
+          if (f.cause == v1::FAILURE_CAUSE_HUNG && control_.IsStopped(pids[f.local_rank])) {
             policy.OnStopped(f.local_rank);
           }
         }
@@ -420,6 +420,9 @@ Agent::RoundEnd Agent::Supervise(const RunningRound& round) {
                      assignment.round());
         return RoundEnd::kInPlace;
       }
+      spdlog::info("round {} is over: stopping workers (grace {})",
+                   assignment.round(),
+                   absl::FormatDuration(options_.shutdown_grace));
       round.group.Stop(options_.shutdown_grace);
       return RoundEnd::kRejoin;
     }
@@ -484,7 +487,7 @@ Agent::RoundEnd Agent::OnWorkersFailedInPlace(const RunningRound& round,
     }
   }
   for (const LocalFailure& f : failures) {
-    if (f.cause == "hung") {
+    if (f.cause == v1::FAILURE_CAUSE_HUNG) {
       spdlog::warn(
           "worker rank {} (local {}) is hung: no progress for {} "
           "(--worker-timeout); killing it",
@@ -516,6 +519,8 @@ Agent::RoundEnd Agent::ContinueInPlace(v1::Assignment& assignment,
   }
   events_.TakeRejoin();  // news of the round just left
   assignment = *joined.assignment;
+  Remember(assignment);  // a restarted server learns this round, not the last
+  held_master_port_.reset();  // global rank 0 may bind it for the new group
   LogAssignment(assignment, n);
   std::vector<bool> replace(n, false);
   for (int local_rank : in_place_replace_) replace[local_rank] = true;

@@ -53,7 +53,7 @@ void HeartbeatLoop::Run() {
       if (absl::Now() - last_heard >= options_.timeout) {
         spdlog::error(
             "no heartbeat reached rendezvous {} for {} (heartbeat_timeout): "
-            "the server drops this node from round {}; stopping workers",
+            "the server drops this node from round {}",
             client_.endpoint(), absl::FormatDuration(absl::Now() - last_heard),
             options_.round);
         on_round_over_();
@@ -77,7 +77,7 @@ void HeartbeatLoop::Run() {
     // A job that succeeded elsewhere does not stop workers still running
     // here; they finish and Leave.
     if (response->rejoin() || response->state() == v1::JOB_STATE_FAILED) {
-      spdlog::info("round {} is over (job round now {}); stopping workers",
+      spdlog::info("round {} is over (job round now {})",
                    options_.round, response->round());
       on_round_over_();
       return;
