@@ -46,10 +46,15 @@ for f in ./usr/lib/systemd/system/ddprun-rendezvous.service \
   grep -qF " $f" <<<"$contents" ||
     { echo "$contents" >&2; fail "$f is not in $runtime"; }
 done
+# Every program the build made must be in the package (ddprun-mnist only
+# where LibTorch was found; the others always).
 programs=()
-for p in ddprun ddprun-rendezvous ddprun-mnist; do
-  [[ -x $build_dir/$(case $p in ddprun) echo launcher;; ddprun-rendezvous) echo rendezvous;; *) echo worker;; esac)/$p ]] &&
-    programs+=("$p")
+for built in launcher/ddprun rendezvous/ddprun-rendezvous mnist/ddprun-mnist; do
+  if [[ -x $build_dir/$built ]]; then
+    programs+=("$(basename "$built")")
+  elif [[ $built != mnist/* ]]; then
+    fail "$build_dir/$built was not built"
+  fi
 done
 for p in "${programs[@]}"; do
   grep -qF " ./usr/bin/$p" <<<"$contents" || fail "/usr/bin/$p is not in $runtime"
