@@ -136,6 +136,22 @@ enter() {  # enter ROOT
   cp /etc/resolv.conf "$r/etc/resolv.conf"
   find "$r/tmp" -mindepth 1 -delete 2>/dev/null || true
 }
+# reuse_build_dir ROOT DIR: a build folder kept in a root serves one source
+# checkout. Ninja trusts modification times, and another checkout's files
+# (an older clone, a worktree) can be older than the outputs made from
+# a different tree: the build would link stale objects (e.g. generated proto
+# headers). So the folder is emptied when the checkout differs; ccache keeps
+# the rebuild quick.
+reuse_build_dir() {
+  local dir=$1$2 stamp=$1$2/.ddprun-source
+  if [[ -d $dir && $(cat "$stamp" 2>/dev/null) != "$src" ]]; then
+    log "$2 was built from another checkout ($(cat "$stamp" 2>/dev/null || echo unknown)): starting it afresh"
+    rm -rf "$dir"
+  fi
+  mkdir -p "$dir"
+  printf '%s\n' "$src" >"$stamp"
+}
+
 # in_root ROOT COMMAND...: COMMAND in ROOT with a clean environment. As an
 # array too (root_cmd ROOT sets it), for commands run under `bounded`.
 root_cmd() {
@@ -285,6 +301,7 @@ run_cpu() {
     "${cmd[@]}" DDPRUN_SKIP_BUILD=1 /src/scripts/setup.sh
   # Optimised (-O1, asserts kept) without debug information: the build is most of a
   # cold run's time, and the C++ the tests exercise is the same.
+  reuse_build_dir "$r" "$b"
   bounded 600 "cpu: configure" "$cache/logs/cpu-configure.log" \
     "${cmd[@]}" cmake -S /src -B "$b" -G Ninja -DCMAKE_BUILD_TYPE=Release \
       -DCMAKE_CXX_FLAGS_RELEASE=-O1 -DCMAKE_C_FLAGS_RELEASE=-O1
@@ -333,6 +350,7 @@ run_cuda() {
   log "cuda: $(in_root "$r" dpkg-query -W -f='libtorch-cuda-dev ${Version}, ' libtorch-cuda-dev)$(in_root "$r" dpkg-query -W -f='libnccl-dev ${Version}' libnccl-dev)"
   local b=/build-cuda cmd
   root_cmd "$r"
+  reuse_build_dir "$r" "$b"
   bounded 1200 "cuda: configure" "$cache/logs/cuda-configure.log" \
     "${cmd[@]}" cmake -S /src -B "$b" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DCMAKE_CXX_FLAGS=-Werror \
