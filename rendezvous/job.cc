@@ -52,6 +52,24 @@ std::optional<absl::Time> Job::idle_since() const {
   return std::nullopt;
 }
 
+Job::Node& Job::NodeFor(const std::string& id,
+                        const v1::JoinRequest& request,
+                        absl::string_view newer_call, Effects* effects) {
+  auto [it, inserted] = nodes_.try_emplace(id);
+  Node& node = it->second;
+  if (inserted) node.arrival = next_arrival_++;
+  if (node.waiter.has_value()) {
+    Answer(node,
+           absl::AbortedError(absl::StrFormat("superseded by %s from node '%s'",
+                                              newer_call, id)),
+           effects);
+  }
+  node.join = request;
+  node.join.clear_config();
+  node.done = false;
+  return node;
+}
+
 void Job::Park(Node& node, WaiterId waiter, absl::Time now) {
   node.waiter = waiter;
   node.join_deadline = now + absl::Milliseconds(config_.join_timeout_ms());
@@ -157,20 +175,9 @@ void Job::Join(const v1::JoinRequest& request, WaiterId waiter, absl::Time now,
       return;
     }
   }
-  auto [it, inserted] = nodes_.try_emplace(id);
-  Node& node = it->second;
-  if (inserted) node.arrival = next_arrival_++;
-  if (node.waiter.has_value()) {
-    // The agent retried while its first Join was still parked; the newer
-    // call is the one it waits on.
-    Answer(node,
-           absl::AbortedError(absl::StrFormat(
-               "superseded by a newer Join from node '%s'", id)),
-           effects);
-  }
-  node.join = request;
-  node.join.clear_config();
-  node.done = false;
+  // An agent that retried while its first Join was still parked waits on
+  // the newer call.
+  Node& node = NodeFor(id, request, "a newer Join", effects);
   Park(node, waiter, now);
   if (state_ == v1::JOB_STATE_RUNNING) {
     if (node.member) {
@@ -757,17 +764,7 @@ v1::ResumeResponse Job::AddResumed(const v1::JoinRequest& request,
         "job '%s' already has %d nodes, the server's limit max_nodes_per_job",
         run_id_, nodes_.size()));
   }
-  auto [it, inserted] = nodes_.try_emplace(id);
-  Node& node = it->second;
-  if (inserted) node.arrival = next_arrival_++;
-  if (node.waiter.has_value()) {
-    Answer(node,
-           absl::AbortedError(absl::StrFormat(
-               "superseded by a Resume from node '%s'", id)),
-           effects);
-  }
-  node.join = request;
-  node.join.clear_config();
+  Node& node = NodeFor(id, request, "a Resume", effects);
   node.join.clear_record();
   node.join.set_master_port(a.master_port());
   node.last_seen = now;

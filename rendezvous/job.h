@@ -159,6 +159,10 @@ class Job {
     bool done = false;       // left with SUCCEEDED
   };
 
+  // The node `id` (made if new) takes `request`, its config dropped; a call
+  // of its still parked is answered ABORTED, superseded by `newer_call`.
+  Node& NodeFor(const std::string& id, const v1::JoinRequest& request,
+                absl::string_view newer_call, Effects* effects);
   void Park(Node& node, WaiterId waiter, absl::Time now);
   void Answer(Node& node, absl::StatusOr<v1::JoinResponse> response,
               Effects* effects);

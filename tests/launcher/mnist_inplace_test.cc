@@ -91,6 +91,34 @@ int RankOf(pid_t pid) {
   return -1;
 }
 
+// The workers of the agent `agent`: the one of global rank `rank` (-1 when
+// none is) and the others.
+struct Workers {
+  pid_t victim = -1;
+  std::set<pid_t> others;
+};
+Workers SplitAt(pid_t agent, int rank) {
+  Workers workers;
+  for (pid_t pid : Children(agent)) {
+    if (RankOf(pid) == rank) {
+      workers.victim = pid;
+    } else {
+      workers.others.insert(pid);
+    }
+  }
+  return workers;
+}
+
+// Each of `kept` is still a worker of `agent`: it was not restarted.
+void ExpectStillWorkers(pid_t agent, const std::set<pid_t>& kept,
+                        const std::string& log) {
+  std::vector<pid_t> now = Children(agent);
+  for (pid_t pid : kept) {
+    EXPECT_NE(std::find(now.begin(), now.end(), pid), now.end())
+        << "worker " << pid << " was restarted\n" << log;
+  }
+}
+
 struct Job {
   Subprocess agent;
   std::string err_path;
@@ -201,29 +229,17 @@ TEST_P(MnistInPlaceTest, KillNineOfOneWorkerKeepsTheSurvivorsRunning) {
                                    std::string::npos; },
                       absl::Minutes(3)))
       << job.err();
-  std::vector<pid_t> workers = Children(job.agent.pid());
-  ASSERT_EQ(workers.size(), static_cast<size_t>(nproc)) << job.err();
-  pid_t victim = -1;
-  std::set<pid_t> survivors;
-  for (pid_t pid : workers) {
-    if (RankOf(pid) == victim_rank) {
-      victim = pid;
-    } else {
-      survivors.insert(pid);
-    }
-  }
-  ASSERT_GT(victim, 0);
-  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  Workers workers = SplitAt(job.agent.pid(), victim_rank);
+  ASSERT_EQ(workers.others.size() + 1, static_cast<size_t>(nproc))
+      << job.err();
+  ASSERT_GT(workers.victim, 0);
+  ASSERT_EQ(kill(workers.victim, SIGKILL), 0);
   // The survivors are still the same processes once the job goes on.
   ASSERT_TRUE(WaitFor([&] { return job.err().find("resuming at step") !=
                                    std::string::npos; },
                       absl::Minutes(2)))
       << job.err();
-  std::vector<pid_t> after = Children(job.agent.pid());
-  for (pid_t pid : survivors) {
-    EXPECT_NE(std::find(after.begin(), after.end(), pid), after.end())
-        << "survivor " << pid << " was restarted\n" << job.err();
-  }
+  ExpectStillWorkers(job.agent.pid(), workers.others, job.err());
   std::optional<ExitInfo> exit = job.agent.Wait(absl::Minutes(4));
   ASSERT_TRUE(exit.has_value()) << job.err();
   ASSERT_TRUE(exit->ok()) << exit->ToString() << "\n" << job.err();
@@ -293,29 +309,18 @@ TEST(MnistInPlaceHangTest, AStoppedWorkerIsReplacedAndItsPeersKept) {
                                    std::string::npos; },
                       absl::Minutes(3)))
       << job.err();
-  std::vector<pid_t> workers = Children(job.agent.pid());
-  ASSERT_EQ(workers.size(), 3u) << job.err();
-  pid_t victim = -1;
-  std::set<pid_t> survivors;
-  for (pid_t pid : workers) {
-    if (RankOf(pid) == 1) {
-      victim = pid;
-    } else {
-      survivors.insert(pid);
-    }
-  }
-  ASSERT_GT(victim, 0);
-  ASSERT_EQ(kill(victim, SIGSTOP), 0);
+  Workers workers = SplitAt(job.agent.pid(), 1);
+  ASSERT_EQ(workers.others.size(), 2u) << job.err();
+  ASSERT_GT(workers.victim, 0);
+  ASSERT_EQ(kill(workers.victim, SIGSTOP), 0);
   ASSERT_TRUE(WaitFor([&] { return job.err().find("resuming at step") !=
                                    std::string::npos; },
                       absl::Minutes(2)))
       << job.err();
+  ExpectStillWorkers(job.agent.pid(), workers.others, job.err());
   std::vector<pid_t> after = Children(job.agent.pid());
-  for (pid_t pid : survivors) {
-    EXPECT_NE(std::find(after.begin(), after.end(), pid), after.end())
-        << "survivor " << pid << " was restarted\n" << job.err();
-  }
-  EXPECT_EQ(std::find(after.begin(), after.end(), victim), after.end());
+  EXPECT_EQ(std::find(after.begin(), after.end(), workers.victim),
+            after.end());
   std::optional<ExitInfo> exit = job.agent.Wait(absl::Minutes(4));
   ASSERT_TRUE(exit.has_value()) << job.err();
   ASSERT_TRUE(exit->ok()) << exit->ToString() << "\n" << job.err();
