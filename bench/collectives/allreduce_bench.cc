@@ -11,14 +11,14 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include <ATen/ATen.h>
 
-#include "absl/strings/numbers.h"
+#include "CLI/CLI.hpp"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
 #include "worker/process_group.h"
 #include "worker/worker_env.h"
 
@@ -36,24 +36,18 @@ int Run(int argc, char** argv) {
   std::vector<int64_t> sizes = {4 << 10,  64 << 10,  400 << 10, 1 << 20,
                                 4 << 20,  16 << 20,  64 << 20,  256 << 20};
   int reps = 5;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string flag = argv[i];
-    std::string value = argv[i + 1];
-    if (flag == "--out") {
-      out_path = value;
-    } else if (flag == "--reps") {
-      if (!absl::SimpleAtoi(value, &reps) || reps < 1) return Fail("bad --reps");
-    } else if (flag == "--sizes") {
-      sizes.clear();
-      for (absl::string_view s : absl::StrSplit(value, ',')) {
-        int64_t n = 0;
-        if (!absl::SimpleAtoi(s, &n) || n < 4) return Fail("bad --sizes");
-        sizes.push_back(n);
-      }
-    } else {
-      return Fail("unknown flag " + flag);
-    }
-  }
+  // CLI11, as the project's programs: the flags are checked and named in
+  // its errors.
+  CLI::App app{"libddp's gradient allreduce against ProcessGroupGloo and "
+               "memcpy; run under ddprun"};
+  app.add_option("--out", out_path, "JSON lines, appended by rank 0")
+      ->required();
+  app.add_option("--reps", reps, "repetitions")
+      ->check(CLI::Range(1, std::numeric_limits<int>::max()));
+  app.add_option("--sizes", sizes, "bytes of floats, comma-separated")
+      ->delimiter(',')
+      ->check(CLI::Range(int64_t{4}, std::numeric_limits<int64_t>::max()));
+  CLI11_PARSE(app, argc, argv);
   auto env = ddprun::worker::ReadWorkerEnv();
   if (!env.ok()) return Fail(env.status().ToString());
   ddprun::worker::ProcessGroupOptions options;

@@ -16,15 +16,15 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include <ATen/ATen.h>
 
-#include "absl/strings/numbers.h"
+#include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
 #include "worker/process_group.h"
 #include "worker/worker_env.h"
 
@@ -64,26 +64,16 @@ int Run(int argc, char** argv) {
   std::string out_dir = ".";
   std::vector<int64_t> sizes = {1, 1024};
   int64_t timeout_ms = 30000;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string flag = argv[i];
-    std::string value = argv[i + 1];
-    if (flag == "--mode") {
-      mode = value;
-    } else if (flag == "--out-dir") {
-      out_dir = value;
-    } else if (flag == "--timeout-ms") {
-      if (!absl::SimpleAtoi(value, &timeout_ms)) return Fail("bad --timeout-ms");
-    } else if (flag == "--sizes") {
-      sizes.clear();
-      for (absl::string_view s : absl::StrSplit(value, ',')) {
-        int64_t n = 0;
-        if (!absl::SimpleAtoi(s, &n) || n < 1) return Fail("bad --sizes " + value);
-        sizes.push_back(n);
-      }
-    } else {
-      return Fail("unknown flag " + flag);
-    }
-  }
+  CLI::App app{"a worker for the gradient-allreduce tests"};
+  app.add_option("--mode", mode, "check or loop")
+      ->check(CLI::IsMember({"check", "loop"}));
+  app.add_option("--out-dir", out_dir, "where rank_<R>.txt goes");
+  app.add_option("--timeout-ms", timeout_ms, "the gradient allreduce's timeout")
+      ->check(CLI::Range(int64_t{1}, std::numeric_limits<int64_t>::max()));
+  app.add_option("--sizes", sizes, "floats, comma-separated")
+      ->delimiter(',')
+      ->check(CLI::Range(int64_t{1}, std::numeric_limits<int64_t>::max()));
+  CLI11_PARSE(app, argc, argv);
   auto env = ddprun::worker::ReadWorkerEnv();
   if (!env.ok()) return Fail(env.status().ToString());
   ddprun::worker::ProcessGroupOptions options;
