@@ -25,9 +25,7 @@ namespace {
 constexpr int kTrainSamples = 20000;
 constexpr double kMinAccuracy = 0.85;
 
-std::string Ddprun() { return BinaryPath("launcher/ddprun"); }
 std::string Rendezvous() { return BinaryPath("rendezvous/ddprun-rendezvous"); }
-std::string Mnist() { return BinaryPath("mnist/ddprun-mnist"); }
 
 std::vector<std::string> MnistArgs(const TempDir& dir) {
   return {Mnist(),          "--epochs",       "1",
@@ -35,12 +33,6 @@ std::vector<std::string> MnistArgs(const TempDir& dir) {
           std::to_string(kTrainSamples),      "--summary-json",
           dir.File("summary.json"),           "--save",
           dir.File("model.pt")};
-}
-
-std::vector<std::string> Concat(std::vector<std::string> a,
-                                const std::vector<std::string>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
 }
 
 void ExpectTrained(const TempDir& dir, int world_size) {

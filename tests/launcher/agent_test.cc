@@ -34,15 +34,6 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::StartsWith;
 
-std::string Ddprun() { return BinaryPath("launcher/ddprun"); }
-std::string FaultWorker() { return BinaryPath("tests/launcher/fault_worker"); }
-
-std::vector<std::string> Concat(std::vector<std::string> a,
-                                const std::vector<std::string>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
 // The environment a fault_worker wrote, as a map.
 std::map<std::string, std::string> ReadEnv(const std::string& path) {
   google::protobuf::Struct s;

@@ -26,11 +26,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::string Ddprun() { return BinaryPath("launcher/ddprun"); }
-std::string FaultWorker() {
-  return BinaryPath("tests/launcher/fault_worker");
-}
-
 std::map<std::string, std::string> ReadEnv(const std::string& path) {
   std::map<std::string, std::string> out;
   google::protobuf::Struct s;
@@ -57,12 +52,6 @@ int FreePort() {
   }
   close(fd);
   return port;
-}
-
-std::vector<std::string> Concat(std::vector<std::string> a,
-                                const std::vector<std::string>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
 }
 
 TEST(DropinTest, PlainSingleNodeLineIsStandalone) {

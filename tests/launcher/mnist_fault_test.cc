@@ -37,15 +37,6 @@ constexpr int kTrainSamples = 20000;
 constexpr int kEpochs = 4;
 constexpr double kMinAccuracy = 0.85;
 
-std::string Ddprun() { return BinaryPath("launcher/ddprun"); }
-std::string Mnist() { return BinaryPath("mnist/ddprun-mnist"); }
-
-std::vector<std::string> Concat(std::vector<std::string> a,
-                                const std::vector<std::string>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
 std::vector<std::string> MnistArgs(const TempDir& dir) {
   return {Mnist(),
           "--epochs",

@@ -44,15 +44,6 @@ constexpr double kMinAccuracy = 0.85;
 // Issue 13: within half a point of the fault-free run with the same seed.
 constexpr double kAccuracyTolerance = 0.005;
 
-std::string Ddprun() { return BinaryPath("launcher/ddprun"); }
-std::string Mnist() { return BinaryPath("mnist/ddprun-mnist"); }
-
-std::vector<std::string> Concat(std::vector<std::string> a,
-                                const std::vector<std::string>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
 std::vector<std::string> MnistArgs(const TempDir& dir,
                                    const std::string& summary) {
   return {Mnist(),         "--epochs",      std::to_string(kEpochs),
@@ -331,7 +322,6 @@ TEST(MnistInPlaceHangTest, AStoppedWorkerIsReplacedAndItsPeersKept) {
                         job.err(), 3);
 }
 
-
 // Two agents on one host (two nodes): a worker of node 1 is killed; the
 // workers of node 0 learn the new round from their agent's heartbeat and
 // keep their pids, as do node 1's survivors.
@@ -393,7 +383,6 @@ TEST(MnistInPlaceTwoAgentsTest, AWorkerOnTheOtherNodeKeepsItsPid) {
   ExpectExactInPlaceRun(ReadFileOrEmpty(dir.File("summary.json")), reference,
                         node0.err() + node1.err(), 4);
 }
-
 
 // A bounded, seeded chaos run on one node: three faults, each a kill -9 or
 // a SIGSTOP of a random worker at a random moment after the previous
@@ -507,7 +496,6 @@ TEST(MnistInPlaceChaosTest, SeededKillsAndHangsAreEachRecoveredInPlace) {
   ASSERT_TRUE(accuracy.has_value() && expected.has_value());
   EXPECT_NEAR(*accuracy, *expected, kAccuracyTolerance);
 }
-
 
 }  // namespace
 }  // namespace ddprun::testing

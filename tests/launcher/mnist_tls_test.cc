@@ -17,9 +17,6 @@
 namespace ddprun::testing {
 namespace {
 
-std::string Ddprun() { return BinaryPath("launcher/ddprun"); }
-std::string Mnist() { return BinaryPath("mnist/ddprun-mnist"); }
-
 class MnistTlsTest : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -33,15 +33,6 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-std::string Ddprun() { return BinaryPath("launcher/ddprun"); }
-std::string FaultWorker() { return BinaryPath("tests/launcher/fault_worker"); }
-
-std::vector<std::string> Concat(std::vector<std::string> a,
-                                const std::vector<std::string>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
 // The direct children of `pid` (an agent's workers), from /proc.
 std::set<pid_t> Children(pid_t pid) {
   std::set<pid_t> out;

@@ -45,4 +45,14 @@ std::string MnistDir() {
   return SourcePath("data/mnist");
 }
 
+std::string Ddprun() { return BinaryPath("launcher/ddprun"); }
+std::string Mnist() { return BinaryPath("mnist/ddprun-mnist"); }
+std::string FaultWorker() { return BinaryPath("tests/launcher/fault_worker"); }
+
+std::vector<std::string> Concat(std::vector<std::string> a,
+                                const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
 }  // namespace ddprun::testing

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace ddprun::testing {
 
@@ -28,5 +29,15 @@ std::string ReadFileOrEmpty(const std::string& path);
 std::string BinaryPath(const std::string& relative);
 std::string SourcePath(const std::string& relative);
 std::string MnistDir();
+
+// The programs most tests run: ddprun, ddprun-mnist and the launcher tests'
+// fault_worker, in the build folder.
+std::string Ddprun();
+std::string Mnist();
+std::string FaultWorker();
+
+// `a` then `b`: a command line from its parts.
+std::vector<std::string> Concat(std::vector<std::string> a,
+                                const std::vector<std::string>& b);
 
 }  // namespace ddprun::testing
