@@ -53,7 +53,14 @@ if [[ $(cat "$r/etc/ddprun-carry-root" 2>/dev/null) != "$stamp" ]]; then
     { tail "$log"; fail "apt-get install $packages"; }
   # Headers, compilers and tools the carry brings; libtorch-dev pulls some in.
   # shellcheck disable=SC2086
+  # Some of them may not be installed at all (dpkg then says so and fails);
+  # what counts is that none is left.
   in_root dpkg --purge --force-depends $removed >>"$log" 2>&1 || true
+  for pkg in $removed; do
+    if in_root dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'ok installed'; then
+      fail "$pkg is still installed in $r after dpkg --purge (see $log)"
+    fi
+  done
   in_root apt-get clean
   umount "$r/proc"
   echo "$stamp" >"$r/etc/ddprun-carry-root"
