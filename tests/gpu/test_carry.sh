@@ -52,9 +52,9 @@ if [[ $(cat "$r/etc/ddprun-carry-root" 2>/dev/null) != "$stamp" ]]; then
   in_root apt-get install -y -qq --no-install-recommends $packages >>"$log" 2>&1 ||
     { tail "$log"; fail "apt-get install $packages"; }
   # Headers, compilers and tools the carry brings; libtorch-dev pulls some in.
-  # shellcheck disable=SC2086
   # Some of them may not be installed at all (dpkg then says so and fails);
   # what counts is that none is left.
+  # shellcheck disable=SC2086
   in_root dpkg --purge --force-depends $removed >>"$log" 2>&1 || true
   for pkg in $removed; do
     if in_root dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'ok installed'; then
