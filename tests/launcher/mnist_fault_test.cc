@@ -63,19 +63,6 @@ bool HasCheckpoint(const TempDir& dir) {
   return NewestCheckpointStep(dir.File("checkpoints")).has_value();
 }
 
-// The direct children of `pid` (its workers), from /proc.
-std::vector<pid_t> Children(pid_t pid) {
-  std::vector<pid_t> out;
-  std::string task_dir = absl::StrCat("/proc/", pid, "/task");
-  std::error_code ec;
-  for (const auto& task : std::filesystem::directory_iterator(task_dir, ec)) {
-    std::ifstream in(task.path() / "children");
-    int child;
-    while (in >> child) out.push_back(child);
-  }
-  return out;
-}
-
 void ExpectTrained(const TempDir& dir, int world_size) {
   ExpectTrainedSummary(dir.File("summary.json"), world_size, kMinAccuracy);
 }

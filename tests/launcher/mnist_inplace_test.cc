@@ -54,20 +54,6 @@ std::vector<std::string> MnistArgs(const TempDir& dir,
           "--no-progress"};
 }
 
-// The direct children of `pid` (its workers), from /proc.
-std::vector<pid_t> Children(pid_t pid) {
-  std::vector<pid_t> out;
-  std::string task_dir = absl::StrCat("/proc/", pid, "/task");
-  std::error_code ec;
-  for (const auto& task : std::filesystem::directory_iterator(task_dir, ec)) {
-    std::ifstream in(task.path() / "children");
-    int child;
-    while (in >> child) out.push_back(child);
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
 // RANK from a worker's initial environment (workers started afresh).
 int RankOf(pid_t pid) {
   std::ifstream in(absl::StrCat("/proc/", pid, "/environ"));

@@ -35,18 +35,6 @@ std::string ReadProc(pid_t pid, const char* what) {
 }
 
 // The direct children of `pid`: its workers and its standbys.
-std::vector<pid_t> Children(pid_t pid) {
-  std::vector<pid_t> out;
-  std::error_code ec;
-  for (const auto& task : std::filesystem::directory_iterator(
-           absl::StrCat("/proc/", pid, "/task"), ec)) {
-    std::ifstream in(task.path() / "children");
-    int child;
-    while (in >> child) out.push_back(child);
-  }
-  return out;
-}
-
 // A standby was started with DDPRUN_STANDBY_FD; /proc keeps the original
 // environment block even after the process replaced its environment.
 bool IsStandby(pid_t pid) {

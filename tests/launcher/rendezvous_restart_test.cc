@@ -33,19 +33,6 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-// The direct children of `pid` (an agent's workers), from /proc.
-std::set<pid_t> Children(pid_t pid) {
-  std::set<pid_t> out;
-  std::error_code ec;
-  for (const auto& task : std::filesystem::directory_iterator(
-           absl::StrCat("/proc/", pid, "/task"), ec)) {
-    std::ifstream in(task.path() / "children");
-    pid_t child;
-    while (in >> child) out.insert(child);
-  }
-  return out;
-}
-
 int CountOf(const std::string& text, const std::string& part) {
   int n = 0;
   for (size_t at = text.find(part); at != std::string::npos;
@@ -203,7 +190,7 @@ class RendezvousRestartTest : public ::testing::Test {
         [&] {
           all.clear();
           for (Subprocess& agent : agents_) {
-            std::set<pid_t> workers = Children(agent.pid());
+            std::vector<pid_t> workers = Children(agent.pid());
             if (workers.size() != per_agent) return false;
             all.insert(workers.begin(), workers.end());
           }
@@ -217,7 +204,7 @@ class RendezvousRestartTest : public ::testing::Test {
   std::set<pid_t> CurrentWorkers() {
     std::set<pid_t> all;
     for (Subprocess& agent : agents_) {
-      std::set<pid_t> workers = Children(agent.pid());
+      std::vector<pid_t> workers = Children(agent.pid());
       all.insert(workers.begin(), workers.end());
     }
     return all;

@@ -5,7 +5,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -174,6 +176,19 @@ bool ProcessGone(pid_t pid) {
   size_t close = content.rfind(')');
   return close != std::string::npos && close + 2 < content.size() &&
          content[close + 2] == 'Z';
+}
+
+std::vector<pid_t> Children(pid_t pid) {
+  std::vector<pid_t> out;
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator(
+           absl::StrCat("/proc/", pid, "/task"), ec)) {
+    std::ifstream in(task.path() / "children");
+    pid_t child;
+    while (in >> child) out.push_back(child);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 }  // namespace ddprun::testing

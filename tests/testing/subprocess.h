@@ -75,4 +75,8 @@ RunResult RunCommand(const std::vector<std::string>& argv,
 // True when `pid` names no live process (a zombie counts as gone).
 bool ProcessGone(pid_t pid);
 
+// The direct children of `pid` (an agent's workers), in ascending order,
+// from /proc/<pid>/task/*/children; empty when `pid` is gone.
+std::vector<pid_t> Children(pid_t pid);
+
 }  // namespace ddprun::testing
