@@ -28,7 +28,7 @@ namespace ddprun::worker {
 namespace {
 
 constexpr uint64_t kMagic = 0x646470727573686dULL;  // "ddprushm"
-constexpr int kVersion = 2;
+constexpr int kVersion = 3;
 constexpr int kMaxLocal = 64;
 constexpr int64_t kAlignFloats = 16;  // 64 bytes: chunks never share a line
 // How a waiter waits: busy checks for a few microseconds (a peer on another
@@ -153,6 +153,7 @@ struct ShmAllreduce::Header {
   int32_t version = kVersion;
   int32_t local_size = 0;
   int64_t slice_floats = 0;
+  int64_t buffer_floats = 0;
   // Every state change bumps `generation` and wakes its sleepers.
   alignas(64) std::atomic<uint32_t> generation{0};
   std::atomic<uint32_t> sleepers{0};
@@ -180,10 +181,20 @@ constexpr size_t HeaderBytes() {
 
 }  // namespace
 
-static size_t SegmentBytes(int local_size, int64_t slice_floats) {
+// The capacity of one buffer: a slice, or at 2 local ranks a whole call of
+// up to whole_call_floats.
+static int64_t BufferFloats(const ShmAllreduceOptions& o) {
+  if (o.local_size > kEachSumsAllMaxRanks) return o.slice_floats;
+  const int64_t whole = (o.whole_call_floats + kAlignFloats - 1) /
+                        kAlignFloats * kAlignFloats;
+  return std::max(o.slice_floats, whole);
+}
+
+static size_t SegmentBytes(const ShmAllreduceOptions& o) {
   // kBuffers buffer sets of local_size inputs and one output each.
-  return HeaderBytes() + kBuffers * static_cast<size_t>(local_size + 1) *
-                             static_cast<size_t>(slice_floats) * sizeof(float);
+  return HeaderBytes() + kBuffers * static_cast<size_t>(o.local_size + 1) *
+                             static_cast<size_t>(BufferFloats(o)) *
+                             sizeof(float);
 }
 
 static absl::Status CheckOptions(const ShmAllreduceOptions& o) {
@@ -199,6 +210,12 @@ static absl::Status CheckOptions(const ShmAllreduceOptions& o) {
         "shared-memory allreduce: slice of %d floats; use a multiple of %d",
         o.slice_floats, kAlignFloats));
   }
+  if (o.whole_call_floats < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "shared-memory allreduce: whole calls of %d floats; use 0 (always "
+        "slices) or more",
+        o.whole_call_floats));
+  }
   return absl::OkStatus();
 }
 
@@ -207,7 +224,7 @@ absl::StatusOr<std::unique_ptr<ShmAllreduce>> ShmAllreduce::Create(
   if (absl::Status ok = CheckOptions(options); !ok.ok()) return ok;
   const std::string path = options.dir + "/" + options.name;
   const std::string temp = path + ".creating";
-  const size_t size = SegmentBytes(options.local_size, options.slice_floats);
+  const size_t size = SegmentBytes(options);
   int fd = open(temp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return Errno("create", temp, errno);
   auto give_up = [&](absl::Status status) {
@@ -224,6 +241,7 @@ absl::StatusOr<std::unique_ptr<ShmAllreduce>> ShmAllreduce::Create(
   auto* header = new (base) Header();
   header->local_size = options.local_size;
   header->slice_floats = options.slice_floats;
+  header->buffer_floats = BufferFloats(options);
   if (rename(temp.c_str(), path.c_str()) != 0) {
     munmap(base, size);
     return give_up(Errno("publish", path, errno));
@@ -238,7 +256,7 @@ absl::StatusOr<std::unique_ptr<ShmAllreduce>> ShmAllreduce::Attach(
     const ShmAllreduceOptions& options) {
   if (absl::Status ok = CheckOptions(options); !ok.ok()) return ok;
   const std::string path = options.dir + "/" + options.name;
-  const size_t size = SegmentBytes(options.local_size, options.slice_floats);
+  const size_t size = SegmentBytes(options);
   int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) return Errno("open", path, errno);
   struct stat st;
@@ -260,7 +278,8 @@ absl::StatusOr<std::unique_ptr<ShmAllreduce>> ShmAllreduce::Attach(
   const Header& h = *shm->header_;
   if (h.magic != kMagic || h.version != kVersion ||
       h.local_size != options.local_size ||
-      h.slice_floats != options.slice_floats) {
+      h.slice_floats != options.slice_floats ||
+      h.buffer_floats != BufferFloats(options)) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "shared-memory allreduce: %s is not this group's segment (local "
         "size %d, expected %d)",
@@ -277,7 +296,8 @@ ShmAllreduce::ShmAllreduce(const ShmAllreduceOptions& options, std::string path,
       fd_(fd),
       base_(base),
       size_(size),
-      header_(static_cast<Header*>(base)) {}
+      header_(static_cast<Header*>(base)),
+      buffer_floats_(BufferFloats(options)) {}
 
 ShmAllreduce::~ShmAllreduce() {
   if (base_ != nullptr) munmap(base_, size_);
@@ -426,7 +446,7 @@ float* ShmAllreduce::Input(int buffer, int local_rank) const {
   auto* data = reinterpret_cast<float*>(static_cast<char*>(base_) + HeaderBytes());
   return data + (static_cast<int64_t>(buffer) * (options_.local_size + 1) +
                  local_rank) *
-                    options_.slice_floats;
+                    buffer_floats_;
 }
 
 float* ShmAllreduce::Output(int buffer) const {
@@ -474,6 +494,11 @@ class ShmAllreduce::Pieces {
   std::vector<Piece> pieces_;
 };
 
+bool ShmAllreduce::WholeCall(int64_t count, bool between_nodes) const {
+  return !between_nodes && options_.local_size == kEachSumsAllMaxRanks &&
+         count <= options_.whole_call_floats;
+}
+
 bool ShmAllreduce::EachSumsAll(int64_t n, bool between_nodes) const {
   return !between_nodes && (options_.local_size <= kEachSumsAllMaxRanks ||
                             n <= kEachSumsAllMaxFloats);
@@ -491,7 +516,9 @@ absl::Status ShmAllreduce::Allreduce(const std::vector<Part>& parts,
   int64_t count = 0;
   for (const Part& p : parts) count += std::max<int64_t>(0, p.count);
   const int size = options_.local_size;
-  const int64_t slice = options_.slice_floats;
+  const bool whole = WholeCall(count, static_cast<bool>(between_nodes));
+  const int64_t slice = whole ? count : options_.slice_floats;
+  if (whole && count > 0) ++stats_.whole_calls;
   size_t part = 0;
   int64_t part_offset = 0;
   while (part < parts.size() && parts[part].count <= 0) ++part;

@@ -1,12 +1,18 @@
 // Allreduce latency and bandwidth, run under ddprun on one node:
 //   ddprun --standalone --nproc-per-node W ddprun-allreduce-bench \
-//       --out results.jsonl [--sizes 4096,...] [--reps 5]
+//       --out results.jsonl [--sizes 4096,...] [--reps 5] [--pin]
 // For each size (bytes of floats), each repetition times, in an order that
 // rotates per repetition: libddp's gradient allreduce (GradientAllreduce,
 // what DataParallel uses), ProcessGroupGloo's allreduce (C++), and memcpy of
 // the same bytes by rank 0 alone (the others wait). Rank 0 appends one JSON
 // line per measurement: {"impl", "world", "bytes", "seconds"} (per
 // operation, the mean over the repetition's iterations).
+// --pin: local rank r runs on CPU r mod (CPUs allowed), so that on a loaded
+// machine the scheduler cannot put two ranks on one core (where the
+// exchange stays in one L2 and looks faster than any quiet machine gives,
+// or waits a whole time slice): what a quiet machine does unpinned.
+#include <sched.h>
+
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -47,9 +53,27 @@ int Run(int argc, char** argv) {
   app.add_option("--sizes", sizes, "bytes of floats, comma-separated")
       ->delimiter(',')
       ->check(CLI::Range(int64_t{4}, std::numeric_limits<int64_t>::max()));
+  bool pin = false;
+  app.add_flag("--pin", pin, "one CPU per local rank (see above)");
   CLI11_PARSE(app, argc, argv);
   auto env = ddprun::worker::ReadWorkerEnv();
   if (!env.ok()) return Fail(env.status().ToString());
+  if (pin) {
+    cpu_set_t allowed;
+    if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) {
+      return Fail("--pin: cannot read this process's CPUs");
+    }
+    std::vector<int> cpus;
+    for (int c = 0; c < CPU_SETSIZE; ++c) {
+      if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+    }
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpus[env->local_rank % cpus.size()], &one);
+    if (sched_setaffinity(0, sizeof(one), &one) != 0) {
+      return Fail("--pin: cannot pin to a CPU");
+    }
+  }
   ddprun::worker::ProcessGroupOptions options;
   options.backend = ddprun::worker::BackendKind::kGloo;
   options.direct_allreduce = true;

@@ -6,9 +6,17 @@ C++ run). Launches alternate (C++, Python, Python, C++, ...) and inside the
 C++ run the three alternate per repetition; figures are medians.
 
   /usr/bin/python3 bench/collectives/compare.py [--runs 3] [--worlds 2,4]
+      [--pin] [--baseline OTHER_BUILD_DIR]
   (bench/collectives/run.sh builds what is needed and calls this)
 
-Bandwidth is algorithm bandwidth: bytes / seconds per allreduce.
+Bandwidth is algorithm bandwidth: bytes / seconds per allreduce. The memcpy
+baseline copies the same bytes once, private buffer to private buffer, by
+rank 0 alone; "libddp / memcpy" is memcpy's time over libddp's.
+
+--pin: one CPU per local rank in the C++ runs (the bench's --pin); on a
+loaded machine it keeps the scheduler from putting two ranks on one core.
+--baseline: also runs OTHER_BUILD_DIR's ddprun-allreduce-bench (e.g. a
+build of main) in the same rotation, and prints libddp's time against it.
 """
 import argparse
 import collections
@@ -42,6 +50,12 @@ def main():
     parser.add_argument("--sizes", default=",".join(str(s) for s in SIZES))
     parser.add_argument("--python", default="/usr/bin/python3")
     parser.add_argument("--timeout", type=float, default=1200)
+    parser.add_argument("--pin", action="store_true",
+                        help="one CPU per local rank in the C++ runs")
+    parser.add_argument("--baseline", default="",
+                        help="another build dir whose C++ bench runs interleaved")
+    parser.add_argument("--no-python", action="store_true",
+                        help="skip torch.distributed (the C++ runs only)")
     parser.add_argument("--results", default="",
                         help="only print the tables of an earlier run's results.jsonl")
     args = parser.parse_args()
@@ -57,15 +71,22 @@ def main():
     results = os.path.join(out, "results.jsonl")
     worlds = [int(w) for w in args.worlds.split(",")]
     common = ["--out", results, "--reps", str(args.reps), "--sizes", args.sizes]
-    programs = {
-        "cpp": [bench, *common],
-        "python": [os.path.join(ROOT, "bench", "collectives", "allreduce_torch.py"), *common],
-    }
+    pin = ["--pin"] if args.pin else []
+    programs = {"cpp": [bench, *common, *pin]}
+    if not args.no_python:
+        programs["python"] = [os.path.join(ROOT, "bench", "collectives", "allreduce_torch.py"),
+                              *common]
+    baseline_results = os.path.join(out, "baseline.jsonl")
+    if args.baseline:
+        other = os.path.join(args.baseline, "bench", "collectives", "ddprun-allreduce-bench")
+        if not os.access(other, os.X_OK):
+            sys.exit(f"--baseline: {other} is not built")
+        programs["baseline"] = [other, "--out", baseline_results, *common[2:], *pin]
     if args.results:
         results = args.results
     for i in range(args.runs if not args.results else 0):
         for world in worlds:
-            order = ["cpp", "python"] if i % 2 == 0 else ["python", "cpp"]
+            order = list(programs) if i % 2 == 0 else list(programs)[::-1]
             for name in order:
                 run([ddprun, "--standalone", "--nproc-per-node", str(world), *programs[name]],
                     env, args.timeout)
@@ -76,6 +97,11 @@ def main():
         for line in f:
             r = json.loads(line)
             samples[(r["impl"], r["world"], r["bytes"])].append(r["seconds"])
+    if os.path.exists(baseline_results):
+        with open(baseline_results) as f:
+            for line in f:
+                r = json.loads(line)
+                samples[("baseline " + r["impl"], r["world"], r["bytes"])].append(r["seconds"])
 
     def med(impl, world, size):
         s = samples.get((impl, world, size))
@@ -85,7 +111,8 @@ def main():
     load = os.getloadavg()
     print()
     print(f"{os.cpu_count()} cores, load average {load[0]:.1f}/{load[1]:.1f}/{load[2]:.1f}; "
-          f"median of {args.runs} launches x {args.reps} repetitions, interleaved")
+          f"median of {args.runs} launches x {args.reps} repetitions, interleaved"
+          f"{'; ranks pinned one per CPU' if args.pin else ''}")
     for world in worlds:
         print()
         print(f"world {world}, one node: time per allreduce (us) and bandwidth (GB/s = bytes/time)")
@@ -98,6 +125,19 @@ def main():
             print(f"| {human(size)} | {1e6 * ours:.1f} | {1e6 * gloo:.1f} | {1e6 * py:.1f} "
                   f"| {size / ours / 1e9:.2f} | {size / mem / 1e9:.2f} | {mem / ours:.2f} "
                   f"| {gloo / ours:.1f}x |")
+    if ("baseline libddp", worlds[0], sizes[0]) in samples:
+        print()
+        print(f"against --baseline {args.baseline} (same rotation; memcpy of each run "
+              "beside it):")
+        print("| world | size | libddp (us) | baseline libddp (us) | baseline / libddp "
+              "| libddp / memcpy | baseline / its memcpy |")
+        print("|---|---|---|---|---|---|---|")
+        for world in worlds:
+            for size in sizes:
+                ours, base = med("libddp", world, size), med("baseline libddp", world, size)
+                mem, base_mem = med("memcpy", world, size), med("baseline memcpy", world, size)
+                print(f"| {world} | {human(size)} | {1e6 * ours:.1f} | {1e6 * base:.1f} "
+                      f"| {base / ours:.2f}x | {mem / ours:.2f} | {base_mem / base:.2f} |")
     print()
     if 2 in worlds and (400 << 10) in sizes:
         t = med("libddp", 2, 400 << 10)

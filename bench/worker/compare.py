@@ -10,7 +10,12 @@ test accuracy. Also the cost of DDP itself: ddprun's samples/s at 2 ranks
 against 1, and the time per step spent in gradient allreduce.
 
   /usr/bin/python3 bench/worker/compare.py [--runs 3] [--worlds 1,2,4]
+      [--baseline OTHER_BUILD_DIR] [--ddprun-only]
   (bench/worker/run.sh builds what is needed and calls this)
+
+--baseline: also runs OTHER_BUILD_DIR's ddprun-mnist (e.g. a build of main)
+under this build's ddprun in the same rotation, and prints its cost of DDP
+beside this build's. --ddprun-only: no torchrun runs (the DDP cost only).
 """
 import argparse
 import json
@@ -46,6 +51,10 @@ def main():
     parser.add_argument("--python", default="/usr/bin/python3")
     parser.add_argument("--data-dir", default=os.path.join(ROOT, "data", "mnist"))
     parser.add_argument("--timeout", type=float, default=600)
+    parser.add_argument("--baseline", default="",
+                        help="another build dir whose ddprun-mnist runs interleaved")
+    parser.add_argument("--ddprun-only", action="store_true",
+                        help="skip torchrun (Python DDP) runs")
     args = parser.parse_args()
     build = os.environ.get("DDPRUN_BUILD_DIR", os.path.join(ROOT, "build"))
     ddprun = os.path.join(build, "launcher", "ddprun")
@@ -59,10 +68,17 @@ def main():
     out = tempfile.mkdtemp(prefix="bench-worker-")
     common = ["--epochs", str(args.epochs), "--data-dir", args.data_dir]
 
+    baseline_mnist = os.path.join(args.baseline, "mnist", "ddprun-mnist")
+    if args.baseline and not os.access(baseline_mnist, os.X_OK):
+        sys.exit(f"--baseline: {baseline_mnist} is not built")
+
     def commands(world, summary):
         return {
             "ddprun": [ddprun, "--standalone", "--nproc-per-node", str(world), mnist,
                        *common, "--save", "", "--no-progress", "--summary-json", summary],
+            "baseline": [ddprun, "--standalone", "--nproc-per-node", str(world),
+                         baseline_mnist, *common, "--save", "", "--no-progress",
+                         "--summary-json", summary],
             "torchrun": [args.python, "-m", "torch.distributed.run", "--standalone",
                          "--nproc_per_node", str(world),
                          # Debian's torchrun 1.13 crashes under Python 3.11
@@ -80,11 +96,13 @@ def main():
                                  "--summary-json", summary],
         }
 
-    names = ["ddprun", "torchrun", "torchrun-indexed"]
+    names = ["ddprun"] + ([] if args.ddprun_only else ["torchrun", "torchrun-indexed"])
+    if args.baseline:
+        names.append("baseline")
     results = {(name, w): [] for w in worlds for name in names}
     for i in range(args.runs):
         for world in worlds:
-            order = names[i % 3:] + names[:i % 3]  # rotates per run
+            order = names[i % len(names):] + names[:i % len(names)]  # rotates per run
             for name in order:
                 summary = os.path.join(out, f"{name}-{world}-{i}.json")
                 s = one_run(commands(world, summary)[name], summary, env, args.timeout)
@@ -101,40 +119,43 @@ def main():
     print()
     print(f"MNIST MLP, {args.epochs} epoch(s), Gloo, batch 32/rank, {os.cpu_count()} cores, "
           f"median of {args.runs} interleaved runs")
-    print("| world | samples/s ddprun | samples/s torchrun | ratio | launch->1st step ddprun "
-          "| torchrun | epoch wall ddprun | torchrun | accuracy ddprun | torchrun |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for w in worlds:
-        d, t = med("ddprun", w, "samples_per_sec"), med("torchrun", w, "samples_per_sec")
-        print(f"| {w} | {d:.0f} | {t:.0f} | {d / t:.2f}x "
-              f"| {med('ddprun', w, 'launch_to_first_step_seconds'):.2f} s "
-              f"| {med('torchrun', w, 'launch_to_first_step_seconds'):.2f} s "
-              f"| {med('ddprun', w, 'command_wall_seconds'):.2f} s "
-              f"| {med('torchrun', w, 'command_wall_seconds'):.2f} s "
-              f"| {100 * med('ddprun', w, 'test_accuracy'):.2f}% "
-              f"| {100 * med('torchrun', w, 'test_accuracy'):.2f}% |")
-    print()
-    print("| world | samples/s ddprun | Python DDP, index_select batches | ratio "
-          "| Python DDP, DataLoader (seed) | ratio |")
-    print("|---|---|---|---|---|---|")
-    for w in worlds:
-        d = med("ddprun", w, "samples_per_sec")
-        x = med("torchrun-indexed", w, "samples_per_sec")
-        t = med("torchrun", w, "samples_per_sec")
-        print(f"| {w} | {d:.0f} | {x:.0f} | {d / x:.2f}x | {t:.0f} | {d / t:.2f}x |")
+    if not args.ddprun_only:
+        print("| world | samples/s ddprun | samples/s torchrun | ratio | launch->1st step ddprun "
+              "| torchrun | epoch wall ddprun | torchrun | accuracy ddprun | torchrun |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
+        for w in worlds:
+            d, t = med("ddprun", w, "samples_per_sec"), med("torchrun", w, "samples_per_sec")
+            print(f"| {w} | {d:.0f} | {t:.0f} | {d / t:.2f}x "
+                  f"| {med('ddprun', w, 'launch_to_first_step_seconds'):.2f} s "
+                  f"| {med('torchrun', w, 'launch_to_first_step_seconds'):.2f} s "
+                  f"| {med('ddprun', w, 'command_wall_seconds'):.2f} s "
+                  f"| {med('torchrun', w, 'command_wall_seconds'):.2f} s "
+                  f"| {100 * med('ddprun', w, 'test_accuracy'):.2f}% "
+                  f"| {100 * med('torchrun', w, 'test_accuracy'):.2f}% |")
+        print()
+        print("| world | samples/s ddprun | Python DDP, index_select batches | ratio "
+              "| Python DDP, DataLoader (seed) | ratio |")
+        print("|---|---|---|---|---|---|")
+        for w in worlds:
+            d = med("ddprun", w, "samples_per_sec")
+            x = med("torchrun-indexed", w, "samples_per_sec")
+            t = med("torchrun", w, "samples_per_sec")
+            print(f"| {w} | {d:.0f} | {x:.0f} | {d / x:.2f}x | {t:.0f} | {d / t:.2f}x |")
     if 1 in worlds:
         # Scaling of ddprun-mnist: world W's samples/s over world 1's, the
         # median of the ratios within each run (neighbouring launches, so
         # that load from elsewhere hits both alike) and the ratio of medians.
-        for w in (w for w in worlds if w > 1):
-            paired = statistics.median(
-                a["samples_per_sec"] / b["samples_per_sec"]
-                for a, b in zip(results[("ddprun", w)], results[("ddprun", 1)]))
-            one, many = med("ddprun", 1, "samples_per_sec"), med("ddprun", w, "samples_per_sec")
-            print(f"cost of DDP (ddprun): {w} ranks give {paired:.2f}x the samples/s of 1 "
-                  f"(median of per-run ratios; {many / one:.2f}x of medians); gradient "
-                  f"allreduce {1000 * med('ddprun', w, 'allreduce_seconds_per_step'):.3f} "
-                  f"ms per step")
+        for name in ["ddprun"] + (["baseline"] if args.baseline else []):
+            for w in (w for w in worlds if w > 1):
+                paired = statistics.median(
+                    a["samples_per_sec"] / b["samples_per_sec"]
+                    for a, b in zip(results[(name, w)], results[(name, 1)]))
+                one, many = med(name, 1, "samples_per_sec"), med(name, w, "samples_per_sec")
+                label = "ddprun" if name == "ddprun" else f"ddprun, --baseline {args.baseline}"
+                print(f"cost of DDP ({label}): {w} ranks give {paired:.2f}x the samples/s "
+                      f"of 1 (median of per-run ratios; {many / one:.2f}x of medians); "
+                      f"gradient allreduce "
+                      f"{1000 * med(name, w, 'allreduce_seconds_per_step'):.3f} ms per step")
         if 2 in worlds:
             paired = statistics.median(
                 a["samples_per_sec"] / b["samples_per_sec"]

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <thread>
@@ -39,6 +40,7 @@ ShmAllreduceOptions Options(const TempDir& dir, int local_rank, int local_size) 
   o.local_size = local_size;
   o.timeout = std::chrono::seconds(20);
   o.slice_floats = 64;  // small, so that buffers span many slices
+  o.whole_call_floats = 0;  // slices at 2 ranks too (see WholeCalls below)
   return o;
 }
 
@@ -46,13 +48,15 @@ ShmAllreduceOptions Options(const TempDir& dir, int local_rank, int local_size) 
 // rank 0 created the segment and the others attached.
 void AsLocalRanks(const TempDir& dir, int size,
                   const std::function<void(int, ShmAllreduce&)>& body,
-                  int64_t slice_floats = 64) {
+                  int64_t slice_floats = 64,
+                  int64_t whole_call_floats = 0) {
   absl::Notification created;
   std::vector<std::thread> threads;
   for (int r = 0; r < size; ++r) {
     threads.emplace_back([&, r] {
       ShmAllreduceOptions o = Options(dir, r, size);
       o.slice_floats = slice_floats;
+      o.whole_call_floats = whole_call_floats;
       absl::StatusOr<std::unique_ptr<ShmAllreduce>> shm;
       if (r == 0) {
         shm = ShmAllreduce::Create(o);
@@ -150,6 +154,79 @@ TEST(ShmAllreduceTest, LongSlicesOfThreeOrMoreRanksAreReducedScattered) {
                             noisy[0].size() * sizeof(float)),
                 0)
           << "rank " << r << " differs from rank 0";
+    }
+  }
+}
+
+TEST(ShmAllreduceTest, AtTwoRanksACallOfUpToWholeCallFloatsIsOneSlice) {
+  // One wait per call instead of one per slice: calls of up to 1000 floats
+  // (here) go through in one slice, in parts cut differently on each rank,
+  // summed and divided exactly, with the same bits everywhere; longer calls
+  // still go in slices of 64.
+  const int64_t whole = 1000;
+  const std::vector<int64_t> counts = {1, 65, 999, 1000, 1001, 3000};
+  TempDir dir;
+  std::vector<std::vector<float>> noisy(2);
+  AsLocalRanks(
+      dir, 2,
+      [&](int r, ShmAllreduce& shm) {
+        int64_t whole_calls = 0, slices = 0;
+        for (int64_t n : counts) {
+          std::vector<float> data(n);
+          for (int64_t i = 0; i < n; ++i) data[i] = IntegerValue(i, r);
+          const int64_t cut = std::min<int64_t>(n, 7 + 300 * r);
+          std::vector<ShmAllreduce::Part> parts = {
+              {data.data(), cut}, {data.data() + cut, 0},
+              {data.data() + cut, n - cut}};
+          ASSERT_TRUE(shm.Allreduce(parts, 2.0f).ok());
+          for (int64_t i = 0; i < n; ++i) {
+            ASSERT_EQ(data[i], (IntegerValue(i, 0) + IntegerValue(i, 1)) / 2.0f)
+                << "rank " << r << " count " << n << " i " << i;
+          }
+          whole_calls += n <= whole ? 1 : 0;
+          slices += n <= whole ? 1 : (n + 63) / 64;
+          EXPECT_EQ(shm.stats().whole_calls, whole_calls) << "count " << n;
+          EXPECT_EQ(shm.stats().each_sums_all_slices, slices) << "count " << n;
+        }
+        noisy[r].resize(whole);
+        for (int64_t i = 0; i < whole; ++i) noisy[r][i] = NoisyValue(i, r);
+        ASSERT_TRUE(shm.Allreduce(noisy[r].data(), whole).ok());
+        EXPECT_EQ(shm.stats().whole_calls, whole_calls + 1);
+        EXPECT_EQ(shm.stats().scattered_slices, 0);
+      },
+      /*slice_floats=*/64, whole);
+  EXPECT_EQ(std::memcmp(noisy[0].data(), noisy[1].data(), whole * sizeof(float)),
+            0);
+  for (int64_t i = 0; i < whole; ++i) {
+    ASSERT_EQ(noisy[0][i], NoisyValue(i, 0) + NoisyValue(i, 1)) << i;
+  }
+}
+
+TEST(ShmAllreduceTest, WholeCallsAreForTwoRanksOnly) {
+  // At 3 ranks (where slices let the ranks' reduce-scatter steps overlap)
+  // and under a between-nodes step (one Gloo call per slice, of the same
+  // size on every node), calls still go in slices.
+  for (int size : {2, 3}) {
+    for (bool hierarchical : {false, true}) {
+      if (size == 2 && !hierarchical) continue;
+      SCOPED_TRACE(absl::StrCat(size, hierarchical ? " hierarchical" : ""));
+      TempDir dir;
+      AsLocalRanks(
+          dir, size,
+          [&](int r, ShmAllreduce& shm) {
+            std::vector<float> data(500, 1.0f);
+            ShmAllreduce::BetweenNodes between;
+            if (hierarchical) {
+              between = [](float*, int64_t) { return absl::OkStatus(); };
+            }
+            ASSERT_TRUE(shm.Allreduce(data.data(), 500, between).ok());
+            for (float v : data) ASSERT_EQ(v, static_cast<float>(size));
+            EXPECT_EQ(shm.stats().whole_calls, 0);
+            EXPECT_EQ(shm.stats().each_sums_all_slices +
+                          shm.stats().scattered_slices,
+                      8);  // 500 floats in slices of 64
+          },
+          /*slice_floats=*/64, /*whole_call_floats=*/1000);
     }
   }
 }
