@@ -1,5 +1,6 @@
 #include "rendezvous/store_state.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "absl/container/flat_hash_set.h"
@@ -68,6 +69,17 @@ absl::Status StoreState::Charge(Run& run, const std::string& run_id,
         "raise the cap",
         run_id, run.bytes, bytes, limits_.max_job_store_bytes));
   }
+  if (bytes > 0 && limits_.max_memory_bytes > 0) {
+    const int64_t resident =
+        resident_bytes_ + std::max<int64_t>(0, num_bytes_ - num_bytes_at_sample_);
+    if (resident + bytes > limits_.max_memory_bytes) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "the server holds %d bytes of memory; %d more for job '%s' would "
+          "pass its bound (--max-memory-bytes %d); retry when jobs end, or "
+          "raise the bound where the server has the memory",
+          resident, bytes, run_id, limits_.max_memory_bytes));
+    }
+  }
   if (bytes > 0 && num_bytes_ + bytes > limits_.max_store_bytes) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "the store holds %d bytes for all jobs; %d more for job '%s' would "
@@ -79,6 +91,12 @@ absl::Status StoreState::Charge(Run& run, const std::string& run_id,
   run.keys += keys;
   num_bytes_ += bytes;
   return absl::OkStatus();
+}
+
+void StoreState::SetResidentBytes(int64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  resident_bytes_ = bytes;
+  num_bytes_at_sample_ = num_bytes_;
 }
 
 absl::StatusOr<StoreState::Found> StoreState::ScopeFor(

@@ -63,8 +63,9 @@ int RunHostileBench(const HostileOptions& options) {
   chmod(secret_file.c_str(), 0600);
   const std::string cap = absl::StrCat(options.store_cap_bytes);
   auto server = ServerProcess::Start(
-      options.server_binary, {"--token-file", secret_file, "--max-store-bytes",
-                              cap, "--max-job-store-bytes", cap});
+      options.server_binary,
+      {"--token-file", secret_file, "--max-store-bytes", cap,
+       "--max-job-store-bytes", cap, "--max-memory-bytes", cap});
   unlink(secret_file.c_str());
   rmdir(dir.c_str());
   if (!server.ok()) {
@@ -181,7 +182,8 @@ int RunHostileBench(const HostileOptions& options) {
   std::printf(
       "hostile load: victim %d nodes, %d rounds per block, %d quiet + %d "
       "hostile blocks interleaved; hog %d connections x %d KiB Sets; store cap "
-      "%.0f MiB (--max-store-bytes = --max-job-store-bytes)\n",
+      "%.0f MiB (--max-store-bytes = --max-job-store-bytes = "
+      "--max-memory-bytes)\n",
       options.victim_nodes, options.rounds_per_block, options.blocks,
       options.blocks, options.hog_threads, options.hog_value_bytes / 1024,
       cap_mib);
