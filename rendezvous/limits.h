@@ -30,7 +30,9 @@ struct Limits {
   // buffers, jobs and store together), which the store caps above do not
   // see: a store write that would take the server past it is refused
   // RESOURCE_EXHAUSTED. Sampled every tick and advanced by what the store
-  // charged since. --max-memory-bytes; 0: no bound but the store caps.
+  // charged since. A job holding over half the store is refused at 90 % of
+  // it, so that the other jobs keep room. --max-memory-bytes; 0: no bound
+  // but the store caps.
   int64_t max_memory_bytes = 0;
   int64_t max_keys_per_request = 10000;  // Check, Wait
   int64_t max_id_bytes = 512;            // run_id, node_id, address

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <set>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -67,7 +68,18 @@ absl::Status SimulatedAgents::EndRound() {
 }
 
 JoinResult SimulatedAgents::JoinAll(absl::Duration timeout) {
-  using JoinCall = Call<v1::JoinRequest, v1::JoinResponse>;
+  // One call in flight per node, each on the completion queue of its
+  // connection, one thread per queue. Real agents are separate processes,
+  // each with one call on its own queue; on one shared queue (the callback
+  // API's) Debian's libgrpc, built with debug checks, scans every
+  // outstanding call on each completion, and the simulating process would
+  // measure its own O(n^2), not the server.
+  struct JoinCall {
+    grpc::ClientContext context;
+    v1::JoinResponse response;
+    grpc::Status status;
+    std::unique_ptr<grpc::ClientAsyncResponseReader<v1::JoinResponse>> reader;
+  };
   absl::Mutex mu;
   int done = 0;
   absl::Time last_done;
@@ -75,6 +87,50 @@ JoinResult SimulatedAgents::JoinAll(absl::Duration timeout) {
   std::set<int> ranks;
   int world_size = -1;
   JoinResult result;
+  auto answered = [&](JoinCall* call) {
+    absl::MutexLock lock(&mu);
+    ++done;
+    last_done = absl::Now();
+    const grpc::Status& status = call->status;
+    if (!status.ok()) {
+      if (error.empty()) error = status.error_message();
+    } else if (!call->response.has_assignment()) {
+      if (error.empty()) error = "a node got no assignment";
+    } else {
+      const v1::Assignment& a = call->response.assignment();
+      if (!ranks.insert(a.node_rank()).second && error.empty()) {
+        error = absl::StrCat("duplicate node rank ", a.node_rank());
+      }
+      if (world_size >= 0 && world_size != a.world_size() && error.empty()) {
+        error = "world sizes differ";
+      }
+      world_size = a.world_size();
+      round_ = a.round();
+      if (a.heartbeat_interval_ms() > 0) {
+        interval_ = absl::Milliseconds(a.heartbeat_interval_ms());
+      }
+      if (a.heartbeat_timeout_ms() > 0) {
+        timeout_ = absl::Milliseconds(a.heartbeat_timeout_ms());
+      }
+    }
+  };
+  const int num_queues = static_cast<int>(stubs_.size());
+  std::vector<std::unique_ptr<grpc::CompletionQueue>> queues;
+  std::vector<std::thread> threads;
+  for (int q = 0; q < num_queues; ++q) {
+    queues.push_back(std::make_unique<grpc::CompletionQueue>());
+    const int expected = options_.nodes / num_queues +
+                         (q < options_.nodes % num_queues ? 1 : 0);
+    threads.emplace_back([&, cq = queues.back().get(), expected] {
+      void* tag = nullptr;
+      bool ok = false;
+      for (int seen = 0; seen < expected && cq->Next(&tag, &ok); ++seen) {
+        auto* call = static_cast<JoinCall*>(tag);
+        answered(call);
+        delete call;
+      }
+    });
+  }
 
   absl::Time first_sent = absl::Now();
   for (int i = 0; i < options_.nodes; ++i) {
@@ -82,7 +138,7 @@ JoinResult SimulatedAgents::JoinAll(absl::Duration timeout) {
     // As the agent's RendezvousClient::Join: no gRPC deadline on the parked
     // Join (the server answers at join_timeout).
     Authorize(&call->context);
-    v1::JoinRequest& r = call->request;
+    v1::JoinRequest r;
     r.set_run_id(options_.run_id);
     r.set_node_id(NodeId(i));
     r.set_local_world_size(options_.local_world_size);
@@ -98,41 +154,20 @@ JoinResult SimulatedAgents::JoinAll(absl::Duration timeout) {
         absl::ToInt64Milliseconds(options_.heartbeat_interval));
     c->set_heartbeat_timeout_ms(
         absl::ToInt64Milliseconds(options_.heartbeat_timeout));
-    Stub(i).async()->Join(
-        &call->context, &call->request, &call->response,
-        [&, call](grpc::Status status) {
-          absl::MutexLock lock(&mu);
-          ++done;
-          last_done = absl::Now();
-          if (!status.ok()) {
-            if (error.empty()) error = status.error_message();
-          } else if (!call->response.has_assignment()) {
-            if (error.empty()) error = "a node got no assignment";
-          } else {
-            const v1::Assignment& a = call->response.assignment();
-            if (!ranks.insert(a.node_rank()).second && error.empty()) {
-              error = absl::StrCat("duplicate node rank ", a.node_rank());
-            }
-            if (world_size >= 0 && world_size != a.world_size() &&
-                error.empty()) {
-              error = "world sizes differ";
-            }
-            world_size = a.world_size();
-            round_ = a.round();
-            if (a.heartbeat_interval_ms() > 0) {
-              interval_ = absl::Milliseconds(a.heartbeat_interval_ms());
-            }
-            if (a.heartbeat_timeout_ms() > 0) {
-              timeout_ = absl::Milliseconds(a.heartbeat_timeout_ms());
-            }
-          }
-          delete call;
-        });
+    call->reader = Stub(i).AsyncJoin(&call->context, r,
+                                     queues[i % num_queues].get());
+    call->reader->Finish(&call->response, &call->status, call);
   }
   absl::Time last_sent = absl::Now();
+  for (std::thread& thread : threads) thread.join();
+  for (auto& cq : queues) {
+    cq->Shutdown();
+    void* tag = nullptr;
+    bool ok = false;
+    while (cq->Next(&tag, &ok)) {
+    }
+  }
   absl::MutexLock lock(&mu);
-  auto all_done = [&] { return done == options_.nodes; };
-  mu.Await(absl::Condition(&all_done));
   result.first_to_all = last_done - first_sent;
   result.last_to_all = last_done - last_sent;
   result.assigned = static_cast<int>(ranks.size());
