@@ -36,7 +36,28 @@ SimulatedAgents::SimulatedAgents(AgentsOptions options)
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
     stubs_.push_back(v1::Rendezvous::NewStub(grpc::CreateCustomChannel(
         options_.endpoint, grpc::InsecureChannelCredentials(), args)));
+    // One completion queue per connection for the Joins, one thread each.
+    // Real agents are separate processes, each with one call on its own
+    // queue; on one shared queue (the callback API's) Debian's libgrpc,
+    // built with debug checks, scans every outstanding call on each
+    // completion, and the simulating process would measure its own O(n^2),
+    // not the server.
+    queues_.push_back(std::make_unique<grpc::CompletionQueue>());
+    threads_.emplace_back([cq = queues_.back().get()] {
+      void* tag = nullptr;
+      bool ok = false;
+      while (cq->Next(&tag, &ok)) {
+        auto* call = static_cast<JoinCall*>(tag);
+        (*call->answered)(call);
+        delete call;
+      }
+    });
   }
+}
+
+SimulatedAgents::~SimulatedAgents() {
+  for (auto& cq : queues_) cq->Shutdown();
+  for (std::thread& thread : threads_) thread.join();
 }
 
 std::string SimulatedAgents::NodeId(int node) const {
@@ -68,18 +89,6 @@ absl::Status SimulatedAgents::EndRound() {
 }
 
 JoinResult SimulatedAgents::JoinAll(absl::Duration timeout) {
-  // One call in flight per node, each on the completion queue of its
-  // connection, one thread per queue. Real agents are separate processes,
-  // each with one call on its own queue; on one shared queue (the callback
-  // API's) Debian's libgrpc, built with debug checks, scans every
-  // outstanding call on each completion, and the simulating process would
-  // measure its own O(n^2), not the server.
-  struct JoinCall {
-    grpc::ClientContext context;
-    v1::JoinResponse response;
-    grpc::Status status;
-    std::unique_ptr<grpc::ClientAsyncResponseReader<v1::JoinResponse>> reader;
-  };
   absl::Mutex mu;
   int done = 0;
   absl::Time last_done;
@@ -87,7 +96,7 @@ JoinResult SimulatedAgents::JoinAll(absl::Duration timeout) {
   std::set<int> ranks;
   int world_size = -1;
   JoinResult result;
-  auto answered = [&](JoinCall* call) {
+  std::function<void(JoinCall*)> answered = [&](JoinCall* call) {
     absl::MutexLock lock(&mu);
     ++done;
     last_done = absl::Now();
@@ -114,27 +123,11 @@ JoinResult SimulatedAgents::JoinAll(absl::Duration timeout) {
       }
     }
   };
-  const int num_queues = static_cast<int>(stubs_.size());
-  std::vector<std::unique_ptr<grpc::CompletionQueue>> queues;
-  std::vector<std::thread> threads;
-  for (int q = 0; q < num_queues; ++q) {
-    queues.push_back(std::make_unique<grpc::CompletionQueue>());
-    const int expected = options_.nodes / num_queues +
-                         (q < options_.nodes % num_queues ? 1 : 0);
-    threads.emplace_back([&, cq = queues.back().get(), expected] {
-      void* tag = nullptr;
-      bool ok = false;
-      for (int seen = 0; seen < expected && cq->Next(&tag, &ok); ++seen) {
-        auto* call = static_cast<JoinCall*>(tag);
-        answered(call);
-        delete call;
-      }
-    });
-  }
 
   absl::Time first_sent = absl::Now();
   for (int i = 0; i < options_.nodes; ++i) {
     auto* call = new JoinCall;
+    call->answered = &answered;
     // As the agent's RendezvousClient::Join: no gRPC deadline on the parked
     // Join (the server answers at join_timeout).
     Authorize(&call->context);
@@ -155,19 +148,13 @@ JoinResult SimulatedAgents::JoinAll(absl::Duration timeout) {
     c->set_heartbeat_timeout_ms(
         absl::ToInt64Milliseconds(options_.heartbeat_timeout));
     call->reader = Stub(i).AsyncJoin(&call->context, r,
-                                     queues[i % num_queues].get());
+                                     queues_[i % queues_.size()].get());
     call->reader->Finish(&call->response, &call->status, call);
   }
   absl::Time last_sent = absl::Now();
-  for (std::thread& thread : threads) thread.join();
-  for (auto& cq : queues) {
-    cq->Shutdown();
-    void* tag = nullptr;
-    bool ok = false;
-    while (cq->Next(&tag, &ok)) {
-    }
-  }
   absl::MutexLock lock(&mu);
+  auto all_done = [&] { return done == options_.nodes; };
+  mu.Await(absl::Condition(&all_done));
   result.first_to_all = last_done - first_sent;
   result.last_to_all = last_done - last_sent;
   result.assigned = static_cast<int>(ranks.size());
