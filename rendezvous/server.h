@@ -43,8 +43,10 @@ struct ServerOptions {
   absl::Duration keepalive_time = absl::Seconds(10);
   absl::Duration keepalive_timeout = absl::Seconds(5);
   // Completion queues (one thread each) that serve Join: parked Joins
-  // spread over them (async_join.h says why).
-  int join_queues = 16;
+  // spread over them (async_join.h says why). Each thread also takes turns
+  // in gRPC's poller, which costs every other call some CPU (8 queues:
+  // ~25 % more per heartbeat than none, bench/rendezvous/README.md).
+  int join_queues = 8;
   // Assignments carry the peer list up to this many nodes.
   int max_peers_in_assignment = 128;
   // Heartbeats per second one job may send; larger jobs get a longer
