@@ -45,7 +45,7 @@ struct ServerOptions {
   // Completion queues (one thread each) that serve Join: parked Joins
   // spread over them (async_join.h says why). Each thread also takes turns
   // in gRPC's poller, which costs every other call some CPU (8 queues:
-  // ~25 % more per heartbeat than none, bench/rendezvous/README.md).
+  // ~14 % more per heartbeat, bench/rendezvous/README.md).
   int join_queues = 8;
   // Assignments carry the peer list up to this many nodes.
   int max_peers_in_assignment = 128;
