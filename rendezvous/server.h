@@ -4,6 +4,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -93,6 +94,10 @@ class Server {
   // only an answer, a cancellation or shutdown releases.
   size_t NumParkedCallsForTest() const {
     return rendezvous_service_.num_parked() + store_service_.num_parked();
+  }
+  // Join calls each Join queue has received (all Joins go through them).
+  std::vector<int64_t> JoinsPerQueueForTest() const {
+    return rendezvous_service_.JoinsPerQueue();
   }
   // Bytes the store charges now (limits.h), all jobs / one job.
   // How often memory was given back (three times per large fan-out).
