@@ -26,6 +26,14 @@ struct Limits {
   int64_t max_store_bytes = int64_t{1} << 30;
   int64_t max_job_store_bytes = int64_t{256} << 20;
   int64_t max_job_store_keys = 100000;
+  // The server's whole resident memory (its RSS: the process, gRPC's
+  // buffers, jobs and store together), which the store caps above do not
+  // see: a store write that would take the server past it is refused
+  // RESOURCE_EXHAUSTED. Sampled every tick and advanced by what the store
+  // charged since. A job holding over half the store is refused at 90 % of
+  // it, so that the other jobs keep room. --max-memory-bytes; 0: no bound
+  // but the store caps.
+  int64_t max_memory_bytes = 0;
   int64_t max_keys_per_request = 10000;  // Check, Wait
   int64_t max_id_bytes = 512;            // run_id, node_id, address
   int64_t max_nodes_per_job = 100000;

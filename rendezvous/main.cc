@@ -80,6 +80,12 @@ int main(int argc, char** argv) {
   app.add_option("--max-job-store-bytes", server.limits.max_job_store_bytes,
                  "memory the store may hold for one job (bytes)")
       ->capture_default_str();
+  app.add_option("--max-memory-bytes", server.limits.max_memory_bytes,
+                 "the server's resident memory (RSS) bound: a store write "
+                 "that would pass it is refused (bytes; 0: only the store "
+                 "caps bound the store)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--max-job-store-keys", server.limits.max_job_store_keys,
                  "keys the store may hold for one job, all its rounds")
       ->capture_default_str();
@@ -89,6 +95,11 @@ int main(int argc, char** argv) {
                  "proportion); 0: never")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--join-queues", server.join_queues,
+                 "completion queues (one thread each) that serve Join; "
+                 "more spread a large job's parked Joins thinner")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
   app.add_option("--metrics-port", options.metrics_port,
                  "serve Prometheus /metrics on this port (0: the kernel "
                  "picks; -1: off)")

@@ -39,14 +39,12 @@ class ParkedReactor final : public grpc::ServerUnaryReactor {
 
 // Parked calls by waiter id, and the one way to finish them: Take removes a
 // call, so whoever takes it (a completion, a cancellation, shutdown) is the
-// only one to call Finish. Thread-safe.
-template <typename Response>
-class ParkedCalls {
+// only one to finish it. `Handle` is what finishing needs (a reactor and the
+// response to fill, or an async call). Thread-safe.
+template <typename Handle>
+class ParkedSet {
  public:
-  struct Call {
-    ParkedReactor* reactor = nullptr;
-    Response* response = nullptr;
-  };
+  using Call = Handle;
 
   WaiterId NewId() { return next_id_.fetch_add(1); }
   void Add(WaiterId id, Call call) {
@@ -87,5 +85,15 @@ class ParkedCalls {
   absl::flat_hash_map<WaiterId, Call> calls_ ABSL_GUARDED_BY(mu_);
   size_t peak_ ABSL_GUARDED_BY(mu_) = 0;
 };
+
+// A parked callback-API call: its reactor and the response to fill.
+template <typename Response>
+struct ReactorCall {
+  ParkedReactor* reactor = nullptr;
+  Response* response = nullptr;
+};
+
+template <typename Response>
+using ParkedCalls = ParkedSet<ReactorCall<Response>>;
 
 }  // namespace ddprun::rendezvous

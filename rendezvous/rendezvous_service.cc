@@ -29,8 +29,11 @@ grpc::ServerUnaryReactor* FinishWith(grpc::CallbackServerContext* context,
 }  // namespace
 
 RendezvousService::RendezvousService(JobTable* jobs, StoreService* store,
-                                     const TokenCheck* token)
-    : jobs_(jobs), store_(store), token_(token) {}
+                                     const TokenCheck* token, int join_queues)
+    : jobs_(jobs),
+      store_(store),
+      token_(token),
+      joins_(this, this, join_queues) {}
 
 namespace {
 
@@ -60,15 +63,14 @@ void RendezvousService::Apply(Effects effects) {
         std::make_shared<RoundsDelivered>(jobs_, std::move(effects.closed));
   }
   for (JoinCompletion& c : effects.joins) {
-    auto call = parked_.Take(c.waiter);
+    std::optional<JoinCall*> call = parked_.Take(c.waiter);
     if (!call.has_value()) continue;  // cancelled meanwhile
     if (!c.response.ok()) {
-      call->reactor->FinishHolding(common::ToGrpcStatus(c.response.status()),
-                                   delivered);
+      (*call)->Finish(common::ToGrpcStatus(c.response.status()), {},
+                      delivered);
       continue;
     }
-    *call->response = *std::move(c.response);
-    call->reactor->FinishHolding(grpc::Status::OK, delivered);
+    (*call)->Finish(grpc::Status::OK, *std::move(c.response), delivered);
   }
   for (const ReleasedRounds& r : effects.released) {
     store_->ReleaseRoundsBefore(r.run_id, r.before_round);
@@ -85,33 +87,35 @@ void RendezvousService::CancelAll(const grpc::Status& status) {
   Effects effects;
   jobs_->CancelAllJoins(common::FromGrpcStatus(status), &effects);
   Apply(std::move(effects));
-  for (auto& call : parked_.TakeAll()) call.reactor->Finish(status);
+  for (JoinCall* call : parked_.TakeAll()) call->Finish(status, {}, nullptr);
 }
 
-grpc::ServerUnaryReactor* RendezvousService::Join(
-    grpc::CallbackServerContext* context, const v1::JoinRequest* request,
-    v1::JoinResponse* response) {
-  if (absl::Status ok = token_->Check(*context, request->run_id()); !ok.ok()) {
-    return FinishNow(context, ok);
+void RendezvousService::OnJoin(JoinCall* call) {
+  const v1::JoinRequest& request = call->request();
+  if (absl::Status ok = token_->Check(call->context(), request.run_id());
+      !ok.ok()) {
+    call->Finish(common::ToGrpcStatus(ok), {}, nullptr);
+    return;
   }
   WaiterId id = parked_.NewId();
-  auto* reactor = new ParkedReactor(
-      [this, id, run_id = request->run_id(), node_id = request->node_id()] {
-        auto call = parked_.Take(id);
-        if (!call.has_value()) return;  // already answered
-        Effects effects;
-        jobs_->CancelJoin(run_id, node_id, id, &effects);
-        call->reactor->Finish(grpc::Status(
-            grpc::StatusCode::CANCELLED,
-            "Join cancelled by the client (or its deadline passed); the node "
-            "was dropped from the job"));
-        Apply(std::move(effects));
-      });
-  parked_.Add(id, {reactor, response});
+  call->set_id(id);
+  parked_.Add(id, call);
   Effects effects;
-  jobs_->Join(*request, id, &effects);
+  jobs_->Join(request, id, &effects);
   Apply(std::move(effects));
-  return reactor;
+}
+
+void RendezvousService::OnJoinCancelled(JoinCall* call) {
+  std::optional<JoinCall*> parked = parked_.Take(call->id());
+  if (!parked.has_value()) return;  // already answered (or never parked)
+  Effects effects;
+  jobs_->CancelJoin(call->request().run_id(), call->request().node_id(),
+                    call->id(), &effects);
+  call->Finish(grpc::Status(grpc::StatusCode::CANCELLED,
+                            "Join cancelled by the client (or its deadline "
+                            "passed); the node was dropped from the job"),
+               {}, nullptr);
+  Apply(std::move(effects));
 }
 
 grpc::ServerUnaryReactor* RendezvousService::Heartbeat(

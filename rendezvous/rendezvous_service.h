@@ -1,7 +1,9 @@
 #pragma once
 
 #include "ddprun/v1/rendezvous.grpc.pb.h"
+#include "grpcpp/server_builder.h"
 #include "grpcpp/support/status.h"
+#include "rendezvous/async_join.h"
 #include "rendezvous/effects.h"
 #include "rendezvous/job_table.h"
 #include "rendezvous/parked_calls.h"
@@ -12,17 +14,27 @@ namespace ddprun::rendezvous {
 
 // The Rendezvous service: a thin gRPC adapter over JobTable. Join is parked
 // without a thread until its round closes, it times out, or the client
-// cancels (which drops the node). Thread-safe.
-class RendezvousService final : public v1::Rendezvous::CallbackService {
+// cancels (which drops the node); it is served on `join_queues` completion
+// queues (async_join.h says why), the other methods on the callback API.
+// Thread-safe.
+class RendezvousService final : public RendezvousServiceBase,
+                                public JoinHandler {
  public:
   // All must outlive the service; `store` releases the store scopes of
   // rounds that are over; `token` admits calls.
   RendezvousService(JobTable* jobs, StoreService* store,
-                    const TokenCheck* token);
+                    const TokenCheck* token, int join_queues);
 
-  grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* context,
-                                 const v1::JoinRequest* request,
-                                 v1::JoinResponse* response) override;
+  // The Join queues: AddJoinQueues before the server is built, StartJoins
+  // after it started, StopJoins after it shut down.
+  void AddJoinQueues(grpc::ServerBuilder* builder) { joins_.AddTo(builder); }
+  void StartJoins() { joins_.Start(); }
+  void StopJoins() { joins_.Stop(); }
+  std::vector<int64_t> JoinsPerQueue() const { return joins_.CallsPerQueue(); }
+
+  // JoinHandler.
+  void OnJoin(JoinCall* call) override;
+  void OnJoinCancelled(JoinCall* call) override;
   grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context,
                                       const v1::HeartbeatRequest* request,
                                       v1::HeartbeatResponse* response) override;
@@ -54,7 +66,8 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   JobTable* const jobs_;
   StoreService* const store_;
   const TokenCheck* const token_;
-  ParkedCalls<v1::JoinResponse> parked_;
+  ParkedSet<JoinCall*> parked_;
+  JoinQueues joins_;
 };
 
 }  // namespace ddprun::rendezvous

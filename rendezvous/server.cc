@@ -1,8 +1,11 @@
 #include "rendezvous/server.h"
 
+#include <fcntl.h>
 #include <malloc.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <iterator>
 #include <limits>
 #include <utility>
@@ -19,6 +22,22 @@
 
 namespace ddprun::rendezvous {
 namespace {
+
+// The process's resident memory (VmRSS), from /proc/self/statm; 0 when it
+// cannot be read.
+int64_t ResidentBytes() {
+  int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char buf[128];
+  ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  long size = 0;
+  long resident = 0;
+  if (std::sscanf(buf, "%ld %ld", &size, &resident) != 2) return 0;
+  return static_cast<int64_t>(resident) * sysconf(_SC_PAGESIZE);
+}
 
 JobTableOptions TableOptions(const ServerOptions& options) {
   JobTableOptions table;
@@ -40,7 +59,8 @@ Server::Server(const ServerOptions& options)
       jobs_(clock_, TableOptions(options)),
       store_(clock_, options.limits),
       store_service_(&jobs_, &store_, &token_check_, options.limits),
-      rendezvous_service_(&jobs_, &store_service_, &token_check_) {}
+      rendezvous_service_(&jobs_, &store_service_, &token_check_,
+                          options.join_queues) {}
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Start(
     const ServerOptions& options) {
@@ -77,6 +97,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
       std::numeric_limits<int>::max())));
   builder.AddListeningPort(address, *credentials, &server->port_);
   builder.RegisterService(&server->rendezvous_service_);
+  server->rendezvous_service_.AddJoinQueues(&builder);
   builder.RegisterService(&server->store_service_);
   if (options.metrics != nullptr) {
     builder.experimental().SetInterceptorCreators(
@@ -90,11 +111,14 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
         "another --host/--port (port 0 lets the kernel pick)",
         address));
   }
+  server->rendezvous_service_.StartJoins();
+  server->SampleMemory();
   Server* raw = server.get();
   server->ticker_ = std::make_unique<Ticker>(options.tick_interval, [raw] {
     raw->rendezvous_service_.Tick();
     raw->store_service_.Tick();
     raw->MaybeReturnMemory();
+    raw->SampleMemory();
   });
   spdlog::info(
       "rendezvous server listening on {} ({}, {})", server->endpoint(),
@@ -136,6 +160,26 @@ void Server::MaybeReturnMemory() {
     peak_parked_ = parked;
     fan_out_seen_at_.reset();
   }
+}
+
+void Server::SampleMemory() {
+  const int64_t bound = options_.limits.max_memory_bytes;
+  if (bound <= 0) return;
+  int64_t resident = ResidentBytes();
+  // Near the bound, memory glibc keeps free (of values deleted, rounds
+  // released, answered calls) would refuse writes it could hold: give it
+  // back first, at most once a second.
+  const absl::Time now = clock_->Now();
+  if (resident > bound - bound / 10 &&
+      (!last_bound_trim_.has_value() ||
+       now - *last_bound_trim_ >= absl::Seconds(1))) {
+    last_bound_trim_ = now;
+#ifdef __GLIBC__
+    malloc_trim(0);
+#endif
+    resident = ResidentBytes();
+  }
+  store_.SetResidentBytes(resident);
 }
 
 void Server::AddJobMetrics(common::MetricsRegistry* registry) {
@@ -208,6 +252,7 @@ void Server::Shutdown() {
   // Calls that arrive meanwhile are cancelled at the deadline.
   server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
   server_->Wait();
+  rendezvous_service_.StopJoins();
 }
 
 }  // namespace ddprun::rendezvous

@@ -4,6 +4,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -42,6 +43,11 @@ struct ServerOptions {
   // which close no socket.
   absl::Duration keepalive_time = absl::Seconds(10);
   absl::Duration keepalive_timeout = absl::Seconds(5);
+  // Completion queues (one thread each) that serve Join: parked Joins
+  // spread over them (async_join.h says why). Each thread also takes turns
+  // in gRPC's poller, which costs every other call some CPU (8 queues:
+  // ~14 % more per heartbeat, bench/rendezvous/README.md).
+  int join_queues = 8;
   // Assignments carry the peer list up to this many nodes.
   int max_peers_in_assignment = 128;
   // Heartbeats per second one job may send; larger jobs get a longer
@@ -89,6 +95,10 @@ class Server {
   size_t NumParkedCallsForTest() const {
     return rendezvous_service_.num_parked() + store_service_.num_parked();
   }
+  // Join calls each Join queue has received (all Joins go through them).
+  std::vector<int64_t> JoinsPerQueueForTest() const {
+    return rendezvous_service_.JoinsPerQueue();
+  }
   // Bytes the store charges now (limits.h), all jobs / one job.
   // How often memory was given back (three times per large fan-out).
   int MemoryTrimsForTest() const { return trims_.load(); }
@@ -103,6 +113,10 @@ class Server {
   // they are answered, gives the memory they held back to the system
   // (ticker thread).
   void MaybeReturnMemory();
+  // With Limits::max_memory_bytes: samples the resident memory for the
+  // store's admission, giving back what glibc keeps free when the bound is
+  // near (ticker thread).
+  void SampleMemory();
   // Sets the job gauges from the job table on every scrape.
   void AddJobMetrics(common::MetricsRegistry* registry);
 
@@ -120,6 +134,7 @@ class Server {
   std::optional<absl::Time> fan_out_seen_at_;
   int trims_done_ = 0;  // of this fan-out
   std::atomic<int> trims_{0};
+  std::optional<absl::Time> last_bound_trim_;  // SampleMemory's (ticker)
   int port_ = 0;
   absl::Mutex shutdown_mu_;
   bool shut_down_ ABSL_GUARDED_BY(shutdown_mu_) = false;

@@ -1,5 +1,6 @@
 #include "rendezvous/store_state.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "absl/container/flat_hash_set.h"
@@ -68,6 +69,30 @@ absl::Status StoreState::Charge(Run& run, const std::string& run_id,
         "raise the cap",
         run_id, run.bytes, bytes, limits_.max_job_store_bytes));
   }
+  if (bytes > 0 && limits_.max_memory_bytes > 0) {
+    const int64_t resident =
+        resident_bytes_ + std::max<int64_t>(0, num_bytes_ - num_bytes_at_sample_);
+    // A job holding over half the store is refused a tenth of the bound
+    // earlier, so that one hog cannot take the room every other job needs
+    // to form its rounds.
+    const bool dominant = 2 * (run.bytes + bytes) > num_bytes_ + bytes;
+    const int64_t bound = dominant
+                              ? limits_.max_memory_bytes -
+                                    limits_.max_memory_bytes / 10
+                              : limits_.max_memory_bytes;
+    if (resident + bytes > bound) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "the server holds %d bytes of memory; %d more for job '%s' would "
+          "pass %s (--max-memory-bytes %d); delete keys the job no longer "
+          "needs, retry when jobs end, or raise the bound where the server "
+          "has the memory",
+          resident, bytes, run_id,
+          dominant ? "its bound less the tenth kept for other jobs (this "
+                     "job holds most of the store)"
+                   : "its bound",
+          limits_.max_memory_bytes));
+    }
+  }
   if (bytes > 0 && num_bytes_ + bytes > limits_.max_store_bytes) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "the store holds %d bytes for all jobs; %d more for job '%s' would "
@@ -79,6 +104,12 @@ absl::Status StoreState::Charge(Run& run, const std::string& run_id,
   run.keys += keys;
   num_bytes_ += bytes;
   return absl::OkStatus();
+}
+
+void StoreState::SetResidentBytes(int64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  resident_bytes_ = bytes;
+  num_bytes_at_sample_ = num_bytes_;
 }
 
 absl::StatusOr<StoreState::Found> StoreState::ScopeFor(

@@ -50,6 +50,10 @@ class StoreState {
   StoreState(const common::Clock* clock, int64_t max_keys,
              int64_t max_scopes = 100000);
 
+  // The server's resident memory now (Limits::max_memory_bytes): until the
+  // next sample, what the store charges meanwhile is added to it.
+  void SetResidentBytes(int64_t bytes);
+
   absl::Status Set(const v1::StoreScope& scope, const std::string& key,
                    std::string value, std::vector<StoreCompletion>* done);
   // Answers at once when the key exists, otherwise parks `waiter` until it
@@ -162,6 +166,10 @@ class StoreState {
   const Limits limits_;
   int64_t num_scopes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t num_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // The server's resident memory as last sampled, and num_bytes_ then
+  // (Limits::max_memory_bytes).
+  int64_t resident_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t num_bytes_at_sample_ ABSL_GUARDED_BY(mu_) = 0;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, Run> runs_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<WaiterId, Waiter> waiters_ ABSL_GUARDED_BY(mu_);

@@ -33,7 +33,7 @@ TokenCheck::TokenCheck(std::string secret) : secret_(std::move(secret)) {
 }
 
 TokenCheck::Verdict TokenCheck::Judge(
-    const grpc::CallbackServerContext& context,
+    const grpc::ServerContextBase& context,
     const absl::string_view* run_id) const {
   if (secret_.empty()) return Verdict::kAdmitted;
   Verdict verdict = Verdict::kNoToken;
@@ -53,7 +53,7 @@ TokenCheck::Verdict TokenCheck::Judge(
   return verdict;
 }
 
-absl::Status TokenCheck::Check(const grpc::CallbackServerContext& context,
+absl::Status TokenCheck::Check(const grpc::ServerContextBase& context,
                                absl::string_view run_id) const {
   switch (Judge(context, &run_id)) {
     case Verdict::kAdmitted:
@@ -76,7 +76,7 @@ absl::Status TokenCheck::Check(const grpc::CallbackServerContext& context,
       "(or DDPRUN_TOKEN)");
 }
 
-absl::Status TokenCheck::CheckAdmin(const grpc::CallbackServerContext& context,
+absl::Status TokenCheck::CheckAdmin(const grpc::ServerContextBase& context,
                                     absl::string_view what) const {
   switch (Judge(context, nullptr)) {
     case Verdict::kAdmitted:

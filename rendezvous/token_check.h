@@ -28,16 +28,16 @@ class TokenCheck {
   // OK, UNAUTHENTICATED when the call carries no token this server issued,
   // or PERMISSION_DENIED when it carries another job's token. The messages
   // say what to do and never echo a token.
-  absl::Status Check(const grpc::CallbackServerContext& context,
+  absl::Status Check(const grpc::ServerContextBase& context,
                      absl::string_view run_id) const;
   // Admits only the server's own secret; `what` names the operation.
-  absl::Status CheckAdmin(const grpc::CallbackServerContext& context,
+  absl::Status CheckAdmin(const grpc::ServerContextBase& context,
                           absl::string_view what) const;
 
  private:
   enum class Verdict { kAdmitted, kNoToken, kOtherJob };
   // `run_id` nullptr: only the secret admits.
-  Verdict Judge(const grpc::CallbackServerContext& context,
+  Verdict Judge(const grpc::ServerContextBase& context,
                 const absl::string_view* run_id) const;
 
   const std::string secret_;

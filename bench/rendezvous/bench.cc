@@ -1,7 +1,11 @@
 #include "bench/rendezvous/bench.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdio>
 
+#include "absl/strings/str_format.h"
 #include "bench/rendezvous/server_process.h"
 #include "bench/rendezvous/simulated_agents.h"
 
@@ -13,10 +17,12 @@ int RunRendezvousBench(const BenchOptions& options) {
       "(heartbeat interval %s, timeout %s)\n",
       absl::FormatDuration(options.heartbeat_interval).c_str(),
       absl::FormatDuration(options.heartbeat_timeout).c_str());
-  std::printf("%8s %14s %14s %10s %10s %10s %12s %14s %12s %12s\n",
+  const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  std::printf("%8s %14s %14s %10s %10s %10s %12s %10s %12s %14s %12s %12s\n",
               "nodes", "last_join->all", "first->all", "rss_MiB", "rss_hb_MiB",
-              "peak_MiB",
-              "heartbeats/s", "given_hb_ms", "detect_1st", "detect_all");
+              "peak_MiB", "heartbeats/s", "hb_cpu_us",
+              absl::StrFormat("hb_cap_%ldc/s", cores).c_str(), "given_hb_ms",
+              "detect_1st", "detect_all");
   int failures = 0;
   for (int n : options.nodes) {
     auto server = ServerProcess::Start(options.server_binary, {});
@@ -39,8 +45,16 @@ int RunRendezvousBench(const BenchOptions& options) {
       ++failures;
       continue;
     }
+    const double cpu_before = server->CpuSeconds();
     double beats = agents.HeartbeatThroughput(options.heartbeat_duration,
                                               options.heartbeats_in_flight);
+    // The server's CPU per heartbeat, and the rate its cores would answer
+    // with none of them taken by the simulated agents (which share them).
+    const double cpu_us_per_beat =
+        (server->CpuSeconds() - cpu_before) * 1e6 /
+        std::max(1.0, beats * absl::ToDoubleSeconds(options.heartbeat_duration));
+    const double capacity =
+        cpu_us_per_beat > 0 ? cores * 1e6 / cpu_us_per_beat : 0;
     // After the round's answers went out and the nodes heartbeat: what the
     // server keeps while the job runs.
     long rss_running = server->RssKib();
@@ -49,11 +63,11 @@ int RunRendezvousBench(const BenchOptions& options) {
         agents.heartbeat_timeout() + 3 * agents.heartbeat_interval());
     long peak = server->PeakRssKib();
     std::printf(
-        "%8d %12.1fms %12.1fms %10.1f %10.1f %10.1f %12.0f %7.0f/%-6.0f %10.0fms "
-        "%10.0fms%s\n",
+        "%8d %12.1fms %12.1fms %10.1f %10.1f %10.1f %12.0f %10.1f %12.0f "
+        "%7.0f/%-6.0f %10.0fms %10.0fms%s\n",
         n, absl::ToDoubleMilliseconds(joined.last_to_all),
         absl::ToDoubleMilliseconds(joined.first_to_all), rss / 1024.0,
-        rss_running / 1024.0, peak / 1024.0, beats,
+        rss_running / 1024.0, peak / 1024.0, beats, cpu_us_per_beat, capacity,
         absl::ToDoubleMilliseconds(agents.heartbeat_interval()),
         absl::ToDoubleMilliseconds(agents.heartbeat_timeout()),
         absl::ToDoubleMilliseconds(detected.first_knows),

@@ -42,6 +42,10 @@ int main(int argc, char** argv) {
   app.add_option("--hostile-cap-mib", hostile_cap_mib,
                  "the store cap (--hostile), MiB")
       ->capture_default_str();
+  bool no_memory_bound = false;
+  app.add_flag("--hostile-no-memory-bound", no_memory_bound,
+               "(--hostile) do not pass --max-memory-bytes (servers older "
+               "than it)");
   CLI11_PARSE(app, argc, argv);
   // As in ddprun-rendezvous: the simulated agents' gRPC would otherwise
   // spend its time in Abseil's deadlock-detection graph (Debian's Abseil
@@ -50,6 +54,7 @@ int main(int argc, char** argv) {
   if (hostile) {
     hostile_options.server_binary = options.server_binary;
     hostile_options.store_cap_bytes = hostile_cap_mib << 20;
+    hostile_options.memory_bound = !no_memory_bound;
     return ddprun::bench::RunHostileBench(hostile_options);
   }
   options.heartbeat_duration = absl::Seconds(heartbeat_seconds);

@@ -62,9 +62,14 @@ int RunHostileBench(const HostileOptions& options) {
   std::ofstream(secret_file) << kSecret << "\n";
   chmod(secret_file.c_str(), 0600);
   const std::string cap = absl::StrCat(options.store_cap_bytes);
-  auto server = ServerProcess::Start(
-      options.server_binary, {"--token-file", secret_file, "--max-store-bytes",
-                              cap, "--max-job-store-bytes", cap});
+  std::vector<std::string> args = {"--token-file", secret_file,
+                                   "--max-store-bytes", cap,
+                                   "--max-job-store-bytes", cap};
+  if (options.memory_bound) {
+    args.push_back("--max-memory-bytes");
+    args.push_back(cap);
+  }
+  auto server = ServerProcess::Start(options.server_binary, args);
   unlink(secret_file.c_str());
   rmdir(dir.c_str());
   if (!server.ok()) {
@@ -181,10 +186,10 @@ int RunHostileBench(const HostileOptions& options) {
   std::printf(
       "hostile load: victim %d nodes, %d rounds per block, %d quiet + %d "
       "hostile blocks interleaved; hog %d connections x %d KiB Sets; store cap "
-      "%.0f MiB (--max-store-bytes = --max-job-store-bytes)\n",
+      "%.0f MiB (--max-store-bytes = --max-job-store-bytes%s)\n",
       options.victim_nodes, options.rounds_per_block, options.blocks,
       options.blocks, options.hog_threads, options.hog_value_bytes / 1024,
-      cap_mib);
+      cap_mib, options.memory_bound ? " = --max-memory-bytes" : "");
   if (!error.empty()) {
     std::printf("victim round failed: %s\n", error.c_str());
     return 1;

@@ -14,6 +14,9 @@ struct HostileOptions {
   int blocks = 3;
   // --max-store-bytes and --max-job-store-bytes: the hog may fill it all.
   int64_t store_cap_bytes = int64_t{256} << 20;
+  // Also --max-memory-bytes = the cap (the server's whole resident memory);
+  // false for servers older than that flag.
+  bool memory_bound = true;
   int hog_threads = 2;
   int hog_value_bytes = 1 << 20;
 };

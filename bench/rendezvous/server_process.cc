@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "absl/strings/match.h"
@@ -94,6 +95,26 @@ long ServerProcess::StatusField(const char* name) const {
     }
   }
   return -1;
+}
+
+double ServerProcess::CpuSeconds() const {
+  std::ifstream in(absl::StrFormat("/proc/%d/stat", pid_));
+  std::string stat((std::istreambuf_iterator<char>(in)),
+                   std::istreambuf_iterator<char>());
+  // Fields after the command name (which may hold spaces): state is the
+  // 3rd field, utime and stime the 14th and 15th.
+  size_t end = stat.rfind(')');
+  if (end == std::string::npos) return -1;
+  std::istringstream fields(stat.substr(end + 2));
+  std::string field;
+  long utime = -1;
+  long stime = -1;
+  for (int i = 3; i <= 15 && fields >> field; ++i) {
+    if (i == 14) utime = std::stol(field);
+    if (i == 15) stime = std::stol(field);
+  }
+  if (utime < 0 || stime < 0) return -1;
+  return static_cast<double>(utime + stime) / sysconf(_SC_CLK_TCK);
 }
 
 long ServerProcess::RssKib() const { return StatusField("VmRSS:"); }

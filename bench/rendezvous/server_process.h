@@ -26,6 +26,8 @@ class ServerProcess {
   // Resident and peak resident memory, in KiB, from /proc.
   long RssKib() const;
   long PeakRssKib() const;
+  // CPU time the process used so far (user + system), seconds.
+  double CpuSeconds() const;
 
  private:
   ServerProcess(pid_t pid, std::string endpoint)

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <set>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -35,7 +36,28 @@ SimulatedAgents::SimulatedAgents(AgentsOptions options)
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
     stubs_.push_back(v1::Rendezvous::NewStub(grpc::CreateCustomChannel(
         options_.endpoint, grpc::InsecureChannelCredentials(), args)));
+    // One completion queue per connection for the Joins, one thread each.
+    // Real agents are separate processes, each with one call on its own
+    // queue; on one shared queue (the callback API's) Debian's libgrpc,
+    // built with debug checks, scans every outstanding call on each
+    // completion, and the simulating process would measure its own O(n^2),
+    // not the server.
+    queues_.push_back(std::make_unique<grpc::CompletionQueue>());
+    threads_.emplace_back([cq = queues_.back().get()] {
+      void* tag = nullptr;
+      bool ok = false;
+      while (cq->Next(&tag, &ok)) {
+        auto* call = static_cast<JoinCall*>(tag);
+        (*call->answered)(call);
+        delete call;
+      }
+    });
   }
+}
+
+SimulatedAgents::~SimulatedAgents() {
+  for (auto& cq : queues_) cq->Shutdown();
+  for (std::thread& thread : threads_) thread.join();
 }
 
 std::string SimulatedAgents::NodeId(int node) const {
@@ -67,7 +89,6 @@ absl::Status SimulatedAgents::EndRound() {
 }
 
 JoinResult SimulatedAgents::JoinAll(absl::Duration timeout) {
-  using JoinCall = Call<v1::JoinRequest, v1::JoinResponse>;
   absl::Mutex mu;
   int done = 0;
   absl::Time last_done;
@@ -75,14 +96,42 @@ JoinResult SimulatedAgents::JoinAll(absl::Duration timeout) {
   std::set<int> ranks;
   int world_size = -1;
   JoinResult result;
+  std::function<void(JoinCall*)> answered = [&](JoinCall* call) {
+    absl::MutexLock lock(&mu);
+    ++done;
+    last_done = absl::Now();
+    const grpc::Status& status = call->status;
+    if (!status.ok()) {
+      if (error.empty()) error = status.error_message();
+    } else if (!call->response.has_assignment()) {
+      if (error.empty()) error = "a node got no assignment";
+    } else {
+      const v1::Assignment& a = call->response.assignment();
+      if (!ranks.insert(a.node_rank()).second && error.empty()) {
+        error = absl::StrCat("duplicate node rank ", a.node_rank());
+      }
+      if (world_size >= 0 && world_size != a.world_size() && error.empty()) {
+        error = "world sizes differ";
+      }
+      world_size = a.world_size();
+      round_ = a.round();
+      if (a.heartbeat_interval_ms() > 0) {
+        interval_ = absl::Milliseconds(a.heartbeat_interval_ms());
+      }
+      if (a.heartbeat_timeout_ms() > 0) {
+        timeout_ = absl::Milliseconds(a.heartbeat_timeout_ms());
+      }
+    }
+  };
 
   absl::Time first_sent = absl::Now();
   for (int i = 0; i < options_.nodes; ++i) {
     auto* call = new JoinCall;
+    call->answered = &answered;
     // As the agent's RendezvousClient::Join: no gRPC deadline on the parked
     // Join (the server answers at join_timeout).
     Authorize(&call->context);
-    v1::JoinRequest& r = call->request;
+    v1::JoinRequest r;
     r.set_run_id(options_.run_id);
     r.set_node_id(NodeId(i));
     r.set_local_world_size(options_.local_world_size);
@@ -98,36 +147,9 @@ JoinResult SimulatedAgents::JoinAll(absl::Duration timeout) {
         absl::ToInt64Milliseconds(options_.heartbeat_interval));
     c->set_heartbeat_timeout_ms(
         absl::ToInt64Milliseconds(options_.heartbeat_timeout));
-    Stub(i).async()->Join(
-        &call->context, &call->request, &call->response,
-        [&, call](grpc::Status status) {
-          absl::MutexLock lock(&mu);
-          ++done;
-          last_done = absl::Now();
-          if (!status.ok()) {
-            if (error.empty()) error = status.error_message();
-          } else if (!call->response.has_assignment()) {
-            if (error.empty()) error = "a node got no assignment";
-          } else {
-            const v1::Assignment& a = call->response.assignment();
-            if (!ranks.insert(a.node_rank()).second && error.empty()) {
-              error = absl::StrCat("duplicate node rank ", a.node_rank());
-            }
-            if (world_size >= 0 && world_size != a.world_size() &&
-                error.empty()) {
-              error = "world sizes differ";
-            }
-            world_size = a.world_size();
-            round_ = a.round();
-            if (a.heartbeat_interval_ms() > 0) {
-              interval_ = absl::Milliseconds(a.heartbeat_interval_ms());
-            }
-            if (a.heartbeat_timeout_ms() > 0) {
-              timeout_ = absl::Milliseconds(a.heartbeat_timeout_ms());
-            }
-          }
-          delete call;
-        });
+    call->reader = Stub(i).AsyncJoin(&call->context, r,
+                                     queues_[i % queues_.size()].get());
+    call->reader->Finish(&call->response, &call->status, call);
   }
   absl::Time last_sent = absl::Now();
   absl::MutexLock lock(&mu);

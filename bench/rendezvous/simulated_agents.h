@@ -1,6 +1,8 @@
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -38,12 +40,16 @@ struct DetectionResult {
   bool complete = false;
 };
 
-// Many agents of one job in one process, over real gRPC with the callback
-// client API (no thread per agent). Not thread-safe; one measurement at a
-// time.
+// Many agents of one job in one process, over real gRPC with no thread per
+// agent: the callback client API, and for Join the async API with one
+// completion queue and thread per connection. Not thread-safe; one
+// measurement at a time.
 class SimulatedAgents {
  public:
   explicit SimulatedAgents(AgentsOptions options);
+  ~SimulatedAgents();
+  SimulatedAgents(const SimulatedAgents&) = delete;
+  SimulatedAgents& operator=(const SimulatedAgents&) = delete;
 
   // Every node Joins at once (min = max = nodes); waits for all answers.
   JoinResult JoinAll(absl::Duration timeout);
@@ -63,6 +69,15 @@ class SimulatedAgents {
   absl::Duration heartbeat_timeout() const { return timeout_; }
 
  private:
+  // A Join in flight on one of queues_; `answered` is its JoinAll's.
+  struct JoinCall {
+    grpc::ClientContext context;
+    v1::JoinResponse response;
+    grpc::Status status;
+    std::unique_ptr<grpc::ClientAsyncResponseReader<v1::JoinResponse>> reader;
+    const std::function<void(JoinCall*)>* answered = nullptr;
+  };
+
   v1::Rendezvous::Stub& Stub(int node) { return *stubs_[node % stubs_.size()]; }
   std::string NodeId(int node) const;
   // The token, when set, on a call about to start.
@@ -70,6 +85,8 @@ class SimulatedAgents {
 
   AgentsOptions options_;
   std::vector<std::unique_ptr<v1::Rendezvous::Stub>> stubs_;
+  std::vector<std::unique_ptr<grpc::CompletionQueue>> queues_;
+  std::vector<std::thread> threads_;
   int64_t round_ = 0;
   absl::Duration interval_;
   absl::Duration timeout_;

@@ -1,6 +1,8 @@
 // Malformed and hostile requests against one real server: each is refused
 // with a code and a message naming the limit, and the server keeps serving a
 // well-behaved bystander throughout.
+#include <algorithm>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -435,6 +437,98 @@ TEST(HostileLoadTest, AStoreHogIsRefusedWhileAnotherJobFormsRounds) {
             options.limits.max_job_store_bytes - (300 << 10))
       << "the hog filled its share";
   EXPECT_LE((*server)->StoreBytesForTest(), options.limits.max_store_bytes);
+}
+
+// This process's resident memory (VmRSS), bytes.
+int64_t ResidentBytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) {
+      return std::stoll(line.substr(6)) * 1024;  // "VmRSS:  1234 kB"
+    }
+  }
+  return 0;
+}
+
+// The server's memory bound counts what the store caps cannot see (the
+// process itself, gRPC's buffers, malloc's overhead): a hog under generous
+// store caps is refused at --max-memory-bytes, and the resident memory stays
+// within the bound + 10 %. The server runs in this process, so the hog's own
+// client buffers count too (they are small). Without the bound the hog would
+// store up to its 256 MiB cap.
+TEST(HostileLoadTest, ResidentMemoryStaysWithinTheServersBound) {
+  ServerOptions options;
+  options.limits.max_job_store_bytes = 256 << 20;
+  options.limits.max_store_bytes = 256 << 20;
+  auto started = Server::Start(options);  // the process with a server running
+  ASSERT_TRUE(started.ok()) << started.status();
+  const int64_t baseline = ResidentBytes();
+  started->reset();
+  options.limits.max_memory_bytes = baseline + (48 << 20);
+  auto server = Server::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+
+  absl::Mutex mu;
+  bool stop = false;
+  int refused = 0;
+  std::vector<std::string> other_errors;
+  std::vector<std::thread> hogs;
+  for (int h = 0; h < 2; ++h) {
+    hogs.emplace_back([&, h] {
+      auto store = v1::Store::NewStub(grpc::CreateChannel(
+          (*server)->endpoint(), grpc::InsecureChannelCredentials()));
+      const std::string value(256 << 10, 'h');
+      for (int i = 0;; ++i) {
+        {
+          absl::MutexLock lock(&mu);
+          if (stop) return;
+        }
+        v1::SetRequest request;
+        request.mutable_scope()->set_run_id("hog");
+        request.set_key(absl::StrCat("fill-", h, "-", i));
+        request.set_value(value);
+        v1::SetResponse response;
+        grpc::Status status = store->Set(Context().get(), request, &response);
+        if (status.ok()) continue;
+        absl::MutexLock lock(&mu);
+        if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
+            status.error_message().find("--max-memory-bytes") !=
+                std::string::npos) {
+          ++refused;
+        } else {
+          other_errors.push_back(status.error_message());
+        }
+      }
+    });
+  }
+  // Sample the resident memory while the hogs fill the store, until they
+  // have been refused for a while.
+  int64_t max_resident = 0;
+  const absl::Time give_up = absl::Now() + absl::Seconds(60);
+  for (;;) {
+    max_resident = std::max(max_resident, ResidentBytes());
+    absl::MutexLock lock(&mu);
+    auto refused_enough = [&] { return refused >= 50 || !other_errors.empty(); };
+    if (mu.AwaitWithTimeout(absl::Condition(&refused_enough),
+                            absl::Milliseconds(2)) ||
+        absl::Now() > give_up) {
+      stop = true;
+      break;
+    }
+  }
+  for (std::thread& hog : hogs) hog.join();
+  max_resident = std::max(max_resident, ResidentBytes());
+  const int64_t bound = options.limits.max_memory_bytes;
+  EXPECT_TRUE(other_errors.empty()) << other_errors.front();
+  EXPECT_GE(refused, 50) << "the hogs were never refused at the bound";
+  EXPECT_LE(max_resident, bound + bound / 10)
+      << "resident " << (max_resident >> 20) << " MiB, bound "
+      << (bound >> 20) << " MiB";
+  // The bound, not a store cap, stopped them, after they stored most of
+  // what it leaves room for.
+  EXPECT_GT((*server)->StoreBytesForTest(), 24 << 20);
+  EXPECT_LT((*server)->StoreBytesForTest(), options.limits.max_store_bytes);
 }
 
 }  // namespace

@@ -189,6 +189,10 @@ TEST_F(ServerTest, ManyAgentsJoinConcurrentlyAndRejoinInTheSameOrder) {
     EXPECT_EQ(second[i].assignment().restart_count(), 1);
     EXPECT_EQ(second[i].assignment().node_rank(), rank_of[i]);
   }
+  // Every Join went through the async Join queues.
+  int64_t queued = 0;
+  for (int64_t calls : server_->JoinsPerQueueForTest()) queued += calls;
+  EXPECT_EQ(queued, 2 * kNodes);
 }
 
 // The memory gRPC held for a large fan-out of parked Joins goes back to the
