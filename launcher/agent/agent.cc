@@ -141,7 +141,7 @@ int Agent::Run() {
     last_round = assignment.round();  // in-place rounds ran inside
     switch (end) {
       case RoundEnd::kSucceeded:
-        Leave(assignment.round(), v1::LeaveRequest::REASON_SUCCEEDED);
+        LeaveSucceeded(assignment.round());
         spdlog::info("all {} local workers succeeded", options_.nproc_per_node);
         return 0;
       case RoundEnd::kStopped: {
@@ -622,7 +622,7 @@ void Agent::ReportFailures(const v1::Assignment& assignment,
       response->restarts_exhausted() ? "exhausted" : "left");
 }
 
-void Agent::Leave(int64_t round, v1::LeaveRequest::Reason reason) {
+absl::Status Agent::Leave(int64_t round, v1::LeaveRequest::Reason reason) {
   v1::LeaveRequest request;
   request.set_run_id(options_.rdzv_id);
   request.set_node_id(context_.node_id);
@@ -630,6 +630,35 @@ void Agent::Leave(int64_t round, v1::LeaveRequest::Reason reason) {
   request.set_reason(reason);
   absl::Status left = client_.Leave(request);
   if (!left.ok()) spdlog::warn("{}", std::string(left.message()));
+  return left;
+}
+
+void Agent::LeaveSucceeded(int64_t round) {
+  if (Leave(round, v1::LeaveRequest::REASON_SUCCEEDED).ok()) return;
+  const RdzvConf& conf = options_.rdzv_conf;
+  const absl::Duration patience =
+      std::min(conf.join_timeout, kMaxUnreachableWait);
+  spdlog::info("telling rendezvous {} again that this node's workers "
+               "succeeded, for up to {}",
+               client_.endpoint(), absl::FormatDuration(patience));
+  const absl::Time give_up = clock_.Now() + patience;
+  while (!events_.stop_signal().has_value() && clock_.Now() < give_up) {
+    events_.Wait(conf.heartbeat_interval);
+    absl::StatusOr<v1::ResumeResponse> resumed =
+        client_.Resume(MakeResumeRequest());
+    if (!resumed.ok() &&
+        resumed.status().code() != absl::StatusCode::kUnimplemented) {
+      continue;  // still unreachable
+    }
+    if (Leave(round, v1::LeaveRequest::REASON_SUCCEEDED).ok()) {
+      spdlog::info("rendezvous {} heard that this node's workers succeeded",
+                   client_.endpoint());
+      return;
+    }
+  }
+  spdlog::warn("rendezvous {} did not hear that this node's workers "
+               "succeeded; its other nodes may be restarted",
+               client_.endpoint());
 }
 
 }  // namespace ddprun::launcher

@@ -117,7 +117,14 @@ class Agent {
                       const std::vector<LocalFailure>& failures,
                       const std::vector<std::string>& error_files,
                       const std::string& spawn_error);
-  void Leave(int64_t round, v1::LeaveRequest::Reason reason);
+  absl::Status Leave(int64_t round, v1::LeaveRequest::Reason reason);
+  // This node's workers all succeeded: the server must hear it, or a round
+  // it rebuilds after a restart (Resume) waits for this node and then ends,
+  // restarting the others' workers. A Leave that fails (the server is down)
+  // is sent again, each time after a Resume with this node's record (a
+  // restarted server then knows the node and its round first), until one
+  // is answered, for up to kMaxUnreachableWait.
+  void LeaveSucceeded(int64_t round);
   // The record a restarted server learns this node's job from: its last
   // assignment and the restart count it last heard.
   void Remember(const v1::Assignment& assignment);
