@@ -172,7 +172,7 @@ TEST(MembershipTest, JoinNextRoundRetriesExceptionsNotOtherErrors) {
   control.Write("{\"DDPRUN_ROUND\":\"5\"}\n");
   int calls = 0;
   absl::StatusOr<WorkerEnv> joined = (*m)->JoinNextRound(
-      absl::OkStatus(), [&](const WorkerEnv& env) -> absl::Status {
+      absl::OkStatus(), [&](const WorkerEnv&) -> absl::Status {
         if (++calls == 1) {
           control.Write("{\"DDPRUN_ROUND\":\"6\"}\n");
           throw std::runtime_error("Connection reset by peer");
