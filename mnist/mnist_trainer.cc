@@ -12,6 +12,7 @@
 #include <torch/optim/sgd.h>
 #include <torch/utils.h>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_format.h"
 #include "common/worker_env.h"
 #include "mnist/mnist_data.h"
@@ -622,21 +623,33 @@ absl::Status Recover(Training& t) {
   // collective with this rank see its sockets close.
   t.ddp.reset();
   t.group = ProcessGroup();
-  absl::StatusOr<WorkerEnv> env = t.membership->NextRound(t.recover_cause);
-  if (!env.ok()) return env.status();
-  t.recover = false;
-  t.recover_cause = absl::OkStatus();
   ProcessGroupOptions group_options;
   group_options.backend = t.backend;
   group_options.direct_allreduce = t.options.direct_allreduce;
-  absl::StatusOr<ProcessGroup> group = CreateProcessGroup(*env, group_options);
-  if (!group.ok()) return group.status();
+  int source = -1;
+  // A round that ends while it forms (a member lost meanwhile) is followed
+  // by the next: this rank keeps its state and joins that one.
+  absl::StatusOr<WorkerEnv> env = t.membership->JoinNextRound(
+      t.recover_cause, [&](const WorkerEnv& next) -> absl::Status {
+        absl::StatusOr<ProcessGroup> group =
+            CreateProcessGroup(next, group_options);
+        if (!group.ok()) return group.status();
+        t.group = *std::move(group);
+        // A failed sync (an error or an exception) drops the group before
+        // the wait for the next round.
+        absl::Cleanup drop = [&t] { t.group = ProcessGroup(); };
+        absl::StatusOr<int> synced = SyncState(t, /*has_state=*/true);
+        if (!synced.ok()) return synced.status();
+        std::move(drop).Cancel();
+        source = *synced;
+        return absl::OkStatus();
+      });
+  if (!env.ok()) return env.status();
+  t.recover = false;
+  t.recover_cause = absl::OkStatus();
   t.env = *env;
   t.lead = env->rank == 0;
   t.world = env->world_size;
-  t.group = *std::move(group);
-  absl::StatusOr<int> source = SyncState(t, /*has_state=*/true);
-  if (!source.ok()) return source.status();
   NoteRecovery(t);
   DataParallelOptions ddp_options;
   ddp_options.bucket_mb = t.options.bucket_mb;
@@ -650,7 +663,7 @@ absl::Status Recover(Training& t) {
       "at step {}, resuming at step {} (epoch {}, sample {}) with the state "
       "of rank {}",
       t.env.rank, t.env.round, t.env.rank, t.world, stopped_at, t.step,
-      t.start.epoch + 1, t.start.epoch_position, *source);
+      t.start.epoch + 1, t.start.epoch_position, source);
   return absl::OkStatus();
 }
 

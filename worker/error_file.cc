@@ -172,7 +172,11 @@ int RunWorkerMain(const std::string& program,
   if (!error_file.empty()) InstallErrorFileHandlers(error_file);
   absl::Status status = body();
   if (status.ok()) return 0;
-  if (error_file.empty()) {
+  if (g_path[0] != '\0') {
+    // The newest path: after an in-place recovery (worker/recovery.h), the
+    // round's, not the one the process started with.
+    error_file = g_path;
+  } else if (error_file.empty()) {
     // A prewarmed worker learns its error file in the body (AwaitActivation).
     error_file = ReadErrorFilePath();
   }

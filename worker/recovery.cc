@@ -150,6 +150,38 @@ absl::StatusOr<WorkerEnv> Membership::NextRound(const absl::Status& cause) {
   return next;
 }
 
+absl::StatusOr<WorkerEnv> Membership::JoinNextRound(
+    absl::Status cause,
+    const std::function<absl::Status(const WorkerEnv&)>& join) {
+  while (true) {
+    absl::StatusOr<WorkerEnv> env = NextRound(cause);
+    if (!env.ok()) return env.status();
+    absl::Status joined;
+    try {
+      joined = join(*env);
+    } catch (const std::exception& e) {
+      // Gloo's and c10d's errors (a peer's connection reset) are exceptions.
+      joined = absl::UnavailableError(e.what());
+    }
+    if (joined.ok()) return env;
+    switch (joined.code()) {
+      case absl::StatusCode::kUnavailable:
+      case absl::StatusCode::kFailedPrecondition:
+      case absl::StatusCode::kAborted:
+      case absl::StatusCode::kDeadlineExceeded:
+      case absl::StatusCode::kCancelled:
+        break;
+      default:
+        return joined;
+    }
+    spdlog::warn("round {} ended while it formed ({}); waiting for the next",
+                 env->round, std::string(joined.message()));
+    cause = absl::Status(
+        joined.code(), absl::StrFormat("joining round %d failed: %s",
+                                       env->round, joined.message()));
+  }
+}
+
 absl::StatusOr<int> SyncFromSurvivor(const ProcessGroup& group, bool has_state,
                                      int64_t version,
                                      std::vector<int64_t>& record,

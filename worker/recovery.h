@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -73,6 +74,19 @@ class Membership {
   // between steps); it is returned, annotated, when no round comes or the
   // agent closed the channel. Clears the collective abort.
   absl::StatusOr<WorkerEnv> NextRound(const absl::Status& cause);
+
+  // The whole recovery: NextRound, then `join` with the new round's
+  // environment (form the group, SyncFromSurvivor). A round can end while
+  // it forms (one of its members is lost before the group exists: a store
+  // call of a released round, a peer gone); the agent then sends the next
+  // one, so a `join` that fails with UNAVAILABLE, FAILED_PRECONDITION,
+  // ABORTED, DEADLINE_EXCEEDED or CANCELLED, or throws, is followed by
+  // another NextRound (each waits up to round_timeout). `join` must drop
+  // what it formed before it fails. Other errors are returned at once.
+  // Returns the environment of the round joined.
+  absl::StatusOr<WorkerEnv> JoinNextRound(
+      absl::Status cause,
+      const std::function<absl::Status(const WorkerEnv&)>& join);
 
  private:
   Membership(int control_fd, MembershipOptions options);

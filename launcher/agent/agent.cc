@@ -141,7 +141,7 @@ int Agent::Run() {
     last_round = assignment.round();  // in-place rounds ran inside
     switch (end) {
       case RoundEnd::kSucceeded:
-        Leave(assignment.round(), v1::LeaveRequest::REASON_SUCCEEDED);
+        LeaveSucceeded(assignment.round());
         spdlog::info("all {} local workers succeeded", options_.nproc_per_node);
         return 0;
       case RoundEnd::kStopped: {
@@ -345,8 +345,8 @@ absl::StatusOr<std::vector<pid_t>> Agent::ActivateStandbys(
   return pids;
 }
 
-Agent::RoundEnd Agent::Supervise(const RunningRound& round) {
-  const v1::Assignment& assignment = round.assignment;
+HeartbeatLoopOptions Agent::HeartbeatOptions(
+    const v1::Assignment& assignment) const {
   HeartbeatLoopOptions hb;
   hb.run_id = options_.rdzv_id;
   hb.node_id = context_.node_id;
@@ -356,8 +356,12 @@ Agent::RoundEnd Agent::Supervise(const RunningRound& round) {
                     : options_.rdzv_conf.heartbeat_interval;
   hb.timeout = options_.rdzv_conf.heartbeat_timeout;
   hb.resume = MakeResumeRequest();
-  HeartbeatLoop heartbeat(client_, hb, [this] { events_.PostRejoin(); });
+  return hb;
+}
 
+Agent::RoundEnd Agent::Supervise(const RunningRound& round) {
+  HeartbeatLoop heartbeat(client_, HeartbeatOptions(round.assignment),
+                          [this] { events_.PostRejoin(); });
   SupervisorPolicyOptions policy_options;
   policy_options.num_workers = options_.nproc_per_node;
   policy_options.worker_timeout = options_.worker_timeout;
@@ -365,7 +369,7 @@ Agent::RoundEnd Agent::Supervise(const RunningRound& round) {
   SupervisorPolicy policy(policy_options, clock_);
   AgentMetrics* metrics = context_.metrics;
   if (metrics != nullptr) {
-    metrics->RoundStarted(assignment, options_.nproc_per_node);
+    metrics->RoundStarted(round.assignment, options_.nproc_per_node);
   }
   // Whatever ends the round, the metrics say no worker runs any more.
   absl::Cleanup round_ended = [metrics] {
@@ -373,60 +377,68 @@ Agent::RoundEnd Agent::Supervise(const RunningRound& round) {
   };
   int exited = 0;
   while (true) {
-    absl::Duration wait = options_.monitor_interval;
-    if (std::optional<absl::Time> hang = policy.NextHangDeadline()) {
-      wait =
-          std::max(absl::ZeroDuration(), std::min(wait, *hang - clock_.Now()));
-    }
-    events_.Wait(wait);
+    events_.Wait(policy.WaitBefore(options_.monitor_interval));
     if (std::optional<int> sig = events_.stop_signal()) {
-      spdlog::info("got {}: stopping workers (grace {})", SignalName(*sig),
-                   absl::FormatDuration(options_.shutdown_grace));
-      // The signal itself first, as torchrun forwards it; then the usual
-      // two phases.
-      round.group.SignalAll(*sig);
-      round.group.Stop(options_.shutdown_grace);
-      return RoundEnd::kStopped;
+      return StopOnSignal(round, *sig);
     }
     Observe(round, policy, exited);
-    switch (policy.Evaluate()) {
-      case SupervisorPolicy::Verdict::kRunning:
-        break;
-      case SupervisorPolicy::Verdict::kSucceeded:
-        return RoundEnd::kSucceeded;
-      case SupervisorPolicy::Verdict::kFailed: {
-        const std::vector<pid_t> pids = round.group.pids();
-        for (const LocalFailure& f : policy.failures()) {
-          if (f.cause == v1::FAILURE_CAUSE_HUNG && control_.IsStopped(pids[f.local_rank])) {
-            policy.OnStopped(f.local_rank);
-          }
-        }
-        RecoveryDecision decision = policy.DecideRecovery();
-        if (decision.in_place) {
-          in_place_declared_ = policy.in_place_declared();
-          return OnWorkersFailedInPlace(round, policy, decision);
-        }
-        return OnWorkersFailed(round, policy);
-      }
-    }
-    if (events_.TakeRejoin()) {
-      // Another node failed: workers that recover in place go on into the
-      // next round.
-      if (policy.DecideRecovery().in_place) {
-        in_place_declared_ = policy.in_place_declared();
-        in_place_replace_.clear();
-        spdlog::info("round {} ended elsewhere; the workers continue in "
-                     "place into the next round",
-                     assignment.round());
-        return RoundEnd::kInPlace;
-      }
-      spdlog::info("round {} is over: stopping workers (grace {})",
-                   assignment.round(),
-                   absl::FormatDuration(options_.shutdown_grace));
-      round.group.Stop(options_.shutdown_grace);
-      return RoundEnd::kRejoin;
+    if (std::optional<RoundEnd> end = OnVerdict(round, policy)) return *end;
+    if (events_.TakeRejoin()) return OnRoundOverElsewhere(round, policy);
+  }
+}
+
+Agent::RoundEnd Agent::StopOnSignal(const RunningRound& round, int sig) {
+  spdlog::info("got {}: stopping workers (grace {})", SignalName(sig),
+               absl::FormatDuration(options_.shutdown_grace));
+  // The signal itself first, as torchrun forwards it; then the usual two
+  // phases.
+  round.group.SignalAll(sig);
+  round.group.Stop(options_.shutdown_grace);
+  return RoundEnd::kStopped;
+}
+
+std::optional<Agent::RoundEnd> Agent::OnVerdict(const RunningRound& round,
+                                                SupervisorPolicy& policy) {
+  switch (policy.Evaluate()) {
+    case SupervisorPolicy::Verdict::kRunning:
+      return std::nullopt;
+    case SupervisorPolicy::Verdict::kSucceeded:
+      return RoundEnd::kSucceeded;
+    case SupervisorPolicy::Verdict::kFailed:
+      break;
+  }
+  // Hung workers that are stopped (SIGSTOP): the others went silent
+  // waiting for them.
+  const std::vector<pid_t> pids = round.group.pids();
+  for (const LocalFailure& f : policy.failures()) {
+    if (f.cause == v1::FAILURE_CAUSE_HUNG &&
+        control_.IsStopped(pids[f.local_rank])) {
+      policy.OnStopped(f.local_rank);
     }
   }
+  RecoveryDecision decision = policy.DecideRecovery();
+  if (!decision.in_place) return OnWorkersFailed(round, policy);
+  in_place_declared_ = policy.in_place_declared();
+  return OnWorkersFailedInPlace(round, policy, decision);
+}
+
+Agent::RoundEnd Agent::OnRoundOverElsewhere(const RunningRound& round,
+                                            const SupervisorPolicy& policy) {
+  // Another node failed: workers that recover in place go on into the next
+  // round.
+  if (policy.DecideRecovery().in_place) {
+    in_place_declared_ = policy.in_place_declared();
+    in_place_replace_.clear();
+    spdlog::info("round {} ended elsewhere; the workers continue in place "
+                 "into the next round",
+                 round.assignment.round());
+    return RoundEnd::kInPlace;
+  }
+  spdlog::info("round {} is over: stopping workers (grace {})",
+               round.assignment.round(),
+               absl::FormatDuration(options_.shutdown_grace));
+  round.group.Stop(options_.shutdown_grace);
+  return RoundEnd::kRejoin;
 }
 
 void Agent::Observe(const RunningRound& round, SupervisorPolicy& policy,
@@ -522,61 +534,17 @@ Agent::RoundEnd Agent::ContinueInPlace(v1::Assignment& assignment,
   Remember(assignment);  // a restarted server learns this round, not the last
   held_master_port_.reset();  // global rank 0 may bind it for the new group
   LogAssignment(assignment, n);
-  std::vector<bool> replace(n, false);
-  for (int local_rank : in_place_replace_) replace[local_rank] = true;
-  const int replacements = static_cast<int>(in_place_replace_.size());
-  const bool use_standbys =
-      standbys_ != nullptr && standbys_->size() >= replacements;
-  std::vector<int> progress_fds(n, -1);
-  std::vector<int> control_fds(n, -1);
-  int next_standby = 0;
-  for (int i = 0; i < n; ++i) {
-    if (!replace[i]) {
-      progress_fds[i] = progress[i].child_fd();
-      control_fds[i] = controls[i].child_fd();
-    } else if (use_standbys) {
-      progress_fds[i] = standbys_->progress_fd(next_standby);
-      control_fds[i] = standbys_->control_fd(next_standby);
-      ++next_standby;
-    } else {
-      progress[i] = ProgressChannel();
-      controls[i] = ControlChannel();
-      progress_fds[i] = progress[i].write_fd();
-      control_fds[i] = controls[i].child_fd();
-    }
-  }
-  plan = BuildRoundPlan(options_, context_, assignment, progress_fds,
-                        control_fds);
+  const InPlaceSources sources = PlanInPlaceSources(
+      n, in_place_replace_, standbys_ != nullptr ? standbys_->size() : 0);
+  plan = PlanInPlaceRound(assignment, sources, progress, controls);
   PrepareAttemptDir(plan);
   RouteOutput(output, plan);
   // The survivors first: their collectives in flight abort at once.
+  SendRoundToSurvivors(plan, sources, controls);
   for (int i = 0; i < n; ++i) {
-    if (replace[i]) continue;
-    absl::Status sent = controls[i].Send(EnvToJson(plan.workers[i].env));
-    if (!sent.ok()) {
-      spdlog::warn("local rank {}: {}", i, std::string(sent.message()));
-    }
-  }
-  for (int i = 0; i < n; ++i) {
-    if (!replace[i]) continue;
-    in_place_declared_[i] = false;
-    absl::Status started;
-    if (use_standbys) {
-      std::vector<ProgressChannel> taken_progress;
-      std::vector<ControlChannel> taken_controls;
-      absl::StatusOr<std::vector<pid_t>> pid = standbys_->Activate(
-          {plan.workers[i].env}, taken_progress, &taken_controls);
-      if (pid.ok()) {
-        group.AdoptAt(i, pid->front());
-        progress[i] = std::move(taken_progress.front());
-        controls[i] = std::move(taken_controls.front());
-      }
-      started = pid.status();
-    } else {
-      started = group.Respawn(i, plan.workers[i]);
-      progress[i].CloseWriteEnd();
-      controls[i].CloseReadEnd();
-    }
+    if (sources.by_local_rank[i] == WorkerSource::kSurvivor) continue;
+    absl::Status started = ReplaceWorker({assignment, plan, group, progress},
+                                         i, sources, controls);
     if (!started.ok()) {
       spdlog::error("cannot replace local rank {}: {}", i,
                     std::string(started.message()));
@@ -585,15 +553,81 @@ Agent::RoundEnd Agent::ContinueInPlace(v1::Assignment& assignment,
       group.Stop(options_.shutdown_grace);
       return RoundEnd::kRejoin;
     }
-    spdlog::info("local rank {} (rank {}) {} as pid {}", i,
-                 assignment.rank_offset() + i,
-                 use_standbys ? "replaced by a prewarmed worker"
-                              : "started anew",
-                 group.pids()[i]);
   }
   if (standbys_ != nullptr) standbys_->Fill(n);
   in_place_replace_.clear();
   return Supervise({assignment, plan, group, progress});
+}
+
+RoundPlan Agent::PlanInPlaceRound(const v1::Assignment& assignment,
+                                  const InPlaceSources& sources,
+                                  std::vector<ProgressChannel>& progress,
+                                  std::vector<ControlChannel>& controls) {
+  const int n = options_.nproc_per_node;
+  std::vector<int> progress_fds(n, -1);
+  std::vector<int> control_fds(n, -1);
+  for (int i = 0; i < n; ++i) {
+    switch (sources.by_local_rank[i]) {
+      case WorkerSource::kSurvivor:
+        progress_fds[i] = progress[i].child_fd();
+        control_fds[i] = controls[i].child_fd();
+        break;
+      case WorkerSource::kStandby:
+        progress_fds[i] = standbys_->progress_fd(sources.standby_index[i]);
+        control_fds[i] = standbys_->control_fd(sources.standby_index[i]);
+        break;
+      case WorkerSource::kFresh:
+        progress[i] = ProgressChannel();
+        controls[i] = ControlChannel();
+        progress_fds[i] = progress[i].write_fd();
+        control_fds[i] = controls[i].child_fd();
+        break;
+    }
+  }
+  return BuildRoundPlan(options_, context_, assignment, progress_fds,
+                        control_fds);
+}
+
+void Agent::SendRoundToSurvivors(const RoundPlan& plan,
+                                 const InPlaceSources& sources,
+                                 std::vector<ControlChannel>& controls) {
+  for (int i = 0; i < options_.nproc_per_node; ++i) {
+    if (sources.by_local_rank[i] != WorkerSource::kSurvivor) continue;
+    absl::Status sent = controls[i].Send(EnvToJson(plan.workers[i].env));
+    if (!sent.ok()) {
+      spdlog::warn("local rank {}: {}", i, std::string(sent.message()));
+    }
+  }
+}
+
+absl::Status Agent::ReplaceWorker(const RunningRound& round, int local_rank,
+                                  const InPlaceSources& sources,
+                                  std::vector<ControlChannel>& controls) {
+  in_place_declared_[local_rank] = false;
+  WorkerGroup& group = round.group;
+  std::vector<ProgressChannel>& progress = round.progress;
+  const SpawnRequest& request = round.plan.workers[local_rank];
+  if (sources.by_local_rank[local_rank] == WorkerSource::kStandby) {
+    std::vector<ProgressChannel> taken_progress;
+    std::vector<ControlChannel> taken_controls;
+    absl::StatusOr<std::vector<pid_t>> pid =
+        standbys_->Activate({request.env}, taken_progress, &taken_controls);
+    if (!pid.ok()) return pid.status();
+    group.AdoptAt(local_rank, pid->front());
+    progress[local_rank] = std::move(taken_progress.front());
+    controls[local_rank] = std::move(taken_controls.front());
+  } else {
+    absl::Status started = group.Respawn(local_rank, request);
+    progress[local_rank].CloseWriteEnd();
+    controls[local_rank].CloseReadEnd();
+    if (!started.ok()) return started;
+  }
+  spdlog::info("local rank {} (rank {}) {} as pid {}", local_rank,
+               round.assignment.rank_offset() + local_rank,
+               sources.uses_standbys ? "replaced by a prewarmed worker"
+                                     : "started anew",
+               group.pids()[local_rank]);
+  return absl::OkStatus();
 }
 
 void Agent::ReportFailures(const v1::Assignment& assignment,
@@ -622,7 +656,7 @@ void Agent::ReportFailures(const v1::Assignment& assignment,
       response->restarts_exhausted() ? "exhausted" : "left");
 }
 
-void Agent::Leave(int64_t round, v1::LeaveRequest::Reason reason) {
+absl::Status Agent::Leave(int64_t round, v1::LeaveRequest::Reason reason) {
   v1::LeaveRequest request;
   request.set_run_id(options_.rdzv_id);
   request.set_node_id(context_.node_id);
@@ -630,6 +664,35 @@ void Agent::Leave(int64_t round, v1::LeaveRequest::Reason reason) {
   request.set_reason(reason);
   absl::Status left = client_.Leave(request);
   if (!left.ok()) spdlog::warn("{}", std::string(left.message()));
+  return left;
+}
+
+void Agent::LeaveSucceeded(int64_t round) {
+  if (Leave(round, v1::LeaveRequest::REASON_SUCCEEDED).ok()) return;
+  const RdzvConf& conf = options_.rdzv_conf;
+  const absl::Duration patience =
+      std::min(conf.join_timeout, kMaxUnreachableWait);
+  spdlog::info("telling rendezvous {} again that this node's workers "
+               "succeeded, for up to {}",
+               client_.endpoint(), absl::FormatDuration(patience));
+  const absl::Time give_up = clock_.Now() + patience;
+  while (!events_.stop_signal().has_value() && clock_.Now() < give_up) {
+    events_.Wait(conf.heartbeat_interval);
+    absl::StatusOr<v1::ResumeResponse> resumed =
+        client_.Resume(MakeResumeRequest());
+    if (!resumed.ok() &&
+        resumed.status().code() != absl::StatusCode::kUnimplemented) {
+      continue;  // still unreachable
+    }
+    if (Leave(round, v1::LeaveRequest::REASON_SUCCEEDED).ok()) {
+      spdlog::info("rendezvous {} heard that this node's workers succeeded",
+                   client_.endpoint());
+      return;
+    }
+  }
+  spdlog::warn("rendezvous {} did not hear that this node's workers "
+               "succeeded; its other nodes may be restarted",
+               client_.endpoint());
 }
 
 }  // namespace ddprun::launcher

@@ -12,6 +12,7 @@
 #include "launcher/agent/agent_context.h"
 #include "launcher/agent/agent_events.h"
 #include "launcher/agent/agent_metrics.h"
+#include "launcher/agent/heartbeat_loop.h"
 #include "launcher/agent/rendezvous_api.h"
 #include "launcher/agent/round_plan.h"
 #include "launcher/agent/standby_pool.h"
@@ -95,7 +96,21 @@ class Agent {
       const std::vector<SpawnRequest>& requests,
       std::vector<ProgressChannel>& progress,
       std::vector<ControlChannel>& controls);
+  HeartbeatLoopOptions HeartbeatOptions(
+      const v1::Assignment& assignment) const;
+  // Watches the round's workers and the events until the round ends for
+  // this node.
   RoundEnd Supervise(const RunningRound& round);
+  // The agent got a stop signal: forwards it and stops the workers.
+  RoundEnd StopOnSignal(const RunningRound& round, int sig);
+  // Acts on the policy's verdict: nothing while the workers run, or how the
+  // round ends.
+  std::optional<RoundEnd> OnVerdict(const RunningRound& round,
+                                    SupervisorPolicy& policy);
+  // The server says the round is over (another node failed or joined):
+  // the workers go on in place, or are stopped.
+  RoundEnd OnRoundOverElsewhere(const RunningRound& round,
+                                const SupervisorPolicy& policy);
   // Reaps and drains progress; tells the policy and the metrics.
   void Observe(const RunningRound& round, SupervisorPolicy& policy,
                int& exited);
@@ -113,11 +128,32 @@ class Agent {
                            WorkerGroup& group, const WorkerOutput& output,
                            std::vector<ProgressChannel>& progress,
                            std::vector<ControlChannel>& controls);
+  // The next round's plan: the survivors keep their pipes, standbys bring
+  // theirs, workers started afresh get new ones (in `progress`/`controls`).
+  RoundPlan PlanInPlaceRound(const v1::Assignment& assignment,
+                             const InPlaceSources& sources,
+                             std::vector<ProgressChannel>& progress,
+                             std::vector<ControlChannel>& controls);
+  // Writes each survivor's new environment on its control pipe.
+  void SendRoundToSurvivors(const RoundPlan& plan,
+                            const InPlaceSources& sources,
+                            std::vector<ControlChannel>& controls);
+  // Starts local rank `local_rank` of `round` from a standby or afresh.
+  absl::Status ReplaceWorker(const RunningRound& round, int local_rank,
+                             const InPlaceSources& sources,
+                             std::vector<ControlChannel>& controls);
   void ReportFailures(const v1::Assignment& assignment,
                       const std::vector<LocalFailure>& failures,
                       const std::vector<std::string>& error_files,
                       const std::string& spawn_error);
-  void Leave(int64_t round, v1::LeaveRequest::Reason reason);
+  absl::Status Leave(int64_t round, v1::LeaveRequest::Reason reason);
+  // This node's workers all succeeded: the server must hear it, or a round
+  // it rebuilds after a restart (Resume) waits for this node and then ends,
+  // restarting the others' workers. A Leave that fails (the server is down)
+  // is sent again, each time after a Resume with this node's record (a
+  // restarted server then knows the node and its round first), until one
+  // is answered, for up to kMaxUnreachableWait.
+  void LeaveSucceeded(int64_t round);
   // The record a restarted server learns this node's job from: its last
   // assignment and the restart count it last heard.
   void Remember(const v1::Assignment& assignment);

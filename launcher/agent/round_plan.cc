@@ -79,6 +79,27 @@ RoundPlan BuildRoundPlan(const LaunchOptions& options,
   return plan;
 }
 
+InPlaceSources PlanInPlaceSources(int nproc, const std::vector<int>& replace,
+                                  int standbys_waiting) {
+  InPlaceSources sources;
+  sources.by_local_rank.assign(nproc, WorkerSource::kSurvivor);
+  sources.standby_index.assign(nproc, -1);
+  sources.uses_standbys =
+      !replace.empty() && standbys_waiting >= static_cast<int>(replace.size());
+  for (int local_rank : replace) {
+    sources.by_local_rank[local_rank] = sources.uses_standbys
+                                            ? WorkerSource::kStandby
+                                            : WorkerSource::kFresh;
+  }
+  int next_standby = 0;
+  for (int i = 0; i < nproc; ++i) {
+    if (sources.by_local_rank[i] == WorkerSource::kStandby) {
+      sources.standby_index[i] = next_standby++;
+    }
+  }
+  return sources;
+}
+
 std::vector<std::string> BuildStandbyPlanEnv(const AgentContext& context) {
   return BuildStandbyEnv(context.base_env, context.shm_dir);
 }

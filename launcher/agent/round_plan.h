@@ -39,6 +39,24 @@ RoundPlan BuildRoundPlan(const LaunchOptions& options,
                          const std::vector<int>& progress_fds,
                          const std::vector<int>& control_fds = {});
 
+// Where each local rank's worker comes from in the next round of an
+// in-place recovery: the survivors keep their processes and pipes, the
+// replaced ranks take a prewarmed standby (in order) when enough wait, or
+// are started afresh with new pipes.
+enum class WorkerSource { kSurvivor, kStandby, kFresh };
+struct InPlaceSources {
+  std::vector<WorkerSource> by_local_rank;
+  // For kStandby ranks: which standby (0, 1, ... in local-rank order).
+  std::vector<int> standby_index;
+  bool uses_standbys = false;
+};
+
+// Pure: `replace` lists the local ranks to replace (any order, no
+// duplicates, each in [0, nproc)); `standbys_waiting` is how many prewarmed
+// workers wait (all replaced ranks take one, or none does).
+InPlaceSources PlanInPlaceSources(int nproc, const std::vector<int>& replace,
+                                  int standbys_waiting);
+
 // The environment of a prewarmed worker before its round is known.
 std::vector<std::string> BuildStandbyPlanEnv(const AgentContext& context);
 

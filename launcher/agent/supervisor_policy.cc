@@ -106,4 +106,12 @@ std::optional<absl::Time> SupervisorPolicy::NextHangDeadline() const {
   return next;
 }
 
+absl::Duration SupervisorPolicy::WaitBefore(
+    absl::Duration monitor_interval) const {
+  std::optional<absl::Time> hang = NextHangDeadline();
+  if (!hang.has_value()) return monitor_interval;
+  return std::max(absl::ZeroDuration(),
+                  std::min(monitor_interval, *hang - clock_.Now()));
+}
+
 }  // namespace ddprun::launcher

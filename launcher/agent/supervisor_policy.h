@@ -66,6 +66,9 @@ class SupervisorPolicy {
   // The earliest time at which a running worker could become hung; nullopt
   // when none can (so the agent knows how long it may sleep).
   std::optional<absl::Time> NextHangDeadline() const;
+  // How long the agent may sleep before it looks again: `monitor_interval`,
+  // or less when a worker could become hung sooner (never negative).
+  absl::Duration WaitBefore(absl::Duration monitor_interval) const;
 
   // In place only when every local worker declared it and none has ended
   // well (a worker that finished cannot take a new round): then the failed

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "common/endpoint.h"
 #include "common/logging.h"
 #include "common/metrics.h"
@@ -250,11 +251,8 @@ int Fail(const absl::Status& status, int code) {
   return code;
 }
 
-}  // namespace
-
-int RunLaunch(const LaunchOptions& options) {
-  SignalWatcher::BlockSignals();
-  common::InitLogging({"ddprun", options.log_level});
+// torchrun's flags and --rdzv-conf keys that mean nothing here, named once.
+void LogIgnoredFlags(const LaunchOptions& options) {
   for (const std::string& flag : options.ignored_flags) {
     spdlog::info("{}: torchrun's flag, ignored (no meaning with ddprun)", flag);
   }
@@ -263,58 +261,65 @@ int RunLaunch(const LaunchOptions& options) {
                  "ddprun's rendezvous)",
                  key);
   }
-  AgentEvents events;
-  // Created before any gRPC thread, so they all inherit the blocked mask.
-  RendezvousClient* client_for_signals = nullptr;
-  absl::Mutex client_mu;
-  SignalWatcher signals({
-      [&](int sig) {
-        events.PostSignal(sig);
-        absl::MutexLock lock(&client_mu);
-        if (client_for_signals != nullptr) client_for_signals->CancelJoin();
-      },
-      [&] { events.PostChildEvent(); },
-  });
-  if (absl::Status s = BecomeSubreaper(); !s.ok()) {
-    spdlog::warn("{}; grandchildren of workers are not reaped",
-                 std::string(s.message()));
+}
+
+// Where the signal thread's news goes: the agent's events, and a stop also
+// cancels the Join in flight once there is a client. Thread-safe.
+class SignalRouter {
+ public:
+  explicit SignalRouter(AgentEvents& events) : events_(events) {}
+  void OnSignal(int sig) {
+    events_.PostSignal(sig);
+    absl::MutexLock lock(&mu_);
+    if (client_ != nullptr) client_->CancelJoin();
+  }
+  void SetClient(RendezvousClient* client) {
+    absl::MutexLock lock(&mu_);
+    client_ = client;
   }
 
-  absl::StatusOr<common::ChannelOptions> channel =
-      MakeChannelOptions(options.auth);
-  if (!channel.ok()) return Fail(channel.status(), 2);
-  int exit_code = 0;
-  absl::StatusOr<Rendezvous> rdzv = FindRendezvous(options, *channel, exit_code);
-  if (!rdzv.ok()) return Fail(rdzv.status(), exit_code);
+ private:
+  AgentEvents& events_;
+  absl::Mutex mu_;
+  RendezvousClient* client_ ABSL_GUARDED_BY(mu_) = nullptr;
+};
 
-  AgentContext context = MakeContext(options, rdzv->endpoint, *channel);
+// What the agent knows of its node, and the folders it holds for the run
+// (they go when the run ends).
+struct NodeSetUp {
+  AgentContext context;
+  std::unique_ptr<ShmDir> shm_dir;  // null where /dev/shm cannot be used
+  std::unique_ptr<RunLogDir> log_dir;
+};
+
+// The node's context: its folders, the worker commands (a missing program
+// is an error here, before the node joins).
+absl::StatusOr<NodeSetUp> SetUpNode(const LaunchOptions& options,
+                                    const common::Endpoint& rdzv,
+                                    const common::ChannelOptions& channel) {
+  NodeSetUp node;
+  node.context = MakeContext(options, rdzv, channel);
   // Before the standbys start: they load their data before their round.
   absl::StatusOr<std::unique_ptr<ShmDir>> shm_dir = ShmDir::Create();
   if (shm_dir.ok()) {
-    context.shm_dir = (*shm_dir)->path();
+    node.shm_dir = *std::move(shm_dir);
+    node.context.shm_dir = node.shm_dir->path();
   } else {
     spdlog::debug("{}", std::string(shm_dir.status().message()));
   }
-  if (absl::Status s = SetCommands(options, context); !s.ok()) {
-    return Fail(s, 2);
-  }
+  if (absl::Status s = SetCommands(options, node.context); !s.ok()) return s;
   absl::StatusOr<std::unique_ptr<RunLogDir>> log_dir =
       RunLogDir::Create(options);
-  if (!log_dir.ok()) return Fail(log_dir.status(), 2);
-  context.scratch_dir = (*log_dir)->path();
-  LogWorkerSettings(options, (*log_dir)->path());
+  if (!log_dir.ok()) return log_dir.status();
+  node.log_dir = *std::move(log_dir);
+  node.context.scratch_dir = node.log_dir->path();
+  LogWorkerSettings(options, node.log_dir->path());
+  return node;
+}
 
-  RendezvousClientOptions client_options;
-  client_options.endpoint = rdzv->endpoint.ToString();
-  client_options.channel = *channel;
-  absl::StatusOr<std::unique_ptr<RendezvousClient>> created =
-      RendezvousClient::Create(client_options);
-  if (!created.ok()) return Fail(created.status(), 2);
-  RendezvousClient& client = **created;
-  {
-    absl::MutexLock lock(&client_mu);
-    client_for_signals = &client;
-  }
+// Runs the agent to the job's end, with /metrics when --metrics-port asks.
+int RunAgent(const LaunchOptions& options, AgentContext context,
+             RendezvousClient& client, AgentEvents& events) {
   // Declared before the agent that updates them; the server stops first.
   common::MetricsRegistry registry;
   std::unique_ptr<AgentMetrics> metrics;
@@ -330,10 +335,44 @@ int RunLaunch(const LaunchOptions& options) {
               common::RealClock::Get());
   int code = agent.Run();
   if (*metrics_server != nullptr) (*metrics_server)->Shutdown();
-  {
-    absl::MutexLock lock(&client_mu);
-    client_for_signals = nullptr;
+  return code;
+}
+
+}  // namespace
+
+int RunLaunch(const LaunchOptions& options) {
+  SignalWatcher::BlockSignals();
+  common::InitLogging({"ddprun", options.log_level});
+  LogIgnoredFlags(options);
+  AgentEvents events;
+  SignalRouter router(events);
+  // Created before any gRPC thread, so they all inherit the blocked mask.
+  SignalWatcher signals({
+      [&router](int sig) { router.OnSignal(sig); },
+      [&events] { events.PostChildEvent(); },
+  });
+  if (absl::Status s = BecomeSubreaper(); !s.ok()) {
+    spdlog::warn("{}; grandchildren of workers are not reaped",
+                 std::string(s.message()));
   }
+  absl::StatusOr<common::ChannelOptions> channel =
+      MakeChannelOptions(options.auth);
+  if (!channel.ok()) return Fail(channel.status(), 2);
+  int exit_code = 0;
+  absl::StatusOr<Rendezvous> rdzv = FindRendezvous(options, *channel, exit_code);
+  if (!rdzv.ok()) return Fail(rdzv.status(), exit_code);
+  absl::StatusOr<NodeSetUp> node = SetUpNode(options, rdzv->endpoint, *channel);
+  if (!node.ok()) return Fail(node.status(), 2);
+
+  RendezvousClientOptions client_options;
+  client_options.endpoint = rdzv->endpoint.ToString();
+  client_options.channel = *channel;
+  absl::StatusOr<std::unique_ptr<RendezvousClient>> client =
+      RendezvousClient::Create(client_options);
+  if (!client.ok()) return Fail(client.status(), 2);
+  router.SetClient(client->get());
+  int code = RunAgent(options, std::move(node->context), **client, events);
+  router.SetClient(nullptr);
   return code;
 }
 

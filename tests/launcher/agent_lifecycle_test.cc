@@ -252,7 +252,11 @@ class FakeRendezvous final : public RendezvousApi {
   absl::Status Leave(const v1::LeaveRequest& request) override {
     absl::MutexLock lock(&mu);
     leaves.push_back(request);
-    return absl::OkStatus();
+    resumes_at_leave.push_back(static_cast<int>(resume_requests.size()));
+    if (leave_errors.empty()) return absl::OkStatus();
+    absl::Status error = leave_errors.front();
+    leave_errors.pop_front();
+    return error;
   }
   // Unset: UNIMPLEMENTED, as a server older than Resume.
   std::function<absl::StatusOr<v1::ResumeResponse>(const v1::JoinRequest&)>
@@ -281,6 +285,8 @@ class FakeRendezvous final : public RendezvousApi {
   std::vector<v1::JoinRequest> join_requests;
   std::vector<v1::ReportFailureRequest> reports;
   std::vector<v1::LeaveRequest> leaves;
+  std::vector<int> resumes_at_leave;  // Resume calls made before each Leave
+  std::deque<absl::Status> leave_errors;  // the first Leaves fail with these
   std::vector<v1::JoinRequest> resume_requests;
   absl::Status report_error;  // what ReportFailure fails with, when set
   int heartbeats ABSL_GUARDED_BY(mu) = 0;
@@ -770,6 +776,56 @@ TEST_F(ServerRestartTest, TheRecordCarriesTheCountAndAnUnheardFailure) {
   const v1::RoundRecord& after2 = rdzv_.join_requests[2].record();
   EXPECT_EQ(after2.assignment().round(), 2);
   EXPECT_TRUE(after2.failed()) << "no server counted round 2's failure";
+}
+
+// The workers all succeed while the server is down: the Leave fails. A
+// restarted server would rebuild the round from the other nodes' records
+// and wait for this one; so the agent tells it again, after a Resume with
+// its record (the server then knows the node and its round), until it
+// answers.
+TEST_F(ServerRestartTest, ASuccessWhileTheServerIsDownIsToldOnceItIsBack) {
+  ExpectJoins({Assigned(MakeAssignment(4, 2))});
+  control_.exit_when = [](const FakeWorker&) { return ExitStatus::Exited(0); };
+  rdzv_.leave_errors.push_back(absl::UnavailableError("server down"));
+  rdzv_.resume = [this](const v1::JoinRequest& request)
+      -> absl::StatusOr<v1::ResumeResponse> {
+    if (rdzv_.resume_count() == 1) return absl::UnavailableError("still down");
+    v1::ResumeResponse r;
+    *r.mutable_assignment() = request.record().assignment();
+    return r;
+  };
+
+  EXPECT_EQ(RunAgent(), 0);
+
+  ASSERT_THAT(rdzv_.leaves, SizeIs(2));
+  EXPECT_EQ(rdzv_.leaves[1].reason(), v1::LeaveRequest::REASON_SUCCEEDED);
+  EXPECT_EQ(rdzv_.leaves[1].round(), 4);
+  EXPECT_THAT(rdzv_.resumes_at_leave, ElementsAre(0, 2))
+      << "the answered Leave follows an answered Resume";
+  ASSERT_THAT(rdzv_.resume_requests, SizeIs(2));
+  EXPECT_EQ(rdzv_.resume_requests[1].record().assignment().round(), 4);
+  EXPECT_EQ(rdzv_.resume_requests[1].node_id(), "node-a");
+}
+
+// A server that never comes back: the agent gives up after a bounded time
+// and still exits 0 (its workers succeeded).
+TEST_F(ServerRestartTest, ASuccessTheServerNeverHearsEndsInBoundedTime) {
+  ExpectJoins({Assigned(MakeAssignment(4, 2))});
+  control_.exit_when = [](const FakeWorker&) { return ExitStatus::Exited(0); };
+  for (int i = 0; i < 1000; ++i) {
+    rdzv_.leave_errors.push_back(absl::UnavailableError("server down"));
+  }
+  rdzv_.resume = [](const v1::JoinRequest&)
+      -> absl::StatusOr<v1::ResumeResponse> {
+    return absl::UnavailableError("server down");
+  };
+  const absl::Time start = clock_.Now();
+
+  EXPECT_EQ(RunAgent(), 0);
+
+  EXPECT_THAT(rdzv_.leaves, SizeIs(1)) << "no Leave while Resume fails";
+  EXPECT_GE(rdzv_.resume_count(), 2);
+  EXPECT_LE(clock_.Now() - start, absl::Minutes(1));
 }
 
 }  // namespace

@@ -483,5 +483,240 @@ TEST(MnistInPlaceChaosTest, SeededKillsAndHangsAreEachRecoveredInPlace) {
   EXPECT_NEAR(*accuracy, *expected, kAccuracyTolerance);
 }
 
+// Flags of one agent of a multi-agent job on the rendezvous at
+// `endpoint`.
+std::vector<std::string> NodeFlags(const std::string& endpoint,
+                                   const std::string& run_id,
+                                   const std::string& nnodes, int node_rank,
+                                   const std::string& last_call,
+                                   int nproc = 1) {
+  return {"--nnodes",         nnodes,
+          "--nproc-per-node", std::to_string(nproc),
+          "--rdzv-endpoint",  endpoint,
+          "--rdzv-id",        run_id,
+          "--node-rank",      std::to_string(node_rank),
+          "--monitor-interval", "0.05",
+          "--max-restarts",   "3",
+          "--rdzv-conf",
+          "heartbeat_interval=0.2,heartbeat_timeout=2,last_call_timeout=" +
+              last_call};
+}
+
+// The fault-free run of the agents `flags` name, all at once: the summary
+// of rank 0 (`name`.json).
+std::string RunFaultFreeNodes(
+    const TempDir& dir, const std::string& name,
+    const std::vector<std::vector<std::string>>& flags) {
+  std::vector<Job> jobs;
+  for (size_t i = 0; i < flags.size(); ++i) {
+    jobs.push_back(StartJob(dir, flags[i], absl::StrCat(name, i),
+                            i == 0 ? name + ".json"
+                                   : absl::StrCat(name, "-", i, ".json")));
+  }
+  for (Job& job : jobs) {
+    std::optional<ExitInfo> exit = job.agent.Wait(absl::Minutes(4));
+    EXPECT_TRUE(exit.has_value() && exit->ok()) << job.err();
+  }
+  return ReadFileOrEmpty(dir.File(name + ".json"));
+}
+
+// The summary's accounting after in-place rounds: every epoch adds up to
+// the data set and `resumes` in-place recoveries. The accuracy is that of
+// the fault-free run (same seed) within kAccuracyTolerance; a run whose
+// world changed takes as many steps at each world as it happened to, so
+// it lies between the fault-free runs at its worlds (`references`).
+void ExpectExactAccounting(const std::string& summary,
+                           const std::vector<std::string>& references,
+                           int world_size, size_t resumes,
+                           const std::string& log) {
+  ASSERT_FALSE(summary.empty()) << log;
+  EXPECT_EQ(SummaryNumber(summary, "world_size"), world_size) << summary;
+  EXPECT_EQ(SummaryList(summary, "resumed_at_steps").size(), resumes)
+      << summary << log;
+  EXPECT_EQ(SummaryList(summary, "epoch_samples"),
+            std::vector<int64_t>(kEpochs, kTrainSamples))
+      << summary;
+  std::optional<double> accuracy = SummaryNumber(summary, "test_accuracy");
+  ASSERT_TRUE(accuracy.has_value());
+  EXPECT_GE(*accuracy, kMinAccuracy);
+  double low = 1;
+  double high = 0;
+  for (const std::string& reference : references) {
+    std::optional<double> expected = SummaryNumber(reference, "test_accuracy");
+    ASSERT_TRUE(expected.has_value()) << reference;
+    low = std::min(low, *expected);
+    high = std::max(high, *expected);
+  }
+  EXPECT_GE(*accuracy, low - kAccuracyTolerance);
+  EXPECT_LE(*accuracy, high + kAccuracyTolerance);
+}
+
+// A node is lost (its agent killed, its worker with it): the survivor's
+// agent learns the new round by heartbeat, and its worker goes on in place
+// in a smaller world (--nnodes 1:2), from the last step both ranks
+// completed; the rest of the epoch is split over the ranks left, each
+// sample once. (The long last call makes the first round hold both nodes.)
+TEST(MnistInPlaceTwoAgentsTest, ALostNodeShrinksTheWorldInPlace) {
+  auto server = rendezvous::Server::Start(rendezvous::ServerOptions{});
+  ASSERT_TRUE(server.ok()) << server.status();
+  TempDir dir;
+  auto flags_of = [&](const std::string& run_id, int node_rank) {
+    return NodeFlags((*server)->endpoint(), run_id, "1:2", node_rank, "30");
+  };
+  const std::string reference2 = RunFaultFreeNodes(
+      dir, "reference2", {flags_of("reference2", 0), flags_of("reference2", 1)});
+  const std::string reference1 = RunFaultFreeNodes(
+      dir, "reference1",
+      {NodeFlags((*server)->endpoint(), "reference1", "1:2", 0, "0.5")});
+  Job survivor = StartJob(dir, flags_of("shrink", 0), "agent0", "summary.json");
+  Job victim = StartJob(dir, flags_of("shrink", 1), "agent1", "summary1.json");
+  ASSERT_TRUE(WaitFor([&] { return survivor.err().find("epoch 1/") !=
+                                   std::string::npos; },
+                      absl::Minutes(3)))
+      << survivor.err() << victim.err();
+  EXPECT_THAT(survivor.err(), HasSubstr("of 2, ranks 0..0 of 2"));
+  std::vector<pid_t> workers = Children(survivor.agent.pid());
+  ASSERT_EQ(workers.size(), 1u) << survivor.err();
+  victim.agent.Signal(SIGKILL);
+  ASSERT_TRUE(WaitFor([&] { return survivor.err().find("resuming at step") !=
+                                   std::string::npos; },
+                      absl::Minutes(2)))
+      << survivor.err();
+  EXPECT_EQ(Children(survivor.agent.pid()), workers) << survivor.err();
+  std::optional<ExitInfo> exit = survivor.agent.Wait(absl::Minutes(4));
+  ASSERT_TRUE(exit.has_value()) << survivor.err();
+  ASSERT_TRUE(exit->ok()) << exit->ToString() << "\n" << survivor.err();
+  EXPECT_THAT(survivor.err(), HasSubstr("as rank 0 of 1"));
+  EXPECT_THAT(survivor.err(), HasSubstr("continue in place"));
+  const std::string summary = ReadFileOrEmpty(dir.File("summary.json"));
+  ExpectExactAccounting(summary, {reference2, reference1}, 1, 1,
+                        survivor.err());
+  // Resumed at the last step both ranks completed: the survivor's own
+  // (the lost rank trained in lockstep with it), none lost, none repeated.
+  std::vector<int64_t> resumed = SummaryList(summary, "resumed_at_steps");
+  std::vector<std::pair<int64_t, int64_t>> stops =
+      StoppedAndResumed(survivor.err());
+  ASSERT_EQ(stops.size(), 1u) << survivor.err();
+  ASSERT_EQ(resumed.size(), 1u);
+  EXPECT_EQ(stops[0].first, resumed[0]) << "steps lost";
+  EXPECT_EQ(stops[0].second, resumed[0]);
+  EXPECT_GT(resumed[0], 0) << "the job started over";
+}
+
+// The node lost is the one the world grew by, while the new round forms:
+// the survivor trains alone (--nnodes 1:2), a second node joins, the
+// survivor's worker goes on in place into the round of two, and that
+// node's agent is killed as its worker starts, before the group of two
+// exists. The round ends while it forms; the survivor joins the next one
+// (of one) with its state, in place, instead of failing and starting over.
+TEST(MnistInPlaceTwoAgentsTest, ANodeLostWhileTheWorldGrowsKeepsTheSurvivor) {
+  auto server = rendezvous::Server::Start(rendezvous::ServerOptions{});
+  ASSERT_TRUE(server.ok()) << server.status();
+  TempDir dir;
+  auto flags_of = [&](const std::string& run_id, int node_rank) {
+    return NodeFlags((*server)->endpoint(), run_id, "1:2", node_rank, "0.5");
+  };
+  const std::string reference =
+      RunFaultFreeNodes(dir, "reference", {flags_of("reference", 0)});
+  Job survivor = StartJob(dir, flags_of("grow", 0), "agent0", "summary.json");
+  ASSERT_TRUE(WaitFor([&] { return survivor.err().find("epoch 1/") !=
+                                   std::string::npos; },
+                      absl::Minutes(3)))
+      << survivor.err();
+  std::vector<pid_t> workers = Children(survivor.agent.pid());
+  ASSERT_EQ(workers.size(), 1u) << survivor.err();
+  Job victim = StartJob(dir, flags_of("grow", 1), "agent1", "summary1.json");
+  ASSERT_TRUE(WaitFor([&] { return victim.err().find("started 1 workers") !=
+                                   std::string::npos; },
+                      absl::Minutes(2)))
+      << victim.err() << survivor.err();
+  victim.agent.Signal(SIGKILL);
+  ASSERT_TRUE(WaitFor([&] { return survivor.err().find("resuming at step") !=
+                                   std::string::npos; },
+                      absl::Minutes(2)))
+      << survivor.err();
+  std::optional<ExitInfo> exit = survivor.agent.Wait(absl::Minutes(4));
+  ASSERT_TRUE(exit.has_value()) << survivor.err();
+  ASSERT_TRUE(exit->ok()) << exit->ToString() << "\n" << survivor.err();
+  EXPECT_EQ(Children(survivor.agent.pid()).size(), 0u);
+  EXPECT_THAT(survivor.err(), Not(HasSubstr("started anew")));
+  EXPECT_THAT(survivor.err(), Not(HasSubstr("recovering in place")));
+  EXPECT_THAT(survivor.err(), HasSubstr("restart 0/3"));
+  const std::string summary = ReadFileOrEmpty(dir.File("summary.json"));
+  ExpectExactAccounting(summary, {reference}, 1, 1, survivor.err());
+  EXPECT_GT(SummaryList(summary, "resumed_at_steps")[0], 0)
+      << "the job started over";
+}
+
+// Growth in place (--nnodes 2:3): a third node (two workers) joins a
+// running job of two (one worker each); the running workers keep their
+// pids and go on from where they were, and the newcomers take the state of
+// a survivor over the new group (no checkpoint: there is none to read).
+// World 2 -> 4: the rest of any epoch splits evenly over 4 ranks (the
+// sampler pads a rest that does not, which would repeat a sample).
+TEST(MnistInPlaceTwoAgentsTest, AThirdNodeJoinsARunningJobInPlace) {
+  auto server = rendezvous::Server::Start(rendezvous::ServerOptions{});
+  ASSERT_TRUE(server.ok()) << server.status();
+  TempDir dir;
+  auto flags_of = [&](const std::string& run_id, int node_rank) {
+    return NodeFlags((*server)->endpoint(), run_id, "2:3", node_rank, "0.5",
+                     node_rank == 2 ? 2 : 1);
+  };
+  const std::string reference2 = RunFaultFreeNodes(
+      dir, "reference2", {flags_of("reference2", 0), flags_of("reference2", 1)});
+  auto fixed = [&](int node_rank) {
+    return NodeFlags((*server)->endpoint(), "reference4", "3", node_rank,
+                     "0.5", node_rank == 2 ? 2 : 1);
+  };
+  const std::string reference4 =
+      RunFaultFreeNodes(dir, "reference4", {fixed(0), fixed(1), fixed(2)});
+  Job node0 = StartJob(dir, flags_of("grow", 0), "agent0", "summary.json");
+  Job node1 = StartJob(dir, flags_of("grow", 1), "agent1", "summary1.json");
+  ASSERT_TRUE(WaitFor([&] { return node0.err().find("epoch 1/") !=
+                                   std::string::npos; },
+                      absl::Minutes(3)))
+      << node0.err() << node1.err();
+  const std::vector<pid_t> workers0 = Children(node0.agent.pid());
+  const std::vector<pid_t> workers1 = Children(node1.agent.pid());
+  ASSERT_EQ(workers0.size(), 1u) << node0.err();
+  ASSERT_EQ(workers1.size(), 1u) << node1.err();
+  Job node2 = StartJob(dir, flags_of("grow", 2), "agent2", "summary2.json");
+  ASSERT_TRUE(WaitFor([&] { return node2.err().find("joined the running job "
+                                                    "in place") !=
+                                   std::string::npos; },
+                      absl::Minutes(2)))
+      << node2.err() << node0.err();
+  // The running workers are the same processes in the round of three.
+  ASSERT_TRUE(WaitFor([&] { return StoppedAndResumed(node0.err() +
+                                                     node1.err())
+                                       .size() == 2; },
+                      absl::Minutes(2)))
+      << node0.err() << node1.err();
+  ExpectStillWorkers(node0.agent.pid(), {workers0[0]}, node0.err());
+  ExpectStillWorkers(node1.agent.pid(), {workers1[0]}, node1.err());
+  for (Job* job : {&node0, &node1, &node2}) {
+    std::optional<ExitInfo> exit = job->agent.Wait(absl::Minutes(4));
+    ASSERT_TRUE(exit.has_value()) << job->err();
+    ASSERT_TRUE(exit->ok()) << exit->ToString() << "\n" << job->err();
+  }
+  const std::string log = node0.err() + node1.err() + node2.err();
+  // Both running workers went on in place; neither was started again.
+  EXPECT_EQ(StoppedAndResumed(node0.err() + node1.err()).size(), 2u) << log;
+  EXPECT_THAT(log, Not(HasSubstr("started anew")));
+  EXPECT_THAT(node0.err(), HasSubstr("as rank 0 of 4"));
+  // The newcomer took a survivor's state, not step 0.
+  std::smatch m;
+  const std::string newcomer = node2.err();
+  ASSERT_TRUE(std::regex_search(
+      newcomer, m,
+      std::regex("joined the running job in place: state of rank [01] at "
+                 "step ([0-9]+)")))
+      << newcomer;
+  EXPECT_GT(std::stoll(m[1]), 0);
+  const std::string summary = ReadFileOrEmpty(dir.File("summary.json"));
+  ExpectExactAccounting(summary, {reference2, reference4}, 4, 1, log);
+  EXPECT_EQ(SummaryList(summary, "resumed_at_steps")[0], std::stoll(m[1]));
+}
+
 }  // namespace
 }  // namespace ddprun::testing

@@ -283,6 +283,53 @@ TEST_P(BudgetTest, TheRoundAndTheRestartCountSurviveAServerRestart) {
 
 INSTANTIATE_TEST_SUITE_P(MaxRestarts, BudgetTest, ::testing::Values(2, 1));
 
+// Node 1's workers all finish while the server is down: its Leave fails.
+// Once the server is back, node 1 tells it (a Resume with its record, then
+// the Leave), so that the round rebuilt from the records does not wait for
+// node 1 and end: node 0's workers are not restarted, and the job succeeds
+// in round 0.
+TEST_F(RendezvousRestartTest, ASuccessWhileTheServerIsDownIsNotLost) {
+  server_.Start(0);
+  for (int i = 0; i < 2; ++i) {
+    SubprocessOptions options;
+    options.argv = {Ddprun(), "--rdzv-endpoint", server_.endpoint(),
+                    "--rdzv-id", "finished", "--nnodes", "2",
+                    "--nproc-per-node", "2", "--node-rank", absl::StrCat(i),
+                    "--monitor-interval", "0.05", "--rdzv-conf",
+                    "heartbeat_interval=0.2,heartbeat_timeout=20,is_host=0",
+                    "/bin/sleep", i == 0 ? "20" : "3"};
+    options.stdout_path = dir_.File(absl::StrCat("agent", i, ".out"));
+    options.stderr_path = dir_.File(absl::StrCat("agent", i, ".err"));
+    absl::StatusOr<Subprocess> agent = Subprocess::Start(options);
+    ASSERT_TRUE(agent.ok()) << agent.status();
+    agents_.push_back(*std::move(agent));
+  }
+  ASSERT_TRUE(server_.WaitForRunning("finished", 0, 0, 2)) << Logs();
+  const std::vector<pid_t> node0_workers = Children(agents_[0].pid());
+  ASSERT_EQ(node0_workers.size(), 2u) << Logs();
+  const int port = server_.port();
+  server_.KillNine();
+  // Node 1's workers succeed while the server is down: its Leave finds no
+  // server.
+  ASSERT_TRUE(WaitFor([&] { return Children(agents_[1].pid()).empty(); },
+                      absl::Seconds(60)))
+      << Logs();
+  server_.Start(port);
+  std::optional<ExitInfo> exit1 = agents_[1].Wait(absl::Seconds(60));
+  ASSERT_TRUE(exit1.has_value() && exit1->ok()) << Logs();
+  EXPECT_EQ(Children(agents_[0].pid()), node0_workers)
+      << "node 0's workers were restarted\n" << Logs();
+  std::optional<ExitInfo> exit0 = agents_[0].Wait(absl::Seconds(90));
+  ASSERT_TRUE(exit0.has_value() && exit0->ok()) << Logs();
+  EXPECT_THAT(Logs(), HasSubstr("heard that this node's workers succeeded"));
+  EXPECT_THAT(Logs(), Not(HasSubstr("round 1:")));
+  std::optional<v1::JobStatus> job = server_.Job("finished");
+  ASSERT_TRUE(job.has_value()) << Logs();
+  EXPECT_EQ(job->state(), v1::JOB_STATE_SUCCEEDED) << Logs();
+  EXPECT_EQ(job->round(), 0);
+  EXPECT_EQ(job->restart_count(), 0);
+}
+
 #ifdef DDPRUN_MNIST_BINARY
 // ddprun-mnist trains through a server restart: same pids, same round and
 // restart count, and the job completes with every rank's summary.

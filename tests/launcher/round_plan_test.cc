@@ -144,5 +144,32 @@ TEST(RoundPlanTest, StandbysGetTheSharedFolderAndOneThread) {
   EXPECT_EQ(env["DDPRUN_SHM_DIR"], "/dev/shm/old");  // left as it was
 }
 
+// In-place recovery: survivors keep their processes; the replaced ranks
+// take standbys in local-rank order when enough wait, else start afresh.
+TEST(RoundPlanTest, InPlaceSourcesKeepSurvivorsAndUseStandbysOnlyForAll) {
+  InPlaceSources with = PlanInPlaceSources(4, {3, 1}, 2);
+  EXPECT_TRUE(with.uses_standbys);
+  EXPECT_THAT(with.by_local_rank,
+              ::testing::ElementsAre(WorkerSource::kSurvivor,
+                                     WorkerSource::kStandby,
+                                     WorkerSource::kSurvivor,
+                                     WorkerSource::kStandby));
+  EXPECT_THAT(with.standby_index, ::testing::ElementsAre(-1, 0, -1, 1));
+
+  InPlaceSources short_of_one = PlanInPlaceSources(4, {3, 1}, 1);
+  EXPECT_FALSE(short_of_one.uses_standbys);
+  EXPECT_THAT(short_of_one.by_local_rank,
+              ::testing::ElementsAre(WorkerSource::kSurvivor,
+                                     WorkerSource::kFresh,
+                                     WorkerSource::kSurvivor,
+                                     WorkerSource::kFresh));
+
+  // Another node failed: nothing to replace here.
+  InPlaceSources none = PlanInPlaceSources(2, {}, 2);
+  EXPECT_FALSE(none.uses_standbys);
+  EXPECT_THAT(none.by_local_rank,
+              ::testing::Each(WorkerSource::kSurvivor));
+}
+
 }  // namespace
 }  // namespace ddprun::launcher

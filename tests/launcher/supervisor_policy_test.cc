@@ -176,5 +176,22 @@ TEST(SupervisorPolicyTest, AnotherNodesFailureKeepsEveryDeclaredWorker) {
   EXPECT_EQ(policy.in_place_declared(), (std::vector<bool>{true, true}));
 }
 
+// The agent sleeps a monitor interval, or less when a worker could become
+// hung sooner; never a negative time.
+TEST(SupervisorPolicyTest, WaitBeforeIsCutShortByTheNextHangDeadline) {
+  common::FakeClock clock;
+  SupervisorPolicy quiet({.num_workers = 2}, clock);
+  EXPECT_EQ(quiet.WaitBefore(absl::Seconds(1)), absl::Seconds(1));
+  SupervisorPolicy policy(
+      {.num_workers = 2, .worker_timeout = absl::Seconds(5)}, clock);
+  EXPECT_EQ(policy.WaitBefore(absl::Seconds(1)), absl::Seconds(1))
+      << "no progress yet: nobody can be hung";
+  policy.OnProgress(0);
+  clock.Advance(absl::Milliseconds(4700));
+  EXPECT_EQ(policy.WaitBefore(absl::Seconds(1)), absl::Milliseconds(300));
+  clock.Advance(absl::Seconds(1));
+  EXPECT_EQ(policy.WaitBefore(absl::Seconds(1)), absl::ZeroDuration());
+}
+
 }  // namespace
 }  // namespace ddprun::launcher

@@ -112,6 +112,17 @@ class JobResumeTest : public ::testing::Test {
     return response.value_or(v1::ReportFailureResponse());
   }
 
+  void Leave(const std::string& node, int64_t round) {
+    v1::LeaveRequest request;
+    request.set_run_id("job");
+    request.set_node_id(node);
+    request.set_round(round);
+    request.set_reason(v1::LeaveRequest::REASON_SUCCEEDED);
+    Effects effects;
+    EXPECT_TRUE(table_->Leave(request, &effects).ok());
+    Absorb(std::move(effects));
+  }
+
   void Advance(absl::Duration d) {
     clock_.Advance(d);
     Effects effects;
@@ -344,6 +355,31 @@ TEST_F(JobResumeTest, AMissingMemberEndsTheRoundWithoutARestart) {
   EXPECT_TRUE(hb->rejoin());
   EXPECT_EQ(hb->round(), 2);
   EXPECT_EQ(Status().restart_count(), 1) << "a lost node is no restart";
+}
+
+// b's workers all succeeded while the server was down. Its agent tells the
+// restarted server with a Resume (its record) and then a Leave: the round
+// rebuilt from a's record does not wait for b, and a's success ends the
+// job, with no new round and no restart of a's workers.
+TEST_F(JobResumeTest, ANodeThatFinishedWhileTheServerWasDownResumesThenLeaves) {
+  RunUntilRoundOneAfterAFailure();
+  RestartServer();
+  ASSERT_TRUE(Resume("b", Record("b")).has_assignment());
+  Leave("b", 1);
+  ASSERT_TRUE(Resume("a", Record("a")).has_assignment());
+  EXPECT_FALSE(Status().resuming()) << "whole again";
+  // Past the resume deadline and the heartbeat timeout: a runs on.
+  for (int i = 0; i < 10; ++i) {
+    Advance(absl::Milliseconds(100));
+    absl::StatusOr<v1::HeartbeatResponse> beat = Heartbeat("a", 1);
+    ASSERT_TRUE(beat.ok());
+    EXPECT_FALSE(beat->rejoin());
+  }
+  EXPECT_EQ(Status().round(), 1);
+  Leave("a", 1);
+  v1::JobStatus status = Status();
+  EXPECT_EQ(status.state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(status.restart_count(), 1);
 }
 
 TEST_F(JobResumeTest, AJoinWhileResumingWaitsForTheRoundToBeWhole) {

@@ -66,6 +66,21 @@ TEST(ErrorFileTest, ErrorStatusWritesFileAndOneLine) {
   EXPECT_EQ(f.run.err, "error_file_helper: error: no data here\n");
 }
 
+// After an in-place recovery the worker's own final error goes to the new
+// round's error file (the agent reads that attempt's folder), not to the
+// one the process started with.
+TEST(ErrorFileTest, AfterAnInPlaceRoundTheErrorGoesToTheRoundsFile) {
+  TempDir dir;
+  const std::string first = dir.File("attempt_0.json");
+  const std::string second = dir.File("attempt_1.json");
+  auto run = RunCommand(
+      {BinaryPath("tests/worker/error_file_helper"), "next-round", second},
+      absl::Seconds(60), {{"TORCHELASTIC_ERROR_FILE", first}});
+  EXPECT_EQ(run.exit.exit_code, 1) << run.err;
+  EXPECT_EQ(ReadFileOrEmpty(first), "");
+  EXPECT_EQ(MessageByPython(second), "DATA_LOSS: failed in round 2\n");
+}
+
 TEST(ErrorFileTest, SuccessWritesNothing) {
   TempDir dir;
   auto run = RunCommand({BinaryPath("tests/worker/error_file_helper"), "ok"},

@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "gtest/gtest.h"
@@ -136,6 +138,50 @@ TEST(MembershipTest, AMalformedRoundIsAClearError) {
   EXPECT_NE(next.status().message().find("not a JSON object of strings"),
             std::string::npos)
       << next.status();
+}
+
+// A round that ends while it forms (a member lost before the group exists)
+// is followed by the next one: JoinNextRound waits for it and joins that.
+TEST(MembershipTest, ARoundThatEndsWhileItFormsIsFollowedByTheNext) {
+  Pipe control;
+  auto m = Membership::Start(UnderDdprun(control.fds[0], -1));
+  ASSERT_TRUE(m.ok()) << m.status();
+  control.Write("{\"DDPRUN_ROUND\":\"3\"}\n");
+  std::vector<int64_t> tried;
+  absl::StatusOr<WorkerEnv> joined = (*m)->JoinNextRound(
+      absl::UnavailableError("peer gone"), [&](const WorkerEnv& env) {
+        tried.push_back(env.round);
+        if (env.round == 3) {
+          // The agent's next round comes while this one fails to form.
+          control.Write("{\"DDPRUN_ROUND\":\"4\"}\n");
+          return absl::FailedPreconditionError("round 3 is over");
+        }
+        return absl::OkStatus();
+      });
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  EXPECT_EQ(joined->round, 4);
+  EXPECT_EQ(tried, (std::vector<int64_t>{3, 4}));
+}
+
+// A collective's exception while joining counts as a lost member too; an
+// error of another kind (a malformed state) ends the recovery at once.
+TEST(MembershipTest, JoinNextRoundRetriesExceptionsNotOtherErrors) {
+  Pipe control;
+  auto m = Membership::Start(UnderDdprun(control.fds[0], -1));
+  ASSERT_TRUE(m.ok()) << m.status();
+  control.Write("{\"DDPRUN_ROUND\":\"5\"}\n");
+  int calls = 0;
+  absl::StatusOr<WorkerEnv> joined = (*m)->JoinNextRound(
+      absl::OkStatus(), [&](const WorkerEnv&) -> absl::Status {
+        if (++calls == 1) {
+          control.Write("{\"DDPRUN_ROUND\":\"6\"}\n");
+          throw std::runtime_error("Connection reset by peer");
+        }
+        return absl::InternalError("malformed state record");
+      });
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(joined.status().code(), absl::StatusCode::kInternal)
+      << joined.status();
 }
 
 }  // namespace
