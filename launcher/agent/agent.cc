@@ -396,11 +396,21 @@ Agent::RoundEnd Agent::Supervise(const RunningRound& round) {
         return RoundEnd::kSucceeded;
       case SupervisorPolicy::Verdict::kFailed: {
         const std::vector<pid_t> pids = round.group.pids();
+        bool remote_cause_likely = assignment.num_nodes() > 1;
         for (const LocalFailure& f : policy.failures()) {
           if (f.cause == v1::FAILURE_CAUSE_HUNG && control_.IsStopped(pids[f.local_rank])) {
             policy.OnStopped(f.local_rank);
           }
+          if (f.cause != v1::FAILURE_CAUSE_HUNG || control_.IsStopped(pids[f.local_rank]) ||
+              clock_.Now() - f.time >= options_.worker_timeout) {
+            remote_cause_likely = false;
+          }
         }
+        // Silent, not stopped, nothing exited here: most likely they wait
+        // for a stopped or dead peer on another node, whose agent reports
+        // it. One more worker timeout for that news (a rejoin) to come
+        // before these workers are killed as hung.
+        if (remote_cause_likely) break;
         RecoveryDecision decision = policy.DecideRecovery();
         if (decision.in_place) {
           in_place_declared_ = policy.in_place_declared();
