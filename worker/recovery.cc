@@ -91,12 +91,16 @@ void Membership::Watch() {
       std::string line = buffer.substr(0, newline);
       buffer.erase(0, newline + 1);
       if (line.empty()) continue;
+      // The abort and the flag first, the round last: NextRound may take
+      // the round the moment it is queued, and then clears both. Set after
+      // it, they would abort the new group's first collective and leave
+      // the worker waiting for a round that never comes (a hang).
+      pending_.store(true);
+      RequestCollectiveAbort();
       {
         absl::MutexLock lock(&mu_);
         rounds_.push_back(std::move(line));
       }
-      pending_.store(true);
-      RequestCollectiveAbort();
     }
   }
 }
