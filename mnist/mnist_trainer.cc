@@ -642,6 +642,10 @@ absl::Status Recover(Training& t) {
   t.group = ProcessGroup();
   absl::StatusOr<WorkerEnv> env = t.membership->NextRound(t.recover_cause);
   if (!env.ok()) return env.status();
+  // (The debug lines time a recovery's parts: bench/launcher/
+  // inplace_recovery.py --breakdown.)
+  spdlog::debug("in-place recovery: round {}'s environment received",
+                env->round);
   t.recover = false;
   t.recover_cause = absl::OkStatus();
   ProcessGroupOptions group_options;
@@ -653,8 +657,10 @@ absl::Status Recover(Training& t) {
   t.lead = env->rank == 0;
   t.world = env->world_size;
   t.group = *std::move(group);
+  spdlog::debug("in-place recovery: process group formed");
   absl::StatusOr<int> source = SyncState(t, /*has_state=*/true);
   if (!source.ok()) return source.status();
+  spdlog::debug("in-place recovery: state synced");
   NoteRecovery(t);
   DataParallelOptions ddp_options;
   ddp_options.bucket_mb = t.options.bucket_mb;
