@@ -193,12 +193,24 @@ absl::StatusOr<int> SyncFromSurvivor(const ProcessGroup& group, bool has_state,
     record.clear();
   }
   if (!tensors.empty()) {
+    // One broadcast per dtype, not one per tensor: each is a round trip
+    // while every rank waits (bench/launcher/inplace_recovery.py
+    // --breakdown, "state synced").
     at::NoGradGuard no_grad;
-    std::vector<at::Tensor> all;
-    for (const at::Tensor& t : tensors) all.push_back(t.detach());
-    for (at::Tensor& t : all) {
-      std::vector<at::Tensor> one = {t};
-      group.collectives->broadcast(one, from_source)->wait();
+    std::map<at::ScalarType, std::vector<at::Tensor>> by_type;
+    for (const at::Tensor& t : tensors) {
+      by_type[t.scalar_type()].push_back(t.detach());
+    }
+    for (auto& [type, same_type] : by_type) {
+      std::vector<at::Tensor> flat_parts;
+      for (const at::Tensor& t : same_type) flat_parts.push_back(t.reshape({-1}));
+      std::vector<at::Tensor> flat = {at::cat(flat_parts)};
+      group.collectives->broadcast(flat, from_source)->wait();
+      int64_t offset = 0;
+      for (at::Tensor& t : same_type) {
+        t.copy_(flat[0].narrow(0, offset, t.numel()).view_as(t));
+        offset += t.numel();
+      }
     }
   }
   return source;
