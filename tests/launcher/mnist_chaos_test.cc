@@ -393,7 +393,11 @@ TEST_F(MnistChaosTest, SeededFaultsOfEveryKindAreRecovered) {
       for (const auto& [local_rank, pid] : before[fault.node]) {
         if (local_rank == fault.local_rank) {
           EXPECT_NE(after[fault.node].at(local_rank), pid);
-          EXPECT_TRUE(ProcessGone(victim)) << victim;
+          // (Killed by its agent, a stopped victim may take a moment to
+          // go.)
+          EXPECT_TRUE(WaitFor([&] { return ProcessGone(victim); },
+                              absl::Seconds(30)))
+              << victim;
         } else {
           EXPECT_EQ(after[fault.node].at(local_rank), pid)
               << "node-mate of the victim restarted\n" << Logs();
