@@ -401,7 +401,8 @@ Agent::RoundEnd Agent::Supervise(const RunningRound& round) {
           if (f.cause == v1::FAILURE_CAUSE_HUNG && control_.IsStopped(pids[f.local_rank])) {
             policy.OnStopped(f.local_rank);
           }
-          if (f.cause != v1::FAILURE_CAUSE_HUNG || control_.IsStopped(pids[f.local_rank]) ||
+          if (f.cause != v1::FAILURE_CAUSE_HUNG ||
+              control_.IsStopped(pids[f.local_rank]) ||
               clock_.Now() - f.time >= options_.worker_timeout) {
             remote_cause_likely = false;
           }
