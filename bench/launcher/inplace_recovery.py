@@ -4,12 +4,14 @@ in place (the default: survivors keep running, only the lost rank is
 replaced) and restarting everything (`ddprun-mnist --no-in-place`, every
 worker restarts from the newest checkpoint), and torchrun (Debian's 1.13)
 on the same job in Python DDP (bench/launcher/mnist_ddp_ckpt.py: same
-model, data, seed, batch, world and checkpoints). Each launcher's runs with
+model, data, seed, batch, world and checkpoints; --torchrun-epochs, fewer
+by default, since its steps are slower here: the figures are per fault). Each launcher's runs with
 faults sit beside a fault-free run of the same command; every mode runs
 once per round, rounds interleaved, and the figures are medians over the
 rounds. Each run with faults takes --faults kills -9 of a random worker,
 each once training has passed the previous one (its checkpoint files are
-the step counter) plus a seeded 0.05-0.4 s.
+the step counter) and, with --prewarm, the standbys wait again (faults
+rarer than a standby's start), plus a seeded 0.05-0.4 s.
 
 Figures per mode:
   lost s/fault   (wall of the run with faults - wall of the same launcher's
@@ -32,7 +34,8 @@ survivor has the round's environment -> its new process group is formed ->
 the state is synced -> the first step completes. Medians over every fault.
 
   python3 bench/launcher/inplace_recovery.py [--runs 3] [--faults 3]
-      [--nproc 2] [--prewarm] [--epochs 4] [--train-limit 12000] [--seed 1]
+      [--nproc 2] [--prewarm] [--epochs 12] [--torchrun-epochs 4]
+      [--train-limit 12000] [--seed 1]
       [--modes in-place,restart-all,torchrun] [--breakdown]
 
 Needs a build with ddprun-mnist (DDPRUN_BUILD_DIR, default build/), the
@@ -65,12 +68,17 @@ def read(path):
         return ""
 
 
-def wait_for(cond, timeout, what, log_path=None):
+def wait_for(cond, timeout, what, log_path=None, proc=None):
+    """`cond`'s first true value; an error after `timeout`, or when `proc`
+    (the job) ended first."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         value = cond()
         if value:
             return value
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"{what}: the job ended first (make it longer)"
+                               + ("\n" + read(log_path) if log_path else ""))
         time.sleep(0.005)
     raise TimeoutError(what + ("\n" + read(log_path) if log_path else ""))
 
@@ -149,7 +157,7 @@ def torchrun_command(args, out):
             # Debian's torchrun 1.13 crashes under Python 3.11 without them.
             "--redirects", "1", "--tee", "1",
             os.path.join(HERE, "mnist_ddp_ckpt.py"), "--epochs",
-            str(args.epochs), "--data-dir", os.path.join(ROOT, "data", "mnist"),
+            str(args.torchrun_epochs), "--data-dir", os.path.join(ROOT, "data", "mnist"),
             "--train-limit", str(args.train_limit), "--seed", "7",
             "--summary-json", os.path.join(out, "summary.json"),
             "--checkpoint-dir", os.path.join(out, "ckpt"),
@@ -186,14 +194,24 @@ def one_run(args, build, mode, rng_seed):
             passed = 0  # training must pass this checkpoint step first
             for fault in range(args.faults if faulty else 0):
                 wait_for(lambda: newest_checkpoint(ckpt) > passed, 600,
-                         f"{mode}: no checkpoint past step {passed}", err_path)
+                         f"{mode}: no checkpoint past step {passed}", err_path,
+                         proc)
+                if args.prewarm and not torchrun:
+                    # Faults rarer than a standby's start: the standbys that
+                    # replace the next victim wait (otherwise it would be
+                    # replaced by a cold start).
+                    wait_for(lambda: sum(waiting_standby_cpu(p) is not None
+                                         for p in children(proc.pid))
+                             >= args.nproc, 600,
+                             f"{mode}: no standbys waiting", err_path, proc)
                 time.sleep(rng.uniform(0.05, 0.4))
                 if torchrun:
                     # Attempt `fault` (one restart per fault): its ranks.
                     workers = wait_for(
                         lambda: (len(torchrun_workers(out, fault)) == args.nproc
                                  and torchrun_workers(out, fault)),
-                        600, f"{mode}: no workers of attempt {fault}", err_path)
+                        600, f"{mode}: no workers of attempt {fault}", err_path,
+                        proc)
                 else:
                     workers = [p for p in children(proc.pid)
                                if is_ddprun_worker(p)]
@@ -298,7 +316,8 @@ def main():
     parser.add_argument("--faults", type=int, default=3)
     parser.add_argument("--nproc", type=int, default=2)
     parser.add_argument("--prewarm", action="store_true")
-    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--epochs", type=int, default=12)
+    parser.add_argument("--torchrun-epochs", type=int, default=4)
     parser.add_argument("--train-limit", type=int, default=12000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--modes", default="in-place,restart-all,torchrun")
@@ -338,7 +357,8 @@ def main():
         load = f.read().split()[0]
     print(f"\nmedians over {args.runs} rounds, {args.faults} kills -9 per "
           f"run, --nproc-per-node {args.nproc}"
-          f"{' --prewarm' if args.prewarm else ''}, --epochs {args.epochs}, "
+          f"{' --prewarm' if args.prewarm else ''}, --epochs {args.epochs} "
+          f"(torchrun {args.torchrun_epochs}), "
           f"load {load}:")
     for mode, base in (("in-place", "fault-free"),
                        ("restart-all", "fault-free"),
