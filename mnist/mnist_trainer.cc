@@ -61,6 +61,8 @@ struct StartPoint {
   int64_t epoch_position = 0;
   int64_t step = 0;
   int64_t resumed_from = -1;
+  // The checkpoint's accounting of each epoch's samples (empty: none).
+  std::vector<int64_t> epoch_samples;
 };
 
 // Loads the newest checkpoint into `model` (every rank that can read it;
@@ -95,6 +97,7 @@ absl::StatusOr<StartPoint> Resume(const MnistTrainOptions& options,
       start.epoch_position = c.epoch_position;
       start.step = c.step;
       start.resumed_from = c.step;
+      start.epoch_samples = c.epoch_samples;
       if (c.seed != options.seed) {
         spdlog::warn("checkpoint was written with --seed {}, now {}; the "
                      "sample order changes",
@@ -114,7 +117,8 @@ absl::StatusOr<StartPoint> Resume(const MnistTrainOptions& options,
     // On the group's device: NCCL broadcasts CUDA tensors only.
     std::vector<at::Tensor> counters = {
         at::tensor({start.epoch, start.epoch_position, start.step,
-                    start.resumed_from},
+                    start.resumed_from,
+                    static_cast<int64_t>(start.epoch_samples.size())},
                    at::kLong)
             .to(group.device)};
     ::c10d::BroadcastOptions root0;
@@ -122,7 +126,18 @@ absl::StatusOr<StartPoint> Resume(const MnistTrainOptions& options,
     group.collectives->broadcast(counters, root0)->wait();
     at::Tensor on_host = counters[0].cpu();
     const int64_t* v = on_host.data_ptr<int64_t>();
-    start = {v[0], v[1], v[2], v[3]};
+    std::vector<int64_t> accounted = std::move(start.epoch_samples);
+    accounted.resize(static_cast<size_t>(v[4]), 0);
+    start = {v[0], v[1], v[2], v[3], {}};
+    if (!accounted.empty()) {
+      // Rank 0's accounting too, so that any rank can hand it on.
+      std::vector<at::Tensor> samples = {
+          at::tensor(accounted, at::kLong).to(group.device)};
+      group.collectives->broadcast(samples, root0)->wait();
+      at::Tensor samples_on_host = samples[0].cpu();
+      const int64_t* s = samples_on_host.data_ptr<int64_t>();
+      start.epoch_samples.assign(s, s + accounted.size());
+    }
   }
   return start;
 }
@@ -225,7 +240,7 @@ absl::Status DecodeState(const std::vector<int64_t>& r, Training& t) {
   if (r.size() < 7 + n) return bad();
   const size_t m = static_cast<size_t>(r[6 + n]);
   if (r.size() != 7 + n + 2 * m) return bad();
-  t.start = {r[0], r[1], r[2], r[3]};
+  t.start = {r[0], r[1], r[2], r[3], {}};
   t.cur_epoch = r[0];
   t.cur_position = r[1];
   t.step = r[2];
@@ -388,6 +403,8 @@ absl::StatusOr<std::unique_ptr<Training>> SetUp(
     t->cur_epoch = t->start.epoch;
     t->cur_position = t->start.epoch_position;
     t->summary.resumed_from_step = t->start.resumed_from;
+    // The samples the checkpoint's steps trained count as trained.
+    t->epoch_samples = t->start.epoch_samples;
     t->summary.epochs = static_cast<int>(t->start.epoch);
   } else {
     NoteRecovery(*t);
@@ -448,6 +465,7 @@ absl::Status SaveProgress(const Training& t, int64_t epoch, int64_t position) {
   c.step = t.step;
   c.seed = t.options.seed;
   c.world_size = t.world;
+  c.epoch_samples = t.epoch_samples;
   return SaveCheckpoint(t.options.checkpoint_dir, c);
 }
 
@@ -631,16 +649,22 @@ absl::Status Recover(Training& t) {
   // by the next: this rank keeps its state and joins that one.
   absl::StatusOr<WorkerEnv> env = t.membership->JoinNextRound(
       t.recover_cause, [&](const WorkerEnv& next) -> absl::Status {
+        // (The debug lines time a recovery's parts: bench/launcher/
+        // inplace_recovery.py --breakdown.)
+        spdlog::debug("in-place recovery: round {}'s environment received",
+                      next.round);
         absl::StatusOr<ProcessGroup> group =
             CreateProcessGroup(next, group_options);
         if (!group.ok()) return group.status();
         t.group = *std::move(group);
+        spdlog::debug("in-place recovery: process group formed");
         // A failed sync (an error or an exception) drops the group before
         // the wait for the next round.
         absl::Cleanup drop = [&t] { t.group = ProcessGroup(); };
         absl::StatusOr<int> synced = SyncState(t, /*has_state=*/true);
         if (!synced.ok()) return synced.status();
         std::move(drop).Cancel();
+        spdlog::debug("in-place recovery: state synced");
         source = *synced;
         return absl::OkStatus();
       });

@@ -12,6 +12,7 @@
 
 #include <ATen/core/Dict.h>
 #include <ATen/ops/scalar_tensor.h>
+#include <ATen/ops/tensor.h>
 #include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/csrc/jit/serialization/pickler.h>
@@ -187,6 +188,12 @@ absl::StatusOr<TrainingCheckpoint> ReadCheckpoint(const std::string& path) {
     c.step = dict.at("step").toInt();
     c.seed = static_cast<uint64_t>(dict.at("seed").toInt());
     c.world_size = static_cast<int>(dict.at("world_size").toInt());
+    if (dict.contains("epoch_samples")) {
+      at::Tensor samples =
+          dict.at("epoch_samples").toTensor().to(at::kLong).contiguous();
+      const int64_t* v = samples.data_ptr<int64_t>();
+      c.epoch_samples.assign(v, v + samples.numel());
+    }
   } catch (const std::exception& e) {
     return absl::DataLossError(absl::StrFormat(
         "checkpoint %s does not read: %s", path, e.what()));
@@ -225,6 +232,10 @@ absl::Status SaveCheckpoint(const std::string& dir,
   dict.insert("step", checkpoint.step);
   dict.insert("seed", static_cast<int64_t>(checkpoint.seed));
   dict.insert("world_size", static_cast<int64_t>(checkpoint.world_size));
+  if (!checkpoint.epoch_samples.empty()) {
+    // A tensor, as the floats above: read under weights_only everywhere.
+    dict.insert("epoch_samples", at::tensor(checkpoint.epoch_samples, at::kLong));
+  }
   std::vector<char> bytes;
   try {
     bytes = PickleForTorchLoad(c10::IValue(dict));

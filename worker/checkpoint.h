@@ -47,6 +47,10 @@ struct TrainingCheckpoint {
   int64_t step = 0;            // global steps done
   uint64_t seed = 0;           // the sampler's (and init's) seed
   int world_size = 1;          // of the run that wrote it
+  // Samples (all ranks) trained of each epoch up to `epoch`, as the
+  // trainer accounts them (its --summary-json); empty: not recorded (files
+  // written before it was).
+  std::vector<int64_t> epoch_samples;
 };
 
 // Saves `checkpoint` as <dir>/ckpt-<step, 10 digits>.pt, atomically, as a

@@ -91,12 +91,16 @@ void Membership::Watch() {
       std::string line = buffer.substr(0, newline);
       buffer.erase(0, newline + 1);
       if (line.empty()) continue;
+      // The abort and the flag first, the round last: NextRound may take
+      // the round the moment it is queued, and then clears both. Set after
+      // it, they would abort the new group's first collective and leave
+      // the worker waiting for a round that never comes (a hang).
+      pending_.store(true);
+      RequestCollectiveAbort();
       {
         absl::MutexLock lock(&mu_);
         rounds_.push_back(std::move(line));
       }
-      pending_.store(true);
-      RequestCollectiveAbort();
     }
   }
 }
@@ -221,12 +225,24 @@ absl::StatusOr<int> SyncFromSurvivor(const ProcessGroup& group, bool has_state,
     record.clear();
   }
   if (!tensors.empty()) {
+    // One broadcast per dtype, not one per tensor: each is a round trip
+    // while every rank waits (bench/launcher/inplace_recovery.py
+    // --breakdown, "state synced").
     at::NoGradGuard no_grad;
-    std::vector<at::Tensor> all;
-    for (const at::Tensor& t : tensors) all.push_back(t.detach());
-    for (at::Tensor& t : all) {
-      std::vector<at::Tensor> one = {t};
-      group.collectives->broadcast(one, from_source)->wait();
+    std::map<at::ScalarType, std::vector<at::Tensor>> by_type;
+    for (const at::Tensor& t : tensors) {
+      by_type[t.scalar_type()].push_back(t.detach());
+    }
+    for (auto& [type, same_type] : by_type) {
+      std::vector<at::Tensor> flat_parts;
+      for (const at::Tensor& t : same_type) flat_parts.push_back(t.reshape({-1}));
+      std::vector<at::Tensor> flat = {at::cat(flat_parts)};
+      group.collectives->broadcast(flat, from_source)->wait();
+      int64_t offset = 0;
+      for (at::Tensor& t : same_type) {
+        t.copy_(flat[0].narrow(0, offset, t.numel()).view_as(t));
+        offset += t.numel();
+      }
     }
   }
   return source;

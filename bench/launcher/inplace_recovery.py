@@ -1,29 +1,49 @@
 #!/usr/bin/env python3
-"""What one kill -9 of a worker costs ddprun-mnist (issue 13): in-place
-recovery (the default: survivors keep running, only the lost rank is
-replaced) against restart-all (`ddprun-mnist --no-in-place`: every worker
-restarts from the newest checkpoint, as under torchrun), each beside a
-fault-free run of the same command. All three modes run interleaved, a
-seeded kill time and victim per run; medians.
+"""What a kill -9 of one worker costs (issue 13): ddprun-mnist recovering
+in place (the default: survivors keep running, only the lost rank is
+replaced) and restarting everything (`ddprun-mnist --no-in-place`, every
+worker restarts from the newest checkpoint), and torchrun (Debian's 1.13)
+on the same job in Python DDP (bench/launcher/mnist_ddp_ckpt.py: same
+model, data, seed, batch, world and checkpoints; --torchrun-epochs, fewer
+by default, since its steps are slower here: the figures are per fault). Each launcher's runs with
+faults sit beside a fault-free run of the same command; every mode runs
+once per round, rounds interleaved, and the figures are medians over the
+rounds. Each run with faults takes --faults kills -9 of a random worker,
+each once training has passed the previous one (its checkpoint files are
+the step counter) and, with --prewarm, the standbys wait again (faults
+rarer than a standby's start), plus a seeded 0.05-0.4 s.
 
 Figures per mode:
-  lost s/fault   (wall of the run with the fault - wall of the fault-free
-                 run next to it) / faults
-  kill->step s   kill -9 -> the next completed training step: in place,
-                 the summary's resumed_step_unix_seconds; restart-all, the
-                 new round's first_step_unix_seconds
-  steps lost     in place: a survivor's last completed step - the step
-                 training resumed at (their log lines), the worst run;
-                 restart-all goes back to its newest checkpoint (every 20
-                 steps here), not shown
+  lost s/fault   (wall of the run with faults - wall of the same launcher's
+                 fault-free run of that round) / faults
+  kill->step s   kill -9 -> the next completed training step. In place:
+                 every fault (the summary's resumed_step_unix_seconds);
+                 restart-all and torchrun: the last fault (the final
+                 round's first_step_unix_seconds)
+  steps lost     per fault. In place: a survivor's last completed step -
+                 the step training resumed at (their log lines), the worst;
+                 torchrun: rank 0's step at the kill - the newest checkpoint
+                 then, the mean; restart-all: not measured (ddprun-mnist
+                 reports no step outside its checkpoints)
 
-  bench/launcher/inplace_recovery.py [--runs 5] [--nproc 2] [--prewarm]
-      [--epochs 4] [--train-limit 12000] [--seed 1]
+--breakdown also times the parts of each in-place recovery from the
+processes' own log lines (ms clocks; ddprun-mnist at --log-level debug):
+kill -> the agent sees the exit -> failure reported -> the next round
+assigned -> the replacement activated (the survivors are told first) -> a
+survivor has the round's environment -> its new process group is formed ->
+the state is synced -> the first step completes. Medians over every fault.
 
-Needs a build with ddprun-mnist (DDPRUN_BUILD_DIR, default build/) and the
-MNIST files in data/mnist.
+  python3 bench/launcher/inplace_recovery.py [--runs 3] [--faults 3]
+      [--nproc 2] [--prewarm] [--epochs 12] [--torchrun-epochs 4]
+      [--train-limit 12000] [--seed 1]
+      [--modes in-place,restart-all,torchrun] [--breakdown]
+
+Needs a build with ddprun-mnist (DDPRUN_BUILD_DIR, default build/), the
+MNIST files in data/mnist and, for the torchrun mode, /usr/bin/python3 with
+torch (python3-torch).
 """
 import argparse
+import glob
 import json
 import os
 import random
@@ -34,20 +54,10 @@ import subprocess
 import tempfile
 import time
 
-from proc_util import children, kill_group
+from proc_util import children, kill_group, log_time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def rank_of(pid):
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            for entry in f.read().split(b"\0"):
-                if entry.startswith(b"RANK="):
-                    return int(entry[5:])
-    except (FileNotFoundError, ValueError):
-        pass
-    return None
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def read(path):
@@ -58,103 +68,335 @@ def read(path):
         return ""
 
 
-def wait_for(cond, timeout, what):
+def wait_for(cond, timeout, what, log_path=None, proc=None):
+    """`cond`'s first true value; an error after `timeout`, or when `proc`
+    (the job) ended first."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         value = cond()
         if value:
             return value
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"{what}: the job ended first (make it longer)"
+                               + ("\n" + read(log_path) if log_path else ""))
         time.sleep(0.005)
-    raise TimeoutError(what)
+    raise TimeoutError(what + ("\n" + read(log_path) if log_path else ""))
+
+
+def newest_checkpoint(folder):
+    steps = [int(m.group(1)) for m in
+             (re.search(r"ckpt-(\d+)\.pt$", p)
+              for p in glob.glob(os.path.join(folder, "ckpt-*.pt"))) if m]
+    return max(steps) if steps else 0
+
+
+def environ(pid):
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return dict(e.split(b"=", 1) for e in f.read().split(b"\0")
+                        if b"=" in e)
+    except OSError:
+        return {}
+
+
+def is_ddprun_worker(pid):
+    """A ddprun worker: started with its RANK, or a prewarmed standby
+    (DDPRUN_STANDBY_FD; /proc keeps the original environment) that was
+    activated, which closed the pipe it waited on."""
+    env = environ(pid)
+    fd = env.get(b"DDPRUN_STANDBY_FD")
+    if fd is None:
+        return b"RANK" in env
+    try:
+        return not os.readlink(f"/proc/{pid}/fd/{int(fd)}").startswith("pipe:")
+    except (OSError, ValueError):
+        return True
+
+
+def waiting_standby_cpu(pid):
+    """CPU seconds a prewarmed standby spent getting ready, once it waits
+    for its round (None while it is not waiting)."""
+    env = environ(pid)
+    if b"DDPRUN_STANDBY_FD" not in env:
+        return None
+    try:
+        with open(f"/proc/{pid}/wchan") as f:
+            if not f.read().strip().endswith("pipe_read"):
+                return None
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def ddprun_command(args, build, out, mode):
+    command = [os.path.join(build, "launcher", "ddprun"), "--standalone",
+               "--nproc-per-node", str(args.nproc), "--max-restarts",
+               str(args.faults + 2), "--monitor-interval", "0.05"]
+    if args.prewarm:
+        command.append("--prewarm")
+    command += [os.path.join(build, "mnist", "ddprun-mnist"),
+                "--epochs", str(args.epochs), "--data-dir",
+                os.path.join(ROOT, "data", "mnist"), "--train-limit",
+                str(args.train_limit), "--seed", "7", "--summary-json",
+                os.path.join(out, "summary.json"), "--save", "",
+                "--checkpoint-dir", os.path.join(out, "ckpt"),
+                "--checkpoint-every", "20", "--no-progress"]
+    if mode == "restart-all":
+        command.append("--no-in-place")
+    if args.breakdown and mode == "in-place":
+        command += ["--log-level", "debug"]
+    return command
+
+
+def torchrun_command(args, out):
+    return [args.python, "-m", "torch.distributed.run", "--standalone",
+            "--nproc_per_node", str(args.nproc), "--max_restarts",
+            str(args.faults + 2), "--monitor_interval", "0.05",
+            # Debian's torchrun 1.13 crashes under Python 3.11 without them.
+            "--redirects", "1", "--tee", "1",
+            os.path.join(HERE, "mnist_ddp_ckpt.py"), "--epochs",
+            str(args.torchrun_epochs), "--data-dir", os.path.join(ROOT, "data", "mnist"),
+            "--train-limit", str(args.train_limit), "--seed", "7",
+            "--summary-json", os.path.join(out, "summary.json"),
+            "--checkpoint-dir", os.path.join(out, "ckpt"),
+            "--checkpoint-every", "20", "--out", out]
+
+
+def torchrun_workers(out, attempt):
+    pids = []
+    for path in glob.glob(os.path.join(out, f"pid_{attempt}_*")):
+        text = read(path).strip()
+        if text:
+            pids.append(int(text))
+    return pids
 
 
 def one_run(args, build, mode, rng_seed):
-    """Returns (wall seconds, kill->step seconds or None, steps lost or None)."""
+    """One run of `mode`: a dict of wall, kills [(time, newest checkpoint,
+    rank 0's step or None)], the summary, the log path's text."""
     rng = random.Random(rng_seed)
+    torchrun = mode.startswith("torchrun")
+    faulty = mode in ("in-place", "restart-all", "torchrun")
     with tempfile.TemporaryDirectory() as out:
-        command = [os.path.join(build, "launcher", "ddprun"), "--standalone",
-                   "--nproc-per-node", str(args.nproc), "--max-restarts", "3",
-                   "--monitor-interval", "0.05"]
-        if args.prewarm:
-            command.append("--prewarm")
-        command += [os.path.join(build, "mnist", "ddprun-mnist"),
-                    "--epochs", str(args.epochs), "--data-dir",
-                    os.path.join(ROOT, "data", "mnist"), "--train-limit",
-                    str(args.train_limit), "--seed", "7", "--summary-json",
-                    os.path.join(out, "summary.json"), "--save", "",
-                    "--checkpoint-dir", os.path.join(out, "ckpt"),
-                    "--checkpoint-every", "20", "--no-progress"]
-        if mode == "restart-all":
-            command.append("--no-in-place")
+        ckpt = os.path.join(out, "ckpt")
+        command = (torchrun_command(args, out) if torchrun
+                   else ddprun_command(args, build, out, mode))
         err_path = os.path.join(out, "err")
-        err = open(err_path, "w")
-        start = time.time()
-        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err,
-                                start_new_session=True)
-        kill_time = None
+        kills = []
+        standby_cpu = []
+        with open(err_path, "w") as err:
+            start = time.time()
+            proc = subprocess.Popen(command, stdout=err, stderr=err,
+                                    start_new_session=True)
         try:
-            if mode != "fault-free":
-                wait_for(lambda: "epoch 1/" in read(err_path), 300,
-                         f"{mode}: no first epoch")
-                # With --prewarm, restart-all needs its standbys up.
+            passed = 0  # training must pass this checkpoint step first
+            for fault in range(args.faults if faulty else 0):
+                wait_for(lambda: newest_checkpoint(ckpt) > passed, 600,
+                         f"{mode}: no checkpoint past step {passed}", err_path,
+                         proc)
+                if args.prewarm and not torchrun:
+                    # Faults rarer than a standby's start: the standbys that
+                    # replace the next victim wait (otherwise it would be
+                    # replaced by a cold start).
+                    wait_for(lambda: sum(waiting_standby_cpu(p) is not None
+                                         for p in children(proc.pid))
+                             >= args.nproc, 600,
+                             f"{mode}: no standbys waiting", err_path, proc)
                 time.sleep(rng.uniform(0.05, 0.4))
-                workers = [p for p in children(proc.pid)
-                           if rank_of(p) is not None]
+                if torchrun:
+                    # Attempt `fault` (one restart per fault): its ranks.
+                    workers = wait_for(
+                        lambda: (len(torchrun_workers(out, fault)) == args.nproc
+                                 and torchrun_workers(out, fault)),
+                        600, f"{mode}: no workers of attempt {fault}", err_path,
+                        proc)
+                else:
+                    workers = [p for p in children(proc.pid)
+                               if is_ddprun_worker(p)]
+                    if fault > 0 and args.prewarm:
+                        # The standby that replaced the last victim's has
+                        # been started again: what its start cost.
+                        cpu = [c for c in (waiting_standby_cpu(p)
+                                           for p in children(proc.pid))
+                               if c is not None]
+                        standby_cpu += cpu
                 victim = rng.choice(sorted(workers))
+                newest = newest_checkpoint(ckpt)
+                step = None
+                if torchrun:
+                    text = read(os.path.join(out, "step")).strip()
+                    step = int(text) if text else None
                 kill_time = time.time()
                 os.kill(victim, signal.SIGKILL)
-            proc.wait(timeout=600)
+                kills.append((kill_time, newest, step))
+                passed = max(newest, step or 0)
+            proc.wait(timeout=1200)
         finally:
             kill_group(proc)
         wall = time.time() - start
+        log = read(err_path)
         if proc.returncode != 0:
-            raise RuntimeError(f"{mode}: exit {proc.returncode}\n{read(err_path)}")
+            raise RuntimeError(f"{mode}: exit {proc.returncode}\n{log}")
         summary = json.loads(read(os.path.join(out, "summary.json")))
-        if kill_time is None:
-            return wall, None, None
-        if mode == "in-place":
-            resumed = summary["resumed_step_unix_seconds"]
-            # Steps a survivor had completed but training did not keep.
-            behind = [int(a) - int(b) for a, b in re.findall(
-                r"stopped at step (\d+), resuming at step (\d+)",
-                read(err_path))]
-            lost = max(0, max(behind)) if behind else None
-            return wall, (resumed[0] - kill_time if resumed else None), lost
-        return wall, summary["first_step_unix_seconds"] - kill_time, None
+        return {"wall": wall, "kills": kills, "summary": summary, "log": log,
+                "standby_cpu": standby_cpu}
+
+
+def steps_lost(mode, run):
+    if mode == "in-place":
+        behind = [int(a) - int(b) for a, b in re.findall(
+            r"stopped at step (\d+), resuming at step (\d+)", run["log"])]
+        return max(0, max(behind)) if behind else None
+    if mode == "torchrun":
+        lost = [s - c for _, c, s in run["kills"] if s is not None]
+        return statistics.mean(lost) if lost else None
+    return None
+
+
+def kill_to_step(mode, run):
+    """kill -9 -> the next completed step, per measured fault."""
+    kills = [t for t, _, _ in run["kills"]]
+    if not kills:
+        return []
+    if mode == "in-place":
+        return [s - t for s, t in
+                zip(run["summary"].get("resumed_step_unix_seconds", []), kills)]
+    first = run["summary"].get("first_step_unix_seconds")
+    return [first - kills[-1]] if first else []
+
+
+# Breakdown of an in-place recovery: (name, pattern of the log line that
+# ends it). The first line matching after the previous event counts.
+EVENTS = [
+    ("agent sees the exit", r"\[ddprun\] .*ended: signal SIGKILL"),
+    ("failure reported", r"\[ddprun\] .*reported the failure of round"),
+    ("next round assigned", r"\[ddprun\] .*\] round \d+: node rank"),
+    ("replacement activated", r"\[ddprun\] .*local rank \d+ \(rank \d+\) "
+                              r"(replaced by a prewarmed worker|started anew)"),
+    ("survivor has the round", r"round \d+'s environment received"),
+    ("group formed", r"in-place recovery: process group formed"),
+    ("state synced", r"in-place recovery: state synced"),
+]
+
+
+def breakdown(run):
+    """Per fault: the time of each event after the kill (s), and the first
+    completed step's."""
+    lines = run["log"].splitlines()
+    stamps = []
+    for line in lines:
+        if line.startswith("[20"):
+            try:
+                stamps.append((log_time(line), line))
+            except ValueError:
+                pass
+    resumed = run["summary"].get("resumed_step_unix_seconds", [])
+    out = []
+    for i, (kill, _, _) in enumerate(run["kills"]):
+        at = kill - 0.002  # the log's clock has ms
+        parts = []
+        for name, pattern in EVENTS:
+            hit = next((t for t, l in stamps
+                        if t >= at and re.search(pattern, l)), None)
+            if hit is None:
+                break
+            parts.append((name, hit - kill))
+            at = hit
+        if i < len(resumed):
+            parts.append(("first step completed", resumed[i] - kill))
+        out.append(parts)
+    return out
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--faults", type=int, default=3)
     parser.add_argument("--nproc", type=int, default=2)
     parser.add_argument("--prewarm", action="store_true")
-    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--epochs", type=int, default=12)
+    parser.add_argument("--torchrun-epochs", type=int, default=4)
     parser.add_argument("--train-limit", type=int, default=12000)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--modes", default="in-place,restart-all,torchrun")
+    parser.add_argument("--breakdown", action="store_true")
+    parser.add_argument("--python", default="/usr/bin/python3")
     args = parser.parse_args()
     build = os.environ.get("DDPRUN_BUILD_DIR", os.path.join(ROOT, "build"))
-    modes = ["fault-free", "in-place", "restart-all"]
+    wanted = args.modes.split(",")
+    modes = []
+    if "in-place" in wanted or "restart-all" in wanted:
+        modes.append("fault-free")
+    modes += [m for m in ("in-place", "restart-all") if m in wanted]
+    if "torchrun" in wanted:
+        modes += ["torchrun fault-free", "torchrun"]
     results = {m: [] for m in modes}
     for run in range(args.runs):
         for mode in modes:
-            results[mode].append(one_run(args, build, mode,
-                                         args.seed * 1000 + run))
-            wall, step, lost = results[mode][-1]
-            print(f"run {run} {mode:12s} wall {wall:6.2f} s"
-                  + (f" kill->step {step:.3f} s" if step is not None else "")
-                  + (f" steps lost {lost}" if lost is not None else ""),
-                  flush=True)
-    print(f"\nmedians over {args.runs} runs, --nproc-per-node {args.nproc}"
-          f"{' --prewarm' if args.prewarm else ''}, one kill -9 per run:")
-    free = [r[0] for r in results["fault-free"]]
-    for mode in ("in-place", "restart-all"):
-        lost_time = [w - f for (w, _, _), f in zip(results[mode], free)]
-        steps = [s for _, s, _ in results[mode] if s is not None]
-        lost = [x for _, _, x in results[mode] if x is not None]
+            r = one_run(args, build, mode, args.seed * 1000 + run)
+            results[mode].append(r)
+            base = {"in-place": "fault-free", "restart-all": "fault-free",
+                    "torchrun": "torchrun fault-free"}.get(mode)
+            line = f"run {run} {mode:20s} wall {r['wall']:6.2f} s"
+            if base:
+                lost = (r["wall"] - results[base][-1]["wall"]) / args.faults
+                line += f" lost/fault {lost:5.2f} s"
+                steps = kill_to_step(mode, r)
+                if steps:
+                    line += " kill->step " + " ".join(f"{s:.3f}" for s in steps)
+                lost_steps = steps_lost(mode, r)
+                if lost_steps is not None:
+                    line += f" steps lost {lost_steps:g}"
+            accuracy = r["summary"].get("test_accuracy")
+            if accuracy is not None:
+                line += f" accuracy {100 * accuracy:.2f}%"
+            print(line, flush=True)
+    with open("/proc/loadavg") as f:
+        load = f.read().split()[0]
+    print(f"\nmedians over {args.runs} rounds, {args.faults} kills -9 per "
+          f"run, --nproc-per-node {args.nproc}"
+          f"{' --prewarm' if args.prewarm else ''}, --epochs {args.epochs} "
+          f"(torchrun {args.torchrun_epochs}), "
+          f"load {load}:")
+    for mode, base in (("in-place", "fault-free"),
+                       ("restart-all", "fault-free"),
+                       ("torchrun", "torchrun fault-free")):
+        if mode not in results:
+            continue
+        lost_time = [(r["wall"] - b["wall"]) / args.faults
+                     for r, b in zip(results[mode], results[base])]
+        steps = [s for r in results[mode] for s in kill_to_step(mode, r)]
+        lost = [x for x in (steps_lost(mode, r) for r in results[mode])
+                if x is not None]
         print(f"  {mode:12s} lost s/fault {statistics.median(lost_time):6.2f}"
-              f"  kill->step s {statistics.median(steps):6.3f}"
-              + (f"  steps lost {max(lost)} (max)" if lost else ""))
-    print(f"  fault-free wall {statistics.median(free):.2f} s")
+              + (f"  kill->step s {statistics.median(steps):6.3f}"
+                 if steps else "")
+              + (f"  steps lost/fault {max(lost):g} (worst run)"
+                 if lost else "")
+              + f"  ({base} wall {statistics.median(r['wall'] for r in results[base]):.2f} s)")
+    if args.breakdown and "in-place" in results:
+        per_event = {}
+        for r in results["in-place"]:
+            for parts in breakdown(r):
+                for name, seconds in parts:
+                    per_event.setdefault(name, []).append(seconds)
+        print("\nin-place recovery, kill -9 -> (median over every fault, s "
+              "after the kill; the log clocks have ms):")
+        previous = 0.0
+        for name, _ in EVENTS + [("first step completed", None)]:
+            if name in per_event:
+                median = statistics.median(per_event[name])
+                print(f"  {name:24s} {median:7.3f}  (+{median - previous:.3f})"
+                      f"  n={len(per_event[name])}")
+                previous = median
+        cpu = [c for r in results["in-place"] for c in r["standby_cpu"]]
+        if cpu:
+            print(f"  a waiting standby's start (torch, the data from the "
+                  f"node's cache) took {statistics.median(cpu):.2f} CPU-s "
+                  f"(median of {len(cpu)}): ddprun starts one after each "
+                  f"activation, beside the training")
 
 
 if __name__ == "__main__":

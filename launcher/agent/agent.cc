@@ -416,6 +416,9 @@ std::optional<Agent::RoundEnd> Agent::OnVerdict(const RunningRound& round,
       policy.OnStopped(f.local_rank);
     }
   }
+  if (policy.AwaitsRemoteCause(round.assignment.num_nodes())) {
+    return std::nullopt;
+  }
   RecoveryDecision decision = policy.DecideRecovery();
   if (!decision.in_place) return OnWorkersFailed(round, policy);
   in_place_declared_ = policy.in_place_declared();

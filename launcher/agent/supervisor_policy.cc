@@ -114,4 +114,15 @@ absl::Duration SupervisorPolicy::WaitBefore(
                   std::min(monitor_interval, *hang - clock_.Now()));
 }
 
+bool SupervisorPolicy::AwaitsRemoteCause(int num_nodes) const {
+  if (num_nodes <= 1 || failures_.empty()) return false;
+  for (const LocalFailure& f : failures_) {
+    if (f.cause != v1::FAILURE_CAUSE_HUNG || workers_[f.local_rank].stopped ||
+        clock_.Now() - f.time >= options_.worker_timeout) {
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace ddprun::launcher

@@ -77,6 +77,12 @@ class SupervisorPolicy {
   // the stopped workers when there are any (the rest wait for them in a
   // collective), else every hung one.
   RecoveryDecision DecideRecovery() const;
+  // After kFailed in a round of `num_nodes`: true while every failure is a
+  // hang of a worker that is not stopped and is younger than one more worker
+  // timeout. Silent together with nothing stopped or exited here, they most
+  // likely wait for a stopped or dead peer on another node, whose agent
+  // reports it (a rejoin); killing them as hung would race that report.
+  bool AwaitsRemoteCause(int num_nodes) const;
   // By local rank, for the next round of the same processes.
   std::vector<bool> in_place_declared() const;
 

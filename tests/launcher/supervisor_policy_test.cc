@@ -193,5 +193,36 @@ TEST(SupervisorPolicyTest, WaitBeforeIsCutShortByTheNextHangDeadline) {
   EXPECT_EQ(policy.WaitBefore(absl::Seconds(1)), absl::ZeroDuration());
 }
 
+// Workers silent together, none stopped, in a round of several nodes: their
+// agent gives the other node's report one more worker timeout; alone, or with
+// a stopped worker here, or after that timeout, they are hung.
+TEST(SupervisorPolicyTest, SilentWorkersOfAMultiNodeRoundAwaitTheRemoteCause) {
+  common::FakeClock clock;
+  SupervisorPolicy policy(
+      {.num_workers = 2, .worker_timeout = absl::Seconds(5)}, clock);
+  policy.OnProgress(0);
+  policy.OnProgress(1);
+  clock.Advance(absl::Seconds(6));
+  ASSERT_EQ(policy.Evaluate(), SupervisorPolicy::Verdict::kFailed);
+  EXPECT_TRUE(policy.AwaitsRemoteCause(2));
+  EXPECT_FALSE(policy.AwaitsRemoteCause(1)) << "one node: nobody else reports";
+  clock.Advance(absl::Seconds(5));
+  EXPECT_FALSE(policy.AwaitsRemoteCause(2)) << "one more timeout has passed";
+
+  SupervisorPolicy stopped(
+      {.num_workers = 2, .worker_timeout = absl::Seconds(5)}, clock);
+  stopped.OnProgress(0);
+  stopped.OnProgress(1);
+  clock.Advance(absl::Seconds(6));
+  ASSERT_EQ(stopped.Evaluate(), SupervisorPolicy::Verdict::kFailed);
+  stopped.OnStopped(1);
+  EXPECT_FALSE(stopped.AwaitsRemoteCause(2)) << "the cause is stopped here";
+
+  SupervisorPolicy exited({.num_workers = 2}, clock);
+  exited.OnExit(0, ExitStatus::Exited(1));
+  ASSERT_EQ(exited.Evaluate(), SupervisorPolicy::Verdict::kFailed);
+  EXPECT_FALSE(exited.AwaitsRemoteCause(2)) << "an exit here is the cause";
+}
+
 }  // namespace
 }  // namespace ddprun::launcher

@@ -199,6 +199,7 @@ TEST(CheckpointTest, NewestReadableWinsAndOldOnesArePruned) {
     c.step = step;
     c.seed = 9;
     c.world_size = 2;
+    c.epoch_samples = {12000, 12000, step * 64};
     ASSERT_TRUE(SaveCheckpoint(dir.path(), c, /*keep=*/2).ok());
   }
   EXPECT_EQ(CountFiles(dir.path()), 2);
@@ -216,6 +217,7 @@ TEST(CheckpointTest, NewestReadableWinsAndOldOnesArePruned) {
   EXPECT_EQ(c.epoch_position, 30 * 64);
   EXPECT_EQ(c.seed, 9u);
   EXPECT_EQ(c.world_size, 2);
+  EXPECT_EQ(c.epoch_samples, (std::vector<int64_t>{12000, 12000, 30 * 64}));
   EXPECT_DOUBLE_EQ(c.lr, 0.5);
   EXPECT_TRUE(c.model.at("1.weight").equal(at::full({3, 2}, 30.0f)));
 }
@@ -259,6 +261,7 @@ TEST(CheckpointTest, CheckpointsOfTheEarlierFormatStillLoad) {
   EXPECT_EQ(c.epoch, 2);
   EXPECT_EQ(c.epoch_position, 640);
   EXPECT_EQ(c.world_size, 2);
+  EXPECT_TRUE(c.epoch_samples.empty()) << "not recorded then";
   EXPECT_DOUBLE_EQ(c.lr, 0.25);
   EXPECT_TRUE(c.model.at("1.weight").equal(at::full({3, 2}, 7.0f)));
 }
