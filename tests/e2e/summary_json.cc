@@ -4,11 +4,13 @@
 #include <signal.h>
 
 #include <cstdlib>
+#include <regex>
 
 #include <gtest/gtest.h>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
 #include "tests/testing/subprocess.h"
@@ -16,6 +18,22 @@
 #include "tests/testing/wait_for.h"
 
 namespace ddprun::testing {
+
+std::vector<int64_t> SummaryList(const std::string& json,
+                                 const std::string& field) {
+  std::smatch m;
+  std::regex re("\"" + field + "\": \\[([^\\]]*)\\]");
+  std::vector<int64_t> out;
+  if (!std::regex_search(json, m, re)) return out;
+  for (absl::string_view part :
+       absl::StrSplit(m[1].str(), ',', absl::SkipWhitespace())) {
+    int64_t v = 0;
+    if (absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &v)) {
+      out.push_back(v);
+    }
+  }
+  return out;
+}
 
 std::optional<double> SummaryNumber(const std::string& json,
                                     const std::string& field) {

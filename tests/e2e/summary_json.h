@@ -14,6 +14,11 @@ namespace ddprun::testing {
 std::optional<double> SummaryNumber(const std::string& json,
                                     const std::string& field);
 
+// Reads one list field of that object ("epoch_samples": [a, b]); empty when
+// the field is missing.
+std::vector<int64_t> SummaryList(const std::string& json,
+                                 const std::string& field);
+
 // Checks the --summary-json that rank 0 wrote at `path`: it exists, names
 // `world_size`, and reports a test accuracy of at least `min_accuracy`.
 // Returns the file's text for further checks (empty when it is missing).

@@ -170,23 +170,6 @@ int RankOf(pid_t pid) {
   return -1;
 }
 
-// A list field of the summary ("epoch_samples": [a, b]).
-std::vector<int64_t> SummaryList(const std::string& json,
-                                 const std::string& field) {
-  std::smatch m;
-  std::regex re("\"" + field + "\": \\[([^\\]]*)\\]");
-  std::vector<int64_t> out;
-  if (!std::regex_search(json, m, re)) return out;
-  for (absl::string_view part :
-       absl::StrSplit(m[1].str(), ',', absl::SkipWhitespace())) {
-    int64_t v = 0;
-    if (absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &v)) {
-      out.push_back(v);
-    }
-  }
-  return out;
-}
-
 // The survivors' "into round R ... stopped at step N, resuming at step M"
 // lines: round -> (N, M) of each survivor.
 std::map<int64_t, std::vector<std::pair<int64_t, int64_t>>> InPlaceResumes(

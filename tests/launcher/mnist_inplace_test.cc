@@ -113,23 +113,6 @@ Job StartJob(const TempDir& dir, const std::vector<std::string>& flags,
   return Job{std::move(*agent), options.stderr_path};
 }
 
-// A list field of the summary ("epoch_samples": [a, b]).
-std::vector<int64_t> SummaryList(const std::string& json,
-                                 const std::string& field) {
-  std::smatch m;
-  std::regex re("\"" + field + "\": \\[([^\\]]*)\\]");
-  std::vector<int64_t> out;
-  if (!std::regex_search(json, m, re)) return out;
-  for (absl::string_view part :
-       absl::StrSplit(m[1].str(), ',', absl::SkipWhitespace())) {
-    int64_t v = 0;
-    if (absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &v)) {
-      out.push_back(v);
-    }
-  }
-  return out;
-}
-
 // The steps the survivors had completed when they stopped for the new
 // round, from their log lines ("stopped at step N, resuming at step M").
 std::vector<std::pair<int64_t, int64_t>> StoppedAndResumed(

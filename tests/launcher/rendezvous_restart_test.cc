@@ -23,6 +23,7 @@
 #include "gtest/gtest.h"
 #include "launcher/agent/rendezvous_client.h"
 #include "tests/e2e/summary_json.h"
+#include "tests/testing/rendezvous_process.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/wait_for.h"
@@ -41,111 +42,6 @@ int CountOf(const std::string& text, const std::string& part) {
   }
   return n;
 }
-
-// ddprun-rendezvous as its own process: killed with SIGKILL and started
-// again on the port the kernel chose the first time.
-class RendezvousProcess {
- public:
-  explicit RendezvousProcess(const TempDir& dir) : dir_(dir) {}
-
-  // Starts the server on `port` (0: the kernel's choice) and waits for its
-  // "listening on" line. The port of a killed server may take a moment to
-  // be free again: retried for a bounded time.
-  void Start(int port) {
-    bool listening = WaitFor(
-        [&] {
-          ++starts_;
-          std::string out = dir_.File(absl::StrCat("rdzv", starts_, ".out"));
-          err_ = dir_.File(absl::StrCat("rdzv", starts_, ".err"));
-          SubprocessOptions options;
-          options.argv = {BinaryPath("rendezvous/ddprun-rendezvous"), "--port",
-                          absl::StrCat(port)};
-          options.stdout_path = out;
-          options.stderr_path = err_;
-          absl::StatusOr<Subprocess> process = Subprocess::Start(options);
-          if (!process.ok()) return false;
-          const std::string prefix = "ddprun-rendezvous listening on 127.0.0.1:";
-          bool up = WaitFor(
-              [&] {
-                if (process->Poll().has_value()) return true;  // it exited
-                std::string text = ReadFileOrEmpty(out);
-                size_t at = text.find(prefix);
-                size_t eol = text.find('\n', at);
-                if (at == std::string::npos || eol == std::string::npos) {
-                  return false;
-                }
-                return absl::SimpleAtoi(
-                    text.substr(at + prefix.size(),
-                                eol - at - prefix.size()),
-                    &port_);
-              },
-              absl::Seconds(10), absl::Milliseconds(20));
-          // (A process that did not come up is killed and reaped by its
-          // destructor.)
-          if (!up || process->Poll().has_value()) return false;
-          process_ = std::make_unique<Subprocess>(*std::move(process));
-          return true;
-        },
-        absl::Seconds(30), absl::Milliseconds(200));
-    ASSERT_TRUE(listening) << ReadFileOrEmpty(err_);
-    ASSERT_TRUE(port == 0 || port_ == port);
-    auto client = launcher::RendezvousClient::Create({.endpoint = endpoint()});
-    ASSERT_TRUE(client.ok()) << client.status();
-    client_ = *std::move(client);
-  }
-
-  void KillNine() {
-    process_->Signal(SIGKILL);
-    ASSERT_TRUE(process_->Wait(absl::Seconds(10)).has_value());
-    process_.reset();
-  }
-
-  // The job's status, or nullopt when the server does not know it (yet).
-  std::optional<v1::JobStatus> Job(const std::string& run_id) {
-    v1::StatusRequest request;
-    request.set_run_id(run_id);
-    absl::StatusOr<v1::StatusResponse> status = client_->Status(request);
-    if (!status.ok() || status->jobs_size() != 1) return std::nullopt;
-    return status->jobs(0);
-  }
-
-  // Waits until job `run_id` runs `round` with `restart_count` and every
-  // one of its `nodes` nodes is running.
-  bool WaitForRunning(const std::string& run_id, int64_t round,
-                      int restart_count, int nodes) {
-    return WaitFor(
-        [&] {
-          std::optional<v1::JobStatus> job = Job(run_id);
-          last_seen_ = job.has_value() ? job->DebugString() : "no job";
-          if (!job.has_value() || job->state() != v1::JOB_STATE_RUNNING ||
-              job->round() != round || job->restart_count() != restart_count ||
-              job->nodes_size() != nodes) {
-            return false;
-          }
-          for (const v1::NodeStatus& node : job->nodes()) {
-            if (node.node_state() != v1::NODE_STATE_RUNNING) return false;
-          }
-          return true;
-        },
-        absl::Seconds(60), absl::Milliseconds(50));
-  }
-
-  std::string endpoint() const { return absl::StrCat("127.0.0.1:", port_); }
-  int port() const { return port_; }
-  std::string log() const {
-    return absl::StrCat(ReadFileOrEmpty(err_), "--- last status seen:\n",
-                        last_seen_);
-  }
-
- private:
-  const TempDir& dir_;
-  int starts_ = 0;
-  int port_ = 0;
-  std::string err_;
-  std::string last_seen_;
-  std::unique_ptr<Subprocess> process_;
-  std::unique_ptr<launcher::RendezvousClient> client_;
-};
 
 class RendezvousRestartTest : public ::testing::Test {
  protected:
@@ -231,15 +127,15 @@ class BudgetTest : public RendezvousRestartTest,
 // too many, and the job fails: the budget held across the restart.
 TEST_P(BudgetTest, TheRoundAndTheRestartCountSurviveAServerRestart) {
   const int max_restarts = GetParam();
-  server_.Start(0);
+  ASSERT_TRUE(server_.Start(0)) << server_.log();
   StartAgents("restart-budget", max_restarts, FaultProgram(dir_));
   // Rank 0's failure made round 1, restart count 1.
   ASSERT_TRUE(server_.WaitForRunning("restart-budget", 1, 1, 2)) << Logs();
   std::set<pid_t> workers = WaitForWorkers(2);
 
   const int port = server_.port();
-  server_.KillNine();
-  server_.Start(port);
+  ASSERT_TRUE(server_.KillNine());
+  ASSERT_TRUE(server_.Start(port)) << server_.log();
   // The restarted server learns the round back from the agents' records.
   ASSERT_TRUE(server_.WaitForRunning("restart-budget", 1, 1, 2)) << Logs();
   EXPECT_EQ(CurrentWorkers(), workers) << "a worker restarted\n" << Logs();
@@ -289,7 +185,7 @@ INSTANTIATE_TEST_SUITE_P(MaxRestarts, BudgetTest, ::testing::Values(2, 1));
 // node 1 and end: node 0's workers are not restarted, and the job succeeds
 // in round 0.
 TEST_F(RendezvousRestartTest, ASuccessWhileTheServerIsDownIsNotLost) {
-  server_.Start(0);
+  ASSERT_TRUE(server_.Start(0)) << server_.log();
   for (int i = 0; i < 2; ++i) {
     SubprocessOptions options;
     options.argv = {Ddprun(), "--rdzv-endpoint", server_.endpoint(),
@@ -308,13 +204,13 @@ TEST_F(RendezvousRestartTest, ASuccessWhileTheServerIsDownIsNotLost) {
   const std::vector<pid_t> node0_workers = Children(agents_[0].pid());
   ASSERT_EQ(node0_workers.size(), 2u) << Logs();
   const int port = server_.port();
-  server_.KillNine();
+  ASSERT_TRUE(server_.KillNine());
   // Node 1's workers succeed while the server is down: its Leave finds no
   // server.
   ASSERT_TRUE(WaitFor([&] { return Children(agents_[1].pid()).empty(); },
                       absl::Seconds(60)))
       << Logs();
-  server_.Start(port);
+  ASSERT_TRUE(server_.Start(port)) << server_.log();
   std::optional<ExitInfo> exit1 = agents_[1].Wait(absl::Seconds(60));
   ASSERT_TRUE(exit1.has_value() && exit1->ok()) << Logs();
   EXPECT_EQ(Children(agents_[0].pid()), node0_workers)
@@ -334,7 +230,7 @@ TEST_F(RendezvousRestartTest, ASuccessWhileTheServerIsDownIsNotLost) {
 // ddprun-mnist trains through a server restart: same pids, same round and
 // restart count, and the job completes with every rank's summary.
 TEST_F(RendezvousRestartTest, MnistTrainsThroughAServerRestart) {
-  server_.Start(0);
+  ASSERT_TRUE(server_.Start(0)) << server_.log();
   StartAgents("restart-mnist", 1,
               {DDPRUN_MNIST_BINARY, "--data-dir", MnistDir(), "--epochs", "3",
                "--train-limit", "12000", "--checkpoint-dir",
@@ -352,10 +248,10 @@ TEST_F(RendezvousRestartTest, MnistTrainsThroughAServerRestart) {
       << Logs();
 
   const int port = server_.port();
-  server_.KillNine();
+  ASSERT_TRUE(server_.KillNine());
   const int64_t step_at_kill =
       NewestCheckpointStep(dir_.File("checkpoints")).value_or(0);
-  server_.Start(port);
+  ASSERT_TRUE(server_.Start(port)) << server_.log();
   ASSERT_TRUE(server_.WaitForRunning("restart-mnist", 0, 0, 2)) << Logs();
   EXPECT_EQ(CurrentWorkers(), workers) << "a worker restarted\n" << Logs();
   // The same workers train on: a newer checkpoint comes.
