@@ -80,7 +80,9 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--ddprun", required=True)
     args = parser.parse_args()
-    torchrun = ["/usr/bin/python3", "-m", "torch.distributed.run"]
+    torchrun = [
+        # torchrun itself, made to start on a torch without libuv too.
+        "/usr/bin/python3", os.path.join(HERE, "torchrun_baseline.py")]
     # torch 1.13's torchrun crashes without --redirects/--tee here (its
     # tee of a missing log file); ddprun takes the same flags.
     common = ["--redirects", "1", "--tee", "1"]

@@ -96,7 +96,9 @@ def compare(flags, t_files, d_files):
 
 
 def check_line(ddprun, flags):
-    torchrun = ["/usr/bin/python3", "-m", "torch.distributed.run"]
+    torchrun = [
+        # torchrun itself, made to start on a torch without libuv too.
+        "/usr/bin/python3", os.path.join(HERE, "torchrun_baseline.py")]
     with tempfile.TemporaryDirectory() as t, tempfile.TemporaryDirectory() as d:
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
             t_run = pool.submit(run, torchrun, flags, os.path.join(t, "logs"))
