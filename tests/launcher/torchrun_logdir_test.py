@@ -1,5 +1,5 @@
-"""ddprun's --log-dir tree against Debian's torchrun (torch 1.13) for the
-same command lines: LOGDIR/<run_id>_<random>/attempt_<n>/<local_rank>/
+"""ddprun's --log-dir tree against Debian's torchrun (torch 1.13; 2.6 in
+Debian 13) for the same command lines: LOGDIR/<run_id>_<random>/attempt_<n>/<local_rank>/
 {stdout.log, stderr.log, error.json}. The trees must hold the same paths
 (the random part aside), the same log lines where a worker surely wrote them,
 and the failed worker's error.json its @record wrote.
