@@ -70,7 +70,7 @@ mirror=${DDPRUN_CI_MIRROR:-$(sed -n 's/^URIs: *\(http[^ ]*debian\)\/*$/\1/p' \
   /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -n 1)}
 mirror=${mirror:-http://deb.debian.org/debian}
 
-mkdir -p "$cache"/{logs,ccache,debs,debootstrap}
+mkdir -p "$cache"/{logs,ccache,debs,debootstrap,builds}
 # Every stage runs at niceness 10 (once: a caller that already runs us under
 # nice is not lowered further, below other builds on the machine).
 nice=""
@@ -134,22 +134,48 @@ enter() {  # enter ROOT
   mount_in "$r" /var/cache/apt/archives --bind "$cache/debs"
   mkdir -p "$cache/debs/partial"
   cp /etc/resolv.conf "$r/etc/resolv.conf"
+  # The machine's host names too (a chroot shares its network and host
+  # name): torchrun 2.x serves its store at this host's name.
+  cp /etc/hosts "$r/etc/hosts"
   find "$r/tmp" -mindepth 1 -delete 2>/dev/null || true
 }
-# reuse_build_dir ROOT DIR: a build folder kept in a root serves one source
-# checkout. Ninja trusts modification times, and another checkout's files
-# (an older clone, a worktree) can be older than the outputs made from
-# a different tree: the build would link stale objects (e.g. generated proto
-# headers). So the folder is emptied when the checkout differs; ccache keeps
-# the rebuild quick.
-reuse_build_dir() {
-  local dir=$1$2 stamp=$1$2/.ddprun-source
-  if [[ -d $dir && $(cat "$stamp" 2>/dev/null) != "$src" ]]; then
-    log "$2 was built from another checkout ($(cat "$stamp" 2>/dev/null || echo unknown)): starting it afresh"
-    rm -rf "$dir"
+# build_dir ROOT STAGE DIR: mounts this checkout's own build folder for
+# STAGE at DIR in ROOT. Every checkout (keyed by its path) has its own folder
+# under $cache/builds: ninja trusts modification times, and a folder shared
+# by checkouts would take an older tree's sources for up to date against
+# outputs made from a newer one (stale objects, generated proto headers, in
+# the link). Inside the root the path is always DIR, so the compile commands
+# are the same for every checkout and a new one hits the shared ccache.
+# Folders of checkouts that are gone, and all but the $keep_builds last used
+# per stage, are removed.
+keep_builds=${DDPRUN_CI_KEEP_BUILDS:-3}
+build_dir() {
+  local r=$1 stage=$2 dir=$3 key folder f n=0
+  key=$(printf '%s' "$src" | sha256sum | cut -c1-12)
+  folder=$cache/builds/$stage-$key
+  mkdir -p "$folder"
+  printf '%s\n' "$src" >"$folder/.ddprun-source"  # also its last use (mtime)
+  # A root made before build folders moved out keeps one inside: drop it
+  # (otherwise DIR is the empty mount point).
+  if ! mountpoint -q "$r$dir"; then rm -rf --one-file-system "${r:?}$dir"; fi
+  while IFS= read -r f; do
+    f=${f%/.ddprun-source}
+    [[ $f == "$folder" ]] && continue
+    if [[ ! -d $(cat "$f/.ddprun-source") ]] || ((++n >= keep_builds)); then
+      log "$stage: removing the build folder of $(cat "$f/.ddprun-source") ($f)"
+      rm -rf --one-file-system "$f"
+    fi
+  done < <(ls -1t "$cache/builds/$stage"-*/.ddprun-source 2>/dev/null)
+  mount_in "$r" "$dir" --bind "$folder"
+  log "$stage: build folder $folder (for $src) at $dir"
+}
+
+# no_warnings STAGE LOG: the build printed no compiler warning.
+no_warnings() {
+  if grep -q 'warning:' "$2"; then
+    grep -m 5 'warning:' "$2" >&2
+    fail "$1: the build printed warnings (log: $2)"
   fi
-  mkdir -p "$dir"
-  printf '%s\n' "$src" >"$stamp"
 }
 
 # in_root ROOT COMMAND...: COMMAND in ROOT with a clean environment. As an
@@ -300,11 +326,13 @@ run_cpu() {
   bounded 600 "cpu: scripts/setup.sh (packages, MNIST)" "$cache/logs/cpu-setup-check.log" \
     "${cmd[@]}" DDPRUN_SKIP_BUILD=1 /src/scripts/setup.sh
   # Optimised (-O1, asserts kept) without debug information: the build is most of a
-  # cold run's time, and the C++ the tests exercise is the same.
-  reuse_build_dir "$r" "$b"
+  # cold run's time, and the C++ the tests exercise is the same. Warnings
+  # are errors, as in the cuda stage.
+  build_dir "$r" cpu "$b"
   bounded 600 "cpu: configure" "$cache/logs/cpu-configure.log" \
     "${cmd[@]}" cmake -S /src -B "$b" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-      -DCMAKE_CXX_FLAGS_RELEASE=-O1 -DCMAKE_C_FLAGS_RELEASE=-O1
+      -DCMAKE_CXX_FLAGS_RELEASE=-O1 -DCMAKE_C_FLAGS_RELEASE=-O1 \
+      -DCMAKE_CXX_FLAGS=-Werror -DCMAKE_C_FLAGS=-Werror
   # Everything `all` builds except the benchmarks, which no test runs: the
   # folders' `all` targets expanded, bench/ left out.
   local targets=() queue=(all) t
@@ -320,8 +348,13 @@ run_cpu() {
   done
   ((${#targets[@]})) || fail "cpu: ninja listed nothing under the target all"
   in_root "$r" ccache -z >/dev/null
-  bounded "${DDPRUN_CPU_BUILD_LIMIT:-3600}" "cpu: build (${#targets[@]} targets, benchmarks left out)" "$cache/logs/cpu-build.log" \
-    "${cmd[@]}" ninja -C "$b" -j "${DDPRUN_BUILD_JOBS:-3}" "${targets[@]}"
+  # -Werror stays out of ccache's hash (objects cached by a build without it
+  # serve), so an object replayed from the cache fails by its warnings,
+  # which ccache prints again, in the log.
+  bounded "${DDPRUN_CPU_BUILD_LIMIT:-3600}" "cpu: build (${#targets[@]} targets, benchmarks left out, -Werror)" "$cache/logs/cpu-build.log" \
+    "${cmd[@]}" CCACHE_IGNOREOPTIONS=-Werror \
+    ninja -C "$b" -j "${DDPRUN_BUILD_JOBS:-3}" "${targets[@]}"
+  no_warnings cpu "$cache/logs/cpu-build.log"
   check_one_gloo "$r" cpu "$b/mnist/ddprun-mnist" "$b/tests/worker/pg_helper" \
     "$b/tests/worker/worker_store_test"
   log "cpu: ccache: $(in_root "$r" ccache -s | grep -E '^ *(Hits|Misses):' | tr -s ' ' | paste -sd, -)"
@@ -350,7 +383,7 @@ run_cuda() {
   log "cuda: $(in_root "$r" dpkg-query -W -f='libtorch-cuda-dev ${Version}, ' libtorch-cuda-dev)$(in_root "$r" dpkg-query -W -f='libnccl-dev ${Version}' libnccl-dev)"
   local b=/build-cuda cmd
   root_cmd "$r"
-  reuse_build_dir "$r" "$b"
+  build_dir "$r" cuda "$b"
   bounded 1200 "cuda: configure" "$cache/logs/cuda-configure.log" \
     "${cmd[@]}" cmake -S /src -B "$b" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DCMAKE_CXX_FLAGS=-Werror \
@@ -360,10 +393,7 @@ run_cuda() {
     fail "cuda: configured without worker/nccl_group.cc (no torch_cuda target?); see $cache/logs/cuda-configure.log"
   bounded 2400 "cuda: build (-Werror)" "$cache/logs/cuda-build.log" \
     "${cmd[@]}" cmake --build "$b" -j 2 --target libddp ddprun-mnist ddprun-rendezvous pg_helper
-  if grep -q 'warning:' "$cache/logs/cuda-build.log"; then
-    grep -m 5 'warning:' "$cache/logs/cuda-build.log" >&2
-    fail "cuda: the build printed warnings"
-  fi
+  no_warnings cuda "$cache/logs/cuda-build.log"
   local needed
   needed=$(in_root "$r" readelf -d "$b/mnist/ddprun-mnist")
   grep -q 'libtorch_cuda\.so' <<<"$needed" ||

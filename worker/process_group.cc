@@ -4,11 +4,13 @@
 
 #include <cstdlib>
 #include <memory>
+#include <string>
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/version.h>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
@@ -20,6 +22,26 @@
 
 namespace ddprun::worker {
 namespace {
+
+// torch's TCPStore. LibTorch >= 2.4 asks for its libuv backend by default,
+// and one built without libuv (Debian 13's 2.6) refuses ("use_libuv was
+// requested but PyTorch was build without libuv support"): there the classic
+// backend, which speaks the same protocol to torchrun's store, serves instead.
+c10::intrusive_ptr<::c10d::TCPStore> OpenTcpStore(const std::string& host,
+                                                  ::c10d::TCPStoreOptions options) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 2)
+  try {
+    return c10::make_intrusive<::c10d::TCPStore>(host, options);
+  } catch (const c10::Error& e) {
+    if (!options.useLibUV ||
+        std::string(e.what_without_backtrace()).find("libuv") == std::string::npos) {
+      throw;
+    }
+    options.useLibUV = false;
+  }
+#endif
+  return c10::make_intrusive<::c10d::TCPStore>(host, options);
+}
 
 absl::StatusOr<c10::intrusive_ptr<::c10d::Store>> CreateStore(
     const WorkerEnv& env, const ProcessGroupOptions& options) {
@@ -45,7 +67,7 @@ absl::StatusOr<c10::intrusive_ptr<::c10d::Store>> CreateStore(
     tcp.numWorkers = env.world_size;
     tcp.waitWorkers = false;
     tcp.timeout = options.timeout;
-    auto tcp_store = c10::make_intrusive<::c10d::TCPStore>(env.master_addr, tcp);
+    auto tcp_store = OpenTcpStore(env.master_addr, tcp);
     return c10::intrusive_ptr<::c10d::Store>(c10::make_intrusive<::c10d::PrefixStore>(
         absl::StrFormat("ddprun/attempt_%d", env.restart_count), tcp_store));
   } catch (const std::exception& e) {

@@ -48,7 +48,8 @@ started=$SECONDS
 step() { echo "== [$((SECONDS - started)) s] $*"; }
 
 # --- the carried dependencies (no GPU needed up to the build) -----------------
-carry_env=()
+carry_env=()  # how the built programs run
+build_env=()  # how cmake and ninja run
 cmake_prefix=()
 carry_flags=""
 if [ -d "$CARRY/root/usr" ]; then
@@ -64,7 +65,19 @@ if [ -d "$CARRY/root/usr" ]; then
     name=$(basename "$lib")
     ldconfig -p 2>/dev/null | grep -q "^[[:space:]]*$name " || ln -s "$lib" "$work/lib/$name"
   done
-  carry_env=(env "LD_LIBRARY_PATH=$work/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
+  build_env=(env "LD_LIBRARY_PATH=$work/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
+  # The built programs, though, load OpenSSL as one pair, the carried one
+  # (what the carried gRPC was built against), first in the loader's path:
+  # their RUNPATH names the carried folder, which gave them the carried
+  # libcrypto (3.0) while the carried gRPC's libssl came from the machine
+  # (Debian 13's 3.5, which needs a libcrypto >= 3.3). The build tools keep
+  # the machine's pair (cmake's libcurl may need the newer one).
+  mkdir -p "$work/pair"
+  for name in libssl.so.3 libcrypto.so.3; do
+    [ -e "$usr/lib/x86_64-linux-gnu/$name" ] || fail "the carry has no $name: run tests/gpu/make_carry.sh again"
+    ln -s "$usr/lib/x86_64-linux-gnu/$name" "$work/pair/$name"
+  done
+  carry_env=(env "LD_LIBRARY_PATH=$work/pair:$work/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
   export PATH=$usr/bin:$PATH
   export PKG_CONFIG_LIBDIR=$usr/lib/x86_64-linux-gnu/pkgconfig:$usr/share/pkgconfig
   cmake_prefix=("$usr")
@@ -111,7 +124,7 @@ export PATH=$PATH:/usr/local/cuda/bin
 
 step "build against $torch_prefix"
 prefix_path=$(IFS=';'; echo "$torch_prefix${cmake_prefix[*]:+;${cmake_prefix[*]}}")
-"${carry_env[@]}" timeout 120 cmake -G Ninja -S "$root" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release \
+"${build_env[@]}" timeout 120 cmake -G Ninja -S "$root" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$prefix_path" -DDDPRUN_BUILD_TESTS=ON \
   -DCMAKE_CXX_FLAGS="$carry_flags" -DCMAKE_C_FLAGS="$carry_flags" \
   ${nccl_include:+-DDDPRUN_NCCL_INCLUDE_DIR="$nccl_include"} >"$work/cmake.log" 2>&1 ||
@@ -119,7 +132,7 @@ prefix_path=$(IFS=';'; echo "$torch_prefix${cmake_prefix[*]:+;${cmake_prefix[*]}
 [ -n "$prepare_only$cpu_only" ] || grep -q 'nccl_group.cc' "$BUILD/build.ninja" ||
   fail "configured without NCCL: this LibTorch has no torch_cuda target"
 build_limit=${BUILD_LIMIT:-300}
-"${carry_env[@]}" timeout "$build_limit" ninja -C "$BUILD" ${JOBS:+-j "$JOBS"} \
+"${build_env[@]}" timeout "$build_limit" ninja -C "$BUILD" ${JOBS:+-j "$JOBS"} \
   ddprun-mnist ddprun-rendezvous pg_helper >"$work/build.log" 2>&1 ||
   { tail -40 "$work/build.log"; fail "build (or over $build_limit s)"; }
 mnist=$BUILD/mnist/ddprun-mnist

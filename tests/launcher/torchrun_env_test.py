@@ -1,5 +1,5 @@
 """The workers' environment under ddprun against Debian's torchrun (torch
-1.13) for the same command line: the diff must be empty apart from
+1.13; 2.6 in Debian 13) for the same command line: the diff must be empty apart from
 ddprun's own DDPRUN_* names, ports, run ids and file paths.
 
 Usage: torchrun_env_test.py --ddprun PATH
@@ -22,8 +22,10 @@ PER_RUN = {"MASTER_PORT", "TORCHELASTIC_RUN_ID"}
 # Set by ddprun and not by torch 1.13's torchrun, on purpose:
 EXTRA_OK = {
     # torch >= 2.2 renamed NCCL_ASYNC_ERROR_HANDLING to this; ddprun sets both
-    # so that either torch sees it.
+    # so that either torch sees it (torchrun 1.13 sets the old name only,
+    # torchrun 2.6 the new one only).
     "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+    "NCCL_ASYNC_ERROR_HANDLING",
     # Another change sets USE_LIBUV=0 (unless set) for PyTorch >= 2.4 builds
     # without libuv, whose TCPStore would fail otherwise.
     "USE_LIBUV",
@@ -80,7 +82,9 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--ddprun", required=True)
     args = parser.parse_args()
-    torchrun = ["/usr/bin/python3", "-m", "torch.distributed.run"]
+    torchrun = [
+        # torchrun itself, made to start on a torch without libuv too.
+        "/usr/bin/python3", os.path.join(HERE, "torchrun_baseline.py")]
     # torch 1.13's torchrun crashes without --redirects/--tee here (its
     # tee of a missing log file); ddprun takes the same flags.
     common = ["--redirects", "1", "--tee", "1"]

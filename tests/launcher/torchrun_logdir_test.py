@@ -1,5 +1,5 @@
-"""ddprun's --log-dir tree against Debian's torchrun (torch 1.13) for the
-same command lines: LOGDIR/<run_id>_<random>/attempt_<n>/<local_rank>/
+"""ddprun's --log-dir tree against Debian's torchrun (torch 1.13; 2.6 in
+Debian 13) for the same command lines: LOGDIR/<run_id>_<random>/attempt_<n>/<local_rank>/
 {stdout.log, stderr.log, error.json}. The trees must hold the same paths
 (the random part aside), the same log lines where a worker surely wrote them,
 and the failed worker's error.json its @record wrote.
@@ -96,7 +96,9 @@ def compare(flags, t_files, d_files):
 
 
 def check_line(ddprun, flags):
-    torchrun = ["/usr/bin/python3", "-m", "torch.distributed.run"]
+    torchrun = [
+        # torchrun itself, made to start on a torch without libuv too.
+        "/usr/bin/python3", os.path.join(HERE, "torchrun_baseline.py")]
     with tempfile.TemporaryDirectory() as t, tempfile.TemporaryDirectory() as d:
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
             t_run = pool.submit(run, torchrun, flags, os.path.join(t, "logs"))

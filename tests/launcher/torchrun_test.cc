@@ -18,9 +18,10 @@ TEST(TorchrunTest, ALibddpProgramTrainsAtWorldTwoUnderTorchrun) {
   TempDir dir;
   // torch 1.13's torchrun crashes in its log handling without --redirects
   // and --tee.
+  // torchrun_baseline.py: torchrun itself, made to start on a torch
+  // without libuv (Debian 13's 2.6) too.
   std::vector<std::string> argv = {"/usr/bin/python3",
-                                   "-m",
-                                   "torch.distributed.run",
+                                   TORCHRUN_BASELINE,
                                    // Not --standalone: it takes the fixed
                                    // port 29400, which another torchrun on
                                    // the machine may hold.
