@@ -155,20 +155,6 @@ std::string Describe(const std::vector<PlannedFault>& plan, uint32_t seed) {
   return out;
 }
 
-// RANK from a worker's initial environment: set for workers the agent
-// started (this test runs without --prewarm), absent otherwise.
-int RankOf(pid_t pid) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/environ"));
-  std::string entry;
-  while (std::getline(in, entry, '\0')) {
-    absl::string_view value = entry;
-    if (absl::ConsumePrefix(&value, "RANK=")) {
-      int rank = -1;
-      if (absl::SimpleAtoi(value, &rank)) return rank;
-    }
-  }
-  return -1;
-}
 
 // The survivors' "into round R ... stopped at step N, resuming at step M"
 // lines: round -> (N, M) of each survivor.

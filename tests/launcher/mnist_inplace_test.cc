@@ -54,19 +54,6 @@ std::vector<std::string> MnistArgs(const TempDir& dir,
           "--no-progress"};
 }
 
-// RANK from a worker's initial environment (workers started afresh).
-int RankOf(pid_t pid) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/environ"));
-  std::string entry;
-  while (std::getline(in, entry, '\0')) {
-    absl::string_view value = entry;
-    if (absl::ConsumePrefix(&value, "RANK=")) {
-      int rank = -1;
-      if (absl::SimpleAtoi(value, &rank)) return rank;
-    }
-  }
-  return -1;
-}
 
 // The workers of the agent `agent`: the one of global rank `rank` (-1 when
 // none is) and the others.

@@ -11,7 +11,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "tests/testing/temp_dir.h"
 
@@ -189,6 +191,19 @@ std::vector<pid_t> Children(pid_t pid) {
   }
   std::sort(out.begin(), out.end());
   return out;
+}
+
+int RankOf(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/environ"));
+  std::string entry;
+  while (std::getline(in, entry, '\0')) {
+    absl::string_view value = entry;
+    if (absl::ConsumePrefix(&value, "RANK=")) {
+      int rank = -1;
+      if (absl::SimpleAtoi(value, &rank)) return rank;
+    }
+  }
+  return -1;
 }
 
 }  // namespace ddprun::testing

@@ -79,4 +79,8 @@ bool ProcessGone(pid_t pid);
 // from /proc/<pid>/task/*/children; empty when `pid` is gone.
 std::vector<pid_t> Children(pid_t pid);
 
+// RANK from the initial environment of process `pid` (/proc/<pid>/environ):
+// set for workers an agent started afresh, absent (-1) for a standby.
+int RankOf(pid_t pid);
+
 }  // namespace ddprun::testing
