@@ -128,7 +128,8 @@ int Agent::Run() {
     if (std::optional<int> sig = events_.stop_signal()) {
       // Stopped between rounds (e.g. while its workers were being stopped):
       // still tell the server, so that no round waits for this node.
-      Leave(last_round, v1::LeaveRequest::REASON_SHUTDOWN);
+      Leave(last_round, v1::LeaveRequest::REASON_SHUTDOWN)
+          .IgnoreError();  // logged by Leave; a stopping agent goes on
       return 128 + *sig;
     }
     Joined joined = JoinNextRound(last_round);
@@ -145,7 +146,8 @@ int Agent::Run() {
         spdlog::info("all {} local workers succeeded", options_.nproc_per_node);
         return 0;
       case RoundEnd::kStopped: {
-        Leave(assignment.round(), v1::LeaveRequest::REASON_SHUTDOWN);
+        Leave(assignment.round(), v1::LeaveRequest::REASON_SHUTDOWN)
+            .IgnoreError();  // logged by Leave; a stopping agent goes on
         int sig = events_.stop_signal().value_or(SIGTERM);
         return 128 + sig;
       }
@@ -175,7 +177,8 @@ Agent::Joined Agent::JoinNextRound(int64_t last_round) {
     int64_t round = joined.ok() && joined->has_assignment()
                         ? joined->assignment().round()
                         : last_round;
-    Leave(round, v1::LeaveRequest::REASON_SHUTDOWN);
+    Leave(round, v1::LeaveRequest::REASON_SHUTDOWN)
+        .IgnoreError();  // logged by Leave; a stopping agent goes on
     return {.exit_code = 128 + *sig};
   }
   if (!joined.ok()) {
