@@ -669,6 +669,20 @@ absl::Status Agent::Leave(int64_t round, v1::LeaveRequest::Reason reason) {
   request.set_round(round);
   request.set_reason(reason);
   absl::Status left = client_.Leave(request);
+  if (absl::IsNotFound(left) && record_.has_value()) {
+    spdlog::info("rendezvous {} does not know job '{}' (restarted?): "
+                 "re-registering this node with its round {} record, then "
+                 "leaving again",
+                 client_.endpoint(), options_.rdzv_id,
+                 record_->assignment().round());
+    absl::StatusOr<v1::ResumeResponse> resumed =
+        client_.Resume(MakeResumeRequest());
+    if (resumed.ok()) {
+      left = client_.Leave(request);
+    } else {
+      spdlog::warn("{}", std::string(resumed.status().message()));
+    }
+  }
   if (!left.ok()) spdlog::warn("{}", std::string(left.message()));
   return left;
 }

@@ -146,6 +146,11 @@ class Agent {
                       const std::vector<LocalFailure>& failures,
                       const std::vector<std::string>& error_files,
                       const std::string& spawn_error);
+  // Tells the server this node leaves `round`. A server that answers
+  // NOT_FOUND restarted and has not relearned the job yet (its agents
+  // re-register within a heartbeat interval): the node re-registers at once
+  // (Resume with its record, as its heartbeats do) and leaves again, so that
+  // the new server records the node's end instead of waiting for it.
   absl::Status Leave(int64_t round, v1::LeaveRequest::Reason reason);
   // This node's workers all succeeded: the server must hear it, or a round
   // it rebuilds after a restart (Resume) waits for this node and then ends,

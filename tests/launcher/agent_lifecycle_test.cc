@@ -218,6 +218,7 @@ class FakeRendezvous final : public RendezvousApi {
       };
   bool restarts_exhausted = false;
   std::function<void()> on_join;
+  std::function<void()> on_leave;  // called at each Leave, before it answers
 
   absl::StatusOr<v1::JoinResponse> Join(const v1::JoinRequest& request,
                                         absl::Duration,
@@ -250,6 +251,7 @@ class FakeRendezvous final : public RendezvousApi {
     return r;
   }
   absl::Status Leave(const v1::LeaveRequest& request) override {
+    if (on_leave) on_leave();
     absl::MutexLock lock(&mu);
     leaves.push_back(request);
     resumes_at_leave.push_back(static_cast<int>(resume_requests.size()));
@@ -805,6 +807,79 @@ TEST_F(ServerRestartTest, ASuccessWhileTheServerIsDownIsToldOnceItIsBack) {
   ASSERT_THAT(rdzv_.resume_requests, SizeIs(2));
   EXPECT_EQ(rdzv_.resume_requests[1].record().assignment().round(), 4);
   EXPECT_EQ(rdzv_.resume_requests[1].node_id(), "node-a");
+}
+
+// The server restarted within one heartbeat interval: it answers, but has
+// not relearned the job yet (NOT_FOUND). The agent re-registers at once
+// (Resume with its record) and leaves again, without waiting for a
+// heartbeat, so the new server records that this node's workers succeeded.
+TEST_F(ServerRestartTest, ASuccessToAServerThatLostTheJobResumesAndLeaves) {
+  ExpectJoins({Assigned(MakeAssignment(4, 2))});
+  control_.exit_when = [](const FakeWorker&) { return ExitStatus::Exited(0); };
+  rdzv_.leave_errors.push_back(absl::NotFoundError("no job 'job' here"));
+  rdzv_.resume = [](const v1::JoinRequest& request) {
+    v1::ResumeResponse r;
+    *r.mutable_assignment() = request.record().assignment();
+    return absl::StatusOr<v1::ResumeResponse>(r);
+  };
+  std::vector<absl::Time> leave_times;
+  rdzv_.on_leave = [&] { leave_times.push_back(clock_.Now()); };
+
+  EXPECT_EQ(RunAgent(), 0);
+
+  ASSERT_THAT(rdzv_.leaves, SizeIs(2));
+  EXPECT_EQ(rdzv_.leaves[1].reason(), v1::LeaveRequest::REASON_SUCCEEDED);
+  EXPECT_EQ(rdzv_.leaves[1].round(), 4);
+  EXPECT_THAT(rdzv_.resumes_at_leave, ElementsAre(0, 1))
+      << "one Resume between the NOT_FOUND and the answered Leave";
+  ASSERT_THAT(rdzv_.resume_requests, SizeIs(1));
+  const v1::JoinRequest& resume = rdzv_.resume_requests[0];
+  EXPECT_EQ(resume.node_id(), "node-a");
+  EXPECT_EQ(resume.record().assignment().round(), 4);
+  EXPECT_EQ(resume.record().restart_count(), 2);
+  ASSERT_THAT(leave_times, SizeIs(2));
+  EXPECT_EQ(leave_times[1], leave_times[0]) << "no wait for a heartbeat";
+}
+
+// A stopping agent's Leave (SIGTERM) to such a server: re-registers and
+// leaves again too, so no round the new server rebuilds waits for the node.
+TEST_F(ServerRestartTest, AShutdownLeaveToAServerThatLostTheJobIsSentAgain) {
+  ExpectJoins({Assigned(MakeAssignment(4, 2))});
+  control_.exit_when = [this](const FakeWorker&) -> std::optional<ExitStatus> {
+    events_.PostSignal(SIGTERM);
+    return std::nullopt;
+  };
+  rdzv_.leave_errors.push_back(absl::NotFoundError("no job 'job' here"));
+  rdzv_.resume = [](const v1::JoinRequest& request) {
+    v1::ResumeResponse r;
+    *r.mutable_assignment() = request.record().assignment();
+    return absl::StatusOr<v1::ResumeResponse>(r);
+  };
+
+  EXPECT_EQ(RunAgent(), 128 + SIGTERM);
+
+  ASSERT_THAT(rdzv_.leaves, SizeIs(2));
+  for (const v1::LeaveRequest& leave : rdzv_.leaves) {
+    EXPECT_EQ(leave.reason(), v1::LeaveRequest::REASON_SHUTDOWN);
+    EXPECT_EQ(leave.round(), 4);
+  }
+  EXPECT_THAT(rdzv_.resumes_at_leave, ElementsAre(0, 1));
+}
+
+// Any other failure of a Leave (the server is down) is not a reason to
+// Resume at once: a shutdown Leave is sent once.
+TEST_F(ServerRestartTest, AShutdownLeaveToAServerThatIsDownIsSentOnce) {
+  ExpectJoins({Assigned(MakeAssignment(4, 2))});
+  control_.exit_when = [this](const FakeWorker&) -> std::optional<ExitStatus> {
+    events_.PostSignal(SIGTERM);
+    return std::nullopt;
+  };
+  rdzv_.leave_errors.push_back(absl::UnavailableError("server down"));
+
+  EXPECT_EQ(RunAgent(), 128 + SIGTERM);
+
+  EXPECT_THAT(rdzv_.leaves, SizeIs(1));
+  EXPECT_EQ(rdzv_.resume_count(), 0);
 }
 
 // A server that never comes back: the agent gives up after a bounded time
