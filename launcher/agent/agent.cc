@@ -73,7 +73,7 @@ Agent::Agent(const LaunchOptions& options, AgentContext context,
   }
   if (!context_.standby_argv.empty()) {
     standbys_ = std::make_unique<StandbyPool>(
-        control_, context_.standby_argv, BuildStandbyPlanEnv(context_));
+        control_, clock_, context_.standby_argv, BuildStandbyPlanEnv(context_));
   }
 }
 
@@ -385,6 +385,7 @@ Agent::RoundEnd Agent::Supervise(const RunningRound& round) {
       return StopOnSignal(round, *sig);
     }
     Observe(round, policy, exited);
+    if (standbys_ != nullptr) standbys_->PromoteLate();
     if (std::optional<RoundEnd> end = OnVerdict(round, policy)) return *end;
     if (events_.TakeRejoin()) return OnRoundOverElsewhere(round, policy);
   }

@@ -41,9 +41,16 @@ std::string EnvToJson(const std::vector<std::string>& env) {
   return out + "}";
 }
 
-StandbyPool::StandbyPool(ProcessControl& control, std::vector<std::string> argv,
-                         std::vector<std::string> env)
-    : control_(control), argv_(std::move(argv)), env_(std::move(env)) {}
+StandbyPool::StandbyPool(ProcessControl& control, const common::Clock& clock,
+                         std::vector<std::string> argv,
+                         std::vector<std::string> env,
+                         StandbyPoolOptions options)
+    : control_(control),
+      clock_(clock),
+      options_(options),
+      argv_(std::move(argv)),
+      env_(std::move(env)),
+      idle_start_(control.CanRestoreNormalPriority()) {}
 
 StandbyPool::~StandbyPool() { Clear(); }
 
@@ -59,6 +66,7 @@ void StandbyPool::Fill(int count) {
     SpawnRequest request;
     request.argv = argv_;
     request.env = env_;
+    request.idle_priority = idle_start_;
     request.env.push_back(absl::StrCat(common::env::kStandbyFd, "=", fds[0]));
     request.inherit_fds = {fds[0]};
     if (standby.progress.write_fd() >= 0) {
@@ -78,6 +86,8 @@ void StandbyPool::Fill(int count) {
       return;
     }
     standby.pid = *pid;
+    standby.started = clock_.Now();
+    standby.idle = idle_start_;
     standbys_.push_back(std::move(standby));
   }
 }
@@ -100,12 +110,16 @@ absl::StatusOr<std::vector<pid_t>> StandbyPool::Activate(
                         standbys_.size(), envs.size()));
   }
   for (size_t i = 0; i < envs.size(); ++i) {
-    Standby& s = standbys_[i];
-    bool told = WriteAll(s.control_fd, EnvToJson(envs[i]));
-    close(s.control_fd);
-    s.control_fd = -1;
+    const Standby& s = standbys_[i];
+    const pid_t pid = s.pid;
+    // Back under the normal policy before it runs as a worker.
+    absl::Status restored = s.idle ? control_.RestoreNormalPriority(pid)
+                                   : absl::OkStatus();
+    bool told = restored.ok() && WriteAll(s.control_fd, EnvToJson(envs[i]));
+    int err = errno;
+    close(standbys_[i].control_fd);
+    standbys_[i].control_fd = -1;
     if (!told) {
-      int err = errno;
       // Those told already run as workers of a group that cannot be
       // completed: end them too.
       for (size_t j = 0; j <= i; ++j) {
@@ -113,8 +127,9 @@ absl::StatusOr<std::vector<pid_t>> StandbyPool::Activate(
       }
       standbys_.erase(standbys_.begin(), standbys_.begin() + i + 1);
       Clear();
+      if (!restored.ok()) return restored;
       return absl::UnavailableError(
-          absl::StrFormat("prewarmed worker %d (pid %d) is gone (%s)", i, s.pid,
+          absl::StrFormat("prewarmed worker %d (pid %d) is gone (%s)", i, pid,
                           strerror(err)));
     }
   }
@@ -128,6 +143,25 @@ absl::StatusOr<std::vector<pid_t>> StandbyPool::Activate(
   }
   standbys_.erase(standbys_.begin(), standbys_.begin() + envs.size());
   return pids;
+}
+
+void StandbyPool::PromoteLate() {
+  const absl::Time now = clock_.Now();
+  for (Standby& s : standbys_) {
+    if (!s.idle || now - s.started < options_.idle_grace) continue;
+    s.idle = false;
+    absl::Status restored = control_.RestoreNormalPriority(s.pid);
+    if (restored.ok()) {
+      spdlog::debug("prewarmed worker pid {} started idle {} ago: now at "
+                    "normal priority",
+                    s.pid, absl::FormatDuration(now - s.started));
+    } else {
+      // Activate tries again and, failing, starts a worker afresh.
+      s.idle = true;
+      s.started = now;
+      spdlog::warn("{}", std::string(restored.message()));
+    }
+  }
 }
 
 void StandbyPool::Clear() {

@@ -2,19 +2,25 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <set>
 #include <string>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 
@@ -31,7 +37,8 @@ bool IsExecutableFile(const std::string& path) {
 [[noreturn]] void ExecChild(pid_t parent, int error_fd, const char* path,
                             char* const argv[], char* const envp[],
                             int stdout_fd, int stderr_fd,
-                            const int* inherit_fds, size_t num_inherit) {
+                            const int* inherit_fds, size_t num_inherit,
+                            bool idle_priority) {
   // The agent blocks the signals it handles on a thread; workers start clean.
   sigset_t none;
   sigemptyset(&none);
@@ -48,6 +55,14 @@ bool IsExecutableFile(const std::string& path) {
   if (stdout_fd >= 0) dup2(stdout_fd, STDOUT_FILENO);
   if (stderr_fd >= 0) dup2(stderr_fd, STDERR_FILENO);
   for (size_t i = 0; i < num_inherit; ++i) fcntl(inherit_fds[i], F_SETFD, 0);
+  if (idle_priority) {
+    // Before exec, so that the program's whole start-up (the dynamic
+    // loader, LibTorch's initialisers) runs idle. Best effort: lowering
+    // one's own priority is always allowed.
+    struct sched_param param;
+    memset(&param, 0, sizeof(param));
+    sched_setscheduler(0, SCHED_IDLE, &param);
+  }
   execve(path, argv, envp);
   int err = errno;
   ssize_t ignored = write(error_fd, &err, sizeof(err));
@@ -122,7 +137,7 @@ absl::StatusOr<pid_t> PosixProcessControl::Spawn(const SpawnRequest& request) {
     close(error_pipe[0]);
     ExecChild(parent, error_pipe[1], path->c_str(), argv.data(), envp.data(),
               request.stdout_fd, request.stderr_fd, request.inherit_fds.data(),
-              request.inherit_fds.size());
+              request.inherit_fds.size(), request.idle_priority);
   }
   // Also from the parent, so that a signal to the group right after Spawn
   // cannot miss the child.
@@ -167,6 +182,67 @@ bool PosixProcessControl::IsStopped(pid_t pid) {
   if (close == std::string::npos || close + 2 >= text.size()) return false;
   const char state = text[close + 2];
   return state == 'T' || state == 't';
+}
+
+bool MayLeaveIdlePolicy(uint64_t cap_eff, uint64_t nice_limit, int nice) {
+  constexpr int kCapSysNice = 23;  // linux/capability.h
+  if ((cap_eff >> kCapSysNice) & 1) return true;
+  return static_cast<uint64_t>(20 - nice) <= nice_limit;
+}
+
+bool PosixProcessControl::CanRestoreNormalPriority() {
+  std::ifstream status("/proc/self/status");
+  uint64_t cap_eff = 0;
+  for (std::string line; std::getline(status, line);) {
+    if (absl::StartsWith(line, "CapEff:")) {
+      std::string hex(absl::StripAsciiWhitespace(line.substr(7)));
+      if (!absl::SimpleHexAtoi(hex, &cap_eff)) cap_eff = 0;
+    }
+  }
+  struct rlimit limit;
+  uint64_t nice_limit = 0;
+  if (getrlimit(RLIMIT_NICE, &limit) == 0) nice_limit = limit.rlim_cur;
+  errno = 0;
+  int nice = getpriority(PRIO_PROCESS, 0);
+  if (errno != 0) nice = 0;
+  return MayLeaveIdlePolicy(cap_eff, nice_limit, nice);
+}
+
+absl::Status PosixProcessControl::RestoreNormalPriority(pid_t pid) {
+  // Threads inherit their creator's policy, so each thread the process
+  // started while idle is moved too. A standby waiting on its pipe starts
+  // none meanwhile; one still starting may, so the list is read again until
+  // it holds no new thread (bounded).
+  struct sched_param param;
+  memset(&param, 0, sizeof(param));
+  std::set<pid_t> moved;
+  for (int pass = 0; pass < 8; ++pass) {
+    std::error_code ec;
+    std::filesystem::directory_iterator tasks(
+        absl::StrFormat("/proc/%d/task", pid), ec);
+    if (ec) {
+      return absl::NotFoundError(absl::StrFormat(
+          "cannot list the threads of pid %d: %s", pid, ec.message()));
+    }
+    bool found_new = false;
+    for (const std::filesystem::directory_entry& task : tasks) {
+      pid_t tid = 0;
+      if (!absl::SimpleAtoi(task.path().filename().string(), &tid) ||
+          !moved.insert(tid).second) {
+        continue;
+      }
+      found_new = true;
+      if (sched_setscheduler(tid, SCHED_OTHER, &param) != 0 &&
+          errno != ESRCH) {
+        return absl::PermissionDeniedError(absl::StrFormat(
+            "cannot move thread %d of pid %d off SCHED_IDLE: %s; ddprun "
+            "needs CAP_SYS_NICE or an RLIMIT_NICE of 20 (ulimit -e) for that",
+            tid, pid, strerror(errno)));
+      }
+    }
+    if (!found_new) break;
+  }
+  return absl::OkStatus();
 }
 
 void PosixProcessControl::AwaitChildEvent(absl::Duration max) {

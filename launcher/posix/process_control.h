@@ -2,6 +2,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <utility>
@@ -21,6 +22,10 @@ struct SpawnRequest {
   int stderr_fd = -1;
   // Descriptors the process keeps across exec, at the same numbers.
   std::vector<int> inherit_fds;
+  // Starts it under SCHED_IDLE: it runs only on CPU time nothing else wants
+  // (a prewarmed standby getting ready beside the training it will join).
+  // RestoreNormalPriority undoes it.
+  bool idle_priority = false;
 };
 
 // The seam between supervision and the operating system: the agent uses the
@@ -41,6 +46,15 @@ class ProcessControl {
   // Whether `pid` is stopped (SIGSTOP, a debugger): a hang's culprit rather
   // than a worker waiting for it. False when unknown.
   virtual bool IsStopped(pid_t pid) { return false; }
+  // Whether RestoreNormalPriority can succeed here (moving a process off
+  // SCHED_IDLE needs CAP_SYS_NICE or an RLIMIT_NICE that allows the nice
+  // value): only then may a process be started with idle_priority.
+  virtual bool CanRestoreNormalPriority() { return false; }
+  // Puts every thread of `pid`, started with idle_priority, back under the
+  // normal policy (SCHED_OTHER, its nice value unchanged).
+  virtual absl::Status RestoreNormalPriority(pid_t pid) {
+    return absl::OkStatus();
+  }
 };
 
 // fork + exec with the contract of STYLE.md: in the child only
@@ -54,7 +68,15 @@ class PosixProcessControl final : public ProcessControl {
   std::optional<std::pair<pid_t, ExitStatus>> ReapAny() override;
   void AwaitChildEvent(absl::Duration max) override;
   bool IsStopped(pid_t pid) override;
+  bool CanRestoreNormalPriority() override;
+  absl::Status RestoreNormalPriority(pid_t pid) override;
 };
+
+// Whether a process with effective capabilities `cap_eff` (the CapEff mask
+// of /proc/self/status), RLIMIT_NICE `nice_limit` and nice value `nice` may
+// move a child of the same nice value from SCHED_IDLE back to SCHED_OTHER
+// (sched(7): CAP_SYS_NICE, or 20 - nice <= RLIMIT_NICE).
+bool MayLeaveIdlePolicy(uint64_t cap_eff, uint64_t nice_limit, int nice);
 
 // Makes this process a child subreaper, so that orphaned grandchildren of
 // the workers (e.g. data-loader processes) are re-parented to it and reaped.

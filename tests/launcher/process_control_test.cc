@@ -2,12 +2,21 @@
 #include "launcher/posix/process_control.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
+
 #include "gmock/gmock.h"
+#include "common/clock.h"
 #include "gtest/gtest.h"
+#include "launcher/agent/standby_pool.h"
 #include "launcher/agent/worker_env.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/wait_for.h"
@@ -108,6 +117,147 @@ TEST(ProcessControlTest, InheritedDescriptorKeepsItsNumber) {
   EXPECT_EQ(read(fds[0], buf, sizeof(buf)), 3);
   EXPECT_STREQ(buf, "hi\n");
   close(fds[0]);
+}
+
+// sched(7)'s rule for leaving SCHED_IDLE without privilege, and
+// CAP_SYS_NICE (bit 23 of CapEff).
+TEST(ProcessControlTest, WhoMayLeaveTheIdlePolicy) {
+  EXPECT_TRUE(MayLeaveIdlePolicy(uint64_t{1} << 23, 0, 0));
+  EXPECT_FALSE(MayLeaveIdlePolicy(~(uint64_t{1} << 23), 0, 0));
+  EXPECT_FALSE(MayLeaveIdlePolicy(0, 19, 0));
+  EXPECT_TRUE(MayLeaveIdlePolicy(0, 20, 0));
+  EXPECT_TRUE(MayLeaveIdlePolicy(0, 15, 5));
+  EXPECT_FALSE(MayLeaveIdlePolicy(0, 14, 5));
+}
+
+std::vector<pid_t> Threads(pid_t pid) {
+  std::vector<pid_t> tids;
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator(
+           "/proc/" + std::to_string(pid) + "/task", ec)) {
+    tids.push_back(std::stoi(task.path().filename().string()));
+  }
+  return tids;
+}
+
+// A process started idle runs every thread under SCHED_IDLE (threads
+// inherit it); RestoreNormalPriority moves them all back where the agent
+// may, and says why not where it may not.
+TEST(ProcessControlTest, IdlePriorityAppliesToEveryThreadUntilRestored) {
+  SpawnRequest r;
+  r.argv = {"python3", "-c",
+            "import threading, time\n"
+            "threading.Thread(target=time.sleep, args=(60,), daemon=True)"
+            ".start()\ntime.sleep(60)\n"};
+  r.env = CurrentEnvironment();
+  r.idle_priority = true;
+  PosixProcessControl control;
+  auto pid = control.Spawn(r);
+  ASSERT_TRUE(pid.ok()) << pid.status();
+  ASSERT_TRUE(testing::WaitFor([&] { return Threads(*pid).size() == 2; },
+                               absl::Seconds(30)));
+  for (pid_t tid : Threads(*pid)) EXPECT_EQ(sched_getscheduler(tid), SCHED_IDLE);
+
+  absl::Status restored = control.RestoreNormalPriority(*pid);
+
+  if (control.CanRestoreNormalPriority()) {
+    ASSERT_TRUE(restored.ok()) << restored;
+    for (pid_t tid : Threads(*pid)) {
+      EXPECT_EQ(sched_getscheduler(tid), SCHED_OTHER);
+    }
+  } else {
+    EXPECT_EQ(restored.code(), absl::StatusCode::kPermissionDenied);
+    EXPECT_THAT(restored.message(), HasSubstr("CAP_SYS_NICE"));
+  }
+  control.SignalGroup(*pid, SIGKILL);
+  WaitForExit(control, *pid);
+}
+
+// A standby waits under SCHED_IDLE where the agent can move it back, and
+// runs under the normal policy once activated.
+TEST(StandbyPoolTest, AStandbyWaitsIdleAndWorksAtNormalPriority) {
+  PosixProcessControl control;
+  std::optional<pid_t> pid;
+  {
+    StandbyPool pool(control, common::RealClock::Get(),
+                     {"/bin/sh", "-c",
+                      "cat <&$DDPRUN_STANDBY_FD >/dev/null; exec sleep 60"},
+                     CurrentEnvironment());
+    pool.Fill(1);
+    ASSERT_EQ(pool.size(), 1);
+    std::vector<ProgressChannel> progress;
+    const bool idle = control.CanRestoreNormalPriority();
+    EXPECT_EQ(pool.idle_start(), idle);
+    // The first standby's pid: the only child alive.
+    std::vector<pid_t> children;
+    ASSERT_TRUE(testing::WaitFor(
+        [&] {
+          std::ifstream f("/proc/self/task/" + std::to_string(gettid()) +
+                          "/children");
+          children.clear();
+          for (pid_t c; f >> c;) children.push_back(c);
+          return !children.empty();
+        },
+        absl::Seconds(10)));
+    EXPECT_EQ(sched_getscheduler(children[0]),
+              idle ? SCHED_IDLE : SCHED_OTHER);
+
+    auto activated = pool.Activate({{"RANK=0"}}, progress);
+
+    ASSERT_TRUE(activated.ok()) << activated.status();
+    ASSERT_EQ(activated->size(), 1u);
+    pid = activated->front();
+    EXPECT_EQ(*pid, children[0]);
+    EXPECT_EQ(sched_getscheduler(*pid), SCHED_OTHER);
+  }
+  control.SignalGroup(*pid, SIGKILL);
+  WaitForExit(control, *pid);
+}
+
+// The spawner seam of StandbyPool: records what it was asked.
+class RecordingControl final : public ProcessControl {
+ public:
+  absl::StatusOr<pid_t> Spawn(const SpawnRequest& request) override {
+    idle_spawns.push_back(request.idle_priority);
+    return next_pid++;
+  }
+  void SignalGroup(pid_t, int) override {}
+  std::optional<std::pair<pid_t, ExitStatus>> ReapAny() override {
+    return std::nullopt;
+  }
+  void AwaitChildEvent(absl::Duration) override {}
+  bool CanRestoreNormalPriority() override { return true; }
+  absl::Status RestoreNormalPriority(pid_t pid) override {
+    restored.push_back(pid);
+    return absl::OkStatus();
+  }
+
+  pid_t next_pid = 1000;
+  std::vector<bool> idle_spawns;
+  std::vector<pid_t> restored;
+};
+
+// A standby the training leaves no idle CPU to start in is moved to the
+// normal policy after the grace, once.
+TEST(StandbyPoolTest, AStandbyStillIdleAfterTheGraceIsPromotedOnce) {
+  RecordingControl control;
+  common::FakeClock clock;
+  StandbyPoolOptions options;
+  options.idle_grace = absl::Seconds(5);
+  StandbyPool pool(control, clock, {"train"}, {}, options);
+  pool.Fill(2);
+  ASSERT_EQ(pool.size(), 2);
+  EXPECT_THAT(control.idle_spawns, ::testing::ElementsAre(true, true));
+
+  pool.PromoteLate();
+  clock.Advance(absl::Seconds(4));
+  pool.PromoteLate();
+  EXPECT_THAT(control.restored, ::testing::IsEmpty());
+
+  clock.Advance(absl::Seconds(2));
+  pool.PromoteLate();
+  pool.PromoteLate();
+  EXPECT_THAT(control.restored, ::testing::ElementsAre(1000, 1001));
 }
 
 }  // namespace
