@@ -26,6 +26,13 @@ Figures per mode:
                  then, the mean; restart-all: not measured (ddprun-mnist
                  reports no step outside its checkpoints)
 
+--normal-standby adds the in-place and fault-free runs again with ddprun
+started without CAP_SYS_NICE (setpriv --bounding-set -sys_nice): it then
+cannot move a standby back off SCHED_IDLE, so its standbys start at the
+training's priority, as before idle standbys; the two pairs interleave in
+one command. Each lost s/fault comes with its spread over the rounds, and
+the scheduling policy the standbys waited under (asserting which ran).
+
 --breakdown also times the parts of each in-place recovery from the
 processes' own log lines (ms clocks; ddprun-mnist at --log-level debug):
 kill -> the agent sees the exit -> failure reported -> the next round
@@ -37,6 +44,7 @@ the state is synced -> the first step completes. Medians over every fault.
       [--nproc 2] [--prewarm] [--epochs 12] [--torchrun-epochs 4]
       [--train-limit 12000] [--seed 1]
       [--modes in-place,restart-all,torchrun] [--breakdown]
+      [--normal-standby]
 
 Needs a build with ddprun-mnist (DDPRUN_BUILD_DIR, default build/), the
 MNIST files in data/mnist and, for the torchrun mode, /usr/bin/python3 with
@@ -130,8 +138,17 @@ def waiting_standby_cpu(pid):
         return None
 
 
+# Modes whose ddprun runs without CAP_SYS_NICE: it cannot move a standby
+# back off SCHED_IDLE, so its standbys start at the training's priority (the
+# behaviour before idle standbys), beside the same job with idle ones.
+NORMAL_STANDBY = ("fault-free normal-standby", "in-place normal-standby")
+
+
 def ddprun_command(args, build, out, mode):
-    command = [os.path.join(build, "launcher", "ddprun"), "--standalone",
+    command = []
+    if mode in NORMAL_STANDBY:
+        command = ["setpriv", "--bounding-set", "-sys_nice"]
+    command += [os.path.join(build, "launcher", "ddprun"), "--standalone",
                "--nproc-per-node", str(args.nproc), "--max-restarts",
                str(args.faults + 2), "--monitor-interval", "0.05"]
     if args.prewarm:
@@ -145,7 +162,7 @@ def ddprun_command(args, build, out, mode):
                 "--checkpoint-every", "20", "--no-progress"]
     if mode == "restart-all":
         command.append("--no-in-place")
-    if args.breakdown and mode == "in-place":
+    if args.breakdown and mode.startswith("in-place"):
         command += ["--log-level", "debug"]
     return command
 
@@ -178,7 +195,8 @@ def one_run(args, build, mode, rng_seed):
     rank 0's step or None)], the summary, the log path's text."""
     rng = random.Random(rng_seed)
     torchrun = mode.startswith("torchrun")
-    faulty = mode in ("in-place", "restart-all", "torchrun")
+    faulty = mode in ("in-place", "restart-all", "torchrun",
+                      "in-place normal-standby")
     with tempfile.TemporaryDirectory() as out:
         ckpt = os.path.join(out, "ckpt")
         command = (torchrun_command(args, out) if torchrun
@@ -186,6 +204,7 @@ def one_run(args, build, mode, rng_seed):
         err_path = os.path.join(out, "err")
         kills = []
         standby_cpu = []
+        standby_policies = set()  # scheduling policies of waiting standbys
         with open(err_path, "w") as err:
             start = time.time()
             proc = subprocess.Popen(command, stdout=err, stderr=err,
@@ -218,10 +237,16 @@ def one_run(args, build, mode, rng_seed):
                     if fault > 0 and args.prewarm:
                         # The standby that replaced the last victim's has
                         # been started again: what its start cost.
-                        cpu = [c for c in (waiting_standby_cpu(p)
-                                           for p in children(proc.pid))
-                               if c is not None]
-                        standby_cpu += cpu
+                        waiting = [p for p in children(proc.pid)
+                                   if waiting_standby_cpu(p) is not None]
+                        standby_cpu += [c for c in map(waiting_standby_cpu,
+                                                       waiting)
+                                        if c is not None]
+                        for p in waiting:
+                            try:
+                                standby_policies.add(os.sched_getscheduler(p))
+                            except OSError:
+                                pass
                 victim = rng.choice(sorted(workers))
                 newest = newest_checkpoint(ckpt)
                 step = None
@@ -241,11 +266,12 @@ def one_run(args, build, mode, rng_seed):
             raise RuntimeError(f"{mode}: exit {proc.returncode}\n{log}")
         summary = json.loads(read(os.path.join(out, "summary.json")))
         return {"wall": wall, "kills": kills, "summary": summary, "log": log,
-                "standby_cpu": standby_cpu}
+                "standby_cpu": standby_cpu,
+                "standby_policies": standby_policies}
 
 
 def steps_lost(mode, run):
-    if mode == "in-place":
+    if mode.startswith("in-place"):
         behind = [int(a) - int(b) for a, b in re.findall(
             r"stopped at step (\d+), resuming at step (\d+)", run["log"])]
         return max(0, max(behind)) if behind else None
@@ -260,7 +286,7 @@ def kill_to_step(mode, run):
     kills = [t for t, _, _ in run["kills"]]
     if not kills:
         return []
-    if mode == "in-place":
+    if mode.startswith("in-place"):
         return [s - t for s, t in
                 zip(run["summary"].get("resumed_step_unix_seconds", []), kills)]
     first = run["summary"].get("first_step_unix_seconds")
@@ -310,6 +336,14 @@ def breakdown(run):
     return out
 
 
+# Each mode with faults and the fault-free mode its wall is compared with.
+BASES = {"in-place": "fault-free", "restart-all": "fault-free",
+         "torchrun": "torchrun fault-free",
+         "in-place normal-standby": "fault-free normal-standby"}
+POLICY_NAMES = {os.SCHED_OTHER: "SCHED_OTHER", os.SCHED_IDLE: "SCHED_IDLE",
+                os.SCHED_BATCH: "SCHED_BATCH"}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=3)
@@ -322,6 +356,10 @@ def main():
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--modes", default="in-place,restart-all,torchrun")
     parser.add_argument("--breakdown", action="store_true")
+    parser.add_argument("--normal-standby", action="store_true",
+                        help="also run in-place and fault-free with the "
+                        "standbys at the training's priority (ddprun without "
+                        "CAP_SYS_NICE), interleaved with the idle ones")
     parser.add_argument("--python", default="/usr/bin/python3")
     args = parser.parse_args()
     build = os.environ.get("DDPRUN_BUILD_DIR", os.path.join(ROOT, "build"))
@@ -330,6 +368,8 @@ def main():
     if "in-place" in wanted or "restart-all" in wanted:
         modes.append("fault-free")
     modes += [m for m in ("in-place", "restart-all") if m in wanted]
+    if args.normal_standby and "in-place" in wanted:
+        modes += list(NORMAL_STANDBY)
     if "torchrun" in wanted:
         modes += ["torchrun fault-free", "torchrun"]
     results = {m: [] for m in modes}
@@ -337,8 +377,7 @@ def main():
         for mode in modes:
             r = one_run(args, build, mode, args.seed * 1000 + run)
             results[mode].append(r)
-            base = {"in-place": "fault-free", "restart-all": "fault-free",
-                    "torchrun": "torchrun fault-free"}.get(mode)
+            base = BASES.get(mode)
             line = f"run {run} {mode:20s} wall {r['wall']:6.2f} s"
             if base:
                 lost = (r["wall"] - results[base][-1]["wall"]) / args.faults
@@ -360,22 +399,25 @@ def main():
           f"{' --prewarm' if args.prewarm else ''}, --epochs {args.epochs} "
           f"(torchrun {args.torchrun_epochs}), "
           f"load {load}:")
-    for mode, base in (("in-place", "fault-free"),
-                       ("restart-all", "fault-free"),
-                       ("torchrun", "torchrun fault-free")):
+    for mode, base in BASES.items():
         if mode not in results:
             continue
         lost_time = [(r["wall"] - b["wall"]) / args.faults
                      for r, b in zip(results[mode], results[base])]
+        policies = set().union(*(r["standby_policies"] for r in results[mode]))
         steps = [s for r in results[mode] for s in kill_to_step(mode, r)]
         lost = [x for x in (steps_lost(mode, r) for r in results[mode])
                 if x is not None]
         print(f"  {mode:12s} lost s/fault {statistics.median(lost_time):6.2f}"
+              f" (runs {min(lost_time):.2f}..{max(lost_time):.2f})"
               + (f"  kill->step s {statistics.median(steps):6.3f}"
                  if steps else "")
               + (f"  steps lost/fault {max(lost):g} (worst run)"
                  if lost else "")
-              + f"  ({base} wall {statistics.median(r['wall'] for r in results[base]):.2f} s)")
+              + f"  ({base} wall {statistics.median(r['wall'] for r in results[base]):.2f} s)"
+              + (f"  standbys waited under "
+                 + ",".join(POLICY_NAMES.get(p, str(p)) for p in sorted(policies))
+                 if policies else ""))
     if args.breakdown and "in-place" in results:
         per_event = {}
         for r in results["in-place"]:
