@@ -76,6 +76,16 @@ def read(path):
         return ""
 
 
+# How often the bench looks at the job between faults. Each look reads
+# /proc for every thread and child of ddprun (~0.5 ms of CPU): at 5 ms this
+# process took 3.2 CPU-s of the 2 cores the job trains on in a run with 3
+# faults (0.1 in the fault-free run, which it only waits for), counted as
+# time lost to the faults; at 50 ms 0.5 CPU-s. A fault's own timing does
+# not depend on it (the kill's time is taken when it is sent). Each run
+# line shows the bench's own CPU-s.
+POLL_S = 0.1
+
+
 def wait_for(cond, timeout, what, log_path=None, proc=None):
     """`cond`'s first true value; an error after `timeout`, or when `proc`
     (the job) ended first."""
@@ -87,7 +97,7 @@ def wait_for(cond, timeout, what, log_path=None, proc=None):
         if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"{what}: the job ended first (make it longer)"
                                + ("\n" + read(log_path) if log_path else ""))
-        time.sleep(0.005)
+        time.sleep(POLL_S)
     raise TimeoutError(what + ("\n" + read(log_path) if log_path else ""))
 
 
@@ -205,6 +215,7 @@ def one_run(args, build, mode, rng_seed):
         kills = []
         standby_cpu = []
         standby_policies = set()  # scheduling policies of waiting standbys
+        own_cpu = sum(os.times()[:2])  # this process's, beside the job
         with open(err_path, "w") as err:
             start = time.time()
             proc = subprocess.Popen(command, stdout=err, stderr=err,
@@ -261,12 +272,13 @@ def one_run(args, build, mode, rng_seed):
         finally:
             kill_group(proc)
         wall = time.time() - start
+        own_cpu = sum(os.times()[:2]) - own_cpu
         log = read(err_path)
         if proc.returncode != 0:
             raise RuntimeError(f"{mode}: exit {proc.returncode}\n{log}")
         summary = json.loads(read(os.path.join(out, "summary.json")))
         return {"wall": wall, "kills": kills, "summary": summary, "log": log,
-                "standby_cpu": standby_cpu,
+                "standby_cpu": standby_cpu, "own_cpu": own_cpu,
                 "standby_policies": standby_policies}
 
 
@@ -345,6 +357,7 @@ POLICY_NAMES = {os.SCHED_OTHER: "SCHED_OTHER", os.SCHED_IDLE: "SCHED_IDLE",
 
 
 def main():
+    global POLL_S
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--faults", type=int, default=3)
@@ -361,7 +374,11 @@ def main():
                         "standbys at the training's priority (ddprun without "
                         "CAP_SYS_NICE), interleaved with the idle ones")
     parser.add_argument("--python", default="/usr/bin/python3")
+    parser.add_argument("--poll", type=float, default=POLL_S,
+                        help="seconds between the bench's looks at the job "
+                        "(the bench ran with 0.005 before)")
     args = parser.parse_args()
+    POLL_S = args.poll
     build = os.environ.get("DDPRUN_BUILD_DIR", os.path.join(ROOT, "build"))
     wanted = args.modes.split(",")
     modes = []
@@ -378,7 +395,8 @@ def main():
             r = one_run(args, build, mode, args.seed * 1000 + run)
             results[mode].append(r)
             base = BASES.get(mode)
-            line = f"run {run} {mode:20s} wall {r['wall']:6.2f} s"
+            line = (f"run {run} {mode:20s} wall {r['wall']:6.2f} s "
+                    f"(bench {r['own_cpu']:.2f} CPU-s)")
             if base:
                 lost = (r["wall"] - results[base][-1]["wall"]) / args.faults
                 line += f" lost/fault {lost:5.2f} s"
