@@ -566,7 +566,13 @@ absl::Status SaveProgress(const Training& t, int64_t epoch, int64_t position) {
   c.seed = t.options.seed;
   c.world_size = t.world;
   c.epoch_samples = t.epoch_samples;
-  return SaveCheckpoint(t.options.checkpoint_dir, c);
+  if (absl::Status s = SaveCheckpoint(t.options.checkpoint_dir, c); !s.ok()) {
+    return s;
+  }
+  // What a restart resumes from (tests/launcher/partition_test.py).
+  spdlog::info("checkpoint of step {} saved (epoch {}, sample {})", t.step,
+               epoch + 1, position);
+  return absl::OkStatus();
 }
 
 // One optimizer step over indices [begin, end) of the epoch's `indices`:
