@@ -570,8 +570,8 @@ absl::Status SaveProgress(const Training& t, int64_t epoch, int64_t position) {
     return s;
   }
   // What a restart resumes from (tests/launcher/partition_test.py).
-  spdlog::info("checkpoint of step {} saved (epoch {}, sample {})", t.step,
-               epoch + 1, position);
+  spdlog::info("checkpoint of step {} saved (epoch {}, sample {}) in round {}",
+               t.step, epoch + 1, position, t.env.round);
   return absl::OkStatus();
 }
 
