@@ -54,6 +54,35 @@ std::vector<std::string> MnistArgs(const TempDir& dir,
           "--no-progress"};
 }
 
+// The args of a run of `samples` training samples, `epochs` epochs, its
+// summary at `summary` (no model saved).
+std::vector<std::string> SmallMnistArgs(const TempDir& dir,
+                                        const std::string& summary,
+                                        int samples, int epochs) {
+  return {Mnist(),         "--epochs",       std::to_string(epochs),
+          "--data-dir",    MnistDir(),       "--train-limit",
+          std::to_string(samples),           "--seed",
+          "7",             "--summary-json", dir.File(summary),
+          "--save",        "",               "--no-progress"};
+}
+
+// Runs `argv` to its end (bounded); its stderr.
+std::string RunToSuccess(const TempDir& dir, const std::vector<std::string>& argv,
+                         const std::string& name) {
+  SubprocessOptions options;
+  options.argv = argv;
+  options.stderr_path = dir.File(name + ".err");
+  options.stdout_path = dir.File(name + ".out");
+  auto process = Subprocess::Start(options);
+  EXPECT_TRUE(process.ok()) << process.status();
+  if (!process.ok()) return "";
+  std::optional<ExitInfo> exit = process->Wait(absl::Minutes(3));
+  const std::string err = ReadFileOrEmpty(options.stderr_path);
+  EXPECT_TRUE(exit.has_value() && exit->ok())
+      << (exit ? exit->ToString() : "still running") << "\n" << err;
+  return err;
+}
+
 
 // The workers of the agent `agent`: the one of global rank `rank` (-1 when
 // none is) and the others.
@@ -573,6 +602,72 @@ TEST(MnistInPlaceTwoAgentsTest, ALostNodeShrinksTheWorldInPlace) {
   EXPECT_GT(resumed[0], 0) << "the job started over";
 }
 
+// A lost node of three (--nnodes 2:3, one worker each): the two left go on
+// in place in a world of two, from the last step all three completed. With
+// 12001 samples a whole epoch at 3 ranks pads 2 (not counted), and the rest
+// of the cut epoch after k steps of 96, 12001 - 96k, is odd: it is split
+// unevenly over the 2 ranks (rank 1 takes part in the last step without a
+// sample when the split crosses a step), each sample once.
+TEST(MnistInPlaceTwoAgentsTest, ALostNodeOfThreeShrinksToAnUnevenSplit) {
+  constexpr int kSamples = 12001;
+  constexpr int kShrinkEpochs = 2;
+  auto server = rendezvous::Server::Start(rendezvous::ServerOptions{});
+  ASSERT_TRUE(server.ok()) << server.status();
+  TempDir dir;
+  auto start = [&](int node_rank) {
+    SubprocessOptions options;
+    options.argv = Concat(
+        Concat({Ddprun()}, NodeFlags((*server)->endpoint(), "shrink3", "2:3",
+                                     node_rank, "30")),
+        SmallMnistArgs(dir, absl::StrCat("summary", node_rank, ".json"),
+                       kSamples, kShrinkEpochs));
+    options.stderr_path = dir.File(absl::StrCat("agent", node_rank, ".err"));
+    options.stdout_path = dir.File(absl::StrCat("agent", node_rank, ".out"));
+    auto agent = Subprocess::Start(options);
+    EXPECT_TRUE(agent.ok()) << agent.status();
+    return Job{std::move(*agent), options.stderr_path};
+  };
+  Job node0 = start(0);
+  Job node1 = start(1);
+  Job node2 = start(2);
+  ASSERT_TRUE(WaitFor([&] { return node0.err().find("epoch 1/") !=
+                                   std::string::npos; },
+                      absl::Minutes(3)))
+      << node0.err() << node1.err() << node2.err();
+  EXPECT_THAT(node0.err(), HasSubstr("of 3, ranks 0..0 of 3"));
+  const std::vector<pid_t> workers0 = Children(node0.agent.pid());
+  const std::vector<pid_t> workers1 = Children(node1.agent.pid());
+  ASSERT_EQ(workers0.size(), 1u) << node0.err();
+  ASSERT_EQ(workers1.size(), 1u) << node1.err();
+  node2.agent.Signal(SIGKILL);
+  for (Job* job : {&node0, &node1}) {
+    std::optional<ExitInfo> exit = job->agent.Wait(absl::Minutes(4));
+    ASSERT_TRUE(exit.has_value()) << job->err();
+    ASSERT_TRUE(exit->ok()) << exit->ToString() << "\n" << job->err();
+    EXPECT_THAT(job->err(), HasSubstr("continue in place"));
+  }
+  const std::string log = node0.err() + node1.err();
+  EXPECT_THAT(node0.err(), HasSubstr("as rank 0 of 2"));
+  EXPECT_THAT(log, Not(HasSubstr("started anew")));
+  // Both survivors went on in place, from the same step: the last one
+  // every rank completed.
+  std::vector<std::pair<int64_t, int64_t>> stops = StoppedAndResumed(log);
+  ASSERT_EQ(stops.size(), 2u) << log;
+  const std::string summary = ReadFileOrEmpty(dir.File("summary0.json"));
+  ASSERT_FALSE(summary.empty()) << log;
+  std::vector<int64_t> resumed = SummaryList(summary, "resumed_at_steps");
+  ASSERT_EQ(resumed.size(), 1u) << summary;
+  EXPECT_GT(resumed[0], 0) << "the job started over";
+  EXPECT_EQ(std::max(stops[0].first, stops[1].first), resumed[0]);
+  EXPECT_EQ(stops[0].second, resumed[0]);
+  EXPECT_EQ(stops[1].second, resumed[0]);
+  EXPECT_EQ(SummaryNumber(summary, "world_size"), 2);
+  EXPECT_EQ(SummaryNumber(summary, "epoch_size"), kSamples);
+  EXPECT_EQ(SummaryList(summary, "epoch_samples"),
+            std::vector<int64_t>(kShrinkEpochs, kSamples))
+      << summary;
+}
+
 // The node lost is the one the world grew by, while the new round forms:
 // the survivor trains alone (--nnodes 1:2), a second node joins, the
 // survivor's worker goes on in place into the round of two, and that
@@ -690,35 +785,6 @@ TEST(MnistInPlaceTwoAgentsTest, AThirdNodeJoinsARunningJobInPlace) {
   EXPECT_EQ(SummaryList(summary, "resumed_at_steps")[0], std::stoll(m[1]));
 }
 
-
-// The args of a run of `samples` training samples, `epochs` epochs, its
-// summary at `summary` (no model saved).
-std::vector<std::string> SmallMnistArgs(const TempDir& dir,
-                                        const std::string& summary,
-                                        int samples, int epochs) {
-  return {Mnist(),         "--epochs",       std::to_string(epochs),
-          "--data-dir",    MnistDir(),       "--train-limit",
-          std::to_string(samples),           "--seed",
-          "7",             "--summary-json", dir.File(summary),
-          "--save",        "",               "--no-progress"};
-}
-
-// Runs `argv` to its end (bounded); its stderr.
-std::string RunToSuccess(const TempDir& dir, const std::vector<std::string>& argv,
-                         const std::string& name) {
-  SubprocessOptions options;
-  options.argv = argv;
-  options.stderr_path = dir.File(name + ".err");
-  options.stdout_path = dir.File(name + ".out");
-  auto process = Subprocess::Start(options);
-  EXPECT_TRUE(process.ok()) << process.status();
-  if (!process.ok()) return "";
-  std::optional<ExitInfo> exit = process->Wait(absl::Minutes(3));
-  const std::string err = ReadFileOrEmpty(options.stderr_path);
-  EXPECT_TRUE(exit.has_value() && exit->ok())
-      << (exit ? exit->ToString() : "still running") << "\n" << err;
-  return err;
-}
 
 // A checkpoint written by 2 ranks mid-epoch is resumed by 3 (the sampler
 // path every change of the world takes, in place too, made deterministic):
