@@ -62,6 +62,12 @@ int main(int argc, char** argv) {
                "Gloo: reduce gradients on busy-polling pairs in the training "
                "thread instead of ProcessGroupGloo's threads")
       ->capture_default_str();
+  // Hidden (group ""): a fault hook for tests.
+  app.add_option("--test-die-in-sync", o.test_die_in_sync,
+                 "Tests: source:PATH or receiver:PATH; the first worker in "
+                 "that role of an in-place state sync to create PATH dies "
+                 "in the middle of it")
+      ->group("");
   ddprun::common::AddLogLevelFlag(app, &o.log_level);
   ddprun::common::AddVersionFlag(app, "ddprun-mnist");
   if (std::optional<int> code =

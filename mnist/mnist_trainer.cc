@@ -1,5 +1,9 @@
 #include "mnist/mnist_trainer.h"
 
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdlib>
 #include <future>
@@ -13,6 +17,7 @@
 #include <torch/utils.h>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "common/worker_env.h"
 #include "mnist/mnist_data.h"
@@ -143,6 +148,13 @@ absl::StatusOr<StartPoint> Resume(const MnistTrainOptions& options,
 }
 
 absl::Status ValidateOptions(const MnistTrainOptions& o) {
+  if (!o.test_die_in_sync.empty() &&
+      !absl::StartsWith(o.test_die_in_sync, "source:") &&
+      !absl::StartsWith(o.test_die_in_sync, "receiver:")) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--test-die-in-sync '%s': want source:PATH or receiver:PATH",
+        o.test_die_in_sync));
+  }
   if (o.batch_size < 1 || o.epochs < 1 || o.lr <= 0 || o.accumulate < 1 ||
       o.bucket_mb <= 0 || o.max_steps < 0 || o.checkpoint_every < 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -185,6 +197,8 @@ struct Training {
   TrainSummary summary;
   int64_t step = 0;
   int64_t samples_trained = 0;  // by this rank, this run
+  // Steps this rank took part in without samples of its own (TrainStep).
+  int64_t shadow_steps = 0;
   double train_seconds = 0;
   double loss_value = 0;
   bool stop = false;
@@ -252,6 +266,27 @@ absl::Status DecodeState(const std::vector<int64_t>& r, Training& t) {
   return absl::OkStatus();
 }
 
+// --test-die-in-sync: this worker dies here when its role matches and it is
+// the first of the job to create the marker file.
+void DieInSyncIfAsked(const Training& t, bool has_state, int source) {
+  const std::string& hook = t.options.test_die_in_sync;
+  const size_t colon = hook.find(':');
+  const std::string role = hook.substr(0, colon);
+  const std::string path = hook.substr(colon + 1);
+  const bool sending = has_state && source == t.group.rank;
+  if (!(role == "source" ? sending : !has_state)) return;
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
+                      0644);
+  if (fd < 0) return;  // another worker died there already
+  const std::string step = std::to_string(t.step) + "\n";
+  (void)!write(fd, step.data(), step.size());
+  close(fd);
+  spdlog::warn("--test-die-in-sync: rank {} ({} of the state sync, step {}) "
+               "kills itself",
+               t.group.rank, role, t.step);
+  raise(SIGKILL);
+}
+
 // Collective: the rank with the newest state (a survivor) hands its model
 // and record to every rank of the group. Returns the source rank, -1 when
 // no rank has state (a fresh start). SGD without momentum keeps no
@@ -259,10 +294,75 @@ absl::Status DecodeState(const std::vector<int64_t>& r, Training& t) {
 absl::StatusOr<int> SyncState(Training& t, bool has_state) {
   std::vector<int64_t> record = EncodeState(t);
   std::vector<at::Tensor> tensors = t.model->parameters();
-  absl::StatusOr<int> source =
-      SyncFromSurvivor(t.group, has_state, t.step, record, tensors);
+  StateSyncOptions sync_options;
+  if (!t.options.test_die_in_sync.empty()) {
+    sync_options.before_tensors = [&t, has_state](int source) {
+      DieInSyncIfAsked(t, has_state, source);
+    };
+  }
+  absl::StatusOr<int> source = SyncFromSurvivor(
+      t.group, has_state, t.step, record, tensors, sync_options);
   if (!source.ok() || *source < 0) return source;
   if (absl::Status s = DecodeState(record, t); !s.ok()) return s;
+  return source;
+}
+
+ProcessGroupOptions GroupOptions(const Training& t) {
+  ProcessGroupOptions options;
+  options.backend = t.backend;
+  options.direct_allreduce = t.options.direct_allreduce;
+  return options;
+}
+
+// Forms the group of round `next` and syncs the state over it (a step of
+// Membership::JoinNextRound): the source rank, or -1. A failure (an error,
+// or an exception of the group) leaves no group behind.
+absl::Status JoinRound(Training& t, const WorkerEnv& next, bool has_state,
+                       int& source) {
+  absl::StatusOr<ProcessGroup> group =
+      CreateProcessGroup(next, GroupOptions(t));
+  if (!group.ok()) return group.status();
+  t.group = *std::move(group);
+  spdlog::debug("in-place recovery: process group formed");
+  absl::Cleanup drop = [&t] { t.group = ProcessGroup(); };
+  absl::StatusOr<int> synced = SyncState(t, has_state);
+  if (!synced.ok()) return synced.status();
+  std::move(drop).Cancel();
+  spdlog::debug("in-place recovery: state synced");
+  source = *synced;
+  return absl::OkStatus();
+}
+
+// A new member's first sync, over the group it formed in SetUp: it takes a
+// survivor's state. When the sync fails (a member died in it: the survivor
+// sending, or another new member), this process goes on as survivors do:
+// it drops the group and joins the next round, where it syncs again, from
+// a survivor that still holds the state or from nobody (then the job
+// resumes from its checkpoint, or from scratch). Returns the source rank.
+absl::StatusOr<int> FirstSync(Training& t) {
+  absl::Status failed;
+  try {
+    absl::StatusOr<int> synced = SyncState(t, /*has_state=*/false);
+    if (synced.ok() || synced.status().code() == absl::StatusCode::kInternal) {
+      return synced;
+    }
+    failed = synced.status();
+  } catch (const std::exception& e) {
+    failed = absl::UnavailableError(e.what());
+  }
+  spdlog::warn("rank {}: the state sync of round {} failed ({}); waiting for "
+               "the next round",
+               t.env.rank, t.env.round, std::string(failed.message()));
+  t.group = ProcessGroup();
+  int source = -1;
+  absl::StatusOr<WorkerEnv> env = t.membership->JoinNextRound(
+      failed, [&](const WorkerEnv& next) {
+        return JoinRound(t, next, /*has_state=*/false, source);
+      });
+  if (!env.ok()) return env.status();
+  t.env = *env;
+  t.lead = env->rank == 0;
+  t.world = env->world_size;
   return source;
 }
 
@@ -390,7 +490,7 @@ absl::StatusOr<std::unique_ptr<Training>> SetUp(
   // from a checkpoint).
   int source = -1;
   if (t->membership->enabled()) {
-    absl::StatusOr<int> synced = SyncState(*t, /*has_state=*/false);
+    absl::StatusOr<int> synced = FirstSync(*t);
     if (!synced.ok()) return synced.status();
     source = *synced;
   }
@@ -466,12 +566,21 @@ absl::Status SaveProgress(const Training& t, int64_t epoch, int64_t position) {
   c.seed = t.options.seed;
   c.world_size = t.world;
   c.epoch_samples = t.epoch_samples;
-  return SaveCheckpoint(t.options.checkpoint_dir, c);
+  if (absl::Status s = SaveCheckpoint(t.options.checkpoint_dir, c); !s.ok()) {
+    return s;
+  }
+  // What a restart resumes from (tests/launcher/partition_test.py).
+  spdlog::info("checkpoint of step {} saved (epoch {}, sample {}) in round {}",
+               t.step, epoch + 1, position, t.env.round);
+  return absl::OkStatus();
 }
 
 // One optimizer step over indices [begin, end) of the epoch's `indices`:
 // micro-batches of --batch-size, all but the last under NoSync. Returns the
-// sum of the micro-batches' losses and their number.
+// sum of the micro-batches' losses and their number. An empty range (a
+// resumed epoch split unevenly left this rank without samples for the
+// step) still takes part in the gradient sync with zero gradients, as
+// PyTorch's Join does for ranks out of inputs: one sample's loss times 0.
 std::pair<double, int64_t> TrainStep(Training& t, const at::Tensor& indices,
                                      int64_t begin, int64_t end) {
   const c10::Device device = t.group.device;
@@ -480,6 +589,12 @@ std::pair<double, int64_t> TrainStep(Training& t, const at::Tensor& indices,
   // None, not zeros: the first backward then hands its gradient over
   // instead of adding it to 400 KB of zeros (PyTorch 2's default too).
   t.model->zero_grad(/*set_to_none=*/true);
+  if (begin >= end) {
+    at::Tensor x = t.data.train.images.narrow(0, 0, 1).to(device);
+    at::Tensor y = t.data.train.labels.narrow(0, 0, 1).to(device);
+    (at::cross_entropy_loss(t.model->forward(x), y) * 0).backward();
+    ++t.shadow_steps;
+  }
   for (int64_t micro = begin; micro < end; micro += t.options.batch_size) {
     const int64_t n = std::min<int64_t>(t.options.batch_size, end - micro);
     std::optional<DataParallel::NoSync> no_sync;
@@ -514,15 +629,20 @@ absl::Status TrainEpoch(Training& t, int64_t epoch) {
   }
   const std::vector<int64_t>& indices = t.sampler->indices();
   const int64_t count = static_cast<int64_t>(indices.size());
+  // Every rank takes as many steps as the rank with the most indices (a
+  // resumed epoch is split unevenly): the same collectives on all ranks.
+  const int64_t steps_end = t.sampler->max_indices();
   at::Tensor all_indices = at::tensor(indices, at::kLong).to(device);
   auto epoch_start = Clock::now();
   double loss_sum = 0;
   int64_t batches = 0;
-  int64_t epoch_samples = 0;
+  int64_t epoch_samples = 0;  // all ranks'
   const int64_t first_step_in_epoch =
-      t.steps_per_epoch - (count + t.per_step - 1) / t.per_step;
-  for (int64_t begin = 0; begin < count; begin += t.per_step) {
-    const int64_t end = std::min(begin + t.per_step, count);
+      t.steps_per_epoch - (steps_end + t.per_step - 1) / t.per_step;
+  for (int64_t begin = 0; begin < steps_end; begin += t.per_step) {
+    const int64_t step_end = std::min(begin + t.per_step, steps_end);
+    // This rank's part of the step (empty when it has no samples left).
+    const int64_t end = std::min(step_end, count);
     // In-place recovery: a new round was announced (another rank failed, or
     // the group grows), or this step's collective failed.
     if (t.membership->changed()) {
@@ -531,7 +651,7 @@ absl::Status TrainEpoch(Training& t, int64_t epoch) {
     }
     std::pair<double, int64_t> stepped;
     try {
-      stepped = TrainStep(t, all_indices, begin, end);
+      stepped = TrainStep(t, all_indices, std::min(begin, end), end);
     } catch (const std::exception& e) {
       if (!t.membership->enabled()) throw;
       t.recover = true;
@@ -542,10 +662,12 @@ absl::Status TrainEpoch(Training& t, int64_t epoch) {
     auto [step_loss, step_batches] = stepped;
     loss_sum += step_loss;
     batches += step_batches;
-    epoch_samples += end - begin;
-    position += (end - begin) * t.world;
+    const int64_t step_samples = t.sampler->samples_between(begin, step_end);
+    epoch_samples += step_samples;
+    t.samples_trained += std::max<int64_t>(end - begin, 0);
+    position = t.sampler->position(step_end);
     t.cur_position = position;
-    t.epoch_samples[epoch] += (end - begin) * t.world;
+    t.epoch_samples[epoch] += step_samples;
     if (!t.resumed_step_micros.empty() && t.resumed_step_micros.back() == 0) {
       t.resumed_step_micros.back() = UnixMicros();
     }
@@ -565,10 +687,9 @@ absl::Status TrainEpoch(Training& t, int64_t epoch) {
     p.step_in_epoch = first_step_in_epoch + (begin / t.per_step) + 1;
     p.loss = t.loss_value;
     p.samples_per_step = t.per_step * t.world;
-    p.samples_per_sec =
-        epoch_samples * t.world / std::max(Since(epoch_start), 1e-9);
+    p.samples_per_sec = epoch_samples / std::max(Since(epoch_start), 1e-9);
     t.progress->OnStep(p);
-    const bool epoch_done = end == count;
+    const bool epoch_done = step_end == steps_end;
     if (!epoch_done && options.checkpoint_every > 0 &&
         t.step % options.checkpoint_every == 0) {
       if (absl::Status s = SaveProgress(t, epoch, position); !s.ok()) return s;
@@ -580,7 +701,6 @@ absl::Status TrainEpoch(Training& t, int64_t epoch) {
   }
   double epoch_seconds = Since(epoch_start);
   t.train_seconds += epoch_seconds;
-  t.samples_trained += epoch_samples;
   t.progress->EndLine();
   if (t.recover) return absl::OkStatus();
   if (!t.stop) {
@@ -594,7 +714,7 @@ absl::Status TrainEpoch(Training& t, int64_t epoch) {
         "epoch {}/{}: loss {:.4f}, {:.0f} samples/s, test accuracy "
         "{:.2f}%",
         epoch + 1, options.epochs, batches ? loss_sum / batches : 0.0,
-        epoch_samples * t.world / std::max(epoch_seconds, 1e-9),
+        epoch_samples / std::max(epoch_seconds, 1e-9),
         100.0 * accuracy);
   }
   t.summary.epochs = static_cast<int>(epoch + 1);
@@ -607,7 +727,14 @@ absl::Status Finish(Training& t) {
   t.summary.steps = t.step;
   t.summary.final_loss = t.loss_value;
   t.summary.epoch_samples = t.epoch_samples;
-  t.summary.epoch_size = t.sampler->num_samples() * t.world;
+  // Padding is not counted (DistributedSampler::samples_between): an epoch
+  // whose samples were each trained once adds up to the data set.
+  t.summary.epoch_size = t.data.train.size();
+  if (t.shadow_steps > 0) {
+    spdlog::info("rank {} took part in {} step(s) with no samples of its own "
+                 "(the rest of a resumed epoch did not divide evenly)",
+                 t.env.rank, t.shadow_steps);
+  }
   t.summary.resumed_at_steps = t.resumed_at_steps;
   for (int64_t micros : t.resumed_step_micros) {
     t.summary.resumed_step_unix_seconds.push_back(micros / 1e6);
@@ -641,32 +768,18 @@ absl::Status Recover(Training& t) {
   // collective with this rank see its sockets close.
   t.ddp.reset();
   t.group = ProcessGroup();
-  ProcessGroupOptions group_options;
-  group_options.backend = t.backend;
-  group_options.direct_allreduce = t.options.direct_allreduce;
   int source = -1;
-  // A round that ends while it forms (a member lost meanwhile) is followed
-  // by the next: this rank keeps its state and joins that one.
+  // A round that ends while it forms (a member lost meanwhile), or whose
+  // state sync fails (a member died in it), is followed by the next: this
+  // rank keeps its state (SyncFromSurvivor changes nothing unless it
+  // completes) and joins that one.
   absl::StatusOr<WorkerEnv> env = t.membership->JoinNextRound(
       t.recover_cause, [&](const WorkerEnv& next) -> absl::Status {
         // (The debug lines time a recovery's parts: bench/launcher/
         // inplace_recovery.py --breakdown.)
         spdlog::debug("in-place recovery: round {}'s environment received",
                       next.round);
-        absl::StatusOr<ProcessGroup> group =
-            CreateProcessGroup(next, group_options);
-        if (!group.ok()) return group.status();
-        t.group = *std::move(group);
-        spdlog::debug("in-place recovery: process group formed");
-        // A failed sync (an error or an exception) drops the group before
-        // the wait for the next round.
-        absl::Cleanup drop = [&t] { t.group = ProcessGroup(); };
-        absl::StatusOr<int> synced = SyncState(t, /*has_state=*/true);
-        if (!synced.ok()) return synced.status();
-        std::move(drop).Cancel();
-        spdlog::debug("in-place recovery: state synced");
-        source = *synced;
-        return absl::OkStatus();
+        return JoinRound(t, next, /*has_state=*/true, source);
       });
   if (!env.ok()) return env.status();
   t.recover = false;

@@ -39,6 +39,13 @@ struct MnistTrainOptions {
   // replaced while the others keep running; false: every worker restarts
   // (from the last checkpoint), as under torchrun.
   bool in_place = true;
+  // Tests only (a second fault in the middle of an in-place recovery):
+  // "ROLE:PATH". The first worker of the job that reaches the middle of a
+  // state sync (worker::SyncFromSurvivor: source chosen, record sent, the
+  // tensors not) in ROLE, `source` (it sends its state) or `receiver` (a
+  // new member that receives one), and that creates PATH, writes its step
+  // there and kills itself (SIGKILL). Empty: none.
+  std::string test_die_in_sync;
 };
 
 // Trains the seed MLP on MNIST with data parallelism over the ranks the

@@ -24,9 +24,10 @@ struct TrainSummary {
   double final_loss = 0;
   double allreduce_seconds_per_step = 0;  // waiting for gradient sync
   int64_t resumed_from_step = -1;         // -1: started fresh
-  // Samples (all ranks) of the completed steps of each epoch reached; each
-  // equals epoch_size (the epoch's padded order) when no sample was skipped
-  // or trained twice, in-place recoveries included.
+  // Distinct samples (all ranks, padding left out) of the completed steps
+  // of each epoch reached; each equals epoch_size (the data set's size)
+  // when no sample was skipped or trained twice, in-place recoveries and
+  // changes of the world size included.
   std::vector<int64_t> epoch_samples;
   int64_t epoch_size = 0;
   // The step each in-place recovery resumed at (worker/recovery.h).

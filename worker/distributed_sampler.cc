@@ -1,5 +1,7 @@
 #include "worker/distributed_sampler.h"
 
+#include <algorithm>
+
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/util/Exception.h>
@@ -36,28 +38,40 @@ void DistributedSampler::SetEpoch(int64_t epoch, int64_t consumed) {
   } else {
     for (int64_t i = 0; i < n; ++i) order[i] = i;
   }
-  const int64_t total = num_samples_ * w;
-  if (total > n && n > 0) {
-    // Pad by repeating the head, as torch does (possibly several times).
-    for (int64_t i = n; i < total; ++i) order.push_back(order[(i - n) % n]);
-  } else {
-    order.resize(total);
-  }
-  if (consumed > 0) {
-    consumed = std::min<int64_t>(consumed, static_cast<int64_t>(order.size()));
-    std::vector<int64_t> rest(order.begin() + consumed, order.end());
-    // Same world size: `rest` is already a multiple of it (consumed is whole
-    // steps of all ranks). Otherwise pad from the head of the epoch.
-    for (int64_t i = 0; !rest.empty() && rest.size() % w != 0; ++i) {
-      rest.push_back(order[i % order.size()]);
+  consumed_ = std::max<int64_t>(consumed, 0);
+  if (consumed_ == 0) {
+    const int64_t total = num_samples_ * w;
+    if (total > n && n > 0) {
+      // Pad by repeating the head, as torch does (possibly several times).
+      for (int64_t i = n; i < total; ++i) order.push_back(order[(i - n) % n]);
+    } else {
+      order.resize(total);
     }
-    order = std::move(rest);
+  } else {
+    // A resumed epoch: the data set's samples after `consumed`, each once.
+    // Padding, if the interrupted run had any, lies past n.
+    order.erase(order.begin(), order.begin() + std::min(consumed_, n));
   }
+  handed_out_ = static_cast<int64_t>(order.size());
+  max_indices_ = (handed_out_ + w - 1) / w;
   indices_.clear();
-  indices_.reserve(order.size() / w + 1);
-  for (int64_t i = options_.rank; i < static_cast<int64_t>(order.size()); i += w) {
+  indices_.reserve(max_indices_);
+  for (int64_t i = options_.rank; i < handed_out_; i += w) {
     indices_.push_back(order[i]);
   }
+}
+
+int64_t DistributedSampler::position(int64_t local_end) const {
+  return consumed_ +
+         std::min(handed_out_, std::max<int64_t>(local_end, 0) *
+                                   options_.world_size);
+}
+
+int64_t DistributedSampler::samples_between(int64_t local_begin,
+                                            int64_t local_end) const {
+  // Positions past the data set's size are padding (repeats).
+  const int64_t n = options_.dataset_size;
+  return std::min(position(local_end), n) - std::min(position(local_begin), n);
 }
 
 }  // namespace ddprun::worker

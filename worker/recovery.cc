@@ -189,7 +189,8 @@ absl::StatusOr<WorkerEnv> Membership::JoinNextRound(
 absl::StatusOr<int> SyncFromSurvivor(const ProcessGroup& group, bool has_state,
                                      int64_t version,
                                      std::vector<int64_t>& record,
-                                     const std::vector<at::Tensor>& tensors) {
+                                     const std::vector<at::Tensor>& tensors,
+                                     const StateSyncOptions& options) {
   if (!group.collectives) return has_state ? group.rank : -1;
   const int64_t world = group.world_size;
   // One allreduce(max) of a key that orders (has state, version, -rank).
@@ -212,6 +213,7 @@ absl::StatusOr<int> SyncFromSurvivor(const ProcessGroup& group, bool has_state,
           .to(group.device)};
   group.collectives->broadcast(size, from_source)->wait();
   const int64_t n = size[0].cpu().item<int64_t>();
+  std::vector<int64_t> received;
   if (n > 0) {
     std::vector<int64_t> padded = record;
     padded.resize(n, 0);
@@ -220,31 +222,34 @@ absl::StatusOr<int> SyncFromSurvivor(const ProcessGroup& group, bool has_state,
     group.collectives->broadcast(values, from_source)->wait();
     at::Tensor on_host = values[0].cpu();
     const int64_t* v = on_host.data_ptr<int64_t>();
-    record.assign(v, v + n);
-  } else {
-    record.clear();
+    received.assign(v, v + n);
   }
-  if (!tensors.empty()) {
-    // One broadcast per dtype, not one per tensor: each is a round trip
-    // while every rank waits (bench/launcher/inplace_recovery.py
-    // --breakdown, "state synced").
-    at::NoGradGuard no_grad;
-    std::map<at::ScalarType, std::vector<at::Tensor>> by_type;
-    for (const at::Tensor& t : tensors) {
-      by_type[t.scalar_type()].push_back(t.detach());
-    }
-    for (auto& [type, same_type] : by_type) {
-      std::vector<at::Tensor> flat_parts;
-      for (const at::Tensor& t : same_type) flat_parts.push_back(t.reshape({-1}));
-      std::vector<at::Tensor> flat = {at::cat(flat_parts)};
-      group.collectives->broadcast(flat, from_source)->wait();
-      int64_t offset = 0;
-      for (at::Tensor& t : same_type) {
-        t.copy_(flat[0].narrow(0, offset, t.numel()).view_as(t));
-        offset += t.numel();
-      }
+  if (options.before_tensors) options.before_tensors(source);
+  // One broadcast per dtype, not one per tensor: each is a round trip
+  // while every rank waits (bench/launcher/inplace_recovery.py
+  // --breakdown, "state synced"). Received into copies: nothing changes
+  // before every broadcast completed.
+  at::NoGradGuard no_grad;
+  std::map<at::ScalarType, std::vector<at::Tensor>> by_type;
+  for (const at::Tensor& t : tensors) {
+    by_type[t.scalar_type()].push_back(t.detach());
+  }
+  std::vector<std::pair<std::vector<at::Tensor>*, at::Tensor>> flats;
+  for (auto& [type, same_type] : by_type) {
+    std::vector<at::Tensor> flat_parts;
+    for (const at::Tensor& t : same_type) flat_parts.push_back(t.reshape({-1}));
+    std::vector<at::Tensor> flat = {at::cat(flat_parts)};
+    group.collectives->broadcast(flat, from_source)->wait();
+    flats.emplace_back(&same_type, flat[0]);
+  }
+  for (auto& [same_type, flat] : flats) {
+    int64_t offset = 0;
+    for (at::Tensor& t : *same_type) {
+      t.copy_(flat.narrow(0, offset, t.numel()).view_as(t));
+      offset += t.numel();
     }
   }
+  record = std::move(received);
   return source;
 }
 

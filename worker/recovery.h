@@ -103,6 +103,13 @@ class Membership {
   std::string channel_error_ ABSL_GUARDED_BY(mu_);
 };
 
+struct StateSyncOptions {
+  // Test seam (fault hooks): called on every rank once the source is chosen
+  // and its record sent, before the tensors, with the source rank. A
+  // worker that dies there is a second fault in the middle of a recovery.
+  std::function<void(int source)> before_tensors;
+};
+
 // Collective over `group` (every rank calls it with tensors of the same
 // shapes and dtypes, and records of any length): the ranks agree on the one
 // holding the newest state (has_state, then the highest `version`, e.g. the
@@ -111,9 +118,15 @@ class Membership {
 // state) are copied to every rank, in place. Returns the source rank, or -1
 // when no rank has state (then nothing is copied: start fresh or from a
 // checkpoint). In a world of one: the own rank, or -1.
+//
+// All or nothing: `record` and `tensors` change only once every broadcast
+// completed, so a rank whose sync fails (a peer died in it: an exception
+// from the group) keeps its own state whole and may offer it in the next
+// round's sync.
 absl::StatusOr<int> SyncFromSurvivor(const ProcessGroup& group, bool has_state,
                                      int64_t version,
                                      std::vector<int64_t>& record,
-                                     const std::vector<at::Tensor>& tensors);
+                                     const std::vector<at::Tensor>& tensors,
+                                     const StateSyncOptions& options = {});
 
 }  // namespace ddprun::worker

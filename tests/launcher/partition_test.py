@@ -10,7 +10,10 @@ switch port dies. Then, each within a bound:
 
   * h1 (the survivor) learns of the loss at a heartbeat, restarts alone from
     the checkpoint and finishes: exit 0, world size 1 in its last round and
-    in the summary, test accuracy >= MIN_ACCURACY;
+    in the summary, test accuracy >= MIN_ACCURACY; it resumed from exactly
+    the newest checkpoint the two-node round wrote (its worker logs each
+    one with its round), and every epoch's samples add up to the data set
+    (the rest of the cut epoch went to the one rank left, each sample once);
   * h2 (the cut-off agent) stops its workers and exits non-zero, leaving no
     ddprun-mnist process in its namespace.
 
@@ -38,6 +41,7 @@ MIN_ACCURACY = 0.85
 # 20000 samples a round of 2 trains through in ~1 s an epoch here: enough
 # epochs that the cut reliably lands mid-training, after the first checkpoint.
 EPOCHS = 4
+TRAIN_SAMPLES = 20000
 PREFIX = "ddppart"  # namespaces of this test: ddppart<pid>-{sw,rdzv,h1,h2}
 
 # Bounds, generous for a loaded 2-core machine but finite.
@@ -204,6 +208,13 @@ def workers_started(err_text):
     return bool(last) and "started 1 workers" in err_text[last[-1].end():]
 
 
+def checkpoints_saved(err_text, round_number):
+    """The steps of the checkpoints the worker of round `round_number` saved."""
+    return [int(step) for step in re.findall(
+        rf"checkpoint of step (\d+) saved \(epoch \d+, sample \d+\) in round "
+        rf"{round_number}\b", err_text)]
+
+
 def run_test(args, cluster, work, procs):
     cluster.up(2)
     rdzv = cluster.spawn("rdzv", [args.rendezvous, "--host", "10.253.0.1",
@@ -232,7 +243,7 @@ def run_test(args, cluster, work, procs):
                 "--rdzv-conf",
                 "heartbeat_interval=0.5,heartbeat_timeout=2,last_call_timeout=1,"
                 "join_timeout=15",
-                args.mnist, "--epochs", str(EPOCHS), "--train-limit", "20000",
+                args.mnist, "--epochs", str(EPOCHS), "--train-limit", str(TRAIN_SAMPLES),
                 "--data-dir", args.data_dir, "--checkpoint-dir", checkpoints,
                 "--checkpoint-every", "100", "--summary-json", summary,
                 "--save", "", "--no-in-place"]
@@ -294,9 +305,25 @@ def run_test(args, cluster, work, procs):
     if not figures.get("test_accuracy", 0) >= MIN_ACCURACY:
         raise Failure(f"test accuracy {figures.get('test_accuracy')} < "
                       f"{MIN_ACCURACY}")
-    if not figures.get("resumed_from_step", 0) > 0:
-        raise Failure("the survivor did not resume from a checkpoint: "
-                      f"resumed_from_step {figures.get('resumed_from_step')}")
+    # h1 is rank 0 of the two-node round, the one that saves: the newest
+    # checkpoint of that round is the one the restart must resume from (the
+    # job started in round 0 or a later one: any earlier round's are older).
+    saved = checkpoints_saved(err("h1"), two_node_round)
+    if not saved:
+        raise Failure(f"no checkpoint logged in round {two_node_round}:\n"
+                      + err("h1"))
+    if figures.get("resumed_from_step") != max(saved):
+        raise Failure(f"resumed_from_step {figures.get('resumed_from_step')}, "
+                      f"want {max(saved)}: the newest checkpoint of round "
+                      f"{two_node_round} (saved there: {saved})")
+    if (figures.get("epoch_size") != TRAIN_SAMPLES or
+            figures.get("epoch_samples") != [TRAIN_SAMPLES] * EPOCHS):
+        raise Failure(f"sample accounting: epoch_samples "
+                      f"{figures.get('epoch_samples')} of epoch_size "
+                      f"{figures.get('epoch_size')}; want {EPOCHS} x "
+                      f"{TRAIN_SAMPLES} (a sample skipped or seen twice)")
+    log(f"resumed from step {max(saved)}, the newest checkpoint of round "
+        f"{two_node_round}; every epoch {TRAIN_SAMPLES} samples")
 
     # The cut-off agent stops its workers and gives up.
     remaining = max(1.0, CUT_OFF_BOUND_S - (time.monotonic() - cut))

@@ -58,10 +58,11 @@ TEST(DistributedSamplerTest, NoShuffleIsStridedAndPadsFromTheHead) {
 }
 
 TEST(DistributedSamplerTest, ResumeWithSameWorldContinuesAtTheNextSample) {
-  // 3 ranks trained 5 steps of 4: 60 samples of the epoch's order.
+  // 3 ranks trained 5 steps of 4: 60 samples of the epoch's order. (201
+  // divides by 3: a resumed epoch leaves padding out, the whole one not.)
   for (int rank = 0; rank < 3; ++rank) {
-    DistributedSampler whole = Make(200, rank, 3, 8);
-    DistributedSampler resumed = Make(200, rank, 3, 8);
+    DistributedSampler whole = Make(201, rank, 3, 8);
+    DistributedSampler resumed = Make(201, rank, 3, 8);
     whole.SetEpoch(2);
     resumed.SetEpoch(2, /*consumed=*/60);
     std::vector<int64_t> rest(whole.indices().begin() + 20, whole.indices().end());
@@ -70,29 +71,79 @@ TEST(DistributedSamplerTest, ResumeWithSameWorldContinuesAtTheNextSample) {
 }
 
 TEST(DistributedSamplerTest, ResumeWithOtherWorldLosesAndRepeatsNothing) {
-  // Written by 2 ranks after 48 samples; resumed by 3.
+  // Written by 2 ranks after 48 samples; resumed by 3 (growth in place).
   const int64_t n = 100;
   DistributedSampler old0 = Make(n, 0, 2, 4);
   DistributedSampler old1 = Make(n, 1, 2, 4);
   old0.SetEpoch(1);
   old1.SetEpoch(1);
+  EXPECT_EQ(old0.position(24), 48);
   std::multiset<int64_t> seen(old0.indices().begin(), old0.indices().begin() + 24);
   seen.insert(old1.indices().begin(), old1.indices().begin() + 24);
   std::multiset<int64_t> rest;
+  std::vector<size_t> counts;
   for (int rank = 0; rank < 3; ++rank) {
     DistributedSampler now = Make(n, rank, 3, 4);
     now.SetEpoch(1, /*consumed=*/48);
-    EXPECT_EQ(now.indices().size(), 18u);  // 52 left, padded to 54
+    counts.push_back(now.indices().size());
+    EXPECT_EQ(now.max_indices(), 18);
+    // All of the rest, once: 52 samples.
+    EXPECT_EQ(now.samples_between(0, now.max_indices()), 52);
+    EXPECT_EQ(now.position(now.max_indices()), n);
     rest.insert(now.indices().begin(), now.indices().end());
   }
-  // Every sample once; the only repeats are the 2 padding samples.
-  int64_t repeats = 0;
+  // 52 left, not padded: 18, 17, 17.
+  EXPECT_EQ(counts, (std::vector<size_t>{18, 17, 17}));
   for (int64_t i = 0; i < n; ++i) {
-    int64_t times = static_cast<int64_t>(seen.count(i) + rest.count(i));
-    EXPECT_GE(times, 1) << "sample " << i << " was lost";
-    repeats += times - 1;
+    EXPECT_EQ(seen.count(i) + rest.count(i), 1u) << "sample " << i;
   }
-  EXPECT_EQ(repeats, 2);
+}
+
+TEST(DistributedSamplerTest, ResumedEpochIsSplitInStepsEveryRankTakes) {
+  // 2 ranks trained 3 steps of 5 (30 positions) of 61; 3 ranks take the
+  // 31 left: 11, 10, 10. Step by step (5 per rank), every rank's first k
+  // steps leave the epoch at one position, the same on every rank.
+  const int64_t n = 61;
+  int64_t total = 0;
+  for (int rank = 0; rank < 3; ++rank) {
+    DistributedSampler s = Make(n, rank, 3, 9);
+    s.SetEpoch(0, 30);
+    EXPECT_EQ(s.indices().size(), rank == 0 ? 11u : 10u);
+    EXPECT_EQ(s.max_indices(), 11);
+    EXPECT_EQ(s.position(5), 45);
+    EXPECT_EQ(s.position(10), 60);
+    EXPECT_EQ(s.position(15), 61);  // rank 0's third step: one sample
+    EXPECT_EQ(s.samples_between(10, 15), 1);
+    EXPECT_EQ(s.samples_between(0, 5) + s.samples_between(5, 10) +
+                  s.samples_between(10, 15),
+              31);
+    total += static_cast<int64_t>(s.indices().size());
+  }
+  EXPECT_EQ(total, 31);
+}
+
+TEST(DistributedSamplerTest, PaddingIsNotCountedAsSamples) {
+  // 10 samples over 4 ranks: 3 each, 2 of the 12 are padding.
+  DistributedSampler s = Make(10, 1, 4, 0);
+  s.SetEpoch(0);
+  EXPECT_EQ(s.indices().size(), 3u);
+  EXPECT_EQ(s.position(2), 8);
+  EXPECT_EQ(s.samples_between(0, 2), 8);
+  EXPECT_EQ(s.samples_between(2, 3), 2);
+  // Resumed at the padded end (every sample trained): nothing is left.
+  s.SetEpoch(0, 12);
+  EXPECT_TRUE(s.indices().empty());
+  EXPECT_EQ(s.max_indices(), 0);
+  EXPECT_EQ(s.samples_between(0, 0), 0);
+}
+
+TEST(DistributedSamplerTest, FewerSamplesLeftThanRanks) {
+  // 2 left for 3 ranks: rank 2 has none but still takes part in the step.
+  DistributedSampler s = Make(20, 2, 3, 1);
+  s.SetEpoch(0, 18);
+  EXPECT_TRUE(s.indices().empty());
+  EXPECT_EQ(s.max_indices(), 1);
+  EXPECT_EQ(s.samples_between(0, 1), 2);
 }
 
 TEST(DistributedSamplerTest, SameIndicesAsPythonTorch) {
