@@ -95,22 +95,17 @@ typedef float Floats8 __attribute__((vector_size(32), aligned(4), may_alias));
 #define DDPRUN_VECTOR_CLONES
 #endif
 
-// out[i] = (((in[0][i] + in[1][i]) + in[2][i]) + ...) / divisor for i in
-// [0, n): one fixed order, whatever the vector width (additions and the
-// division lane by lane round as the scalar ones do), so every rank and
-// every clone gets the same bits. `out` may be one of the inputs. Written
-// with explicit vectors: GCC -O2 leaves the plain loop scalar.
-DDPRUN_VECTOR_CLONES
-void SumInto(float* out, const float* const* in, int inputs, int64_t n,
-             float divisor) {
-  const bool divide = divisor != 1.0f;
-  // Dividing by 2^k is multiplying by 2^-k exactly (both round the same real
-  // number), and a multiplication costs a fraction of a division; other
-  // divisors divide, so the bits are those of sum / divisor either way.
-  int exponent = 0;
-  const bool power_of_two = std::frexp(divisor, &exponent) == 0.5f &&
-                            exponent > -125 && exponent < 126;
-  const float reciprocal = power_of_two ? 1.0f / divisor : 0.0f;
+// What SumInto does to each sum: nothing, multiply by the exact reciprocal
+// of a power of two, or divide.
+enum class Scale { kNone, kMultiply, kDivide };
+
+// SumInto's vector part for one Scale and (kInputs > 0) a fixed number of
+// inputs, so that the loop carries no per-block decision; returns how far
+// it got (a multiple of 32 floats).
+template <Scale kScale, int kInputs>
+__attribute__((always_inline)) inline int64_t SumBlocks(
+    float* out, const float* const* in, int inputs, int64_t n, float factor) {
+  if (kInputs > 0) inputs = kInputs;
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
     Floats8 s0 = *reinterpret_cast<const Floats8*>(in[0] + i);
@@ -124,26 +119,69 @@ void SumInto(float* out, const float* const* in, int inputs, int64_t n,
       s2 += *reinterpret_cast<const Floats8*>(x + 16);
       s3 += *reinterpret_cast<const Floats8*>(x + 24);
     }
-    if (power_of_two && divide) {
-      s0 *= reciprocal;
-      s1 *= reciprocal;
-      s2 *= reciprocal;
-      s3 *= reciprocal;
-    } else if (divide) {
-      s0 /= divisor;
-      s1 /= divisor;
-      s2 /= divisor;
-      s3 /= divisor;
+    if (kScale == Scale::kMultiply) {
+      s0 *= factor;
+      s1 *= factor;
+      s2 *= factor;
+      s3 *= factor;
+    } else if (kScale == Scale::kDivide) {
+      s0 /= factor;
+      s1 /= factor;
+      s2 /= factor;
+      s3 /= factor;
     }
     *reinterpret_cast<Floats8*>(out + i) = s0;
     *reinterpret_cast<Floats8*>(out + i + 8) = s1;
     *reinterpret_cast<Floats8*>(out + i + 16) = s2;
     *reinterpret_cast<Floats8*>(out + i + 24) = s3;
   }
+  return i;
+}
+
+template <int kInputs>
+__attribute__((always_inline)) inline int64_t SumBlocksScaled(
+    float* out, const float* const* in, int inputs, int64_t n, Scale scale,
+    float factor) {
+  switch (scale) {
+    case Scale::kNone:
+      return SumBlocks<Scale::kNone, kInputs>(out, in, inputs, n, factor);
+    case Scale::kMultiply:
+      return SumBlocks<Scale::kMultiply, kInputs>(out, in, inputs, n, factor);
+    case Scale::kDivide:
+      return SumBlocks<Scale::kDivide, kInputs>(out, in, inputs, n, factor);
+  }
+  return 0;
+}
+
+// out[i] = (((in[0][i] + in[1][i]) + in[2][i]) + ...) / divisor for i in
+// [0, n): one fixed order, whatever the vector width (additions and the
+// division lane by lane round as the scalar ones do), so every rank and
+// every clone gets the same bits. `out` may be one of the inputs. Written
+// with explicit vectors: GCC -O2 leaves the plain loop scalar.
+DDPRUN_VECTOR_CLONES
+void SumInto(float* out, const float* const* in, int inputs, int64_t n,
+             float divisor) {
+  // Dividing by 2^k is multiplying by 2^-k exactly (both round the same real
+  // number), and a multiplication costs a fraction of a division; other
+  // divisors divide, so the bits are those of sum / divisor either way.
+  int exponent = 0;
+  Scale scale = Scale::kDivide;
+  float factor = divisor;
+  if (divisor == 1.0f) {
+    scale = Scale::kNone;
+  } else if (std::frexp(divisor, &exponent) == 0.5f && exponent > -125 &&
+             exponent < 126) {
+    scale = Scale::kMultiply;
+    factor = 1.0f / divisor;
+  }
+  // Two inputs (two local ranks, the common case) get a loop of their own.
+  int64_t i = inputs == 2
+                  ? SumBlocksScaled<2>(out, in, inputs, n, scale, factor)
+                  : SumBlocksScaled<0>(out, in, inputs, n, scale, factor);
   for (; i < n; ++i) {
     float sum = in[0][i];
     for (int k = 1; k < inputs; ++k) sum += in[k][i];
-    out[i] = divide ? sum / divisor : sum;
+    out[i] = scale == Scale::kNone ? sum : sum / divisor;
   }
 }
 
