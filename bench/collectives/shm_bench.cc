@@ -5,8 +5,8 @@
 // says nothing but instruction counts do:
 //   ddprun-shm-allreduce-bench --floats 102400 --ops 3000 [--world 2]
 //       [--divisor 2] [--dir /dev/shm]
-//   valgrind --tool=callgrind --callgrind-out-file=cg.%p \
-//       ddprun-shm-allreduce-bench --floats 102400 --ops 500
+//   valgrind --tool=callgrind --callgrind-out-file=cg.%p
+//       ddprun-shm-allreduce-bench --floats 102400 --ops 500   (one line)
 // (callgrind_annotate --inclusive=yes cg.<pid>: SumInto and memcpy are the
 // per-call work; WaitFor's inclusive count is spinning, not work.)
 #include <sched.h>
