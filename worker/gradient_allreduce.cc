@@ -191,10 +191,11 @@ absl::Status GradientAllreduce::BetweenNodes(float* data, int64_t count) {
 }
 
 void GradientAllreduce::Run(float* data, int64_t count) {
-  Run(std::vector<ShmAllreduce::Part>{{data, count}}, 1.0f);
+  const ShmAllreduce::Part whole{data, count};
+  Run(absl::MakeConstSpan(&whole, 1), 1.0f);
 }
 
-void GradientAllreduce::Run(const std::vector<ShmAllreduce::Part>& parts,
+void GradientAllreduce::Run(absl::Span<const ShmAllreduce::Part> parts,
                             float divisor) {
   int64_t count = 0;
   for (const ShmAllreduce::Part& p : parts) count += p.count;

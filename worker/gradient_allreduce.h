@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "worker/shm_allreduce.h"
 #include "worker/torch_compat.h"
 
@@ -71,7 +72,7 @@ class GradientAllreduce {
   // The same for a buffer made of parts (e.g. a bucket's gradients where
   // they lie); each element becomes the sum / divisor (DataParallel's
   // average, divided in the same pass).
-  void Run(const std::vector<ShmAllreduce::Part>& parts, float divisor);
+  void Run(absl::Span<const ShmAllreduce::Part> parts, float divisor);
 
   GradientPath path() const { return path_; }
   // How many Run calls completed: tests check that this path ran.

@@ -12,10 +12,12 @@
 #include <atomic>
 #include <cerrno>
 #include <climits>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <new>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_format.h"
 #include "worker/collective_abort.h"
 
@@ -93,15 +95,17 @@ typedef float Floats8 __attribute__((vector_size(32), aligned(4), may_alias));
 #define DDPRUN_VECTOR_CLONES
 #endif
 
-// out[i] = (((in[0][i] + in[1][i]) + in[2][i]) + ...) / divisor for i in
-// [0, n): one fixed order, whatever the vector width (additions and the
-// division lane by lane round as the scalar ones do), so every rank and
-// every clone gets the same bits. `out` may be one of the inputs. Written
-// with explicit vectors: GCC -O2 leaves the plain loop scalar.
-DDPRUN_VECTOR_CLONES
-void SumInto(float* out, const float* const* in, int inputs, int64_t n,
-             float divisor) {
-  const bool divide = divisor != 1.0f;
+// What SumInto does to each sum: nothing, multiply by the exact reciprocal
+// of a power of two, or divide.
+enum class Scale { kNone, kMultiply, kDivide };
+
+// SumInto's vector part for one Scale and (kInputs > 0) a fixed number of
+// inputs, so that the loop carries no per-block decision; returns how far
+// it got (a multiple of 32 floats).
+template <Scale kScale, int kInputs>
+__attribute__((always_inline)) inline int64_t SumBlocks(
+    float* out, const float* const* in, int inputs, int64_t n, float factor) {
+  if (kInputs > 0) inputs = kInputs;
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
     Floats8 s0 = *reinterpret_cast<const Floats8*>(in[0] + i);
@@ -115,21 +119,69 @@ void SumInto(float* out, const float* const* in, int inputs, int64_t n,
       s2 += *reinterpret_cast<const Floats8*>(x + 16);
       s3 += *reinterpret_cast<const Floats8*>(x + 24);
     }
-    if (divide) {
-      s0 /= divisor;
-      s1 /= divisor;
-      s2 /= divisor;
-      s3 /= divisor;
+    if (kScale == Scale::kMultiply) {
+      s0 *= factor;
+      s1 *= factor;
+      s2 *= factor;
+      s3 *= factor;
+    } else if (kScale == Scale::kDivide) {
+      s0 /= factor;
+      s1 /= factor;
+      s2 /= factor;
+      s3 /= factor;
     }
     *reinterpret_cast<Floats8*>(out + i) = s0;
     *reinterpret_cast<Floats8*>(out + i + 8) = s1;
     *reinterpret_cast<Floats8*>(out + i + 16) = s2;
     *reinterpret_cast<Floats8*>(out + i + 24) = s3;
   }
+  return i;
+}
+
+template <int kInputs>
+__attribute__((always_inline)) inline int64_t SumBlocksScaled(
+    float* out, const float* const* in, int inputs, int64_t n, Scale scale,
+    float factor) {
+  switch (scale) {
+    case Scale::kNone:
+      return SumBlocks<Scale::kNone, kInputs>(out, in, inputs, n, factor);
+    case Scale::kMultiply:
+      return SumBlocks<Scale::kMultiply, kInputs>(out, in, inputs, n, factor);
+    case Scale::kDivide:
+      return SumBlocks<Scale::kDivide, kInputs>(out, in, inputs, n, factor);
+  }
+  return 0;
+}
+
+// out[i] = (((in[0][i] + in[1][i]) + in[2][i]) + ...) / divisor for i in
+// [0, n): one fixed order, whatever the vector width (additions and the
+// division lane by lane round as the scalar ones do), so every rank and
+// every clone gets the same bits. `out` may be one of the inputs. Written
+// with explicit vectors: GCC -O2 leaves the plain loop scalar.
+DDPRUN_VECTOR_CLONES
+void SumInto(float* out, const float* const* in, int inputs, int64_t n,
+             float divisor) {
+  // Dividing by 2^k is multiplying by 2^-k exactly (both round the same real
+  // number), and a multiplication costs a fraction of a division; other
+  // divisors divide, so the bits are those of sum / divisor either way.
+  int exponent = 0;
+  Scale scale = Scale::kDivide;
+  float factor = divisor;
+  if (divisor == 1.0f) {
+    scale = Scale::kNone;
+  } else if (std::frexp(divisor, &exponent) == 0.5f && exponent > -125 &&
+             exponent < 126) {
+    scale = Scale::kMultiply;
+    factor = 1.0f / divisor;
+  }
+  // Two inputs (two local ranks, the common case) get a loop of their own.
+  int64_t i = inputs == 2
+                  ? SumBlocksScaled<2>(out, in, inputs, n, scale, factor)
+                  : SumBlocksScaled<0>(out, in, inputs, n, scale, factor);
   for (; i < n; ++i) {
     float sum = in[0][i];
     for (int k = 1; k < inputs; ++k) sum += in[k][i];
-    out[i] = divide ? sum / divisor : sum;
+    out[i] = scale == Scale::kNone ? sum : sum / divisor;
   }
 }
 
@@ -343,8 +395,14 @@ bool ShmAllreduce::PeerAlive(int local_rank) const {
 }
 
 void ShmAllreduce::Signal() {
-  header_->generation.fetch_add(1);
-  if (header_->sleepers.load() > 0) {
+  // Pairs with the fence in WaitFor's sleep (a Dekker handshake): either a
+  // waiter about to sleep sees what this rank stored before calling Signal,
+  // or this load sees its `sleepers` increment and wakes it. While nobody
+  // sleeps (the common case: waiters spin) a signal touches no line that
+  // another rank writes, so it costs no transfer between cores.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (header_->sleepers.load(std::memory_order_relaxed) > 0) {
+    header_->generation.fetch_add(1);
     syscall(SYS_futex, reinterpret_cast<uint32_t*>(&header_->generation),
             FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
   }
@@ -365,7 +423,7 @@ void ShmAllreduce::Abort(const std::string& message) {
   (void)Fail(absl::InternalError(message));
 }
 
-absl::Status ShmAllreduce::WaitFor(const std::function<int()>& laggard,
+absl::Status ShmAllreduce::WaitFor(absl::FunctionRef<int()> laggard,
                                    const char* phase) {
   int waiting_for = laggard();
   if (waiting_for < 0) return absl::OkStatus();
@@ -384,7 +442,6 @@ absl::Status ShmAllreduce::WaitFor(const std::function<int()>& laggard,
   }
   const Clock::time_point deadline = start + options_.timeout;
   while (true) {
-    const uint32_t generation = header_->generation.load();
     if ((waiting_for = laggard()) < 0) return absl::OkStatus();
     // In-place recovery (worker/recovery.h): the agent announced a new
     // round, so the peer waited for may never come.
@@ -435,9 +492,15 @@ absl::Status ShmAllreduce::WaitFor(const std::function<int()>& laggard,
     ts.tv_sec = std::chrono::duration_cast<std::chrono::seconds>(nap).count();
     ts.tv_nsec = std::chrono::duration_cast<std::chrono::nanoseconds>(nap).count() %
                  1000000000;
+    // Announce the sleep, then look once more (see Signal): a rank that
+    // signals after this sees the announcement and bumps `generation`.
     header_->sleepers.fetch_add(1);
-    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&header_->generation),
-            FUTEX_WAIT, generation, &ts, nullptr, 0);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    const uint32_t generation = header_->generation.load();
+    if (laggard() >= 0 && header_->failed.load() == 0) {
+      syscall(SYS_futex, reinterpret_cast<uint32_t*>(&header_->generation),
+              FUTEX_WAIT, generation, &ts, nullptr, 0);
+    }
     header_->sleepers.fetch_sub(1);
   }
 }
@@ -464,7 +527,7 @@ class ShmAllreduce::Pieces {
   };
 
   // Takes the next `n` floats of `parts` from (part, offset) on.
-  Pieces(const std::vector<Part>& parts, size_t& part, int64_t& offset,
+  Pieces(absl::Span<const Part> parts, size_t& part, int64_t& offset,
          int64_t n) {
     int64_t at = 0;
     while (at < n) {
@@ -491,7 +554,9 @@ class ShmAllreduce::Pieces {
   }
 
  private:
-  std::vector<Piece> pieces_;
+  // Inline: a slice rarely spans more than a few parts, and a call of one
+  // slice should not allocate.
+  absl::InlinedVector<Piece, 4> pieces_;
 };
 
 bool ShmAllreduce::WholeCall(int64_t count, bool between_nodes) const {
@@ -506,10 +571,11 @@ bool ShmAllreduce::EachSumsAll(int64_t n, bool between_nodes) const {
 
 absl::Status ShmAllreduce::Allreduce(float* data, int64_t count,
                                      const BetweenNodes& between_nodes) {
-  return Allreduce(std::vector<Part>{{data, count}}, 1.0f, between_nodes);
+  const Part whole{data, count};
+  return Allreduce(absl::MakeConstSpan(&whole, 1), 1.0f, between_nodes);
 }
 
-absl::Status ShmAllreduce::Allreduce(const std::vector<Part>& parts,
+absl::Status ShmAllreduce::Allreduce(absl::Span<const Part> parts,
                                      float divisor,
                                      const BetweenNodes& between_nodes) {
   if (!failed_.ok()) return failed_;
@@ -529,7 +595,7 @@ absl::Status ShmAllreduce::Allreduce(const std::vector<Part>& parts,
     // This buffer set held slice seq-kBuffers: free once every rank is done
     // with it.
     if (seq > kBuffers) {
-      absl::Status free = WaitFor(AllReached(header_->copied, seq - kBuffers),
+      absl::Status free = WaitFor([&] { return FirstBelow(header_->copied, seq - kBuffers); },
                                   "for the previous slice to be copied out");
       if (!free.ok()) return free;
     }
@@ -553,15 +619,11 @@ absl::Status ShmAllreduce::Allreduce(const std::vector<Part>& parts,
   return absl::OkStatus();
 }
 
-std::function<int()> ShmAllreduce::AllReached(const Counter* counters,
-                                              uint64_t target) const {
-  const int size = options_.local_size;
-  return [counters, target, size] {
-    for (int r = 0; r < size; ++r) {
-      if (counters[r].value.load(std::memory_order_acquire) < target) return r;
-    }
-    return -1;
-  };
+int ShmAllreduce::FirstBelow(const Counter* counters, uint64_t target) const {
+  for (int r = 0; r < options_.local_size; ++r) {
+    if (counters[r].value.load(std::memory_order_acquire) < target) return r;
+  }
+  return -1;
 }
 
 absl::Status ShmAllreduce::SliceEachSumsAll(const Pieces& mine, int64_t n,
@@ -579,7 +641,7 @@ absl::Status ShmAllreduce::SliceEachSumsAll(const Pieces& mine, int64_t n,
   });
   h.in_ready[me].value.store(seq, std::memory_order_release);
   Signal();
-  absl::Status ready = WaitFor(AllReached(h.in_ready, seq),
+  absl::Status ready = WaitFor([&] { return FirstBelow(h.in_ready, seq); },
                                "for its input to the shared segment");
   if (!ready.ok()) return ready;
   mine.ForRange(0, n, [&](float* d, int64_t at, int64_t k) {
@@ -616,7 +678,7 @@ absl::Status ShmAllreduce::SliceScattered(const Pieces& mine, int64_t n,
   h.in_ready[me].value.store(seq, std::memory_order_release);
   Signal();
 
-  absl::Status ready = WaitFor(AllReached(h.in_ready, seq),
+  absl::Status ready = WaitFor([&] { return FirstBelow(h.in_ready, seq); },
                                "for its input to the shared segment");
   if (!ready.ok()) return ready;
   mine.ForRange(lo, hi, [&](float* d, int64_t at, int64_t k) {
@@ -634,7 +696,7 @@ absl::Status ShmAllreduce::SliceScattered(const Pieces& mine, int64_t n,
 
   if (between_nodes && me == 0) {
     absl::Status local =
-        WaitFor(AllReached(h.reduced, seq), "for its chunk of the sum");
+        WaitFor([&] { return FirstBelow(h.reduced, seq); }, "for its chunk of the sum");
     if (!local.ok()) return local;
     absl::Status across = between_nodes(out, n);
     if (!across.ok()) return Fail(across);
@@ -649,7 +711,7 @@ absl::Status ShmAllreduce::SliceScattered(const Pieces& mine, int64_t n,
     if (!across.ok()) return across;
   } else {
     absl::Status local =
-        WaitFor(AllReached(h.reduced, seq), "for its chunk of the sum");
+        WaitFor([&] { return FirstBelow(h.reduced, seq); }, "for its chunk of the sum");
     if (!local.ok()) return local;
   }
   if (between_nodes) {

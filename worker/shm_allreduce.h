@@ -7,8 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 
 namespace ddprun::worker {
 
@@ -94,7 +96,7 @@ class ShmAllreduce {
     float* data;
     int64_t count;
   };
-  absl::Status Allreduce(const std::vector<Part>& parts, float divisor,
+  absl::Status Allreduce(absl::Span<const Part> parts, float divisor,
                          const BetweenNodes& between_nodes = nullptr);
 
   // Tells the other local ranks that this one failed (they stop waiting and
@@ -125,10 +127,10 @@ class ShmAllreduce {
   // Every wait of this class: until `laggard()` returns -1; else it names a
   // local rank not there yet (for the error message), `phase` says what it
   // was waited for. Fails on a peer's failure, death or the timeout.
-  absl::Status WaitFor(const std::function<int()>& laggard, const char* phase);
-  // A laggard function: the first local rank whose counter is below target.
-  std::function<int()> AllReached(const Counter* counters,
-                                  uint64_t target) const;
+  // (A FunctionRef: no allocation per wait.)
+  absl::Status WaitFor(absl::FunctionRef<int()> laggard, const char* phase);
+  // The first local rank whose counter is below target, or -1.
+  int FirstBelow(const Counter* counters, uint64_t target) const;
   bool EachSumsAll(int64_t n, bool between_nodes) const;
   // Where the current slice lies in the caller's parts.
   class Pieces;

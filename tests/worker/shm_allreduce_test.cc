@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <thread>
@@ -268,6 +269,42 @@ TEST(ShmAllreduceTest, PartsWithDifferentBoundariesAreSummedAndDividedInPlace) {
         }
       });
     }
+  }
+}
+
+TEST(ShmAllreduceTest, EveryDivisorGivesTheBitsOfSumThenDivide) {
+  // Powers of two multiply by their reciprocal (exact), the others divide:
+  // either way each element is bit for bit sum / divisor, subnormal
+  // results, infinities and NaNs included, at both vector and scalar
+  // positions (1000 floats: 31 blocks of 32, then a tail of 8).
+  const int64_t n = 1000;
+  auto value = [](int64_t i, int r) {
+    switch (i % 7) {
+      case 0: return 1e-38f * static_cast<float>(r + 1);  // subnormal / 2^k
+      case 1: return -3e38f;                               // overflows to -inf
+      case 2: return i == 2 && r == 1 ? std::nanf("") : 1.0f;
+      default: return NoisyValue(i, r);
+    }
+  };
+  for (float divisor : {2.0f, 4.0f, 1024.0f, 0.5f, 3.0f, -2.0f, 1.0f}) {
+    SCOPED_TRACE(divisor);
+    TempDir dir;
+    AsLocalRanks(
+        dir, 2,
+        [&](int r, ShmAllreduce& shm) {
+          std::vector<float> data(n);
+          for (int64_t i = 0; i < n; ++i) data[i] = value(i, r);
+          ShmAllreduce::Part part{data.data(), n};
+          ASSERT_TRUE(shm.Allreduce({part}, divisor).ok());
+          for (int64_t i = 0; i < n; ++i) {
+            const float expected = (value(i, 0) + value(i, 1)) / divisor;
+            ASSERT_EQ(std::memcmp(&data[i], &expected, sizeof(float)), 0)
+                << "rank " << r << " i " << i << ": " << data[i] << " against "
+                << expected;
+          }
+          EXPECT_EQ(shm.stats().whole_calls, 1);
+        },
+        /*slice_floats=*/64, /*whole_call_floats=*/n);
   }
 }
 

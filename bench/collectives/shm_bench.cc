@@ -1,0 +1,147 @@
+// ShmAllreduce alone, without ddprun or torch: W forked local ranks (one
+// CPU each, CPU r mod the CPUs allowed) sum `--floats` floats through one
+// segment `--ops` times; rank 0 prints per-call percentiles. Small and
+// deterministic enough to run under callgrind, where timing under load
+// says nothing but instruction counts do:
+//   ddprun-shm-allreduce-bench --floats 102400 --ops 3000 [--world 2]
+//       [--divisor 2] [--dir /dev/shm]
+//   valgrind --tool=callgrind --callgrind-out-file=cg.%p
+//       ddprun-shm-allreduce-bench --floats 102400 --ops 500   (one line)
+// (callgrind_annotate --inclusive=yes cg.<pid>: SumInto and memcpy are the
+// per-call work; WaitFor's inclusive count is spinning, not work.)
+#include <sched.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_format.h"
+#include "worker/shm_allreduce.h"
+
+namespace {
+
+using ::ddprun::worker::ShmAllreduce;
+using ::ddprun::worker::ShmAllreduceOptions;
+
+// One local rank: attaches (after rank 0 created the segment), runs the
+// calls, and (rank 0) prints the percentiles. Returns the exit status.
+int Rank(const ShmAllreduceOptions& options, int64_t floats, int ops,
+         float divisor) {
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0) {
+    std::vector<int> cpus;
+    for (int c = 0; c < CPU_SETSIZE; ++c) {
+      if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+    }
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpus[options.local_rank % cpus.size()], &one);
+    (void)sched_setaffinity(0, sizeof(one), &one);  // best effort
+  }
+  absl::StatusOr<std::unique_ptr<ShmAllreduce>> shm;
+  if (options.local_rank == 0) {
+    shm = ShmAllreduce::Create(options);
+  } else {
+    // Forked once rank 0's file exists (see Run).
+    shm = ShmAllreduce::Attach(options);
+  }
+  if (!shm.ok()) {
+    std::cerr << "ddprun-shm-allreduce-bench: " << shm.status() << std::endl;
+    return 1;
+  }
+  std::vector<float> data(floats, 1.0f);
+  std::vector<double> micros;
+  micros.reserve(ops);
+  for (int i = 0; i < ops; ++i) {
+    std::fill(data.begin(), data.end(), 1.0f);
+    const ShmAllreduce::Part part{data.data(), floats};
+    const auto start = std::chrono::steady_clock::now();
+    absl::Status status = (*shm)->Allreduce({part}, divisor);
+    micros.push_back(std::chrono::duration<double, std::micro>(
+                         std::chrono::steady_clock::now() - start)
+                         .count());
+    if (!status.ok()) {
+      std::cerr << "ddprun-shm-allreduce-bench: " << status << std::endl;
+      return 1;
+    }
+  }
+  const float expected = static_cast<float>(options.local_size) / divisor;
+  for (float v : data) {
+    if (v != expected) {
+      std::cerr << "ddprun-shm-allreduce-bench: wrong sum " << v
+                << ", expected " << expected << std::endl;
+      return 1;
+    }
+  }
+  if (options.local_rank == 0) {
+    std::sort(micros.begin(), micros.end());
+    std::cout << absl::StrFormat(
+                     "world %d, %d floats (%d bytes), %d calls: p10 %.1f us, "
+                     "p50 %.1f us, p90 %.1f us",
+                     options.local_size, floats, floats * 4, ops,
+                     micros[ops / 10], micros[ops / 2], micros[ops * 9 / 10])
+              << std::endl;
+  }
+  return 0;
+}
+
+int Run(int argc, char** argv) {
+  int64_t floats = 102400;
+  int ops = 1000;
+  int world = 2;
+  float divisor = 1.0f;
+  std::string dir = "/dev/shm";
+  CLI::App app{"ShmAllreduce alone: forked local ranks, per-call percentiles"};
+  app.add_option("--floats", floats, "floats per call")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 32));
+  app.add_option("--ops", ops, "calls")->check(CLI::Range(1, 100000000));
+  app.add_option("--world", world, "local ranks")->check(CLI::Range(1, 64));
+  app.add_option("--divisor", divisor, "each sum is divided by it")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--dir", dir, "a folder in shared memory")
+      ->check(CLI::ExistingDirectory);
+  CLI11_PARSE(app, argc, argv);
+
+  ShmAllreduceOptions options;
+  options.dir = dir;
+  options.name = absl::StrFormat("ddprun-shm-bench-%d", getpid());
+  options.local_size = world;
+  // Rank 0's segment exists before any other rank starts; it is unlinked
+  // once the last rank has attached.
+  options.local_rank = 0;
+  std::vector<pid_t> children;
+  int status = 0;
+  pid_t first = fork();
+  if (first == 0) _exit(Rank(options, floats, ops, divisor));
+  children.push_back(first);
+  // Rank 0 creates the file; wait until it exists before forking the rest.
+  const std::string path = dir + "/" + options.name;
+  for (int i = 0; i < 10000 && access(path.c_str(), F_OK) != 0; ++i) {
+    usleep(1000);
+  }
+  for (int r = 1; r < world; ++r) {
+    pid_t child = fork();
+    if (child == 0) {
+      options.local_rank = r;
+      _exit(Rank(options, floats, ops, divisor));
+    }
+    children.push_back(child);
+  }
+  for (pid_t child : children) {
+    int child_status = 0;
+    waitpid(child, &child_status, 0);
+    if (!WIFEXITED(child_status) || WEXITSTATUS(child_status) != 0) status = 1;
+  }
+  return status;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return Run(argc, argv); }
