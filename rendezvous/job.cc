@@ -114,8 +114,9 @@ absl::Duration Job::PollTimeout(int64_t interval_ms) const {
           static_cast<double>(interval)));
     }
   }
-  return absl::Milliseconds(interval_ms +
-                            std::max(timeout_ms, 2 * interval_ms));
+  return std::max(options_.min_poll_timeout,
+                  absl::Milliseconds(interval_ms +
+                                     std::max(timeout_ms, 2 * interval_ms)));
 }
 
 void Job::RespondToPoll(const std::string& id, WaiterId waiter,
@@ -690,7 +691,7 @@ void Job::Tick(absl::Time now, Effects* effects) {
     }
   }
   for (const std::string& id : stopped_polling) {
-    spdlog::info("job '{}': node '{}' stopped polling for its round; dropped",
+    spdlog::warn("job '{}': node '{}' stopped polling for its round; dropped",
                  run_id_, id);
     Node& node = nodes_.at(id);
     node.polling = false;

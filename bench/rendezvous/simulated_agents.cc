@@ -137,6 +137,12 @@ JoinResult SimulatedAgents::JoinAll(absl::Duration timeout) {
   JoinResult result;
   std::function<void(JoinCall*)> answered = [&](JoinCall* call) {
     absl::MutexLock lock(&mu);
+    if (options_.poll &&
+        call->status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      // As the agent's RendezvousClient: an unreachable server is retried.
+      polls.emplace(absl::Now() + absl::Seconds(1), call->node);
+      return;
+    }
     if (call->status.ok() && call->response.has_waiting()) {
       ++waiting_answers;
       polls.emplace(absl::Now() + absl::Milliseconds(

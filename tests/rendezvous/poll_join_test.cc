@@ -30,6 +30,7 @@ class PollJoinTest : public ::testing::Test {
             v1::JobConfig config = v1::JobConfig()) {
     options_.max_parked_joins = max_parked_joins;
     options_.min_poll_interval = absl::Milliseconds(250);
+    options_.min_poll_timeout = absl::ZeroDuration();
     if (config.min_nodes() == 0) config = Config(nodes);
     job_ = std::make_unique<Job>("job", config, now_, options_);
   }
