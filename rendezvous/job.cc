@@ -58,30 +58,127 @@ Job::Node& Job::NodeFor(const std::string& id,
   auto [it, inserted] = nodes_.try_emplace(id);
   Node& node = it->second;
   if (inserted) node.arrival = next_arrival_++;
-  if (node.waiter.has_value()) {
+  if (node.waiting()) {
     Answer(node,
            absl::AbortedError(absl::StrFormat("superseded by %s from node '%s'",
                                               newer_call, id)),
            effects);
   }
+  node.answer_for_poll.reset();
   node.join = request;
   node.join.clear_config();
   node.done = false;
   return node;
 }
 
-void Job::Park(Node& node, WaiterId waiter, absl::Time now) {
-  node.waiter = waiter;
+bool Job::Park(Node& node, WaiterId waiter, bool poll, absl::Time now) {
   node.join_deadline = now + absl::Milliseconds(config_.join_timeout_ms());
   node.last_seen = now;
   next_scan_ = std::min(next_scan_, node.join_deadline);
   ++parked_;
+  if (poll && parked_calls_ >= options_.max_parked_joins) {
+    node.polling = true;
+    ++polling_;
+    node.poll_deadline = now + PollTimeout(PollIntervalMs());
+    next_scan_ = std::min(next_scan_, node.poll_deadline);
+    return true;
+  }
+  node.waiter = waiter;
+  ++parked_calls_;
+  return false;
+}
+
+int64_t Job::PollIntervalMs() const {
+  int64_t interval = absl::ToInt64Milliseconds(options_.min_poll_interval);
+  const int64_t budget = options_.poll_budget_per_s;
+  if (budget > 0) {
+    interval = std::max(interval, (polling_ * 1000 + budget - 1) / budget);
+  }
+  return std::max<int64_t>(interval, 1);
+}
+
+absl::Duration Job::PollTimeout(int64_t interval_ms) const {
+  // One interval late, plus the heartbeat timeout a round of the waiting
+  // nodes would get (the job's measure of silence, lengthened for a large
+  // job as ScaleHeartbeats does: a server saturated by a large job's polls
+  // answers late, and a live node must not be dropped for it), and never
+  // under three intervals.
+  int64_t timeout_ms = config_.heartbeat_timeout_ms();
+  const int64_t budget = options_.heartbeat_budget_per_s;
+  const int64_t interval = config_.heartbeat_interval_ms();
+  if (budget > 0 && interval > 0) {
+    const int64_t needed_ms = (int64_t{parked_} * 1000 + budget - 1) / budget;
+    if (needed_ms > interval) {
+      timeout_ms = static_cast<int64_t>(std::ceil(
+          static_cast<double>(timeout_ms) * static_cast<double>(needed_ms) /
+          static_cast<double>(interval)));
+    }
+  }
+  return std::max(options_.min_poll_timeout,
+                  absl::Milliseconds(interval_ms +
+                                     std::max(timeout_ms, 2 * interval_ms)));
+}
+
+void Job::RespondToPoll(const std::string& id, WaiterId waiter,
+                        absl::Time now, Effects* effects) {
+  auto it = nodes_.find(id);
+  if (it == nodes_.end()) {
+    // (Not reached: nothing between Park and here drops a node.)
+    return Refuse(waiter,
+                  absl::AbortedError(absl::StrFormat(
+                      "node '%s' was dropped from job '%s'; Join again", id,
+                      run_id_)),
+                  effects);
+  }
+  Node& node = it->second;
+  if (node.answer_for_poll.has_value()) {
+    absl::StatusOr<v1::JoinResponse> answer = *std::move(node.answer_for_poll);
+    node.answer_for_poll.reset();
+    node.last_seen = now;  // a member's heartbeat clock starts now
+    if (!answer.ok()) DropNode(id, now);
+    effects->joins.push_back({waiter, std::move(answer)});
+    return;
+  }
+  v1::JoinResponse response;
+  v1::JoinWaiting* waiting = response.mutable_waiting();
+  const int64_t interval = PollIntervalMs();
+  waiting->set_round(round_);
+  waiting->set_poll_interval_ms(interval);
+  waiting->set_poll_timeout_ms(absl::ToInt64Milliseconds(PollTimeout(interval)));
+  waiting->set_nodes_waiting(parked_);
+  effects->joins.push_back({waiter, std::move(response)});
+}
+
+void Job::Poll(Node& node, const std::string& id, WaiterId waiter,
+               absl::Time now, Effects* effects) {
+  if (node.polling) {
+    node.last_seen = now;
+    node.poll_deadline = now + PollTimeout(PollIntervalMs());
+    next_scan_ = std::min(next_scan_, node.poll_deadline);
+    if (parked_calls_ < options_.max_parked_joins) {
+      // A parked slot is free: wait on this call until the round closes.
+      node.polling = false;
+      --polling_;
+      node.waiter = waiter;
+      ++parked_calls_;
+      return;
+    }
+  }
+  RespondToPoll(id, waiter, now, effects);
 }
 
 void Job::Answer(Node& node, absl::StatusOr<v1::JoinResponse> response,
                  Effects* effects) {
-  effects->joins.push_back({*node.waiter, std::move(response)});
-  node.waiter.reset();
+  if (node.waiter.has_value()) {
+    effects->joins.push_back({*node.waiter, std::move(response)});
+    node.waiter.reset();
+    --parked_calls_;
+  } else {
+    // Polling: its next poll collects the answer.
+    node.polling = false;
+    --polling_;
+    node.answer_for_poll = std::move(response);
+  }
   --parked_;
 }
 
@@ -128,6 +225,14 @@ void Job::Join(const v1::JoinRequest& request, WaiterId waiter, absl::Time now,
                       run_id_)),
                   effects);
   }
+  if (request.poll()) {
+    // A node polling for its round: its first Join was checked.
+    if (auto it = nodes_.find(id);
+        it != nodes_.end() &&
+        (it->second.polling || it->second.answer_for_poll.has_value())) {
+      return Poll(it->second, id, waiter, now, effects);
+    }
+  }
   if (request.local_world_size() < 1) {
     return Refuse(waiter,
                   absl::InvalidArgumentError(absl::StrFormat(
@@ -148,7 +253,7 @@ void Job::Join(const v1::JoinRequest& request, WaiterId waiter, absl::Time now,
   }
   if (request.node_rank() >= 0) {
     for (const auto& [other_id, other] : nodes_) {
-      if (other_id != id && other.waiter.has_value() &&
+      if (other_id != id && other.waiting() &&
           other.join.node_rank() == request.node_rank()) {
         return Refuse(waiter,
                       absl::InvalidArgumentError(absl::StrFormat(
@@ -178,7 +283,7 @@ void Job::Join(const v1::JoinRequest& request, WaiterId waiter, absl::Time now,
   // An agent that retried while its first Join was still parked waits on
   // the newer call.
   Node& node = NodeFor(id, request, "a newer Join", effects);
-  Park(node, waiter, now);
+  const bool polls = Park(node, waiter, request.poll(), now);
   if (state_ == v1::JOB_STATE_RUNNING) {
     if (node.member) {
       spdlog::info(
@@ -198,6 +303,7 @@ void Job::Join(const v1::JoinRequest& request, WaiterId waiter, absl::Time now,
     // Otherwise the round is full: the node waits, and heartbeats report it.
   }
   MaybeClose(now, effects);
+  if (polls) RespondToPoll(id, waiter, now, effects);
 }
 
 void Job::CancelJoin(const std::string& node_id, WaiterId waiter,
@@ -205,6 +311,7 @@ void Job::CancelJoin(const std::string& node_id, WaiterId waiter,
   auto it = nodes_.find(node_id);
   if (it == nodes_.end() || it->second.waiter != waiter) return;
   it->second.waiter.reset();
+  --parked_calls_;
   --parked_;
   DropNode(node_id, now);
   MaybeClose(now, effects);
@@ -214,7 +321,13 @@ bool Job::AllExpectedParked() const {
   for (const std::string& id : last_members_) {
     auto it = nodes_.find(id);
     if (it == nodes_.end()) continue;  // dropped: no longer expected
-    if (!it->second.done && !it->second.waiter.has_value()) return false;
+    const Node& node = it->second;
+    // (A polling node whose Join timed out is dropped once it collects
+    // that answer: no longer expected either.)
+    if (node.answer_for_poll.has_value() && !node.answer_for_poll->ok()) {
+      continue;
+    }
+    if (!node.done && !node.waiting()) return false;
   }
   return true;
 }
@@ -239,7 +352,7 @@ void Job::Close(absl::Time now, Effects* effects) {
   std::vector<Entry*> pinned;  // asked for a node_rank
   std::vector<Entry*> others;
   for (auto& entry : nodes_) {
-    if (!entry.second.waiter.has_value()) continue;
+    if (!entry.second.waiting()) continue;
     (entry.second.join.node_rank() >= 0 ? pinned : others).push_back(&entry);
   }
   // Join refuses duplicate and out-of-range node ranks among parked nodes,
@@ -341,7 +454,7 @@ void Job::Finish(v1::JobState state, absl::Time now, Effects* effects) {
   ended_at_ = now;
   resuming_.reset();
   for (auto& [id, node] : nodes_) {
-    if (node.waiter.has_value()) Answer(node, EndedResponse(), effects);
+    if (node.waiting()) Answer(node, EndedResponse(), effects);
   }
   effects->released.push_back({run_id_, round_ + 1});
   spdlog::info("job '{}' ended: {}", run_id_, Ended().message());
@@ -442,13 +555,14 @@ void Job::Leave(const v1::LeaveRequest& request, absl::Time now,
   auto it = nodes_.find(request.node_id());
   if (it == nodes_.end()) return;
   Node& node = it->second;
-  if (node.waiter.has_value()) {
+  if (node.waiting()) {
     Answer(node,
            absl::CancelledError(absl::StrFormat(
                "node '%s' left job '%s' while its Join was parked",
                request.node_id(), run_id_)),
            effects);
   }
+  node.answer_for_poll.reset();  // it left: it polls no more
   if (request.reason() == v1::LeaveRequest::REASON_SUCCEEDED) {
     node.done = true;
     node.last_seen = now;
@@ -511,6 +625,7 @@ void Job::Tick(absl::Time now, Effects* effects) {
         run_id_, absl::FormatDuration(since_last_tick));
     for (auto& [id, node] : nodes_) {
       node.last_seen = std::min(now, node.last_seen + since_last_tick);
+      node.poll_deadline += since_last_tick;
     }
     heartbeat_clock_start_ =
         std::min(now, heartbeat_clock_start_ + since_last_tick);
@@ -524,6 +639,7 @@ void Job::Tick(absl::Time now, Effects* effects) {
     return;
   }
   std::vector<std::string> timed_out;
+  std::vector<std::string> stopped_polling;
   std::vector<std::string> silent;
   const absl::Duration heartbeat_timeout =
       absl::Milliseconds(heartbeat_timeout_ms_);
@@ -536,6 +652,22 @@ void Job::Tick(absl::Time now, Effects* effects) {
         timed_out.push_back(id);
       } else {
         next_scan_ = std::min(next_scan_, node.join_deadline);
+      }
+    } else if (node.polling) {
+      if (now >= node.join_deadline) {
+        timed_out.push_back(id);
+      } else if (now >= node.poll_deadline) {
+        stopped_polling.push_back(id);
+      } else {
+        next_scan_ = std::min(
+            next_scan_, std::min(node.join_deadline, node.poll_deadline));
+      }
+    } else if (node.answer_for_poll.has_value()) {
+      // Its answer waits for its next poll, which is its liveness.
+      if (now >= node.poll_deadline) {
+        silent.push_back(id);
+      } else {
+        next_scan_ = std::min(next_scan_, node.poll_deadline);
       }
     } else if (!node.done) {
       absl::Time deadline =
@@ -550,9 +682,22 @@ void Job::Tick(absl::Time now, Effects* effects) {
   if (!timed_out.empty()) {
     absl::Status status = absl::DeadlineExceededError(JoinTimeoutMessage());
     for (const std::string& id : timed_out) {
-      Answer(nodes_.at(id), status, effects);
-      DropNode(id, now);
+      Node& node = nodes_.at(id);
+      const bool polling = node.polling;
+      Answer(node, status, effects);
+      // A polling node is dropped when it collects the answer (or stops
+      // polling).
+      if (!polling) DropNode(id, now);
     }
+  }
+  for (const std::string& id : stopped_polling) {
+    spdlog::warn("job '{}': node '{}' stopped polling for its round; dropped",
+                 run_id_, id);
+    Node& node = nodes_.at(id);
+    node.polling = false;
+    --polling_;
+    --parked_;
+    DropNode(id, now);
   }
   bool lost_member = false;
   for (const std::string& id : silent) {
@@ -607,7 +752,7 @@ v1::JobStatus Job::Status(absl::Time now) const {
     v1::NodeState state = v1::NODE_STATE_REJOINING;  // its Join is due
     if (node.done) {
       state = v1::NODE_STATE_DONE;
-    } else if (node.waiter.has_value()) {
+    } else if (node.waiting()) {
       state = state_ == v1::JOB_STATE_RUNNING ? v1::NODE_STATE_WAITING
                                               : v1::NODE_STATE_JOINING;
     } else if (node.member) {

@@ -95,6 +95,17 @@ int main(int argc, char** argv) {
                  "proportion); 0: never")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--max-parked-joins", server.max_parked_joins,
+                 "Joins parked per job until its round closes (gRPC holds "
+                 "~14 KiB per parked call); agents that can poll are told "
+                 "beyond it to poll instead (older agents are always parked)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--poll-budget", server.poll_budget_per_s,
+                 "polling Joins per second one job's waiting nodes may send: "
+                 "more polling nodes are told a longer poll interval")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--join-queues", server.join_queues,
                  "completion queues (one thread each) that serve Join; "
                  "more spread a large job's parked Joins thinner")

@@ -44,6 +44,8 @@ JobTableOptions TableOptions(const ServerOptions& options) {
   table.ended_job_grace = options.ended_job_grace;
   table.job.max_peers_in_assignment = options.max_peers_in_assignment;
   table.job.heartbeat_budget_per_s = options.heartbeat_budget_per_s;
+  table.job.max_parked_joins = options.max_parked_joins;
+  table.job.poll_budget_per_s = options.poll_budget_per_s;
   table.job.forgive_stalls_over = options.forgive_stalls_over;
   table.limits = options.limits;
   return table;

@@ -53,6 +53,12 @@ struct ServerOptions {
   // Heartbeats per second one job may send; larger jobs get a longer
   // interval (JobOptions::heartbeat_budget_per_s). 0: never lengthened.
   int64_t heartbeat_budget_per_s = 10000;
+  // Joins with `poll` parked per job; the others are answered `waiting`
+  // and poll (JobOptions::max_parked_joins).
+  int64_t max_parked_joins = 16384;
+  // Polls per second one job's polling nodes may send; more polling nodes
+  // get a longer poll interval (JobOptions::poll_budget_per_s).
+  int64_t poll_budget_per_s = 25000;
   // A tick this much later than the previous one means the server did not
   // run: that time does not count as any node's silence
   // (JobOptions::forgive_stalls_over).

@@ -17,12 +17,20 @@ struct BenchOptions {
   int heartbeats_in_flight = 256;
   absl::Duration heartbeat_interval = absl::Seconds(1);
   absl::Duration heartbeat_timeout = absl::Seconds(3);
+  // Extra arguments for server_binary (not the baseline).
+  std::vector<std::string> server_args;
+  // When set, each node count is measured on this server too, before
+  // server_binary, `repeats` times interleaved.
+  std::string baseline_binary;
+  int repeats = 1;
+  // The simulated agents' Joins may be answered `waiting` (AgentsOptions).
+  bool poll = true;
 };
 
 // For each node count: a fresh server process, every node joining, the
 // server's memory, heartbeat throughput, and lost-node detection. Prints one
-// table row per count. Returns the process exit code (non-zero when a
-// measurement failed).
+// table row per count and server. Returns the process exit code (non-zero
+// when a measurement failed).
 int RunRendezvousBench(const BenchOptions& options);
 
 }  // namespace ddprun::bench

@@ -17,6 +17,19 @@ int main(int argc, char** argv) {
   app.add_option("--server", options.server_binary,
                  "the ddprun-rendezvous binary")
       ->capture_default_str();
+  app.add_option("--server-arg", options.server_args,
+                 "an extra argument for --server (repeat for more), e.g. "
+                 "--server-arg=--max-parked-joins=1000");
+  app.add_option("--baseline", options.baseline_binary,
+                 "another ddprun-rendezvous measured before --server at each "
+                 "node count (interleaved)");
+  app.add_option("--repeats", options.repeats,
+                 "measure every node count this many times")
+      ->capture_default_str();
+  bool no_poll = false;
+  app.add_flag("--no-poll", no_poll,
+               "Joins do not say they can poll: every one is parked, as "
+               "agents older than JoinRequest.poll are");
   app.add_option("--nodes", options.nodes, "node counts to measure")
       ->delimiter(',')
       ->capture_default_str();
@@ -57,6 +70,7 @@ int main(int argc, char** argv) {
     hostile_options.memory_bound = !no_memory_bound;
     return ddprun::bench::RunHostileBench(hostile_options);
   }
+  options.poll = !no_poll;
   options.heartbeat_duration = absl::Seconds(heartbeat_seconds);
   options.join_timeout = absl::Seconds(join_timeout_seconds);
   return ddprun::bench::RunRendezvousBench(options);

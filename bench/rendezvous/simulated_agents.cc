@@ -1,8 +1,10 @@
 #include "bench/rendezvous/simulated_agents.h"
 
 #include <atomic>
+#include <queue>
 #include <set>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -88,9 +90,46 @@ absl::Status SimulatedAgents::EndRound() {
   return absl::OkStatus();
 }
 
+void SimulatedAgents::SendJoin(
+    int i, absl::Duration timeout,
+    const std::function<void(JoinCall*)>* answered) {
+  auto* call = new JoinCall;
+  call->answered = answered;
+  call->node = i;
+  // As the agent's RendezvousClient::Join: no gRPC deadline on the parked
+  // Join (the server answers at join_timeout).
+  Authorize(&call->context);
+  v1::JoinRequest r;
+  r.set_run_id(options_.run_id);
+  r.set_node_id(NodeId(i));
+  r.set_local_world_size(options_.local_world_size);
+  r.set_node_rank(-1);
+  r.set_address(absl::StrCat("10.0.", i / 250, ".", i % 250));
+  r.set_master_port(29500);
+  r.set_poll(options_.poll);
+  v1::JobConfig* c = r.mutable_config();
+  c->set_min_nodes(options_.nodes);
+  c->set_max_nodes(options_.nodes);
+  c->set_max_restarts(options_.max_restarts);
+  c->set_join_timeout_ms(absl::ToInt64Milliseconds(timeout));
+  c->set_heartbeat_interval_ms(
+      absl::ToInt64Milliseconds(options_.heartbeat_interval));
+  c->set_heartbeat_timeout_ms(
+      absl::ToInt64Milliseconds(options_.heartbeat_timeout));
+  call->reader =
+      Stub(i).AsyncJoin(&call->context, r, queues_[i % queues_.size()].get());
+  call->reader->Finish(&call->response, &call->status, call);
+}
+
 JoinResult SimulatedAgents::JoinAll(absl::Duration timeout) {
   absl::Mutex mu;
   int done = 0;
+  int64_t waiting_answers = 0;
+  // Polls due, earliest first: one thread sends them (a gRPC alarm per
+  // waiting node would put 100,000 timers in the client's own gRPC).
+  using Due = std::pair<absl::Time, int>;
+  std::priority_queue<Due, std::vector<Due>, std::greater<>> polls;
+  bool stop_polling = false;
   absl::Time last_done;
   std::string error;
   std::set<int> ranks;
@@ -98,6 +137,19 @@ JoinResult SimulatedAgents::JoinAll(absl::Duration timeout) {
   JoinResult result;
   std::function<void(JoinCall*)> answered = [&](JoinCall* call) {
     absl::MutexLock lock(&mu);
+    if (options_.poll &&
+        call->status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      // As the agent's RendezvousClient: an unreachable server is retried.
+      polls.emplace(absl::Now() + absl::Seconds(1), call->node);
+      return;
+    }
+    if (call->status.ok() && call->response.has_waiting()) {
+      ++waiting_answers;
+      polls.emplace(absl::Now() + absl::Milliseconds(
+                                      call->response.waiting().poll_interval_ms()),
+                    call->node);
+      return;
+    }
     ++done;
     last_done = absl::Now();
     const grpc::Status& status = call->status;
@@ -124,37 +176,40 @@ JoinResult SimulatedAgents::JoinAll(absl::Duration timeout) {
     }
   };
 
+  std::thread poller([&] {
+    absl::MutexLock lock(&mu);
+    while (!stop_polling) {
+      absl::Time now = absl::Now();
+      std::vector<int> due;
+      while (!polls.empty() && polls.top().first <= now) {
+        due.push_back(polls.top().second);
+        polls.pop();
+      }
+      if (!due.empty()) {
+        mu.Unlock();
+        for (int node : due) SendJoin(node, timeout, &answered);
+        mu.Lock();
+        continue;
+      }
+      absl::Time next =
+          polls.empty() ? now + absl::Milliseconds(50) : polls.top().first;
+      auto woken = [&] {
+        return stop_polling || (!polls.empty() && polls.top().first < next);
+      };
+      mu.AwaitWithDeadline(absl::Condition(&woken), next);
+    }
+  });
   absl::Time first_sent = absl::Now();
-  for (int i = 0; i < options_.nodes; ++i) {
-    auto* call = new JoinCall;
-    call->answered = &answered;
-    // As the agent's RendezvousClient::Join: no gRPC deadline on the parked
-    // Join (the server answers at join_timeout).
-    Authorize(&call->context);
-    v1::JoinRequest r;
-    r.set_run_id(options_.run_id);
-    r.set_node_id(NodeId(i));
-    r.set_local_world_size(options_.local_world_size);
-    r.set_node_rank(-1);
-    r.set_address(absl::StrCat("10.0.", i / 250, ".", i % 250));
-    r.set_master_port(29500);
-    v1::JobConfig* c = r.mutable_config();
-    c->set_min_nodes(options_.nodes);
-    c->set_max_nodes(options_.nodes);
-    c->set_max_restarts(options_.max_restarts);
-    c->set_join_timeout_ms(absl::ToInt64Milliseconds(timeout));
-    c->set_heartbeat_interval_ms(
-        absl::ToInt64Milliseconds(options_.heartbeat_interval));
-    c->set_heartbeat_timeout_ms(
-        absl::ToInt64Milliseconds(options_.heartbeat_timeout));
-    call->reader = Stub(i).AsyncJoin(&call->context, r,
-                                     queues_[i % queues_.size()].get());
-    call->reader->Finish(&call->response, &call->status, call);
-  }
+  for (int i = 0; i < options_.nodes; ++i) SendJoin(i, timeout, &answered);
   absl::Time last_sent = absl::Now();
   absl::MutexLock lock(&mu);
   auto all_done = [&] { return done == options_.nodes; };
   mu.Await(absl::Condition(&all_done));
+  stop_polling = true;
+  mu.Unlock();
+  poller.join();
+  mu.Lock();
+  result.waiting_answers = waiting_answers;
   result.first_to_all = last_done - first_sent;
   result.last_to_all = last_done - last_sent;
   result.assigned = static_cast<int>(ranks.size());

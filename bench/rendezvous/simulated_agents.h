@@ -25,12 +25,17 @@ struct AgentsOptions {
   int max_restarts = 0;
   // Sent on every call when set (the job's token).
   std::string token;
+  // Joins say they can poll (JoinRequest.poll), as ddprun's agent does: a
+  // server may then answer `waiting`, and the node Joins again after the
+  // interval it says. False: every Join is parked (agents older than it).
+  bool poll = true;
 };
 
 struct JoinResult {
   absl::Duration first_to_all;  // first Join sent -> every node assigned
   absl::Duration last_to_all;   // last Join sent -> every node assigned
   int assigned = 0;
+  int64_t waiting_answers = 0;  // `waiting` answers (each one poll more)
   std::string error;  // empty when every node got a consistent assignment
 };
 
@@ -76,7 +81,11 @@ class SimulatedAgents {
     grpc::Status status;
     std::unique_ptr<grpc::ClientAsyncResponseReader<v1::JoinResponse>> reader;
     const std::function<void(JoinCall*)>* answered = nullptr;
+    int node = 0;
   };
+  // Sends node `node`'s Join on its connection's queue.
+  void SendJoin(int node, absl::Duration join_timeout,
+                const std::function<void(JoinCall*)>* answered);
 
   v1::Rendezvous::Stub& Stub(int node) { return *stubs_[node % stubs_.size()]; }
   std::string NodeId(int node) const;

@@ -20,7 +20,8 @@ class RendezvousApi {
 
   // Waits for this node's round to close (up to `join_timeout` once the
   // server answers); a server that cannot be reached is retried for up to
-  // `unreachable_timeout`.
+  // `unreachable_timeout`. Answers an assignment or JobEnded: a `waiting`
+  // answer (JoinRequest.poll) is the implementation's to poll past.
   virtual absl::StatusOr<v1::JoinResponse> Join(
       const v1::JoinRequest& request, absl::Duration join_timeout,
       absl::Duration unreachable_timeout) = 0;

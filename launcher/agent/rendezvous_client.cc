@@ -1,5 +1,6 @@
 #include "launcher/agent/rendezvous_client.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "absl/strings/str_format.h"
@@ -72,8 +73,12 @@ absl::Status RendezvousClient::Explain(const char* call,
 }
 
 absl::StatusOr<v1::JoinResponse> RendezvousClient::Join(
-    const v1::JoinRequest& request, absl::Duration join_timeout,
+    const v1::JoinRequest& original, absl::Duration join_timeout,
     absl::Duration unreachable_timeout) {
+  // A server may answer `waiting` instead of parking this call (a large
+  // job): the same Join is sent again after the interval it says.
+  v1::JoinRequest request = original;
+  request.set_poll(true);
   absl::Time give_up = absl::Now() + unreachable_timeout;
   common::Backoff backoff;
   while (true) {
@@ -124,6 +129,17 @@ absl::StatusOr<v1::JoinResponse> RendezvousClient::Join(
           absl::StrFormat("no answer within join_timeout + 5 s (%s)",
                           absl::FormatDuration(join_timeout +
                                                absl::Seconds(5))));
+    }
+    if (status.ok() && response.has_waiting()) {
+      // The round is not decided yet: poll again after the interval (an
+      // unreachable server is again retried for unreachable_timeout).
+      give_up = absl::Now() + unreachable_timeout;
+      backoff.Reset();
+      const absl::Duration interval = absl::Milliseconds(
+          std::max<int64_t>(1, response.waiting().poll_interval_ms()));
+      absl::MutexLock lock(&mu_);
+      mu_.AwaitWithTimeout(absl::Condition(&join_cancelled_), interval);
+      continue;  // the loop's start says CANCELLED when so
     }
     if (status.ok()) return response;
     if (status.error_code() != grpc::StatusCode::UNAVAILABLE ||

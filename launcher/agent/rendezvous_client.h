@@ -37,10 +37,12 @@ class RendezvousClient final : public RendezvousApi {
   static absl::StatusOr<std::unique_ptr<RendezvousClient>> Create(
       RendezvousClientOptions options);
 
-  // Join, parked on the server until the round closes. A server that cannot
-  // be reached is retried with backoff for up to `unreachable_timeout`; the
-  // parked call itself may take up to `join_timeout`. CANCELLED after
-  // CancelJoin().
+  // Join, parked on the server until the round closes, or (JoinRequest.poll,
+  // which this sets) sent again at the interval the server says while it
+  // answers `waiting`; returns the assignment or JobEnded, never `waiting`.
+  // A server that cannot be reached is retried with backoff for up to
+  // `unreachable_timeout`; the parked call itself may take up to
+  // `join_timeout`. CANCELLED after CancelJoin().
   absl::StatusOr<v1::JoinResponse> Join(const v1::JoinRequest& request,
                                         absl::Duration join_timeout,
                                         absl::Duration unreachable_timeout)

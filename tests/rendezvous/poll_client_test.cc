@@ -1,0 +1,146 @@
+// Polling Join end to end: the agent's RendezvousClient against a real
+// server (gRPC on a kernel-picked port) that may park no Join, so that every
+// node reaches its round by polling; and an older agent's Join (no `poll`)
+// on the same server, still parked.
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "launcher/agent/rendezvous_client.h"
+#include "rendezvous/server.h"
+#include "tests/testing/wait_for.h"
+
+namespace ddprun::launcher {
+namespace {
+
+using ::ddprun::testing::WaitFor;
+
+v1::JoinRequest JoinOf(const std::string& node) {
+  v1::JoinRequest join;
+  join.set_run_id("polls");
+  join.set_node_id(node);
+  join.set_local_world_size(2);
+  join.set_node_rank(-1);
+  join.set_address("127.0.0.1");
+  join.set_master_port(1);
+  v1::JobConfig* config = join.mutable_config();
+  config->set_min_nodes(3);
+  config->set_max_nodes(3);
+  config->set_join_timeout_ms(60000);
+  return join;
+}
+
+std::unique_ptr<RendezvousClient> Client(const std::string& endpoint) {
+  RendezvousClientOptions options;
+  options.endpoint = endpoint;
+  absl::StatusOr<std::unique_ptr<RendezvousClient>> client =
+      RendezvousClient::Create(options);
+  EXPECT_TRUE(client.ok()) << client.status();
+  return std::move(*client);
+}
+
+// Where one node of the job stands, by Status.
+std::optional<v1::NodeState> StateOf(RendezvousClient& client,
+                                     const std::string& node) {
+  v1::StatusRequest request;
+  request.set_run_id("polls");
+  absl::StatusOr<v1::StatusResponse> status = client.Status(request);
+  if (!status.ok() || status->jobs().empty()) return std::nullopt;
+  for (const v1::NodeStatus& n : status->jobs(0).nodes()) {
+    if (n.node_id() == node) return n.node_state();
+  }
+  return std::nullopt;
+}
+
+TEST(PollClientTest, NodesPastTheParkedCapReachTheirRoundByPolling) {
+  rendezvous::ServerOptions options;
+  options.max_parked_joins = 1;  // one Join parks; the others must poll
+  absl::StatusOr<std::unique_ptr<rendezvous::Server>> server =
+      rendezvous::Server::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string endpoint = (*server)->endpoint();
+
+  // An older agent: its Join has no `poll` and is parked (a raw stub, as
+  // such an agent sends it).
+  auto stub = v1::Rendezvous::NewStub(
+      grpc::CreateChannel(endpoint, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext old_context;
+  old_context.set_deadline(
+      absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+  v1::JoinResponse old_answer;
+  absl::Mutex mu;
+  std::optional<grpc::Status> old_status;
+  const v1::JoinRequest old_join = JoinOf("old");
+  stub->async()->Join(&old_context, &old_join, &old_answer,
+                      [&](grpc::Status s) {
+                        absl::MutexLock lock(&mu);
+                        old_status = s;
+                      });
+  std::unique_ptr<RendezvousClient> probe = Client(endpoint);
+  ASSERT_TRUE(WaitFor([&] { return StateOf(*probe, "old").has_value(); },
+                      absl::Seconds(30)));
+
+  // The parked slot is taken: a Join with `poll` is answered at once.
+  {
+    v1::JoinRequest join = JoinOf("raw");
+    join.set_poll(true);
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+    v1::JoinResponse answer;
+    ASSERT_TRUE(stub->Join(&context, join, &answer).ok());
+    ASSERT_TRUE(answer.has_waiting()) << answer.DebugString();
+    EXPECT_EQ(answer.waiting().nodes_waiting(), 2);
+    EXPECT_GT(answer.waiting().poll_interval_ms(), 0);
+    // "raw" stops polling here: leave, so that it does not count.
+    v1::LeaveRequest leave;
+    leave.set_run_id("polls");
+    leave.set_node_id("raw");
+    leave.set_reason(v1::LeaveRequest::REASON_SHUTDOWN);
+    ASSERT_TRUE(probe->Leave(leave).ok());
+  }
+
+  // Two agents: the first waits by polling (no slot), the second closes the
+  // round and is answered at once; the first collects at its next poll.
+  std::unique_ptr<RendezvousClient> a = Client(endpoint);
+  std::unique_ptr<RendezvousClient> b = Client(endpoint);
+  absl::StatusOr<v1::JoinResponse> a_answer;
+  std::thread a_thread([&] {
+    a_answer = a->Join(JoinOf("a"), absl::Seconds(60), absl::Seconds(10));
+  });
+  ASSERT_TRUE(WaitFor(
+      [&] { return StateOf(*probe, "a") == v1::NODE_STATE_JOINING; },
+      absl::Seconds(30)));
+  absl::StatusOr<v1::JoinResponse> b_answer =
+      b->Join(JoinOf("b"), absl::Seconds(60), absl::Seconds(10));
+  a_thread.join();
+  ASSERT_TRUE(a_answer.ok()) << a_answer.status();
+  ASSERT_TRUE(b_answer.ok()) << b_answer.status();
+  ASSERT_TRUE(a_answer->has_assignment()) << a_answer->DebugString();
+  ASSERT_TRUE(b_answer->has_assignment()) << b_answer->DebugString();
+  {
+    absl::MutexLock lock(&mu);
+    auto answered = [&] { return old_status.has_value(); };
+    ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(&answered),
+                                    absl::Seconds(30)));
+    ASSERT_TRUE(old_status->ok()) << old_status->error_message();
+  }
+  ASSERT_TRUE(old_answer.has_assignment());
+  EXPECT_EQ(a_answer->assignment().world_size(), 6);
+  EXPECT_EQ(b_answer->assignment().world_size(), 6);
+  EXPECT_EQ(old_answer.assignment().world_size(), 6);
+  EXPECT_EQ(a_answer->assignment().round(), 0);
+  std::set<int> ranks = {a_answer->assignment().node_rank(),
+                         b_answer->assignment().node_rank(),
+                         old_answer.assignment().node_rank()};
+  EXPECT_EQ(ranks, (std::set<int>{0, 1, 2}));
+}
+
+}  // namespace
+}  // namespace ddprun::launcher
