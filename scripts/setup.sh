@@ -17,6 +17,8 @@ log() { printf '[setup] %s\n' "$*" >&2; }
 # --- Debian packages -------------------------------------------------------
 packages=(
   build-essential cmake ninja-build pkg-config git
+  # ccache: a build in a fresh clone (CI) compiles nothing that did not change.
+  ccache
   libtorch-dev libgloo-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libgtest-dev libgmock-dev libcli11-dev
@@ -115,8 +117,21 @@ fi
 # --- Build -------------------------------------------------------------------
 if [[ -z "${DDPRUN_SKIP_BUILD:-}" ]]; then
   if [[ ! -f "$build_dir/build.ninja" ]]; then
-    cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+    # The compiler runs under ccache (a caller's CMAKE_*_COMPILER_LAUNCHER
+    # wins); its cache is the caller's (CCACHE_DIR, by default ccache's own).
+    launcher=()
+    if command -v ccache >/dev/null 2>&1; then
+      launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER="${CMAKE_CXX_COMPILER_LAUNCHER:-ccache}"
+                -DCMAKE_C_COMPILER_LAUNCHER="${CMAKE_C_COMPILER_LAUNCHER:-ccache}")
+    fi
+    cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      "${launcher[@]}" >/dev/null
   fi
+  # libddp's files share a precompiled header: ccache caches them (and the
+  # header) only with these sloppiness settings.
+  export CCACHE_SLOPPINESS="${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}"
   log "building in $build_dir"
+  start=$SECONDS
   cmake --build "$build_dir"
+  log "built in $((SECONDS - start)) s"
 fi

@@ -17,6 +17,8 @@
 # a warm run only rebuilds what changed. Settings (environment):
 #   DDPRUN_CI_CACHE   the cache folder [/var/cache/ddprun-ci]
 #   DDPRUN_CI_MIRROR  the Debian mirror [the machine's apt source]
+#   DDPRUN_CI_CCACHE  the ccache of the builds [$DDPRUN_CI_CACHE/ccache]; an
+#                     empty folder times a build with a cold cache
 #   DDPRUN_TEST_JOBS  ctest's parallelism in the cpu root [2]
 #   DDPRUN_BUILD_JOBS ninja's parallelism in the cpu root [3]
 #   DDPRUN_CPU_BUILD_LIMIT, DDPRUN_CPU_TEST_LIMIT  the cpu stage's bounds on
@@ -71,6 +73,8 @@ mirror=${DDPRUN_CI_MIRROR:-$(sed -n 's/^URIs: *\(http[^ ]*debian\)\/*$/\1/p' \
 mirror=${mirror:-http://deb.debian.org/debian}
 
 mkdir -p "$cache"/{logs,ccache,debs,debootstrap,builds}
+ccache_dir=${DDPRUN_CI_CCACHE:-$cache/ccache}
+mkdir -p "$ccache_dir"
 # Every stage runs at niceness 10 (once: a caller that already runs us under
 # nice is not lowered further, below other builds on the machine).
 nice=""
@@ -130,7 +134,7 @@ enter() {  # enter ROOT
   if [[ $data_real != "$data" ]]; then
     mount_in "$r" "$data_real" --bind "$data_real"
   fi
-  mount_in "$r" /ccache --bind "$cache/ccache"
+  mount_in "$r" /ccache --bind "$ccache_dir"
   mount_in "$r" /var/cache/apt/archives --bind "$cache/debs"
   mkdir -p "$cache/debs/partial"
   cp /etc/resolv.conf "$r/etc/resolv.conf"
@@ -184,7 +188,8 @@ root_cmd() {
   cmd=(chroot "$1" /usr/bin/env -i
     PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
     HOME=/root LANG=C.UTF-8 CI="${CI:-}" DEBIAN_FRONTEND=noninteractive
-    CCACHE_DIR=/ccache CCACHE_MAXSIZE=5G
+    CCACHE_DIR=/ccache CCACHE_MAXSIZE=10G
+    CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
     CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_C_COMPILER_LAUNCHER=ccache)
 }
 in_root() { local cmd; root_cmd "$1"; shift; "${cmd[@]}" "$@"; }

@@ -32,8 +32,18 @@ if find "$include_root" -name '*mnist*' -o -name 'train_summary.h' | grep .; the
   fail "ddprun-mnist's headers are installed as libddp's API (above)"
 fi
 
-cmake -S "$source_dir/tests/deploy/consumer" -B "$work/consumer" -G Ninja \
+# The consumer compiles under this build's compiler launcher (ccache in CI),
+# with every path under $work taken relative to it: a second run compiles
+# the same files against the same installed headers and takes the object
+# from the cache (ccache hashes every header's content); the link and the
+# run are real each time.
+cp -r "$source_dir/tests/deploy/consumer" "$work/src"
+launcher=$(sed -n 's/^CMAKE_CXX_COMPILER_LAUNCHER:[A-Z]*=//p' "$build_dir/CMakeCache.txt")
+launcher=${launcher:-${CMAKE_CXX_COMPILER_LAUNCHER:-}}
+export CCACHE_BASEDIR=$work
+cmake -S "$work/src" -B "$work/consumer" -G Ninja \
   -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_CXX_COMPILER_LAUNCHER="$launcher" \
   >"$work/configure.log" 2>&1 ||
   { cat "$work/configure.log" >&2; fail "configuring the consumer"; }
 cmake --build "$work/consumer" -j 2 >"$work/build.log" 2>&1 ||
