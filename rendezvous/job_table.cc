@@ -173,7 +173,10 @@ absl::Status JobTable::Leave(const v1::LeaveRequest& request,
   absl::Time now = clock_->Now();
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(request.run_id());
-  if (it == jobs_.end()) return absl::OkStatus();  // nothing left to leave
+  // NOT_FOUND, not OK: a server restarted since the node's last call has not
+  // learnt the job yet, and the agent answers NOT_FOUND by re-registering
+  // (Resume) and leaving again, so that the job's end is not lost.
+  if (it == jobs_.end()) return NotFound(request.run_id());
   it->second->Leave(request, now, effects);
   return absl::OkStatus();
 }

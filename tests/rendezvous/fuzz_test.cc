@@ -168,7 +168,9 @@ class Driver {
     r.set_reason(Pick(2) ? v1::LeaveRequest::REASON_SUCCEEDED
                          : v1::LeaveRequest::REASON_SHUTDOWN);
     Effects effects;
-    EXPECT_TRUE(jobs_.Leave(r, &effects).ok());
+    absl::Status left = jobs_.Leave(r, &effects);
+    // NOT_FOUND for a run the table does not hold (the agent then resumes).
+    EXPECT_TRUE(left.ok() || absl::IsNotFound(left)) << left;
     Absorb(std::move(effects));
   }
 

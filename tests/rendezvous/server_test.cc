@@ -308,6 +308,19 @@ TEST_F(ServerTest, HeartbeatForAnUnknownJobIsNotFound) {
   EXPECT_NE(status.error_message().find("nobody"), std::string::npos);
 }
 
+TEST_F(ServerTest, LeaveOfAnUnknownJobIsNotFound) {
+  // An agent learns from NOT_FOUND that a restarted server lost the job and
+  // resumes it before leaving again; OK here would drop its success.
+  v1::LeaveRequest leave;
+  leave.set_run_id("nobody");
+  leave.set_node_id("a");
+  v1::LeaveResponse left;
+  grpc::Status status =
+      stub_->Leave(Context(absl::Seconds(5)).get(), leave, &left);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_NE(status.error_message().find("nobody"), std::string::npos);
+}
+
 TEST_F(ServerTest, ShutdownAnswersParkedJoins) {
   grpc::Status status;
   std::thread agent([&] {
