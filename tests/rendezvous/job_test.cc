@@ -8,6 +8,7 @@
 #include "gtest/gtest.h"
 #include "rendezvous/job.h"
 #include "rendezvous/job_table.h"
+#include "tests/rendezvous/scale_config.h"
 
 namespace ddprun::rendezvous {
 namespace {
@@ -525,17 +526,6 @@ std::vector<v1::Assignment> FormRound(Job& job, int nodes, absl::Time now) {
     if (c.response.ok()) assignments.push_back(c.response->assignment());
   }
   return assignments;
-}
-
-v1::JobConfig ScaleConfig(int nodes) {
-  v1::JobConfig config;
-  config.set_min_nodes(nodes);
-  config.set_max_nodes(nodes);
-  config.set_last_call_timeout_ms(1000);
-  config.set_join_timeout_ms(60000);
-  config.set_heartbeat_interval_ms(100);
-  config.set_heartbeat_timeout_ms(500);
-  return config;
 }
 
 TEST(HeartbeatBudgetTest, ALargeJobIsToldALongerIntervalAndTimeout) {

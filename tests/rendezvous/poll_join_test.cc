@@ -8,20 +8,10 @@
 
 #include "gtest/gtest.h"
 #include "rendezvous/job.h"
+#include "tests/rendezvous/scale_config.h"
 
 namespace ddprun::rendezvous {
 namespace {
-
-v1::JobConfig Config(int nodes) {
-  v1::JobConfig config;
-  config.set_min_nodes(nodes);
-  config.set_max_nodes(nodes);
-  config.set_last_call_timeout_ms(1000);
-  config.set_join_timeout_ms(60000);
-  config.set_heartbeat_interval_ms(100);
-  config.set_heartbeat_timeout_ms(500);
-  return config;
-}
 
 // Drives one Job: sends Joins as agents would and keeps every answer.
 class PollJoinTest : public ::testing::Test {
@@ -31,7 +21,7 @@ class PollJoinTest : public ::testing::Test {
     options_.max_parked_joins = max_parked_joins;
     options_.min_poll_interval = absl::Milliseconds(250);
     options_.min_poll_timeout = absl::ZeroDuration();
-    if (config.min_nodes() == 0) config = Config(nodes);
+    if (config.min_nodes() == 0) config = ScaleConfig(nodes);
     job_ = std::make_unique<Job>("job", config, now_, options_);
   }
 
@@ -142,7 +132,7 @@ TEST_F(PollJoinTest, JoinsWithoutPollAreAlwaysParked) {
 TEST_F(PollJoinTest, PollIntervalGrowsWithThePollingNodes) {
   Make(100, /*max_parked_joins=*/0);
   options_.poll_budget_per_s = 10;
-  job_ = std::make_unique<Job>("job", Config(100), now_, options_);
+  job_ = std::make_unique<Job>("job", ScaleConfig(100), now_, options_);
   std::vector<WaiterId> ids;
   for (int i = 0; i < 20; ++i) ids.push_back(Join("n" + std::to_string(i)));
   ASSERT_TRUE(Waiting(ids.front()));
@@ -174,7 +164,7 @@ TEST_F(PollJoinTest, ANodeThatStopsPollingIsDropped) {
 }
 
 TEST_F(PollJoinTest, JoinTimeoutRunsFromTheFirstPoll) {
-  v1::JobConfig config = Config(2);
+  v1::JobConfig config = ScaleConfig(2);
   config.set_join_timeout_ms(1000);
   Make(2, /*max_parked_joins=*/0, config);
   ASSERT_TRUE(Waiting(Join("n0")));
@@ -259,7 +249,7 @@ TEST_F(PollJoinTest, APollTakesAParkedSlotThatWasFreed) {
 }
 
 TEST_F(PollJoinTest, APollingNodeLearnsTheJobEnded) {
-  v1::JobConfig config = Config(2);
+  v1::JobConfig config = ScaleConfig(2);
   config.set_max_restarts(0);
   Make(2, /*max_parked_joins=*/0, config);
   ASSERT_TRUE(Waiting(Join("n0")));
