@@ -145,10 +145,12 @@ std::vector<pid_t> Threads(pid_t pid) {
 // may, and says why not where it may not.
 TEST(ProcessControlTest, IdlePriorityAppliesToEveryThreadUntilRestored) {
   SpawnRequest r;
+  // Two threads that block until the test kills the process (Spawn's
+  // PR_SET_PDEATHSIG ends it too should the test die first).
   r.argv = {"python3", "-c",
-            "import threading, time\n"
-            "threading.Thread(target=time.sleep, args=(60,), daemon=True)"
-            ".start()\ntime.sleep(60)\n"};
+            "import threading\n"
+            "threading.Thread(target=threading.Event().wait, daemon=True)"
+            ".start()\nthreading.Event().wait()\n"};
   r.env = CurrentEnvironment();
   r.idle_priority = true;
   PosixProcessControl control;
@@ -181,7 +183,9 @@ TEST(StandbyPoolTest, AStandbyWaitsIdleAndWorksAtNormalPriority) {
   {
     StandbyPool pool(control, common::RealClock::Get(),
                      {"/bin/sh", "-c",
-                      "cat <&$DDPRUN_STANDBY_FD >/dev/null; exec sleep 60"},
+                      // Waits for its round, then blocks until killed.
+                      "cat <&$DDPRUN_STANDBY_FD >/dev/null; "
+                      "exec tail -f /dev/null"},
                      CurrentEnvironment());
     pool.Fill(1);
     ASSERT_EQ(pool.size(), 1);
