@@ -201,8 +201,16 @@ TEST_F(RendezvousRestartTest, ASuccessWhileTheServerIsDownIsNotLost) {
     agents_.push_back(*std::move(agent));
   }
   ASSERT_TRUE(server_.WaitForRunning("finished", 0, 0, 2)) << Logs();
-  const std::vector<pid_t> node0_workers = Children(agents_[0].pid());
-  ASSERT_EQ(node0_workers.size(), 2u) << Logs();
+  // The server calls a node running once its round closes, which can be
+  // before the agent has forked both workers: wait for them.
+  std::vector<pid_t> node0_workers;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        node0_workers = Children(agents_[0].pid());
+        return node0_workers.size() == 2;
+      },
+      absl::Seconds(30), absl::Milliseconds(10)))
+      << "node 0 has " << node0_workers.size() << " workers\n" << Logs();
   const int port = server_.port();
   ASSERT_TRUE(server_.KillNine());
   // Node 1's workers succeed while the server is down: its Leave finds no
