@@ -139,7 +139,9 @@ int64_t Job::PollDelayMs(absl::Time now) {
   const absl::Duration delay =
       std::clamp(*close + place - now, options_.min_poll_interval,
                  std::max(options_.min_poll_interval, options_.max_poll_delay));
-  return std::max<int64_t>(1, absl::ToInt64Milliseconds(delay));
+  // Rounded up: a poll sent when told never comes before the close.
+  return std::max<int64_t>(
+      1, absl::ToInt64Milliseconds(absl::Ceil(delay, absl::Milliseconds(1))));
 }
 
 absl::Duration Job::PollTimeout(int64_t interval_ms) const {
