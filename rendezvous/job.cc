@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <tuple>
 #include <utility>
 
@@ -128,6 +129,7 @@ int64_t Job::PollDelayMs(absl::Time now) {
   const int64_t interval = PollIntervalMs();
   std::optional<absl::Time> close = ExpectedClose(now);
   if (!close.has_value()) return interval;
+  if (!told_close_.has_value()) told_close_ = close;
   // The k-th waiting answer's place in one interval after the close: the
   // polls that collect the assignments come at the budget's rate (a node
   // answered `waiting` again takes a new place).
@@ -488,10 +490,19 @@ void Job::Close(absl::Time now, Effects* effects) {
     node.last_seen = now;  // the heartbeat clock starts with the round
     Answer(node, std::move(response), effects);
   }
-  spdlog::info("job '{}': round {} closed with {} nodes, world size {}{}",
+  spdlog::info("job '{}': round {} closed with {} nodes, world size {}{}{}",
                run_id_, round_, ordered.size(), world_size_,
                parked_ > 0 ? absl::StrFormat(" (%d nodes wait)", parked_)
-                           : std::string());
+                           : std::string(),
+               told_close_.has_value()
+                   ? absl::StrFormat(
+                         "; the first polling node was told to expect "
+                         "the close %d ms %s",
+                         std::abs(absl::ToInt64Milliseconds(*told_close_ -
+                                                            now)),
+                         *told_close_ >= now ? "later" : "earlier")
+                   : std::string());
+  told_close_.reset();
 }
 
 void Job::EndRound(absl::Time now, Effects* effects) {

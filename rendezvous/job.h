@@ -295,6 +295,9 @@ class Job {
   // Counts `waiting` answers: each takes the next place in the spread
   // after the expected close.
   uint64_t poll_slots_given_ = 0;
+  // The forming round's close as first told to a waiting node (logged
+  // against the real close: how well the first polls were timed).
+  std::optional<absl::Time> told_close_;
   // The running (or last) round's heartbeat interval and timeout.
   int64_t heartbeat_interval_ms_ = 0;
   int64_t heartbeat_timeout_ms_ = 0;
