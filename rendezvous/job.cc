@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <tuple>
 #include <utility>
 
@@ -76,6 +77,7 @@ bool Job::Park(Node& node, WaiterId waiter, bool poll, absl::Time now) {
   node.last_seen = now;
   next_scan_ = std::min(next_scan_, node.join_deadline);
   ++parked_;
+  if (forming_arrivals_++ == 0) forming_since_ = now;
   if (poll && parked_calls_ >= options_.max_parked_joins) {
     node.polling = true;
     ++polling_;
@@ -95,6 +97,53 @@ int64_t Job::PollIntervalMs() const {
     interval = std::max(interval, (polling_ * 1000 + budget - 1) / budget);
   }
   return std::max<int64_t>(interval, 1);
+}
+
+std::optional<absl::Time> Job::ExpectedClose(absl::Time now) const {
+  if (state_ != v1::JOB_STATE_JOINING || resuming_.has_value()) {
+    return std::nullopt;
+  }
+  std::optional<absl::Time> close;
+  if (min_reached_at_.has_value()) {  // rule (c): the last call ends
+    close = *min_reached_at_ +
+            absl::Milliseconds(config_.last_call_timeout_ms());
+  }
+  // Rule (a): the rest of max_nodes at the rate nodes came so far. Too few
+  // arrivals, or too short a time, give no rate worth trusting.
+  constexpr int64_t kMinArrivals = 8;
+  constexpr absl::Duration kMinSpan = absl::Milliseconds(50);
+  const absl::Duration span = now - forming_since_;
+  if (forming_arrivals_ >= kMinArrivals && span >= kMinSpan &&
+      parked_ < config_.max_nodes()) {
+    const double per_s =
+        static_cast<double>(forming_arrivals_ - 1) / absl::ToDoubleSeconds(span);
+    const absl::Time full =
+        now + absl::Seconds(static_cast<double>(config_.max_nodes() - parked_) /
+                            per_s);
+    close = close.has_value() ? std::min(*close, full) : full;
+  }
+  return close;
+}
+
+int64_t Job::PollDelayMs(absl::Time now) {
+  const int64_t interval = PollIntervalMs();
+  std::optional<absl::Time> close = ExpectedClose(now);
+  if (!close.has_value()) return interval;
+  if (!told_close_.has_value()) told_close_ = close;
+  // The k-th waiting answer's place in one interval after the close: the
+  // polls that collect the assignments come at the budget's rate (a node
+  // answered `waiting` again takes a new place).
+  const int64_t spread = std::max<int64_t>(1, polling_);
+  const absl::Duration place =
+      absl::Milliseconds(interval) *
+      (static_cast<double>(poll_slots_given_++ % spread) /
+       static_cast<double>(spread));
+  const absl::Duration delay =
+      std::clamp(*close + place - now, options_.min_poll_interval,
+                 std::max(options_.min_poll_interval, options_.max_poll_delay));
+  // Rounded up: a poll sent when told never comes before the close.
+  return std::max<int64_t>(
+      1, absl::ToInt64Milliseconds(absl::Ceil(delay, absl::Milliseconds(1))));
 }
 
 absl::Duration Job::PollTimeout(int64_t interval_ms) const {
@@ -141,16 +190,23 @@ void Job::RespondToPoll(const std::string& id, WaiterId waiter,
   }
   v1::JoinResponse response;
   v1::JoinWaiting* waiting = response.mutable_waiting();
-  const int64_t interval = PollIntervalMs();
+  const int64_t delay = PollDelayMs(now);
+  const absl::Duration timeout = PollTimeout(delay);
+  // The node's deadline follows the delay it is given.
+  node.poll_deadline = now + timeout;
+  next_scan_ = std::min(next_scan_, node.poll_deadline);
   waiting->set_round(round_);
-  waiting->set_poll_interval_ms(interval);
-  waiting->set_poll_timeout_ms(absl::ToInt64Milliseconds(PollTimeout(interval)));
+  waiting->set_poll_interval_ms(delay);
+  waiting->set_poll_timeout_ms(absl::ToInt64Milliseconds(timeout));
   waiting->set_nodes_waiting(parked_);
   effects->joins.push_back({waiter, std::move(response)});
 }
 
 void Job::Poll(Node& node, const std::string& id, WaiterId waiter,
                absl::Time now, Effects* effects) {
+  // A poll sent at the expected close may come before the ticker saw the
+  // last call end: it closes the round, and the poll collects at once.
+  MaybeClose(now, effects);
   if (node.polling) {
     node.last_seen = now;
     node.poll_deadline = now + PollTimeout(PollIntervalMs());
@@ -404,6 +460,7 @@ void Job::Close(absl::Time now, Effects* effects) {
   state_ = v1::JOB_STATE_RUNNING;
   round_decided_here_ = true;
   min_reached_at_.reset();
+  forming_arrivals_ = 0;
   next_scan_ = absl::InfinitePast();  // new heartbeat clocks and timeout
   heartbeat_clock_start_ = now;
   effects->closed.push_back({run_id_, round_});
@@ -433,10 +490,19 @@ void Job::Close(absl::Time now, Effects* effects) {
     node.last_seen = now;  // the heartbeat clock starts with the round
     Answer(node, std::move(response), effects);
   }
-  spdlog::info("job '{}': round {} closed with {} nodes, world size {}{}",
+  spdlog::info("job '{}': round {} closed with {} nodes, world size {}{}{}",
                run_id_, round_, ordered.size(), world_size_,
                parked_ > 0 ? absl::StrFormat(" (%d nodes wait)", parked_)
-                           : std::string());
+                           : std::string(),
+               told_close_.has_value()
+                   ? absl::StrFormat(
+                         "; the first polling node was told to expect "
+                         "the close %d ms %s",
+                         std::abs(absl::ToInt64Milliseconds(*told_close_ -
+                                                            now)),
+                         *told_close_ >= now ? "later" : "earlier")
+                   : std::string());
+  told_close_.reset();
 }
 
 void Job::EndRound(absl::Time now, Effects* effects) {
@@ -445,6 +511,7 @@ void Job::EndRound(absl::Time now, Effects* effects) {
   state_ = v1::JOB_STATE_JOINING;
   for (auto& [id, node] : nodes_) node.member = false;
   min_reached_at_.reset();
+  forming_arrivals_ = 0;
   effects->released.push_back({run_id_, round_});
   MaybeClose(now, effects);
 }

@@ -56,6 +56,11 @@ struct JobOptions {
   // a 6 s timeout under load). A dead polling node costs at most this long
   // once it was taken into a round.
   absl::Duration min_poll_timeout = absl::Seconds(30);
+  // A waiting node is told to poll next right after the forming round's
+  // expected close (Job's rules say how it is expected), not sooner, and
+  // at most this long from now: a node polls while nothing can have
+  // changed for it only when the close comes later than expected.
+  absl::Duration max_poll_delay = absl::Seconds(10);
 };
 
 // The rendezvous state machine of one job: rounds, membership, ranks,
@@ -87,6 +92,14 @@ struct JobOptions {
 //   within the timeout it was given; a member whose assignment waits for
 //   its poll is dropped the same way (the round ends), and its heartbeat
 //   clock starts when it collects the assignment.
+// - When a waiting node should poll: after the forming round's expected
+//   close, spread over one poll interval (polling nodes / poll budget) so
+//   that the nodes collect their assignments within the budget's rate;
+//   never sooner than min_poll_interval, never later than max_poll_delay.
+//   The close is expected at the last call (rule (c), once min_nodes wait)
+//   or when max_nodes wait at the rate nodes have arrived for this round
+//   (rule (a)), whichever comes first; without an expectation (the round
+//   runs, or too few arrivals to measure a rate) the plain interval.
 // - A round's heartbeat interval and timeout are the config's, lengthened
 //   in proportion for a job too large for JobOptions::heartbeat_budget_per_s
 //   (the assignment carries both).
@@ -211,6 +224,11 @@ class Job {
   void RespondToPoll(const std::string& id, WaiterId waiter, absl::Time now,
                      Effects* effects);
   int64_t PollIntervalMs() const;
+  // When the forming round is expected to close (the rule on polling
+  // above); nullopt without an expectation.
+  std::optional<absl::Time> ExpectedClose(absl::Time now) const;
+  // How long a node answered `waiting` now waits before its next poll.
+  int64_t PollDelayMs(absl::Time now);
   absl::Duration PollTimeout(int64_t interval_ms) const;
   void Answer(Node& node, absl::StatusOr<v1::JoinResponse> response,
               Effects* effects);
@@ -270,6 +288,16 @@ class Job {
   int64_t parked_calls_ = 0;  // nodes with a parked Join call
   int64_t polling_ = 0;       // nodes waiting by polling
   uint64_t next_arrival_ = 0;
+  // Nodes that came to wait for the forming round since the first of them
+  // (at forming_since_): the arrival rate rule (a)'s expected close uses.
+  int64_t forming_arrivals_ = 0;
+  absl::Time forming_since_;
+  // Counts `waiting` answers: each takes the next place in the spread
+  // after the expected close.
+  uint64_t poll_slots_given_ = 0;
+  // The forming round's close as first told to a waiting node (logged
+  // against the real close: how well the first polls were timed).
+  std::optional<absl::Time> told_close_;
   // The running (or last) round's heartbeat interval and timeout.
   int64_t heartbeat_interval_ms_ = 0;
   int64_t heartbeat_timeout_ms_ = 0;

@@ -106,6 +106,12 @@ int main(int argc, char** argv) {
                  "more polling nodes are told a longer poll interval")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  double max_poll_delay_s = absl::ToDoubleSeconds(server.max_poll_delay);
+  app.add_option("--max-poll-delay", max_poll_delay_s,
+                 "seconds: a waiting node is told to poll right after its "
+                 "round's expected close, but at most this long from now")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--join-queues", server.join_queues,
                  "completion queues (one thread each) that serve Join; "
                  "more spread a large job's parked Joins thinner")
@@ -141,6 +147,7 @@ int main(int argc, char** argv) {
     return *code;
   }
   if (*job_token) return PrintJobToken(job_run_id, job_secret_file);
+  server.max_poll_delay = absl::Seconds(max_poll_delay_s);
   ddprun::common::InitLogging(logging);
   return ddprun::rendezvous::RunServerUntilSignal(options);
 }

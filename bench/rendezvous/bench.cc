@@ -41,6 +41,17 @@ bool MeasureOne(const BenchOptions& options, const std::string& label,
                 joined.error.c_str());
     return false;
   }
+  if (options.join_only) {
+    std::printf("%8d %-5s %12.1fms %12.1fms %12.1fms %8lld %10.1f %10s %10.1f\n",
+                n, label.c_str(),
+                absl::ToDoubleMilliseconds(joined.last_to_all),
+                absl::ToDoubleMilliseconds(joined.first_to_all),
+                absl::ToDoubleMilliseconds(joined.close_to_all),
+                static_cast<long long>(joined.waiting_answers), rss / 1024.0,
+                "-", server->PeakRssKib() / 1024.0);
+    std::fflush(stdout);
+    return true;
+  }
   const double cpu_before = server->CpuSeconds();
   double beats = agents.HeartbeatThroughput(options.heartbeat_duration,
                                             options.heartbeats_in_flight);
@@ -59,10 +70,11 @@ bool MeasureOne(const BenchOptions& options, const std::string& label,
       agents.heartbeat_timeout() + 3 * agents.heartbeat_interval());
   long peak = server->PeakRssKib();
   std::printf(
-      "%8d %-5s %12.1fms %12.1fms %8lld %10.1f %10.1f %10.1f %12.0f %10.1f "
+      "%8d %-5s %12.1fms %12.1fms %12.1fms %8lld %10.1f %10.1f %10.1f %12.0f %10.1f "
       "%12.0f %7.0f/%-6.0f %10.0fms %10.0fms%s\n",
       n, label.c_str(), absl::ToDoubleMilliseconds(joined.last_to_all),
       absl::ToDoubleMilliseconds(joined.first_to_all),
+      absl::ToDoubleMilliseconds(joined.close_to_all),
       static_cast<long long>(joined.waiting_answers), rss / 1024.0,
       rss_running / 1024.0, peak / 1024.0, beats, cpu_us_per_beat, capacity,
       absl::ToDoubleMilliseconds(agents.heartbeat_interval()),
@@ -93,8 +105,9 @@ int RunRendezvousBench(const BenchOptions& options) {
   }
   const long cores = sysconf(_SC_NPROCESSORS_ONLN);
   std::printf(
-      "%8s %-5s %14s %14s %8s %10s %10s %10s %12s %10s %12s %14s %12s %12s\n",
-      "nodes", "srv", "last_join->all", "first->all", "waits", "rss_MiB",
+      "%8s %-5s %14s %14s %14s %8s %10s %10s %10s %12s %10s %12s %14s %12s %12s\n",
+      "nodes", "srv", "last_join->all", "first->all", "rank1->all",
+      "waits", "rss_MiB",
       "rss_hb_MiB", "peak_MiB", "heartbeats/s", "hb_cpu_us",
       absl::StrFormat("hb_cap_%ldc/s", cores).c_str(), "given_hb_ms",
       "detect_1st", "detect_all");

@@ -25,6 +25,9 @@ struct BenchOptions {
   int repeats = 1;
   // The simulated agents' Joins may be answered `waiting` (AgentsOptions).
   bool poll = true;
+  // Measure the join only (no heartbeat throughput or detection): rows
+  // print the join columns and the RSS after the round and at the peak.
+  bool join_only = false;
 };
 
 // For each node count: a fresh server process, every node joining, the

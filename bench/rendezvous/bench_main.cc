@@ -30,6 +30,8 @@ int main(int argc, char** argv) {
   app.add_flag("--no-poll", no_poll,
                "Joins do not say they can poll: every one is parked, as "
                "agents older than JoinRequest.poll are");
+  app.add_flag("--join-only", options.join_only,
+               "measure the join only (no heartbeats, no detection)");
   app.add_option("--nodes", options.nodes, "node counts to measure")
       ->delimiter(',')
       ->capture_default_str();

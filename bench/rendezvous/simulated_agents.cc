@@ -131,6 +131,7 @@ JoinResult SimulatedAgents::JoinAll(absl::Duration timeout) {
   std::priority_queue<Due, std::vector<Due>, std::greater<>> polls;
   bool stop_polling = false;
   absl::Time last_done;
+  absl::Time first_assigned = absl::InfiniteFuture();
   std::string error;
   std::set<int> ranks;
   int world_size = -1;
@@ -159,6 +160,7 @@ JoinResult SimulatedAgents::JoinAll(absl::Duration timeout) {
       if (error.empty()) error = "a node got no assignment";
     } else {
       const v1::Assignment& a = call->response.assignment();
+      first_assigned = std::min(first_assigned, last_done);
       if (!ranks.insert(a.node_rank()).second && error.empty()) {
         error = absl::StrCat("duplicate node rank ", a.node_rank());
       }
@@ -212,6 +214,7 @@ JoinResult SimulatedAgents::JoinAll(absl::Duration timeout) {
   result.waiting_answers = waiting_answers;
   result.first_to_all = last_done - first_sent;
   result.last_to_all = last_done - last_sent;
+  result.close_to_all = last_done - first_assigned;
   result.assigned = static_cast<int>(ranks.size());
   result.error = error;
   if (error.empty() &&

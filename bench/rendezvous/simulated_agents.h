@@ -34,6 +34,9 @@ struct AgentsOptions {
 struct JoinResult {
   absl::Duration first_to_all;  // first Join sent -> every node assigned
   absl::Duration last_to_all;   // last Join sent -> every node assigned
+  // First assignment received -> every node assigned: the round's fan-out
+  // after its close (the first answer comes right after the close).
+  absl::Duration close_to_all;
   int assigned = 0;
   int64_t waiting_answers = 0;  // `waiting` answers (each one poll more)
   std::string error;  // empty when every node got a consistent assignment

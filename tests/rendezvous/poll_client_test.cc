@@ -142,5 +142,72 @@ TEST(PollClientTest, NodesPastTheParkedCapReachTheirRoundByPolling) {
   EXPECT_EQ(ranks, (std::set<int>{0, 1, 2}));
 }
 
+// The server tells a waiting node to poll right after the round's expected
+// close (here the last call), not at the plain interval; a poll sent when
+// told collects the assignment at once, the round closed by that poll if
+// the server's ticker had not closed it yet.
+TEST(PollClientTest, AWaitingNodeIsToldToPollRightAfterTheLastCall) {
+  rendezvous::ServerOptions options;
+  options.max_parked_joins = 0;  // every Join with `poll` polls
+  absl::StatusOr<std::unique_ptr<rendezvous::Server>> server =
+      rendezvous::Server::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string endpoint = (*server)->endpoint();
+  auto stub = v1::Rendezvous::NewStub(
+      grpc::CreateChannel(endpoint, grpc::InsecureChannelCredentials()));
+  auto join_of = [](const std::string& node) {
+    v1::JoinRequest join = JoinOf(node);
+    join.mutable_config()->set_min_nodes(2);
+    join.mutable_config()->set_max_nodes(4);
+    join.mutable_config()->set_last_call_timeout_ms(1500);
+    return join;
+  };
+  // Node "a" is the agent's client, polling as it is told.
+  std::unique_ptr<RendezvousClient> a = Client(endpoint);
+  absl::StatusOr<v1::JoinResponse> a_answer;
+  std::thread a_thread([&] {
+    a_answer = a->Join(join_of("a"), absl::Seconds(60), absl::Seconds(10));
+  });
+  std::unique_ptr<RendezvousClient> probe = Client(endpoint);
+  ASSERT_TRUE(WaitFor(
+      [&] { return StateOf(*probe, "a") == v1::NODE_STATE_JOINING; },
+      absl::Seconds(30)));
+
+  // Node "b" brings the job to min_nodes: the last call ends 1.5 s later,
+  // and that is when it is told to poll (within one poll interval after).
+  v1::JoinRequest b = join_of("b");
+  b.set_poll(true);
+  v1::JoinResponse waiting;
+  {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+    ASSERT_TRUE(stub->Join(&context, b, &waiting).ok());
+  }
+  ASSERT_TRUE(waiting.has_waiting()) << waiting.DebugString();
+  const int64_t interval = waiting.waiting().poll_interval_ms();
+  EXPECT_GT(interval, 1000) << "told to wait for the last call, not 250 ms";
+  EXPECT_LE(interval, 1500 + 250);
+  EXPECT_GT(waiting.waiting().poll_timeout_ms(), interval);
+
+  // It polls when told (the protocol's wait, not a guess): the assignment.
+  absl::SleepFor(absl::Milliseconds(interval));
+  v1::JoinResponse assigned;
+  {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+    ASSERT_TRUE(stub->Join(&context, b, &assigned).ok());
+  }
+  ASSERT_TRUE(assigned.has_assignment())
+      << "a poll at the time given comes after the close: "
+      << assigned.DebugString();
+  a_thread.join();
+  ASSERT_TRUE(a_answer.ok()) << a_answer.status();
+  ASSERT_TRUE(a_answer->has_assignment()) << a_answer->DebugString();
+  EXPECT_EQ(assigned.assignment().num_nodes(), 2);
+  EXPECT_EQ(a_answer->assignment().num_nodes(), 2);
+  EXPECT_NE(assigned.assignment().node_rank(),
+            a_answer->assignment().node_rank());
+}
+
 }  // namespace
 }  // namespace ddprun::launcher

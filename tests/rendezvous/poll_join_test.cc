@@ -271,5 +271,88 @@ TEST_F(PollJoinTest, APollingNodeLearnsTheJobEnded) {
   EXPECT_EQ(answers_.at(n2)->ended().state(), v1::JOB_STATE_FAILED);
 }
 
+TEST_F(PollJoinTest, AWaitingNodePollsRightAfterTheLastCall) {
+  v1::JobConfig config = ScaleConfig(2);
+  config.set_max_nodes(10);  // rule (c): closes at the last call
+  config.set_last_call_timeout_ms(3000);
+  Make(2, /*max_parked_joins=*/0, config);
+  WaiterId n0 = Join("n0");
+  ASSERT_TRUE(Waiting(n0));
+  EXPECT_EQ(answers_.at(n0)->waiting().poll_interval_ms(), 250)
+      << "min_nodes not reached: no close is expected yet";
+  now_ += absl::Milliseconds(100);
+  WaiterId n1 = Join("n1");  // min_nodes: the last call ends at 3100 ms
+  ASSERT_TRUE(Waiting(n1));
+  const v1::JoinWaiting& w = answers_.at(n1)->waiting();
+  EXPECT_GE(w.poll_interval_ms(), 3000) << "not before the close";
+  EXPECT_LT(w.poll_interval_ms(), 3000 + 250) << "within one interval after";
+  EXPECT_GT(w.poll_timeout_ms(), w.poll_interval_ms());
+  // n0 polls at 250 ms as it was told: its next poll too waits for the
+  // close.
+  now_ += absl::Milliseconds(150);
+  WaiterId n0_poll = Join("n0");
+  ASSERT_TRUE(Waiting(n0_poll));
+  EXPECT_GE(answers_.at(n0_poll)->waiting().poll_interval_ms(), 2850);
+  // Both poll when told, without a tick in between: the first poll past
+  // the last call closes the round, and each collects its assignment.
+  now_ += absl::Milliseconds(answers_.at(n0_poll)->waiting().poll_interval_ms());
+  EXPECT_EQ(AssignmentOf(Join("n0")).num_nodes(), 2);
+  now_ = absl::UnixEpoch() + absl::Milliseconds(100 + w.poll_interval_ms());
+  EXPECT_EQ(AssignmentOf(Join("n1")).num_nodes(), 2);
+}
+
+TEST_F(PollJoinTest, WaitingNodesPollWhenTheRoundIsExpectedFull) {
+  Make(100, /*max_parked_joins=*/0);
+  // 20 nodes, one every 10 ms (100 nodes/s): the other 80 are expected in
+  // 800 ms.
+  WaiterId last = 0;
+  for (int i = 0; i < 20; ++i) {
+    if (i > 0) now_ += absl::Milliseconds(10);
+    last = Join("n" + std::to_string(i));
+    ASSERT_TRUE(Waiting(last));
+  }
+  const int64_t delay = answers_.at(last)->waiting().poll_interval_ms();
+  EXPECT_GE(delay, 800) << "not before the round is expected full";
+  EXPECT_LE(delay, 800 + 250) << "spread over one interval after it";
+  // Waiting answers take successive places: 20 polling nodes spread their
+  // collecting polls over the interval.
+  std::set<int64_t> delays;
+  for (int i = 0; i < 20; ++i) {
+    delays.insert(answers_.at(Join("n" + std::to_string(i)))
+                      ->waiting()
+                      .poll_interval_ms());
+  }
+  EXPECT_GE(delays.size(), 10u) << "the polls are spread, not at one instant";
+}
+
+TEST_F(PollJoinTest, AFarCloseIsPolledForAtMostTheMaximumDelay) {
+  Make(1000, /*max_parked_joins=*/0);
+  options_.max_poll_delay = absl::Seconds(5);
+  job_ = std::make_unique<Job>("job", ScaleConfig(1000), now_, options_);
+  // 10 nodes in 1 s: the other 990 are expected in ~110 s.
+  WaiterId last = 0;
+  for (int i = 0; i < 10; ++i) {
+    if (i > 0) now_ += absl::Milliseconds(111);
+    last = Join("n" + std::to_string(i));
+  }
+  ASSERT_TRUE(Waiting(last));
+  EXPECT_EQ(answers_.at(last)->waiting().poll_interval_ms(), 5000);
+  EXPECT_GT(answers_.at(last)->waiting().poll_timeout_ms(), 5000);
+  // The node polls after 5 s as told: it is still in the job (its
+  // deadline followed the delay it was given).
+  // (The first ones, told to poll sooner and silent since, are dropped.)
+  Advance(absl::Seconds(5));
+  bool n9_waits = false;
+  const v1::JobStatus status = job_->Status(now_);
+  for (const v1::NodeStatus& node : status.nodes()) {
+    n9_waits |= node.node_id() == "n9";
+  }
+  EXPECT_TRUE(n9_waits);
+  WaiterId again = Join("n9");
+  ASSERT_TRUE(Waiting(again));
+  EXPECT_EQ(answers_.at(again)->waiting().poll_interval_ms(), 5000)
+      << "the close is still far";
+}
+
 }  // namespace
 }  // namespace ddprun::rendezvous
