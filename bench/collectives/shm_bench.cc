@@ -4,7 +4,10 @@
 // deterministic enough to run under callgrind, where timing under load
 // says nothing but instruction counts do:
 //   ddprun-shm-allreduce-bench --floats 102400 --ops 3000 [--world 2]
-//       [--divisor 2] [--dir /dev/shm]
+//       [--divisor 2] [--dir /dev/shm] [--resident]
+// --resident: the buffer lives in the segment (MapResident, what
+// DataParallel's gradient views use) and is summed in place
+// (AllreduceResident): no copy in or out.
 //   valgrind --tool=callgrind --callgrind-out-file=cg.%p
 //       ddprun-shm-allreduce-bench --floats 102400 --ops 500   (one line)
 // (callgrind_annotate --inclusive=yes cg.<pid>: SumInto and memcpy are the
@@ -33,7 +36,7 @@ using ::ddprun::worker::ShmAllreduceOptions;
 // One local rank: attaches (after rank 0 created the segment), runs the
 // calls, and (rank 0) prints the percentiles. Returns the exit status.
 int Rank(const ShmAllreduceOptions& options, int64_t floats, int ops,
-         float divisor) {
+         float divisor, bool resident) {
   cpu_set_t allowed;
   if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0) {
     std::vector<int> cpus;
@@ -56,14 +59,28 @@ int Rank(const ShmAllreduceOptions& options, int64_t floats, int ops,
     std::cerr << "ddprun-shm-allreduce-bench: " << shm.status() << std::endl;
     return 1;
   }
-  std::vector<float> data(floats, 1.0f);
+  std::vector<float> own;
+  float* data = nullptr;
+  if (resident) {
+    absl::StatusOr<float*> mapped = (*shm)->MapResident(floats);
+    if (!mapped.ok()) {
+      std::cerr << "ddprun-shm-allreduce-bench: " << mapped.status() << std::endl;
+      return 1;
+    }
+    data = *mapped;
+  } else {
+    own.resize(floats);
+    data = own.data();
+  }
   std::vector<double> micros;
   micros.reserve(ops);
   for (int i = 0; i < ops; ++i) {
-    std::fill(data.begin(), data.end(), 1.0f);
-    const ShmAllreduce::Part part{data.data(), floats};
+    // What backward does before each sync: write the gradients.
+    std::fill(data, data + floats, 1.0f);
+    const ShmAllreduce::Part part{data, floats};
     const auto start = std::chrono::steady_clock::now();
-    absl::Status status = (*shm)->Allreduce({part}, divisor);
+    absl::Status status = resident ? (*shm)->AllreduceResident(0, floats, divisor)
+                                   : (*shm)->Allreduce({part}, divisor);
     micros.push_back(std::chrono::duration<double, std::micro>(
                          std::chrono::steady_clock::now() - start)
                          .count());
@@ -73,8 +90,8 @@ int Rank(const ShmAllreduceOptions& options, int64_t floats, int ops,
     }
   }
   const float expected = static_cast<float>(options.local_size) / divisor;
-  for (float v : data) {
-    if (v != expected) {
+  for (int64_t i = 0; i < floats; ++i) {
+    if (const float v = data[i]; v != expected) {
       std::cerr << "ddprun-shm-allreduce-bench: wrong sum " << v
                 << ", expected " << expected << std::endl;
       return 1;
@@ -83,9 +100,10 @@ int Rank(const ShmAllreduceOptions& options, int64_t floats, int ops,
   if (options.local_rank == 0) {
     std::sort(micros.begin(), micros.end());
     std::cout << absl::StrFormat(
-                     "world %d, %d floats (%d bytes), %d calls: p10 %.1f us, "
+                     "world %d, %d floats (%d bytes)%s, %d calls: p10 %.1f us, "
                      "p50 %.1f us, p90 %.1f us",
-                     options.local_size, floats, floats * 4, ops,
+                     options.local_size, floats, floats * 4,
+                     resident ? " resident" : "", ops,
                      micros[ops / 10], micros[ops / 2], micros[ops * 9 / 10])
               << std::endl;
   }
@@ -107,6 +125,9 @@ int Run(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--dir", dir, "a folder in shared memory")
       ->check(CLI::ExistingDirectory);
+  bool resident = false;
+  app.add_flag("--resident", resident,
+               "the buffer lives in the segment, summed in place");
   CLI11_PARSE(app, argc, argv);
 
   ShmAllreduceOptions options;
@@ -119,7 +140,7 @@ int Run(int argc, char** argv) {
   std::vector<pid_t> children;
   int status = 0;
   pid_t first = fork();
-  if (first == 0) _exit(Rank(options, floats, ops, divisor));
+  if (first == 0) _exit(Rank(options, floats, ops, divisor, resident));
   children.push_back(first);
   // Rank 0 creates the file; wait until it exists before forking the rest.
   const std::string path = dir + "/" + options.name;
@@ -130,7 +151,7 @@ int Run(int argc, char** argv) {
     pid_t child = fork();
     if (child == 0) {
       options.local_rank = r;
-      _exit(Rank(options, floats, ops, divisor));
+      _exit(Rank(options, floats, ops, divisor, resident));
     }
     children.push_back(child);
   }
