@@ -732,8 +732,12 @@ absl::Status ShmAllreduce::AllreduceResident(int64_t offset, int64_t count,
     return absl::OkStatus();
   }
   // No buffer bounds a slice here: slices only keep what a rank reads from
-  // the others in cache while it is still there.
-  const int64_t slice = std::max(options_.slice_floats, options_.whole_call_floats);
+  // the others in cache while it is still there. Between nodes, the slices
+  // of Allreduce: every node leader's Gloo call has the same size, whether
+  // its node reduces resident buffers or copied ones or it is alone.
+  const int64_t slice =
+      between_nodes ? options_.slice_floats
+                    : std::max(options_.slice_floats, options_.whole_call_floats);
   const uint64_t last = seq_ + static_cast<uint64_t>((count + slice - 1) / slice);
   Header& h = *header_;
   // Every rank's buffer holds its input (and every rank is done with the
