@@ -25,6 +25,7 @@
 #include <fstream>
 #include <iostream>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -87,7 +88,9 @@ int CheckDataParallel(const ddprun::worker::ProcessGroup& group,
   ddprun::worker::DataParallelOptions views_options;
   views_options.gradient_as_bucket_view = true;
   views_options.bucket_mb = 0.0001;  // two buckets: the bias, then the weight
-  DataParallel views(viewed, group, views_options);
+  std::optional<DataParallel> views_holder;
+  views_holder.emplace(viewed, group, views_options);
+  DataParallel& views = *views_holder;
   ddprun::worker::ProcessGroup reference_group = group;
   reference_group.direct.reset();
   ddprun::worker::DataParallelOptions reference_options;
@@ -136,10 +139,21 @@ int CheckDataParallel(const ddprun::worker::ProcessGroup& group,
   views.FinishGradientSync();
   reference.FinishGradientSync();
   compare();
-  out << "ddp_equal " << (equal ? 1 : 0) << std::endl;
   out << "views " << (views.gradient_views() ? 1 : 0) << std::endl;
   out << "in_place " << views.gradient_stats().in_place << std::endl;
   out << "copied_in " << views.gradient_stats().copied_in << std::endl;
+  // The buffer goes with its DataParallel (in-place recovery drops the
+  // group): the grads must outlive it as plain tensors with their values.
+  const bool had_views = views.gradient_views();
+  std::vector<void*> where;
+  for (const auto& p : viewed) where.push_back(p.grad().data_ptr());
+  views_holder.reset();
+  for (size_t i = 0; i < viewed.size(); ++i) {
+    equal &= viewed[i].grad().defined() &&
+             (!had_views || viewed[i].grad().data_ptr() != where[i]) &&
+             viewed[i].grad().equal(plain[i].grad());
+  }
+  out << "ddp_equal " << (equal ? 1 : 0) << std::endl;
   out << "resident_runs "
       << (group.direct ? group.direct->resident_runs() : 0) << std::endl;
   return out.good() ? 0 : Fail("cannot write the result file");

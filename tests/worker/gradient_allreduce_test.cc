@@ -203,8 +203,9 @@ TEST_P(UnderDdprunTest, DataParallelGradientViewsMatchTheProcessGroup) {
   // accumulates into them, the allreduce sums them in place; the result
   // equals DataParallel over ProcessGroupGloo bit for bit (integer-valued),
   // over kept views (ZeroGrad), a NoSync accumulation and views dropped by
-  // set_to_none (copied in once). The counters say which steps found their
-  // gradients in place.
+  // set_to_none (copied in once), and the grads keep their values as plain
+  // tensors once the DataParallel (and its buffer) is gone. The counters
+  // say which steps found their gradients in place.
   const Layout& layout = GetParam();
   TempDir dir;
   const int world = RunUnderDdprun(layout, dir, {Helper(), "--mode", "ddp"});
