@@ -586,9 +586,10 @@ std::pair<double, int64_t> TrainStep(Training& t, const at::Tensor& indices,
   const c10::Device device = t.group.device;
   double loss_sum = 0;
   int64_t batches = 0;
-  // None, not zeros: the first backward then hands its gradient over
-  // instead of adding it to 400 KB of zeros (PyTorch 2's default too).
-  t.model->zero_grad(/*set_to_none=*/true);
+  // None, not zeros (the first backward then hands its gradient over
+  // instead of adding it to 400 KB of zeros; PyTorch 2's default too),
+  // unless the gradients are views in shared memory: zeroed in place there.
+  t.ddp->ZeroGrad();
   if (begin >= end) {
     at::Tensor x = t.data.train.images.narrow(0, 0, 1).to(device);
     at::Tensor y = t.data.train.labels.narrow(0, 0, 1).to(device);

@@ -1,6 +1,7 @@
 #include "worker/ddp.h"
 
 #include <chrono>
+#include <cstring>
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
@@ -52,6 +53,10 @@ DataParallel::DataParallel(std::vector<at::Tensor> parameters,
                                             .requires_grad(false));
     }
     current.pending = static_cast<int>(current.params.size());
+    current.numel = numel;
+    current.start = buckets_.empty()
+                        ? 0
+                        : buckets_.back().start + buckets_.back().numel;
     for (size_t slot = 0; slot < current.params.size(); ++slot) {
       bucket_of_[current.params[slot]] = static_cast<int>(buckets_.size());
       slot_of_[current.params[slot]] = static_cast<int>(slot);
@@ -75,10 +80,32 @@ DataParallel::DataParallel(std::vector<at::Tensor> parameters,
   }
   close();
 
+  if (direct_ && options_.gradient_as_bucket_view) {
+    bool contiguous = true;
+    for (const at::Tensor& p : parameters_) contiguous &= p.is_contiguous();
+    if (contiguous) {
+      const Bucket& last = buckets_.back();
+      resident_floats_ = last.start + last.numel;
+      // Collective over the node's ranks, which all construct this now.
+      absl::StatusOr<float*> mapped = direct_->MapResident(resident_floats_);
+      TORCH_CHECK(mapped.ok(), mapped.status().message());
+      resident_ = *mapped;
+      resident_offset_.assign(n, 0);
+      for (const Bucket& bucket : buckets_) {
+        for (size_t slot = 0; slot < bucket.params.size(); ++slot) {
+          resident_offset_[bucket.params[slot]] =
+              bucket.start + bucket.offsets[slot];
+        }
+      }
+      ZeroGrad();
+    }
+  }
+
   if (collectives_ && group.rank == 0) {
     // What carries this model's gradients, as the tests check it.
-    spdlog::info("gradient sync: {} bucket(s) through {}", buckets_.size(),
-                 GradientPathName(gradient_path()));
+    spdlog::info("gradient sync: {} bucket(s) through {}{}", buckets_.size(),
+                 GradientPathName(gradient_path()),
+                 resident_ != nullptr ? ", gradients in shared memory" : "");
   }
   if (collectives_ && options_.overlap && !direct_) {
     hooks_.reserve(n);
@@ -94,6 +121,44 @@ DataParallel::DataParallel(std::vector<at::Tensor> parameters,
 DataParallel::~DataParallel() {
   for (size_t i = 0; i < hooks_.size(); ++i) {
     parameters_[i].remove_hook(hooks_[i]);
+  }
+  if (resident_ != nullptr) {
+    // The buffer goes with the group (e.g. in-place recovery drops it and
+    // makes a new one): gradients that are views of it become plain tensors.
+    at::NoGradGuard no_grad;
+    for (size_t i = 0; i < parameters_.size(); ++i) {
+      if (GradIsView(static_cast<int>(i))) {
+        parameters_[i].mutable_grad() = parameters_[i].grad().clone();
+      }
+    }
+  }
+}
+
+at::Tensor DataParallel::View(int param) const {
+  const at::Tensor& p = parameters_[param];
+  return at::from_blob(resident_ + resident_offset_[param], p.sizes(),
+                       at::TensorOptions().dtype(at::kFloat));
+}
+
+bool DataParallel::GradIsView(int param) const {
+  const at::Tensor& grad = parameters_[param].grad();
+  return grad.defined() && !grad.is_sparse() && grad.is_contiguous() &&
+         grad.data_ptr() == static_cast<void*>(resident_ + resident_offset_[param]) &&
+         grad.sizes() == parameters_[param].sizes();
+}
+
+void DataParallel::ZeroGrad() {
+  if (resident_ == nullptr) {
+    for (at::Tensor& p : parameters_) p.mutable_grad() = at::Tensor();
+    return;
+  }
+  // RunResident returned only once no other rank reads this buffer: it may
+  // be written now.
+  std::memset(resident_, 0, resident_floats_ * sizeof(float));
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    if (!GradIsView(static_cast<int>(i))) {
+      parameters_[i].mutable_grad() = View(static_cast<int>(i));
+    }
   }
 }
 
@@ -161,6 +226,13 @@ void DataParallel::LaunchReady() {
 void DataParallel::FinishGradientSync() {
   if (!collectives_ || !sync_) return;
   auto start = std::chrono::steady_clock::now();
+  if (resident_ != nullptr) {
+    ReduceResidentGradients();
+    sync_seconds_ += std::chrono::duration<double>(
+                         std::chrono::steady_clock::now() - start)
+                         .count();
+    return;
+  }
   if (direct_) {
     ReduceGradientsInPlace();
     sync_seconds_ += std::chrono::duration<double>(
@@ -221,6 +293,32 @@ void DataParallel::ReduceGradientsInPlace() {
       parts.push_back({grad.data_ptr<float>(), grad.numel()});
     }
     direct_->Run(parts, static_cast<float>(world_size_));
+  }
+}
+
+void DataParallel::ReduceResidentGradients() {
+  // Gradients autograd accumulated into their views are summed where they
+  // lie; any other gradient (the views were dropped, or a program set
+  // grad) is copied into its view once and the view put back.
+  at::NoGradGuard no_grad;
+  for (const Bucket& bucket : buckets_) {
+    for (int index : bucket.params) {
+      if (GradIsView(index)) {
+        ++gradient_stats_.in_place;
+        continue;
+      }
+      at::Tensor& grad = parameters_[index].mutable_grad();
+      at::Tensor view = View(index);
+      if (grad.defined()) {
+        view.copy_(grad.is_sparse() ? grad.to_dense() : grad);
+        ++gradient_stats_.copied_in;
+      } else {
+        view.zero_();  // unused in this step: counts as zero
+      }
+      grad = view;
+    }
+    direct_->RunResident(bucket.start, bucket.numel,
+                         static_cast<float>(world_size_));
   }
 }
 

@@ -21,6 +21,18 @@ struct DataParallelOptions {
   // are ready, overlapping backward. Off: everything is reduced in
   // FinishGradientSync, after backward.
   bool overlap = true;
+  // PyTorch DDP's gradient_as_bucket_view, on the shared-memory gradient
+  // path (ProcessGroup::direct): each parameter's grad is a view of its
+  // bucket in this rank's resident buffer in the node's shared memory
+  // (GradientAllreduce::MapResident), so autograd accumulates gradients
+  // there and the allreduce sums them where they lie, in place: nothing is
+  // copied in before it or out after it. Keep the views across steps with
+  // DataParallel::ZeroGrad() (zeroes them in place) rather than the model's
+  // zero_grad(set_to_none=true), which drops them: FinishGradientSync then
+  // copies the new gradients into the views first (correct, but no faster
+  // than without views). Ignored on the other paths (process group, world
+  // of one, non-float or non-CPU parameters).
+  bool gradient_as_bucket_view = false;
 };
 
 // Data parallelism for a LibTorch model, the C++ counterpart of DDP:
@@ -51,6 +63,24 @@ class DataParallel {
   // into each parameter's grad. Throws c10::Error when a collective fails.
   void FinishGradientSync();
 
+  // Clears every parameter's gradient before the next backward: with
+  // gradient views, zeroes them in place in the shared buffer (and puts
+  // back any a program replaced); otherwise drops them, as the model's
+  // zero_grad(set_to_none=true).
+  void ZeroGrad();
+
+  // Whether gradients live in the node's shared memory
+  // (gradient_as_bucket_view asked for and usable here).
+  bool gradient_views() const { return resident_ != nullptr; }
+  // Per parameter and synced step with gradient views: found in place (the
+  // fast path: autograd wrote them into the shared buffer), or copied in
+  // (a program dropped the views, e.g. zero_grad(set_to_none=true)).
+  struct GradientStats {
+    int64_t in_place = 0;
+    int64_t copied_in = 0;
+  };
+  const GradientStats& gradient_stats() const { return gradient_stats_; }
+
   // While a NoSync is alive, backward only accumulates local gradients
   // (gradient accumulation); the next synced step reduces the sum.
   class NoSync {
@@ -78,6 +108,8 @@ class DataParallel {
     std::vector<int64_t> offsets;  // each parameter's offset in flat
     at::Tensor flat;              // the bucket's buffer, reduced in place
                                   // (undefined on the direct path)
+    int64_t start = 0;            // offset in the resident buffer
+    int64_t numel = 0;
     int pending = 0;              // gradients not yet copied in this step
     c10::intrusive_ptr<::c10d::Work> work;  // in flight when set
   };
@@ -91,6 +123,12 @@ class DataParallel {
   // FinishGradientSync on the direct path: each bucket's gradients are
   // averaged in place by direct_.
   void ReduceGradientsInPlace();
+  // The same with gradient views: each bucket summed in the shared buffer.
+  void ReduceResidentGradients();
+  // Parameter `param`'s view in the resident buffer, and whether its grad
+  // is that view now.
+  at::Tensor View(int param) const;
+  bool GradIsView(int param) const;
   void ResetStep();
 
   std::vector<at::Tensor> parameters_;
@@ -108,6 +146,12 @@ class DataParallel {
   absl::Mutex mu_;
   std::vector<char> ready_ ABSL_GUARDED_BY(mu_);  // per parameter, this step
   size_t next_launch_ ABSL_GUARDED_BY(mu_) = 0;
+  // Gradient views: this rank's resident buffer (owned by direct_) and
+  // each parameter's offset in it; null without views.
+  float* resident_ = nullptr;
+  int64_t resident_floats_ = 0;
+  std::vector<int64_t> resident_offset_;
+  GradientStats gradient_stats_;
   std::atomic<bool> sync_{true};
   double sync_seconds_ = 0;
 };

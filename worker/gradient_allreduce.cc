@@ -190,6 +190,50 @@ absl::Status GradientAllreduce::BetweenNodes(float* data, int64_t count) {
   }
 }
 
+absl::StatusOr<float*> GradientAllreduce::MapResident(int64_t floats) {
+  if (resident_ != nullptr) {
+    return absl::FailedPreconditionError(
+        "gradient allreduce: MapResident called twice; one resident buffer "
+        "per group");
+  }
+  if (shm_) {
+    absl::StatusOr<float*> mapped = shm_->MapResident(floats);
+    if (!mapped.ok()) {
+      return absl::Status(
+          mapped.status().code(),
+          absl::StrCat("gradient allreduce: ", mapped.status().message(),
+                       "; free space in DDPRUN_SHM_DIR, or leave DataParallel's "
+                       "gradient_as_bucket_view off"));
+    }
+    resident_ = *mapped;
+  } else {
+    private_resident_.assign(std::max<int64_t>(floats, 1), 0.0f);
+    resident_ = private_resident_.data();
+  }
+  return resident_;
+}
+
+void GradientAllreduce::RunResident(int64_t offset, int64_t count,
+                                    float divisor) {
+  TORCH_CHECK(resident_ != nullptr,
+              "gradient allreduce: RunResident before MapResident");
+  if (count <= 0) return;
+  if (!shm_) {
+    // Alone in the node: the leaders' path, on the private buffer.
+    const ShmAllreduce::Part part{resident_ + offset, count};
+    Run(absl::MakeConstSpan(&part, 1), divisor);
+    return;
+  }
+  ShmAllreduce::BetweenNodes between;
+  if (hierarchical_) {
+    between = [this](float* d, int64_t n) { return BetweenNodes(d, n); };
+  }
+  absl::Status status = shm_->AllreduceResident(offset, count, divisor, between);
+  TORCH_CHECK(status.ok(), status.message());
+  resident_runs_.fetch_add(1);
+  runs_.fetch_add(1);
+}
+
 void GradientAllreduce::Run(float* data, int64_t count) {
   const ShmAllreduce::Part whole{data, count};
   Run(absl::MakeConstSpan(&whole, 1), 1.0f);

@@ -74,7 +74,22 @@ class GradientAllreduce {
   // average, divided in the same pass).
   void Run(absl::Span<const ShmAllreduce::Part> parts, float divisor);
 
+  // DataParallel's gradient views (gradient_as_bucket_view): a buffer of
+  // `floats` for this rank's gradients in the node's shared memory, where
+  // RunResident sums them without copying them in or out
+  // (ShmAllreduce::MapResident); a private buffer where this rank shares a
+  // node with no other. Collective over the ranks of a node (the same
+  // `floats` on each); once. The buffer lives as long as this object.
+  absl::StatusOr<float*> MapResident(int64_t floats);
+  // Sums floats [offset, offset + count) of every rank's resident buffer in
+  // place (each element becomes sum / divisor); when it returns, no other
+  // rank reads this one's buffer any more. Throws like Run.
+  void RunResident(int64_t offset, int64_t count, float divisor);
+
   GradientPath path() const { return path_; }
+  // How many RunResident calls went through the node's shared memory in
+  // place (tests check that the no-copy path ran).
+  int64_t resident_runs() const { return resident_runs_.load(); }
   // How many Run calls completed: tests check that this path ran.
   int64_t runs() const { return runs_.load(); }
   // "shared memory (2 local ranks, /dev/shm/ddprun-x/...)", for logs.
@@ -91,6 +106,9 @@ class GradientAllreduce {
   bool hierarchical_ = false;
   int64_t slice_floats_ = 0;
   std::atomic<int64_t> runs_{0};
+  std::atomic<int64_t> resident_runs_{0};
+  float* resident_ = nullptr;
+  std::vector<float> private_resident_;  // alone in the node
 };
 
 }  // namespace ddprun::worker

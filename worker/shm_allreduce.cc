@@ -30,7 +30,7 @@ namespace ddprun::worker {
 namespace {
 
 constexpr uint64_t kMagic = 0x646470727573686dULL;  // "ddprushm"
-constexpr int kVersion = 3;
+constexpr int kVersion = 4;
 constexpr int kMaxLocal = 64;
 constexpr int64_t kAlignFloats = 16;  // 64 bytes: chunks never share a line
 // How a waiter waits: busy checks for a few microseconds (a peer on another
@@ -223,6 +223,9 @@ struct ShmAllreduce::Header {
   Counter reduced[kMaxLocal];
   Counter copied[kMaxLocal];
   Counter final;
+  // MapResident's two steps per local rank: 1 its buffer's file exists,
+  // 2 it mapped every other rank's.
+  Counter resident[kMaxLocal];
 };
 
 namespace {
@@ -247,6 +250,11 @@ static size_t SegmentBytes(const ShmAllreduceOptions& o) {
   return HeaderBytes() + kBuffers * static_cast<size_t>(o.local_size + 1) *
                              static_cast<size_t>(BufferFloats(o)) *
                              sizeof(float);
+}
+
+// A resident buffer's file: whole pages.
+static size_t ResidentBytes(int64_t floats) {
+  return (static_cast<size_t>(floats) * sizeof(float) + 4095) / 4096 * 4096;
 }
 
 static absl::Status CheckOptions(const ShmAllreduceOptions& o) {
@@ -352,6 +360,9 @@ ShmAllreduce::ShmAllreduce(const ShmAllreduceOptions& options, std::string path,
       buffer_floats_(BufferFloats(options)) {}
 
 ShmAllreduce::~ShmAllreduce() {
+  for (float* buffer : residents_) {
+    if (buffer != nullptr) munmap(buffer, ResidentBytes(resident_floats_));
+  }
   if (base_ != nullptr) munmap(base_, size_);
   if (fd_ >= 0) close(fd_);  // releases this rank's lock
 }
@@ -616,6 +627,190 @@ absl::Status ShmAllreduce::Allreduce(absl::Span<const Part> parts,
     }
     if (!done.ok()) return done;
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<float*> ShmAllreduce::MapResident(int64_t floats) {
+  if (!failed_.ok()) return failed_;
+  if (!residents_.empty()) {
+    return absl::FailedPreconditionError(
+        "shared-memory allreduce: MapResident called twice; one resident "
+        "buffer per segment");
+  }
+  if (floats < 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "shared-memory allreduce: a resident buffer of %d floats; ask for "
+        "at least 1",
+        floats));
+  }
+  const int size = options_.local_size;
+  const int me = options_.local_rank;
+  const size_t bytes = ResidentBytes(floats);
+  auto file = [this](int r) { return absl::StrFormat("%s.r%d", path_, r); };
+  std::vector<float*> maps(size, nullptr);
+  auto give_up = [&](absl::Status status) -> absl::Status {
+    for (float* m : maps) {
+      if (m != nullptr) munmap(m, bytes);
+    }
+    unlink(file(me).c_str());
+    return Fail(std::move(status));
+  };
+  // This rank's own buffer: a file of its own (space reserved up front, so
+  // a full tmpfs is an error here, not a SIGBUS in backward).
+  {
+    const std::string mine = file(me);
+    int fd = open(mine.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) return give_up(Errno("create", mine, errno));
+    int error = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+    void* map = error != 0 ? MAP_FAILED
+                           : mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                                  MAP_SHARED, fd, 0);
+    if (map == MAP_FAILED && error == 0) error = errno;
+    close(fd);
+    if (map == MAP_FAILED) {
+      return give_up(Errno(absl::StrFormat("reserve and map %d bytes for", bytes),
+                           mine, error));
+    }
+    maps[me] = static_cast<float*>(map);
+  }
+  header_->resident[me].value.store(1, std::memory_order_release);
+  Signal();
+  absl::Status created =
+      WaitFor([&] { return FirstBelow(header_->resident, 1); },
+              "for the others' resident buffers");
+  if (!created.ok()) return give_up(created);
+  // The others' buffers, read only: this rank reads them, never writes.
+  for (int r = 0; r < size; ++r) {
+    if (r == me) continue;
+    const std::string theirs = file(r);
+    int fd = open(theirs.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return give_up(Errno("open", theirs, errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != bytes) {
+      close(fd);
+      return give_up(absl::FailedPreconditionError(absl::StrFormat(
+          "shared-memory allreduce: %s has %d bytes, expected %d: local "
+          "ranks asked for resident buffers of different sizes",
+          theirs, st.st_size, bytes)));
+    }
+    void* map = mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
+    const int error = errno;
+    close(fd);
+    if (map == MAP_FAILED) return give_up(Errno("map", theirs, error));
+    maps[r] = static_cast<float*>(map);
+  }
+  header_->resident[me].value.store(2, std::memory_order_release);
+  Signal();
+  absl::Status mapped =
+      WaitFor([&] { return FirstBelow(header_->resident, 2); },
+              "for the others to map the resident buffers");
+  if (!mapped.ok()) return give_up(mapped);
+  // Every rank mapped it: the name can go, the memory goes with the last
+  // mapping (the rank's death included).
+  unlink(file(me).c_str());
+  residents_ = std::move(maps);
+  resident_floats_ = floats;
+  return residents_[me];
+}
+
+absl::Status ShmAllreduce::AllreduceResident(int64_t offset, int64_t count,
+                                             float divisor,
+                                             const BetweenNodes& between_nodes) {
+  if (!failed_.ok()) return failed_;
+  if (offset < 0 || count < 0 || offset + count > resident_floats_) {
+    return Fail(absl::InvalidArgumentError(absl::StrFormat(
+        "shared-memory allreduce: floats [%d, %d) are outside the resident "
+        "buffer of %d floats (MapResident first)",
+        offset, offset + count, resident_floats_)));
+  }
+  if (count == 0) return absl::OkStatus();  // the same on every rank
+  ++stats_.resident_calls;
+  const int me = options_.local_rank;
+  float* mine = residents_[me] + offset;
+  if (options_.local_size == 1 && !between_nodes) {
+    if (divisor != 1.0f) CopyDivided(mine, mine, count, divisor);
+    return absl::OkStatus();
+  }
+  // No buffer bounds a slice here: slices only keep what a rank reads from
+  // the others in cache while it is still there. Between nodes, the slices
+  // of Allreduce: every node leader's Gloo call has the same size, whether
+  // its node reduces resident buffers or copied ones or it is alone.
+  const int64_t slice =
+      between_nodes ? options_.slice_floats
+                    : std::max(options_.slice_floats, options_.whole_call_floats);
+  const uint64_t last = seq_ + static_cast<uint64_t>((count + slice - 1) / slice);
+  Header& h = *header_;
+  // Every rank's buffer holds its input (and every rank is done with the
+  // calls before).
+  h.in_ready[me].value.store(last, std::memory_order_release);
+  Signal();
+  absl::Status ready = WaitFor([&] { return FirstBelow(h.in_ready, last); },
+                               "for the others' resident inputs");
+  if (!ready.ok()) return ready;
+  for (int64_t at = offset; at < offset + count; at += slice) {
+    absl::Status done = SliceResident(
+        at, std::min(slice, offset + count - at), ++seq_, divisor, between_nodes);
+    if (!done.ok()) return done;
+  }
+  // The others may still be copying chunks out of this rank's buffer: the
+  // caller may write it (the next backward) only once they are done.
+  h.copied[me].value.store(last, std::memory_order_release);
+  Signal();
+  return WaitFor([&] { return FirstBelow(h.copied, last); },
+                 "for the others to read this rank's result");
+}
+
+absl::Status ShmAllreduce::SliceResident(int64_t at, int64_t n, uint64_t seq,
+                                         float divisor,
+                                         const BetweenNodes& between_nodes) {
+  // Local rank r sums chunk r of every rank's buffer into its own (nobody
+  // else reads that chunk of it now), then copies chunk s from rank s.
+  Header& h = *header_;
+  const int size = options_.local_size;
+  const int me = options_.local_rank;
+  const int64_t chunk =
+      ((n + size - 1) / size + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
+  auto bounds = [&](int r) {
+    const int64_t lo = std::min(n, chunk * r);
+    return std::make_pair(lo, std::min(n, lo + chunk));
+  };
+  float* mine = residents_[me] + at;
+  const auto [lo, hi] = bounds(me);
+  if (lo < hi) {
+    const float* inputs[kMaxLocal];
+    for (int r = 0; r < size; ++r) inputs[r] = residents_[r] + at + lo;
+    SumInto(mine + lo, inputs, size, hi - lo, between_nodes ? 1.0f : divisor);
+  }
+  h.reduced[me].value.store(seq, std::memory_order_release);
+  Signal();
+  absl::Status reduced = WaitFor([&] { return FirstBelow(h.reduced, seq); },
+                                 "for its chunk of the sum");
+  if (!reduced.ok()) return reduced;
+  if (!between_nodes || me == 0) {
+    for (int r = 0; r < size; ++r) {
+      const auto [rlo, rhi] = bounds(r);
+      if (r != me && rlo < rhi) {
+        std::memcpy(mine + rlo, residents_[r] + at + rlo,
+                    (rhi - rlo) * sizeof(float));
+      }
+    }
+  }
+  if (!between_nodes) return absl::OkStatus();
+  if (me == 0) {
+    absl::Status across = between_nodes(mine, n);
+    if (!across.ok()) return Fail(across);
+    if (divisor != 1.0f) CopyDivided(mine, mine, n, divisor);
+    h.final.value.store(seq, std::memory_order_release);
+    Signal();
+    return absl::OkStatus();
+  }
+  absl::Status across = WaitFor(
+      [&h, seq] {
+        return h.final.value.load(std::memory_order_acquire) < seq ? 0 : -1;
+      },
+      "for the sum over the nodes");
+  if (!across.ok()) return across;
+  std::memcpy(mine, residents_[0] + at, n * sizeof(float));
   return absl::OkStatus();
 }
 

@@ -99,6 +99,29 @@ class ShmAllreduce {
   absl::Status Allreduce(absl::Span<const Part> parts, float divisor,
                          const BetweenNodes& between_nodes = nullptr);
 
+  // Resident buffers (PyTorch DDP's gradient_as_bucket_view, in shared
+  // memory): a buffer of `floats` of this rank's own in the node's shared
+  // memory (DDPRUN_SHM_DIR), mapped by every local rank, so that an
+  // allreduce of it reads the others' buffers where they lie: nothing is
+  // copied in before the sum, nothing out after it (DataParallel's
+  // gradients can live there, autograd writing them in place). Collective
+  // over the local ranks (the same `floats` on each), at most once per
+  // object; the files' names go once every rank mapped them.
+  absl::StatusOr<float*> MapResident(int64_t floats);
+  float* resident() const {
+    return residents_.empty() ? nullptr : residents_[options_.local_rank];
+  }
+  int64_t resident_floats() const { return resident_floats_; }
+  // Sums floats [offset, offset + count) of every local rank's resident
+  // buffer in place (each element becomes sum / divisor, the same bits on
+  // every rank): per slice, local rank r sums the r-th chunk over all
+  // buffers into its own (reduce-scatter), then copies the others' chunks
+  // (all-gather). Returns once every local rank is done reading this one's
+  // buffer: the caller may write it again at once. With `between_nodes`,
+  // local rank 0 hands each summed slice to it before the others copy it.
+  absl::Status AllreduceResident(int64_t offset, int64_t count, float divisor,
+                                 const BetweenNodes& between_nodes = nullptr);
+
   // Tells the other local ranks that this one failed (they stop waiting and
   // report `message`); for failures outside Allreduce.
   void Abort(const std::string& message);
@@ -111,6 +134,8 @@ class ShmAllreduce {
     int64_t scattered_slices = 0;
     // Calls that went through as one slice (whole_call_floats).
     int64_t whole_calls = 0;
+    // AllreduceResident calls (no copy in or out).
+    int64_t resident_calls = 0;
   };
   const Stats& stats() const { return stats_; }
 
@@ -136,6 +161,8 @@ class ShmAllreduce {
   class Pieces;
   absl::Status SliceEachSumsAll(const Pieces& mine, int64_t n, uint64_t seq,
                                 float divisor);
+  absl::Status SliceResident(int64_t at, int64_t n, uint64_t seq,
+                             float divisor, const BetweenNodes& between_nodes);
   absl::Status SliceScattered(const Pieces& mine, int64_t n, uint64_t seq,
                               float divisor, const BetweenNodes& between_nodes);
   void Signal();
@@ -151,6 +178,9 @@ class ShmAllreduce {
   size_t size_ = 0;
   Header* header_ = nullptr;
   int64_t buffer_floats_ = 0;  // one input or output buffer's capacity
+  // Every local rank's resident buffer (this one's writable), or empty.
+  std::vector<float*> residents_;
+  int64_t resident_floats_ = 0;
   uint64_t seq_ = 0;     // slices done, the same on every local rank
   absl::Status failed_;  // sticky
   Stats stats_;

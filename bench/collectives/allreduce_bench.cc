@@ -3,8 +3,12 @@
 //       --out results.jsonl [--sizes 4096,...] [--reps 5] [--pin]
 // For each size (bytes of floats), each repetition times, in an order that
 // rotates per repetition: libddp's gradient allreduce (GradientAllreduce,
-// what DataParallel uses), ProcessGroupGloo's allreduce (C++), and memcpy of
-// the same bytes by rank 0 alone (the others wait). Rank 0 appends one JSON
+// what DataParallel uses: the buffer copied into the node's segment and
+// the sum out of it), the same on a buffer that lives in the segment
+// ("libddp-resident": MapResident/RunResident, what DataParallel's
+// gradient_as_bucket_view uses; no copy in or out), ProcessGroupGloo's
+// allreduce (C++), and memcpy of the same bytes by rank 0 alone (the others
+// wait). Rank 0 appends one JSON
 // line per measurement: {"impl", "world", "bytes", "seconds"} (per
 // operation, the mean over the repetition's iterations).
 // --pin: local rank r runs on CPU r mod (CPUs allowed), so that on a loaded
@@ -13,6 +17,7 @@
 // or waits a whole time slice): what a quiet machine does unpinned.
 #include <sched.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -85,6 +90,10 @@ int Run(int argc, char** argv) {
   }
   const int rank = env->rank;
   const int world = env->world_size;
+  // One resident buffer for every size: the largest.
+  absl::StatusOr<float*> resident =
+      group->direct->MapResident(*std::max_element(sizes.begin(), sizes.end()) / 4);
+  if (!resident.ok()) return Fail(resident.status().ToString());
   std::ofstream out;
   if (rank == 0) {
     out.open(out_path, std::ios::app);
@@ -99,13 +108,18 @@ int Run(int argc, char** argv) {
     // ~0.3 s of traffic per measurement at a few GB/s; at least 3.
     const int iterations =
         static_cast<int>(std::clamp<int64_t>((1LL << 30) / bytes, 3, 2000));
-    const char* impls[] = {"libddp", "ProcessGroupGloo", "memcpy"};
+    const char* impls[] = {"libddp", "libddp-resident", "ProcessGroupGloo",
+                           "memcpy"};
+    constexpr int kImpls = 4;
     for (int rep = 0; rep < reps; ++rep) {
-      for (int k = 0; k < 3; ++k) {
-        const std::string impl = impls[(k + rep) % 3];
+      for (int k = 0; k < kImpls; ++k) {
+        const std::string impl = impls[(k + rep) % kImpls];
         std::function<void()> op;
         if (impl == "libddp") {
           op = [&] { group->direct->Run(data.data_ptr<float>(), n); };
+        } else if (impl == "libddp-resident") {
+          op = [&] { group->direct->RunResident(0, n, 1.0f); };
+          std::fill(*resident, *resident + n, 1.0f);
         } else if (impl == "ProcessGroupGloo") {
           op = [&] {
             std::vector<at::Tensor> tensors = {data};

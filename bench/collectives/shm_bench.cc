@@ -4,7 +4,15 @@
 // deterministic enough to run under callgrind, where timing under load
 // says nothing but instruction counts do:
 //   ddprun-shm-allreduce-bench --floats 102400 --ops 3000 [--world 2]
-//       [--divisor 2] [--dir /dev/shm]
+//       [--divisor 2] [--dir /dev/shm] [--resident]
+// --resident: the buffer lives in the segment (MapResident, what
+// DataParallel's gradient views use) and is summed in place
+// (AllreduceResident): no copy in or out.
+// --step: each timed call also includes what a training step writes before
+// the sync, as DataParallel's gradients see it: backward's fresh gradient
+// (a private buffer written); with --resident also ZeroGrad's zeroing of
+// the resident buffer and AccumulateGrad's addition of the fresh gradient
+// into it (gradient views), without it the gradient handed over as is.
 //   valgrind --tool=callgrind --callgrind-out-file=cg.%p
 //       ddprun-shm-allreduce-bench --floats 102400 --ops 500   (one line)
 // (callgrind_annotate --inclusive=yes cg.<pid>: SumInto and memcpy are the
@@ -16,6 +24,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <limits>
 #include <string>
@@ -30,10 +39,31 @@ namespace {
 using ::ddprun::worker::ShmAllreduce;
 using ::ddprun::worker::ShmAllreduceOptions;
 
+// data += add, vectorised as LibTorch's add_ is (GCC -O2 leaves the plain
+// loop scalar).
+void AddInto(float* data, const float* add, int64_t n) {
+  typedef float Floats8 __attribute__((vector_size(32), aligned(4)));
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    *reinterpret_cast<Floats8*>(data + i) +=
+        *reinterpret_cast<const Floats8*>(add + i);
+  }
+  for (; i < n; ++i) data[i] += add[i];
+}
+
+// data[i] = 1, vectorised (as a matrix product's output is written).
+void Fill(float* data, int64_t n) {
+  typedef float Floats8 __attribute__((vector_size(32), aligned(4)));
+  const Floats8 ones = {1, 1, 1, 1, 1, 1, 1, 1};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) *reinterpret_cast<Floats8*>(data + i) = ones;
+  for (; i < n; ++i) data[i] = 1.0f;
+}
+
 // One local rank: attaches (after rank 0 created the segment), runs the
 // calls, and (rank 0) prints the percentiles. Returns the exit status.
 int Rank(const ShmAllreduceOptions& options, int64_t floats, int ops,
-         float divisor) {
+         float divisor, bool resident, bool step) {
   cpu_set_t allowed;
   if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0) {
     std::vector<int> cpus;
@@ -56,16 +86,40 @@ int Rank(const ShmAllreduceOptions& options, int64_t floats, int ops,
     std::cerr << "ddprun-shm-allreduce-bench: " << shm.status() << std::endl;
     return 1;
   }
-  std::vector<float> data(floats, 1.0f);
+  std::vector<float> own;
+  std::vector<float> fresh(step ? floats : 0);
+  float* data = nullptr;
+  if (resident) {
+    absl::StatusOr<float*> mapped = (*shm)->MapResident(floats);
+    if (!mapped.ok()) {
+      std::cerr << "ddprun-shm-allreduce-bench: " << mapped.status() << std::endl;
+      return 1;
+    }
+    data = *mapped;
+  } else {
+    own.resize(floats);
+    data = own.data();
+  }
   std::vector<double> micros;
   micros.reserve(ops);
   for (int i = 0; i < ops; ++i) {
-    std::fill(data.begin(), data.end(), 1.0f);
-    const ShmAllreduce::Part part{data.data(), floats};
     const auto start = std::chrono::steady_clock::now();
-    absl::Status status = (*shm)->Allreduce({part}, divisor);
+    if (!step) {
+      // What backward does before each sync, untimed: write the gradients.
+      std::fill(data, data + floats, 1.0f);
+    } else if (!resident) {
+      Fill(data, floats);  // the gradient, handed over
+    } else {
+      std::memset(data, 0, floats * sizeof(float));  // ZeroGrad
+      Fill(fresh.data(), floats);                    // backward's gradient
+      AddInto(data, fresh.data(), floats);           // AccumulateGrad
+    }
+    const auto timed = step ? start : std::chrono::steady_clock::now();
+    const ShmAllreduce::Part part{data, floats};
+    absl::Status status = resident ? (*shm)->AllreduceResident(0, floats, divisor)
+                                   : (*shm)->Allreduce({part}, divisor);
     micros.push_back(std::chrono::duration<double, std::micro>(
-                         std::chrono::steady_clock::now() - start)
+                         std::chrono::steady_clock::now() - timed)
                          .count());
     if (!status.ok()) {
       std::cerr << "ddprun-shm-allreduce-bench: " << status << std::endl;
@@ -73,8 +127,8 @@ int Rank(const ShmAllreduceOptions& options, int64_t floats, int ops,
     }
   }
   const float expected = static_cast<float>(options.local_size) / divisor;
-  for (float v : data) {
-    if (v != expected) {
+  for (int64_t i = 0; i < floats; ++i) {
+    if (const float v = data[i]; v != expected) {
       std::cerr << "ddprun-shm-allreduce-bench: wrong sum " << v
                 << ", expected " << expected << std::endl;
       return 1;
@@ -83,9 +137,10 @@ int Rank(const ShmAllreduceOptions& options, int64_t floats, int ops,
   if (options.local_rank == 0) {
     std::sort(micros.begin(), micros.end());
     std::cout << absl::StrFormat(
-                     "world %d, %d floats (%d bytes), %d calls: p10 %.1f us, "
-                     "p50 %.1f us, p90 %.1f us",
-                     options.local_size, floats, floats * 4, ops,
+                     "world %d, %d floats (%d bytes)%s%s, %d calls: p10 %.1f "
+                     "us, p50 %.1f us, p90 %.1f us",
+                     options.local_size, floats, floats * 4,
+                     resident ? " resident" : "", step ? " step" : "", ops,
                      micros[ops / 10], micros[ops / 2], micros[ops * 9 / 10])
               << std::endl;
   }
@@ -107,6 +162,12 @@ int Run(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--dir", dir, "a folder in shared memory")
       ->check(CLI::ExistingDirectory);
+  bool step = false;
+  app.add_flag("--step", step,
+               "time the gradient's writes before each sync too (see above)");
+  bool resident = false;
+  app.add_flag("--resident", resident,
+               "the buffer lives in the segment, summed in place");
   CLI11_PARSE(app, argc, argv);
 
   ShmAllreduceOptions options;
@@ -119,7 +180,7 @@ int Run(int argc, char** argv) {
   std::vector<pid_t> children;
   int status = 0;
   pid_t first = fork();
-  if (first == 0) _exit(Rank(options, floats, ops, divisor));
+  if (first == 0) _exit(Rank(options, floats, ops, divisor, resident, step));
   children.push_back(first);
   // Rank 0 creates the file; wait until it exists before forking the rest.
   const std::string path = dir + "/" + options.name;
@@ -130,7 +191,7 @@ int Run(int argc, char** argv) {
     pid_t child = fork();
     if (child == 0) {
       options.local_rank = r;
-      _exit(Rank(options, floats, ops, divisor));
+      _exit(Rank(options, floats, ops, divisor, resident, step));
     }
     children.push_back(child);
   }

@@ -6,17 +6,26 @@
 //     ProcessGroupGloo's (the reference), then sums non-integer floats
 //     (rounding differs by order) and prints a hash of the result's bits;
 //   --mode loop: sums --sizes' first size forever, one line per iteration
-//     (the peer-failure tests kill or stop a rank meanwhile).
+//     (the peer-failure tests kill or stop a rank meanwhile);
+//   --resident (check): the sums go through a resident buffer in the
+//     node's shared memory (GradientAllreduce::MapResident/RunResident);
+//   --mode ddp: DataParallel with gradient_as_bucket_view against
+//     DataParallel on the process group (the reference), over a few steps
+//     (views kept by ZeroGrad, a NoSync accumulation, views dropped by
+//     set_to_none); prints "ddp_equal", "views", "in_place", "copied_in",
+//     "resident_runs".
 // Writes <out-dir>/rank_<R>.txt: "path <name>", "size N exact E reference F
 // bits H" per size, "runs N". Exits 1 with one line on stderr on any error.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +34,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "worker/ddp.h"
 #include "worker/process_group.h"
 #include "worker/worker_env.h"
 
@@ -59,14 +69,106 @@ uint64_t Fnv1a(const float* data, int64_t count) {
   return hash;
 }
 
+// DataParallel with gradient views against DataParallel on the process
+// group, the same parameters and inputs (integer-valued: every order of
+// summing is exact, so the two must agree bit for bit).
+int CheckDataParallel(const ddprun::worker::ProcessGroup& group,
+                      std::ofstream& out) {
+  using ddprun::worker::DataParallel;
+  const int rank = group.rank;
+  auto make = [] {
+    std::vector<at::Tensor> params = {
+        at::arange(64 * 300, at::kFloat).remainder(5).sub(2).reshape({64, 300}),
+        at::arange(64, at::kFloat).remainder(3)};
+    for (auto& p : params) p.set_requires_grad(true);
+    return params;
+  };
+  std::vector<at::Tensor> viewed = make();
+  std::vector<at::Tensor> plain = make();
+  ddprun::worker::DataParallelOptions views_options;
+  views_options.gradient_as_bucket_view = true;
+  views_options.bucket_mb = 0.0001;  // two buckets: the bias, then the weight
+  std::optional<DataParallel> views_holder;
+  views_holder.emplace(viewed, group, views_options);
+  DataParallel& views = *views_holder;
+  ddprun::worker::ProcessGroup reference_group = group;
+  reference_group.direct.reset();
+  ddprun::worker::DataParallelOptions reference_options;
+  reference_options.bucket_mb = 0.0001;
+  DataParallel reference(plain, reference_group, reference_options);
+  auto backward = [&](const std::vector<at::Tensor>& p, int step) {
+    at::Tensor x = at::arange(300 * 4, at::kFloat)
+                       .add(rank * 7 + step)
+                       .remainder(9)
+                       .sub(4)
+                       .reshape({300, 4});
+    (p[0].matmul(x).sum() + p[1].sum() * (rank + step)).backward();
+  };
+  bool equal = true;
+  auto compare = [&] {
+    for (size_t i = 0; i < viewed.size(); ++i) {
+      equal &= viewed[i].grad().defined() &&
+               viewed[i].grad().equal(plain[i].grad());
+    }
+  };
+  for (int step = 0; step < 3; ++step) {  // views kept: in place
+    views.ZeroGrad();
+    reference.ZeroGrad();
+    backward(viewed, step);
+    backward(plain, step);
+    views.FinishGradientSync();
+    reference.FinishGradientSync();
+    compare();
+  }
+  views.ZeroGrad();  // NoSync: two backwards accumulate, then one sync
+  reference.ZeroGrad();
+  {
+    DataParallel::NoSync a(views), b(reference);
+    backward(viewed, 5);
+    backward(plain, 5);
+  }
+  backward(viewed, 6);
+  backward(plain, 6);
+  views.FinishGradientSync();
+  reference.FinishGradientSync();
+  compare();
+  for (auto& p : viewed) p.mutable_grad() = at::Tensor();  // set_to_none
+  reference.ZeroGrad();
+  backward(viewed, 7);
+  backward(plain, 7);
+  views.FinishGradientSync();
+  reference.FinishGradientSync();
+  compare();
+  out << "views " << (views.gradient_views() ? 1 : 0) << std::endl;
+  out << "in_place " << views.gradient_stats().in_place << std::endl;
+  out << "copied_in " << views.gradient_stats().copied_in << std::endl;
+  // The buffer goes with its DataParallel (in-place recovery drops the
+  // group): the grads must outlive it as plain tensors with their values.
+  const bool had_views = views.gradient_views();
+  std::vector<void*> where;
+  for (const auto& p : viewed) where.push_back(p.grad().data_ptr());
+  views_holder.reset();
+  for (size_t i = 0; i < viewed.size(); ++i) {
+    equal &= viewed[i].grad().defined() &&
+             (!had_views || viewed[i].grad().data_ptr() != where[i]) &&
+             viewed[i].grad().equal(plain[i].grad());
+  }
+  out << "ddp_equal " << (equal ? 1 : 0) << std::endl;
+  out << "resident_runs "
+      << (group.direct ? group.direct->resident_runs() : 0) << std::endl;
+  return out.good() ? 0 : Fail("cannot write the result file");
+}
+
 int Run(int argc, char** argv) {
   std::string mode = "check";
   std::string out_dir = ".";
   std::vector<int64_t> sizes = {1, 1024};
   int64_t timeout_ms = 30000;
   CLI::App app{"a worker for the gradient-allreduce tests"};
-  app.add_option("--mode", mode, "check or loop")
-      ->check(CLI::IsMember({"check", "loop"}));
+  app.add_option("--mode", mode, "check, loop or ddp")
+      ->check(CLI::IsMember({"check", "loop", "ddp"}));
+  bool resident = false;
+  app.add_flag("--resident", resident, "sum through a resident buffer");
   app.add_option("--out-dir", out_dir, "where rank_<R>.txt goes");
   app.add_option("--timeout-ms", timeout_ms, "the gradient allreduce's timeout")
       ->check(CLI::Range(int64_t{1}, std::numeric_limits<int64_t>::max()));
@@ -91,8 +193,19 @@ int Run(int argc, char** argv) {
   out << "pid " << getpid() << std::endl;
   // What DataParallel does: GradientAllreduce where there is one, else the
   // process group.
+  float* resident_buffer = nullptr;
+  if (resident && group->direct) {
+    auto mapped = group->direct->MapResident(
+        *std::max_element(sizes.begin(), sizes.end()));
+    if (!mapped.ok()) return Fail(mapped.status().ToString());
+    resident_buffer = *mapped;
+  }
   auto reduce = [&](float* data, int64_t n) {
-    if (group->direct) {
+    if (resident_buffer != nullptr) {
+      std::copy(data, data + n, resident_buffer);
+      group->direct->RunResident(0, n, 1.0f);
+      std::copy(resident_buffer, resident_buffer + n, data);
+    } else if (group->direct) {
       group->direct->Run(data, n);
     } else {
       std::vector<at::Tensor> tensors = {at::from_blob(data, {n}, at::kFloat)};
@@ -108,6 +221,7 @@ int Run(int argc, char** argv) {
       out << "iteration " << iteration << std::endl;
     }
   }
+  if (mode == "ddp") return CheckDataParallel(*group, out);
   if (mode != "check") return Fail("unknown --mode " + mode);
 
   for (int64_t n : sizes) {
@@ -136,6 +250,8 @@ int Run(int argc, char** argv) {
         << std::endl;
   }
   out << "runs " << (group->direct ? group->direct->runs() : 0) << std::endl;
+  out << "resident_runs "
+      << (group->direct ? group->direct->resident_runs() : 0) << std::endl;
   return out.good() ? 0 : Fail("cannot write the result file");
 }
 

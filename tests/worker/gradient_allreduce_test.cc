@@ -68,19 +68,16 @@ void PrintTo(const Layout& layout, std::ostream* os) { *os << layout.name; }
 
 class UnderDdprunTest : public ::testing::TestWithParam<Layout> {};
 
-TEST_P(UnderDdprunTest, EverySizeIsExactTheSameOnEveryRankAndTookItsPath) {
-  const Layout& layout = GetParam();
-  const std::vector<int64_t> sizes = {1, 1024, 1 << 20, 16 << 20};
-  std::vector<std::string> size_strings;
-  for (int64_t n : sizes) size_strings.push_back(std::to_string(n));
-  TempDir dir;
-  std::vector<std::string> program = {Helper(), "--mode", "check", "--out-dir",
-                                      dir.path(), "--sizes",
-                                      absl::StrJoin(size_strings, ",")};
+// Runs `program` (the helper and its flags; --out-dir is added) under
+// `layout`'s agents and waits for every agent to succeed; returns the world.
+int RunUnderDdprun(const Layout& layout, const TempDir& dir,
+                   std::vector<std::string> program) {
+  program.insert(program.end(), {"--out-dir", dir.path()});
   std::unique_ptr<rendezvous::Server> server;
   if (layout.nproc.size() > 1) {
     auto started = rendezvous::Server::Start({.host = "127.0.0.1", .port = 0});
-    ASSERT_TRUE(started.ok()) << started.status();
+    EXPECT_TRUE(started.ok()) << started.status();
+    if (!started.ok()) return 0;
     server = std::move(*started);
   }
   std::vector<Subprocess> agents;
@@ -105,17 +102,39 @@ TEST_P(UnderDdprunTest, EverySizeIsExactTheSameOnEveryRankAndTookItsPath) {
     options.argv.insert(options.argv.end(), program.begin(), program.end());
     options.stderr_path = dir.File(absl::StrCat("agent", agent, ".err"));
     auto started = Subprocess::Start(options);
-    ASSERT_TRUE(started.ok()) << started.status();
+    EXPECT_TRUE(started.ok()) << started.status();
+    if (!started.ok()) return 0;
     agents.push_back(std::move(*started));
   }
   for (size_t agent = 0; agent < agents.size(); ++agent) {
     std::optional<ExitInfo> exit = agents[agent].Wait(absl::Seconds(240));
-    ASSERT_TRUE(exit.has_value()) << "agent " << agent << " still runs";
-    ASSERT_TRUE(exit->ok()) << "agent " << agent << ": " << exit->ToString()
+    EXPECT_TRUE(exit.has_value()) << "agent " << agent << " still runs";
+    if (!exit.has_value()) return 0;
+    EXPECT_TRUE(exit->ok()) << "agent " << agent << ": " << exit->ToString()
                             << "\n"
                             << ReadFileOrEmpty(dir.File(
                                    absl::StrCat("agent", agent, ".err")));
   }
+  return world;
+}
+
+// Ranks in nodes of two or more: they reduce through shared memory.
+int SharingRanks(const Layout& layout) {
+  int ranks = 0;
+  for (int n : layout.nproc) ranks += n >= 2 ? n : 0;
+  return ranks;
+}
+
+TEST_P(UnderDdprunTest, EverySizeIsExactTheSameOnEveryRankAndTookItsPath) {
+  const Layout& layout = GetParam();
+  const std::vector<int64_t> sizes = {1, 1024, 1 << 20, 16 << 20};
+  std::vector<std::string> size_strings;
+  for (int64_t n : sizes) size_strings.push_back(std::to_string(n));
+  TempDir dir;
+  const int world = RunUnderDdprun(
+      layout, dir,
+      {Helper(), "--mode", "check", "--sizes", absl::StrJoin(size_strings, ",")});
+  ASSERT_GT(world, 0);
   std::map<int64_t, std::set<std::string>> bits;
   for (int rank = 0; rank < world; ++rank) {
     SCOPED_TRACE(absl::StrCat("rank ", rank));
@@ -139,6 +158,76 @@ TEST_P(UnderDdprunTest, EverySizeIsExactTheSameOnEveryRankAndTookItsPath) {
         << n << " floats: ranks hold different bits: "
         << absl::StrJoin(bits[n], " ");
   }
+}
+
+TEST_P(UnderDdprunTest, ResidentBuffersAreSummedInPlaceExactlyOnEveryRank) {
+  // The buffer DataParallel's gradient views live in: each rank's own in
+  // the node's shared memory, summed where it lies (no copy in or out).
+  // Ranks of a node of two or more take that path (counted); a rank alone
+  // in its node sums a private buffer through the node leaders' Gloo.
+  const Layout& layout = GetParam();
+  const std::vector<int64_t> sizes = {1, 1024, 1 << 20};
+  TempDir dir;
+  const int world = RunUnderDdprun(
+      layout, dir,
+      {Helper(), "--mode", "check", "--resident", "--sizes", "1,1024,1048576"});
+  ASSERT_GT(world, 0);
+  std::map<int64_t, std::set<std::string>> bits;
+  int64_t resident_runs = 0;
+  for (int rank = 0; rank < world; ++rank) {
+    SCOPED_TRACE(absl::StrCat("rank ", rank));
+    auto result = ReadResult(dir.File(absl::StrCat("rank_", rank, ".txt")));
+    EXPECT_EQ(result["path"], layout.path);
+    for (int64_t n : sizes) {
+      const std::string& line = result["size " + std::to_string(n)];
+      EXPECT_TRUE(absl::StrContains(line, " exact 1 reference 1 ")) << line;
+      std::vector<std::string> words = absl::StrSplit(line, ' ');
+      ASSERT_EQ(words.size(), 8u) << line;
+      bits[n].insert(words[7]);
+    }
+    int64_t runs = 0;
+    ASSERT_TRUE(absl::SimpleAtoi(result["resident_runs"], &runs))
+        << result["resident_runs"];
+    resident_runs += runs;
+  }
+  for (int64_t n : sizes) {
+    EXPECT_EQ(bits[n].size(), 1u) << n << " floats: ranks hold different bits";
+  }
+  // Two sums per size on every rank that shares its node.
+  EXPECT_EQ(resident_runs,
+            static_cast<int64_t>(2 * sizes.size()) * SharingRanks(layout));
+}
+
+TEST_P(UnderDdprunTest, DataParallelGradientViewsMatchTheProcessGroup) {
+  // gradient_as_bucket_view: grads are views of the shared buffer, autograd
+  // accumulates into them, the allreduce sums them in place; the result
+  // equals DataParallel over ProcessGroupGloo bit for bit (integer-valued),
+  // over kept views (ZeroGrad), a NoSync accumulation and views dropped by
+  // set_to_none (copied in once), and the grads keep their values as plain
+  // tensors once the DataParallel (and its buffer) is gone. The counters
+  // say which steps found their gradients in place.
+  const Layout& layout = GetParam();
+  TempDir dir;
+  const int world = RunUnderDdprun(layout, dir, {Helper(), "--mode", "ddp"});
+  ASSERT_GT(world, 0);
+  const bool shared = layout.path != "process-group";
+  int64_t resident_runs = 0;
+  for (int rank = 0; rank < world; ++rank) {
+    SCOPED_TRACE(absl::StrCat("rank ", rank));
+    auto result = ReadResult(dir.File(absl::StrCat("rank_", rank, ".txt")));
+    EXPECT_EQ(result["ddp_equal"], "1");
+    EXPECT_EQ(result["views"], shared ? "1" : "0");
+    // 4 synced steps x 2 parameters in place; the set_to_none step copies
+    // its 2 gradients in.
+    EXPECT_EQ(result["in_place"], shared ? "8" : "0");
+    EXPECT_EQ(result["copied_in"], shared ? "2" : "0");
+    int64_t runs = 0;
+    ASSERT_TRUE(absl::SimpleAtoi(result["resident_runs"], &runs))
+        << result["resident_runs"];
+    resident_runs += runs;
+  }
+  // 5 syncs x 2 buckets on every rank that shares its node.
+  EXPECT_EQ(resident_runs, 10 * SharingRanks(layout));
 }
 
 INSTANTIATE_TEST_SUITE_P(
