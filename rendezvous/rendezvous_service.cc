@@ -33,6 +33,7 @@ RendezvousService::RendezvousService(JobTable* jobs, StoreService* store,
     : jobs_(jobs),
       store_(store),
       token_(token),
+      streams_(jobs, token),
       joins_(this, this, join_queues) {}
 
 namespace {

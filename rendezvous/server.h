@@ -105,6 +105,13 @@ class Server {
   std::vector<int64_t> JoinsPerQueueForTest() const {
     return rendezvous_service_.JoinsPerQueue();
   }
+  // Heartbeats answered on Heartbeats streams, and such streams open now.
+  int64_t StreamedHeartbeatsForTest() const {
+    return rendezvous_service_.heartbeat_streams().beats();
+  }
+  int64_t OpenHeartbeatStreamsForTest() const {
+    return rendezvous_service_.heartbeat_streams().open_streams();
+  }
   // Bytes the store charges now (limits.h), all jobs / one job.
   // How often memory was given back (three times per large fan-out).
   int MemoryTrimsForTest() const { return trims_.load(); }
