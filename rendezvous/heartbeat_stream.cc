@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_status.h"
 
@@ -18,9 +19,15 @@ class HeartbeatStreams::Stream final
     : public grpc::ServerBidiReactor<v1::HeartbeatRequest,
                                      v1::HeartbeatResponse> {
  public:
-  Stream(HeartbeatStreams* owner, grpc::CallbackServerContext* context)
+  // Refused with `refusal` when set: the stream ends at once.
+  Stream(HeartbeatStreams* owner, grpc::CallbackServerContext* context,
+         std::optional<grpc::Status> refusal)
       : owner_(owner), context_(context) {
     owner_->open_.fetch_add(1);
+    if (refusal.has_value()) {
+      FinishOnce(*std::move(refusal));
+      return;
+    }
     StartRead(&request_);
   }
 
@@ -118,7 +125,20 @@ class HeartbeatStreams::Stream final
 
 grpc::ServerBidiReactor<v1::HeartbeatRequest, v1::HeartbeatResponse>*
 HeartbeatStreams::Open(grpc::CallbackServerContext* context) {
-  return new Stream(this, context);
+  // (Racing opens may pass the cap by a few: it bounds, it need not be
+  // exact.)
+  if (open_.load() >= max_streams_) {
+    refused_.fetch_add(1);
+    return new Stream(
+        this, context,
+        grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                     absl::StrFormat(
+                         "this server holds %d heartbeat streams "
+                         "(ddprun-rendezvous --max-heartbeat-streams): send "
+                         "unary Heartbeats",
+                         max_streams_)));
+  }
+  return new Stream(this, context, std::nullopt);
 }
 
 }  // namespace ddprun::rendezvous

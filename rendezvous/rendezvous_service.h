@@ -45,6 +45,7 @@ class RendezvousService final : public RendezvousServiceBase,
     return streams_.Open(context);
   }
   const HeartbeatStreams& heartbeat_streams() const { return streams_; }
+  HeartbeatStreams* mutable_heartbeat_streams() { return &streams_; }
   grpc::ServerUnaryReactor* ReportFailure(
       grpc::CallbackServerContext* context,
       const v1::ReportFailureRequest* request,

@@ -62,7 +62,10 @@ Server::Server(const ServerOptions& options)
       store_(clock_, options.limits),
       store_service_(&jobs_, &store_, &token_check_, options.limits),
       rendezvous_service_(&jobs_, &store_service_, &token_check_,
-                          options.join_queues) {}
+                          options.join_queues) {
+  rendezvous_service_.mutable_heartbeat_streams()->set_max_streams(
+      options.max_heartbeat_streams);
+}
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Start(
     const ServerOptions& options) {

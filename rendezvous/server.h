@@ -48,6 +48,9 @@ struct ServerOptions {
   // in gRPC's poller, which costs every other call some CPU (8 queues:
   // ~14 % more per heartbeat, bench/rendezvous/README.md).
   int join_queues = 8;
+  // Heartbeat streams open at once; more are refused and those agents send
+  // unary heartbeats (HeartbeatStreams::set_max_streams says why).
+  int64_t max_heartbeat_streams = 1024;
   // Assignments carry the peer list up to this many nodes.
   int max_peers_in_assignment = 128;
   // Heartbeats per second one job may send; larger jobs get a longer
@@ -111,6 +114,9 @@ class Server {
   }
   int64_t OpenHeartbeatStreamsForTest() const {
     return rendezvous_service_.heartbeat_streams().open_streams();
+  }
+  int64_t RefusedHeartbeatStreamsForTest() const {
+    return rendezvous_service_.heartbeat_streams().refused_streams();
   }
   // Bytes the store charges now (limits.h), all jobs / one job.
   // How often memory was given back (three times per large fan-out).

@@ -127,6 +127,13 @@ absl::StatusOr<v1::HeartbeatResponse> HeartbeatLoop::Beat(
             client_.endpoint(), options_.round);
         use_stream_ = false;
         break;
+      case absl::StatusCode::kResourceExhausted:
+        spdlog::info(
+            "rendezvous {} holds as many heartbeat streams as it takes: unary "
+            "heartbeats for round {}",
+            client_.endpoint(), options_.round);
+        use_stream_ = false;
+        break;
       case absl::StatusCode::kNotFound:
       case absl::StatusCode::kInvalidArgument:
       case absl::StatusCode::kPermissionDenied:

@@ -29,10 +29,11 @@ struct HeartbeatLoopOptions {
   // goes on without stopping the workers. Unset: never sent.
   std::optional<v1::JoinRequest> resume;
   // Heartbeat on one long-lived stream (Rendezvous.Heartbeats), which costs
-  // the server far less per heartbeat than a unary call. A server that
-  // answers UNIMPLEMENTED (older than the stream) gets unary Heartbeats for
-  // the rest of the round; a broken stream is reopened with backoff, and
-  // unary Heartbeats go meanwhile. False: unary only.
+  // the server less per heartbeat than a unary call. A server that answers
+  // UNIMPLEMENTED (older than the stream) or RESOURCE_EXHAUSTED (it holds
+  // --max-heartbeat-streams) gets unary Heartbeats for the rest of the
+  // round; a broken stream is reopened with backoff, and unary Heartbeats
+  // go meanwhile. False: unary only.
   bool stream = true;
 };
 

@@ -227,6 +227,40 @@ TEST(HeartbeatLoopTest, AServerWithoutTheStreamGetsUnaryHeartbeats) {
   server->Shutdown();
 }
 
+TEST(HeartbeatLoopTest, AServerThatTakesNoMoreStreamsGetsUnaryHeartbeats) {
+  rendezvous::ServerOptions no_streams;
+  no_streams.max_heartbeat_streams = 0;
+  absl::StatusOr<std::unique_ptr<rendezvous::Server>> server =
+      rendezvous::Server::Start(no_streams);
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::unique_ptr<RendezvousClient> client = Client((*server)->endpoint());
+  v1::JoinRequest join;
+  absl::StatusOr<v1::Assignment> assignment =
+      JoinAlone(*client, "capped", &join);
+  ASSERT_TRUE(assignment.ok()) << assignment.status();
+  HeartbeatLoopOptions options;
+  options.run_id = "capped";
+  options.node_id = "n0";
+  options.round = assignment->round();
+  options.interval = absl::Milliseconds(20);
+  options.timeout = absl::Seconds(2);
+  std::atomic<int> calls = 0;
+  HeartbeatLoop loop(*client, options, [&] { ++calls; });
+  // Refused once; then unary beats keep the node alive (the job's status
+  // shows it heard from lately) for longer than the loop's timeout.
+  ASSERT_TRUE(WaitFor(
+      [&] { return (*server)->RefusedHeartbeatStreamsForTest() == 1; },
+      absl::Seconds(20)));
+  EXPECT_FALSE(WaitFor([&] { return calls > 0; }, absl::Seconds(3)));
+  EXPECT_EQ((*server)->RefusedHeartbeatStreamsForTest(), 1);
+  EXPECT_EQ((*server)->StreamedHeartbeatsForTest(), 0);
+  absl::StatusOr<v1::StatusResponse> status = client->Status({});
+  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_EQ(status->jobs_size(), 1);
+  ASSERT_EQ(status->jobs(0).nodes_size(), 1);
+  EXPECT_LT(status->jobs(0).nodes(0).last_heartbeat_age_ms(), 1000);
+}
+
 TEST(HeartbeatLoopTest, ARestartedServerGetsTheRoundBackAndANewStream) {
   absl::StatusOr<std::unique_ptr<rendezvous::Server>> first =
       rendezvous::Server::Start(rendezvous::ServerOptions{});

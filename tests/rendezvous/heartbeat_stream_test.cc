@@ -52,9 +52,10 @@ v1::HeartbeatRequest Beat(const std::string& run_id, const std::string& node,
 
 class HeartbeatStreamTest : public ::testing::Test {
  protected:
-  void StartServer(const std::string& token) {
+  void StartServer(const std::string& token, int64_t max_streams = 1024) {
     ServerOptions options;
     options.token = token;
+    options.max_heartbeat_streams = max_streams;
     auto server = Server::Start(options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
@@ -246,6 +247,42 @@ TEST_F(HeartbeatStreamTest, CancelledStreamsLeaveNothingBehind) {
       [&] { return server_->OpenHeartbeatStreamsForTest() == 0; },
       absl::Seconds(10)))
       << server_->OpenHeartbeatStreamsForTest() << " streams still open";
+}
+
+TEST_F(HeartbeatStreamTest, StreamsPastTheCapAreRefusedResourceExhausted) {
+  StartServer("", /*max_streams=*/2);
+  const int64_t round = FormRound("capped", 1);
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<BeatStream>> streams;
+  for (int i = 0; i < 2; ++i) {
+    contexts.push_back(Context());
+    streams.push_back(stub_->Heartbeats(contexts.back().get()));
+    ASSERT_TRUE(streams.back()->Write(Beat("capped", "n0", round)));
+    v1::HeartbeatResponse answer;
+    ASSERT_TRUE(streams.back()->Read(&answer));
+  }
+  auto context = Context();
+  std::unique_ptr<BeatStream> third = stub_->Heartbeats(context.get());
+  third->Write(Beat("capped", "n0", round));  // may fail: refused already
+  v1::HeartbeatResponse answer;
+  EXPECT_FALSE(third->Read(&answer));
+  grpc::Status status = third->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(status.error_message().find("--max-heartbeat-streams"),
+            std::string::npos)
+      << status.error_message();
+  EXPECT_EQ(server_->RefusedHeartbeatStreamsForTest(), 1);
+  // A stream that closes makes room for another.
+  contexts[0]->TryCancel();
+  streams[0]->Finish();
+  ASSERT_TRUE(WaitFor(
+      [&] { return server_->OpenHeartbeatStreamsForTest() == 1; },
+      absl::Seconds(10)));
+  auto fourth_context = Context();
+  std::unique_ptr<BeatStream> fourth = stub_->Heartbeats(fourth_context.get());
+  ASSERT_TRUE(fourth->Write(Beat("capped", "n0", round)));
+  EXPECT_TRUE(fourth->Read(&answer));
+  EXPECT_EQ(server_->StreamedHeartbeatsForTest(), 3);
 }
 
 }  // namespace
