@@ -11,6 +11,29 @@
 
 namespace ddprun::rendezvous {
 
+absl::StatusOr<v1::HeartbeatResponse> AnswerHeartbeat(
+    JobTable* jobs, const v1::HeartbeatRequest& request) {
+  if (request.more_size() >= kMaxBeatsPerMessage) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "a heartbeat of job '%s' carries %d nodes, more than %d: split it "
+        "into several messages",
+        request.run_id(), request.more_size() + 1, kMaxBeatsPerMessage));
+  }
+  absl::StatusOr<v1::HeartbeatResponse> answer = jobs->Heartbeat(request);
+  if (!answer.ok() || request.more_size() == 0) return answer;
+  v1::HeartbeatRequest one;
+  one.set_run_id(request.run_id());
+  answer->mutable_more()->Reserve(request.more_size());
+  for (const v1::NodeBeat& beat : request.more()) {
+    one.set_node_id(beat.node_id());
+    one.set_round(beat.round());
+    absl::StatusOr<v1::HeartbeatResponse> each = jobs->Heartbeat(one);
+    if (!each.ok()) return each.status();
+    *answer->add_more() = *std::move(each);
+  }
+  return answer;
+}
+
 // One stream. Reads are sequential (one outstanding at a time), so
 // OnReadDone never runs concurrently with itself; it may run concurrently
 // with OnWriteDone, and mu_ orders the two around the one write gRPC allows
@@ -42,9 +65,10 @@ class HeartbeatStreams::Stream final
       admitted_run_id_ = request_.run_id();
     }
     absl::StatusOr<v1::HeartbeatResponse> answer =
-        owner_->jobs_->Heartbeat(request_);
+        AnswerHeartbeat(owner_->jobs_, request_);
     if (!answer.ok()) return FinishOnce(common::ToGrpcStatus(answer.status()));
-    owner_->beats_.fetch_add(1, std::memory_order_relaxed);
+    owner_->beats_.fetch_add(1 + request_.more_size(),
+                             std::memory_order_relaxed);
     Send(*std::move(answer));
     StartRead(&request_);
   }

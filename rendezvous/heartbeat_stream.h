@@ -11,6 +11,16 @@
 
 namespace ddprun::rendezvous {
 
+// The most nodes one HeartbeatRequest may carry (itself and `more`).
+inline constexpr int kMaxBeatsPerMessage = 1024;
+
+// Answers a heartbeat message: its node and every node of `more`, in order,
+// each as JobTable::Heartbeat answers it. INVALID_ARGUMENT past
+// kMaxBeatsPerMessage; the job's error (NOT_FOUND) for all of them. Shared
+// by the unary Heartbeat and the stream. Thread-safe.
+absl::StatusOr<v1::HeartbeatResponse> AnswerHeartbeat(
+    JobTable* jobs, const v1::HeartbeatRequest& request);
+
 // The server side of Rendezvous.Heartbeats: one long-lived stream per agent
 // on gRPC's callback API, each HeartbeatRequest answered in order with what
 // the unary Heartbeat answers (JobTable::Heartbeat), so that a node's
@@ -54,7 +64,8 @@ class HeartbeatStreams {
   grpc::ServerBidiReactor<v1::HeartbeatRequest, v1::HeartbeatResponse>* Open(
       grpc::CallbackServerContext* context);
 
-  // Heartbeats answered on streams since the start.
+  // Heartbeats answered on streams since the start (every node of a
+  // message counts).
   int64_t beats() const { return beats_.load(std::memory_order_relaxed); }
   // Streams open now.
   int64_t open_streams() const { return open_.load(); }

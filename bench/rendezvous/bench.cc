@@ -70,6 +70,7 @@ bool MeasureOne(const BenchOptions& options, const std::string& label,
   StreamedResult streamed = agents.StreamedHeartbeats(
       options.heartbeat_duration, options.heartbeat_streams,
       options.stream_window, options.idle_streams ? n : 0,
+      options.beats_per_message,
       [&] { cpu_before_streams = server->CpuSeconds(); },
       [&] {
         cpu_after_streams = server->CpuSeconds();
@@ -113,12 +114,13 @@ int RunRendezvousBench(const BenchOptions& options) {
   std::printf(
       "ddprun rendezvous, simulated agents over gRPC on loopback "
       "(heartbeat interval %s, timeout %s; Joins %s; heartbeat streams %d x "
-      "%d in flight%s)\n",
+      "%d in flight%s, %d beat(s) per message)\n",
       absl::FormatDuration(options.heartbeat_interval).c_str(),
       absl::FormatDuration(options.heartbeat_timeout).c_str(),
       options.poll ? "may poll" : "all parked", options.heartbeat_streams,
       options.stream_window,
-      options.idle_streams ? ", and one open stream per node" : "");
+      options.idle_streams ? ", and one open stream per node" : "",
+      options.beats_per_message);
   std::printf("server: %s%s\n", options.server_binary.c_str(),
               options.server_args.empty()
                   ? ""

@@ -21,6 +21,8 @@ struct BenchOptions {
   int heartbeat_streams = 64;
   int stream_window = 4;
   bool idle_streams = false;
+  // Beats per streamed message (HeartbeatRequest.more; 1: none).
+  int beats_per_message = 1;
   absl::Duration heartbeat_interval = absl::Seconds(1);
   absl::Duration heartbeat_timeout = absl::Seconds(3);
   // Extra arguments for server_binary (not the baseline).

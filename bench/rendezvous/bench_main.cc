@@ -49,6 +49,11 @@ int main(int argc, char** argv) {
   app.add_flag("--idle-streams", options.idle_streams,
                "every node also holds its own open heartbeat stream during "
                "the streamed measurement (as every agent would)");
+  app.add_option("--beats-per-message", options.beats_per_message,
+                 "nodes' heartbeats per streamed message (a relay's batch, "
+                 "HeartbeatRequest.more)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
   double join_timeout_seconds = 120;
   app.add_option("--join-timeout-seconds", join_timeout_seconds,
                  "how long every node's Join may take")

@@ -42,8 +42,9 @@ class BeatStream final
  public:
   BeatStream(StreamsShared* shared, const std::vector<std::string>* node_ids,
              int first, int stride, int window, int64_t max_beats,
-             absl::Time stop)
-      : shared_(shared),
+             absl::Time stop, int per_message = 1)
+      : per_message_(std::max(1, per_message)),
+        shared_(shared),
         node_ids_(node_ids),
         next_(first),
         stride_(stride),
@@ -87,12 +88,13 @@ class BeatStream final
       absl::MutexLock lock(&mu_);
       ++answered_;
     }
+    const int beats = 1 + in_.more_size();
     if (max_beats_ > 0) {
       // (Under the mutex: StreamedHeartbeats awaits these answers.)
       absl::MutexLock lock(&shared_->mu);
-      shared_->answered.fetch_add(1, std::memory_order_relaxed);
+      shared_->answered.fetch_add(beats, std::memory_order_relaxed);
     } else {
-      shared_->answered.fetch_add(1, std::memory_order_relaxed);
+      shared_->answered.fetch_add(beats, std::memory_order_relaxed);
     }
     StartRead(&in_);
     Next();
@@ -121,10 +123,20 @@ class BeatStream final
         action = kClose;
       } else if (sent_ - answered_ < window_) {
         writing_ = true;
-        out_.set_node_id((*node_ids_)[next_]);
-        next_ += stride_;
-        if (next_ >= static_cast<int>(node_ids_->size())) {
-          next_ %= stride_;
+        out_.clear_more();
+        for (int i = 0; i < per_message_; ++i) {
+          const std::string& id = (*node_ids_)[next_];
+          if (i == 0) {
+            out_.set_node_id(id);
+          } else {
+            v1::NodeBeat* beat = out_.add_more();
+            beat->set_node_id(id);
+            beat->set_round(out_.round());
+          }
+          next_ += stride_;
+          if (next_ >= static_cast<int>(node_ids_->size())) {
+            next_ %= stride_;
+          }
         }
         ++sent_;
         action = kWrite;
@@ -134,6 +146,7 @@ class BeatStream final
     if (action == kClose) StartWritesDone();
   }
 
+  const int per_message_;  // beats per message (1 + `more`)
   StreamsShared* const shared_;
   const std::vector<std::string>* const node_ids_;
   grpc::ClientContext context_;
@@ -392,6 +405,7 @@ double SimulatedAgents::HeartbeatThroughput(absl::Duration duration,
 StreamedResult SimulatedAgents::StreamedHeartbeats(absl::Duration duration,
                                                   int streams, int window,
                                                   int idle_streams,
+                                                  int per_message,
                                                   const std::function<void()>&
                                                       before,
                                                   const std::function<void()>&
@@ -428,7 +442,8 @@ StreamedResult SimulatedAgents::StreamedHeartbeats(absl::Duration duration,
     const absl::Time start = absl::Now();
     for (int i = 0; i < streams; ++i) {
       active.push_back(std::make_unique<BeatStream>(
-          &shared, &ids, i, streams, window, 0, start + duration));
+          &shared, &ids, i, streams, window, 0, start + duration,
+          per_message));
       active.back()->Start(&Stub(i), options_.token, options_.run_id, round_);
     }
     absl::MutexLock lock(&shared.mu);

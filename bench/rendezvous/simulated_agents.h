@@ -78,8 +78,11 @@ class SimulatedAgents {
   // UNIMPLEMENTED for a server without the stream. `before` runs when the
   // idle streams are open and the measurement starts, `after` when it
   // ended, the idle streams still open.
+  // With per_message > 1 each message carries that many nodes' beats
+  // (HeartbeatRequest.more: a relay's batch).
   StreamedResult StreamedHeartbeats(absl::Duration duration, int streams,
                                     int window, int idle_streams,
+                                    int per_message,
                                     const std::function<void()>& before,
                                     const std::function<void()>& after);
   // Every node heartbeats once per interval (spread over the interval);

@@ -12,6 +12,7 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
+#include "rendezvous/heartbeat_stream.h"
 #include "rendezvous/job_token.h"
 #include "rendezvous/server.h"
 #include "tests/testing/wait_for.h"
@@ -247,6 +248,54 @@ TEST_F(HeartbeatStreamTest, CancelledStreamsLeaveNothingBehind) {
       [&] { return server_->OpenHeartbeatStreamsForTest() == 0; },
       absl::Seconds(10)))
       << server_->OpenHeartbeatStreamsForTest() << " streams still open";
+}
+
+// HeartbeatRequest.more: one message carries several nodes' beats (a
+// relay's batch), each answered as its own heartbeat, on both paths.
+TEST_F(HeartbeatStreamTest, ABatchOfNodesIsAnsweredNodeByNode) {
+  StartServer("");
+  const int64_t round = FormRound("batched", 2);
+  v1::HeartbeatRequest batch = Beat("batched", "n0", round);
+  v1::NodeBeat* member = batch.add_more();
+  member->set_node_id("n1");
+  member->set_round(round);
+  v1::NodeBeat* stranger = batch.add_more();
+  stranger->set_node_id("not-a-member");
+  stranger->set_round(round);
+
+  v1::HeartbeatResponse unary;
+  grpc::Status status = stub_->Heartbeat(Context().get(), batch, &unary);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_FALSE(unary.rejoin());
+  ASSERT_EQ(unary.more_size(), 2);
+  EXPECT_FALSE(unary.more(0).rejoin());
+  EXPECT_EQ(unary.more(0).round(), round);
+  EXPECT_TRUE(unary.more(1).rejoin());
+
+  auto context = Context();
+  std::unique_ptr<BeatStream> stream = stub_->Heartbeats(context.get());
+  ASSERT_TRUE(stream->Write(batch));
+  v1::HeartbeatResponse streamed;
+  ASSERT_TRUE(stream->Read(&streamed));
+  EXPECT_FALSE(streamed.rejoin());
+  ASSERT_EQ(streamed.more_size(), 2);
+  EXPECT_FALSE(streamed.more(0).rejoin());
+  EXPECT_TRUE(streamed.more(1).rejoin());
+  EXPECT_EQ(server_->StreamedHeartbeatsForTest(), 3);
+
+  // Past the most one message may carry: refused with the numbers.
+  v1::HeartbeatRequest too_many = Beat("batched", "n0", round);
+  for (int i = 0; i < kMaxBeatsPerMessage; ++i) {
+    v1::NodeBeat* beat = too_many.add_more();
+    beat->set_node_id("n1");
+    beat->set_round(round);
+  }
+  status = stub_->Heartbeat(Context().get(), too_many, &unary);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("1025"), std::string::npos)
+      << status.error_message();
+  ASSERT_TRUE(stream->WritesDone());
+  EXPECT_TRUE(stream->Finish().ok());
 }
 
 TEST_F(HeartbeatStreamTest, StreamsPastTheCapAreRefusedResourceExhausted) {
