@@ -143,6 +143,12 @@ absl::StatusOr<v1::HeartbeatResponse> HeartbeatLoop::Beat(
         // get it (NOT_FOUND: it restarted). The next beat opens a new
         // stream.
         return response;
+      case absl::StatusCode::kDeadlineExceeded:
+        // No answer within rpc_timeout: a unary call now would wait as
+        // long again (a frozen or cut-off server) and delay the loop's
+        // timeout; the stream is reopened after a backoff.
+        reopen_at_ = absl::Now() + reopen_backoff_.Next();
+        return response;
       default:
         // A broken or stalled stream: reopened after a backoff; a unary
         // heartbeat goes now, so that a stream's trouble alone never costs

@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "launcher/agent/rendezvous_client.h"
 #include "rendezvous/server.h"
+#include "tests/rendezvous/frozen_proxy.h"
 #include "tests/testing/wait_for.h"
 
 namespace ddprun::launcher {
@@ -259,6 +260,35 @@ TEST(HeartbeatLoopTest, AServerThatTakesNoMoreStreamsGetsUnaryHeartbeats) {
   ASSERT_EQ(status->jobs_size(), 1);
   ASSERT_EQ(status->jobs(0).nodes_size(), 1);
   EXPECT_LT(status->jobs(0).nodes(0).last_heartbeat_age_ms(), 1000);
+}
+
+// A server that stops answering with the connection open (a host cut off):
+// the stream's beat is bounded by rpc_timeout, and the round ends once no
+// heartbeat was answered for the timeout.
+TEST(HeartbeatLoopTest, AStalledStreamEndsTheRoundAfterTheTimeout) {
+  absl::StatusOr<std::unique_ptr<rendezvous::Server>> server =
+      rendezvous::Server::Start(rendezvous::ServerOptions{});
+  ASSERT_TRUE(server.ok()) << server.status();
+  testing::FrozenProxy proxy((*server)->port());
+  std::unique_ptr<RendezvousClient> client =
+      Client(absl::StrCat("127.0.0.1:", proxy.port()));
+  v1::JoinRequest join;
+  absl::StatusOr<v1::Assignment> assignment =
+      JoinAlone(*client, "stalled", &join);
+  ASSERT_TRUE(assignment.ok()) << assignment.status();
+  HeartbeatLoopOptions options;
+  options.run_id = "stalled";
+  options.node_id = "n0";
+  options.round = assignment->round();
+  options.interval = absl::Milliseconds(20);
+  options.timeout = absl::Seconds(1);
+  std::atomic<int> calls = 0;
+  HeartbeatLoop loop(*client, options, [&] { ++calls; });
+  ASSERT_TRUE(WaitFor([&] { return (*server)->StreamedHeartbeatsForTest() >= 2; },
+                      absl::Seconds(20)));
+  proxy.Freeze();
+  EXPECT_TRUE(WaitFor([&] { return calls > 0; }, absl::Seconds(30)));
+  EXPECT_EQ(calls, 1);
 }
 
 TEST(HeartbeatLoopTest, ARestartedServerGetsTheRoundBackAndANewStream) {
