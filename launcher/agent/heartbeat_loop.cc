@@ -150,9 +150,10 @@ absl::StatusOr<v1::HeartbeatResponse> HeartbeatLoop::Beat(
         reopen_at_ = absl::Now() + reopen_backoff_.Next();
         return response;
       default:
-        // A broken or stalled stream: reopened after a backoff; a unary
-        // heartbeat goes now, so that a stream's trouble alone never costs
-        // the node its round.
+        // A broken stream (UNAVAILABLE: the connection dropped, the server
+        // restarted, ...): reopened after a backoff; a unary heartbeat goes
+        // now, so that a stream's trouble alone never costs the node its
+        // round.
         reopen_at_ = absl::Now() + reopen_backoff_.Next();
         spdlog::debug("heartbeat stream failed ({}); reopened after a backoff",
                       std::string(response.status().message()));
