@@ -138,6 +138,8 @@ class Server {
   void SampleMemory();
   // Sets the job gauges from the job table on every scrape.
   void AddJobMetrics(common::MetricsRegistry* registry);
+  // The heartbeat streams' beats and open streams, on every scrape.
+  void AddHeartbeatStreamMetrics(common::MetricsRegistry* registry);
 
   const ServerOptions options_;
   const common::Clock* const clock_;
