@@ -31,7 +31,8 @@ using RendezvousServiceBase = v1::Rendezvous::WithAsyncMethod_Join<
             v1::Rendezvous::WithCallbackMethod_Leave<
                 v1::Rendezvous::WithCallbackMethod_Resume<
                     v1::Rendezvous::WithCallbackMethod_Status<
-                        v1::Rendezvous::Service>>>>>>;
+                        v1::Rendezvous::WithCallbackMethod_Heartbeats<
+                            v1::Rendezvous::Service>>>>>>>;
 
 class JoinCall;
 

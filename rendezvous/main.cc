@@ -95,6 +95,12 @@ int main(int argc, char** argv) {
                  "proportion); 0: never")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--max-heartbeat-streams", server.max_heartbeat_streams,
+                 "heartbeat streams open at once; the agents past it send "
+                 "unary heartbeats (each open stream costs every call some "
+                 "CPU with Debian's gRPC, and ~6-13 KiB; 0: none)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--max-parked-joins", server.max_parked_joins,
                  "Joins parked per job until its round closes (gRPC holds "
                  "~14 KiB per parked call); agents that can poll are told "

@@ -33,6 +33,7 @@ RendezvousService::RendezvousService(JobTable* jobs, StoreService* store,
     : jobs_(jobs),
       store_(store),
       token_(token),
+      streams_(jobs, token),
       joins_(this, this, join_queues) {}
 
 namespace {
@@ -124,7 +125,7 @@ grpc::ServerUnaryReactor* RendezvousService::Heartbeat(
   if (absl::Status ok = token_->Check(*context, request->run_id()); !ok.ok()) {
     return FinishNow(context, ok);
   }
-  return FinishWith(context, jobs_->Heartbeat(*request), response);
+  return FinishWith(context, AnswerHeartbeat(jobs_, *request), response);
 }
 
 grpc::ServerUnaryReactor* RendezvousService::ReportFailure(

@@ -5,6 +5,7 @@
 #include "grpcpp/support/status.h"
 #include "rendezvous/async_join.h"
 #include "rendezvous/effects.h"
+#include "rendezvous/heartbeat_stream.h"
 #include "rendezvous/job_table.h"
 #include "rendezvous/parked_calls.h"
 #include "rendezvous/store_service.h"
@@ -38,6 +39,13 @@ class RendezvousService final : public RendezvousServiceBase,
   grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context,
                                       const v1::HeartbeatRequest* request,
                                       v1::HeartbeatResponse* response) override;
+  // Heartbeat on a long-lived stream (heartbeat_stream.h).
+  grpc::ServerBidiReactor<v1::HeartbeatRequest, v1::HeartbeatResponse>*
+  Heartbeats(grpc::CallbackServerContext* context) override {
+    return streams_.Open(context);
+  }
+  const HeartbeatStreams& heartbeat_streams() const { return streams_; }
+  HeartbeatStreams* mutable_heartbeat_streams() { return &streams_; }
   grpc::ServerUnaryReactor* ReportFailure(
       grpc::CallbackServerContext* context,
       const v1::ReportFailureRequest* request,
@@ -67,6 +75,7 @@ class RendezvousService final : public RendezvousServiceBase,
   StoreService* const store_;
   const TokenCheck* const token_;
   ParkedSet<JoinCall*> parked_;
+  HeartbeatStreams streams_;
   JoinQueues joins_;
 };
 

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <iterator>
 #include <limits>
+#include <memory>
 #include <utility>
 
 #include "absl/strings/str_format.h"
@@ -63,7 +64,10 @@ Server::Server(const ServerOptions& options)
       store_(clock_, options.limits),
       store_service_(&jobs_, &store_, &token_check_, options.limits),
       rendezvous_service_(&jobs_, &store_service_, &token_check_,
-                          options.join_queues) {}
+                          options.join_queues) {
+  rendezvous_service_.mutable_heartbeat_streams()->set_max_streams(
+      options.max_heartbeat_streams);
+}
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Start(
     const ServerOptions& options) {
@@ -106,6 +110,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
     builder.experimental().SetInterceptorCreators(
         common::GrpcServerMetricsInterceptors(options.metrics));
     server->AddJobMetrics(options.metrics);
+    server->AddHeartbeatStreamMetrics(options.metrics);
   }
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
@@ -229,6 +234,29 @@ void Server::AddJobMetrics(common::MetricsRegistry* registry) {
             .Add(1);
       }
     }
+  });
+}
+
+void Server::AddHeartbeatStreamMetrics(common::MetricsRegistry* registry) {
+  // A stream is one call to the interceptors (counted when it ends): its
+  // beats are counted here, from HeartbeatStreams' own counter at scrape
+  // time, so that the hot path takes no metric.
+  common::CounterFamily& beats = registry->AddCounter(
+      "ddprun_rendezvous_streamed_heartbeats_total",
+      "Heartbeats answered on Heartbeats streams (unary ones are "
+      "ddprun_grpc_server_handled_total{method=\"Heartbeat\"})",
+      {});
+  common::GaugeFamily& open = registry->AddGauge(
+      "ddprun_rendezvous_heartbeat_streams", "Heartbeat streams open now", {});
+  auto reported = std::make_shared<int64_t>(0);
+  registry->AddCollectHook([this, &beats, &open, reported] {
+    const HeartbeatStreams& streams = rendezvous_service_.heartbeat_streams();
+    const int64_t now = streams.beats();
+    if (now > *reported) {
+      beats.WithLabels({}).Increment(static_cast<double>(now - *reported));
+      *reported = now;
+    }
+    open.WithLabels({}).Set(static_cast<double>(streams.open_streams()));
   });
 }
 

@@ -48,6 +48,9 @@ struct ServerOptions {
   // in gRPC's poller, which costs every other call some CPU (8 queues:
   // ~14 % more per heartbeat, bench/rendezvous/README.md).
   int join_queues = 8;
+  // Heartbeat streams open at once; more are refused and those agents send
+  // unary heartbeats (HeartbeatStreams::set_max_streams says why).
+  int64_t max_heartbeat_streams = 1024;
   // Assignments carry the peer list up to this many nodes.
   int max_peers_in_assignment = 128;
   // Heartbeats per second one job may send; larger jobs get a longer
@@ -108,6 +111,16 @@ class Server {
   std::vector<int64_t> JoinsPerQueueForTest() const {
     return rendezvous_service_.JoinsPerQueue();
   }
+  // Heartbeats answered on Heartbeats streams, and such streams open now.
+  int64_t StreamedHeartbeatsForTest() const {
+    return rendezvous_service_.heartbeat_streams().beats();
+  }
+  int64_t OpenHeartbeatStreamsForTest() const {
+    return rendezvous_service_.heartbeat_streams().open_streams();
+  }
+  int64_t RefusedHeartbeatStreamsForTest() const {
+    return rendezvous_service_.heartbeat_streams().refused_streams();
+  }
   // Bytes the store charges now (limits.h), all jobs / one job.
   // How often memory was given back (three times per large fan-out).
   int MemoryTrimsForTest() const { return trims_.load(); }
@@ -128,6 +141,8 @@ class Server {
   void SampleMemory();
   // Sets the job gauges from the job table on every scrape.
   void AddJobMetrics(common::MetricsRegistry* registry);
+  // The heartbeat streams' beats and open streams, on every scrape.
+  void AddHeartbeatStreamMetrics(common::MetricsRegistry* registry);
 
   const ServerOptions options_;
   const common::Clock* const clock_;

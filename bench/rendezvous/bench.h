@@ -15,6 +15,14 @@ struct BenchOptions {
   absl::Duration join_timeout = absl::Seconds(120);
   absl::Duration heartbeat_duration = absl::Seconds(3);
   int heartbeats_in_flight = 256;
+  // Heartbeats on Rendezvous.Heartbeats streams: this many streams with
+  // `stream_window` beats unanswered each (256 in flight, as unary). With
+  // idle_streams, every node also holds its own open stream meanwhile.
+  int heartbeat_streams = 64;
+  int stream_window = 4;
+  bool idle_streams = false;
+  // Beats per streamed message (HeartbeatRequest.more; 1: none).
+  int beats_per_message = 1;
   absl::Duration heartbeat_interval = absl::Seconds(1);
   absl::Duration heartbeat_timeout = absl::Seconds(3);
   // Extra arguments for server_binary (not the baseline).

@@ -41,6 +41,21 @@ int main(int argc, char** argv) {
   app.add_option("--heartbeat-seconds", heartbeat_seconds,
                  "how long to measure heartbeat throughput")
       ->capture_default_str();
+  app.add_option("--heartbeat-streams", options.heartbeat_streams,
+                 "Rendezvous.Heartbeats streams that beat in the streamed "
+                 "measurement")
+      ->capture_default_str();
+  app.add_option("--stream-window", options.stream_window,
+                 "beats unanswered per stream")
+      ->capture_default_str();
+  app.add_flag("--idle-streams", options.idle_streams,
+               "every node also holds its own open heartbeat stream during "
+               "the streamed measurement (as every agent would)");
+  app.add_option("--beats-per-message", options.beats_per_message,
+                 "nodes' heartbeats per streamed message (a relay's batch, "
+                 "HeartbeatRequest.more)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
   double join_timeout_seconds = 120;
   app.add_option("--join-timeout-seconds", join_timeout_seconds,
                  "how long every node's Join may take")

@@ -24,6 +24,146 @@ struct Call {
   Response response;
 };
 
+// What the simulated heartbeat streams of one measurement share.
+struct StreamsShared {
+  std::atomic<int64_t> answered{0};
+  absl::Mutex mu;
+  int running ABSL_GUARDED_BY(mu) = 0;
+  std::string error ABSL_GUARDED_BY(mu);
+};
+
+// One simulated Heartbeats stream: beats for nodes first, first + stride,
+// ... in turn, at most `window` unanswered, until `stop`, then closes its
+// side; with max_beats it stops after that many and stays open until
+// cancelled. gRPC is never called with mu_ held.
+class BeatStream final
+    : public grpc::ClientBidiReactor<v1::HeartbeatRequest,
+                                     v1::HeartbeatResponse> {
+ public:
+  BeatStream(StreamsShared* shared, const std::vector<std::string>* node_ids,
+             int first, int stride, int window, int64_t max_beats,
+             absl::Time stop, int per_message = 1)
+      : per_message_(std::max(1, per_message)),
+        shared_(shared),
+        node_ids_(node_ids),
+        next_(first),
+        stride_(stride),
+        window_(window),
+        max_beats_(max_beats),
+        stop_(stop) {}
+
+  void Start(v1::Rendezvous::Stub* stub, const std::string& token,
+             const std::string& run_id, int64_t round) {
+    if (!token.empty()) {
+      context_.AddMetadata("authorization", absl::StrCat("Bearer ", token));
+    }
+    out_.set_run_id(run_id);
+    out_.set_round(round);
+    {
+      absl::MutexLock lock(&shared_->mu);
+      ++shared_->running;
+    }
+    stub->async()->Heartbeats(&context_, this);
+    StartRead(&in_);
+    Next();
+    StartCall();
+  }
+  void Cancel() { context_.TryCancel(); }
+  int64_t answered() {
+    absl::MutexLock lock(&mu_);
+    return answered_;
+  }
+
+  void OnWriteDone(bool ok) override {
+    {
+      absl::MutexLock lock(&mu_);
+      writing_ = false;
+      if (!ok) return;
+    }
+    Next();
+  }
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // OnDone follows
+    {
+      absl::MutexLock lock(&mu_);
+      ++answered_;
+    }
+    const int beats = 1 + in_.more_size();
+    if (max_beats_ > 0) {
+      // (Under the mutex: StreamedHeartbeats awaits these answers.)
+      absl::MutexLock lock(&shared_->mu);
+      shared_->answered.fetch_add(beats, std::memory_order_relaxed);
+    } else {
+      shared_->answered.fetch_add(beats, std::memory_order_relaxed);
+    }
+    StartRead(&in_);
+    Next();
+  }
+  void OnWritesDoneDone(bool /*ok*/) override {}
+  void OnDone(const grpc::Status& status) override {
+    absl::MutexLock lock(&shared_->mu);
+    if (!status.ok() && status.error_code() != grpc::StatusCode::CANCELLED &&
+        shared_->error.empty()) {
+      shared_->error = absl::StrCat(status.error_code(), ": ",
+                                    status.error_message());
+    }
+    --shared_->running;
+  }
+
+ private:
+  // Writes the next beat, or closes the side, when it is time.
+  void Next() {
+    enum { kNothing, kWrite, kClose } action = kNothing;
+    {
+      absl::MutexLock lock(&mu_);
+      if (writing_ || closed_) return;
+      if (max_beats_ > 0 && sent_ >= max_beats_) return;
+      if (max_beats_ == 0 && absl::Now() >= stop_) {
+        closed_ = true;
+        action = kClose;
+      } else if (sent_ - answered_ < window_) {
+        writing_ = true;
+        out_.clear_more();
+        for (int i = 0; i < per_message_; ++i) {
+          const std::string& id = (*node_ids_)[next_];
+          if (i == 0) {
+            out_.set_node_id(id);
+          } else {
+            v1::NodeBeat* beat = out_.add_more();
+            beat->set_node_id(id);
+            beat->set_round(out_.round());
+          }
+          next_ += stride_;
+          if (next_ >= static_cast<int>(node_ids_->size())) {
+            next_ %= stride_;
+          }
+        }
+        ++sent_;
+        action = kWrite;
+      }
+    }
+    if (action == kWrite) StartWrite(&out_);
+    if (action == kClose) StartWritesDone();
+  }
+
+  const int per_message_;  // beats per message (1 + `more`)
+  StreamsShared* const shared_;
+  const std::vector<std::string>* const node_ids_;
+  grpc::ClientContext context_;
+  v1::HeartbeatResponse in_;
+  absl::Mutex mu_;
+  v1::HeartbeatRequest out_;  // the write in flight
+  int next_ ABSL_GUARDED_BY(mu_);
+  const int stride_;
+  const int window_;
+  const int64_t max_beats_;
+  const absl::Time stop_;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t sent_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t answered_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
 }  // namespace
 
 SimulatedAgents::SimulatedAgents(AgentsOptions options)
@@ -263,6 +403,66 @@ double SimulatedAgents::HeartbeatThroughput(absl::Duration duration,
   mu.Await(absl::Condition(&drained));
   return static_cast<double>(completed.load()) /
          absl::ToDoubleSeconds(absl::Now() - start);
+}
+
+StreamedResult SimulatedAgents::StreamedHeartbeats(absl::Duration duration,
+                                                  int streams, int window,
+                                                  int idle_streams,
+                                                  int per_message,
+                                                  const std::function<void()>&
+                                                      before,
+                                                  const std::function<void()>&
+                                                      after) {
+  StreamedResult result;
+  std::vector<std::string> ids;
+  ids.reserve(options_.nodes);
+  for (int i = 0; i < options_.nodes; ++i) ids.push_back(NodeId(i));
+  streams = std::max(1, std::min(streams, options_.nodes));
+  idle_streams = std::max(0, std::min(idle_streams, options_.nodes));
+  StreamsShared idle_shared;
+  std::vector<std::unique_ptr<BeatStream>> idle;
+  for (int i = 0; i < idle_streams; ++i) {
+    idle.push_back(std::make_unique<BeatStream>(
+        &idle_shared, &ids, i, options_.nodes, 1, 1, absl::InfiniteFuture()));
+    idle.back()->Start(&Stub(i), options_.token, options_.run_id, round_);
+  }
+  // Every idle stream's beat answered (or failed): the server holds them.
+  auto idle_ready = [&] {
+    return idle_shared.answered.load() == idle_streams ||
+           !idle_shared.error.empty() || idle_shared.running < idle_streams;
+  };
+  {
+    absl::MutexLock lock(&idle_shared.mu);
+    idle_shared.mu.AwaitWithTimeout(absl::Condition(&idle_ready),
+                                    absl::Seconds(300));
+    result.idle_streams = static_cast<int>(idle_shared.answered.load());
+    result.error = idle_shared.error;
+  }
+  StreamsShared shared;
+  if (result.error.empty()) {
+    std::vector<std::unique_ptr<BeatStream>> active;
+    if (before) before();
+    const absl::Time start = absl::Now();
+    for (int i = 0; i < streams; ++i) {
+      active.push_back(std::make_unique<BeatStream>(
+          &shared, &ids, i, streams, window, 0, start + duration,
+          per_message));
+      active.back()->Start(&Stub(i), options_.token, options_.run_id, round_);
+    }
+    absl::MutexLock lock(&shared.mu);
+    auto ended = [&] { return shared.running == 0; };
+    shared.mu.Await(absl::Condition(&ended));
+    result.beats = shared.answered.load();
+    result.per_second = static_cast<double>(result.beats) /
+                        absl::ToDoubleSeconds(absl::Now() - start);
+    result.error = shared.error;
+  }
+  if (after) after();
+  for (auto& stream : idle) stream->Cancel();
+  absl::MutexLock lock(&idle_shared.mu);
+  auto idle_ended = [&] { return idle_shared.running == 0; };
+  idle_shared.mu.Await(absl::Condition(&idle_ended));
+  return result;
 }
 
 DetectionResult SimulatedAgents::DetectLostNode(absl::Duration max_wait) {

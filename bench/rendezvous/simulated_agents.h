@@ -42,6 +42,14 @@ struct JoinResult {
   std::string error;  // empty when every node got a consistent assignment
 };
 
+// Heartbeats on Rendezvous.Heartbeats streams (StreamedHeartbeats).
+struct StreamedResult {
+  double per_second = 0;  // answered heartbeats per second
+  int64_t beats = 0;      // answered heartbeats in the window
+  int idle_streams = 0;   // other streams held open meanwhile
+  std::string error;      // empty when every stream worked
+};
+
 struct DetectionResult {
   absl::Duration first_knows;  // victim silent -> first survivor told rejoin
   absl::Duration all_know;     // victim silent -> every survivor told
@@ -64,6 +72,22 @@ class SimulatedAgents {
   // Heartbeats kept `in_flight` at a time, round-robin over the nodes, for
   // `duration`; returns completed heartbeats per second.
   double HeartbeatThroughput(absl::Duration duration, int in_flight);
+  // Heartbeats on `streams` Heartbeats streams for `duration`, each stream
+  // beating for nodes i, i + streams, ... in turn with up to `window`
+  // beats unanswered, spread over the connections. With `idle_streams`,
+  // that many other streams (one per node, nodes 0..) each beat once first
+  // and stay open, silent, during the measurement: what the server holds
+  // when every node of a large job has its stream. The error says
+  // UNIMPLEMENTED for a server without the stream. `before` runs when the
+  // idle streams are open and the measurement starts, `after` when it
+  // ended, the idle streams still open.
+  // With per_message > 1 each message carries that many nodes' beats
+  // (HeartbeatRequest.more: a relay's batch).
+  StreamedResult StreamedHeartbeats(absl::Duration duration, int streams,
+                                    int window, int idle_streams,
+                                    int per_message,
+                                    const std::function<void()>& before,
+                                    const std::function<void()>& after);
   // Every node heartbeats once per interval (spread over the interval);
   // node 0 stops. Measures when the survivors learn the round is over.
   DetectionResult DetectLostNode(absl::Duration max_wait);

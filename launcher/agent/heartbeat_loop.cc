@@ -4,6 +4,18 @@
 #include "spdlog/spdlog.h"
 
 namespace ddprun::launcher {
+namespace {
+
+// How soon a failed heartbeat stream is opened again: 0.1 s, growing to
+// 10 s while it keeps failing (unary heartbeats go meanwhile).
+common::BackoffOptions StreamReopenBackoff() {
+  common::BackoffOptions options;
+  options.initial = absl::Milliseconds(100);
+  options.max = absl::Seconds(10);
+  return options;
+}
+
+}  // namespace
 
 HeartbeatLoop::HeartbeatLoop(RendezvousApi& client,
                              HeartbeatLoopOptions options,
@@ -11,6 +23,8 @@ HeartbeatLoop::HeartbeatLoop(RendezvousApi& client,
     : client_(client),
       options_(std::move(options)),
       on_round_over_(std::move(on_round_over)),
+      use_stream_(options_.stream),
+      reopen_backoff_(StreamReopenBackoff()),
       thread_([this] { Run(); }) {}
 
 HeartbeatLoop::~HeartbeatLoop() {
@@ -29,7 +43,7 @@ void HeartbeatLoop::Run() {
   absl::Time last_heard = absl::Now();
   while (!stop_.WaitForNotificationWithTimeout(options_.interval)) {
     absl::Time sent = absl::Now();
-    absl::StatusOr<v1::HeartbeatResponse> response = client_.Heartbeat(request);
+    absl::StatusOr<v1::HeartbeatResponse> response = Beat(request);
     if (!response.ok() &&
         response.status().code() == absl::StatusCode::kNotFound) {
       // The server does not know the job: it restarted.
@@ -83,6 +97,70 @@ void HeartbeatLoop::Run() {
       return;
     }
   }
+}
+
+absl::StatusOr<v1::HeartbeatResponse> HeartbeatLoop::Beat(
+    const v1::HeartbeatRequest& request) {
+  if (use_stream_ && stream_ == nullptr && absl::Now() >= reopen_at_) {
+    absl::StatusOr<std::unique_ptr<HeartbeatStream>> opened =
+        client_.OpenHeartbeatStream();
+    if (opened.ok()) {
+      stream_ = *std::move(opened);
+    } else if (opened.status().code() == absl::StatusCode::kUnimplemented) {
+      use_stream_ = false;
+    } else {
+      reopen_at_ = absl::Now() + reopen_backoff_.Next();
+    }
+  }
+  if (stream_ != nullptr) {
+    absl::StatusOr<v1::HeartbeatResponse> response = stream_->Beat(request);
+    if (response.ok()) {
+      reopen_backoff_.Reset();
+      return response;
+    }
+    stream_.reset();
+    switch (response.status().code()) {
+      case absl::StatusCode::kUnimplemented:
+        spdlog::info(
+            "rendezvous {} has no heartbeat stream (an older server): unary "
+            "heartbeats for round {}",
+            client_.endpoint(), options_.round);
+        use_stream_ = false;
+        break;
+      case absl::StatusCode::kResourceExhausted:
+        spdlog::info(
+            "rendezvous {} holds as many heartbeat streams as it takes: unary "
+            "heartbeats for round {}",
+            client_.endpoint(), options_.round);
+        use_stream_ = false;
+        break;
+      case absl::StatusCode::kNotFound:
+      case absl::StatusCode::kInvalidArgument:
+      case absl::StatusCode::kPermissionDenied:
+      case absl::StatusCode::kUnauthenticated:
+      case absl::StatusCode::kFailedPrecondition:
+        // The server's own answer to this heartbeat, as a unary call would
+        // get it (NOT_FOUND: it restarted). The next beat opens a new
+        // stream.
+        return response;
+      case absl::StatusCode::kDeadlineExceeded:
+        // No answer within rpc_timeout: a unary call now would wait as
+        // long again (a frozen or cut-off server) and delay the loop's
+        // timeout; the stream is reopened after a backoff.
+        reopen_at_ = absl::Now() + reopen_backoff_.Next();
+        return response;
+      default:
+        // A broken stream (UNAVAILABLE: the connection dropped, the server
+        // restarted, ...): reopened after a backoff; a unary heartbeat goes
+        // now, so that a stream's trouble alone never costs the node its
+        // round.
+        reopen_at_ = absl::Now() + reopen_backoff_.Next();
+        spdlog::debug("heartbeat stream failed ({}); reopened after a backoff",
+                      std::string(response.status().message()));
+        break;
+    }
+  }
+  return client_.Heartbeat(request);
 }
 
 HeartbeatLoop::Resumed HeartbeatLoop::Resume() {

@@ -2,12 +2,14 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "common/backoff.h"
 #include "launcher/agent/rendezvous_api.h"
 
 namespace ddprun::launcher {
@@ -26,6 +28,13 @@ struct HeartbeatLoopOptions {
   // restarted) or asks for it (HeartbeatResponse.resume), so that the round
   // goes on without stopping the workers. Unset: never sent.
   std::optional<v1::JoinRequest> resume;
+  // Heartbeat on one long-lived stream (Rendezvous.Heartbeats), which costs
+  // the server less per heartbeat than a unary call. A server that answers
+  // UNIMPLEMENTED (older than the stream) or RESOURCE_EXHAUSTED (it holds
+  // --max-heartbeat-streams) gets unary Heartbeats for the rest of the
+  // round; a broken stream is reopened with backoff, and unary Heartbeats
+  // go meanwhile. False: unary only.
+  bool stream = true;
 };
 
 // Heartbeats the rendezvous for one round on a thread of its own, so that a
@@ -35,8 +44,9 @@ struct HeartbeatLoopOptions {
 // network learns so, instead of waiting on its peers forever). A failed
 // heartbeat is logged and retried at the next interval. A restarted server
 // that lost the job is told the node's round (Resume) and the round goes on;
-// when the server cannot take it back, the round is over. The destructor
-// stops the thread.
+// when the server cannot take it back, the round is over. Heartbeats go on a
+// stream when the server has it (HeartbeatLoopOptions::stream). The
+// destructor stops the thread (and closes the stream).
 class HeartbeatLoop {
  public:
   HeartbeatLoop(RendezvousApi& client, HeartbeatLoopOptions options,
@@ -47,6 +57,10 @@ class HeartbeatLoop {
 
  private:
   void Run();
+  // One heartbeat: on the stream when there is one (opened here, reopened
+  // after a failure once its backoff passed), else unary.
+  absl::StatusOr<v1::HeartbeatResponse> Beat(
+      const v1::HeartbeatRequest& request);
   enum class Resumed { kYes, kRoundOver, kRetry };
   // Re-registers the node's round with a server that lost it.
   Resumed Resume();
@@ -54,6 +68,11 @@ class HeartbeatLoop {
   RendezvousApi& client_;
   HeartbeatLoopOptions options_;
   std::function<void()> on_round_over_;
+  // Beat's state (the loop's thread only).
+  bool use_stream_;
+  std::unique_ptr<HeartbeatStream> stream_;
+  absl::Time reopen_at_ = absl::InfinitePast();
+  common::Backoff reopen_backoff_;
   absl::Notification stop_;
   std::thread thread_;
 };

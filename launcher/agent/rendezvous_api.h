@@ -1,5 +1,6 @@
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
@@ -9,6 +10,20 @@
 #include "ddprun/v1/rendezvous.pb.h"
 
 namespace ddprun::launcher {
+
+// One open Rendezvous.Heartbeats stream: heartbeats of one node, each
+// answered as a unary Heartbeat would be. Used by one thread at a time.
+class HeartbeatStream {
+ public:
+  virtual ~HeartbeatStream() = default;
+  // Sends `request` and waits for its answer. Any error ends the stream
+  // (the caller drops it and opens another): the server's refusal
+  // (NOT_FOUND, PERMISSION_DENIED, ...), a broken or stalled stream
+  // (UNAVAILABLE, DEADLINE_EXCEEDED), or UNIMPLEMENTED from a server older
+  // than the stream.
+  virtual absl::StatusOr<v1::HeartbeatResponse> Beat(
+      const v1::HeartbeatRequest& request) = 0;
+};
 
 // What the agent asks of the rendezvous service: the seam between the round
 // lifecycle and the network. RendezvousClient (gRPC) is the implementation
@@ -27,6 +42,12 @@ class RendezvousApi {
       absl::Duration unreachable_timeout) = 0;
   virtual absl::StatusOr<v1::HeartbeatResponse> Heartbeat(
       const v1::HeartbeatRequest& request) = 0;
+  // A new heartbeat stream (HeartbeatStream). The default says
+  // UNIMPLEMENTED: the caller sends unary Heartbeats.
+  virtual absl::StatusOr<std::unique_ptr<HeartbeatStream>>
+  OpenHeartbeatStream() {
+    return absl::UnimplementedError("heartbeat streams are not supported here");
+  }
   virtual absl::StatusOr<v1::ReportFailureResponse> ReportFailure(
       const v1::ReportFailureRequest& request) = 0;
   virtual absl::Status Leave(const v1::LeaveRequest& request) = 0;

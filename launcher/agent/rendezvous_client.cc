@@ -167,6 +167,107 @@ absl::StatusOr<v1::HeartbeatResponse> RendezvousClient::Heartbeat(
   return response;
 }
 
+// One Heartbeats stream on gRPC's callback API: one read is always
+// outstanding, and Beat writes a heartbeat and waits for the next answer.
+// Thread-safe between Beat (one caller at a time) and gRPC's reactions; the
+// destructor cancels the stream and waits until gRPC is done with it.
+class RendezvousClient::Stream final
+    : public HeartbeatStream,
+      public grpc::ClientBidiReactor<v1::HeartbeatRequest,
+                                     v1::HeartbeatResponse> {
+ public:
+  explicit Stream(const RendezvousClient* client) : client_(client) {
+    // No deadline: the stream lives for the round; each Beat has its own.
+    client_->stub_->async()->Heartbeats(&context_, this);
+    StartRead(&incoming_);
+    StartCall();
+  }
+
+  ~Stream() override {
+    context_.TryCancel();
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(&done_));
+  }
+
+  absl::StatusOr<v1::HeartbeatResponse> Beat(
+      const v1::HeartbeatRequest& request) override {
+    int64_t answered = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      if (done_) return Ended();
+      if (writing_) {
+        return client_->Explain(
+            "Heartbeat stream",
+            grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                         "the previous heartbeat is still being sent"));
+      }
+      writing_ = true;
+      outgoing_ = request;
+      answered = answers_;
+    }
+    StartWrite(&outgoing_);
+    absl::MutexLock lock(&mu_);
+    auto answer_or_end = [&] { return answers_ > answered || done_; };
+    if (!mu_.AwaitWithTimeout(absl::Condition(&answer_or_end),
+                              client_->options_.rpc_timeout)) {
+      return client_->Explain(
+          "Heartbeat stream",
+          grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                       absl::StrFormat("no answer within %s",
+                                       absl::FormatDuration(
+                                           client_->options_.rpc_timeout))));
+    }
+    if (answers_ > answered) return last_;
+    return Ended();
+  }
+
+  void OnWriteDone(bool /*ok*/) override {
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // the stream ended: OnDone follows
+    {
+      absl::MutexLock lock(&mu_);
+      last_ = incoming_;
+      ++answers_;
+    }
+    StartRead(&incoming_);
+  }
+
+  void OnDone(const grpc::Status& status) override {
+    absl::MutexLock lock(&mu_);
+    status_ = status;
+    done_ = true;
+  }
+
+ private:
+  absl::Status Ended() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (status_.ok()) {
+      return absl::UnavailableError(absl::StrFormat(
+          "rendezvous %s closed the heartbeat stream", client_->endpoint()));
+    }
+    return client_->Explain("Heartbeat stream", status_);
+  }
+
+  const RendezvousClient* const client_;
+  grpc::ClientContext context_;
+  v1::HeartbeatRequest outgoing_;  // the write in flight (gRPC reads it)
+  v1::HeartbeatResponse incoming_;  // the read in flight (gRPC writes it)
+  mutable absl::Mutex mu_;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t answers_ ABSL_GUARDED_BY(mu_) = 0;
+  v1::HeartbeatResponse last_ ABSL_GUARDED_BY(mu_);
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status status_ ABSL_GUARDED_BY(mu_);
+};
+
+absl::StatusOr<std::unique_ptr<HeartbeatStream>>
+RendezvousClient::OpenHeartbeatStream() {
+  return std::make_unique<Stream>(this);
+}
+
 absl::StatusOr<v1::ReportFailureResponse> RendezvousClient::ReportFailure(
     const v1::ReportFailureRequest& request) {
   grpc::ClientContext context;

@@ -53,6 +53,11 @@ class RendezvousClient final : public RendezvousApi {
 
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(
       const v1::HeartbeatRequest& request) override;
+  // Opens Rendezvous.Heartbeats (no deadline: it lives for the round); each
+  // Beat waits up to rpc_timeout for its answer. Opening never fails here:
+  // a server that refuses the stream says so on the first Beat.
+  absl::StatusOr<std::unique_ptr<HeartbeatStream>> OpenHeartbeatStream()
+      override;
   absl::StatusOr<v1::ReportFailureResponse> ReportFailure(
       const v1::ReportFailureRequest& request) override;
   absl::Status Leave(const v1::LeaveRequest& request) override;
@@ -63,6 +68,8 @@ class RendezvousClient final : public RendezvousApi {
   const std::string& endpoint() const override { return options_.endpoint; }
 
  private:
+  class Stream;
+
   RendezvousClient(RendezvousClientOptions options,
                    std::shared_ptr<grpc::Channel> channel);
   void Prepare(grpc::ClientContext& context, absl::Duration timeout) const;

@@ -44,15 +44,17 @@ with urllib.request.urlopen(sys.argv[1], timeout=5) as r:
     sys.stdout.write(r.read().decode())
 PY
 }
-heartbeats() {  # BODY -> Heartbeat calls answered OK
-  awk '/^ddprun_grpc_server_handled_total\{service="ddprun.v1.Rendezvous",method="Heartbeat",code="OK"\}/ {print $2}' <<<"$1"
+heartbeats() {  # BODY -> heartbeats answered OK: unary calls + streamed beats
+  awk '/^ddprun_grpc_server_handled_total\{service="ddprun.v1.Rendezvous",method="Heartbeat",code="OK"\}/ ||
+       /^ddprun_rendezvous_streamed_heartbeats_total/ {n += $2} END {print n + 0}' <<<"$1"
 }
 
 body=$(scrape) || fail "scrape of $url failed"
 for family in 'ddprun_grpc_server_handled_total counter' \
               'ddprun_grpc_server_handling_seconds histogram' \
               'ddprun_rendezvous_round gauge' \
-              'ddprun_rendezvous_nodes gauge'; do
+              'ddprun_rendezvous_nodes gauge' \
+              'ddprun_rendezvous_streamed_heartbeats_total counter'; do
   grep -q "^# TYPE $family\$" <<<"$body" || fail "no '# TYPE $family' in: $body"
 done
 

@@ -1,6 +1,9 @@
 // The heartbeat loop with a real rendezvous server, and with one that cannot
 // be reached: a node whose heartbeats all fail for the heartbeat timeout
-// knows that its round is over (the server has dropped it).
+// knows that its round is over (the server has dropped it). Heartbeats go on
+// the server's stream (Rendezvous.Heartbeats); a server older than it gets
+// unary heartbeats; a restarted server gets the round back (Resume) and a
+// new stream.
 #include "launcher/agent/heartbeat_loop.h"
 
 #include <netinet/in.h>
@@ -12,9 +15,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "grpcpp/server_builder.h"
 #include "gtest/gtest.h"
 #include "launcher/agent/rendezvous_client.h"
 #include "rendezvous/server.h"
+#include "tests/rendezvous/frozen_proxy.h"
 #include "tests/testing/wait_for.h"
 
 namespace ddprun::launcher {
@@ -115,6 +120,216 @@ TEST(HeartbeatLoopTest, AnsweredHeartbeatsKeepTheRoundPastTheTimeout) {
   HeartbeatLoop loop(*client, options, [&] { ++calls; });
   // Several timeouts long: only answered heartbeats keep it from firing.
   EXPECT_FALSE(WaitFor([&] { return calls > 0; }, absl::Milliseconds(1500)));
+}
+
+// A one-node round of job `run_id` on `client`'s server; the Join request
+// is returned in `join` (with the round's record, for Resume).
+absl::StatusOr<v1::Assignment> JoinAlone(RendezvousClient& client,
+                                         const std::string& run_id,
+                                         v1::JoinRequest* join) {
+  join->set_run_id(run_id);
+  join->set_node_id("n0");
+  join->set_local_world_size(1);
+  join->set_node_rank(-1);
+  join->set_address("127.0.0.1");
+  join->set_master_port(1);
+  join->mutable_config()->set_min_nodes(1);
+  join->mutable_config()->set_max_nodes(1);
+  join->mutable_config()->set_heartbeat_interval_ms(50);
+  join->mutable_config()->set_heartbeat_timeout_ms(5000);
+  absl::StatusOr<v1::JoinResponse> joined =
+      client.Join(*join, absl::Seconds(10), absl::Seconds(10));
+  if (!joined.ok()) return joined.status();
+  if (!joined->has_assignment()) return absl::InternalError("no assignment");
+  *join->mutable_record()->mutable_assignment() = joined->assignment();
+  join->mutable_record()->set_restart_count(
+      joined->assignment().restart_count());
+  return joined->assignment();
+}
+
+TEST(HeartbeatLoopTest, HeartbeatsGoOnTheStream) {
+  absl::StatusOr<std::unique_ptr<rendezvous::Server>> server =
+      rendezvous::Server::Start(rendezvous::ServerOptions{});
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::unique_ptr<RendezvousClient> client = Client((*server)->endpoint());
+  v1::JoinRequest join;
+  absl::StatusOr<v1::Assignment> assignment =
+      JoinAlone(*client, "streamed", &join);
+  ASSERT_TRUE(assignment.ok()) << assignment.status();
+  HeartbeatLoopOptions options;
+  options.run_id = "streamed";
+  options.node_id = "n0";
+  options.round = assignment->round();
+  options.interval = absl::Milliseconds(20);
+  std::atomic<int> calls = 0;
+  {
+    HeartbeatLoop loop(*client, options, [&] { ++calls; });
+    // The fast path ran: the server counted beats on a stream, one stream.
+    EXPECT_TRUE(WaitFor(
+        [&] { return (*server)->StreamedHeartbeatsForTest() >= 5; },
+        absl::Seconds(20)));
+    EXPECT_EQ((*server)->OpenHeartbeatStreamsForTest(), 1);
+  }
+  EXPECT_EQ(calls, 0);
+  // The loop's end closed its stream.
+  EXPECT_TRUE(WaitFor(
+      [&] { return (*server)->OpenHeartbeatStreamsForTest() == 0; },
+      absl::Seconds(10)));
+}
+
+// A server older than Rendezvous.Heartbeats: the generated service answers
+// the stream UNIMPLEMENTED; it counts the attempts and the unary beats.
+class OldServer : public v1::Rendezvous::CallbackService {
+ public:
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context,
+                                      const v1::HeartbeatRequest* request,
+                                      v1::HeartbeatResponse* response)
+      override {
+    response->set_round(request->round());
+    response->set_state(v1::JOB_STATE_RUNNING);
+    ++unary;
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+  grpc::ServerBidiReactor<v1::HeartbeatRequest, v1::HeartbeatResponse>*
+  Heartbeats(grpc::CallbackServerContext* context) override {
+    ++streams;
+    return v1::Rendezvous::CallbackService::Heartbeats(context);
+  }
+  std::atomic<int> unary = 0;
+  std::atomic<int> streams = 0;
+};
+
+TEST(HeartbeatLoopTest, AServerWithoutTheStreamGetsUnaryHeartbeats) {
+  OldServer old;
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  builder.RegisterService(&old);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  std::unique_ptr<RendezvousClient> client =
+      Client(absl::StrCat("127.0.0.1:", port));
+  HeartbeatLoopOptions options;
+  options.run_id = "old";
+  options.node_id = "n0";
+  options.round = 1;
+  options.interval = absl::Milliseconds(20);
+  std::atomic<int> calls = 0;
+  {
+    HeartbeatLoop loop(*client, options, [&] { ++calls; });
+    EXPECT_TRUE(WaitFor([&] { return old.unary >= 5; }, absl::Seconds(20)));
+  }
+  EXPECT_EQ(calls, 0);
+  // The stream was tried once, and never again for the round.
+  EXPECT_EQ(old.streams, 1);
+  server->Shutdown();
+}
+
+TEST(HeartbeatLoopTest, AServerThatTakesNoMoreStreamsGetsUnaryHeartbeats) {
+  rendezvous::ServerOptions no_streams;
+  no_streams.max_heartbeat_streams = 0;
+  absl::StatusOr<std::unique_ptr<rendezvous::Server>> server =
+      rendezvous::Server::Start(no_streams);
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::unique_ptr<RendezvousClient> client = Client((*server)->endpoint());
+  v1::JoinRequest join;
+  absl::StatusOr<v1::Assignment> assignment =
+      JoinAlone(*client, "capped", &join);
+  ASSERT_TRUE(assignment.ok()) << assignment.status();
+  HeartbeatLoopOptions options;
+  options.run_id = "capped";
+  options.node_id = "n0";
+  options.round = assignment->round();
+  options.interval = absl::Milliseconds(20);
+  options.timeout = absl::Seconds(2);
+  std::atomic<int> calls = 0;
+  HeartbeatLoop loop(*client, options, [&] { ++calls; });
+  // Refused once; then unary beats keep the node alive (the job's status
+  // shows it heard from lately) for longer than the loop's timeout.
+  ASSERT_TRUE(WaitFor(
+      [&] { return (*server)->RefusedHeartbeatStreamsForTest() == 1; },
+      absl::Seconds(20)));
+  EXPECT_FALSE(WaitFor([&] { return calls > 0; }, absl::Seconds(3)));
+  EXPECT_EQ((*server)->RefusedHeartbeatStreamsForTest(), 1);
+  EXPECT_EQ((*server)->StreamedHeartbeatsForTest(), 0);
+  absl::StatusOr<v1::StatusResponse> status = client->Status({});
+  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_EQ(status->jobs_size(), 1);
+  ASSERT_EQ(status->jobs(0).nodes_size(), 1);
+  EXPECT_LT(status->jobs(0).nodes(0).last_heartbeat_age_ms(), 1000);
+}
+
+// A server that stops answering with the connection open (a host cut off):
+// the stream's beat is bounded by rpc_timeout, and the round ends once no
+// heartbeat was answered for the timeout.
+TEST(HeartbeatLoopTest, AStalledStreamEndsTheRoundAfterTheTimeout) {
+  absl::StatusOr<std::unique_ptr<rendezvous::Server>> server =
+      rendezvous::Server::Start(rendezvous::ServerOptions{});
+  ASSERT_TRUE(server.ok()) << server.status();
+  testing::FrozenProxy proxy((*server)->port());
+  std::unique_ptr<RendezvousClient> client =
+      Client(absl::StrCat("127.0.0.1:", proxy.port()));
+  v1::JoinRequest join;
+  absl::StatusOr<v1::Assignment> assignment =
+      JoinAlone(*client, "stalled", &join);
+  ASSERT_TRUE(assignment.ok()) << assignment.status();
+  HeartbeatLoopOptions options;
+  options.run_id = "stalled";
+  options.node_id = "n0";
+  options.round = assignment->round();
+  options.interval = absl::Milliseconds(20);
+  options.timeout = absl::Seconds(1);
+  std::atomic<int> calls = 0;
+  HeartbeatLoop loop(*client, options, [&] { ++calls; });
+  ASSERT_TRUE(WaitFor([&] { return (*server)->StreamedHeartbeatsForTest() >= 2; },
+                      absl::Seconds(20)));
+  proxy.Freeze();
+  EXPECT_TRUE(WaitFor([&] { return calls > 0; }, absl::Seconds(30)));
+  EXPECT_EQ(calls, 1);
+}
+
+TEST(HeartbeatLoopTest, ARestartedServerGetsTheRoundBackAndANewStream) {
+  absl::StatusOr<std::unique_ptr<rendezvous::Server>> first =
+      rendezvous::Server::Start(rendezvous::ServerOptions{});
+  ASSERT_TRUE(first.ok()) << first.status();
+  const int port = (*first)->port();
+  std::unique_ptr<RendezvousClient> client = Client((*first)->endpoint());
+  v1::JoinRequest join;
+  absl::StatusOr<v1::Assignment> assignment =
+      JoinAlone(*client, "restarted", &join);
+  ASSERT_TRUE(assignment.ok()) << assignment.status();
+  HeartbeatLoopOptions options;
+  options.run_id = "restarted";
+  options.node_id = "n0";
+  options.round = assignment->round();
+  options.interval = absl::Milliseconds(20);
+  options.resume = join;
+  std::atomic<int> calls = 0;
+  HeartbeatLoop loop(*client, options, [&] { ++calls; });
+  ASSERT_TRUE(WaitFor([&] { return (*first)->StreamedHeartbeatsForTest() >= 2; },
+                      absl::Seconds(20)));
+  (*first)->Shutdown();
+  first->reset();
+  // The same port (the agent's endpoint); the kernel may hold it a moment.
+  rendezvous::ServerOptions same_port;
+  same_port.port = port;
+  absl::StatusOr<std::unique_ptr<rendezvous::Server>> second;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        second = rendezvous::Server::Start(same_port);
+        return second.ok();
+      },
+      absl::Seconds(10)))
+      << second.status();
+  // The stream broke; the node resumed its round on the new server and
+  // streams there.
+  EXPECT_TRUE(WaitFor(
+      [&] { return (*second)->StreamedHeartbeatsForTest() >= 2; },
+      absl::Seconds(20)));
+  EXPECT_EQ(calls, 0) << "the round ended instead of resuming";
 }
 
 }  // namespace
