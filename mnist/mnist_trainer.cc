@@ -405,12 +405,18 @@ absl::StatusOr<BeforeRound> PrepareBeforeRound(
   if (absl::Status files = CheckMnistFiles(data_options); !files.ok()) {
     return files;
   }
-  prepared.loading = std::async(std::launch::async, [data_options] {
-    absl::StatusOr<MnistData> loaded = LoadMnist(data_options);
-    spdlog::debug("{:.3f} s after start: data loaded",
-                  SecondsSinceProcessStart());
-    return loaded;
-  });
+  // The standbys' zygote (ddprun --prewarm) forks them from
+  // AwaitActivation with the data loaded, and must run no thread there:
+  // it loads on this one.
+  const bool zygote = ServesStandbys();
+  prepared.loading = std::async(
+      zygote ? std::launch::deferred : std::launch::async, [data_options] {
+        absl::StatusOr<MnistData> loaded = LoadMnist(data_options);
+        spdlog::debug("{:.3f} s after start: data loaded",
+                      SecondsSinceProcessStart());
+        return loaded;
+      });
+  if (zygote) prepared.loading.wait();  // runs it now
   // CUDA's runtime starts in the first device query (a large part of a
   // GPU worker's start): done here, it is done before the round too.
   if (*backend != BackendKind::kGloo) (void)NcclUsable();
