@@ -185,6 +185,9 @@ class EnvJsonParser {
 
 // Set in a standby forked by the zygote: the zygote's pid (for the log).
 pid_t forked_by_zygote = 0;
+// The zygote's name before it took "ddprun-zygote"; its standbys take it
+// back.
+char program_name[16] = {};
 
 // This process's threads as "TID (name)"; empty when /proc cannot say.
 std::vector<std::string> Threads() {
@@ -281,6 +284,7 @@ bool ReceiveRequest(int socket, int fds[3]) {
 // own. "" on success, or why it cannot.
 std::string SettleForkedStandby(pid_t intermediate, pid_t agent,
                                 const int fds[3]) {
+  prctl(PR_SET_NAME, program_name);
   // Its own process group, as every worker: the agent signals groups.
   if (setpgid(0, 0) != 0) return absl::StrCat("setpgid: ", strerror(errno));
   // Adoption is the kernel's, right after the intermediate exits.
@@ -393,6 +397,9 @@ absl::Status ServeAsZygote(const std::string& fd_text) {
     fflush(nullptr);
     _exit(0);
   }
+  // Named so in ps and top (a forked standby takes its name back).
+  prctl(PR_GET_NAME, program_name);
+  prctl(PR_SET_NAME, "ddprun-zygote");
   if (!SendMessage(socket,
                    absl::StrCat(common::zygote::kReady, " ", getpid()))) {
     fflush(nullptr);

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -239,11 +240,23 @@ TEST(MnistInPlacePrewarmTest, AKilledWorkerIsReplacedByAStandbyInPlace) {
   const std::string reference = RunFaultFree(dir, flags);
 
   Job job = StartJob(dir, flags, "agent", "summary.json");
-  // Training runs and the standbys wait (children without a RANK).
+  // Training runs and the standbys wait: forked by the node's zygote
+  // (children without a RANK, blocked on their pipe).
   ASSERT_TRUE(WaitFor(
       [&] {
-        return job.err().find("epoch 1/") != std::string::npos &&
-               Children(job.agent.pid()).size() == 4;
+        if (job.err().find("epoch 1/") == std::string::npos) return false;
+        int waiting = 0;
+        for (pid_t pid : Children(job.agent.pid())) {
+          if (RankOf(pid) < 0 &&
+              ReadFileOrEmpty(absl::StrCat("/proc/", pid, "/comm")) !=
+                  "ddprun-zygote\n" &&
+              absl::EndsWith(ReadFileOrEmpty(absl::StrCat("/proc/", pid,
+                                                          "/wchan")),
+                             "pipe_read")) {
+            ++waiting;
+          }
+        }
+        return waiting == 2;
       },
       absl::Minutes(3)))
       << job.err();
@@ -267,6 +280,11 @@ TEST(MnistInPlacePrewarmTest, AKilledWorkerIsReplacedByAStandbyInPlace) {
   ASSERT_TRUE(exit.has_value()) << job.err();
   ASSERT_TRUE(exit->ok()) << exit->ToString() << "\n" << job.err();
   EXPECT_THAT(job.err(), HasSubstr("replaced by a prewarmed worker"));
+  // The fast path: the standby was forked by the zygote, not exec'd, and
+  // the agent never fell back to exec.
+  EXPECT_THAT(job.err(), HasSubstr("prewarmed workers fork from a zygote"));
+  EXPECT_THAT(job.err(), HasSubstr("(forked by the zygote, pid"));
+  EXPECT_THAT(job.err(), Not(HasSubstr("start by exec from now on")));
   ExpectExactInPlaceRun(ReadFileOrEmpty(dir.File("summary.json")), reference,
                         job.err(), 2);
 }
