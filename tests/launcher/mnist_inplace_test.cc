@@ -872,15 +872,24 @@ struct SyncFault {
   int64_t died_at = -1;  // the step of the worker that died in the sync
 };
 
+// With `stop`, the worker in `role` stops (SIGSTOP, --test-stop-in-sync)
+// instead of dying: a hang in the sync, which the agent's --worker-timeout
+// ends.
 SyncFault RunSyncFault(int nproc, const std::string& role,
-                       const std::vector<std::string>& extra) {
+                       const std::vector<std::string>& extra,
+                       bool stop = false) {
   TempDir dir;
   const std::string marker = dir.File("died-in-sync");
   std::vector<std::string> argv = Concat(
       {Ddprun(), "--standalone", "--nproc-per-node", std::to_string(nproc),
        "--max-restarts", "3", "--monitor-interval", "0.05"},
-      SmallMnistArgs(dir, "summary.json", kTrainSamples, kEpochs));
-  argv = Concat(argv, Concat({"--test-die-in-sync", role + ":" + marker}, extra));
+      stop ? std::vector<std::string>{"--worker-timeout", "2"}
+           : std::vector<std::string>{});
+  argv = Concat(argv,
+                SmallMnistArgs(dir, "summary.json", kTrainSamples, kEpochs));
+  argv = Concat(argv, Concat({stop ? "--test-stop-in-sync" : "--test-die-in-sync",
+                              role + ":" + marker},
+                             extra));
   SubprocessOptions options;
   options.argv = argv;
   options.stderr_path = dir.File("agent.err");
@@ -909,7 +918,7 @@ SyncFault RunSyncFault(int nproc, const std::string& role,
   // Two faults, two new rounds; no more.
   EXPECT_THAT(fault.log, HasSubstr("restart 2/3"));
   EXPECT_THAT(fault.log, Not(HasSubstr("restart 3/3")));
-  EXPECT_THAT(fault.log, HasSubstr("kills itself"));
+  EXPECT_THAT(fault.log, HasSubstr(stop ? "stops itself" : "kills itself"));
   EXPECT_EQ(SummaryNumber(fault.summary, "world_size"), nproc);
   EXPECT_EQ(SummaryList(fault.summary, "epoch_samples"),
             std::vector<int64_t>(kEpochs, kTrainSamples))
@@ -977,6 +986,47 @@ TEST(MnistInPlaceSyncFaultTest, TheOnlySurvivorDiesInTheSyncCheckpointResumes) {
   EXPECT_THAT(fault.log,
               HasSubstr(absl::StrCat("resuming from step ", newest, " ")));
   EXPECT_TRUE(StoppedAndResumed(fault.log).empty()) << fault.log;
+}
+
+// As TheSurvivorSendingTheStateDiesInTheSync, but the source hangs: it
+// stops (SIGSTOP) in the middle of the sync, and every other rank waits
+// for it there. The agent's hang detection (--worker-timeout 2) finds the
+// stopped worker, kills only it, and the next round syncs from rank 2,
+// which still holds the state: the job completes with its samples
+// accounted exactly, no step lost, and nothing left hanging.
+TEST(MnistInPlaceSyncFaultTest, TheSurvivorSendingTheStateStopsInTheSync) {
+  SyncFault fault = RunSyncFault(3, "source", {}, /*stop=*/true);
+  ASSERT_FALSE(fault.summary.empty()) << fault.log;
+  std::vector<std::pair<int64_t, int64_t>> survivors =
+      StoppedAndResumed(fault.log);
+  ASSERT_EQ(survivors.size(), 1u) << fault.log;
+  const int64_t resumed = survivors[0].second;
+  EXPECT_EQ(survivors[0].first, resumed) << "steps lost";
+  EXPECT_GE(resumed, fault.died_at - 1);
+  EXPECT_LE(resumed, fault.died_at);
+  // Recovered by the hang timeout: the stopped source is the one hung.
+  EXPECT_THAT(fault.log, HasSubstr("is hung"));
+  EXPECT_THAT(fault.log, HasSubstr("the state sync of round 1 failed"));
+  EXPECT_THAT(fault.log, Not(HasSubstr("resuming from step")));
+}
+
+// Two workers: rank 1 is killed and its replacement stops (SIGSTOP) while
+// it receives rank 0's state; rank 0 waits for it in the sync. The hang
+// timeout ends it, and rank 0 hands its state to the next replacement: no
+// step lost, every epoch's samples accounted.
+TEST(MnistInPlaceSyncFaultTest, TheNewMemberStopsWhileItReceivesTheState) {
+  SyncFault fault = RunSyncFault(2, "receiver", {}, /*stop=*/true);
+  ASSERT_FALSE(fault.summary.empty()) << fault.log;
+  std::vector<std::pair<int64_t, int64_t>> stops = StoppedAndResumed(fault.log);
+  ASSERT_GE(stops.size(), 1u) << fault.log;
+  ASSERT_LE(stops.size(), 2u) << fault.log;
+  const int64_t resumed = stops[0].first;
+  for (const auto& [stopped, resumed_at] : stops) {
+    EXPECT_EQ(stopped, resumed) << fault.log;
+    EXPECT_EQ(resumed_at, resumed) << fault.log;
+  }
+  EXPECT_THAT(fault.log, HasSubstr("is hung"));
+  EXPECT_EQ(fault.died_at, 0);
 }
 
 // Two workers: rank 1 is killed and its replacement dies while it receives
