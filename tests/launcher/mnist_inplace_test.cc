@@ -240,11 +240,22 @@ TEST(MnistInPlacePrewarmTest, AKilledWorkerIsReplacedByAStandbyInPlace) {
   const std::string reference = RunFaultFree(dir, flags);
 
   Job job = StartJob(dir, flags, "agent", "summary.json");
-  // Training runs and the standbys wait: forked by the node's zygote
-  // (children without a RANK, blocked on their pipe).
+  // Training runs; the workers are held (SIGSTOP) until the standbys wait,
+  // forked by the node's zygote (children without a RANK, blocked on their
+  // pipe), so that the short job cannot end first: the zygote starts only
+  // now, on the CPU the training leaves.
   ASSERT_TRUE(WaitFor(
+      [&] { return job.err().find("epoch 1/") != std::string::npos; },
+      absl::Minutes(3)))
+      << job.err();
+  std::vector<pid_t> workers;
+  for (pid_t pid : Children(job.agent.pid())) {
+    if (RankOf(pid) >= 0) workers.push_back(pid);
+  }
+  ASSERT_EQ(workers.size(), 2u) << job.err();
+  ASSERT_TRUE(FreezeProcesses(workers));
+  const bool standbys_wait = WaitFor(
       [&] {
-        if (job.err().find("epoch 1/") == std::string::npos) return false;
         int waiting = 0;
         for (pid_t pid : Children(job.agent.pid())) {
           if (RankOf(pid) < 0 &&
@@ -258,8 +269,9 @@ TEST(MnistInPlacePrewarmTest, AKilledWorkerIsReplacedByAStandbyInPlace) {
         }
         return waiting == 2;
       },
-      absl::Minutes(3)))
-      << job.err();
+      absl::Minutes(2));
+  for (pid_t pid : workers) kill(pid, SIGCONT);
+  ASSERT_TRUE(standbys_wait) << job.err();
   pid_t victim = -1;
   pid_t survivor = -1;
   for (pid_t pid : Children(job.agent.pid())) {
