@@ -196,7 +196,8 @@ std::vector<std::string> Threads() {
   if (dir == nullptr) return threads;
   while (const dirent* entry = readdir(dir)) {
     if (entry->d_name[0] == '.') continue;
-    std::ifstream comm(absl::StrCat("/proc/self/task/", entry->d_name, "/comm"));
+    std::ifstream comm(
+        absl::StrCat("/proc/self/task/", entry->d_name, "/comm"));
     std::string name;
     std::getline(comm, name);
     threads.push_back(absl::StrCat(entry->d_name, " (", name, ")"));

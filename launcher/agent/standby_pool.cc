@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "common/json_string.h"
 #include "common/worker_env.h"
 #include "common/zygote_protocol.h"
@@ -92,6 +93,7 @@ StandbyPool::~StandbyPool() {
   Clear();
   // Pending standbys read end of file on their pipe and exit; the zygote
   // ends with its socket (and is killed, should it not).
+  for (Standby& s : pending_) close(s.control_fd);
   pending_.clear();
   if (zygote_) {
     control_.SignalGroup(zygote_->pid, SIGKILL);
@@ -260,7 +262,9 @@ void StandbyPool::OnZygoteMessage(const std::string& message) {
     return;
   }
   if (kind == common::zygote::kRefused) {
-    DropZygote(absl::StrCat("it refused: ", message.substr(kind.size() + 1)));
+    const std::string prefix = absl::StrCat(kind, " ");
+    DropZygote(
+        absl::StrCat("it refused: ", absl::StripPrefix(message, prefix)));
     return;
   }
   if (pending_.empty()) {
@@ -276,10 +280,7 @@ void StandbyPool::OnZygoteMessage(const std::string& message) {
   }
   if (!parsed) {
     close(standby.control_fd);
-    spdlog::warn("the zygote could not fork a prewarmed worker ({}); "
-                 "starting one by exec",
-                 message);
-    if (!Spawn()) return;
+    DropZygote(absl::StrCat("a fork failed: ", message));
     return;
   }
   standby.pid = fds[0];

@@ -40,8 +40,9 @@ namespace ddprun::launcher {
 // the agent, a subreaper, adopts it): it is reaped, signalled by process
 // group and killed with the agent as any other. Answers arrive on the
 // socket; PromoteLate and Fill collect them (a standby counts in size()
-// once its pid is known). When the zygote refuses (it runs threads), fails
-// or ends, the pool logs why and starts standbys by exec, as before.
+// once its pid is known). When the zygote refuses (it runs threads), a fork
+// fails or the zygote ends, the pool logs why and starts standbys by exec
+// from then on, as before.
 // Owned and used by the agent's thread (it forks).
 struct StandbyPoolOptions {
   // How long a standby may start under SCHED_IDLE before PromoteLate moves

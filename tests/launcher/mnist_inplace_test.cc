@@ -899,9 +899,8 @@ SyncFault RunSyncFault(int nproc, const std::string& role,
            : std::vector<std::string>{});
   argv = Concat(argv,
                 SmallMnistArgs(dir, "summary.json", kTrainSamples, kEpochs));
-  argv = Concat(argv, Concat({stop ? "--test-stop-in-sync" : "--test-die-in-sync",
-                              role + ":" + marker},
-                             extra));
+  const std::string hook = stop ? "--test-stop-in-sync" : "--test-die-in-sync";
+  argv = Concat(argv, Concat({hook, role + ":" + marker}, extra));
   SubprocessOptions options;
   options.argv = argv;
   options.stderr_path = dir.File("agent.err");

@@ -152,7 +152,9 @@ TEST(MnistPrewarmTest, AKilledWorkerIsReplacedByPrewarmedProcesses) {
   // The fast path: both were forked by the zygote, not started by exec.
   EXPECT_THAT(log, HasSubstr("prewarmed workers fork from a zygote"));
   EXPECT_THAT(log, ::testing::Not(HasSubstr("start by exec from now on")));
-  std::regex forked(R"(prewarmed process (\d+) activated as rank \d+ after [^\n]* \(forked by the zygote, pid \d+\))");
+  std::regex forked(
+      R"(prewarmed process (\d+) activated as rank \d+ after [^\n]* )"
+      R"(\(forked by the zygote, pid \d+\))");
   std::set<pid_t> forked_activated;
   for (std::sregex_iterator it(log.begin(), log.end(), forked), end; it != end;
        ++it) {
