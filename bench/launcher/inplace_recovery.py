@@ -529,27 +529,32 @@ def main():
                      f" (median of {len(zyg)})" if zyg else "")
                   + f"; forked standbys activated: "
                   f"{sum(r['forked_activations'] for r in results[mode])}")
-    if args.breakdown and "in-place" in results:
-        per_event = {}
-        for r in results["in-place"]:
-            for parts in breakdown(r):
-                for name, seconds in parts:
-                    per_event.setdefault(name, []).append(seconds)
-        print("\nin-place recovery, kill -9 -> (median over every fault, s "
-              "after the kill; the log clocks have ms):")
-        previous = 0.0
-        for name, _ in EVENTS + [("first step completed", None)]:
-            if name in per_event:
-                median = statistics.median(per_event[name])
-                print(f"  {name:24s} {median:7.3f}  (+{median - previous:.3f})"
-                      f"  n={len(per_event[name])}")
-                previous = median
-        cpu = [c for r in results["in-place"] for c in r["standby_cpu"]]
-        if cpu:
-            print(f"  a waiting standby's start (torch, the data from the "
-                  f"node's cache) took {statistics.median(cpu):.2f} CPU-s "
-                  f"(median of {len(cpu)}): ddprun starts one after each "
-                  f"activation, beside the training")
+    for bd_mode in ("in-place", "in-place base"):
+        if args.breakdown and bd_mode in results:
+            print_breakdown(bd_mode, results[bd_mode])
+
+
+def print_breakdown(mode, runs):
+    """The --breakdown table of `mode`'s in-place recoveries."""
+    per_event = {}
+    for r in runs:
+        for parts in breakdown(r):
+            for name, seconds in parts:
+                per_event.setdefault(name, []).append(seconds)
+    print(f"\n{mode} recovery, kill -9 -> (median over every fault, s "
+          "after the kill; the log clocks have ms):")
+    previous = 0.0
+    for name, _ in EVENTS + [("first step completed", None)]:
+        if name in per_event:
+            median = statistics.median(per_event[name])
+            print(f"  {name:24s} {median:7.3f}  (+{median - previous:.3f})"
+                  f"  n={len(per_event[name])}")
+            previous = median
+    cpu = [c for r in runs for c in r["standby_cpu"]]
+    if cpu:
+        print(f"  a waiting standby took {statistics.median(cpu):.2f} CPU-s "
+              f"to get ready (median of {len(cpu)}; exec'd: torch, the data "
+              f"from the node's cache; forked by the zygote: since its fork)")
 
 
 if __name__ == "__main__":

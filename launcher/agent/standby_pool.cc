@@ -116,6 +116,9 @@ void StandbyPool::TopUp() {
   }
   while (size() + static_cast<int>(pending_.size()) < wanted_) {
     if (zygote_) {
+      // Only once it serves, and after it left SCHED_IDLE: a standby
+      // inherits the policy it was forked under.
+      if (!zygote_->ready) return;
       if (RequestFork()) continue;
       DropZygote("it cannot be asked for a standby");
       continue;
@@ -249,11 +252,17 @@ void StandbyPool::OnZygoteMessage(const std::string& message) {
   const std::string& kind = words[0];
   if (kind == common::zygote::kReady) {
     zygote_->ready = true;
-    // Forks should not wait for idle CPU; its standbys inherit the policy.
+    // Forks should not wait for idle CPU, and its standbys inherit the
+    // policy (Activate restores theirs when this fails).
     if (zygote_->idle) {
       absl::Status restored = control_.RestoreNormalPriority(zygote_->pid);
-      if (restored.ok()) zygote_->idle = false;
+      if (restored.ok()) {
+        zygote_->idle = false;
+      } else {
+        spdlog::warn("{}", std::string(restored.message()));
+      }
     }
+    TopUp();
     spdlog::info("prewarmed workers fork from a zygote (pid {}), ready after "
                  "{}: a few ms each instead of a process start",
                  zygote_->pid,

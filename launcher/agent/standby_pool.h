@@ -35,8 +35,9 @@ namespace ddprun::launcher {
 // the pool asks for (common/zygote_protocol.h), copy-on-write in a few ms,
 // instead of the pool starting a process (~0.9 CPU-s for ddprun-mnist,
 // beside the training, after every in-place activation). The zygote is
-// moved to the normal policy once it serves, so that a fork is not
-// delayed. A forked standby is the agent's child (the zygote double-forks;
+// moved to the normal policy once it serves, before the pool asks it for
+// standbys: a fork is not delayed, and a standby (which inherits the
+// policy) does not work idle. A forked standby is the agent's child (the zygote double-forks;
 // the agent, a subreaper, adopts it): it is reaped, signalled by process
 // group and killed with the agent as any other. Answers arrive on the
 // socket; PromoteLate and Fill collect them (a standby counts in size()

@@ -2,6 +2,7 @@
 // and libddp's AwaitActivation serving forks (tests/worker/standby_helper,
 // and ddprun-mnist under the real ddprun). Each test checks which path ran:
 // forked by the zygote, or started by exec after the zygote was refused.
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -122,7 +123,11 @@ TEST_F(StandbyZygoteTest, StandbysAreForkedByTheZygoteAndAdoptedByTheAgent) {
       EXPECT_EQ(ParentOf(pid), getpid());
       EXPECT_EQ(getpgid(pid), pid);
       EXPECT_EQ(Comm(pid), "standby_helper\n");
+      // The zygote left SCHED_IDLE (where it started, if this process may
+      // move it back) before it forked them: they work at normal priority.
+      EXPECT_EQ(sched_getscheduler(pid), SCHED_OTHER);
     }
+    EXPECT_EQ(sched_getscheduler(zygote), SCHED_OTHER);
 
     std::vector<ProgressChannel> progress;
     std::vector<ControlChannel> controls;
