@@ -148,15 +148,21 @@ absl::StatusOr<StartPoint> Resume(const MnistTrainOptions& options,
 }
 
 absl::Status ValidateOptions(const MnistTrainOptions& o) {
-  for (const auto& [flag, hook] :
-       {std::pair<const char*, const std::string&>{"--test-die-in-sync",
-                                                   o.test_die_in_sync},
-        {"--test-stop-in-sync", o.test_stop_in_sync}}) {
-    if (!hook.empty() && !absl::StartsWith(hook, "source:") &&
-        !absl::StartsWith(hook, "receiver:")) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s '%s': want source:PATH or receiver:PATH", flag, hook));
+  auto check_hook = [](const char* flag, const std::string& hook) {
+    if (hook.empty() || absl::StartsWith(hook, "source:") ||
+        absl::StartsWith(hook, "receiver:")) {
+      return absl::OkStatus();
     }
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s '%s': want source:PATH or receiver:PATH", flag, hook));
+  };
+  if (absl::Status s = check_hook("--test-die-in-sync", o.test_die_in_sync);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = check_hook("--test-stop-in-sync", o.test_stop_in_sync);
+      !s.ok()) {
+    return s;
   }
   if (o.batch_size < 1 || o.epochs < 1 || o.lr <= 0 || o.accumulate < 1 ||
       o.bucket_mb <= 0 || o.max_steps < 0 || o.checkpoint_every < 0) {
