@@ -61,6 +61,11 @@ inline constexpr char kShmDir[] = "DDPRUN_SHM_DIR";
 // object of strings, then end of file). End of file without data: the worker
 // is not needed and exits 0. libddp: ddprun::worker::AwaitActivation().
 inline constexpr char kStandbyFd[] = "DDPRUN_STANDBY_FD";
+// Set only in the standbys' zygote (ddprun --prewarm, programs that are not
+// Python): a Unix socket on which the agent asks for standbys. The process
+// forks each from where it waits (libddp: AwaitActivation), copy-on-write
+// instead of a new process start; see worker/standby.h for the protocol.
+inline constexpr char kZygoteFd[] = "DDPRUN_ZYGOTE_FD";
 // A file descriptor the agent writes the next round's complete environment
 // to (one JSON object of strings per line) while the worker runs: a program
 // that recovers in place (libddp: ddprun::worker::Membership, worker/

@@ -68,6 +68,10 @@ int main(int argc, char** argv) {
                  "that role of an in-place state sync to create PATH dies "
                  "in the middle of it")
       ->group("");
+  app.add_option("--test-stop-in-sync", o.test_stop_in_sync,
+                 "Tests: as --test-die-in-sync, but the worker stops itself "
+                 "(SIGSTOP): a hang in the middle of a state sync")
+      ->group("");
   ddprun::common::AddLogLevelFlag(app, &o.log_level);
   ddprun::common::AddVersionFlag(app, "ddprun-mnist");
   if (std::optional<int> code =

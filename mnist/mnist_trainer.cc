@@ -148,12 +148,21 @@ absl::StatusOr<StartPoint> Resume(const MnistTrainOptions& options,
 }
 
 absl::Status ValidateOptions(const MnistTrainOptions& o) {
-  if (!o.test_die_in_sync.empty() &&
-      !absl::StartsWith(o.test_die_in_sync, "source:") &&
-      !absl::StartsWith(o.test_die_in_sync, "receiver:")) {
+  auto check_hook = [](const char* flag, const std::string& hook) {
+    if (hook.empty() || absl::StartsWith(hook, "source:") ||
+        absl::StartsWith(hook, "receiver:")) {
+      return absl::OkStatus();
+    }
     return absl::InvalidArgumentError(absl::StrFormat(
-        "--test-die-in-sync '%s': want source:PATH or receiver:PATH",
-        o.test_die_in_sync));
+        "%s '%s': want source:PATH or receiver:PATH", flag, hook));
+  };
+  if (absl::Status s = check_hook("--test-die-in-sync", o.test_die_in_sync);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = check_hook("--test-stop-in-sync", o.test_stop_in_sync);
+      !s.ok()) {
+    return s;
   }
   if (o.batch_size < 1 || o.epochs < 1 || o.lr <= 0 || o.accumulate < 1 ||
       o.bucket_mb <= 0 || o.max_steps < 0 || o.checkpoint_every < 0) {
@@ -266,10 +275,12 @@ absl::Status DecodeState(const std::vector<int64_t>& r, Training& t) {
   return absl::OkStatus();
 }
 
-// --test-die-in-sync: this worker dies here when its role matches and it is
-// the first of the job to create the marker file.
-void DieInSyncIfAsked(const Training& t, bool has_state, int source) {
-  const std::string& hook = t.options.test_die_in_sync;
+// --test-die-in-sync (SIGKILL) and --test-stop-in-sync (SIGSTOP): this
+// worker dies or stops here when its role matches and it is the first of
+// the job to create the marker file.
+void FaultInSync(const Training& t, const std::string& hook, int sig,
+                 bool has_state, int source) {
+  if (hook.empty()) return;
   const size_t colon = hook.find(':');
   const std::string role = hook.substr(0, colon);
   const std::string path = hook.substr(colon + 1);
@@ -281,10 +292,11 @@ void DieInSyncIfAsked(const Training& t, bool has_state, int source) {
   const std::string step = std::to_string(t.step) + "\n";
   (void)!write(fd, step.data(), step.size());
   close(fd);
-  spdlog::warn("--test-die-in-sync: rank {} ({} of the state sync, step {}) "
-               "kills itself",
-               t.group.rank, role, t.step);
-  raise(SIGKILL);
+  spdlog::warn("--test-{}-in-sync: rank {} ({} of the state sync, step {}) "
+               "{} itself",
+               sig == SIGKILL ? "die" : "stop", t.group.rank, role, t.step,
+               sig == SIGKILL ? "kills" : "stops");
+  raise(sig);
 }
 
 // Collective: the rank with the newest state (a survivor) hands its model
@@ -295,9 +307,11 @@ absl::StatusOr<int> SyncState(Training& t, bool has_state) {
   std::vector<int64_t> record = EncodeState(t);
   std::vector<at::Tensor> tensors = t.model->parameters();
   StateSyncOptions sync_options;
-  if (!t.options.test_die_in_sync.empty()) {
+  if (!t.options.test_die_in_sync.empty() ||
+      !t.options.test_stop_in_sync.empty()) {
     sync_options.before_tensors = [&t, has_state](int source) {
-      DieInSyncIfAsked(t, has_state, source);
+      FaultInSync(t, t.options.test_die_in_sync, SIGKILL, has_state, source);
+      FaultInSync(t, t.options.test_stop_in_sync, SIGSTOP, has_state, source);
     };
   }
   absl::StatusOr<int> source = SyncFromSurvivor(
@@ -405,12 +419,18 @@ absl::StatusOr<BeforeRound> PrepareBeforeRound(
   if (absl::Status files = CheckMnistFiles(data_options); !files.ok()) {
     return files;
   }
-  prepared.loading = std::async(std::launch::async, [data_options] {
-    absl::StatusOr<MnistData> loaded = LoadMnist(data_options);
-    spdlog::debug("{:.3f} s after start: data loaded",
-                  SecondsSinceProcessStart());
-    return loaded;
-  });
+  // The standbys' zygote (ddprun --prewarm) forks them from
+  // AwaitActivation with the data loaded, and must run no thread there:
+  // it loads on this one.
+  const bool zygote = ServesStandbys();
+  prepared.loading = std::async(
+      zygote ? std::launch::deferred : std::launch::async, [data_options] {
+        absl::StatusOr<MnistData> loaded = LoadMnist(data_options);
+        spdlog::debug("{:.3f} s after start: data loaded",
+                      SecondsSinceProcessStart());
+        return loaded;
+      });
+  if (zygote) prepared.loading.wait();  // runs it now
   // CUDA's runtime starts in the first device query (a large part of a
   // GPU worker's start): done here, it is done before the round too.
   if (*backend != BackendKind::kGloo) (void)NcclUsable();

@@ -46,6 +46,9 @@ struct MnistTrainOptions {
   // new member that receives one), and that creates PATH, writes its step
   // there and kills itself (SIGKILL). Empty: none.
   std::string test_die_in_sync;
+  // The same, but the worker stops itself (SIGSTOP) instead: it hangs in
+  // the middle of the sync until the agent's --worker-timeout kills it.
+  std::string test_stop_in_sync;
 };
 
 // Trains the seed MLP on MNIST with data parallelism over the ranks the

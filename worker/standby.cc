@@ -1,21 +1,33 @@
 #include "worker/standby.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <fstream>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "common/worker_env.h"
+#include "common/zygote_protocol.h"
 #include "spdlog/spdlog.h"
 #include "worker/error_file.h"
 #include "worker/worker_env.h"
@@ -163,6 +175,264 @@ class EnvJsonParser {
   size_t pos_ = 0;
 };
 
+
+// --- The zygote (DDPRUN_ZYGOTE_FD) -----------------------------------------
+//
+// Why fork by hand here rather than a library: what matters is the order of
+// a handful of system calls around fork (a double fork so that the agent,
+// a subreaper, adopts the standby; PR_SET_PDEATHSIG only once it has), which
+// no process library offers for a process that keeps its memory.
+
+// Set in a standby forked by the zygote: the zygote's pid (for the log).
+pid_t forked_by_zygote = 0;
+// The zygote's name before it took "ddprun-zygote"; its standbys take it
+// back.
+char program_name[16] = {};
+
+// This process's threads as "TID (name)"; empty when /proc cannot say.
+std::vector<std::string> Threads() {
+  std::vector<std::string> threads;
+  DIR* dir = opendir("/proc/self/task");
+  if (dir == nullptr) return threads;
+  while (const dirent* entry = readdir(dir)) {
+    if (entry->d_name[0] == '.') continue;
+    std::ifstream comm(
+        absl::StrCat("/proc/self/task/", entry->d_name, "/comm"));
+    std::string name;
+    std::getline(comm, name);
+    threads.push_back(absl::StrCat(entry->d_name, " (", name, ")"));
+  }
+  closedir(dir);
+  return threads;
+}
+
+// Why this process may not fork standbys, or "" when it may: it must run
+// no thread but this one (a thread holding a lock at the fork would hold
+// it forever in the copy; an OpenMP pool, gRPC or CUDA all run threads).
+// A thread that is ending (a loader whose result is in) gets a moment.
+std::string WhyNotFork() {
+  std::vector<std::string> threads;
+  for (int i = 0; i < 100; ++i) {
+    threads = Threads();
+    if (threads.size() == 1) return "";
+    struct timespec pause = {0, 10 * 1000 * 1000};
+    nanosleep(&pause, nullptr);
+  }
+  if (threads.empty()) return "/proc/self/task cannot be read";
+  return absl::StrFormat(
+      "it runs %d threads (%s) where it waits for its round; a process may "
+      "fork only while it runs one (start threads, OpenMP, gRPC or CUDA "
+      "after AwaitActivation)",
+      threads.size(), absl::StrJoin(threads, ", "));
+}
+
+bool SendMessage(int socket, const std::string& message) {
+  ssize_t n;
+  do {
+    n = send(socket, message.data(), message.size(), MSG_NOSIGNAL);
+  } while (n < 0 && errno == EINTR);
+  return n == static_cast<ssize_t>(message.size());
+}
+
+// One fork request: the descriptors it carried (standby, progress, control;
+// -1 where absent). False at end of file or on an error.
+bool ReceiveRequest(int socket, int fds[3]) {
+  char data[common::zygote::kMaxMessage];
+  alignas(struct cmsghdr) char control[CMSG_SPACE(3 * sizeof(int))];
+  struct iovec iov = {data, sizeof(data) - 1};
+  struct msghdr msg;
+  memset(&msg, 0, sizeof(msg));
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  ssize_t n;
+  do {
+    n = recvmsg(socket, &msg, MSG_CMSG_CLOEXEC);
+  } while (n < 0 && errno == EINTR);
+  if (n <= 0) return false;
+  data[n] = '\0';
+  std::vector<int> received;
+  for (struct cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr;
+       c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < count; ++i) {
+      int fd;
+      memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+      received.push_back(fd);
+    }
+  }
+  std::vector<std::string> words = absl::StrSplit(data, ' ');
+  fds[0] = fds[1] = fds[2] = -1;
+  size_t next = 0;
+  auto take = [&]() { return next < received.size() ? received[next++] : -1; };
+  if (words.empty() || words[0] != common::zygote::kFork) {
+    for (int fd : received) close(fd);
+    return true;  // not a request: nothing to do (fds stay -1)
+  }
+  fds[0] = take();
+  for (size_t i = 1; i < words.size(); ++i) {
+    if (words[i] == common::zygote::kWithProgress) fds[1] = take();
+    if (words[i] == common::zygote::kWithControl) fds[2] = take();
+  }
+  while (next < received.size()) close(received[next++]);
+  return true;
+}
+
+// In the grandchild of the zygote, once its parent (the intermediate
+// process) has exited: adopted by the agent, it becomes a standby of its
+// own. "" on success, or why it cannot.
+std::string SettleForkedStandby(pid_t intermediate, pid_t agent,
+                                const int fds[3]) {
+  prctl(PR_SET_NAME, program_name);
+  // Its own process group, as every worker: the agent signals groups.
+  if (setpgid(0, 0) != 0) return absl::StrCat("setpgid: ", strerror(errno));
+  // Adoption is the kernel's, right after the intermediate exits.
+  for (int i = 0; i < 100000 && getppid() == intermediate; ++i) {
+    struct timespec pause = {0, 50 * 1000};
+    nanosleep(&pause, nullptr);
+  }
+  if (getppid() != agent) {
+    return absl::StrFormat(
+        "adopted by pid %d, not by the agent (pid %d): the agent must be a "
+        "child subreaper (PR_SET_CHILD_SUBREAPER)",
+        getppid(), agent);
+  }
+  // Only now: the adoption itself would have sent the signal. The re-check
+  // covers an agent that died in between.
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != agent) return "the agent ended";
+  // Kept across exec, as an exec'd standby's inherited descriptors are.
+  for (int i = 0; i < 3; ++i) {
+    if (fds[i] >= 0) fcntl(fds[i], F_SETFD, 0);
+  }
+  setenv(env::kStandbyFd, std::to_string(fds[0]).c_str(), /*overwrite=*/1);
+  return "";
+}
+
+// Forks one standby for the request's descriptors. Returns in the zygote
+// with the reply for the agent, and in the new standby with nullopt.
+std::optional<std::string> ForkStandby(int socket, const int fds[3],
+                                       pid_t agent) {
+  auto close_fds = [&] {
+    for (int i = 0; i < 3; ++i) {
+      if (fds[i] >= 0) close(fds[i]);
+    }
+  };
+  if (fds[0] < 0) {
+    close_fds();
+    return absl::StrCat(common::zygote::kFailed,
+                        " the request carried no standby descriptor");
+  }
+  int report[2];
+  if (pipe2(report, O_CLOEXEC) != 0) {
+    close_fds();
+    return absl::StrCat(common::zygote::kFailed, " pipe: ", strerror(errno));
+  }
+  const pid_t intermediate = fork();
+  if (intermediate == 0) {
+    const pid_t self = getpid();
+    const pid_t standby = fork();
+    if (standby != 0) {
+      if (standby < 0) {
+        dprintf(report[1], "%s fork: %s", common::zygote::kFailed,
+                strerror(errno));
+      }
+      _exit(0);  // the standby is orphaned, and the agent adopts it
+    }
+    close(report[0]);
+    close(socket);
+    const std::string why = SettleForkedStandby(self, agent, fds);
+    if (!why.empty()) {
+      dprintf(report[1], "%s %s", common::zygote::kFailed, why.c_str());
+      _exit(1);
+    }
+    dprintf(report[1], "%s %d %d %d %d", common::zygote::kForked, getpid(),
+            fds[0], fds[1], fds[2]);
+    close(report[1]);
+    return std::nullopt;
+  }
+  close(report[1]);
+  close_fds();
+  if (intermediate < 0) {
+    close(report[0]);
+    return absl::StrCat(common::zygote::kFailed, " fork: ", strerror(errno));
+  }
+  int status = 0;
+  while (waitpid(intermediate, &status, 0) < 0 && errno == EINTR) {
+  }
+  // Until the standby wrote its line and closed (or exited).
+  std::string reply;
+  char buffer[512];
+  while (true) {
+    ssize_t n = read(report[0], buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    reply.append(buffer, static_cast<size_t>(n));
+  }
+  close(report[0]);
+  if (reply.empty()) {
+    return absl::StrCat(common::zygote::kFailed,
+                        " the forked standby ended before it was ready");
+  }
+  return reply;
+}
+
+// AwaitActivation in the zygote: serves forks until the agent closes the
+// socket (then exits 0); returns OK in each forked standby, with its own
+// DDPRUN_STANDBY_FD set. A process that may not fork says why and exits 0:
+// the agent then starts its standbys by exec.
+absl::Status ServeAsZygote(const std::string& fd_text) {
+  int socket = -1;
+  if (!absl::SimpleAtoi(fd_text, &socket) || socket < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s='%s' is not a file descriptor; unset it, or start this program "
+        "with ddprun --prewarm, which sets it",
+        env::kZygoteFd, fd_text));
+  }
+  unsetenv(env::kZygoteFd);  // the standbys' environment has it not
+  const pid_t agent = getppid();
+  if (std::string why = WhyNotFork(); !why.empty()) {
+    (void)SendMessage(socket, absl::StrCat(common::zygote::kRefused, " ", why));
+    fflush(nullptr);
+    _exit(0);
+  }
+  // Named so in ps and top (a forked standby takes its name back).
+  prctl(PR_GET_NAME, program_name);
+  prctl(PR_SET_NAME, "ddprun-zygote");
+  if (!SendMessage(socket,
+                   absl::StrCat(common::zygote::kReady, " ", getpid()))) {
+    fflush(nullptr);
+    _exit(0);
+  }
+  while (true) {
+    int fds[3];
+    if (!ReceiveRequest(socket, fds)) {
+      // The agent is done with this zygote.
+      fflush(nullptr);
+      _exit(0);
+    }
+    if (fds[0] < 0 && fds[1] < 0 && fds[2] < 0) continue;
+    if (std::string why = WhyNotFork(); !why.empty()) {
+      (void)SendMessage(socket,
+                        absl::StrCat(common::zygote::kRefused, " ", why));
+      fflush(nullptr);
+      _exit(0);
+    }
+    const pid_t zygote = getpid();
+    std::optional<std::string> reply = ForkStandby(socket, fds, agent);
+    if (!reply.has_value()) {
+      forked_by_zygote = zygote;
+      return absl::OkStatus();
+    }
+    if (!SendMessage(socket, *reply)) {
+      fflush(nullptr);
+      _exit(0);
+    }
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ParseEnvJson(
@@ -170,7 +440,19 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ParseEnvJson(
   return EnvJsonParser(text).Parse();
 }
 
+bool ServesStandbys() {
+  return common::ProcessEnv(env::kZygoteFd).has_value();
+}
+
+bool ForkedByZygote() { return forked_by_zygote != 0; }
+
 absl::Status AwaitActivation() {
+  if (std::optional<std::string> zygote = common::ProcessEnv(env::kZygoteFd)) {
+    // Returns only in a standby it forked.
+    if (absl::Status served = ServeAsZygote(*zygote); !served.ok()) {
+      return served;
+    }
+  }
   std::optional<std::string> fd_text = ReadStandbyFd();
   if (!fd_text.has_value()) return absl::OkStatus();
   int fd = -1;
@@ -220,8 +502,12 @@ absl::Status AwaitActivation() {
                       .count();
   // Only for the log line: RANK as given, whatever the rest holds.
   spdlog::info("prewarmed process {} activated as rank {} after {:.1f} s in "
-               "standby",
-               getpid(), common::ProcessEnv(env::kRank).value_or("?"), waited);
+               "standby{}",
+               getpid(), common::ProcessEnv(env::kRank).value_or("?"), waited,
+               forked_by_zygote != 0
+                   ? absl::StrFormat(" (forked by the zygote, pid %d)",
+                                     forked_by_zygote)
+                   : std::string());
   return absl::OkStatus();
 }
 

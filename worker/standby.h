@@ -30,7 +30,32 @@ namespace ddprun::worker {
 //
 // Call it from the main thread before starting threads that read the
 // environment (setenv is not thread-safe).
+//
+// The zygote. With DDPRUN_ZYGOTE_FD set (ddprun --prewarm starts one such
+// process per node for a program that is not Python), this process never
+// becomes a worker itself: it serves the agent's requests for standbys by
+// forking, copy-on-write, from this point (a few ms instead of a process
+// start: LibTorch's libraries, static initialisers, and what the program
+// did before the call, its data included, are already there). Each
+// request's standby returns from AwaitActivation, and waits for its round
+// as above. The zygote must be single-threaded here (checked on
+// /proc/self/task before every fork): join threads, and leave OpenMP, gRPC
+// and CUDA uninitialised, before this call (ServesStandbys says when it
+// matters). Otherwise it tells the agent why and exits 0, and the agent
+// starts standbys by exec. A forked standby is adopted by the agent (a
+// child subreaper: double fork), leads its own process group and sets
+// PR_SET_PDEATHSIG once adopted. The zygote exits 0 when the agent closes
+// its socket.
 absl::Status AwaitActivation();
+
+// Whether this process is the standbys' zygote (DDPRUN_ZYGOTE_FD is set):
+// it must then run no other thread when it calls AwaitActivation (e.g.
+// load data on the calling thread instead of a loader thread).
+bool ServesStandbys();
+
+// Whether this process is a standby that a zygote forked (after
+// AwaitActivation returned). For tests and logs.
+bool ForkedByZygote();
 
 // Parses what the agent writes on DDPRUN_STANDBY_FD and DDPRUN_CONTROL_FD
 // (launcher/agent/standby_pool.cc's EnvToJson): one flat JSON object of

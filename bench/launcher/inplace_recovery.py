@@ -33,6 +33,13 @@ training's priority, as before idle standbys; the two pairs interleave in
 one command. Each lost s/fault comes with its spread over the rounds, and
 the scheduling policy the standbys waited under (asserting which ran).
 
+--baseline-build DIR adds the in-place and fault-free runs again with the
+ddprun and ddprun-mnist of another build (e.g. main's), interleaved with
+this build's: the comparison is in one command. Each run prints the CPU-s
+one refill of the standby pool cost: a standby started by exec counts its
+whole start-up; one forked by the zygote counts its own CPU since the fork
+plus the zygote's CPU per fork (with the fork's intermediate process).
+
 --breakdown also times the parts of each in-place recovery from the
 processes' own log lines (ms clocks; ddprun-mnist at --log-level debug):
 kill -> the agent sees the exit -> failure reported -> the next round
@@ -44,7 +51,7 @@ the state is synced -> the first step completes. Medians over every fault.
       [--nproc 2] [--prewarm] [--epochs 12] [--torchrun-epochs 4]
       [--train-limit 12000] [--seed 1]
       [--modes in-place,restart-all,torchrun] [--breakdown]
-      [--normal-standby]
+      [--normal-standby] [--baseline-build DIR]
 
 Needs a build with ddprun-mnist (DDPRUN_BUILD_DIR, default build/), the
 MNIST files in data/mnist and, for the torchrun mode, /usr/bin/python3 with
@@ -117,11 +124,33 @@ def environ(pid):
         return {}
 
 
+def first_line(path):
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def is_zygote(pid):
+    """The standbys' zygote (ddprun --prewarm of a libddp program): it names
+    itself so."""
+    return first_line(f"/proc/{pid}/comm") == "ddprun-zygote"
+
+
+def waits_on_pipe(pid):
+    return first_line(f"/proc/{pid}/wchan").endswith("pipe_read")
+
+
 def is_ddprun_worker(pid):
     """A ddprun worker: started with its RANK, or a prewarmed standby
     (DDPRUN_STANDBY_FD; /proc keeps the original environment) that was
-    activated, which closed the pipe it waited on."""
+    activated, which closed the pipe it waited on; or a standby forked by the
+    zygote (DDPRUN_ZYGOTE_FD, the zygote's environment in /proc) that no
+    longer waits on its pipe."""
     env = environ(pid)
+    if b"DDPRUN_ZYGOTE_FD" in env:
+        return not is_zygote(pid) and not waits_on_pipe(pid)
     fd = env.get(b"DDPRUN_STANDBY_FD")
     if fd is None:
         return b"RANK" in env
@@ -131,21 +160,38 @@ def is_ddprun_worker(pid):
         return True
 
 
-def waiting_standby_cpu(pid):
-    """CPU seconds a prewarmed standby spent getting ready, once it waits
-    for its round (None while it is not waiting)."""
-    env = environ(pid)
-    if b"DDPRUN_STANDBY_FD" not in env:
-        return None
+def cpu_seconds(pid, children=False):
+    """utime + stime of `pid` (with its reaped children's: cutime, cstime)."""
     try:
-        with open(f"/proc/{pid}/wchan") as f:
-            if not f.read().strip().endswith("pipe_read"):
-                return None
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        ticks = int(fields[11]) + int(fields[12])
+        if children:
+            ticks += int(fields[13]) + int(fields[14])
+        return ticks / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):
         return None
+
+
+def waiting_standby_cpu(pid):
+    """CPU seconds a prewarmed standby spent getting ready, once it waits
+    for its round (None while it is not waiting). A forked standby's count
+    from its fork."""
+    env = environ(pid)
+    if b"DDPRUN_STANDBY_FD" not in env and b"DDPRUN_ZYGOTE_FD" not in env:
+        return None
+    if is_zygote(pid) or not waits_on_pipe(pid):
+        return None
+    return cpu_seconds(pid)
+
+
+def zygote_cpu(pids):
+    """The zygote's CPU seconds, its reaped children's (the intermediate
+    process of each fork) included; None when there is none."""
+    for pid in pids:
+        if is_zygote(pid):
+            return cpu_seconds(pid, children=True)
+    return None
 
 
 # Modes whose ddprun runs without CAP_SYS_NICE: it cannot move a standby
@@ -155,6 +201,8 @@ NORMAL_STANDBY = ("fault-free normal-standby", "in-place normal-standby")
 
 
 def ddprun_command(args, build, out, mode):
+    if mode.endswith(" base"):
+        build = args.baseline_build
     command = []
     if mode in NORMAL_STANDBY:
         command = ["setpriv", "--bounding-set", "-sys_nice"]
@@ -206,7 +254,7 @@ def one_run(args, build, mode, rng_seed):
     rng = random.Random(rng_seed)
     torchrun = mode.startswith("torchrun")
     faulty = mode in ("in-place", "restart-all", "torchrun",
-                      "in-place normal-standby")
+                      "in-place normal-standby", "in-place base")
     with tempfile.TemporaryDirectory() as out:
         ckpt = os.path.join(out, "ckpt")
         command = (torchrun_command(args, out) if torchrun
@@ -214,6 +262,7 @@ def one_run(args, build, mode, rng_seed):
         err_path = os.path.join(out, "err")
         kills = []
         standby_cpu = []
+        zygote = []  # the zygote's CPU-s at each fault after the first
         standby_policies = set()  # scheduling policies of waiting standbys
         own_cpu = sum(os.times()[:2])  # this process's, beside the job
         with open(err_path, "w") as err:
@@ -253,6 +302,9 @@ def one_run(args, build, mode, rng_seed):
                         standby_cpu += [c for c in map(waiting_standby_cpu,
                                                        waiting)
                                         if c is not None]
+                        z = zygote_cpu(children(proc.pid))
+                        if z is not None:
+                            zygote.append(z)
                         for p in waiting:
                             try:
                                 standby_policies.add(os.sched_getscheduler(p))
@@ -277,9 +329,11 @@ def one_run(args, build, mode, rng_seed):
         if proc.returncode != 0:
             raise RuntimeError(f"{mode}: exit {proc.returncode}\n{log}")
         summary = json.loads(read(os.path.join(out, "summary.json")))
+        forked = len(re.findall(r"forked by the zygote", log))
         return {"wall": wall, "kills": kills, "summary": summary, "log": log,
                 "standby_cpu": standby_cpu, "own_cpu": own_cpu,
-                "standby_policies": standby_policies}
+                "standby_policies": standby_policies, "zygote_cpu": zygote,
+                "forked_activations": forked}
 
 
 def steps_lost(mode, run):
@@ -351,9 +405,27 @@ def breakdown(run):
 # Each mode with faults and the fault-free mode its wall is compared with.
 BASES = {"in-place": "fault-free", "restart-all": "fault-free",
          "torchrun": "torchrun fault-free",
-         "in-place normal-standby": "fault-free normal-standby"}
+         "in-place normal-standby": "fault-free normal-standby",
+         "in-place base": "fault-free base"}
+# The same modes with --baseline-build's binaries.
+BASELINE = ("fault-free base", "in-place base")
 POLICY_NAMES = {os.SCHED_OTHER: "SCHED_OTHER", os.SCHED_IDLE: "SCHED_IDLE",
                 os.SCHED_BATCH: "SCHED_BATCH"}
+
+
+def zygote_deltas(run):
+    """The zygote's CPU-s between consecutive faults: one refill (fork) each."""
+    z = run["zygote_cpu"]
+    return [b - a for a, b in zip(z, z[1:])]
+
+
+def refill_cpu(run):
+    """A run's CPU-s per refill: the waiting standbys' own (+ the zygote's)."""
+    text = f"{statistics.median(run['standby_cpu']):.2f} CPU-s"
+    deltas = zygote_deltas(run)
+    if deltas:
+        text += f" + zygote {statistics.median(deltas):.3f}"
+    return text
 
 
 def main():
@@ -373,6 +445,11 @@ def main():
                         help="also run in-place and fault-free with the "
                         "standbys at the training's priority (ddprun without "
                         "CAP_SYS_NICE), interleaved with the idle ones")
+    parser.add_argument("--baseline-build", default="",
+                        help="also run in-place and fault-free with the "
+                        "ddprun and ddprun-mnist of this build folder "
+                        "(launcher/ddprun, mnist/ddprun-mnist), interleaved: "
+                        "the baseline of a comparison")
     parser.add_argument("--python", default="/usr/bin/python3")
     parser.add_argument("--poll", type=float, default=POLL_S,
                         help="seconds between the bench's looks at the job "
@@ -387,6 +464,8 @@ def main():
     modes += [m for m in ("in-place", "restart-all") if m in wanted]
     if args.normal_standby and "in-place" in wanted:
         modes += list(NORMAL_STANDBY)
+    if args.baseline_build and "in-place" in wanted:
+        modes += list(BASELINE)
     if "torchrun" in wanted:
         modes += ["torchrun fault-free", "torchrun"]
     results = {m: [] for m in modes}
@@ -409,6 +488,9 @@ def main():
             accuracy = r["summary"].get("test_accuracy")
             if accuracy is not None:
                 line += f" accuracy {100 * accuracy:.2f}%"
+            if r["standby_cpu"]:
+                line += (" refill " + refill_cpu(r) +
+                         f", {r['forked_activations']} forked activated")
             print(line, flush=True)
     with open("/proc/loadavg") as f:
         load = f.read().split()[0]
@@ -436,27 +518,43 @@ def main():
               + (f"  standbys waited under "
                  + ",".join(POLICY_NAMES.get(p, str(p)) for p in sorted(policies))
                  if policies else ""))
-    if args.breakdown and "in-place" in results:
-        per_event = {}
-        for r in results["in-place"]:
-            for parts in breakdown(r):
-                for name, seconds in parts:
-                    per_event.setdefault(name, []).append(seconds)
-        print("\nin-place recovery, kill -9 -> (median over every fault, s "
-              "after the kill; the log clocks have ms):")
-        previous = 0.0
-        for name, _ in EVENTS + [("first step completed", None)]:
-            if name in per_event:
-                median = statistics.median(per_event[name])
-                print(f"  {name:24s} {median:7.3f}  (+{median - previous:.3f})"
-                      f"  n={len(per_event[name])}")
-                previous = median
-        cpu = [c for r in results["in-place"] for c in r["standby_cpu"]]
-        if cpu:
-            print(f"  a waiting standby's start (torch, the data from the "
-                  f"node's cache) took {statistics.median(cpu):.2f} CPU-s "
-                  f"(median of {len(cpu)}): ddprun starts one after each "
-                  f"activation, beside the training")
+    for mode in results:
+        runs = [r for r in results[mode] if r["standby_cpu"]]
+        if runs:
+            per = [c for r in runs for c in r["standby_cpu"]]
+            zyg = [d for r in runs for d in zygote_deltas(r)]
+            print(f"  {mode:12s} CPU-s per refill: the waiting standby's own "
+                  f"{statistics.median(per):.3f} (median of {len(per)})"
+                  + (f" + the zygote's per fork {statistics.median(zyg):.3f}"
+                     f" (median of {len(zyg)})" if zyg else "")
+                  + f"; forked standbys activated: "
+                  f"{sum(r['forked_activations'] for r in results[mode])}")
+    for bd_mode in ("in-place", "in-place base"):
+        if args.breakdown and bd_mode in results:
+            print_breakdown(bd_mode, results[bd_mode])
+
+
+def print_breakdown(mode, runs):
+    """The --breakdown table of `mode`'s in-place recoveries."""
+    per_event = {}
+    for r in runs:
+        for parts in breakdown(r):
+            for name, seconds in parts:
+                per_event.setdefault(name, []).append(seconds)
+    print(f"\n{mode} recovery, kill -9 -> (median over every fault, s "
+          "after the kill; the log clocks have ms):")
+    previous = 0.0
+    for name, _ in EVENTS + [("first step completed", None)]:
+        if name in per_event:
+            median = statistics.median(per_event[name])
+            print(f"  {name:24s} {median:7.3f}  (+{median - previous:.3f})"
+                  f"  n={len(per_event[name])}")
+            previous = median
+    cpu = [c for r in runs for c in r["standby_cpu"]]
+    if cpu:
+        print(f"  a waiting standby took {statistics.median(cpu):.2f} CPU-s "
+              f"to get ready (median of {len(cpu)}; exec'd: torch, the data "
+              f"from the node's cache; forked by the zygote: since its fork)")
 
 
 if __name__ == "__main__":

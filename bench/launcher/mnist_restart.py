@@ -27,14 +27,26 @@ from proc_util import children, kill_group, log_time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def is_standby(pid):
-    """A prewarmed process: started with DDPRUN_STANDBY_FD (the original
-    environment block, which /proc keeps after activation too)."""
+def is_zygote(pid):
+    """The standbys' zygote (it forks them; it names itself so)."""
     try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            return b"DDPRUN_STANDBY_FD=" in f.read()
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip() == "ddprun-zygote"
     except OSError:
         return False
+
+
+def is_standby(pid):
+    """A prewarmed process: started with DDPRUN_STANDBY_FD, or forked by the
+    zygote, started with DDPRUN_ZYGOTE_FD (the original environment block,
+    which /proc keeps after activation too). The zygote counts too: it is
+    no worker."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = f.read()
+    except OSError:
+        return False
+    return b"DDPRUN_STANDBY_FD=" in env or b"DDPRUN_ZYGOTE_FD=" in env
 
 
 def waits_on_pipe(pid):
@@ -73,7 +85,8 @@ def one_run(build, prewarm):
                        "no checkpoint", log_path)
             if prewarm:
                 wait_until(lambda: sum(waits_on_pipe(p) for p in children(proc.pid)
-                                       if is_standby(p)) >= 2,
+                                       if is_standby(p) and not is_zygote(p))
+                           >= 2,
                            "no standbys waiting", log_path)
             workers = [p for p in children(proc.pid) if not is_standby(p)]
             killed = time.time()

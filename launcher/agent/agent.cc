@@ -411,13 +411,17 @@ std::optional<Agent::RoundEnd> Agent::OnVerdict(const RunningRound& round,
     case SupervisorPolicy::Verdict::kFailed:
       break;
   }
-  // Hung workers that are stopped (SIGSTOP): the others went silent
-  // waiting for them.
+  // Once a worker is hung, the stopped ones (SIGSTOP) are the culprits: the
+  // others went silent waiting for them. Every worker is looked at: one
+  // stopped in an in-place round's state sync has reported no progress in
+  // this round, so the policy cannot see it hang.
   const std::vector<pid_t> pids = round.group.pids();
-  for (const LocalFailure& f : policy.failures()) {
-    if (f.cause == v1::FAILURE_CAUSE_HUNG &&
-        control_.IsStopped(pids[f.local_rank])) {
-      policy.OnStopped(f.local_rank);
+  const std::vector<LocalFailure> failures = policy.failures();
+  if (std::any_of(failures.begin(), failures.end(), [](const LocalFailure& f) {
+        return f.cause == v1::FAILURE_CAUSE_HUNG;
+      })) {
+    for (int i = 0; i < static_cast<int>(pids.size()); ++i) {
+      if (control_.IsStopped(pids[i])) policy.OnStopped(i);
     }
   }
   if (policy.AwaitsRemoteCause(round.assignment.num_nodes())) {

@@ -1,5 +1,9 @@
 #pragma once
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
 namespace ddprun::launcher {
 
 // The Python side of a prewarmed worker (see StandbyPool), run with
@@ -31,5 +35,11 @@ else:
     sys.path[0] = os.path.dirname(os.path.abspath(args[0]))
     runpy.run_path(args[0], run_name="__main__")
 )PY";
+
+// Whether `argv` runs the shim above (a Python standby: it imports torch
+// and never forks standbys, so StandbyPool starts each by exec).
+inline bool IsPythonStandbyCommand(const std::vector<std::string>& argv) {
+  return std::find(argv.begin(), argv.end(), kPythonStandbyShim) != argv.end();
+}
 
 }  // namespace ddprun::launcher

@@ -4,12 +4,21 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "common/json_string.h"
 #include "common/worker_env.h"
+#include "common/zygote_protocol.h"
+#include "launcher/agent/python_standby.h"
 #include "spdlog/spdlog.h"
 
 namespace ddprun::launcher {
@@ -24,6 +33,31 @@ bool WriteAll(int fd, const std::string& data) {
     done += static_cast<size_t>(n);
   }
   return true;
+}
+
+// Sends `message` with `fds` (SCM_RIGHTS) on a SOCK_SEQPACKET socket.
+bool SendWithFds(int socket, const std::string& message,
+                 const std::vector<int>& fds) {
+  struct iovec iov = {const_cast<char*>(message.data()), message.size()};
+  struct msghdr msg;
+  memset(&msg, 0, sizeof(msg));
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(struct cmsghdr) char control[CMSG_SPACE(3 * sizeof(int))];
+  if (!fds.empty()) {
+    msg.msg_control = control;
+    msg.msg_controllen = CMSG_SPACE(fds.size() * sizeof(int));
+    struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(fds.size() * sizeof(int));
+    memcpy(CMSG_DATA(c), fds.data(), fds.size() * sizeof(int));
+  }
+  ssize_t n;
+  do {
+    n = sendmsg(socket, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+  } while (n < 0 && errno == EINTR);
+  return n == static_cast<ssize_t>(message.size());
 }
 
 }  // namespace
@@ -50,54 +84,247 @@ StandbyPool::StandbyPool(ProcessControl& control, const common::Clock& clock,
       options_(options),
       argv_(std::move(argv)),
       env_(std::move(env)),
-      idle_start_(control.CanRestoreNormalPriority()) {}
+      idle_start_(control.CanRestoreNormalPriority()),
+      // Python standbys import torch in the shim, which never forks.
+      use_zygote_(options.zygote && !IsPythonStandbyCommand(argv_) &&
+                  control.AdoptsOrphans()) {}
 
-StandbyPool::~StandbyPool() { Clear(); }
-
-void StandbyPool::Fill(int count) {
-  while (size() < count) {
-    int fds[2];
-    if (pipe2(fds, O_CLOEXEC) != 0) {
-      spdlog::warn("cannot prewarm a worker: pipe failed: {}", strerror(errno));
-      return;
-    }
-    Standby standby;
-    standby.control_fd = fds[1];
-    SpawnRequest request;
-    request.argv = argv_;
-    request.env = env_;
-    request.idle_priority = idle_start_;
-    request.env.push_back(absl::StrCat(common::env::kStandbyFd, "=", fds[0]));
-    request.inherit_fds = {fds[0]};
-    if (standby.progress.write_fd() >= 0) {
-      request.inherit_fds.push_back(standby.progress.write_fd());
-    }
-    if (standby.control.child_fd() >= 0) {
-      request.inherit_fds.push_back(standby.control.child_fd());
-    }
-    absl::StatusOr<pid_t> pid = control_.Spawn(request);
-    close(fds[0]);
-    standby.progress.CloseWriteEnd();
-    standby.control.CloseReadEnd();
-    if (!pid.ok()) {
-      close(fds[1]);
-      spdlog::warn("cannot prewarm a worker: {}",
-                   std::string(pid.status().message()));
-      return;
-    }
-    standby.pid = *pid;
-    standby.started = clock_.Now();
-    standby.idle = idle_start_;
-    standbys_.push_back(std::move(standby));
+StandbyPool::~StandbyPool() {
+  Clear();
+  // Pending standbys read end of file on their pipe and exit; the zygote
+  // ends with its socket (and is killed, should it not).
+  for (Standby& s : pending_) close(s.control_fd);
+  pending_.clear();
+  if (zygote_) {
+    control_.SignalGroup(zygote_->pid, SIGKILL);
+    close(zygote_->socket);
+    zygote_.reset();
   }
 }
 
+void StandbyPool::Fill(int count) {
+  wanted_ = count;
+  Collect();
+  TopUp();
+}
+
+void StandbyPool::TopUp() {
+  if (use_zygote_ && !zygote_) {
+    if (!StartZygote()) {
+      use_zygote_ = false;
+    }
+  }
+  while (size() + static_cast<int>(pending_.size()) < wanted_) {
+    if (zygote_) {
+      // Only once it serves, and after it left SCHED_IDLE: a standby
+      // inherits the policy it was forked under.
+      if (!zygote_->ready) return;
+      if (RequestFork()) continue;
+      DropZygote("it cannot be asked for a standby");
+      continue;
+    }
+    if (!Spawn()) return;
+  }
+}
+
+bool StandbyPool::StartZygote() {
+  int sockets[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sockets) != 0) {
+    spdlog::warn("cannot start the standbys' zygote: socketpair failed: {}; "
+                 "starting each standby by exec",
+                 strerror(errno));
+    return false;
+  }
+  SpawnRequest request;
+  request.argv = argv_;
+  request.env = env_;
+  request.idle_priority = idle_start_;
+  request.env.push_back(
+      absl::StrCat(common::env::kZygoteFd, "=", sockets[1]));
+  request.inherit_fds = {sockets[1]};
+  absl::StatusOr<pid_t> pid = control_.Spawn(request);
+  close(sockets[1]);
+  if (!pid.ok()) {
+    close(sockets[0]);
+    spdlog::warn("cannot start the standbys' zygote: {}; starting each "
+                 "standby by exec",
+                 std::string(pid.status().message()));
+    return false;
+  }
+  Zygote zygote;
+  zygote.pid = *pid;
+  zygote.socket = sockets[0];
+  zygote.idle = idle_start_;
+  zygote.started = clock_.Now();
+  zygote_ = zygote;
+  spdlog::debug("started the standbys' zygote, pid {}", *pid);
+  return true;
+}
+
+bool StandbyPool::RequestFork() {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return false;
+  Standby standby;
+  standby.control_fd = fds[1];
+  std::string message = common::zygote::kFork;
+  std::vector<int> passed = {fds[0]};
+  if (standby.progress.write_fd() >= 0) {
+    message += absl::StrCat(" ", common::zygote::kWithProgress);
+    passed.push_back(standby.progress.write_fd());
+  }
+  if (standby.control.child_fd() >= 0) {
+    message += absl::StrCat(" ", common::zygote::kWithControl);
+    passed.push_back(standby.control.child_fd());
+  }
+  const bool sent = SendWithFds(zygote_->socket, message, passed);
+  close(fds[0]);
+  standby.progress.CloseWriteEnd();
+  standby.control.CloseReadEnd();
+  if (!sent) {
+    close(fds[1]);
+    return false;
+  }
+  standby.started = clock_.Now();
+  pending_.push_back(std::move(standby));
+  return true;
+}
+
+bool StandbyPool::Spawn() {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) {
+    spdlog::warn("cannot prewarm a worker: pipe failed: {}", strerror(errno));
+    return false;
+  }
+  Standby standby;
+  standby.control_fd = fds[1];
+  SpawnRequest request;
+  request.argv = argv_;
+  request.env = env_;
+  request.idle_priority = idle_start_;
+  request.env.push_back(absl::StrCat(common::env::kStandbyFd, "=", fds[0]));
+  request.inherit_fds = {fds[0]};
+  if (standby.progress.write_fd() >= 0) {
+    request.inherit_fds.push_back(standby.progress.write_fd());
+  }
+  if (standby.control.child_fd() >= 0) {
+    request.inherit_fds.push_back(standby.control.child_fd());
+  }
+  absl::StatusOr<pid_t> pid = control_.Spawn(request);
+  close(fds[0]);
+  standby.progress.CloseWriteEnd();
+  standby.control.CloseReadEnd();
+  if (!pid.ok()) {
+    close(fds[1]);
+    spdlog::warn("cannot prewarm a worker: {}",
+                 std::string(pid.status().message()));
+    return false;
+  }
+  standby.pid = *pid;
+  standby.child_progress_fd = standby.progress.child_fd();
+  standby.child_control_fd = standby.control.child_fd();
+  standby.started = clock_.Now();
+  standby.idle = idle_start_;
+  standbys_.push_back(std::move(standby));
+  ++execed_;
+  return true;
+}
+
+void StandbyPool::Collect() {
+  while (zygote_) {
+    char buffer[common::zygote::kMaxMessage];
+    ssize_t n;
+    do {
+      n = recv(zygote_->socket, buffer, sizeof(buffer), MSG_DONTWAIT);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    if (n <= 0) {
+      DropZygote(n == 0 ? std::string("it ended")
+                        : absl::StrCat("its socket failed: ", strerror(errno)));
+      return;
+    }
+    OnZygoteMessage(std::string(buffer, static_cast<size_t>(n)));
+  }
+}
+
+void StandbyPool::OnZygoteMessage(const std::string& message) {
+  std::vector<std::string> words =
+      absl::StrSplit(message, absl::MaxSplits(' ', 5));
+  const std::string& kind = words[0];
+  if (kind == common::zygote::kReady) {
+    zygote_->ready = true;
+    // Forks should not wait for idle CPU, and its standbys inherit the
+    // policy (Activate restores theirs when this fails).
+    if (zygote_->idle) {
+      absl::Status restored = control_.RestoreNormalPriority(zygote_->pid);
+      if (restored.ok()) {
+        zygote_->idle = false;
+      } else {
+        spdlog::warn("{}", std::string(restored.message()));
+      }
+    }
+    TopUp();
+    spdlog::info("prewarmed workers fork from a zygote (pid {}), ready after "
+                 "{}: a few ms each instead of a process start",
+                 zygote_->pid,
+                 absl::FormatDuration(absl::Trunc(
+                     clock_.Now() - zygote_->started, absl::Milliseconds(1))));
+    return;
+  }
+  if (kind == common::zygote::kRefused) {
+    const std::string prefix = absl::StrCat(kind, " ");
+    DropZygote(
+        absl::StrCat("it refused: ", absl::StripPrefix(message, prefix)));
+    return;
+  }
+  if (pending_.empty()) {
+    DropZygote(absl::StrCat("it answered a request not made: ", message));
+    return;
+  }
+  Standby standby = std::move(pending_.front());
+  pending_.erase(pending_.begin());
+  int fds[4] = {-1, -1, -1, -1};
+  bool parsed = kind == common::zygote::kForked && words.size() == 5;
+  for (int i = 0; parsed && i < 4; ++i) {
+    parsed = absl::SimpleAtoi(words[i + 1], &fds[i]);
+  }
+  if (!parsed) {
+    close(standby.control_fd);
+    DropZygote(absl::StrCat("a fork failed: ", message));
+    return;
+  }
+  standby.pid = fds[0];
+  standby.child_progress_fd = fds[2];
+  standby.child_control_fd = fds[3];
+  standby.idle = zygote_->idle;
+  spdlog::debug("prewarmed worker pid {} forked by the zygote in {}",
+                standby.pid,
+                absl::FormatDuration(absl::Trunc(clock_.Now() - standby.started,
+                                                 absl::Microseconds(100))));
+  standby.started = clock_.Now();
+  standbys_.push_back(std::move(standby));
+  ++forked_;
+}
+
+void StandbyPool::DropZygote(const std::string& why) {
+  if (!zygote_) return;
+  spdlog::warn("prewarmed workers start by exec from now on: the zygote "
+               "(pid {}) cannot fork them: {}",
+               zygote_->pid, why);
+  control_.SignalGroup(zygote_->pid, SIGKILL);
+  close(zygote_->socket);
+  zygote_.reset();
+  use_zygote_ = false;
+  for (Standby& s : pending_) close(s.control_fd);
+  pending_.clear();
+  TopUp();
+}
+
 int StandbyPool::progress_fd(int i) const {
-  return standbys_[i].progress.child_fd();
+  return standbys_[i].child_progress_fd;
 }
 
 int StandbyPool::control_fd(int i) const {
-  return standbys_[i].control.child_fd();
+  return standbys_[i].child_control_fd;
 }
 
 absl::StatusOr<std::vector<pid_t>> StandbyPool::Activate(
@@ -146,7 +373,16 @@ absl::StatusOr<std::vector<pid_t>> StandbyPool::Activate(
 }
 
 void StandbyPool::PromoteLate() {
+  if (zygote_) {
+    Collect();
+    TopUp();
+  }
   const absl::Time now = clock_.Now();
+  if (zygote_ && zygote_->idle && !zygote_->ready &&
+      now - zygote_->started >= options_.idle_grace) {
+    // A machine with no idle CPU would never let it get ready.
+    zygote_->idle = !control_.RestoreNormalPriority(zygote_->pid).ok();
+  }
   for (Standby& s : standbys_) {
     if (!s.idle || now - s.started < options_.idle_grace) continue;
     s.idle = false;

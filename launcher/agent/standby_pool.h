@@ -2,6 +2,7 @@
 
 #include <sys/types.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,11 +27,30 @@ namespace ddprun::launcher {
 // them leaves; Activate puts each back under the normal policy before it is
 // told its round, and PromoteLate does after StandbyPoolOptions::idle_grace
 // (a machine with no idle CPU would otherwise never let it get ready).
+//
+// The zygote. For a program that is not Python (a libddp program), where
+// the agent adopts orphans (ProcessControl::AdoptsOrphans), the pool starts
+// one more process of the program, with DDPRUN_ZYGOTE_FD: it runs to
+// AwaitActivation as a standby would and from then on forks each standby
+// the pool asks for (common/zygote_protocol.h), copy-on-write in a few ms,
+// instead of the pool starting a process (~0.9 CPU-s for ddprun-mnist,
+// beside the training, after every in-place activation). The zygote is
+// moved to the normal policy once it serves, before the pool asks it for
+// standbys: a fork is not delayed, and a standby (which inherits the
+// policy) does not work idle. A forked standby is the agent's child (the zygote double-forks;
+// the agent, a subreaper, adopts it): it is reaped, signalled by process
+// group and killed with the agent as any other. Answers arrive on the
+// socket; PromoteLate and Fill collect them (a standby counts in size()
+// once its pid is known). When the zygote refuses (it runs threads), a fork
+// fails or the zygote ends, the pool logs why and starts standbys by exec
+// from then on, as before.
 // Owned and used by the agent's thread (it forks).
 struct StandbyPoolOptions {
   // How long a standby may start under SCHED_IDLE before PromoteLate moves
   // it to the normal policy.
   absl::Duration idle_grace = absl::Seconds(5);
+  // Fork standbys from a zygote where possible (above); false: exec each.
+  bool zygote = true;
 };
 
 class StandbyPool {
@@ -44,10 +64,18 @@ class StandbyPool {
   StandbyPool(const StandbyPool&) = delete;
   StandbyPool& operator=(const StandbyPool&) = delete;
 
-  // Makes `count` standbys wait (starting the missing ones). A standby that
-  // cannot be started is logged and left out.
+  // Makes `count` standbys wait (starting the missing ones, or asking the
+  // zygote for them). A standby that cannot be started is logged and left
+  // out.
   void Fill(int count);
+  // The standbys that can be activated now (a forked one once the zygote
+  // told its pid).
   int size() const { return static_cast<int>(standbys_.size()); }
+  // Standbys forked by the zygote so far, and started by exec.
+  int forked() const { return forked_; }
+  int execed() const { return execed_; }
+  // The zygote's pid; -1 when none runs.
+  pid_t zygote_pid() const { return zygote_ ? zygote_->pid : -1; }
   // Whether standbys start under SCHED_IDLE.
   bool idle_start() const { return idle_start_; }
   // The progress descriptor standby `i` inherited (for DDPRUN_PROGRESS_FD).
@@ -70,7 +98,8 @@ class StandbyPool {
   void Clear();
 
   // Moves the standbys that started idle more than idle_grace ago to the
-  // normal policy (once each). Cheap when there are none: call it often.
+  // normal policy (once each), and collects the zygote's answers (standbys
+  // it forked; starting by exec what it could not). Cheap: call it often.
   void PromoteLate();
 
  private:
@@ -79,9 +108,34 @@ class StandbyPool {
     int control_fd = -1;  // write end; the standby reads the other
     ProgressChannel progress;
     ControlChannel control;  // the rounds after activation
+    // The progress and control descriptors' numbers in the standby.
+    int child_progress_fd = -1;
+    int child_control_fd = -1;
     absl::Time started;
     bool idle = false;  // still under SCHED_IDLE
   };
+  struct Zygote {
+    pid_t pid = -1;
+    int socket = -1;  // the agent's end
+    bool ready = false;
+    bool idle = false;
+    absl::Time started;
+  };
+
+  // Starts one standby by exec; false when it cannot.
+  bool Spawn();
+  // Starts the zygote (by exec); false when it cannot.
+  bool StartZygote();
+  // Asks the zygote for one standby; false when it cannot be asked.
+  bool RequestFork();
+  // Reads what the zygote said; acts on each message.
+  void Collect();
+  void OnZygoteMessage(const std::string& message);
+  // Stops using the zygote (logged with `why`): it is killed, the pending
+  // requests dropped; standbys start by exec from now on.
+  void DropZygote(const std::string& why);
+  // Starts or requests standbys up to wanted_.
+  void TopUp();
 
   ProcessControl& control_;
   const common::Clock& clock_;
@@ -89,7 +143,14 @@ class StandbyPool {
   std::vector<std::string> argv_;
   std::vector<std::string> env_;
   bool idle_start_;
+  bool use_zygote_;
   std::vector<Standby> standbys_;
+  // Requested from the zygote, in order; their pids come with its answers.
+  std::vector<Standby> pending_;
+  std::optional<Zygote> zygote_;
+  int wanted_ = 0;
+  int forked_ = 0;
+  int execed_ = 0;
 };
 
 // {"NAME": "value", ...} for "NAME=value" entries.

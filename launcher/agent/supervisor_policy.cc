@@ -40,7 +40,15 @@ void SupervisorPolicy::OnInPlaceDeclared(int local_rank) {
 
 void SupervisorPolicy::OnStopped(int local_rank) {
   if (local_rank < 0 || local_rank >= static_cast<int>(workers_.size())) return;
-  workers_[local_rank].stopped = true;
+  Worker& worker = workers_[local_rank];
+  worker.stopped = true;
+  // Stopped before it reported progress in this round (a survivor in the
+  // state sync of an in-place round): hung all the same.
+  if (!worker.exit && !worker.hung) {
+    worker.hung = true;
+    failures_.push_back(
+        {local_rank, ExitStatus{}, v1::FAILURE_CAUSE_HUNG, clock_.Now()});
+  }
 }
 
 RecoveryDecision SupervisorPolicy::DecideRecovery() const {

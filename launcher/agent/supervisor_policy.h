@@ -56,6 +56,8 @@ class SupervisorPolicy {
   void OnInPlaceDeclared(int local_rank);
   // The worker is stopped (SIGSTOP): when some hung workers are, the others
   // that went silent with them are waiting for them, not hung themselves.
+  // A running worker not hung yet (it reported no progress in this round)
+  // becomes a hung failure.
   void OnStopped(int local_rank);
 
   // Also turns a worker silent past the worker timeout into a "hung" failure.

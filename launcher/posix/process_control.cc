@@ -251,6 +251,11 @@ void PosixProcessControl::AwaitChildEvent(absl::Duration max) {
   absl::SleepFor(std::min(max, absl::Milliseconds(5)));
 }
 
+bool PosixProcessControl::AdoptsOrphans() {
+  int subreaper = 0;
+  return prctl(PR_GET_CHILD_SUBREAPER, &subreaper) == 0 && subreaper != 0;
+}
+
 absl::Status BecomeSubreaper() {
   if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
     return absl::InternalError(absl::StrFormat(

@@ -55,6 +55,10 @@ class ProcessControl {
   virtual absl::Status RestoreNormalPriority(pid_t pid) {
     return absl::OkStatus();
   }
+  // Whether this process adopts its children's orphans (it is a child
+  // subreaper): only then can a spawned process fork children that this
+  // one reaps and supervises as its own (StandbyPool's zygote).
+  virtual bool AdoptsOrphans() { return false; }
 };
 
 // fork + exec with the contract of STYLE.md: in the child only
@@ -70,6 +74,7 @@ class PosixProcessControl final : public ProcessControl {
   bool IsStopped(pid_t pid) override;
   bool CanRestoreNormalPriority() override;
   absl::Status RestoreNormalPriority(pid_t pid) override;
+  bool AdoptsOrphans() override;
 };
 
 // Whether a process with effective capabilities `cap_eff` (the CapEff mask

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -239,14 +240,38 @@ TEST(MnistInPlacePrewarmTest, AKilledWorkerIsReplacedByAStandbyInPlace) {
   const std::string reference = RunFaultFree(dir, flags);
 
   Job job = StartJob(dir, flags, "agent", "summary.json");
-  // Training runs and the standbys wait (children without a RANK).
+  // Training runs; the workers are held (SIGSTOP) until the standbys wait,
+  // forked by the node's zygote (children without a RANK, blocked on their
+  // pipe), so that the short job cannot end first: the zygote starts only
+  // now, on the CPU the training leaves.
   ASSERT_TRUE(WaitFor(
-      [&] {
-        return job.err().find("epoch 1/") != std::string::npos &&
-               Children(job.agent.pid()).size() == 4;
-      },
+      [&] { return job.err().find("epoch 1/") != std::string::npos; },
       absl::Minutes(3)))
       << job.err();
+  std::vector<pid_t> workers;
+  for (pid_t pid : Children(job.agent.pid())) {
+    if (RankOf(pid) >= 0) workers.push_back(pid);
+  }
+  ASSERT_EQ(workers.size(), 2u) << job.err();
+  ASSERT_TRUE(FreezeProcesses(workers));
+  const bool standbys_wait = WaitFor(
+      [&] {
+        int waiting = 0;
+        for (pid_t pid : Children(job.agent.pid())) {
+          if (RankOf(pid) < 0 &&
+              ReadFileOrEmpty(absl::StrCat("/proc/", pid, "/comm")) !=
+                  "ddprun-zygote\n" &&
+              absl::EndsWith(ReadFileOrEmpty(absl::StrCat("/proc/", pid,
+                                                          "/wchan")),
+                             "pipe_read")) {
+            ++waiting;
+          }
+        }
+        return waiting == 2;
+      },
+      absl::Minutes(2));
+  for (pid_t pid : workers) kill(pid, SIGCONT);
+  ASSERT_TRUE(standbys_wait) << job.err();
   pid_t victim = -1;
   pid_t survivor = -1;
   for (pid_t pid : Children(job.agent.pid())) {
@@ -267,6 +292,11 @@ TEST(MnistInPlacePrewarmTest, AKilledWorkerIsReplacedByAStandbyInPlace) {
   ASSERT_TRUE(exit.has_value()) << job.err();
   ASSERT_TRUE(exit->ok()) << exit->ToString() << "\n" << job.err();
   EXPECT_THAT(job.err(), HasSubstr("replaced by a prewarmed worker"));
+  // The fast path: the standby was forked by the zygote, not exec'd, and
+  // the agent never fell back to exec.
+  EXPECT_THAT(job.err(), HasSubstr("prewarmed workers fork from a zygote"));
+  EXPECT_THAT(job.err(), HasSubstr("(forked by the zygote, pid"));
+  EXPECT_THAT(job.err(), Not(HasSubstr("start by exec from now on")));
   ExpectExactInPlaceRun(ReadFileOrEmpty(dir.File("summary.json")), reference,
                         job.err(), 2);
 }
@@ -854,15 +884,23 @@ struct SyncFault {
   int64_t died_at = -1;  // the step of the worker that died in the sync
 };
 
+// With `stop`, the worker in `role` stops (SIGSTOP, --test-stop-in-sync)
+// instead of dying: a hang in the sync, which the agent's --worker-timeout
+// ends.
 SyncFault RunSyncFault(int nproc, const std::string& role,
-                       const std::vector<std::string>& extra) {
+                       const std::vector<std::string>& extra,
+                       bool stop = false) {
   TempDir dir;
   const std::string marker = dir.File("died-in-sync");
   std::vector<std::string> argv = Concat(
       {Ddprun(), "--standalone", "--nproc-per-node", std::to_string(nproc),
        "--max-restarts", "3", "--monitor-interval", "0.05"},
-      SmallMnistArgs(dir, "summary.json", kTrainSamples, kEpochs));
-  argv = Concat(argv, Concat({"--test-die-in-sync", role + ":" + marker}, extra));
+      stop ? std::vector<std::string>{"--worker-timeout", "2"}
+           : std::vector<std::string>{});
+  argv = Concat(argv,
+                SmallMnistArgs(dir, "summary.json", kTrainSamples, kEpochs));
+  const std::string hook = stop ? "--test-stop-in-sync" : "--test-die-in-sync";
+  argv = Concat(argv, Concat({hook, role + ":" + marker}, extra));
   SubprocessOptions options;
   options.argv = argv;
   options.stderr_path = dir.File("agent.err");
@@ -891,7 +929,7 @@ SyncFault RunSyncFault(int nproc, const std::string& role,
   // Two faults, two new rounds; no more.
   EXPECT_THAT(fault.log, HasSubstr("restart 2/3"));
   EXPECT_THAT(fault.log, Not(HasSubstr("restart 3/3")));
-  EXPECT_THAT(fault.log, HasSubstr("kills itself"));
+  EXPECT_THAT(fault.log, HasSubstr(stop ? "stops itself" : "kills itself"));
   EXPECT_EQ(SummaryNumber(fault.summary, "world_size"), nproc);
   EXPECT_EQ(SummaryList(fault.summary, "epoch_samples"),
             std::vector<int64_t>(kEpochs, kTrainSamples))
@@ -959,6 +997,47 @@ TEST(MnistInPlaceSyncFaultTest, TheOnlySurvivorDiesInTheSyncCheckpointResumes) {
   EXPECT_THAT(fault.log,
               HasSubstr(absl::StrCat("resuming from step ", newest, " ")));
   EXPECT_TRUE(StoppedAndResumed(fault.log).empty()) << fault.log;
+}
+
+// As TheSurvivorSendingTheStateDiesInTheSync, but the source hangs: it
+// stops (SIGSTOP) in the middle of the sync, and every other rank waits
+// for it there. The agent's hang detection (--worker-timeout 2) finds the
+// stopped worker, kills only it, and the next round syncs from rank 2,
+// which still holds the state: the job completes with its samples
+// accounted exactly, no step lost, and nothing left hanging.
+TEST(MnistInPlaceSyncFaultTest, TheSurvivorSendingTheStateStopsInTheSync) {
+  SyncFault fault = RunSyncFault(3, "source", {}, /*stop=*/true);
+  ASSERT_FALSE(fault.summary.empty()) << fault.log;
+  std::vector<std::pair<int64_t, int64_t>> survivors =
+      StoppedAndResumed(fault.log);
+  ASSERT_EQ(survivors.size(), 1u) << fault.log;
+  const int64_t resumed = survivors[0].second;
+  EXPECT_EQ(survivors[0].first, resumed) << "steps lost";
+  EXPECT_GE(resumed, fault.died_at - 1);
+  EXPECT_LE(resumed, fault.died_at);
+  // Recovered by the hang timeout: the stopped source is the one hung.
+  EXPECT_THAT(fault.log, HasSubstr("is hung"));
+  EXPECT_THAT(fault.log, HasSubstr("the state sync of round 1 failed"));
+  EXPECT_THAT(fault.log, Not(HasSubstr("resuming from step")));
+}
+
+// Two workers: rank 1 is killed and its replacement stops (SIGSTOP) while
+// it receives rank 0's state; rank 0 waits for it in the sync. The hang
+// timeout ends it, and rank 0 hands its state to the next replacement: no
+// step lost, every epoch's samples accounted.
+TEST(MnistInPlaceSyncFaultTest, TheNewMemberStopsWhileItReceivesTheState) {
+  SyncFault fault = RunSyncFault(2, "receiver", {}, /*stop=*/true);
+  ASSERT_FALSE(fault.summary.empty()) << fault.log;
+  std::vector<std::pair<int64_t, int64_t>> stops = StoppedAndResumed(fault.log);
+  ASSERT_GE(stops.size(), 1u) << fault.log;
+  ASSERT_LE(stops.size(), 2u) << fault.log;
+  const int64_t resumed = stops[0].first;
+  for (const auto& [stopped, resumed_at] : stops) {
+    EXPECT_EQ(stopped, resumed) << fault.log;
+    EXPECT_EQ(resumed_at, resumed) << fault.log;
+  }
+  EXPECT_THAT(fault.log, HasSubstr("is hung"));
+  EXPECT_EQ(fault.died_at, 0);
 }
 
 // Two workers: rank 1 is killed and its replacement dies while it receives

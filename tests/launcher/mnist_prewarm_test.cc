@@ -2,7 +2,8 @@
 // AwaitActivation after loading LibTorch and MNIST, so the agent keeps the
 // next round's workers waiting there; after a kill -9 the restarted round is
 // those processes (no process start, no data load), and the job still
-// finishes with a good accuracy from its checkpoint.
+// finishes with a good accuracy from its checkpoint. The standbys are forked
+// by the node's zygote (worker/standby.h), which the tests check.
 #include <signal.h>
 
 #include <algorithm>
@@ -34,14 +35,29 @@ std::string ReadProc(pid_t pid, const char* what) {
   return ReadFileOrEmpty(absl::StrCat("/proc/", pid, "/", what));
 }
 
-// The direct children of `pid`: its workers and its standbys.
-// A standby was started with DDPRUN_STANDBY_FD; /proc keeps the original
+bool HasVariable(const std::string& environ, const std::string& name) {
+  return absl::StrContains(environ, absl::StrCat(std::string(1, '\0'), name,
+                                                 "=")) ||
+         absl::StartsWith(environ, name + "=");
+}
+
+// The standbys' zygote (it names itself so): neither worker nor standby.
+bool IsZygote(pid_t pid) {
+  return ReadProc(pid, "comm") == "ddprun-zygote\n";
+}
+
+// The direct children of `pid`: its workers, its standbys and the zygote.
+// A standby was started with DDPRUN_STANDBY_FD, or forked by the zygote,
+// which was started with DDPRUN_ZYGOTE_FD; /proc keeps the original
 // environment block even after the process replaced its environment.
 bool IsStandby(pid_t pid) {
   std::string environ = ReadProc(pid, "environ");
-  return absl::StrContains(environ, std::string("\0DDPRUN_STANDBY_FD=", 19)) ||
-         absl::StartsWith(environ, "DDPRUN_STANDBY_FD=");
+  return HasVariable(environ, "DDPRUN_STANDBY_FD") ||
+         (HasVariable(environ, "DDPRUN_ZYGOTE_FD") && !IsZygote(pid));
 }
+
+// Started by the agent for this round: neither standby nor zygote.
+bool IsWorker(pid_t pid) { return !IsStandby(pid) && !IsZygote(pid); }
 
 // Blocked reading its pipe: loaded, waiting for its round.
 bool WaitsOnPipe(pid_t pid) {
@@ -108,7 +124,7 @@ TEST(MnistPrewarmTest, AKilledWorkerIsReplacedByPrewarmedProcesses) {
       << err();
   std::vector<pid_t> workers;
   for (pid_t pid : Children(agent->pid())) {
-    if (!IsStandby(pid)) workers.push_back(pid);
+    if (IsWorker(pid)) workers.push_back(pid);
   }
   ASSERT_EQ(workers.size(), 2u) << err();
   // Frozen, they write no other checkpoint: the job must resume from this.
@@ -133,6 +149,18 @@ TEST(MnistPrewarmTest, AKilledWorkerIsReplacedByPrewarmedProcesses) {
     activated.insert(std::stoi((*it)[1]));
   }
   EXPECT_EQ(activated, standbys) << log;
+  // The fast path: both were forked by the zygote, not started by exec.
+  EXPECT_THAT(log, HasSubstr("prewarmed workers fork from a zygote"));
+  EXPECT_THAT(log, ::testing::Not(HasSubstr("start by exec from now on")));
+  std::regex forked(
+      R"(prewarmed process (\d+) activated as rank \d+ after [^\n]* )"
+      R"(\(forked by the zygote, pid \d+\))");
+  std::set<pid_t> forked_activated;
+  for (std::sregex_iterator it(log.begin(), log.end(), forked), end; it != end;
+       ++it) {
+    forked_activated.insert(std::stoi((*it)[1]));
+  }
+  EXPECT_EQ(forked_activated, standbys) << log;
 
   std::string summary = ReadFileOrEmpty(dir.File("summary.json"));
   ASSERT_FALSE(summary.empty()) << "rank 0 wrote no --summary-json\n" << log;
@@ -184,7 +212,7 @@ TEST(MnistPrewarmTest, TwoNodesRestartWithTheirStandbys) {
           }
         }
         for (pid_t pid : Children(agents[1].pid())) {
-          if (!IsStandby(pid)) victim = pid;
+          if (IsWorker(pid)) victim = pid;
         }
         return waiting == 2 && victim > 0;
       },
@@ -193,7 +221,7 @@ TEST(MnistPrewarmTest, TwoNodesRestartWithTheirStandbys) {
   std::vector<pid_t> workers;
   for (Subprocess& agent : agents) {
     for (pid_t pid : Children(agent.pid())) {
-      if (!IsStandby(pid)) workers.push_back(pid);
+      if (IsWorker(pid)) workers.push_back(pid);
     }
   }
   ASSERT_TRUE(FreezeProcesses(workers));
@@ -207,9 +235,10 @@ TEST(MnistPrewarmTest, TwoNodesRestartWithTheirStandbys) {
     EXPECT_TRUE(exit->ok()) << exit->ToString() << "\n" << logs();
   }
   for (int node = 0; node < 2; ++node) {
-    EXPECT_THAT(ReadFileOrEmpty(dir.File(absl::StrCat("agent", node, ".err"))),
-                HasSubstr("activated prewarmed 1 workers"))
-        << logs();
+    const std::string log =
+        ReadFileOrEmpty(dir.File(absl::StrCat("agent", node, ".err")));
+    EXPECT_THAT(log, HasSubstr("activated prewarmed 1 workers")) << logs();
+    EXPECT_THAT(log, HasSubstr("(forked by the zygote, pid")) << logs();
   }
   std::string summary = ReadFileOrEmpty(dir.File("summary.json"));
   ASSERT_FALSE(summary.empty()) << logs();

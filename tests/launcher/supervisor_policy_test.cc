@@ -138,6 +138,32 @@ TEST(SupervisorPolicyTest, AStoppedWorkerIsTheHangAndItsPeersAreKept) {
   EXPECT_EQ(decision.kill, std::vector<int>{1});
 }
 
+// An in-place round's state sync: survivor 0 (no progress in this round
+// yet) stops in it; new member 1 (progress: it declared in place) waits for
+// it and goes silent. Only 1 is hung by the clock; the stopped survivor is
+// the culprit, and 1 is kept.
+TEST(SupervisorPolicyTest, AWorkerStoppedBeforeItsFirstProgressIsTheHang) {
+  common::FakeClock clock;
+  SupervisorPolicy policy({.num_workers = 2,
+                           .worker_timeout = absl::Seconds(2),
+                           .in_place = {true, false}},
+                          clock);
+  policy.OnInPlaceDeclared(1);
+  policy.OnProgress(1);
+  clock.Advance(absl::Seconds(2));
+  ASSERT_EQ(policy.Evaluate(), Verdict::kFailed);
+  ASSERT_EQ(policy.failures().size(), 1u);
+  EXPECT_EQ(policy.failures()[0].local_rank, 1);
+  policy.OnStopped(0);
+  ASSERT_EQ(policy.failures().size(), 2u);
+  EXPECT_EQ(policy.failures()[1].local_rank, 0);
+  EXPECT_EQ(policy.failures()[1].cause, v1::FAILURE_CAUSE_HUNG);
+  RecoveryDecision decision = policy.DecideRecovery();
+  EXPECT_TRUE(decision.in_place);
+  EXPECT_EQ(decision.replace, std::vector<int>{0});
+  EXPECT_EQ(decision.kill, std::vector<int>{0});
+}
+
 TEST(SupervisorPolicyTest, SilentWorkersWithNoneStoppedAreAllReplaced) {
   common::FakeClock clock;
   SupervisorPolicy policy(

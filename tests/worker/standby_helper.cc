@@ -1,9 +1,19 @@
 // Calls AwaitActivation, then prints its environment (one NAME=value per
 // line, sorted) and "activated"; an error is printed and exits 3. For
-// standby_test.cc.
+// standby_test.cc and tests/launcher/standby_zygote_test.cc: with
+// STANDBY_HELPER_THREAD=1 it starts a thread first (a process that may not
+// be a zygote); with STANDBY_HELPER_OUT=PATH in the round's environment it
+// writes the same lines there, then "forked=1" when a zygote forked it
+// ("forked=0" otherwise) and "pid=PID".
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/logging.h"
@@ -13,6 +23,12 @@ extern char** environ;
 
 int main() {
   ddprun::common::InitLogging({.name = "standby_helper"});
+  const char* thread = std::getenv("STANDBY_HELPER_THREAD");
+  if (thread != nullptr && std::string(thread) == "1") {
+    std::thread([] {
+      while (true) std::this_thread::sleep_for(std::chrono::hours(1));
+    }).detach();
+  }
   absl::Status activated = ddprun::worker::AwaitActivation();
   if (!activated.ok()) {
     std::cerr << activated.message() << std::endl;
@@ -25,5 +41,11 @@ int main() {
   std::sort(vars.begin(), vars.end());
   for (const std::string& v : vars) std::cout << v << "\n";
   std::cout << "activated" << std::endl;
+  if (const char* out = std::getenv("STANDBY_HELPER_OUT")) {
+    std::ofstream file(out);
+    for (const std::string& v : vars) file << v << "\n";
+    file << "forked=" << (ddprun::worker::ForkedByZygote() ? 1 : 0) << "\n"
+         << "pid=" << getpid() << "\n";
+  }
   return 0;
 }

@@ -1,0 +1,269 @@
+// StandbyPool's zygote with real processes: the pool (the agent's side)
+// and libddp's AwaitActivation serving forks (tests/worker/standby_helper,
+// and ddprun-mnist under the real ddprun). Each test checks which path ran:
+// forked by the zygote, or started by exec after the zygote was refused.
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "launcher/agent/standby_pool.h"
+#include "launcher/agent/worker_env.h"
+#include "launcher/posix/process_control.h"
+#include "tests/testing/subprocess.h"
+#include "tests/testing/temp_dir.h"
+#include "tests/testing/wait_for.h"
+
+namespace ddprun::launcher {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+std::string Helper() {
+  return testing::BinaryPath("tests/worker/standby_helper");
+}
+
+// This process's ended children, as reaped.
+class Reaper {
+ public:
+  explicit Reaper(ProcessControl& control) : control_(control) {}
+  // Reaps until `pid` has ended (bounded); how it ended.
+  std::optional<ExitStatus> Until(pid_t pid) {
+    testing::WaitFor(
+        [&] {
+          while (auto reaped = control_.ReapAny()) {
+            ended_[reaped->first] = reaped->second;
+          }
+          return ended_.count(pid) > 0;
+        },
+        absl::Seconds(30));
+    auto it = ended_.find(pid);
+    if (it == ended_.end()) return std::nullopt;
+    return it->second;
+  }
+
+ private:
+  ProcessControl& control_;
+  std::map<pid_t, ExitStatus> ended_;
+};
+
+// Collects the zygote's answers until `pool` holds `count` standbys.
+bool WaitForStandbys(StandbyPool& pool, int count) {
+  return testing::WaitFor(
+      [&] {
+        pool.PromoteLate();
+        return pool.size() >= count;
+      },
+      absl::Seconds(60));
+}
+
+// Field 4 of /proc/<pid>/stat; -1 when gone.
+pid_t ParentOf(pid_t pid) {
+  std::string stat =
+      testing::ReadFileOrEmpty(absl::StrCat("/proc/", pid, "/stat"));
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos) return -1;
+  std::vector<std::string> fields =
+      absl::StrSplit(stat.substr(close + 2), ' ');
+  pid_t parent = -1;
+  if (fields.size() < 2 || !absl::SimpleAtoi(fields[1], &parent)) return -1;
+  return parent;
+}
+
+std::string Comm(pid_t pid) {
+  return testing::ReadFileOrEmpty(absl::StrCat("/proc/", pid, "/comm"));
+}
+
+// The pool forks what it is asked for only where this process adopts
+// orphans, as ddprun does (launch.cc).
+class StandbyZygoteTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_TRUE(BecomeSubreaper().ok()); }
+};
+
+TEST_F(StandbyZygoteTest, StandbysAreForkedByTheZygoteAndAdoptedByTheAgent) {
+  PosixProcessControl control;
+  Reaper reaper(control);
+  testing::TempDir dir;
+  pid_t zygote = -1;
+  std::vector<pid_t> pids;
+  {
+    StandbyPool pool(control, common::RealClock::Get(), {Helper()},
+                     CurrentEnvironment());
+    pool.Fill(2);
+    ASSERT_TRUE(WaitForStandbys(pool, 2));
+    EXPECT_EQ(pool.forked(), 2);
+    EXPECT_EQ(pool.execed(), 0);
+    zygote = pool.zygote_pid();
+    ASSERT_GT(zygote, 0);
+    EXPECT_EQ(Comm(zygote), "ddprun-zygote\n");
+    // This process's children: the zygote and the two standbys, which it
+    // adopted (not the zygote's children), each leading its own group.
+    std::set<pid_t> standbys;
+    for (pid_t child : testing::Children(getpid())) {
+      if (child != zygote) standbys.insert(child);
+    }
+    ASSERT_EQ(standbys.size(), 2u);
+    for (pid_t pid : standbys) {
+      EXPECT_EQ(ParentOf(pid), getpid());
+      EXPECT_EQ(getpgid(pid), pid);
+      EXPECT_EQ(Comm(pid), "standby_helper\n");
+      // The zygote left SCHED_IDLE (where it started, if this process may
+      // move it back) before it forked them: they work at normal priority.
+      EXPECT_EQ(sched_getscheduler(pid), SCHED_OTHER);
+    }
+    EXPECT_EQ(sched_getscheduler(zygote), SCHED_OTHER);
+
+    std::vector<ProgressChannel> progress;
+    std::vector<ControlChannel> controls;
+    absl::StatusOr<std::vector<pid_t>> activated = pool.Activate(
+        {{"RANK=0", "STANDBY_HELPER_OUT=" + dir.File("0")},
+         {"RANK=1", "STANDBY_HELPER_OUT=" + dir.File("1")}},
+        progress, &controls);
+    ASSERT_TRUE(activated.ok()) << activated.status();
+    pids = *activated;
+    EXPECT_EQ(std::set<pid_t>(pids.begin(), pids.end()), standbys);
+    EXPECT_EQ(progress.size(), 2u);
+    EXPECT_EQ(controls.size(), 2u);
+  }
+  // Activated, each ran as a worker of its round, and this process reaps it.
+  for (size_t rank = 0; rank < pids.size(); ++rank) {
+    std::optional<ExitStatus> status = reaper.Until(pids[rank]);
+    ASSERT_TRUE(status.has_value()) << "standby " << pids[rank];
+    EXPECT_TRUE(status->success()) << status->ToString();
+    const std::string out = testing::ReadFileOrEmpty(dir.File(
+        std::to_string(rank)));
+    EXPECT_THAT(out, HasSubstr(absl::StrCat("RANK=", rank, "\n")));
+    EXPECT_THAT(out, HasSubstr("forked=1\n"));
+    EXPECT_THAT(out, HasSubstr(absl::StrCat("pid=", pids[rank], "\n")));
+    // The round's environment replaced the zygote's whole environment.
+    EXPECT_THAT(out, Not(HasSubstr("DDPRUN_ZYGOTE_FD")));
+    EXPECT_THAT(out, Not(HasSubstr("DDPRUN_STANDBY_FD")));
+  }
+  // The pool's end ends the zygote.
+  EXPECT_TRUE(reaper.Until(zygote).has_value());
+}
+
+// A program that runs a thread where it waits may not fork: the zygote says
+// why and exits, and the pool starts its standbys by exec.
+TEST_F(StandbyZygoteTest, AZygoteThatRunsThreadsIsRefusedAndStandbysAreExeced) {
+  PosixProcessControl control;
+  Reaper reaper(control);
+  testing::TempDir dir;
+  std::vector<std::string> env = CurrentEnvironment();
+  env.push_back("STANDBY_HELPER_THREAD=1");
+  pid_t pid = -1;
+  pid_t zygote = -1;
+  {
+    StandbyPool pool(control, common::RealClock::Get(), {Helper()}, env);
+    pool.Fill(1);
+    zygote = pool.zygote_pid();
+    ASSERT_GT(zygote, 0);
+    ASSERT_TRUE(testing::WaitFor(
+        [&] {
+          pool.PromoteLate();
+          return pool.execed() == 1 && pool.size() == 1;
+        },
+        absl::Seconds(60)));
+    EXPECT_EQ(pool.forked(), 0);
+    EXPECT_EQ(pool.zygote_pid(), -1);
+    std::vector<ProgressChannel> progress;
+    absl::StatusOr<std::vector<pid_t>> activated = pool.Activate(
+        {{"RANK=0", "STANDBY_HELPER_OUT=" + dir.File("0")}}, progress);
+    ASSERT_TRUE(activated.ok()) << activated.status();
+    pid = activated->front();
+  }
+  std::optional<ExitStatus> status = reaper.Until(pid);
+  ASSERT_TRUE(status.has_value());
+  EXPECT_TRUE(status->success()) << status->ToString();
+  EXPECT_THAT(testing::ReadFileOrEmpty(dir.File("0")), HasSubstr("forked=0\n"));
+  EXPECT_TRUE(reaper.Until(zygote).has_value());
+}
+
+// Where this process would not adopt the standbys, there is no zygote.
+TEST(StandbyZygoteNoSubreaperTest, WithoutASubreaperStandbysAreExeced) {
+  ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 0), 0);
+  PosixProcessControl control;
+  Reaper reaper(control);
+  ASSERT_FALSE(control.AdoptsOrphans());
+  std::vector<pid_t> started;
+  {
+    StandbyPool pool(control, common::RealClock::Get(), {Helper()},
+                     CurrentEnvironment());
+    pool.Fill(1);
+    EXPECT_EQ(pool.zygote_pid(), -1);
+    EXPECT_EQ(pool.execed(), 1);
+    EXPECT_EQ(pool.size(), 1);
+    started = testing::Children(getpid());
+  }
+  // Not needed: killed with the pool.
+  ASSERT_EQ(started.size(), 1u);
+  EXPECT_TRUE(reaper.Until(started[0]).has_value());
+}
+
+// kill -9 of ddprun: its zygote, the standbys it forked and the worker all
+// end with it (PR_SET_PDEATHSIG; the standbys set it once adopted), and
+// none is left behind.
+TEST(StandbyZygoteAgentTest, NothingOutlivesAKilledAgent) {
+  testing::TempDir dir;
+  testing::SubprocessOptions options;
+  options.argv = {testing::Ddprun(), "--standalone", "--nproc-per-node", "1",
+                  "--prewarm", "--monitor-interval", "0.05", testing::Mnist(),
+                  "--epochs", "100", "--train-limit", "3000", "--data-dir",
+                  testing::MnistDir(), "--save", "", "--no-progress"};
+  options.stderr_path = dir.File("agent.err");
+  options.stdout_path = dir.File("agent.out");
+  auto agent = testing::Subprocess::Start(options);
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  auto err = [&] { return testing::ReadFileOrEmpty(options.stderr_path); };
+  std::vector<pid_t> children;
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        if (agent->Poll().has_value()) return true;
+        children = testing::Children(agent->pid());
+        // The worker, the zygote and one standby it forked.
+        int zygotes = 0;
+        int waiting = 0;
+        for (pid_t pid : children) {
+          if (Comm(pid) == "ddprun-zygote\n") {
+            ++zygotes;
+          } else if (testing::RankOf(pid) < 0 &&
+                     absl::EndsWith(testing::ReadFileOrEmpty(absl::StrCat(
+                                        "/proc/", pid, "/wchan")),
+                                    "pipe_read")) {
+            ++waiting;
+          }
+        }
+        return zygotes == 1 && waiting == 1 && children.size() == 3;
+      },
+      absl::Minutes(2)))
+      << err();
+  ASSERT_FALSE(agent->Poll().has_value()) << "the job ended first\n" << err();
+  EXPECT_THAT(err(), HasSubstr("prewarmed workers fork from a zygote"));
+  agent->Signal(SIGKILL);
+  ASSERT_TRUE(agent->Wait(absl::Seconds(30)).has_value());
+  for (pid_t pid : children) {
+    EXPECT_TRUE(testing::WaitFor([&] { return testing::ProcessGone(pid); },
+                                 absl::Seconds(30)))
+        << "pid " << pid << " (" << Comm(pid) << ") outlived its agent\n"
+        << err();
+  }
+}
+
+}  // namespace
+}  // namespace ddprun::launcher
