@@ -8,9 +8,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <future>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -25,9 +25,10 @@ int main() {
   ddprun::common::InitLogging({.name = "standby_helper"});
   const char* thread = std::getenv("STANDBY_HELPER_THREAD");
   if (thread != nullptr && std::string(thread) == "1") {
-    std::thread([] {
-      while (true) std::this_thread::sleep_for(std::chrono::hours(1));
-    }).detach();
+    // A second thread that only has to exist: it blocks on a promise that is
+    // never kept, and goes when the process does.
+    static std::promise<void> never;
+    std::thread([] { never.get_future().wait(); }).detach();
   }
   absl::Status activated = ddprun::worker::AwaitActivation();
   if (!activated.ok()) {
