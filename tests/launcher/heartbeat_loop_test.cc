@@ -49,6 +49,18 @@ class RefusingPort {
   int port_ = 0;
 };
 
+// The loop's options for node "n0" of `run_id` in `round`, beating every
+// `interval` (the timeout, when a test needs one, is set by the test).
+HeartbeatLoopOptions LoopOptions(const std::string& run_id, int64_t round,
+                                 absl::Duration interval) {
+  HeartbeatLoopOptions options;
+  options.run_id = run_id;
+  options.node_id = "n0";
+  options.round = round;
+  options.interval = interval;
+  return options;
+}
+
 std::unique_ptr<RendezvousClient> Client(const std::string& endpoint) {
   RendezvousClientOptions options;
   options.endpoint = endpoint;
@@ -62,11 +74,8 @@ std::unique_ptr<RendezvousClient> Client(const std::string& endpoint) {
 TEST(HeartbeatLoopTest, AnUnreachableServerEndsTheRoundAfterTheTimeout) {
   RefusingPort port;
   std::unique_ptr<RendezvousClient> client = Client(port.endpoint());
-  HeartbeatLoopOptions options;
-  options.run_id = "cut-off";
-  options.node_id = "n0";
-  options.round = 3;
-  options.interval = absl::Milliseconds(50);
+  HeartbeatLoopOptions options =
+      LoopOptions("cut-off", 3, absl::Milliseconds(50));
   options.timeout = absl::Milliseconds(500);
   std::atomic<int> calls = 0;
   absl::Time start = absl::Now();
@@ -110,11 +119,9 @@ TEST(HeartbeatLoopTest, AnsweredHeartbeatsKeepTheRoundPastTheTimeout) {
       client->Join(join, absl::Seconds(10), absl::Seconds(10));
   ASSERT_TRUE(joined.ok()) << joined.status();
   ASSERT_TRUE(joined->has_assignment());
-  HeartbeatLoopOptions options;
-  options.run_id = "alive";
-  options.node_id = "n0";
-  options.round = joined->assignment().round();
-  options.interval = absl::Milliseconds(50);
+  HeartbeatLoopOptions options =
+      LoopOptions("alive", joined->assignment().round(),
+                  absl::Milliseconds(50));
   options.timeout = absl::Milliseconds(300);
   std::atomic<int> calls = 0;
   HeartbeatLoop loop(*client, options, [&] { ++calls; });
@@ -156,11 +163,8 @@ TEST(HeartbeatLoopTest, HeartbeatsGoOnTheStream) {
   absl::StatusOr<v1::Assignment> assignment =
       JoinAlone(*client, "streamed", &join);
   ASSERT_TRUE(assignment.ok()) << assignment.status();
-  HeartbeatLoopOptions options;
-  options.run_id = "streamed";
-  options.node_id = "n0";
-  options.round = assignment->round();
-  options.interval = absl::Milliseconds(20);
+  HeartbeatLoopOptions options =
+      LoopOptions("streamed", assignment->round(), absl::Milliseconds(20));
   std::atomic<int> calls = 0;
   {
     HeartbeatLoop loop(*client, options, [&] { ++calls; });
@@ -212,11 +216,8 @@ TEST(HeartbeatLoopTest, AServerWithoutTheStreamGetsUnaryHeartbeats) {
   ASSERT_NE(server, nullptr);
   std::unique_ptr<RendezvousClient> client =
       Client(absl::StrCat("127.0.0.1:", port));
-  HeartbeatLoopOptions options;
-  options.run_id = "old";
-  options.node_id = "n0";
-  options.round = 1;
-  options.interval = absl::Milliseconds(20);
+  HeartbeatLoopOptions options =
+      LoopOptions("old", 1, absl::Milliseconds(20));
   std::atomic<int> calls = 0;
   {
     HeartbeatLoop loop(*client, options, [&] { ++calls; });
@@ -239,11 +240,8 @@ TEST(HeartbeatLoopTest, AServerThatTakesNoMoreStreamsGetsUnaryHeartbeats) {
   absl::StatusOr<v1::Assignment> assignment =
       JoinAlone(*client, "capped", &join);
   ASSERT_TRUE(assignment.ok()) << assignment.status();
-  HeartbeatLoopOptions options;
-  options.run_id = "capped";
-  options.node_id = "n0";
-  options.round = assignment->round();
-  options.interval = absl::Milliseconds(20);
+  HeartbeatLoopOptions options =
+      LoopOptions("capped", assignment->round(), absl::Milliseconds(20));
   options.timeout = absl::Seconds(2);
   std::atomic<int> calls = 0;
   HeartbeatLoop loop(*client, options, [&] { ++calls; });
@@ -276,11 +274,8 @@ TEST(HeartbeatLoopTest, AStalledStreamEndsTheRoundAfterTheTimeout) {
   absl::StatusOr<v1::Assignment> assignment =
       JoinAlone(*client, "stalled", &join);
   ASSERT_TRUE(assignment.ok()) << assignment.status();
-  HeartbeatLoopOptions options;
-  options.run_id = "stalled";
-  options.node_id = "n0";
-  options.round = assignment->round();
-  options.interval = absl::Milliseconds(20);
+  HeartbeatLoopOptions options =
+      LoopOptions("stalled", assignment->round(), absl::Milliseconds(20));
   options.timeout = absl::Seconds(1);
   std::atomic<int> calls = 0;
   HeartbeatLoop loop(*client, options, [&] { ++calls; });
@@ -301,11 +296,8 @@ TEST(HeartbeatLoopTest, ARestartedServerGetsTheRoundBackAndANewStream) {
   absl::StatusOr<v1::Assignment> assignment =
       JoinAlone(*client, "restarted", &join);
   ASSERT_TRUE(assignment.ok()) << assignment.status();
-  HeartbeatLoopOptions options;
-  options.run_id = "restarted";
-  options.node_id = "n0";
-  options.round = assignment->round();
-  options.interval = absl::Milliseconds(20);
+  HeartbeatLoopOptions options =
+      LoopOptions("restarted", assignment->round(), absl::Milliseconds(20));
   options.resume = join;
   std::atomic<int> calls = 0;
   HeartbeatLoop loop(*client, options, [&] { ++calls; });
