@@ -166,11 +166,14 @@ TEST_P(UnderDdprunTest, ResidentBuffersAreSummedInPlaceExactlyOnEveryRank) {
   // Ranks of a node of two or more take that path (counted); a rank alone
   // in its node sums a private buffer through the node leaders' Gloo.
   const Layout& layout = GetParam();
-  const std::vector<int64_t> sizes = {1, 1024, 1 << 20};
+  const std::vector<int64_t> sizes = {1, 1024, 1 << 20, 16 << 20};
+  std::vector<std::string> size_strings;
+  for (int64_t n : sizes) size_strings.push_back(std::to_string(n));
   TempDir dir;
   const int world = RunUnderDdprun(
       layout, dir,
-      {Helper(), "--mode", "check", "--resident", "--sizes", "1,1024,1048576"});
+      {Helper(), "--mode", "check", "--resident", "--sizes",
+       absl::StrJoin(size_strings, ",")});
   ASSERT_GT(world, 0);
   std::map<int64_t, std::set<std::string>> bits;
   int64_t resident_runs = 0;
