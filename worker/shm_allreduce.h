@@ -35,6 +35,9 @@ struct ShmAllreduceOptions {
   // gradient (the MNIST MLP: 101,770 floats) while its input and the
   // segment's copy still fit in L2; the segment's buffers are sized for it.
   int64_t whole_call_floats = 128 * 1024;
+  // At 2 local ranks, calls of several slices copy each slice in one slice
+  // ahead of its sum (Allreduce). Off only to measure against.
+  bool pipeline = true;
 };
 
 // Sum of a float buffer over the ranks of one node, through one shared
@@ -134,8 +137,19 @@ class ShmAllreduce {
     int64_t scattered_slices = 0;
     // Calls that went through as one slice (whole_call_floats).
     int64_t whole_calls = 0;
+    // Each-sums-all slices summed one slice behind their copy-in
+    // (ShmAllreduceOptions::pipeline); also counted in each_sums_all_slices.
+    int64_t pipelined_slices = 0;
     // AllreduceResident calls (no copy in or out).
     int64_t resident_calls = 0;
+    // Waits for a peer that were not over at once, by how they ended:
+    // while spinning (a few pause loops), while yielding the core between
+    // checks (up to kSpinTime), or after sleeping on the futex at least
+    // once. A sleep costs tens of microseconds on a VM (waking a halted
+    // vCPU): the benchmarks print these per call to find a slow tail.
+    int64_t waits_spun = 0;
+    int64_t waits_yielded = 0;
+    int64_t waits_slept = 0;
   };
   const Stats& stats() const { return stats_; }
 
@@ -161,6 +175,11 @@ class ShmAllreduce {
   class Pieces;
   absl::Status SliceEachSumsAll(const Pieces& mine, int64_t n, uint64_t seq,
                                 float divisor);
+  // SliceEachSumsAll's two halves: the copy in (and its signal), then the
+  // wait for the others' inputs and the sum.
+  void CopyIn(const Pieces& mine, int64_t n, uint64_t seq);
+  absl::Status SumAll(const Pieces& mine, int64_t n, uint64_t seq,
+                      float divisor);
   absl::Status SliceResident(int64_t at, int64_t n, uint64_t seq,
                              float divisor, const BetweenNodes& between_nodes);
   absl::Status SliceScattered(const Pieces& mine, int64_t n, uint64_t seq,

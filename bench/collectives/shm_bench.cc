@@ -8,6 +8,10 @@
 // --resident: the buffer lives in the segment (MapResident, what
 // DataParallel's gradient views use) and is summed in place
 // (AllreduceResident): no copy in or out.
+// --flat: a private buffer is copied into a resident one, summed there in
+// place and copied back (PyTorch DDP's default bucket, in shared memory).
+// --histogram: the per-call times in log2 buckets. Every line also gives
+// the mean and how each wait for a peer ended (spinning, yielding, asleep).
 // --step: each timed call also includes what a training step writes before
 // the sync, as DataParallel's gradients see it: backward's fresh gradient
 // (a private buffer written); with --resident also ZeroGrad's zeroing of
@@ -63,7 +67,7 @@ void Fill(float* data, int64_t n) {
 // One local rank: attaches (after rank 0 created the segment), runs the
 // calls, and (rank 0) prints the percentiles. Returns the exit status.
 int Rank(const ShmAllreduceOptions& options, int64_t floats, int ops,
-         float divisor, bool resident, bool step) {
+         float divisor, bool resident, bool step, bool flat, bool histogram) {
   cpu_set_t allowed;
   if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0) {
     std::vector<int> cpus;
@@ -89,7 +93,7 @@ int Rank(const ShmAllreduceOptions& options, int64_t floats, int ops,
   std::vector<float> own;
   std::vector<float> fresh(step ? floats : 0);
   float* data = nullptr;
-  if (resident) {
+  if (resident || flat) {
     absl::StatusOr<float*> mapped = (*shm)->MapResident(floats);
     if (!mapped.ok()) {
       std::cerr << "ddprun-shm-allreduce-bench: " << mapped.status() << std::endl;
@@ -102,9 +106,15 @@ int Rank(const ShmAllreduceOptions& options, int64_t floats, int ops,
   }
   std::vector<double> micros;
   micros.reserve(ops);
+  // Per call: whether one of its waits slept on the futex.
+  std::vector<char> slept(ops, 0);
+  std::vector<float> flat_grad(flat ? floats : 0, 1.0f);
   for (int i = 0; i < ops; ++i) {
     const auto start = std::chrono::steady_clock::now();
-    if (!step) {
+    if (flat) {
+      // What backward does before each sync, untimed: write the gradient.
+      std::fill(flat_grad.begin(), flat_grad.end(), 1.0f);
+    } else if (!step) {
       // What backward does before each sync, untimed: write the gradients.
       std::fill(data, data + floats, 1.0f);
     } else if (!resident) {
@@ -115,34 +125,82 @@ int Rank(const ShmAllreduceOptions& options, int64_t floats, int ops,
       AddInto(data, fresh.data(), floats);           // AccumulateGrad
     }
     const auto timed = step ? start : std::chrono::steady_clock::now();
-    const ShmAllreduce::Part part{data, floats};
-    absl::Status status = resident ? (*shm)->AllreduceResident(0, floats, divisor)
-                                   : (*shm)->Allreduce({part}, divisor);
+    const int64_t slept_before = (*shm)->stats().waits_slept;
+    absl::Status status;
+    if (flat) {
+      // PyTorch DDP's default on a bucket in shared memory: the flattening
+      // copy is the copy in, the sum in place, the unflattening the copy
+      // out.
+      std::memcpy(data, flat_grad.data(), floats * sizeof(float));
+      status = (*shm)->AllreduceResident(0, floats, divisor);
+      std::memcpy(flat_grad.data(), data, floats * sizeof(float));
+    } else {
+      const ShmAllreduce::Part part{data, floats};
+      status = resident ? (*shm)->AllreduceResident(0, floats, divisor)
+                        : (*shm)->Allreduce({part}, divisor);
+    }
     micros.push_back(std::chrono::duration<double, std::micro>(
                          std::chrono::steady_clock::now() - timed)
                          .count());
+    slept[i] = (*shm)->stats().waits_slept != slept_before;
     if (!status.ok()) {
       std::cerr << "ddprun-shm-allreduce-bench: " << status << std::endl;
       return 1;
     }
   }
   const float expected = static_cast<float>(options.local_size) / divisor;
+  const float* result = flat ? flat_grad.data() : data;
   for (int64_t i = 0; i < floats; ++i) {
-    if (const float v = data[i]; v != expected) {
+    if (const float v = result[i]; v != expected) {
       std::cerr << "ddprun-shm-allreduce-bench: wrong sum " << v
                 << ", expected " << expected << std::endl;
       return 1;
     }
   }
   if (options.local_rank == 0) {
-    std::sort(micros.begin(), micros.end());
+    // The mean next to the percentiles: a few calls that sleep on the
+    // futex (or wait out the peer's preemption) move the mean far above
+    // the median; the counts say which waits ended how.
+    double total = 0, total_slept = 0;
+    int calls_slept = 0;
+    for (int i = 0; i < ops; ++i) {
+      total += micros[i];
+      if (slept[i]) {
+        total_slept += micros[i];
+        ++calls_slept;
+      }
+    }
+    const ShmAllreduce::Stats& st = (*shm)->stats();
+    std::vector<double> sorted = micros;
+    std::sort(sorted.begin(), sorted.end());
     std::cout << absl::StrFormat(
-                     "world %d, %d floats (%d bytes)%s%s, %d calls: p10 %.1f "
-                     "us, p50 %.1f us, p90 %.1f us",
+                     "world %d, %d floats (%d bytes)%s%s%s, %d calls: p10 %.1f "
+                     "us, p50 %.1f us, p90 %.1f us, p99 %.1f us, max %.1f us, "
+                     "mean %.1f us; waits per call: %.2f spun, %.2f yielded, "
+                     "%.3f slept; calls that slept: %d (mean %.1f us)",
                      options.local_size, floats, floats * 4,
-                     resident ? " resident" : "", step ? " step" : "", ops,
-                     micros[ops / 10], micros[ops / 2], micros[ops * 9 / 10])
+                     resident ? " resident" : "", flat ? " flat" : "",
+                     step ? " step" : "", ops, sorted[ops / 10],
+                     sorted[ops / 2], sorted[ops * 9 / 10],
+                     sorted[std::min(ops - 1, ops * 99 / 100)], sorted.back(),
+                     total / ops, static_cast<double>(st.waits_spun) / ops,
+                     static_cast<double>(st.waits_yielded) / ops,
+                     static_cast<double>(st.waits_slept) / ops, calls_slept,
+                     calls_slept ? total_slept / calls_slept : 0.0)
               << std::endl;
+    if (histogram) {
+      // Log2 buckets of the per-call time.
+      std::vector<int> buckets(32, 0);
+      for (double us : micros) {
+        int b = 0;
+        while (b < 31 && us >= static_cast<double>(2 << b)) ++b;
+        ++buckets[b];
+      }
+      for (int b = 0; b < 32; ++b) {
+        if (buckets[b] == 0) continue;
+        std::cout << absl::StrFormat("  < %7d us: %d\n", 2 << b, buckets[b]);
+      }
+    }
   }
   return 0;
 }
@@ -168,19 +226,51 @@ int Run(int argc, char** argv) {
   bool resident = false;
   app.add_flag("--resident", resident,
                "the buffer lives in the segment, summed in place");
+  bool flat = false;
+  app.add_flag("--flat", flat,
+               "a private buffer copied into a resident one, summed there "
+               "in place and copied back (PyTorch DDP's default buckets)");
+  bool histogram = false;
+  app.add_flag("--histogram", histogram, "per-call times in log2 buckets");
+  bool memcpy_baseline = false;
+  app.add_flag("--memcpy", memcpy_baseline,
+               "first time a memcpy of the same bytes, one process alone "
+               "(the baseline of bench/collectives/compare.py)");
+  bool no_pipeline = false;
+  app.add_flag("--no-pipeline", no_pipeline,
+               "copied calls of several slices copy each slice in just "
+               "before its sum (ShmAllreduceOptions::pipeline off)");
   CLI11_PARSE(app, argc, argv);
+  if (memcpy_baseline) {
+    std::vector<float> from(floats, 1.0f), to(floats, 0.0f);
+    std::vector<double> micros;
+    for (int i = 0; i < std::max(3, std::min(ops, 1000)); ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      std::memcpy(to.data(), from.data(), floats * sizeof(float));
+      micros.push_back(std::chrono::duration<double, std::micro>(
+                           std::chrono::steady_clock::now() - start)
+                           .count());
+      std::swap(from, to);
+    }
+    std::sort(micros.begin(), micros.end());
+    std::cout << absl::StrFormat("memcpy of %d bytes alone: p10 %.1f us, p50 %.1f us",
+                                 floats * 4, micros[micros.size() / 10],
+                                 micros[micros.size() / 2])
+              << std::endl;
+  }
 
   ShmAllreduceOptions options;
   options.dir = dir;
   options.name = absl::StrFormat("ddprun-shm-bench-%d", getpid());
   options.local_size = world;
+  options.pipeline = !no_pipeline;
   // Rank 0's segment exists before any other rank starts; it is unlinked
   // once the last rank has attached.
   options.local_rank = 0;
   std::vector<pid_t> children;
   int status = 0;
   pid_t first = fork();
-  if (first == 0) _exit(Rank(options, floats, ops, divisor, resident, step));
+  if (first == 0) _exit(Rank(options, floats, ops, divisor, resident, step, flat, histogram));
   children.push_back(first);
   // Rank 0 creates the file; wait until it exists before forking the rest.
   const std::string path = dir + "/" + options.name;
@@ -191,7 +281,7 @@ int Run(int argc, char** argv) {
     pid_t child = fork();
     if (child == 0) {
       options.local_rank = r;
-      _exit(Rank(options, floats, ops, divisor, resident, step));
+      _exit(Rank(options, floats, ops, divisor, resident, step, flat, histogram));
     }
     children.push_back(child);
   }

@@ -171,7 +171,7 @@ TEST(ShmAllreduceTest, AtTwoRanksACallOfUpToWholeCallFloatsIsOneSlice) {
   AsLocalRanks(
       dir, 2,
       [&](int r, ShmAllreduce& shm) {
-        int64_t whole_calls = 0, slices = 0;
+        int64_t whole_calls = 0, slices = 0, pipelined = 0;
         for (int64_t n : counts) {
           std::vector<float> data(n);
           for (int64_t i = 0; i < n; ++i) data[i] = IntegerValue(i, r);
@@ -186,8 +186,11 @@ TEST(ShmAllreduceTest, AtTwoRanksACallOfUpToWholeCallFloatsIsOneSlice) {
           }
           whole_calls += n <= whole ? 1 : 0;
           slices += n <= whole ? 1 : (n + 63) / 64;
+          // Longer calls copy each slice in one slice ahead of its sum.
+          pipelined += n <= whole ? 0 : (n + 63) / 64;
           EXPECT_EQ(shm.stats().whole_calls, whole_calls) << "count " << n;
           EXPECT_EQ(shm.stats().each_sums_all_slices, slices) << "count " << n;
+          EXPECT_EQ(shm.stats().pipelined_slices, pipelined) << "count " << n;
         }
         noisy[r].resize(whole);
         for (int64_t i = 0; i < whole; ++i) noisy[r][i] = NoisyValue(i, r);
@@ -200,6 +203,52 @@ TEST(ShmAllreduceTest, AtTwoRanksACallOfUpToWholeCallFloatsIsOneSlice) {
             0);
   for (int64_t i = 0; i < whole; ++i) {
     ASSERT_EQ(noisy[0][i], NoisyValue(i, 0) + NoisyValue(i, 1)) << i;
+  }
+}
+
+
+TEST(ShmAllreduceTest, PipelinedSlicesGiveTheBitsOfLockstepOnes) {
+  // At 2 ranks a call of several slices copies slice s+1 in before it sums
+  // slice s; off (ShmAllreduceOptions::pipeline), each slice is copied in
+  // just before its sum. Both give the same bits, for parts cut
+  // differently on each rank and a ragged last slice.
+  const int64_t n = 64 * 9 + 5;
+  std::vector<std::vector<float>> results;
+  for (bool pipeline : {true, false}) {
+    SCOPED_TRACE(pipeline);
+    TempDir dir;
+    std::vector<std::vector<float>> noisy(2, std::vector<float>(n));
+    absl::Notification created;
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r) {
+      threads.emplace_back([&, r] {
+        ShmAllreduceOptions o = Options(dir, r, 2);
+        o.pipeline = pipeline;
+        absl::StatusOr<std::unique_ptr<ShmAllreduce>> shm;
+        if (r == 0) {
+          shm = ShmAllreduce::Create(o);
+          created.Notify();
+        } else {
+          created.WaitForNotification();
+          shm = ShmAllreduce::Attach(o);
+        }
+        ASSERT_TRUE(shm.ok()) << shm.status();
+        for (int64_t i = 0; i < n; ++i) noisy[r][i] = NoisyValue(i, r);
+        const int64_t cut = 100 + 77 * r;
+        std::vector<ShmAllreduce::Part> parts = {
+            {noisy[r].data(), cut}, {noisy[r].data() + cut, n - cut}};
+        ASSERT_TRUE((*shm)->Allreduce(parts, 2.0f).ok());
+        EXPECT_EQ((*shm)->stats().each_sums_all_slices, 10);
+        EXPECT_EQ((*shm)->stats().pipelined_slices, pipeline ? 10 : 0);
+      });
+    }
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(std::memcmp(noisy[0].data(), noisy[1].data(), n * sizeof(float)), 0);
+    results.push_back(noisy[0]);
+  }
+  EXPECT_EQ(std::memcmp(results[0].data(), results[1].data(), n * sizeof(float)), 0);
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(results[0][i], (NoisyValue(i, 0) + NoisyValue(i, 1)) / 2.0f) << i;
   }
 }
 
