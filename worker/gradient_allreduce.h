@@ -92,6 +92,11 @@ class GradientAllreduce {
   int64_t resident_runs() const { return resident_runs_.load(); }
   // How many Run calls completed: tests check that this path ran.
   int64_t runs() const { return runs_.load(); }
+  // The node's segment's counters (which schedule ran, how waits ended);
+  // all zero where this rank shares its node with no other.
+  ShmAllreduce::Stats shm_stats() const {
+    return shm_ ? shm_->stats() : ShmAllreduce::Stats();
+  }
   // "shared memory (2 local ranks, /dev/shm/ddprun-x/...)", for logs.
   const std::string& description() const { return description_; }
 

@@ -15,7 +15,8 @@
 //     set_to_none); prints "ddp_equal", "views", "in_place", "copied_in",
 //     "resident_runs".
 // Writes <out-dir>/rank_<R>.txt: "path <name>", "size N exact E reference F
-// bits H" per size, "runs N". Exits 1 with one line on stderr on any error.
+// bits H" per size, "runs N", "pipelined_slices N" (slices copied in one
+// slice ahead of their sum: 2 local ranks, one node). Exits 1 with one line on stderr on any error.
 #include <unistd.h>
 
 #include <algorithm>
@@ -252,6 +253,9 @@ int Run(int argc, char** argv) {
   out << "runs " << (group->direct ? group->direct->runs() : 0) << std::endl;
   out << "resident_runs "
       << (group->direct ? group->direct->resident_runs() : 0) << std::endl;
+  out << "pipelined_slices "
+      << (group->direct ? group->direct->shm_stats().pipelined_slices : 0)
+      << std::endl;
   return out.good() ? 0 : Fail("cannot write the result file");
 }
 

@@ -152,6 +152,14 @@ TEST_P(UnderDdprunTest, EverySizeIsExactTheSameOnEveryRankAndTookItsPath) {
               layout.path == "process-group"
                   ? "0"
                   : std::to_string(2 * sizes.size()));
+    // At 2 ranks in one node, calls of several 32 K-float slices (1 M and
+    // 16 M floats) copy each slice in one slice ahead of its sum; 3+ local
+    // ranks and the hierarchical path do not.
+    const int64_t slice = 32 * 1024;
+    EXPECT_EQ(result["pipelined_slices"],
+              layout.nproc == std::vector<int>{2}
+                  ? std::to_string(2 * ((1 << 20) / slice + (16 << 20) / slice))
+                  : "0");
   }
   for (int64_t n : sizes) {
     EXPECT_EQ(bits[n].size(), 1u)
