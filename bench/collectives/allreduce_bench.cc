@@ -2,15 +2,25 @@
 //   ddprun --standalone --nproc-per-node W ddprun-allreduce-bench \
 //       --out results.jsonl [--sizes 4096,...] [--reps 5] [--pin]
 // For each size (bytes of floats), each repetition times, in an order that
-// rotates per repetition: libddp's gradient allreduce (GradientAllreduce,
-// what DataParallel uses: the buffer copied into the node's segment and
-// the sum out of it), the same on a buffer that lives in the segment
-// ("libddp-resident": MapResident/RunResident, what DataParallel's
-// gradient_as_bucket_view uses; no copy in or out), ProcessGroupGloo's
-// allreduce (C++), and memcpy of the same bytes by rank 0 alone (the others
-// wait). Rank 0 appends one JSON
-// line per measurement: {"impl", "world", "bytes", "seconds"} (per
-// operation, the mean over the repetition's iterations).
+// rotates per repetition:
+// - "libddp": what DataParallel does with a bucket by default
+//   (GradientAllreduce::Run on the gradient where it lies, each element
+//   becoming sum / world: copied into the node's segment, the average
+//   written back in the sum's pass);
+// - "libddp-resident": the same on a buffer that lives in the segment
+//   (MapResident/RunResident, what gradient_as_bucket_view uses; no copy in
+//   or out, but autograd then zeroes and adds into it every step);
+// - "libddp-flat": PyTorch DDP's default bucket, in the segment: the
+//   gradient copied into the resident buffer (the flattening), summed
+//   there in place, copied back (the unflattening); measured to show why
+//   DataParallel does not do this by default;
+// - ProcessGroupGloo's allreduce (C++), and memcpy of the same bytes by
+//   rank 0 alone (the others wait).
+// Rank 0 appends one JSON line per measurement: {"impl", "world", "bytes",
+// "seconds", "median_call_seconds", "slept"} (seconds per operation, the
+// mean over the repetition's iterations, and the median call; slept: the
+// operations' waits for a peer that went to sleep on the futex, per
+// operation).
 // --pin: local rank r runs on CPU r mod (CPUs allowed), so that on a loaded
 // machine the scheduler cannot put two ranks on one core (where the
 // exchange stays in one L2 and looks faster than any quiet machine gives,
@@ -108,18 +118,31 @@ int Run(int argc, char** argv) {
     // ~0.3 s of traffic per measurement at a few GB/s; at least 3.
     const int iterations =
         static_cast<int>(std::clamp<int64_t>((1LL << 30) / bytes, 3, 2000));
-    const char* impls[] = {"libddp", "libddp-resident", "ProcessGroupGloo",
-                           "memcpy"};
-    constexpr int kImpls = 4;
+    const char* impls[] = {"libddp", "libddp-resident", "libddp-flat",
+                           "ProcessGroupGloo", "memcpy"};
+    constexpr int kImpls = 5;
+    // DataParallel's average: the same bits on every rank, and the values
+    // stay 1 however many calls run.
+    const float divisor = static_cast<float>(world);
     for (int rep = 0; rep < reps; ++rep) {
       for (int k = 0; k < kImpls; ++k) {
         const std::string impl = impls[(k + rep) % kImpls];
         std::function<void()> op;
         if (impl == "libddp") {
-          op = [&] { group->direct->Run(data.data_ptr<float>(), n); };
+          op = [&] {
+            const ddprun::worker::ShmAllreduce::Part part{
+                data.data_ptr<float>(), n};
+            group->direct->Run(absl::MakeConstSpan(&part, 1), divisor);
+          };
         } else if (impl == "libddp-resident") {
-          op = [&] { group->direct->RunResident(0, n, 1.0f); };
+          op = [&] { group->direct->RunResident(0, n, divisor); };
           std::fill(*resident, *resident + n, 1.0f);
+        } else if (impl == "libddp-flat") {
+          op = [&] {
+            std::memcpy(*resident, data.data_ptr<float>(), bytes);
+            group->direct->RunResident(0, n, divisor);
+            std::memcpy(data.data_ptr<float>(), *resident, bytes);
+          };
         } else if (impl == "ProcessGroupGloo") {
           op = [&] {
             std::vector<at::Tensor> tensors = {data};
@@ -134,16 +157,31 @@ int Run(int argc, char** argv) {
         if (op) {
           op();  // warm: page faults, first touch
           data.fill_(1.0f);  // keep the values finite over many sums
+          const int64_t slept = group->direct->shm_stats().waits_slept;
+          // Each call timed too: the median beside the mean tells a slow
+          // tail (a peer preempted, a wait asleep) from a slow call.
+          std::vector<double> each(iterations);
           Clock::time_point start = Clock::now();
-          for (int i = 0; i < iterations; ++i) op();
+          Clock::time_point last = start;
+          for (int i = 0; i < iterations; ++i) {
+            op();
+            const Clock::time_point now = Clock::now();
+            each[i] = std::chrono::duration<double>(now - last).count();
+            last = now;
+          }
           double seconds =
-              std::chrono::duration<double>(Clock::now() - start).count() /
-              iterations;
+              std::chrono::duration<double>(last - start).count() / iterations;
+          std::nth_element(each.begin(), each.begin() + iterations / 2,
+                           each.end());
           if (rank == 0) {
             out << absl::StrFormat(
                        "{\"impl\": \"%s\", \"world\": %d, \"bytes\": %d, "
-                       "\"seconds\": %.9f}",
-                       impl, world, bytes, seconds)
+                       "\"seconds\": %.9f, \"median_call_seconds\": %.9f, "
+                       "\"slept\": %.4f}",
+                       impl, world, bytes, seconds, each[iterations / 2],
+                       static_cast<double>(
+                           group->direct->shm_stats().waits_slept - slept) /
+                           iterations)
                 << std::endl;
           }
           data.fill_(1.0f);

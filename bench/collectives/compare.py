@@ -1,6 +1,8 @@
 """Allreduce latency and bandwidth on one node, 4 KB ... 256 MB, at world 2
-and 4: libddp's gradient allreduce (shared memory; what DataParallel uses
-under ddprun), ProcessGroupGloo in C++, Python torch.distributed's Gloo, and
+and 4: libddp's gradient allreduce (shared memory) as DataParallel uses it
+by default under ddprun, and its two other layouts (flat: PyTorch DDP's
+default bucket in the segment; resident: gradient_as_bucket_view),
+ProcessGroupGloo in C++, Python torch.distributed's Gloo, and
 memcpy of the same bytes on this machine (rank 0 alone, measured inside the
 C++ run). Launches alternate (C++, Python, Python, C++, ...) and inside the
 C++ run the three alternate per repetition; figures are medians.
@@ -93,10 +95,17 @@ def main():
                 print(f"run {i + 1}/{args.runs} world {world} {name} done", flush=True)
 
     samples = collections.defaultdict(list)
+    slept = collections.defaultdict(list)
+    median_call = collections.defaultdict(list)
     with open(results) as f:
         for line in f:
             r = json.loads(line)
             samples[(r["impl"], r["world"], r["bytes"])].append(r["seconds"])
+            if "slept" in r:
+                slept[(r["impl"], r["world"], r["bytes"])].append(r["slept"])
+            if "median_call_seconds" in r:
+                median_call[(r["impl"], r["world"], r["bytes"])].append(
+                    r["median_call_seconds"])
     if os.path.exists(baseline_results):
         with open(baseline_results) as f:
             for line in f:
@@ -113,20 +122,36 @@ def main():
     print(f"{os.cpu_count()} cores, load average {load[0]:.1f}/{load[1]:.1f}/{load[2]:.1f}; "
           f"median of {args.runs} launches x {args.reps} repetitions, interleaved"
           f"{'; ranks pinned one per CPU' if args.pin else ''}")
+    def sleeps(impl, world, size):
+        s = slept.get((impl, world, size))
+        return statistics.mean(s) if s else float("nan")
+
+    def median_of_calls(impl, world, size):
+        s = median_call.get((impl, world, size))
+        return statistics.median(s) if s else float("nan")
+
     for world in worlds:
         print()
         print(f"world {world}, one node: time per allreduce (us) and bandwidth (GB/s = bytes/time)")
-        print("| size | libddp | libddp resident | ProcessGroupGloo (C++) "
+        print("times are means per call (median over launches and repetitions); "
+              "'median call' is the median single call")
+        print("libddp: what DataParallel does by default (the gradient copied into the segment, "
+              "the average written back); flat: PyTorch DDP's default bucket in the segment "
+              "(copy in, sum in place, copy out); resident: gradient_as_bucket_view (no copies)")
+        print("| size | libddp | libddp flat | libddp resident | ProcessGroupGloo (C++) "
               "| torch.distributed (Python) | libddp GB/s | memcpy GB/s | libddp / memcpy "
-              "| resident / memcpy | vs Gloo C++ |")
-        print("|---|---|---|---|---|---|---|---|---|---|")
+              "| flat / memcpy | resident / memcpy | libddp median call | libddp sleeps/call "
+              "| vs Gloo C++ |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for size in sizes:
             ours, gloo = med("libddp", world, size), med("ProcessGroupGloo", world, size)
-            res = med("libddp-resident", world, size)
+            res, flat = med("libddp-resident", world, size), med("libddp-flat", world, size)
             py, mem = med("torch.distributed", world, size), med("memcpy", world, size)
-            print(f"| {human(size)} | {1e6 * ours:.1f} | {1e6 * res:.1f} | {1e6 * gloo:.1f} "
-                  f"| {1e6 * py:.1f} | {size / ours / 1e9:.2f} | {size / mem / 1e9:.2f} "
-                  f"| {mem / ours:.2f} | {mem / res:.2f} | {gloo / ours:.1f}x |")
+            print(f"| {human(size)} | {1e6 * ours:.1f} | {1e6 * flat:.1f} | {1e6 * res:.1f} "
+                  f"| {1e6 * gloo:.1f} | {1e6 * py:.1f} | {size / ours / 1e9:.2f} "
+                  f"| {size / mem / 1e9:.2f} | {mem / ours:.2f} | {mem / flat:.2f} "
+                  f"| {mem / res:.2f} | {1e6 * median_of_calls('libddp', world, size):.1f} "
+                  f"| {sleeps('libddp', world, size):.3f} | {gloo / ours:.1f}x |")
     if ("baseline libddp", worlds[0], sizes[0]) in samples:
         print()
         print(f"against --baseline {args.baseline} (same rotation; memcpy of each run "
@@ -141,17 +166,18 @@ def main():
                 print(f"| {world} | {human(size)} | {1e6 * ours:.1f} | {1e6 * base:.1f} "
                       f"| {base / ours:.2f}x | {mem / ours:.2f} | {base_mem / base:.2f} |")
     print()
-    # libddp: a buffer copied through the segment (DataParallel's default);
-    # libddp-resident: one that lives in it (gradient_as_bucket_view).
-    for impl in ("libddp", "libddp-resident"):
+    # The goals are about what users get: DataParallel's default (libddp);
+    # gradient_as_bucket_view's path (resident) beside it, for information.
+    for impl, label in (("libddp", "DataParallel's default"),
+                        ("libddp-resident", "gradient_as_bucket_view only")):
         if 2 in worlds and (400 << 10) in sizes:
             t = med(impl, 2, 400 << 10)
-            print(f"goal ({impl}): 400 KB at world 2 <= 50 us: {1e6 * t:.1f} us "
+            print(f"goal ({label}): 400 KB at world 2 <= 50 us: {1e6 * t:.1f} us "
                   f"({'met' if t <= 50e-6 else 'NOT met'})")
         for world in worlds:
             for size in (s for s in sizes if s >= 64 << 20):
                 ratio = med("memcpy", world, size) / med(impl, world, size)
-                print(f"goal ({impl}): {human(size)} at world {world} >= 0.5x memcpy "
+                print(f"goal ({label}): {human(size)} at world {world} >= 0.5x memcpy "
                       f"bandwidth: {ratio:.2f}x ({'met' if ratio >= 0.5 else 'NOT met'})")
     print(f"raw results: {results}")
 
