@@ -157,6 +157,18 @@ def main():
                       f"gradient allreduce "
                       f"{1000 * med(name, w, 'allreduce_seconds_per_step'):.3f} ms per step")
         if 2 in worlds:
+            # Where world 2 loses against world 1, per step of one rank
+            # (32 samples): the step's time at each world, and how much of
+            # world 2's is the gradient allreduce (including the wait for
+            # the slower rank); the rest of the difference is the two ranks
+            # slowing each other down (memory bandwidth, the agent and the
+            # scheduler on 2 cores).
+            one = 1e6 * 32 / med("ddprun", 1, "samples_per_sec")
+            two = 1e6 * 32 * 2 / med("ddprun", 2, "samples_per_sec")
+            sync = 1e6 * med("ddprun", 2, "allreduce_seconds_per_step")
+            print(f"per step and rank: world 1 {one:.0f} us, world 2 {two:.0f} us, of which "
+                  f"{sync:.0f} us in FinishGradientSync; the other {two - one - sync:.0f} us "
+                  f"are the ranks slowing each other down")
             paired = statistics.median(
                 a["samples_per_sec"] / b["samples_per_sec"]
                 for a, b in zip(results[("ddprun", 2)], results[("ddprun", 1)]))
