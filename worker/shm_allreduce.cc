@@ -718,11 +718,12 @@ absl::StatusOr<float*> ShmAllreduce::MapResident(int64_t floats) {
       WaitFor([&] { return FirstBelow(header_->resident, 1); },
               "for the others' resident buffers");
   if (!created.ok()) return give_up(created);
-  // The others' buffers, read only: this rank reads them, never writes.
+  // The others' buffers, writable: this rank reads its chunk of theirs and
+  // writes its summed chunk back into them (SliceResident).
   for (int r = 0; r < size; ++r) {
     if (r == me) continue;
     const std::string theirs = file(r);
-    int fd = open(theirs.c_str(), O_RDONLY | O_CLOEXEC);
+    int fd = open(theirs.c_str(), O_RDWR | O_CLOEXEC);
     if (fd < 0) return give_up(Errno("open", theirs, errno));
     struct stat st;
     if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != bytes) {
@@ -732,7 +733,7 @@ absl::StatusOr<float*> ShmAllreduce::MapResident(int64_t floats) {
           "ranks asked for resident buffers of different sizes",
           theirs, st.st_size, bytes)));
     }
-    void* map = mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
+    void* map = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     const int error = errno;
     close(fd);
     if (map == MAP_FAILED) return give_up(Errno("map", theirs, error));
@@ -791,8 +792,18 @@ absl::Status ShmAllreduce::AllreduceResident(int64_t offset, int64_t count,
         at, std::min(slice, offset + count - at), ++seq_, divisor, between_nodes);
     if (!done.ok()) return done;
   }
-  // The others may still be copying chunks out of this rank's buffer: the
-  // caller may write it (the next backward) only once they are done.
+  // Inside the node every rank wrote its summed chunk into every buffer
+  // before it said so (SliceResident): nobody reads or writes this rank's
+  // buffer any more, and the caller may write it (the next backward). The
+  // counter still moves: copied-path calls after this one wait on it for
+  // their buffer sets (these slices used none).
+  if (!between_nodes) {
+    h.copied[me].value.store(last, std::memory_order_release);
+    Signal();
+    return absl::OkStatus();
+  }
+  // Between nodes the others still copy local rank 0's result out of its
+  // buffer: the caller may write it only once they are done.
   h.copied[me].value.store(last, std::memory_order_release);
   Signal();
   return WaitFor([&] { return FirstBelow(h.copied, last); },
@@ -803,7 +814,9 @@ absl::Status ShmAllreduce::SliceResident(int64_t at, int64_t n, uint64_t seq,
                                          float divisor,
                                          const BetweenNodes& between_nodes) {
   // Local rank r sums chunk r of every rank's buffer into its own (nobody
-  // else reads that chunk of it now), then copies chunk s from rank s.
+  // else reads that chunk of it now) and, inside the node, writes it into
+  // the others' buffers; between nodes local rank 0 copies chunk s from
+  // rank s instead, and the others copy its result once the nodes summed.
   Header& h = *header_;
   const int size = options_.local_size;
   const int me = options_.local_rank;
@@ -819,13 +832,28 @@ absl::Status ShmAllreduce::SliceResident(int64_t at, int64_t n, uint64_t seq,
     const float* inputs[kMaxLocal];
     for (int r = 0; r < size; ++r) inputs[r] = residents_[r] + at + lo;
     SumInto(mine + lo, inputs, size, hi - lo, between_nodes ? 1.0f : divisor);
+    // Inside the node the sum goes to the others at once, written into
+    // their buffers (chunk `me` of theirs is read by this rank only, and
+    // it just did): once every rank says it reduced, every buffer holds
+    // the whole result and nobody touches another's buffer any more, so
+    // a call waits twice (inputs ready, chunks summed), not three times
+    // (and done reading).
+    if (!between_nodes) {
+      for (int r = 0; r < size; ++r) {
+        if (r != me) {
+          std::memcpy(residents_[r] + at + lo, mine + lo,
+                      (hi - lo) * sizeof(float));
+        }
+      }
+    }
   }
   h.reduced[me].value.store(seq, std::memory_order_release);
   Signal();
   absl::Status reduced = WaitFor([&] { return FirstBelow(h.reduced, seq); },
                                  "for its chunk of the sum");
   if (!reduced.ok()) return reduced;
-  if (!between_nodes || me == 0) {
+  if (!between_nodes) return absl::OkStatus();
+  if (me == 0) {
     for (int r = 0; r < size; ++r) {
       const auto [rlo, rhi] = bounds(r);
       if (r != me && rlo < rhi) {
@@ -834,7 +862,6 @@ absl::Status ShmAllreduce::SliceResident(int64_t at, int64_t n, uint64_t seq,
       }
     }
   }
-  if (!between_nodes) return absl::OkStatus();
   if (me == 0) {
     absl::Status across = between_nodes(mine, n);
     if (!across.ok()) return Fail(across);

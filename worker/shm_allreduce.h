@@ -118,8 +118,9 @@ class ShmAllreduce {
   // Sums floats [offset, offset + count) of every local rank's resident
   // buffer in place (each element becomes sum / divisor, the same bits on
   // every rank): per slice, local rank r sums the r-th chunk over all
-  // buffers into its own (reduce-scatter), then copies the others' chunks
-  // (all-gather). Returns once every local rank is done reading this one's
+  // buffers into its own and writes it into the others' (reduce-scatter,
+  // all-gather by push: two waits per call, inputs ready and chunks
+  // summed). Returns once no other local rank reads or writes this one's
   // buffer: the caller may write it again at once. With `between_nodes`,
   // local rank 0 hands each summed slice to it before the others copy it.
   absl::Status AllreduceResident(int64_t offset, int64_t count, float divisor,
