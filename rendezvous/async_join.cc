@@ -121,6 +121,14 @@ void JoinQueues::Stop() {
   }
 }
 
+int64_t JoinQueues::calls() const {
+  int64_t calls = 0;
+  for (const auto& queue : queues_) {
+    calls += queue->calls.load(std::memory_order_relaxed);
+  }
+  return calls;
+}
+
 std::vector<int64_t> JoinQueues::CallsPerQueue() const {
   std::vector<int64_t> calls;
   for (const auto& queue : queues_) calls.push_back(queue->calls.load());

@@ -113,6 +113,8 @@ class JoinQueues {
   void Stop();
   // Join calls each queue has received so far (how evenly they spread).
   std::vector<int64_t> CallsPerQueue() const;
+  // Join calls received so far, all queues.
+  int64_t calls() const;
 
  private:
   // One queue and what serves it.

@@ -65,7 +65,7 @@ Job::Node& Job::NodeFor(const std::string& id,
                                               newer_call, id)),
            effects);
   }
-  node.answer_for_poll.reset();
+  ClearAnswerForPoll(node);
   node.join = request;
   node.join.clear_config();
   node.done = false;
@@ -182,7 +182,7 @@ void Job::RespondToPoll(const std::string& id, WaiterId waiter,
   Node& node = it->second;
   if (node.answer_for_poll.has_value()) {
     absl::StatusOr<v1::JoinResponse> answer = *std::move(node.answer_for_poll);
-    node.answer_for_poll.reset();
+    ClearAnswerForPoll(node);
     node.last_seen = now;  // a member's heartbeat clock starts now
     if (!answer.ok()) DropNode(id, now);
     effects->joins.push_back({waiter, std::move(answer)});
@@ -233,6 +233,7 @@ void Job::Answer(Node& node, absl::StatusOr<v1::JoinResponse> response,
     // Polling: its next poll collects the answer.
     node.polling = false;
     --polling_;
+    if (!node.answer_for_poll.has_value()) ++answers_for_poll_;
     node.answer_for_poll = std::move(response);
   }
   --parked_;
@@ -528,8 +529,17 @@ void Job::Finish(v1::JobState state, absl::Time now, Effects* effects) {
 }
 
 void Job::DropNode(const std::string& node_id, absl::Time now) {
-  nodes_.erase(node_id);
+  if (auto it = nodes_.find(node_id); it != nodes_.end()) {
+    ClearAnswerForPoll(it->second);
+    nodes_.erase(it);
+  }
   last_activity_ = now;
+}
+
+void Job::ClearAnswerForPoll(Node& node) {
+  if (!node.answer_for_poll.has_value()) return;
+  node.answer_for_poll.reset();
+  --answers_for_poll_;
 }
 
 void Job::AddFailures(const v1::ReportFailureRequest& request, absl::Time now) {
@@ -629,7 +639,7 @@ void Job::Leave(const v1::LeaveRequest& request, absl::Time now,
                request.node_id(), run_id_)),
            effects);
   }
-  node.answer_for_poll.reset();  // it left: it polls no more
+  ClearAnswerForPoll(node);  // it left: it polls no more
   if (request.reason() == v1::LeaveRequest::REASON_SUCCEEDED) {
     node.done = true;
     node.last_seen = now;

@@ -174,6 +174,10 @@ class Job {
   // (the rules above); never parks.
   v1::ResumeResponse Resume(const v1::JoinRequest& request, absl::Time now,
                             Effects* effects);
+  // Decisions (a round's assignments, JobEnded, errors) that wait for
+  // their polling node to collect them: while any do, the round's fan-out
+  // goes on (the server gives memory back only after it).
+  int64_t answers_for_poll() const { return answers_for_poll_; }
   // True while a round is being rebuilt from re-registrations.
   bool resuming() const { return resuming_.has_value(); }
   // Join timeouts, silent nodes, last call.
@@ -242,6 +246,8 @@ class Job {
   void EndRound(absl::Time now, Effects* effects);
   void Finish(v1::JobState state, absl::Time now, Effects* effects);
   void DropNode(const std::string& node_id, absl::Time now);
+  // Forgets the node's decision waiting for its poll, if any.
+  void ClearAnswerForPoll(Node& node);
   void AddFailures(const v1::ReportFailureRequest& request, absl::Time now);
   bool AllExpectedParked() const;
   // Sets the round's heartbeat interval and timeout for `nodes` nodes.
@@ -287,6 +293,9 @@ class Job {
   int parked_ = 0;  // nodes waiting for a round (parked or polling)
   int64_t parked_calls_ = 0;  // nodes with a parked Join call
   int64_t polling_ = 0;       // nodes waiting by polling
+  // Nodes whose decision (assignment, JobEnded, error) waits for their
+  // next poll: the fan-out still to come.
+  int64_t answers_for_poll_ = 0;
   uint64_t next_arrival_ = 0;
   // Nodes that came to wait for the forming round since the first of them
   // (at forming_since_): the arrival rate rule (a)'s expected close uses.

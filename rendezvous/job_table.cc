@@ -257,6 +257,13 @@ void JobTable::CancelAllJoins(const absl::Status& status, Effects* effects) {
   for (auto& [id, job] : jobs_) job->CancelAllJoins(status, effects);
 }
 
+int64_t JobTable::AnswersForPoll() const {
+  absl::MutexLock lock(&mu_);
+  int64_t answers = 0;
+  for (const auto& [id, job] : jobs_) answers += job->answers_for_poll();
+  return answers;
+}
+
 size_t JobTable::num_jobs() const {
   absl::MutexLock lock(&mu_);
   return jobs_.size();

@@ -70,6 +70,8 @@ class JobTable {
   void CancelAllJoins(const absl::Status& status, Effects* effects);
 
   size_t num_jobs() const;
+  // Decisions waiting for their polling node, all jobs (Job's).
+  int64_t AnswersForPoll() const;
 
  private:
   absl::Status NotFound(const std::string& run_id) const;

@@ -32,6 +32,8 @@ class RendezvousService final : public RendezvousServiceBase,
   void StartJoins() { joins_.Start(); }
   void StopJoins() { joins_.Stop(); }
   std::vector<int64_t> JoinsPerQueue() const { return joins_.CallsPerQueue(); }
+  // Join calls received so far, all queues.
+  int64_t join_calls() const { return joins_.calls(); }
 
   // JoinHandler.
   void OnJoin(JoinCall* call) override;

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <iterator>
 #include <limits>
 #include <memory>
 #include <utility>
@@ -64,7 +63,9 @@ Server::Server(const ServerOptions& options)
       store_(clock_, options.limits),
       store_service_(&jobs_, &store_, &token_check_, options.limits),
       rendezvous_service_(&jobs_, &store_service_, &token_check_,
-                          options.join_queues) {
+                          options.join_queues),
+      memory_return_(MemoryReturnOptions{
+          .large_fan_out = options.return_memory_after_parked}) {
   rendezvous_service_.mutable_heartbeat_streams()->set_max_streams(
       options.max_heartbeat_streams);
 }
@@ -143,31 +144,21 @@ void Server::MaybeReturnMemory() {
   // gRPC holds ~15 KiB per parked call (100,000 parked Joins: 1.5 GiB).
   // Once they are answered glibc keeps that memory for reuse, so the server
   // stayed at its peak for good; after a large fan-out it is given back.
-  const size_t large_fan_out = options_.return_memory_after_parked;
-  if (large_fan_out == 0) return;
   // Joins: the fan-outs that size (store waiters are few).
-  const size_t parked = rendezvous_service_.num_parked();
-  const absl::Time now = clock_->Now();
-  peak_parked_ = std::max(peak_parked_, rendezvous_service_.TakePeakParked());
-  if (!fan_out_seen_at_.has_value()) {
-    if (peak_parked_ < large_fan_out || parked > peak_parked_ / 2) return;
-    fan_out_seen_at_ = now;
-    trims_done_ = 0;
-  }
-  // The answered calls free their memory only when gRPC is done sending
-  // them, which takes a while for 100,000 answers on a loaded host: give
-  // back what is free 1 s, 5 s and 20 s after the fan-out.
-  static constexpr absl::Duration kAfter[] = {
-      absl::Seconds(1), absl::Seconds(5), absl::Seconds(20)};
-  if (now - *fan_out_seen_at_ < kAfter[trims_done_]) return;
+  FanOutState state;
+  state.parked = rendezvous_service_.num_parked();
+  state.peak_parked = rendezvous_service_.TakePeakParked();
+  state.join_calls = rendezvous_service_.join_calls();
+  // (One lock of the job table per tick, only between a fan-out and its
+  // first trim.)
+  state.answers_for_poll = memory_return_.wants_answers_for_poll()
+                               ? jobs_.AnswersForPoll()
+                               : 0;
+  if (!memory_return_.Tick(clock_->Now(), state)) return;
 #ifdef __GLIBC__
   malloc_trim(0);
 #endif
   trims_.fetch_add(1);
-  if (++trims_done_ == static_cast<int>(std::size(kAfter))) {
-    peak_parked_ = parked;
-    fan_out_seen_at_.reset();
-  }
 }
 
 void Server::SampleMemory() {

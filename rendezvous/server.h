@@ -14,6 +14,7 @@
 #include "grpcpp/server.h"
 #include "rendezvous/job_table.h"
 #include "rendezvous/limits.h"
+#include "rendezvous/memory_return.h"
 #include "rendezvous/rendezvous_service.h"
 #include "rendezvous/store_service.h"
 #include "rendezvous/store_state.h"
@@ -70,8 +71,8 @@ struct ServerOptions {
   // (JobOptions::forgive_stalls_over).
   absl::Duration forgive_stalls_over = absl::Seconds(1);
   // After this many calls were parked at once and then answered, the
-  // memory gRPC held for them is given back to the system
-  // (MaybeReturnMemory). 0: never.
+  // memory gRPC held for them is given back to the system once the Join
+  // traffic calmed (MemoryReturn). 0: never.
   size_t return_memory_after_parked = 10000;
   // The time source; nullptr: the real clock. Must outlive the server.
   const common::Clock* clock = nullptr;
@@ -132,8 +133,8 @@ class Server {
  private:
   explicit Server(const ServerOptions& options);
   // After a fan-out of at least return_memory_after_parked calls, once
-  // they are answered, gives the memory they held back to the system
-  // (ticker thread).
+  // they are answered and the Join traffic calmed (MemoryReturn), gives
+  // the memory they held back to the system (ticker thread).
   void MaybeReturnMemory();
   // With Limits::max_memory_bytes: samples the resident memory for the
   // store's admission, giving back what glibc keeps free when the bound is
@@ -153,10 +154,7 @@ class Server {
   RendezvousService rendezvous_service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<Ticker> ticker_;
-  // MaybeReturnMemory's state (ticker thread only).
-  size_t peak_parked_ = 0;
-  std::optional<absl::Time> fan_out_seen_at_;
-  int trims_done_ = 0;  // of this fan-out
+  MemoryReturn memory_return_;  // MaybeReturnMemory's (ticker thread)
   std::atomic<int> trims_{0};
   std::optional<absl::Time> last_bound_trim_;  // SampleMemory's (ticker)
   int port_ = 0;

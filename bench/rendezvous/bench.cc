@@ -15,6 +15,62 @@ namespace ddprun::bench {
 
 namespace {
 
+// Where last join -> all ranked went (printed under each row): the phases,
+// the CPU-seconds of the server, the simulated agents, the machine's other
+// processes and its idle cores in that window, the server's CPU per node
+// and the rate it would sustain alone on every core, and how the polls
+// were timed against the close.
+void PrintAccounting(const JoinResult& j, int n, long cores) {
+  if (j.all_ranked.at == absl::InfinitePast() ||
+      j.first_sent.at == absl::InfinitePast()) {
+    return;
+  }
+  auto ms = [](absl::Duration d) { return absl::ToDoubleMilliseconds(d); };
+  const CpuSample& a = j.last_sent;
+  const CpuSample& b = j.all_ranked;
+  const double wall = absl::ToDoubleSeconds(b.at - a.at);
+  const double server = b.server_s - a.server_s;
+  const double agents = b.agents_s - a.agents_s;
+  const double busy = b.busy_s - a.busy_s;
+  const double idle = b.idle_s - a.idle_s;
+  const double others = std::max(0.0, busy - server - agents);
+  // The whole join (first Join sent -> every node ranked): every call of
+  // every node, waiting answers and polls included.
+  const double server_all = b.server_s - j.first_sent.server_s;
+  const double agents_all = b.agents_s - j.first_sent.agents_s;
+  const double us_per_node = server_all * 1e6 / std::max(1, n);
+  std::printf(
+      "         phases: send %.0f ms, last sent -> close %.0f ms, close -> all "
+      "%.0f ms\n",
+      ms(j.last_sent.at - j.first_sent.at), ms(j.closed.at - j.last_sent.at),
+      ms(j.all_ranked.at - j.closed.at));
+  std::printf(
+      "         last->all %.2f s x %ld cores = %.2f core-s: server %.2f, "
+      "agents %.2f, other processes %.2f, idle %.2f\n",
+      wall, cores, wall * static_cast<double>(cores), server, agents, others,
+      idle);
+  std::printf(
+      "         whole join: server %.2f CPU-s = %.1f us/node (%.0f nodes/s "
+      "on %ld cores alone), agents %.2f CPU-s = %.1f us/node; server's "
+      "last->all CPU / %ld cores = %.0f ms (its floor with every core)\n",
+      server_all, us_per_node,
+      us_per_node > 0 ? static_cast<double>(cores) * 1e6 / us_per_node : 0,
+      cores, agents_all, agents_all * 1e6 / std::max(1, n), cores,
+      server * 1e3 / static_cast<double>(cores));
+  if (j.polls > 0 || j.waiting_answers > 0) {
+    std::printf(
+        "         polls %lld (%lld after the close; %lld answered waiting "
+        "after it), %d nodes answered on their first Join; last poll due "
+        "close+%.0f ms, last sent close+%.0f ms, sent late by %.1f ms mean / "
+        "%.0f ms worst\n",
+        static_cast<long long>(j.polls),
+        static_cast<long long>(j.polls_after_close),
+        static_cast<long long>(j.waits_after_close), j.parked_answers,
+        ms(j.last_poll_due), ms(j.last_poll_sent), ms(j.mean_poll_late),
+        ms(j.max_poll_late));
+  }
+}
+
 // One server process, one node count: one table row. False when a
 // measurement failed.
 bool MeasureOne(const BenchOptions& options, const std::string& label,
@@ -33,6 +89,10 @@ bool MeasureOne(const BenchOptions& options, const std::string& label,
   agents_options.heartbeat_interval = options.heartbeat_interval;
   agents_options.heartbeat_timeout = options.heartbeat_timeout;
   agents_options.poll = options.poll;
+  const ServerProcess* process = &*server;
+  agents_options.server_cpu_seconds = [process] {
+    return process->CpuSeconds();
+  };
   SimulatedAgents agents(agents_options);
   JoinResult joined = agents.JoinAll(options.join_timeout);
   long rss = server->RssKib();
@@ -49,6 +109,7 @@ bool MeasureOne(const BenchOptions& options, const std::string& label,
                 absl::ToDoubleMilliseconds(joined.close_to_all),
                 static_cast<long long>(joined.waiting_answers), rss / 1024.0,
                 "-", server->PeakRssKib() / 1024.0);
+    PrintAccounting(joined, n, cores);
     std::fflush(stdout);
     return true;
   }
@@ -116,6 +177,7 @@ bool MeasureOne(const BenchOptions& options, const std::string& label,
       streamed.error.empty() ? ""
                              : absl::StrCat(" (streams: ", streamed.error, ")")
                                    .c_str());
+  PrintAccounting(joined, n, cores);
   std::fflush(stdout);
   return detected.complete;
 }

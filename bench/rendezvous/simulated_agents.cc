@@ -1,6 +1,10 @@
 #include "bench/rendezvous/simulated_agents.h"
 
+#include <time.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cstdio>
 #include <queue>
 #include <set>
 #include <thread>
@@ -164,7 +168,38 @@ class BeatStream final
   int64_t answered_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
+// Every core's busy and idle time so far, seconds, from /proc/stat's first
+// line (user nice system idle iowait irq softirq steal ...).
+void MachineCpu(double* busy, double* idle) {
+  *busy = 0;
+  *idle = 0;
+  FILE* f = std::fopen("/proc/stat", "r");
+  if (f == nullptr) return;
+  unsigned long long v[8] = {0};
+  int got = std::fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu",
+                        &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6],
+                        &v[7]);
+  std::fclose(f);
+  if (got < 5) return;
+  const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
+  *busy = static_cast<double>(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / tick;
+  *idle = static_cast<double>(v[3] + v[4]) / tick;
+}
+
 }  // namespace
+
+CpuSample SimulatedAgents::SampleCpu() const {
+  CpuSample sample;
+  sample.at = absl::Now();
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  sample.agents_s = static_cast<double>(ts.tv_sec) + ts.tv_nsec * 1e-9;
+  if (options_.server_cpu_seconds) {
+    sample.server_s = options_.server_cpu_seconds();
+  }
+  MachineCpu(&sample.busy_s, &sample.idle_s);
+  return sample;
+}
 
 SimulatedAgents::SimulatedAgents(AgentsOptions options)
     : options_(std::move(options)),
@@ -232,10 +267,11 @@ absl::Status SimulatedAgents::EndRound() {
 
 void SimulatedAgents::SendJoin(
     int i, absl::Duration timeout,
-    const std::function<void(JoinCall*)>* answered) {
+    const std::function<void(JoinCall*)>* answered, bool poll) {
   auto* call = new JoinCall;
   call->answered = answered;
   call->node = i;
+  call->poll = poll;
   // As the agent's RendezvousClient::Join: no gRPC deadline on the parked
   // Join (the server answers at join_timeout).
   Authorize(&call->context);
@@ -276,6 +312,11 @@ JoinResult SimulatedAgents::JoinAll(absl::Duration timeout) {
   std::set<int> ranks;
   int world_size = -1;
   JoinResult result;
+  // Accounting (JoinResult): polls and when they were due and sent.
+  bool closed = false;
+  absl::Time last_due = absl::InfinitePast();
+  absl::Time last_poll_sent = absl::InfinitePast();
+  absl::Duration poll_late_sum;
   std::function<void(JoinCall*)> answered = [&](JoinCall* call) {
     absl::MutexLock lock(&mu);
     if (options_.poll &&
@@ -286,13 +327,24 @@ JoinResult SimulatedAgents::JoinAll(absl::Duration timeout) {
     }
     if (call->status.ok() && call->response.has_waiting()) {
       ++waiting_answers;
-      polls.emplace(absl::Now() + absl::Milliseconds(
-                                      call->response.waiting().poll_interval_ms()),
-                    call->node);
+      if (closed) ++result.waits_after_close;
+      const absl::Time due =
+          absl::Now() +
+          absl::Milliseconds(call->response.waiting().poll_interval_ms());
+      last_due = std::max(last_due, due);
+      polls.emplace(due, call->node);
       return;
     }
     ++done;
     last_done = absl::Now();
+    if (call->status.ok() && call->response.has_assignment()) {
+      if (!closed) {
+        closed = true;
+        result.closed = SampleCpu();
+      }
+      if (!call->poll) ++result.parked_answers;
+    }
+    if (done == options_.nodes) result.all_ranked = SampleCpu();
     const grpc::Status& status = call->status;
     if (!status.ok()) {
       if (error.empty()) error = status.error_message();
@@ -322,15 +374,28 @@ JoinResult SimulatedAgents::JoinAll(absl::Duration timeout) {
     absl::MutexLock lock(&mu);
     while (!stop_polling) {
       absl::Time now = absl::Now();
-      std::vector<int> due;
+      std::vector<Due> due;
       while (!polls.empty() && polls.top().first <= now) {
-        due.push_back(polls.top().second);
+        due.push_back(polls.top());
         polls.pop();
       }
       if (!due.empty()) {
         mu.Unlock();
-        for (int node : due) SendJoin(node, timeout, &answered);
+        absl::Duration late_sum;
+        absl::Time sent;
+        for (const auto& [when, node] : due) {
+          sent = absl::Now();
+          late_sum += sent - when;
+          result.max_poll_late = std::max(result.max_poll_late, sent - when);
+          SendJoin(node, timeout, &answered, /*poll=*/true);
+        }
         mu.Lock();
+        poll_late_sum += late_sum;
+        result.polls += static_cast<int64_t>(due.size());
+        last_poll_sent = sent;
+        if (closed) {
+          result.polls_after_close += static_cast<int64_t>(due.size());
+        }
         continue;
       }
       absl::Time next =
@@ -341,10 +406,14 @@ JoinResult SimulatedAgents::JoinAll(absl::Duration timeout) {
       mu.AwaitWithDeadline(absl::Condition(&woken), next);
     }
   });
-  absl::Time first_sent = absl::Now();
+  result.first_sent = SampleCpu();
+  absl::Time first_sent = result.first_sent.at;
   for (int i = 0; i < options_.nodes; ++i) SendJoin(i, timeout, &answered);
-  absl::Time last_sent = absl::Now();
+  // (Before the lock: the close may come before the last send.)
+  const CpuSample last_sample = SampleCpu();
+  absl::Time last_sent = last_sample.at;
   absl::MutexLock lock(&mu);
+  result.last_sent = last_sample;
   auto all_done = [&] { return done == options_.nodes; };
   mu.Await(absl::Condition(&all_done));
   stop_polling = true;
@@ -355,6 +424,15 @@ JoinResult SimulatedAgents::JoinAll(absl::Duration timeout) {
   result.first_to_all = last_done - first_sent;
   result.last_to_all = last_done - last_sent;
   result.close_to_all = last_done - first_assigned;
+  if (closed) {
+    if (last_due > first_assigned) {
+      result.last_poll_due = last_due - first_assigned;
+    }
+    if (last_poll_sent > first_assigned) {
+      result.last_poll_sent = last_poll_sent - first_assigned;
+    }
+  }
+  if (result.polls > 0) result.mean_poll_late = poll_late_sum / result.polls;
   result.assigned = static_cast<int>(ranks.size());
   result.error = error;
   if (error.empty() &&

@@ -29,6 +29,21 @@ struct AgentsOptions {
   // server may then answer `waiting`, and the node Joins again after the
   // interval it says. False: every Join is parked (agents older than it).
   bool poll = true;
+  // The server's CPU time so far (seconds), sampled at the join's phases
+  // for JoinResult's accounting; unset: not sampled (0).
+  std::function<double()> server_cpu_seconds;
+};
+
+// Where the CPU went up to one instant: the server, this process (the
+// simulated agents), and the whole machine (/proc/stat: every process on
+// every core, and the cores' idle time). Differences of two samples give
+// one phase's accounting.
+struct CpuSample {
+  absl::Time at = absl::InfinitePast();  // InfinitePast: not sampled
+  double server_s = 0;
+  double agents_s = 0;
+  double busy_s = 0;  // all processes, all cores (user, nice, system, irq)
+  double idle_s = 0;  // all cores (idle, iowait)
 };
 
 struct JoinResult {
@@ -40,6 +55,26 @@ struct JoinResult {
   int assigned = 0;
   int64_t waiting_answers = 0;  // `waiting` answers (each one poll more)
   std::string error;  // empty when every node got a consistent assignment
+
+  // Accounting (bench.cc prints it under each row). Samples at the first
+  // and the last Join sent, at the first assignment received (the close)
+  // and at the last one (every node ranked).
+  CpuSample first_sent, last_sent, closed, all_ranked;
+  int64_t polls = 0;              // polling Joins sent (after `waiting`)
+  int64_t polls_after_close = 0;  // of which sent after the close
+  // `waiting` answers received after the close: polls that came before
+  // the close and had to poll once more.
+  int64_t waits_after_close = 0;
+  // Assignments that answered a node's first Join (parked at the server,
+  // or answered at once); the others answered a poll.
+  int parked_answers = 0;
+  // From the close: the latest time the server told a node to poll, the
+  // last poll sent; and how late polls were sent after the time they were
+  // told (the simulating process's own delay): worst and mean.
+  absl::Duration last_poll_due = absl::ZeroDuration();
+  absl::Duration last_poll_sent = absl::ZeroDuration();
+  absl::Duration max_poll_late = absl::ZeroDuration();
+  absl::Duration mean_poll_late = absl::ZeroDuration();
 };
 
 // Heartbeats on Rendezvous.Heartbeats streams (StreamedHeartbeats).
@@ -109,10 +144,13 @@ class SimulatedAgents {
     std::unique_ptr<grpc::ClientAsyncResponseReader<v1::JoinResponse>> reader;
     const std::function<void(JoinCall*)>* answered = nullptr;
     int node = 0;
+    bool poll = false;  // a poll (the node was answered `waiting` before)
   };
   // Sends node `node`'s Join on its connection's queue.
   void SendJoin(int node, absl::Duration join_timeout,
-                const std::function<void(JoinCall*)>* answered);
+                const std::function<void(JoinCall*)>* answered,
+                bool poll = false);
+  CpuSample SampleCpu() const;
 
   v1::Rendezvous::Stub& Stub(int node) { return *stubs_[node % stubs_.size()]; }
   std::string NodeId(int node) const;

@@ -224,6 +224,33 @@ TEST_F(PollJoinTest, AMemberThatNeverCollectsItsAssignmentEndsTheRound) {
   EXPECT_EQ(job_->restart_count(), 0) << "a lost node is not a restart";
 }
 
+// The server gives a large fan-out's memory back only once no decision
+// waits for its polling node (MemoryReturn): the count follows every way a
+// waiting decision goes (collected, the node dropped, superseded).
+TEST_F(PollJoinTest, CountsTheDecisionsWaitingForTheirPolls) {
+  Make(4, /*max_parked_joins=*/0);
+  ASSERT_TRUE(Waiting(Join("n0")));
+  ASSERT_TRUE(Waiting(Join("n1")));
+  ASSERT_TRUE(Waiting(Join("n2")));
+  EXPECT_EQ(job_->answers_for_poll(), 0) << "nothing decided yet";
+  ASSERT_EQ(AssignmentOf(Join("n3")).round(), 0) << "n3 closes the round";
+  EXPECT_EQ(job_->answers_for_poll(), 3);
+  now_ += absl::Milliseconds(250);
+  ASSERT_EQ(AssignmentOf(Join("n0")).round(), 0);
+  EXPECT_EQ(job_->answers_for_poll(), 2) << "n0 collected its assignment";
+  // n1 polls no more: dropped at its poll timeout (750 ms), its answer
+  // with it; n2 leaves.
+  v1::LeaveRequest leave;
+  leave.set_node_id("n2");
+  leave.set_round(0);
+  leave.set_reason(v1::LeaveRequest::REASON_SHUTDOWN);
+  Effects effects;
+  job_->Leave(leave, now_, &effects);
+  EXPECT_EQ(job_->answers_for_poll(), 1) << "n2 left";
+  Advance(absl::Milliseconds(600));
+  EXPECT_EQ(job_->answers_for_poll(), 0) << "n1 was dropped";
+}
+
 TEST_F(PollJoinTest, APollTakesAParkedSlotThatWasFreed) {
   Make(3, /*max_parked_joins=*/1);
   WaiterId n0 = Join("n0");
