@@ -47,17 +47,17 @@ ShmAllreduceOptions Options(const TempDir& dir, int local_rank, int local_size) 
 
 // Runs `body` as every local rank, each on its own thread, after local
 // rank 0 created the segment and the others attached.
-void AsLocalRanks(const TempDir& dir, int size,
-                  const std::function<void(int, ShmAllreduce&)>& body,
-                  int64_t slice_floats = 64,
-                  int64_t whole_call_floats = 0) {
+// Runs `body` on `size` threads as local ranks of one segment, each with
+// Options() changed by `tune`.
+void AsTunedLocalRanks(const TempDir& dir, int size,
+                       const std::function<void(ShmAllreduceOptions&)>& tune,
+                       const std::function<void(int, ShmAllreduce&)>& body) {
   absl::Notification created;
   std::vector<std::thread> threads;
   for (int r = 0; r < size; ++r) {
     threads.emplace_back([&, r] {
       ShmAllreduceOptions o = Options(dir, r, size);
-      o.slice_floats = slice_floats;
-      o.whole_call_floats = whole_call_floats;
+      tune(o);
       absl::StatusOr<std::unique_ptr<ShmAllreduce>> shm;
       if (r == 0) {
         shm = ShmAllreduce::Create(o);
@@ -71,6 +71,19 @@ void AsLocalRanks(const TempDir& dir, int size,
     });
   }
   for (auto& t : threads) t.join();
+}
+
+void AsLocalRanks(const TempDir& dir, int size,
+                  const std::function<void(int, ShmAllreduce&)>& body,
+                  int64_t slice_floats = 64,
+                  int64_t whole_call_floats = 0) {
+  AsTunedLocalRanks(
+      dir, size,
+      [&](ShmAllreduceOptions& o) {
+        o.slice_floats = slice_floats;
+        o.whole_call_floats = whole_call_floats;
+      },
+      body);
 }
 
 TEST(ShmAllreduceTest, EveryCountAndLocalSizeSumsExactlyWithTheSameBits) {
@@ -218,31 +231,17 @@ TEST(ShmAllreduceTest, PipelinedSlicesGiveTheBitsOfLockstepOnes) {
     SCOPED_TRACE(pipeline);
     TempDir dir;
     std::vector<std::vector<float>> noisy(2, std::vector<float>(n));
-    absl::Notification created;
-    std::vector<std::thread> threads;
-    for (int r = 0; r < 2; ++r) {
-      threads.emplace_back([&, r] {
-        ShmAllreduceOptions o = Options(dir, r, 2);
-        o.pipeline = pipeline;
-        absl::StatusOr<std::unique_ptr<ShmAllreduce>> shm;
-        if (r == 0) {
-          shm = ShmAllreduce::Create(o);
-          created.Notify();
-        } else {
-          created.WaitForNotification();
-          shm = ShmAllreduce::Attach(o);
-        }
-        ASSERT_TRUE(shm.ok()) << shm.status();
-        for (int64_t i = 0; i < n; ++i) noisy[r][i] = NoisyValue(i, r);
-        const int64_t cut = 100 + 77 * r;
-        std::vector<ShmAllreduce::Part> parts = {
-            {noisy[r].data(), cut}, {noisy[r].data() + cut, n - cut}};
-        ASSERT_TRUE((*shm)->Allreduce(parts, 2.0f).ok());
-        EXPECT_EQ((*shm)->stats().each_sums_all_slices, 10);
-        EXPECT_EQ((*shm)->stats().pipelined_slices, pipeline ? 10 : 0);
-      });
-    }
-    for (auto& t : threads) t.join();
+    AsTunedLocalRanks(
+        dir, 2, [&](ShmAllreduceOptions& o) { o.pipeline = pipeline; },
+        [&](int r, ShmAllreduce& shm) {
+          for (int64_t i = 0; i < n; ++i) noisy[r][i] = NoisyValue(i, r);
+          const int64_t cut = 100 + 77 * r;
+          std::vector<ShmAllreduce::Part> parts = {
+              {noisy[r].data(), cut}, {noisy[r].data() + cut, n - cut}};
+          ASSERT_TRUE(shm.Allreduce(parts, 2.0f).ok());
+          EXPECT_EQ(shm.stats().each_sums_all_slices, 10);
+          EXPECT_EQ(shm.stats().pipelined_slices, pipeline ? 10 : 0);
+        });
     EXPECT_EQ(std::memcmp(noisy[0].data(), noisy[1].data(), n * sizeof(float)), 0);
     results.push_back(noisy[0]);
   }
