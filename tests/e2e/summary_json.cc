@@ -89,6 +89,10 @@ bool FreezeProcesses(const std::vector<pid_t>& pids) {
       absl::Seconds(30));
 }
 
+void ThawProcesses(const std::vector<pid_t>& pids) {
+  for (pid_t pid : pids) kill(pid, SIGCONT);
+}
+
 std::optional<int64_t> NewestCheckpointStep(const std::string& dir) {
   std::optional<int64_t> newest;
   DIR* d = opendir(dir.c_str());

@@ -31,6 +31,9 @@ std::string ExpectTrainedSummary(const std::string& path, int world_size,
 // running again). False when one did not stop within the bound.
 bool FreezeProcesses(const std::vector<pid_t>& pids);
 
+// Lets processes stopped by FreezeProcesses run on (SIGCONT).
+void ThawProcesses(const std::vector<pid_t>& pids);
+
 // The step of the newest ckpt-<step>.pt in `dir`; nullopt when none.
 std::optional<int64_t> NewestCheckpointStep(const std::string& dir);
 

@@ -103,14 +103,29 @@ TEST(MnistPrewarmTest, AKilledWorkerIsReplacedByPrewarmedProcesses) {
   ASSERT_TRUE(agent.ok()) << agent.status();
   auto err = [&] { return ReadFileOrEmpty(options.stderr_path); };
 
-  // Mid-training, with the next round's two standbys loaded and waiting
-  // (four epochs leave them time to load even on a busy host).
-  std::set<pid_t> standbys;
+  // Mid-training: a checkpoint saved, then both workers frozen, so that they
+  // write no other checkpoint and the job cannot end, however fast this host
+  // trains, before the next round's two standbys are loaded and waiting.
+  std::vector<pid_t> workers;
   bool ended_early = false;
   ASSERT_TRUE(WaitFor(
       [&] {
         if (agent->Poll().has_value()) return ended_early = true;
         if (!HasCheckpoint(dir)) return false;
+        workers.clear();
+        for (pid_t pid : Children(agent->pid())) {
+          if (IsWorker(pid)) workers.push_back(pid);
+        }
+        return workers.size() == 2;
+      },
+      absl::Minutes(2)))
+      << err();
+  ASSERT_FALSE(ended_early) << "the job ended before its first checkpoint\n"
+                            << err();
+  ASSERT_TRUE(FreezeProcesses(workers));
+  std::set<pid_t> standbys;
+  ASSERT_TRUE(WaitFor(
+      [&] {
         standbys.clear();
         for (pid_t pid : Children(agent->pid())) {
           if (IsStandby(pid) && WaitsOnPipe(pid)) standbys.insert(pid);
@@ -119,16 +134,6 @@ TEST(MnistPrewarmTest, AKilledWorkerIsReplacedByPrewarmedProcesses) {
       },
       absl::Minutes(2)))
       << err();
-  ASSERT_FALSE(ended_early)
-      << "the job ended before its standbys waited; a slower host?\n"
-      << err();
-  std::vector<pid_t> workers;
-  for (pid_t pid : Children(agent->pid())) {
-    if (IsWorker(pid)) workers.push_back(pid);
-  }
-  ASSERT_EQ(workers.size(), 2u) << err();
-  // Frozen, they write no other checkpoint: the job must resume from this.
-  ASSERT_TRUE(FreezeProcesses(workers));
   std::optional<int64_t> resume_step =
       NewestCheckpointStep(dir.File("checkpoints"));
   ASSERT_TRUE(resume_step.has_value());
@@ -201,30 +206,40 @@ TEST(MnistPrewarmTest, TwoNodesRestartWithTheirStandbys) {
     return ReadFileOrEmpty(dir.File("agent0.err")) + "\n---\n" +
            ReadFileOrEmpty(dir.File("agent1.err"));
   };
+  // As above: the workers are frozen at their first checkpoint, then the
+  // standbys awaited, so a fast host cannot end the job first.
+  std::vector<pid_t> workers;
   pid_t victim = -1;
   ASSERT_TRUE(WaitFor(
       [&] {
         if (!HasCheckpoint(dir)) return false;
+        workers.clear();
+        victim = -1;
+        for (Subprocess& agent : agents) {
+          for (pid_t pid : Children(agent.pid())) {
+            if (IsWorker(pid)) workers.push_back(pid);
+          }
+        }
+        for (pid_t pid : Children(agents[1].pid())) {
+          if (IsWorker(pid)) victim = pid;
+        }
+        return workers.size() == 2 && victim > 0;
+      },
+      absl::Minutes(2)))
+      << logs();
+  ASSERT_TRUE(FreezeProcesses(workers));
+  ASSERT_TRUE(WaitFor(
+      [&] {
         int waiting = 0;
         for (Subprocess& agent : agents) {
           for (pid_t pid : Children(agent.pid())) {
             if (IsStandby(pid) && WaitsOnPipe(pid)) ++waiting;
           }
         }
-        for (pid_t pid : Children(agents[1].pid())) {
-          if (IsWorker(pid)) victim = pid;
-        }
-        return waiting == 2 && victim > 0;
+        return waiting == 2;
       },
       absl::Minutes(2)))
       << logs();
-  std::vector<pid_t> workers;
-  for (Subprocess& agent : agents) {
-    for (pid_t pid : Children(agent.pid())) {
-      if (IsWorker(pid)) workers.push_back(pid);
-    }
-  }
-  ASSERT_TRUE(FreezeProcesses(workers));
   std::optional<int64_t> resume_step =
       NewestCheckpointStep(dir.File("checkpoints"));
   ASSERT_TRUE(resume_step.has_value());

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -255,6 +256,12 @@ TEST_F(RendezvousRestartTest, MnistTrainsThroughAServerRestart) {
       absl::Minutes(3), absl::Milliseconds(50)))
       << Logs();
 
+  // The workers are frozen while the server is away, so that a fast host
+  // cannot finish the job before the server is back; their agents must
+  // neither stop nor restart them, and once thawed they train on.
+  const std::vector<pid_t> frozen(workers.begin(), workers.end());
+  ASSERT_TRUE(FreezeProcesses(frozen));
+  absl::Cleanup thaw = [&] { ThawProcesses(frozen); };
   const int port = server_.port();
   ASSERT_TRUE(server_.KillNine());
   const int64_t step_at_kill =
@@ -262,6 +269,7 @@ TEST_F(RendezvousRestartTest, MnistTrainsThroughAServerRestart) {
   ASSERT_TRUE(server_.Start(port)) << server_.log();
   ASSERT_TRUE(server_.WaitForRunning("restart-mnist", 0, 0, 2)) << Logs();
   EXPECT_EQ(CurrentWorkers(), workers) << "a worker restarted\n" << Logs();
+  std::move(thaw).Invoke();
   // The same workers train on: a newer checkpoint comes.
   EXPECT_TRUE(WaitFor(
       [&] {
