@@ -13,6 +13,11 @@ against 1, and the time per step spent in gradient allreduce.
       [--baseline OTHER_BUILD_DIR] [--ddprun-only]
   (bench/worker/run.sh builds what is needed and calls this)
 
+--independent (with world 2): also runs two world-1 jobs at once (each the
+whole of world 1's job, no gradient exchange), their samples/s added: what
+two ranks can train on this machine with cores, memory bandwidth and caches
+shared and no synchronisation, the ceiling of DDP's world-2 scaling here.
+
 --baseline: also runs OTHER_BUILD_DIR's ddprun-mnist (e.g. a build of main)
 under this build's ddprun in the same rotation, and prints its cost of DDP
 beside this build's. --ddprun-only: no torchrun runs (the DDP cost only).
@@ -43,6 +48,25 @@ def one_run(command, summary, env, timeout):
     return s
 
 
+def independent_runs(commands, summaries, env, timeout):
+    """Runs `commands` at once; their summaries, as one_run gives them."""
+    start = time.time()
+    procs = [subprocess.Popen(c, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for c in commands]
+    outs = [p.communicate(timeout=timeout)[0] for p in procs]
+    wall = time.time() - start
+    results = []
+    for proc, out, command, summary in zip(procs, outs, commands, summaries):
+        if proc.returncode != 0:
+            sys.exit(f"failed ({proc.returncode}): {' '.join(command)}\n{out[-3000:]}")
+        with open(summary) as f:
+            s = json.load(f)
+        s["command_wall_seconds"] = wall
+        s["launch_to_first_step_seconds"] = s["first_step_unix_seconds"] - start
+        results.append(s)
+    return results
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=3)
@@ -55,6 +79,8 @@ def main():
                         help="another build dir whose ddprun-mnist runs interleaved")
     parser.add_argument("--ddprun-only", action="store_true",
                         help="skip torchrun (Python DDP) runs")
+    parser.add_argument("--independent", action="store_true",
+                        help="with world 2: two world-1 jobs at once, the ceiling")
     args = parser.parse_args()
     build = os.environ.get("DDPRUN_BUILD_DIR", os.path.join(ROOT, "build"))
     ddprun = os.path.join(build, "launcher", "ddprun")
@@ -99,13 +125,31 @@ def main():
     names = ["ddprun"] + ([] if args.ddprun_only else ["torchrun", "torchrun-indexed"])
     if args.baseline:
         names.append("baseline")
+    independent = args.independent and 2 in worlds
     results = {(name, w): [] for w in worlds for name in names}
+    results[("independent", 2)] = []
     for i in range(args.runs):
         for world in worlds:
             order = names[i % len(names):] + names[:i % len(names)]  # rotates per run
+            if independent and world == 2:
+                order.insert(i % (len(order) + 1), "independent")
             for name in order:
                 summary = os.path.join(out, f"{name}-{world}-{i}.json")
-                s = one_run(commands(world, summary)[name], summary, env, args.timeout)
+                if name == "independent":
+                    # Each job holds the whole data set, as a rank of world
+                    # 2 does, and both do the same work, so that they end
+                    # together; samples/s add up.
+                    halves = [os.path.join(out, f"{name}-{world}-{i}-{j}.json")
+                              for j in range(2)]
+                    pair = independent_runs([commands(1, h)["ddprun"] for h in halves],
+                                            halves, env, args.timeout)
+                    s = dict(pair[0])
+                    s["samples_per_sec"] = sum(p["samples_per_sec"] for p in pair)
+                    s["pair_min"] = min(p["samples_per_sec"] for p in pair)
+                    s["pair_max"] = max(p["samples_per_sec"] for p in pair)
+                    s["test_accuracy"] = min(p["test_accuracy"] for p in pair)
+                else:
+                    s = one_run(commands(world, summary)[name], summary, env, args.timeout)
                 results[(name, world)].append(s)
                 print(f"run {i + 1}/{args.runs} world {world} {name:16s}: "
                       f"{s['samples_per_sec']:8.0f} samples/s, first step "
@@ -174,6 +218,20 @@ def main():
                 for a, b in zip(results[("ddprun", 2)], results[("ddprun", 1)]))
             print(f"goal: world 2 >= 1.6x the samples/s of world 1: {paired:.2f}x "
                   f"({'met' if paired >= 1.6 else 'NOT met'})")
+            if independent:
+                # The ceiling: two world-1 jobs at once, no gradient
+                # exchange, paired with the same run's world 1.
+                ceiling = statistics.median(
+                    a["samples_per_sec"] / b["samples_per_sec"]
+                    for a, b in zip(results[("independent", 2)], results[("ddprun", 1)]))
+                print(f"ceiling: two independent world-1 jobs at once give {ceiling:.2f}x "
+                      f"the samples/s of one (median of per-run ratios); DDP at world 2 "
+                      f"reaches {paired / ceiling:.0%} of it; world 1 alone ranged "
+                      f"{min(r['samples_per_sec'] for r in results[('ddprun', 1)]):.0f}-"
+                      f"{max(r['samples_per_sec'] for r in results[('ddprun', 1)]):.0f} "
+                      f"samples/s, each independent job "
+                      f"{min(r['pair_min'] for r in results[('independent', 2)]):.0f}-"
+                      f"{max(r['pair_max'] for r in results[('independent', 2)]):.0f}")
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump({f"{k[0]}-{k[1]}": v for k, v in results.items()}, f)
     print(f"raw summaries: {out}")
