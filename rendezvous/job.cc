@@ -68,25 +68,39 @@ Job::Node& Job::NodeFor(const std::string& id,
   ClearAnswerForPoll(node);
   node.join = request;
   node.join.clear_config();
+  node.join.clear_more();
   node.done = false;
+  node.answer_held = false;
   return node;
 }
 
-bool Job::Park(Node& node, WaiterId waiter, bool poll, absl::Time now) {
+void Job::Hold(Node& node, WaiterId waiter, bool in_batch) {
+  node.waiter = waiter;
+  node.waiter_in_batch = in_batch;
+  if (!in_batch) ++parked_calls_;
+}
+
+void Job::Release(Node& node) {
+  if (!node.waiter_in_batch) --parked_calls_;
+  node.waiter.reset();
+  node.waiter_in_batch = false;
+}
+
+bool Job::Park(Node& node, WaiterId waiter, bool poll, bool in_batch,
+               absl::Time now) {
   node.join_deadline = now + absl::Milliseconds(config_.join_timeout_ms());
   node.last_seen = now;
   next_scan_ = std::min(next_scan_, node.join_deadline);
   ++parked_;
   if (forming_arrivals_++ == 0) forming_since_ = now;
-  if (poll && parked_calls_ >= options_.max_parked_joins) {
+  if (poll && !in_batch && parked_calls_ >= options_.max_parked_joins) {
     node.polling = true;
     ++polling_;
     node.poll_deadline = now + PollTimeout(PollIntervalMs());
     next_scan_ = std::min(next_scan_, node.poll_deadline);
     return true;
   }
-  node.waiter = waiter;
-  ++parked_calls_;
+  Hold(node, waiter, in_batch);
   return false;
 }
 
@@ -169,7 +183,7 @@ absl::Duration Job::PollTimeout(int64_t interval_ms) const {
 }
 
 void Job::RespondToPoll(const std::string& id, WaiterId waiter,
-                        absl::Time now, Effects* effects) {
+                        absl::Time now, Effects* effects, bool in_batch) {
   auto it = nodes_.find(id);
   if (it == nodes_.end()) {
     // (Not reached: nothing between Park and here drops a node.)
@@ -184,6 +198,7 @@ void Job::RespondToPoll(const std::string& id, WaiterId waiter,
     absl::StatusOr<v1::JoinResponse> answer = *std::move(node.answer_for_poll);
     ClearAnswerForPoll(node);
     node.last_seen = now;  // a member's heartbeat clock starts now
+    node.answer_held = in_batch && answer.ok() && answer->has_assignment();
     if (!answer.ok()) DropNode(id, now);
     effects->joins.push_back({waiter, std::move(answer)});
     return;
@@ -203,7 +218,7 @@ void Job::RespondToPoll(const std::string& id, WaiterId waiter,
 }
 
 void Job::Poll(Node& node, const std::string& id, WaiterId waiter,
-               absl::Time now, Effects* effects) {
+               bool in_batch, absl::Time now, Effects* effects) {
   // A poll sent at the expected close may come before the ticker saw the
   // last call end: it closes the round, and the poll collects at once.
   MaybeClose(now, effects);
@@ -211,24 +226,26 @@ void Job::Poll(Node& node, const std::string& id, WaiterId waiter,
     node.last_seen = now;
     node.poll_deadline = now + PollTimeout(PollIntervalMs());
     next_scan_ = std::min(next_scan_, node.poll_deadline);
-    if (parked_calls_ < options_.max_parked_joins) {
-      // A parked slot is free: wait on this call until the round closes.
+    if (in_batch || parked_calls_ < options_.max_parked_joins) {
+      // A parked slot is free (a batch's node needs none): wait on this
+      // call until the round closes.
       node.polling = false;
       --polling_;
-      node.waiter = waiter;
-      ++parked_calls_;
+      Hold(node, waiter, in_batch);
       return;
     }
   }
-  RespondToPoll(id, waiter, now, effects);
+  RespondToPoll(id, waiter, now, effects, in_batch);
 }
 
 void Job::Answer(Node& node, absl::StatusOr<v1::JoinResponse> response,
                  Effects* effects) {
   if (node.waiter.has_value()) {
+    // A batch holds the assignment until its last node is decided.
+    node.answer_held = node.waiter_in_batch && response.ok() &&
+                       response->has_assignment();
     effects->joins.push_back({*node.waiter, std::move(response)});
-    node.waiter.reset();
-    --parked_calls_;
+    Release(node);
   } else {
     // Polling: its next poll collects the answer.
     node.polling = false;
@@ -267,7 +284,7 @@ v1::JoinResponse Job::EndedResponse() const {
 }
 
 void Job::Join(const v1::JoinRequest& request, WaiterId waiter, absl::Time now,
-               Effects* effects) {
+               Effects* effects, bool in_batch) {
   last_activity_ = now;
   if (ended()) {
     effects->joins.push_back({waiter, EndedResponse()});
@@ -287,7 +304,7 @@ void Job::Join(const v1::JoinRequest& request, WaiterId waiter, absl::Time now,
     if (auto it = nodes_.find(id);
         it != nodes_.end() &&
         (it->second.polling || it->second.answer_for_poll.has_value())) {
-      return Poll(it->second, id, waiter, now, effects);
+      return Poll(it->second, id, waiter, in_batch, now, effects);
     }
   }
   if (request.local_world_size() < 1) {
@@ -340,7 +357,7 @@ void Job::Join(const v1::JoinRequest& request, WaiterId waiter, absl::Time now,
   // An agent that retried while its first Join was still parked waits on
   // the newer call.
   Node& node = NodeFor(id, request, "a newer Join", effects);
-  const bool polls = Park(node, waiter, request.poll(), now);
+  const bool polls = Park(node, waiter, request.poll(), in_batch, now);
   if (state_ == v1::JOB_STATE_RUNNING) {
     if (node.member) {
       spdlog::info(
@@ -367,8 +384,7 @@ void Job::CancelJoin(const std::string& node_id, WaiterId waiter,
                      absl::Time now, Effects* effects) {
   auto it = nodes_.find(node_id);
   if (it == nodes_.end() || it->second.waiter != waiter) return;
-  it->second.waiter.reset();
-  --parked_calls_;
+  Release(it->second);
   --parked_;
   DropNode(node_id, now);
   MaybeClose(now, effects);
@@ -687,6 +703,18 @@ void Job::AnswersDelivered(int64_t round, absl::Time now) {
   next_scan_ = absl::InfinitePast();
 }
 
+void Job::HeldAnswersDelivered(absl::Span<const std::string> node_ids,
+                               absl::Time now) {
+  for (const std::string& id : node_ids) {
+    auto it = nodes_.find(id);
+    if (it == nodes_.end() || !it->second.answer_held) continue;
+    it->second.answer_held = false;
+    it->second.last_seen = std::max(it->second.last_seen, now);
+    next_scan_ = std::min(
+        next_scan_, now + absl::Milliseconds(heartbeat_timeout_ms_));
+  }
+}
+
 void Job::Tick(absl::Time now, Effects* effects) {
   if (ended()) return;
   const absl::Duration since_last_tick = now - last_tick_;
@@ -746,7 +774,7 @@ void Job::Tick(absl::Time now, Effects* effects) {
       } else {
         next_scan_ = std::min(next_scan_, node.poll_deadline);
       }
-    } else if (!node.done) {
+    } else if (!node.done && !node.answer_held) {
       absl::Time deadline =
           std::max(node.last_seen, heartbeat_clock_start_) + heartbeat_timeout;
       if (now >= deadline) {

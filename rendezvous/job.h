@@ -8,6 +8,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "ddprun/v1/rendezvous.pb.h"
 #include "rendezvous/effects.h"
 
@@ -157,9 +158,13 @@ class Job {
   std::optional<absl::Time> idle_since() const;
 
   // Parks `waiter` for this node's round, or answers it at once (through
-  // effects, like every other completion).
+  // effects, like every other completion). `in_batch`: the waiter is one
+  // node of a batched Join (JoinRequest.more), not a call of its own: it
+  // does not count against max_parked_joins (its batch holds one call for
+  // up to 1,024 nodes), so it is parked, never answered `waiting` for
+  // lack of a parked slot.
   void Join(const v1::JoinRequest& request, WaiterId waiter, absl::Time now,
-            Effects* effects);
+            Effects* effects, bool in_batch = false);
   // The parked Join `waiter` went away (client cancelled or disconnected):
   // the node is dropped. No effect when the waiter was already answered.
   void CancelJoin(const std::string& node_id, WaiterId waiter, absl::Time now,
@@ -185,6 +190,12 @@ class Job {
   // The answers of `round` (a ClosedRound effect) were sent by `now`: its
   // members' heartbeat clocks start then, not at the close.
   void AnswersDelivered(int64_t round, absl::Time now);
+  // The batched Join holding these nodes' assignments was answered (or its
+  // sender went away) by `now`: their silence counts from then. Until then
+  // it does not: a batch is answered when its last node's outcome is
+  // decided, which may come long after another of its nodes' round closed.
+  void HeldAnswersDelivered(absl::Span<const std::string> node_ids,
+                            absl::Time now);
   // Answers every parked Join with `status` (server shutdown).
   void CancelAllJoins(const absl::Status& status, Effects* effects);
 
@@ -196,6 +207,12 @@ class Job {
     uint64_t arrival = 0;  // order of first arrival; newcomers go by it
     absl::Time last_seen;
     std::optional<WaiterId> waiter;  // a parked Join
+    // The waiter is a node of a batched Join: it holds no call of its own
+    // and does not count in parked_calls_.
+    bool waiter_in_batch = false;
+    // Its assignment went to its batch's answer, which is not sent yet
+    // (HeldAnswersDelivered): its silence does not count.
+    bool answer_held = false;
     absl::Time join_deadline;
     int previous_rank = -1;  // rank in the last closed round, -1: none
     int rank_offset = -1;    // in the last closed round
@@ -219,14 +236,22 @@ class Job {
   // Counts the node for the forming round: parks `waiter`, or, for a Join
   // with `poll` past max_parked_joins, lets the node poll (then true: the
   // caller answers `waiter` with RespondToPoll).
-  bool Park(Node& node, WaiterId waiter, bool poll, absl::Time now);
+  bool Park(Node& node, WaiterId waiter, bool poll, bool in_batch,
+            absl::Time now);
+  // Keeps `waiter` as the node's parked Join (counted in parked_calls_
+  // unless it is a node of a batch).
+  void Hold(Node& node, WaiterId waiter, bool in_batch);
+  // Forgets the node's parked Join (answered or gone).
+  void Release(Node& node);
   // A repeated polling Join of a node that polls or has an answer waiting.
-  void Poll(Node& node, const std::string& id, WaiterId waiter,
+  void Poll(Node& node, const std::string& id, WaiterId waiter, bool in_batch,
             absl::Time now, Effects* effects);
   // Answers a polling node's `waiter`: its answer when one was decided
   // (then dropped from the job when it is an error), else `waiting`.
+  // `in_batch`: `waiter` is a node of a batched Join (an assignment it
+  // collects is held until the batch is answered).
   void RespondToPoll(const std::string& id, WaiterId waiter, absl::Time now,
-                     Effects* effects);
+                     Effects* effects, bool in_batch = false);
   int64_t PollIntervalMs() const;
   // When the forming round is expected to close (the rule on polling
   // above); nullopt without an expectation.

@@ -4,6 +4,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_format.h"
 #include "rendezvous/job_config.h"
 #include "spdlog/spdlog.h"
@@ -46,7 +47,54 @@ absl::Status CheckJoinSizes(const v1::JoinRequest& request,
   return absl::OkStatus();
 }
 
+// An id as a whole-batch refusal quotes it: ids are checked for size only
+// per node, later, so a long one is cut (the status goes into a header).
+std::string Shown(absl::string_view id) {
+  constexpr size_t kMaxShown = 64;
+  if (id.size() <= kMaxShown) return std::string(id);
+  return absl::StrFormat("%s... (%d bytes)", id.substr(0, kMaxShown),
+                         id.size());
+}
+
 }  // namespace
+
+absl::Status CheckJoinBatch(const v1::JoinRequest& request) {
+  if (request.more_size() == 0) return absl::OkStatus();
+  const int n = request.more_size() + 1;
+  if (n > kMaxJoinsPerMessage) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "a Join of job '%s' carries %d nodes, more than %d: split it into "
+        "several messages",
+        Shown(request.run_id()), n, kMaxJoinsPerMessage));
+  }
+  absl::flat_hash_set<absl::string_view> ids;
+  ids.reserve(n);
+  ids.insert(request.node_id());
+  for (int i = 0; i < request.more_size(); ++i) {
+    const v1::JoinRequest& more = request.more(i);
+    if (more.run_id() != request.run_id()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "a Join of job '%s' carries in more[%d] node '%s' of job '%s': one "
+          "message (and its one token check) holds nodes of one job only; "
+          "send each job's nodes in their own Join",
+          Shown(request.run_id()), i, Shown(more.node_id()),
+          Shown(more.run_id())));
+    }
+    if (more.more_size() > 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "a Join of job '%s' carries in more[%d] (node '%s') a `more` of "
+          "its own: list every node in the outer message's `more`",
+          Shown(request.run_id()), i, Shown(more.node_id())));
+    }
+    if (!ids.insert(more.node_id()).second) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "a Join of job '%s' carries node '%s' twice (more[%d]): each node "
+          "joins once per message",
+          Shown(request.run_id()), Shown(more.node_id()), i));
+    }
+  }
+  return absl::OkStatus();
+}
 
 JobTable::JobTable(const common::Clock* clock, JobTableOptions options)
     : clock_(clock), options_(WithLimits(options)) {}
@@ -116,16 +164,64 @@ void JobTable::Join(const v1::JoinRequest& request, WaiterId waiter,
   }
   absl::Time now = clock_->Now();
   absl::MutexLock lock(&mu_);
+  JoinChecked(request, config, waiter, /*in_batch=*/false, now, effects);
+}
+
+void JobTable::JoinBatch(const v1::JoinRequest& request,
+                         absl::Span<const WaiterId> waiters,
+                         Effects* effects) {
+  const int n = request.more_size() + 1;
+  if (static_cast<int>(waiters.size()) != n) {
+    // (A caller's bug: every node needs its waiter.)
+    for (WaiterId waiter : waiters) {
+      effects->joins.push_back(
+          {waiter, absl::InternalError(absl::StrFormat(
+                       "batched Join of %d nodes got %d waiters", n,
+                       waiters.size()))});
+    }
+    return;
+  }
+  std::vector<absl::StatusOr<v1::JobConfig>> configs;
+  configs.reserve(n);
+  configs.push_back(CheckJoin(request));
+  for (const v1::JoinRequest& more : request.more()) {
+    configs.push_back(CheckJoin(more));
+  }
+  absl::Time now = clock_->Now();
+  absl::MutexLock lock(&mu_);
+  JoinChecked(request, configs[0], waiters[0], /*in_batch=*/true, now,
+              effects);
+  for (int i = 1; i < n; ++i) {
+    JoinChecked(request.more(i - 1), configs[i], waiters[i],
+                /*in_batch=*/true, now, effects);
+  }
+}
+
+void JobTable::JoinChecked(const v1::JoinRequest& request,
+                           const absl::StatusOr<v1::JobConfig>& config,
+                           WaiterId waiter, bool in_batch, absl::Time now,
+                           Effects* effects) {
+  if (!config.ok()) {
+    effects->joins.push_back({waiter, config.status()});
+    return;
+  }
   absl::StatusOr<Job*> job = FindOrCreate(request, *config, now);
   if (!job.ok()) {
     effects->joins.push_back({waiter, job.status()});
     return;
   }
-  (*job)->Join(request, waiter, now, effects);
+  (*job)->Join(request, waiter, now, effects, in_batch);
 }
 
 absl::StatusOr<v1::ResumeResponse> JobTable::Resume(
     const v1::JoinRequest& request, Effects* effects) {
+  if (request.more_size() > 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "Resume of node '%s' to job '%s' carries %d more nodes; Resume takes "
+        "one node per call",
+        Shown(request.node_id()), Shown(request.run_id()),
+        request.more_size()));
+  }
   if (!request.has_record()) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "Resume of node '%s' to job '%s' has no record of its round; a node "
@@ -231,6 +327,15 @@ void JobTable::AnswersDelivered(const ClosedRound& closed) {
   auto it = jobs_.find(closed.run_id);
   if (it == jobs_.end()) return;
   it->second->AnswersDelivered(closed.round, now);
+}
+
+void JobTable::HeldAnswersDelivered(const std::string& run_id,
+                                    absl::Span<const std::string> node_ids) {
+  absl::Time now = clock_->Now();
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(run_id);
+  if (it == jobs_.end()) return;
+  it->second->HeldAnswersDelivered(node_ids, now);
 }
 
 void JobTable::Tick(Effects* effects) {

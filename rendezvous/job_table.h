@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "common/clock.h"
 #include "ddprun/v1/rendezvous.pb.h"
 #include "ddprun/v1/store.pb.h"
@@ -18,6 +19,17 @@
 #include "rendezvous/limits.h"
 
 namespace ddprun::rendezvous {
+
+// The most nodes one Join message may carry: its own and JoinRequest.more
+// (as kMaxBeatsPerMessage for heartbeats).
+inline constexpr int kMaxJoinsPerMessage = 1024;
+
+// Why a Join message must be refused whole (INVALID_ARGUMENT), before any of
+// its nodes joins: more than kMaxJoinsPerMessage nodes, an entry of `more`
+// naming another run_id (one token check covers the message: a node of
+// another job would bypass that job's token), an entry with a `more` of its
+// own, or a node_id twice. OK for a Join without `more`.
+absl::Status CheckJoinBatch(const v1::JoinRequest& request);
 
 struct JobTableOptions {
   JobOptions job;
@@ -41,6 +53,12 @@ class JobTable {
   explicit JobTable(const common::Clock* clock, JobTableOptions options = {});
 
   void Join(const v1::JoinRequest& request, WaiterId waiter, Effects* effects);
+  // A batched Join (CheckJoinBatch passed): the request's own node with
+  // waiters[0], request.more(i) with waiters[i + 1]. Each node joins exactly
+  // as its own Join would, in this order, under one lock; none of them
+  // counts against max_parked_joins (Job::Join's `in_batch`).
+  void JoinBatch(const v1::JoinRequest& request,
+                 absl::Span<const WaiterId> waiters, Effects* effects);
   // Re-registration after a server restart (Job::Resume): creates the job
   // from the request's config when this server does not know it.
   absl::StatusOr<v1::ResumeResponse> Resume(const v1::JoinRequest& request,
@@ -65,6 +83,11 @@ class JobTable {
   // The answers of a ClosedRound effect were sent: the round's heartbeat
   // clocks start now.
   void AnswersDelivered(const ClosedRound& closed);
+  // A batched Join holding these nodes' assignments was answered (or its
+  // sender is gone): their heartbeat clocks start now
+  // (Job::HeldAnswersDelivered).
+  void HeldAnswersDelivered(const std::string& run_id,
+                            absl::Span<const std::string> node_ids);
   // Time-driven transitions of every job, and release of idle jobs.
   void Tick(Effects* effects);
   void CancelAllJoins(const absl::Status& status, Effects* effects);
@@ -80,6 +103,11 @@ class JobTable {
   absl::StatusOr<v1::JobConfig> CheckJoin(const v1::JoinRequest& request) const;
   // The request's job, created with `config` when new. Errors: the job
   // limit, or a config that differs from the job's.
+  // One node's Join, its request checked (CheckJoin's `config`).
+  void JoinChecked(const v1::JoinRequest& request,
+                   const absl::StatusOr<v1::JobConfig>& config,
+                   WaiterId waiter, bool in_batch, absl::Time now,
+                   Effects* effects) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Job*> FindOrCreate(const v1::JoinRequest& request,
                                     const v1::JobConfig& config, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <memory>
+
 #include "ddprun/v1/rendezvous.grpc.pb.h"
 #include "grpcpp/server_builder.h"
 #include "grpcpp/support/status.h"
@@ -13,10 +15,15 @@
 
 namespace ddprun::rendezvous {
 
+class JoinBatch;
+
 // The Rendezvous service: a thin gRPC adapter over JobTable. Join is parked
 // without a thread until its round closes, it times out, or the client
 // cancels (which drops the node); it is served on `join_queues` completion
 // queues (async_join.h says why), the other methods on the callback API.
+// A batched Join (JoinRequest.more) is one parked call for all its nodes:
+// each node is a waiter of the job table's, its answer is kept in its slot
+// of the batch, and the call is answered when the last slot is filled.
 // Thread-safe.
 class RendezvousService final : public RendezvousServiceBase,
                                 public JoinHandler {
@@ -67,16 +74,39 @@ class RendezvousService final : public RendezvousServiceBase,
   void Apply(Effects effects);
   void Tick();
   void CancelAll(const grpc::Status& status);
-  // Joins parked now.
+  // Join calls parked now (a batched Join counts once: it holds one call).
   size_t num_parked() const { return parked_.size(); }
-  // The most Joins parked at once since the last call.
+  // The most Join calls parked at once since the last call.
   size_t TakePeakParked() { return parked_.TakePeak(); }
+  // Nodes of batched Joins whose answer is not decided yet.
+  size_t num_batched_waiting() const { return slots_.size(); }
 
  private:
+  // A parked Join call; `batch` is set for a batched one.
+  struct ParkedJoin {
+    JoinCall* call = nullptr;
+    std::shared_ptr<JoinBatch> batch;
+  };
+  // One node of a batched Join, by its waiter id.
+  struct BatchSlot {
+    std::shared_ptr<JoinBatch> batch;
+    int slot = 0;
+  };
+
+  // A Join carrying JoinRequest.more, its token admitted.
+  void OnJoinBatch(JoinCall* call);
+  // Fills a batch node's slot; answers the call when it was the last.
+  void FillSlot(const BatchSlot& slot,
+                absl::StatusOr<v1::JoinResponse> response,
+                const std::shared_ptr<void>& delivered);
+
   JobTable* const jobs_;
   StoreService* const store_;
   const TokenCheck* const token_;
-  ParkedSet<JoinCall*> parked_;
+  // Parked Join calls by call id (a single Join's id is its node's waiter).
+  ParkedSet<ParkedJoin> parked_;
+  // The undecided nodes of batched Joins, by waiter id (ids from parked_).
+  ParkedSet<BatchSlot> slots_;
   HeartbeatStreams streams_;
   JoinQueues joins_;
 };

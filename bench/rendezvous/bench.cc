@@ -71,11 +71,12 @@ void PrintAccounting(const JoinResult& j, int n, long cores) {
   }
 }
 
-// One server process, one node count: one table row. False when a
-// measurement failed.
+// One server process, one node count, `join_batch` nodes per Join message:
+// one table row. False when a measurement failed.
 bool MeasureOne(const BenchOptions& options, const std::string& label,
                 const std::string& binary,
-                const std::vector<std::string>& args, int n, long cores) {
+                const std::vector<std::string>& args, int n, long cores,
+                int join_batch) {
   auto server = ServerProcess::Start(binary, args);
   if (!server.ok()) {
     std::fprintf(stderr, "%s\n", server.status().ToString().c_str());
@@ -89,6 +90,7 @@ bool MeasureOne(const BenchOptions& options, const std::string& label,
   agents_options.heartbeat_interval = options.heartbeat_interval;
   agents_options.heartbeat_timeout = options.heartbeat_timeout;
   agents_options.poll = options.poll;
+  agents_options.join_batch = join_batch;
   const ServerProcess* process = &*server;
   agents_options.server_cpu_seconds = [process] {
     return process->CpuSeconds();
@@ -188,13 +190,15 @@ int RunRendezvousBench(const BenchOptions& options) {
   std::printf(
       "ddprun rendezvous, simulated agents over gRPC on loopback "
       "(heartbeat interval %s, timeout %s; Joins %s; heartbeat streams %d x "
-      "%d in flight%s, %d beat(s) per message)\n",
+      "%d in flight%s, %d beat(s) per message; Join messages of %s "
+      "node(s): srv bN)\n",
       absl::FormatDuration(options.heartbeat_interval).c_str(),
       absl::FormatDuration(options.heartbeat_timeout).c_str(),
       options.poll ? "may poll" : "all parked", options.heartbeat_streams,
       options.stream_window,
       options.idle_streams ? ", and one open stream per node" : "",
-      options.beats_per_message);
+      options.beats_per_message,
+      absl::StrJoin(options.join_batches, ",").c_str());
   std::printf("server: %s%s\n", options.server_binary.c_str(),
               options.server_args.empty()
                   ? ""
@@ -217,12 +221,18 @@ int RunRendezvousBench(const BenchOptions& options) {
   for (int repeat = 0; repeat < std::max(1, options.repeats); ++repeat) {
     for (int n : options.nodes) {
       if (!options.baseline_binary.empty() &&
-          !MeasureOne(options, "base", options.baseline_binary, {}, n, cores)) {
+          !MeasureOne(options, "base", options.baseline_binary, {}, n, cores,
+                      /*join_batch=*/1)) {
         ++failures;
       }
-      if (!MeasureOne(options, "this", options.server_binary,
-                      options.server_args, n, cores)) {
-        ++failures;
+      // "this": one node per Join message; "bN": N per message.
+      for (int batch : options.join_batches) {
+        const std::string label =
+            batch <= 1 ? "this" : absl::StrCat("b", batch);
+        if (!MeasureOne(options, label, options.server_binary,
+                        options.server_args, n, cores, batch)) {
+          ++failures;
+        }
       }
     }
   }

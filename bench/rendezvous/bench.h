@@ -36,6 +36,11 @@ struct BenchOptions {
   // Measure the join only (no heartbeat throughput or detection): rows
   // print the join columns and the RSS after the round and at the peak.
   bool join_only = false;
+  // Nodes per Join message (JoinRequest.more: a relay's or a sender's batch
+  // of several agents; ddprun's agent joins with its own node only). Each
+  // node count is measured once per entry, interleaved; the baseline server
+  // (which may not batch) always gets one node per message.
+  std::vector<int> join_batches = {1};
 };
 
 // For each node count: a fresh server process, every node joining, the

@@ -32,6 +32,14 @@ int main(int argc, char** argv) {
                "agents older than JoinRequest.poll are");
   app.add_flag("--join-only", options.join_only,
                "measure the join only (no heartbeats, no detection)");
+  app.add_option("--join-batch", options.join_batches,
+                 "nodes per Join message (JoinRequest.more, a relay's "
+                 "batch; 1: one node per message as ddprun's agent sends); "
+                 "several, e.g. 1,64: each measured at each node count, "
+                 "interleaved (the --baseline server always gets 1)")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
   app.add_option("--nodes", options.nodes, "node counts to measure")
       ->delimiter(',')
       ->capture_default_str();

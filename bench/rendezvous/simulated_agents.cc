@@ -265,25 +265,16 @@ absl::Status SimulatedAgents::EndRound() {
   return absl::OkStatus();
 }
 
-void SimulatedAgents::SendJoin(
-    int i, absl::Duration timeout,
-    const std::function<void(JoinCall*)>* answered, bool poll) {
-  auto* call = new JoinCall;
-  call->answered = answered;
-  call->node = i;
-  call->poll = poll;
-  // As the agent's RendezvousClient::Join: no gRPC deadline on the parked
-  // Join (the server answers at join_timeout).
-  Authorize(&call->context);
-  v1::JoinRequest r;
-  r.set_run_id(options_.run_id);
-  r.set_node_id(NodeId(i));
-  r.set_local_world_size(options_.local_world_size);
-  r.set_node_rank(-1);
-  r.set_address(absl::StrCat("10.0.", i / 250, ".", i % 250));
-  r.set_master_port(29500);
-  r.set_poll(options_.poll);
-  v1::JobConfig* c = r.mutable_config();
+void SimulatedAgents::FillJoin(int i, absl::Duration timeout,
+                               v1::JoinRequest* r) const {
+  r->set_run_id(options_.run_id);
+  r->set_node_id(NodeId(i));
+  r->set_local_world_size(options_.local_world_size);
+  r->set_node_rank(-1);
+  r->set_address(absl::StrCat("10.0.", i / 250, ".", i % 250));
+  r->set_master_port(29500);
+  r->set_poll(options_.poll);
+  v1::JobConfig* c = r->mutable_config();
   c->set_min_nodes(options_.nodes);
   c->set_max_nodes(options_.nodes);
   c->set_max_restarts(options_.max_restarts);
@@ -292,6 +283,22 @@ void SimulatedAgents::SendJoin(
       absl::ToInt64Milliseconds(options_.heartbeat_interval));
   c->set_heartbeat_timeout_ms(
       absl::ToInt64Milliseconds(options_.heartbeat_timeout));
+}
+
+void SimulatedAgents::SendJoin(
+    int i, absl::Duration timeout,
+    const std::function<void(JoinCall*)>* answered, bool poll, int count) {
+  auto* call = new JoinCall;
+  call->answered = answered;
+  call->node = i;
+  call->count = count;
+  call->poll = poll;
+  // As the agent's RendezvousClient::Join: no gRPC deadline on the parked
+  // Join (the server answers at join_timeout).
+  Authorize(&call->context);
+  v1::JoinRequest r;
+  FillJoin(i, timeout, &r);
+  for (int k = 1; k < count; ++k) FillJoin(i + k, timeout, r.add_more());
   call->reader =
       Stub(i).AsyncJoin(&call->context, r, queues_[i % queues_.size()].get());
   call->reader->Finish(&call->response, &call->status, call);
@@ -317,41 +324,43 @@ JoinResult SimulatedAgents::JoinAll(absl::Duration timeout) {
   absl::Time last_due = absl::InfinitePast();
   absl::Time last_poll_sent = absl::InfinitePast();
   absl::Duration poll_late_sum;
-  std::function<void(JoinCall*)> answered = [&](JoinCall* call) {
-    absl::MutexLock lock(&mu);
+  // One node's answer (a single Join's, or its slot of a batch's); mu held.
+  auto node_answered = [&](int node, bool poll, const grpc::Status& status,
+                           const v1::JoinResponse& response) {
     if (options_.poll &&
-        call->status.error_code() == grpc::StatusCode::UNAVAILABLE) {
-      // As the agent's RendezvousClient: an unreachable server is retried.
-      polls.emplace(absl::Now() + absl::Seconds(1), call->node);
+        status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      // As the agent's RendezvousClient: an unreachable server is retried
+      // (a batch's nodes one by one).
+      polls.emplace(absl::Now() + absl::Seconds(1), node);
       return;
     }
-    if (call->status.ok() && call->response.has_waiting()) {
+    if (status.ok() && response.has_waiting()) {
       ++waiting_answers;
       if (closed) ++result.waits_after_close;
       const absl::Time due =
-          absl::Now() +
-          absl::Milliseconds(call->response.waiting().poll_interval_ms());
+          absl::Now() + absl::Milliseconds(response.waiting().poll_interval_ms());
       last_due = std::max(last_due, due);
-      polls.emplace(due, call->node);
+      polls.emplace(due, node);
       return;
     }
     ++done;
     last_done = absl::Now();
-    if (call->status.ok() && call->response.has_assignment()) {
+    if (status.ok() && response.has_assignment()) {
       if (!closed) {
         closed = true;
         result.closed = SampleCpu();
       }
-      if (!call->poll) ++result.parked_answers;
+      if (!poll) ++result.parked_answers;
     }
     if (done == options_.nodes) result.all_ranked = SampleCpu();
-    const grpc::Status& status = call->status;
     if (!status.ok()) {
       if (error.empty()) error = status.error_message();
-    } else if (!call->response.has_assignment()) {
+    } else if (response.has_error()) {
+      if (error.empty()) error = response.error().message();
+    } else if (!response.has_assignment()) {
       if (error.empty()) error = "a node got no assignment";
     } else {
-      const v1::Assignment& a = call->response.assignment();
+      const v1::Assignment& a = response.assignment();
       first_assigned = std::min(first_assigned, last_done);
       if (!ranks.insert(a.node_rank()).second && error.empty()) {
         error = absl::StrCat("duplicate node rank ", a.node_rank());
@@ -367,6 +376,34 @@ JoinResult SimulatedAgents::JoinAll(absl::Duration timeout) {
       if (a.heartbeat_timeout_ms() > 0) {
         timeout_ = absl::Milliseconds(a.heartbeat_timeout_ms());
       }
+    }
+  };
+  std::function<void(JoinCall*)> answered = [&](JoinCall* call) {
+    absl::MutexLock lock(&mu);
+    if (call->count == 1) {
+      return node_answered(call->node, call->poll, call->status,
+                           call->response);
+    }
+    // A batch: its nodes are answered in its slots. A server older than
+    // JoinRequest.more answers the first node only.
+    grpc::Status status = call->status;
+    if (status.ok() && call->response.more_size() != call->count - 1) {
+      status = grpc::Status(
+          grpc::StatusCode::UNIMPLEMENTED,
+          absl::StrFormat("a batched Join of %d nodes was answered for %d: "
+                          "the server does not batch Joins (--join-batch 1)",
+                          call->count, call->response.more_size() + 1));
+    }
+    if (!status.ok()) {
+      for (int k = 0; k < call->count; ++k) {
+        node_answered(call->node + k, call->poll, status, {});
+      }
+      return;
+    }
+    node_answered(call->node, call->poll, status, call->response);
+    for (int k = 1; k < call->count; ++k) {
+      node_answered(call->node + k, call->poll, status,
+                    call->response.more(k - 1));
     }
   };
 
@@ -408,7 +445,11 @@ JoinResult SimulatedAgents::JoinAll(absl::Duration timeout) {
   });
   result.first_sent = SampleCpu();
   absl::Time first_sent = result.first_sent.at;
-  for (int i = 0; i < options_.nodes; ++i) SendJoin(i, timeout, &answered);
+  const int batch = std::max(1, options_.join_batch);
+  for (int i = 0; i < options_.nodes; i += batch) {
+    SendJoin(i, timeout, &answered, /*poll=*/false,
+             std::min(batch, options_.nodes - i));
+  }
   // (Before the lock: the close may come before the last send.)
   const CpuSample last_sample = SampleCpu();
   absl::Time last_sent = last_sample.at;

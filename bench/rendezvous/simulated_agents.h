@@ -29,6 +29,9 @@ struct AgentsOptions {
   // server may then answer `waiting`, and the node Joins again after the
   // interval it says. False: every Join is parked (agents older than it).
   bool poll = true;
+  // Nodes per Join message (JoinRequest.more, a relay's batch); 1: each
+  // node its own Join, as ddprun's agent does.
+  int join_batch = 1;
   // The server's CPU time so far (seconds), sampled at the join's phases
   // for JoinResult's accounting; unset: not sampled (0).
   std::function<double()> server_cpu_seconds;
@@ -47,6 +50,7 @@ struct CpuSample {
 };
 
 struct JoinResult {
+  // (A Join message: one node's, or a batch's with AgentsOptions.join_batch.)
   absl::Duration first_to_all;  // first Join sent -> every node assigned
   absl::Duration last_to_all;   // last Join sent -> every node assigned
   // First assignment received -> every node assigned: the round's fan-out
@@ -144,12 +148,17 @@ class SimulatedAgents {
     std::unique_ptr<grpc::ClientAsyncResponseReader<v1::JoinResponse>> reader;
     const std::function<void(JoinCall*)>* answered = nullptr;
     int node = 0;
+    int count = 1;      // nodes node .. node + count - 1 (a batch when > 1)
     bool poll = false;  // a poll (the node was answered `waiting` before)
   };
-  // Sends node `node`'s Join on its connection's queue.
+  // Sends node `node`'s Join on its connection's queue; with count > 1 one
+  // batched Join for nodes node .. node + count - 1.
   void SendJoin(int node, absl::Duration join_timeout,
                 const std::function<void(JoinCall*)>* answered,
-                bool poll = false);
+                bool poll = false, int count = 1);
+  // Node `node`'s Join request.
+  void FillJoin(int node, absl::Duration join_timeout,
+                v1::JoinRequest* request) const;
   CpuSample SampleCpu() const;
 
   v1::Rendezvous::Stub& Stub(int node) { return *stubs_[node % stubs_.size()]; }

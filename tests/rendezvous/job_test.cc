@@ -639,6 +639,73 @@ TEST(HeartbeatClockTest, ClocksStartWhenTheAnswersWereHandedOut) {
   EXPECT_EQ(job.round(), 1);
 }
 
+// A node of a batched Join whose assignment waits in the batch (another
+// node of it waits for a later round) is not silent until the batch was
+// answered; from then its clock runs as any member's.
+TEST(HeartbeatClockTest, AnAssignmentHeldInABatchIsNotSilence) {
+  absl::Time t0 = absl::UnixEpoch();
+  Job job("job", ScaleConfig(1), t0);  // one node per round, timeout 500 ms
+  Effects effects;
+  for (int i = 0; i < 2; ++i) {
+    v1::JoinRequest request;
+    request.set_node_id("n" + std::to_string(i));
+    request.set_local_world_size(1);
+    request.set_node_rank(-1);
+    job.Join(request, static_cast<WaiterId>(i + 1), t0, &effects,
+             /*in_batch=*/true);
+  }
+  ASSERT_EQ(effects.joins.size(), 1u) << "n0 closes round 0, n1 waits";
+  ASSERT_TRUE(effects.joins[0].response.ok());
+  ASSERT_TRUE(effects.joins[0].response->has_assignment());
+  job.AnswersDelivered(0, t0);  // (the round's clock alone would run now)
+  Effects later;
+  job.Tick(t0 + absl::Seconds(5), &later);
+  EXPECT_EQ(job.round(), 0) << "n0's answer is still held by its batch";
+  const absl::Time sent = t0 + absl::Seconds(6);
+  job.HeldAnswersDelivered({"n0"}, sent);
+  job.Tick(sent + absl::Milliseconds(450), &later);
+  EXPECT_EQ(job.round(), 0) << "450 ms after the batch was answered";
+  job.Tick(sent + absl::Milliseconds(550), &later);
+  EXPECT_EQ(job.round(), 1) << "n0 never beat: lost 500 ms after its answer";
+}
+
+// Nodes of a batched Join hold no call: they do not count against
+// max_parked_joins and are parked, never answered `waiting` for it.
+TEST(PollJoinBatchTest, BatchedNodesTakeNoParkedSlot) {
+  absl::Time t0 = absl::UnixEpoch();
+  JobOptions options;
+  options.max_parked_joins = 1;
+  Job job("job", ScaleConfig(4), t0, options);
+  auto join = [&](const std::string& node, WaiterId waiter, bool in_batch) {
+    v1::JoinRequest request;
+    request.set_node_id(node);
+    request.set_local_world_size(1);
+    request.set_node_rank(-1);
+    request.set_poll(true);
+    Effects effects;
+    job.Join(request, waiter, t0, &effects, in_batch);
+    return effects;
+  };
+  for (int i = 0; i < 3; ++i) {
+    Effects effects = join("b" + std::to_string(i), i + 1, /*in_batch=*/true);
+    EXPECT_TRUE(effects.joins.empty()) << "b" << i << " is parked";
+  }
+  // The one parked slot is still free for a single polling Join.
+  Effects single = join("s0", 10, /*in_batch=*/false);
+  ASSERT_EQ(single.joins.size(), 4u) << "s0 parked and the round closed";
+  for (const JoinCompletion& c : single.joins) {
+    ASSERT_TRUE(c.response.ok());
+    EXPECT_TRUE(c.response->has_assignment()) << c.waiter;
+  }
+  // Past the cap, a single polling Join waits by polling.
+  Effects past = join("s1", 11, /*in_batch=*/false);
+  EXPECT_TRUE(past.joins.empty()) << "s1 takes the free parked slot";
+  Effects past2 = join("s2", 12, /*in_batch=*/false);
+  ASSERT_EQ(past2.joins.size(), 1u);
+  ASSERT_TRUE(past2.joins[0].response.ok());
+  EXPECT_TRUE(past2.joins[0].response->has_waiting());
+}
+
 // The server did not run for a second (overloaded or paused): the
 // heartbeats sent meanwhile wait in its queues behind the first Tick after
 // the stall. That Tick must not declare the nodes lost.
