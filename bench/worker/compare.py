@@ -34,22 +34,9 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def one_run(command, summary, env, timeout):
-    start = time.time()
-    result = subprocess.run(command, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, timeout=timeout, text=True)
-    wall = time.time() - start
-    if result.returncode != 0:
-        sys.exit(f"failed ({result.returncode}): {' '.join(command)}\n{result.stdout[-3000:]}")
-    with open(summary) as f:
-        s = json.load(f)
-    s["command_wall_seconds"] = wall
-    s["launch_to_first_step_seconds"] = s["first_step_unix_seconds"] - start
-    return s
-
-
-def independent_runs(commands, summaries, env, timeout):
-    """Runs `commands` at once; their summaries, as one_run gives them."""
+def runs_at_once(commands, summaries, env, timeout):
+    """Runs `commands` at once; their summaries, each with the command's
+    wall time and its launch-to-first-step time added."""
     start = time.time()
     procs = [subprocess.Popen(c, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True) for c in commands]
@@ -65,6 +52,10 @@ def independent_runs(commands, summaries, env, timeout):
         s["launch_to_first_step_seconds"] = s["first_step_unix_seconds"] - start
         results.append(s)
     return results
+
+
+def one_run(command, summary, env, timeout):
+    return runs_at_once([command], [summary], env, timeout)[0]
 
 
 def main():
@@ -139,10 +130,10 @@ def main():
                     # Each job holds the whole data set, as a rank of world
                     # 2 does, and both do the same work, so that they end
                     # together; samples/s add up.
-                    halves = [os.path.join(out, f"{name}-{world}-{i}-{j}.json")
-                              for j in range(2)]
-                    pair = independent_runs([commands(1, h)["ddprun"] for h in halves],
-                                            halves, env, args.timeout)
+                    parts = [os.path.join(out, f"{name}-{world}-{i}-{j}.json")
+                             for j in range(2)]
+                    pair = runs_at_once([commands(1, p)["ddprun"] for p in parts],
+                                        parts, env, args.timeout)
                     s = dict(pair[0])
                     s["samples_per_sec"] = sum(p["samples_per_sec"] for p in pair)
                     s["pair_min"] = min(p["samples_per_sec"] for p in pair)

@@ -15,11 +15,13 @@
 #include "rendezvous/heartbeat_stream.h"
 #include "rendezvous/job_token.h"
 #include "rendezvous/server.h"
+#include "tests/testing/client_context.h"
 #include "tests/testing/wait_for.h"
 
 namespace ddprun::rendezvous {
 namespace {
 
+using ::ddprun::testing::BoundedContext;
 using ::ddprun::testing::WaitFor;
 using BeatStream =
     grpc::ClientReaderWriter<v1::HeartbeatRequest, v1::HeartbeatResponse>;
@@ -64,16 +66,6 @@ class HeartbeatStreamTest : public ::testing::Test {
         server_->endpoint(), grpc::InsecureChannelCredentials()));
   }
 
-  // A context bounded far beyond the test's waits, with `token` if any.
-  static std::unique_ptr<grpc::ClientContext> Context(
-      const std::string& token = "") {
-    auto context = std::make_unique<grpc::ClientContext>();
-    context->set_deadline(
-        absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
-    if (!token.empty()) context->AddMetadata("authorization", "Bearer " + token);
-    return context;
-  }
-
   // Joins `nodes` nodes of job `run_id` at once; returns the round.
   int64_t FormRound(const std::string& run_id, int nodes,
                     const std::string& token = "") {
@@ -82,7 +74,7 @@ class HeartbeatStreamTest : public ::testing::Test {
     std::vector<grpc::Status> statuses(nodes);
     for (int i = 0; i < nodes; ++i) {
       threads.emplace_back([&, i] {
-        statuses[i] = stub_->Join(Context(token).get(),
+        statuses[i] = stub_->Join(BoundedContext(token).get(),
                                   JoinRequest(run_id, "n" + std::to_string(i),
                                               nodes),
                                   &responses[i]);
@@ -103,7 +95,7 @@ class HeartbeatStreamTest : public ::testing::Test {
 TEST_F(HeartbeatStreamTest, EachBeatIsAnsweredAsAUnaryHeartbeatWouldBe) {
   StartServer("");
   const int64_t round = FormRound("streamed", 2);
-  auto context = Context();
+  auto context = BoundedContext();
   std::unique_ptr<BeatStream> stream = stub_->Heartbeats(context.get());
   for (int i = 0; i < 3; ++i) {
     ASSERT_TRUE(stream->Write(Beat("streamed", "n0", round)));
@@ -133,14 +125,14 @@ TEST_F(HeartbeatStreamTest, ANodeWhoseStreamStopsSendingIsLost) {
   StartServer("");
   const int64_t round = FormRound("silent", 2);
   // n0's stream stays open after one beat; n1 keeps beating on its own.
-  auto silent_context = Context();
+  auto silent_context = BoundedContext();
   std::unique_ptr<BeatStream> silent = stub_->Heartbeats(silent_context.get());
   ASSERT_TRUE(silent->Write(Beat("silent", "n0", round)));
   v1::HeartbeatResponse answer;
   ASSERT_TRUE(silent->Read(&answer));
   EXPECT_FALSE(answer.rejoin());
 
-  auto live_context = Context();
+  auto live_context = BoundedContext();
   std::unique_ptr<BeatStream> live = stub_->Heartbeats(live_context.get());
   bool told_rejoin = false;
   const absl::Time give_up = absl::Now() + absl::Seconds(20);
@@ -166,7 +158,7 @@ TEST_F(HeartbeatStreamTest, ANodeWhoseStreamStopsSendingIsLost) {
 
 TEST_F(HeartbeatStreamTest, AnUnknownJobEndsTheStreamNotFound) {
   StartServer("");
-  auto context = Context();
+  auto context = BoundedContext();
   std::unique_ptr<BeatStream> stream = stub_->Heartbeats(context.get());
   ASSERT_TRUE(stream->Write(Beat("no-such-job", "n0", 1)));
   v1::HeartbeatResponse answer;
@@ -192,7 +184,7 @@ TEST_F(HeartbeatStreamTest, TheTokenIsCheckedWhenTheStreamOpens) {
        {Attempt{"", grpc::StatusCode::UNAUTHENTICATED},
         Attempt{"not-a-token", grpc::StatusCode::UNAUTHENTICATED},
         Attempt{token_b, grpc::StatusCode::PERMISSION_DENIED}}) {
-    auto context = Context(attempt.token);
+    auto context = BoundedContext(attempt.token);
     std::unique_ptr<BeatStream> stream = stub_->Heartbeats(context.get());
     ASSERT_TRUE(stream->Write(Beat("job-a", "n0", round)));
     v1::HeartbeatResponse answer;
@@ -205,7 +197,7 @@ TEST_F(HeartbeatStreamTest, TheTokenIsCheckedWhenTheStreamOpens) {
 
   // Job A's token admits its job; a later message naming job B on the
   // same stream is checked again and refused.
-  auto context = Context(token_a);
+  auto context = BoundedContext(token_a);
   std::unique_ptr<BeatStream> stream = stub_->Heartbeats(context.get());
   ASSERT_TRUE(stream->Write(Beat("job-a", "n0", round)));
   v1::HeartbeatResponse answer;
@@ -229,7 +221,7 @@ TEST_F(HeartbeatStreamTest, CancelledStreamsLeaveNothingBehind) {
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
   std::vector<std::unique_ptr<BeatStream>> streams;
   for (int i = 0; i < kStreams; ++i) {
-    contexts.push_back(Context());
+    contexts.push_back(BoundedContext());
     streams.push_back(stub_->Heartbeats(contexts.back().get()));
     ASSERT_TRUE(streams.back()->Write(Beat("cancelled", "n0", round)));
     v1::HeartbeatResponse answer;
@@ -264,7 +256,7 @@ TEST_F(HeartbeatStreamTest, ABatchOfNodesIsAnsweredNodeByNode) {
   stranger->set_round(round);
 
   v1::HeartbeatResponse unary;
-  grpc::Status status = stub_->Heartbeat(Context().get(), batch, &unary);
+  grpc::Status status = stub_->Heartbeat(BoundedContext().get(), batch, &unary);
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_FALSE(unary.rejoin());
   ASSERT_EQ(unary.more_size(), 2);
@@ -272,7 +264,7 @@ TEST_F(HeartbeatStreamTest, ABatchOfNodesIsAnsweredNodeByNode) {
   EXPECT_EQ(unary.more(0).round(), round);
   EXPECT_TRUE(unary.more(1).rejoin());
 
-  auto context = Context();
+  auto context = BoundedContext();
   std::unique_ptr<BeatStream> stream = stub_->Heartbeats(context.get());
   ASSERT_TRUE(stream->Write(batch));
   v1::HeartbeatResponse streamed;
@@ -290,7 +282,7 @@ TEST_F(HeartbeatStreamTest, ABatchOfNodesIsAnsweredNodeByNode) {
     beat->set_node_id("n1");
     beat->set_round(round);
   }
-  status = stub_->Heartbeat(Context().get(), too_many, &unary);
+  status = stub_->Heartbeat(BoundedContext().get(), too_many, &unary);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(status.error_message().find("1025"), std::string::npos)
       << status.error_message();
@@ -304,13 +296,13 @@ TEST_F(HeartbeatStreamTest, StreamsPastTheCapAreRefusedResourceExhausted) {
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
   std::vector<std::unique_ptr<BeatStream>> streams;
   for (int i = 0; i < 2; ++i) {
-    contexts.push_back(Context());
+    contexts.push_back(BoundedContext());
     streams.push_back(stub_->Heartbeats(contexts.back().get()));
     ASSERT_TRUE(streams.back()->Write(Beat("capped", "n0", round)));
     v1::HeartbeatResponse answer;
     ASSERT_TRUE(streams.back()->Read(&answer));
   }
-  auto context = Context();
+  auto context = BoundedContext();
   std::unique_ptr<BeatStream> third = stub_->Heartbeats(context.get());
   third->Write(Beat("capped", "n0", round));  // may fail: refused already
   v1::HeartbeatResponse answer;
@@ -327,7 +319,7 @@ TEST_F(HeartbeatStreamTest, StreamsPastTheCapAreRefusedResourceExhausted) {
   ASSERT_TRUE(WaitFor(
       [&] { return server_->OpenHeartbeatStreamsForTest() == 1; },
       absl::Seconds(10)));
-  auto fourth_context = Context();
+  auto fourth_context = BoundedContext();
   std::unique_ptr<BeatStream> fourth = stub_->Heartbeats(fourth_context.get());
   ASSERT_TRUE(fourth->Write(Beat("capped", "n0", round)));
   EXPECT_TRUE(fourth->Read(&answer));

@@ -21,11 +21,13 @@
 #include "rendezvous/job_table.h"
 #include "rendezvous/job_token.h"
 #include "rendezvous/server.h"
+#include "tests/testing/client_context.h"
 #include "tests/testing/wait_for.h"
 
 namespace ddprun::rendezvous {
 namespace {
 
+using ::ddprun::testing::BoundedContext;
 using ::ddprun::testing::WaitFor;
 using ::google::protobuf::util::MessageDifferencer;
 
@@ -110,19 +112,9 @@ class JoinBatchTest : public ::testing::Test {
         server_->endpoint(), grpc::InsecureChannelCredentials()));
   }
 
-  static std::unique_ptr<grpc::ClientContext> Context(
-      const std::string& token = "") {
-    auto context = std::make_unique<grpc::ClientContext>();
-    context->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
-    if (!token.empty()) {
-      context->AddMetadata("authorization", "Bearer " + token);
-    }
-    return context;
-  }
-
   grpc::Status Join(const v1::JoinRequest& request, v1::JoinResponse* response,
                     const std::string& token = "") {
-    return stub_->Join(Context(token).get(), request, response);
+    return stub_->Join(BoundedContext(token).get(), request, response);
   }
 
   // The job's nodes as Status lists them (empty when there is no job).
@@ -132,7 +124,7 @@ class JoinBatchTest : public ::testing::Test {
     request.set_run_id(run_id);
     v1::StatusResponse response;
     grpc::Status status =
-        stub_->Status(Context(token).get(), request, &response);
+        stub_->Status(BoundedContext(token).get(), request, &response);
     if (!status.ok() || response.jobs_size() == 0) return {};
     return {response.jobs(0).nodes().begin(), response.jobs(0).nodes().end()};
   }
@@ -269,7 +261,7 @@ TEST_F(JoinBatchTest, ANodeOfAnotherJobRefusesTheWholeBatch) {
       << status.error_message();
   // Nothing of it joined: neither job exists.
   v1::StatusResponse all;
-  status = stub_->Status(Context(kSecret).get(), v1::StatusRequest(), &all);
+  status = stub_->Status(BoundedContext(kSecret).get(), v1::StatusRequest(), &all);
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_EQ(all.jobs_size(), 0) << all.DebugString();
   // The same batch with job A's nodes only is admitted.
@@ -317,7 +309,7 @@ TEST_F(JoinBatchTest, MalformedBatchesAreRefusedWholeAndNothingJoins) {
                                   NodeJoin("bad", "r1", 2)});
   resume.mutable_record()->mutable_assignment()->set_round(0);
   v1::ResumeResponse resumed;
-  status = stub_->Resume(Context().get(), resume, &resumed);
+  status = stub_->Resume(BoundedContext().get(), resume, &resumed);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_TRUE(Nodes("bad").empty());
 }
@@ -394,7 +386,7 @@ TEST_F(JoinBatchTest, TheHeartbeatClockStartsWhenTheBatchAnswerWasSent) {
   beat.set_node_id("a0");
   beat.set_round(response.assignment().round());
   v1::HeartbeatResponse answer;
-  status = stub_->Heartbeat(Context().get(), beat, &answer);
+  status = stub_->Heartbeat(BoundedContext().get(), beat, &answer);
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_FALSE(answer.rejoin()) << answer.DebugString();
   EXPECT_EQ(answer.state(), v1::JOB_STATE_RUNNING);
