@@ -47,13 +47,13 @@ struct Limits {
   // jobs' round latency: bench/rendezvous/README.md, wave 8). The burst is
   // the largest request (max_message_bytes): it lets any single write
   // through at once, while what a hog spends at once is what the other
-  // jobs' tail latency pays (a 32 MiB burst measured 2.9x their quiet p99,
-  // 4 MiB 1.7-2.2x). Parked writes hold their requests: a write that would take
-  // its job's parked writes past max_job_parked_write_bytes, or all jobs'
-  // past a twentieth of max_memory_bytes (a quarter of max_store_bytes
-  // without a bound), is refused RESOURCE_EXHAUSTED at once. Flags: --max-job-store-write-bytes-per-s
-  // (0: no rate), --job-store-write-burst-bytes,
-  // --max-job-parked-write-bytes.
+  // jobs' tail latency pays (a 32 MiB burst measured 2.9x their quiet
+  // p99, 4 MiB 1.7-2.2x). Parked writes hold their requests: a write that
+  // would take its job's parked writes past max_job_parked_write_bytes, or
+  // all jobs' past a twentieth of max_memory_bytes (a quarter of
+  // max_store_bytes without a bound), is refused RESOURCE_EXHAUSTED at
+  // once. Flags: --max-job-store-write-bytes-per-s (0: no rate),
+  // --job-store-write-burst-bytes, --max-job-parked-write-bytes.
   int64_t max_job_store_write_bytes_per_s = int64_t{16} << 20;
   int64_t job_store_write_burst_bytes = int64_t{4} << 20;
   int64_t max_job_parked_write_bytes = int64_t{16} << 20;

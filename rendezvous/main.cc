@@ -104,7 +104,8 @@ int main(int argc, char** argv) {
   app.add_option("--max-job-parked-write-bytes",
                  server.limits.max_job_parked_write_bytes,
                  "bytes of one job's store writes held back by its rate at "
-                 "once; past it (or --max-memory-bytes) a write is refused "
+                 "once; past it (or all jobs' past a twentieth of "
+                 "--max-memory-bytes) a write is refused "
                  "RESOURCE_EXHAUSTED instead")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);

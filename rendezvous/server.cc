@@ -61,8 +61,7 @@ Server::Server(const ServerOptions& options)
       token_check_(options.token),
       jobs_(clock_, TableOptions(options)),
       store_(clock_, options.limits),
-      store_service_(&jobs_, &store_, &token_check_, options.limits,
-                     clock_),
+      store_service_(&jobs_, &store_, &token_check_, options.limits, clock_),
       rendezvous_service_(&jobs_, &store_service_, &token_check_,
                           options.join_queues),
       memory_return_(MemoryReturnOptions{
@@ -262,7 +261,7 @@ void Server::AddStoreWriteMetrics(common::MetricsRegistry* registry) {
   common::CounterFamily& refused = registry->AddCounter(
       "ddprun_rendezvous_store_writes_refused_parking_total",
       "Store writes over their job's rate refused RESOURCE_EXHAUSTED because "
-      "holding them would pass --max-job-parked-write-bytes or "
+      "holding them would pass --max-job-parked-write-bytes or a twentieth of "
       "--max-memory-bytes",
       {});
   common::GaugeFamily& parked = registry->AddGauge(
@@ -273,7 +272,8 @@ void Server::AddStoreWriteMetrics(common::MetricsRegistry* registry) {
     const int64_t d = store_service_.delayed_writes();
     const int64_t r = store_service_.refused_writes();
     if (d > reported->first) {
-      delayed.WithLabels({}).Increment(static_cast<double>(d - reported->first));
+      delayed.WithLabels({}).Increment(
+          static_cast<double>(d - reported->first));
       reported->first = d;
     }
     if (r > reported->second) {

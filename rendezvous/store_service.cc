@@ -58,8 +58,7 @@ grpc::ServerUnaryReactor* StoreService::Throttle(
   {
     absl::MutexLock lock(&rate_mu_);
     decision = rate_.Admit(run_id, bytes, clock_->Now());
-    if (decision.refused.ok() &&
-        decision.release_at != absl::InfinitePast()) {
+    if (decision.refused.ok() && decision.release_at != absl::InfinitePast()) {
       id = writes_.NewId();
     }
   }
@@ -307,10 +306,10 @@ grpc::ServerUnaryReactor* StoreService::CompareSet(
       context, request->scope().run_id(),
       static_cast<int64_t>(request->ByteSizeLong()),
       [this, request, response]() -> absl::Status {
-        if (absl::Status ok = CheckStoreSizes(
-                limits_, request->scope(), request->key(),
-                std::max(request->expected().size(),
-                         request->desired().size()));
+        if (absl::Status ok =
+                CheckStoreSizes(limits_, request->scope(), request->key(),
+                                std::max(request->expected().size(),
+                                         request->desired().size()));
             !ok.ok()) {
           return ok;
         }

@@ -11,7 +11,6 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
-
 #include "ddprun/v1/store.grpc.pb.h"
 #include "grpcpp/support/status.h"
 #include "rendezvous/job_table.h"

@@ -52,8 +52,7 @@ class StoreWriteRate {
 
   // Charges `bytes` to `run_id` at `now`; a parked write's bytes count as
   // parked until Unparked.
-  WriteDecision Admit(const std::string& run_id, int64_t bytes,
-                      absl::Time now);
+  WriteDecision Admit(const std::string& run_id, int64_t bytes, absl::Time now);
   // A parked write was answered or cancelled.
   void Unpark(const std::string& run_id, int64_t bytes);
   // Forgets jobs whose bucket is full again and that park nothing (their

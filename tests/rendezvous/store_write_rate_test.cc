@@ -28,13 +28,15 @@ TEST(StoreWriteRateTest, UnderItsRateAJobIsNeverDelayed) {
   StoreWriteRate rate(Options());
   // 500 bytes/s for a minute: half the rate.
   for (int i = 0; i < 120; ++i) {
-    WriteDecision d = rate.Admit("job", 250, kStart + absl::Milliseconds(500) * i);
+    WriteDecision d =
+        rate.Admit("job", 250, kStart + absl::Milliseconds(500) * i);
     ASSERT_TRUE(Now(d)) << "write " << i;
   }
   EXPECT_EQ(rate.parked_bytes("job"), 0);
 }
 
-TEST(StoreWriteRateTest, TheBurstGoesAtOnceThenEachWriteWaitsWhatTheBucketNeeds) {
+TEST(StoreWriteRateTest,
+     TheBurstGoesAtOnceThenEachWriteWaitsWhatTheBucketNeeds) {
   StoreWriteRate rate(Options());
   // 2000 bytes of burst at once.
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(Now(rate.Admit("job", 500, kStart)));
@@ -47,7 +49,8 @@ TEST(StoreWriteRateTest, TheBurstGoesAtOnceThenEachWriteWaitsWhatTheBucketNeeds)
   EXPECT_EQ(second.release_at, kStart + absl::Seconds(1));
   EXPECT_EQ(rate.parked_bytes("job"), 1000);
   // Later arrivals queue behind them: a write at 0.2 s is due at 1.5 s.
-  WriteDecision third = rate.Admit("job", 500, kStart + absl::Milliseconds(200));
+  WriteDecision third =
+      rate.Admit("job", 500, kStart + absl::Milliseconds(200));
   EXPECT_EQ(third.release_at, kStart + absl::Milliseconds(1500));
   rate.Unpark("job", 500);
   rate.Unpark("job", 500);
@@ -103,7 +106,8 @@ TEST(StoreWriteRateTest, AllJobsParkedWritesAreBounded) {
   StoreWriteRate rate(Options());
   for (const std::string job : {"a", "b"}) {
     ASSERT_TRUE(Now(rate.Admit(job, 2000, kStart)));
-    for (int i = 0; i < 4; ++i) ASSERT_TRUE(rate.Admit(job, 1000, kStart).refused.ok());
+    for (int i = 0; i < 4; ++i)
+      ASSERT_TRUE(rate.Admit(job, 1000, kStart).refused.ok());
   }
   EXPECT_EQ(rate.total_parked_bytes(), 8000);
   WriteDecision refused = rate.Admit("c", 2000, kStart);
@@ -119,7 +123,8 @@ TEST(StoreWriteRateTest, AllJobsParkedWritesAreBounded) {
 
 TEST(StoreWriteRateTest, NoRateNeverDelaysAndIdleJobsAreForgotten) {
   StoreWriteRate off(StoreWriteRateOptions{});
-  for (int i = 0; i < 100; ++i) ASSERT_TRUE(Now(off.Admit("job", 1 << 20, kStart)));
+  for (int i = 0; i < 100; ++i)
+    ASSERT_TRUE(Now(off.Admit("job", 1 << 20, kStart)));
   StoreWriteRate rate(Options());
   ASSERT_TRUE(Now(rate.Admit("job", 1000, kStart)));
   rate.ForgetIdle(kStart);
