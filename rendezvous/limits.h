@@ -34,6 +34,29 @@ struct Limits {
   // it, so that the other jobs keep room. --max-memory-bytes; 0: no bound
   // but the store caps.
   int64_t max_memory_bytes = 0;
+  // Back-pressure on store writes (StoreWriteRate): the request bytes of
+  // one job's Set, Add, CompareSet and DeleteKey calls, stored or refused
+  // alike, may arrive at this rate after a burst; a job past it is answered
+  // late (its writes parked until the rate paid for them, then applied), so
+  // a client with a bounded number of calls in flight slows down to the
+  // rate instead of taking the CPU every other job's calls need. Real jobs
+  // write NCCL ids, addresses and counters: bytes to kilobytes per node and
+  // round (a 100,000-node job's round: ~10 MB, spread over the round), so
+  // 16 MiB/s is far above them and a tenth of what one client sending 1 MiB
+  // values can push on a 2-core server (~170 MiB/s, which tripled the other
+  // jobs' round latency: bench/rendezvous/README.md, wave 8). The burst is
+  // the largest request (max_message_bytes): it lets any single write
+  // through at once, while what a hog spends at once is what the other
+  // jobs' tail latency pays (a 32 MiB burst measured 2.9x their quiet
+  // p99, 4 MiB 1.7-2.2x). Parked writes hold their requests: a write that
+  // would take its job's parked writes past max_job_parked_write_bytes, or
+  // all jobs' past a twentieth of max_memory_bytes (a quarter of
+  // max_store_bytes without a bound), is refused RESOURCE_EXHAUSTED at
+  // once. Flags: --max-job-store-write-bytes-per-s (0: no rate),
+  // --job-store-write-burst-bytes, --max-job-parked-write-bytes.
+  int64_t max_job_store_write_bytes_per_s = int64_t{16} << 20;
+  int64_t job_store_write_burst_bytes = int64_t{4} << 20;
+  int64_t max_job_parked_write_bytes = int64_t{16} << 20;
   int64_t max_keys_per_request = 10000;  // Check, Wait
   int64_t max_id_bytes = 512;            // run_id, node_id, address
   int64_t max_nodes_per_job = 100000;

@@ -86,6 +86,29 @@ int main(int argc, char** argv) {
                  "caps bound the store)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--max-job-store-write-bytes-per-s",
+                 server.limits.max_job_store_write_bytes_per_s,
+                 "request bytes per second of one job's store writes (Set, "
+                 "Add, CompareSet, DeleteKey; stored or refused alike) after "
+                 "a burst: a job past it gets its writes answered (and "
+                 "applied) late, which slows a client down to the rate "
+                 "(0: no rate)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--job-store-write-burst-bytes",
+                 server.limits.job_store_write_burst_bytes,
+                 "store write bytes a job that wrote nothing for a while may "
+                 "send at once before its rate applies")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--max-job-parked-write-bytes",
+                 server.limits.max_job_parked_write_bytes,
+                 "bytes of one job's store writes held back by its rate at "
+                 "once; past it (or all jobs' past a twentieth of "
+                 "--max-memory-bytes) a write is refused "
+                 "RESOURCE_EXHAUSTED instead")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--max-job-store-keys", server.limits.max_job_store_keys,
                  "keys the store may hold for one job, all its rounds")
       ->capture_default_str();

@@ -61,7 +61,7 @@ Server::Server(const ServerOptions& options)
       token_check_(options.token),
       jobs_(clock_, TableOptions(options)),
       store_(clock_, options.limits),
-      store_service_(&jobs_, &store_, &token_check_, options.limits),
+      store_service_(&jobs_, &store_, &token_check_, options.limits, clock_),
       rendezvous_service_(&jobs_, &store_service_, &token_check_,
                           options.join_queues),
       memory_return_(MemoryReturnOptions{
@@ -112,6 +112,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
         common::GrpcServerMetricsInterceptors(options.metrics));
     server->AddJobMetrics(options.metrics);
     server->AddHeartbeatStreamMetrics(options.metrics);
+    server->AddStoreWriteMetrics(options.metrics);
   }
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
@@ -248,6 +249,40 @@ void Server::AddHeartbeatStreamMetrics(common::MetricsRegistry* registry) {
       *reported = now;
     }
     open.WithLabels({}).Set(static_cast<double>(streams.open_streams()));
+  });
+}
+
+void Server::AddStoreWriteMetrics(common::MetricsRegistry* registry) {
+  common::CounterFamily& delayed = registry->AddCounter(
+      "ddprun_rendezvous_store_writes_delayed_total",
+      "Store writes answered late because their job passed "
+      "--max-job-store-write-bytes-per-s",
+      {});
+  common::CounterFamily& refused = registry->AddCounter(
+      "ddprun_rendezvous_store_writes_refused_parking_total",
+      "Store writes over their job's rate refused RESOURCE_EXHAUSTED because "
+      "holding them would pass --max-job-parked-write-bytes or a twentieth of "
+      "--max-memory-bytes",
+      {});
+  common::GaugeFamily& parked = registry->AddGauge(
+      "ddprun_rendezvous_store_writes_parked",
+      "Store writes held back by their job's write rate now", {});
+  auto reported = std::make_shared<std::pair<int64_t, int64_t>>(0, 0);
+  registry->AddCollectHook([this, &delayed, &refused, &parked, reported] {
+    const int64_t d = store_service_.delayed_writes();
+    const int64_t r = store_service_.refused_writes();
+    if (d > reported->first) {
+      delayed.WithLabels({}).Increment(
+          static_cast<double>(d - reported->first));
+      reported->first = d;
+    }
+    if (r > reported->second) {
+      refused.WithLabels({}).Increment(
+          static_cast<double>(r - reported->second));
+      reported->second = r;
+    }
+    parked.WithLabels({}).Set(
+        static_cast<double>(store_service_.num_parked_writes()));
   });
 }
 

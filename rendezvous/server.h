@@ -126,6 +126,13 @@ class Server {
   // How often memory was given back (three times per large fan-out).
   int MemoryTrimsForTest() const { return trims_.load(); }
   int64_t StoreBytesForTest() const { return store_.num_bytes(); }
+  // Store writes parked by their job's write rate now, and since the start.
+  size_t ParkedStoreWritesForTest() const {
+    return store_service_.num_parked_writes();
+  }
+  int64_t DelayedStoreWritesForTest() const {
+    return store_service_.delayed_writes();
+  }
   int64_t JobStoreBytesForTest(const std::string& run_id) const {
     return store_.num_job_bytes(run_id);
   }
@@ -144,6 +151,8 @@ class Server {
   void AddJobMetrics(common::MetricsRegistry* registry);
   // The heartbeat streams' beats and open streams, on every scrape.
   void AddHeartbeatStreamMetrics(common::MetricsRegistry* registry);
+  // Store writes delayed, refused parking, and parked now, on every scrape.
+  void AddStoreWriteMetrics(common::MetricsRegistry* registry);
 
   const ServerOptions options_;
   const common::Clock* const clock_;

@@ -1,6 +1,7 @@
 #include "rendezvous/store_service.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_format.h"
@@ -24,8 +25,95 @@ std::vector<std::string> Keys(
 }  // namespace
 
 StoreService::StoreService(const JobTable* jobs, StoreState* store,
-                           const TokenCheck* token, Limits limits)
-    : jobs_(jobs), store_(store), token_(token), limits_(limits) {}
+                           const TokenCheck* token, Limits limits,
+                           const common::Clock* clock)
+    : jobs_(jobs),
+      store_(store),
+      token_(token),
+      limits_(limits),
+      clock_(clock),
+      rate_(StoreWriteRateOptions{
+          .bytes_per_s = limits.max_job_store_write_bytes_per_s,
+          .burst_bytes = limits.job_store_write_burst_bytes,
+          .max_parked_bytes = limits.max_job_parked_write_bytes,
+          .max_total_parked_bytes = StoreWriteRate::TotalParkedShare(
+              limits.max_memory_bytes, limits.max_store_bytes)}) {}
+
+absl::Status StoreService::AdmitWriter(
+    const grpc::CallbackServerContext& context,
+    const v1::StoreScope& scope) const {
+  if (absl::Status s = token_->Check(context, scope.run_id()); !s.ok()) {
+    return s;
+  }
+  // The run_id keys the rate: its size first (key and value are checked
+  // when the write is applied, so that oversized writes pay the rate too).
+  return CheckStoreSizes(limits_, scope, "");
+}
+
+grpc::ServerUnaryReactor* StoreService::Throttle(
+    grpc::CallbackServerContext* context, const std::string& run_id,
+    int64_t bytes, std::function<absl::Status()> apply) {
+  WriteDecision decision;
+  WaiterId id = 0;
+  {
+    absl::MutexLock lock(&rate_mu_);
+    decision = rate_.Admit(run_id, bytes, clock_->Now());
+    if (decision.refused.ok() && decision.release_at != absl::InfinitePast()) {
+      id = writes_.NewId();
+    }
+  }
+  if (!decision.refused.ok()) {
+    refused_writes_.fetch_add(1);
+    return FinishNow(context, decision.refused);
+  }
+  if (id == 0) return FinishNow(context, apply());
+  delayed_writes_.fetch_add(1);
+  auto* reactor = new ParkedReactor([this, id] {
+    std::optional<ParkedWrite> write = writes_.Take(id);
+    if (!write.has_value()) return;  // already answered
+    {
+      absl::MutexLock lock(&rate_mu_);
+      rate_.Unpark(write->run_id, write->bytes);
+    }
+    write->reactor->Finish(grpc::Status(
+        grpc::StatusCode::CANCELLED,
+        "store write cancelled by the client (or its deadline passed) while "
+        "it waited for its job's write rate; it was not applied"));
+  });
+  // Parked before its due time is queued: ReleaseWrites skips ids it
+  // cannot take.
+  writes_.Add(id, {reactor, std::move(apply), run_id, bytes});
+  {
+    absl::MutexLock lock(&rate_mu_);
+    due_.emplace(decision.release_at, id);
+  }
+  return reactor;
+}
+
+void StoreService::ReleaseWrites() {
+  std::vector<WaiterId> due;
+  {
+    absl::MutexLock lock(&rate_mu_);
+    const absl::Time now = clock_->Now();
+    while (!due_.empty() && due_.begin()->first <= now) {
+      due.push_back(due_.begin()->second);
+      due_.erase(due_.begin());
+    }
+    if (now - last_forget_ >= absl::Seconds(1)) {
+      rate_.ForgetIdle(now);
+      last_forget_ = now;
+    }
+  }
+  for (WaiterId id : due) {
+    std::optional<ParkedWrite> write = writes_.Take(id);
+    if (!write.has_value()) continue;  // cancelled meanwhile
+    {
+      absl::MutexLock lock(&rate_mu_);
+      rate_.Unpark(write->run_id, write->bytes);
+    }
+    write->reactor->Finish(common::ToGrpcStatus(write->apply()));
+  }
+}
 
 absl::Status StoreService::Admit(const grpc::CallbackServerContext& context,
                                  const v1::StoreScope& scope,
@@ -83,6 +171,7 @@ void StoreService::Tick() {
   std::vector<StoreCompletion> done;
   store_->Tick(&done);
   Complete(std::move(done));
+  ReleaseWrites();
 }
 
 void StoreService::CancelAll(const grpc::Status& status) {
@@ -90,6 +179,13 @@ void StoreService::CancelAll(const grpc::Status& status) {
   store_->CancelAll(common::FromGrpcStatus(status), &done);
   Complete(std::move(done));
   for (auto& call : parked_.TakeAll()) call.reactor->Finish(status);
+  for (auto& write : writes_.TakeAll()) {
+    {
+      absl::MutexLock lock(&rate_mu_);
+      rate_.Unpark(write.run_id, write.bytes);
+    }
+    write.reactor->Finish(status);  // not applied
+  }
 }
 
 grpc::ServerUnaryReactor* StoreService::Park(
@@ -131,16 +227,28 @@ grpc::ServerUnaryReactor* StoreService::Park(
 grpc::ServerUnaryReactor* StoreService::Set(
     grpc::CallbackServerContext* context, const v1::SetRequest* request,
     v1::SetResponse* /*response*/) {
-  if (absl::Status ok = Admit(*context, request->scope(), request->key(),
-                              request->value().size());
-      !ok.ok()) {
+  if (absl::Status ok = AdmitWriter(*context, request->scope()); !ok.ok()) {
     return FinishNow(context, ok);
   }
-  std::vector<StoreCompletion> done;
-  absl::Status status =
-      store_->Set(request->scope(), request->key(), request->value(), &done);
-  Complete(std::move(done));
-  return FinishNow(context, status);
+  return Throttle(
+      context, request->scope().run_id(),
+      static_cast<int64_t>(request->ByteSizeLong()), [this, request] {
+        if (absl::Status ok =
+                CheckStoreSizes(limits_, request->scope(), request->key(),
+                                request->value().size());
+            !ok.ok()) {
+          return ok;
+        }
+        if (absl::Status ok = jobs_->CheckStoreScope(request->scope());
+            !ok.ok()) {
+          return ok;
+        }
+        std::vector<StoreCompletion> done;
+        absl::Status status = store_->Set(request->scope(), request->key(),
+                                          request->value(), &done);
+        Complete(std::move(done));
+        return status;
+      });
 }
 
 grpc::ServerUnaryReactor* StoreService::Get(
@@ -162,36 +270,62 @@ grpc::ServerUnaryReactor* StoreService::Get(
 grpc::ServerUnaryReactor* StoreService::Add(
     grpc::CallbackServerContext* context, const v1::AddRequest* request,
     v1::AddResponse* response) {
-  if (absl::Status ok = Admit(*context, request->scope(), request->key());
-      !ok.ok()) {
+  if (absl::Status ok = AdmitWriter(*context, request->scope()); !ok.ok()) {
     return FinishNow(context, ok);
   }
-  std::vector<StoreCompletion> done;
-  absl::StatusOr<int64_t> value =
-      store_->Add(request->scope(), request->key(), request->delta(), &done);
-  Complete(std::move(done));
-  if (!value.ok()) return FinishNow(context, value.status());
-  response->set_value(*value);
-  return FinishNow(context, absl::OkStatus());
+  return Throttle(
+      context, request->scope().run_id(),
+      static_cast<int64_t>(request->ByteSizeLong()),
+      [this, request, response]() -> absl::Status {
+        if (absl::Status ok =
+                CheckStoreSizes(limits_, request->scope(), request->key());
+            !ok.ok()) {
+          return ok;
+        }
+        if (absl::Status ok = jobs_->CheckStoreScope(request->scope());
+            !ok.ok()) {
+          return ok;
+        }
+        std::vector<StoreCompletion> done;
+        absl::StatusOr<int64_t> value = store_->Add(
+            request->scope(), request->key(), request->delta(), &done);
+        Complete(std::move(done));
+        if (!value.ok()) return value.status();
+        response->set_value(*value);
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* StoreService::CompareSet(
     grpc::CallbackServerContext* context, const v1::CompareSetRequest* request,
     v1::CompareSetResponse* response) {
-  if (absl::Status ok = Admit(
-          *context, request->scope(), request->key(),
-          std::max(request->expected().size(), request->desired().size()));
-      !ok.ok()) {
+  if (absl::Status ok = AdmitWriter(*context, request->scope()); !ok.ok()) {
     return FinishNow(context, ok);
   }
-  std::vector<StoreCompletion> done;
-  absl::StatusOr<std::string> value =
-      store_->CompareSet(request->scope(), request->key(), request->expected(),
-                         request->desired(), &done);
-  Complete(std::move(done));
-  if (!value.ok()) return FinishNow(context, value.status());
-  response->set_value(*std::move(value));
-  return FinishNow(context, absl::OkStatus());
+  return Throttle(
+      context, request->scope().run_id(),
+      static_cast<int64_t>(request->ByteSizeLong()),
+      [this, request, response]() -> absl::Status {
+        if (absl::Status ok =
+                CheckStoreSizes(limits_, request->scope(), request->key(),
+                                std::max(request->expected().size(),
+                                         request->desired().size()));
+            !ok.ok()) {
+          return ok;
+        }
+        if (absl::Status ok = jobs_->CheckStoreScope(request->scope());
+            !ok.ok()) {
+          return ok;
+        }
+        std::vector<StoreCompletion> done;
+        absl::StatusOr<std::string> value =
+            store_->CompareSet(request->scope(), request->key(),
+                               request->expected(), request->desired(), &done);
+        Complete(std::move(done));
+        if (!value.ok()) return value.status();
+        response->set_value(*std::move(value));
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* StoreService::Check(
@@ -225,12 +359,26 @@ grpc::ServerUnaryReactor* StoreService::Wait(
 grpc::ServerUnaryReactor* StoreService::DeleteKey(
     grpc::CallbackServerContext* context, const v1::DeleteKeyRequest* request,
     v1::DeleteKeyResponse* response) {
-  if (absl::Status ok = Admit(*context, request->scope(), request->key());
-      !ok.ok()) {
+  if (absl::Status ok = AdmitWriter(*context, request->scope()); !ok.ok()) {
     return FinishNow(context, ok);
   }
-  response->set_deleted(store_->DeleteKey(request->scope(), request->key()));
-  return FinishNow(context, absl::OkStatus());
+  return Throttle(
+      context, request->scope().run_id(),
+      static_cast<int64_t>(request->ByteSizeLong()),
+      [this, request, response]() -> absl::Status {
+        if (absl::Status ok =
+                CheckStoreSizes(limits_, request->scope(), request->key());
+            !ok.ok()) {
+          return ok;
+        }
+        if (absl::Status ok = jobs_->CheckStoreScope(request->scope());
+            !ok.ok()) {
+          return ok;
+        }
+        response->set_deleted(
+            store_->DeleteKey(request->scope(), request->key()));
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* StoreService::NumKeys(

@@ -1,14 +1,23 @@
 #pragma once
 
+#include <atomic>
+#include <functional>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
 #include "ddprun/v1/store.grpc.pb.h"
 #include "grpcpp/support/status.h"
 #include "rendezvous/job_table.h"
 #include "rendezvous/limits.h"
 #include "rendezvous/parked_calls.h"
 #include "rendezvous/store_state.h"
+#include "rendezvous/store_write_rate.h"
 #include "rendezvous/token_check.h"
 
 namespace ddprun::rendezvous {
@@ -18,11 +27,23 @@ namespace ddprun::rendezvous {
 // Get and Wait are parked without a thread until StoreState reports them
 // done, they time out, or the client cancels. Every call is admitted first:
 // token, sizes (Limits), then scope. Thread-safe.
+//
+// Writes (Set, Add, CompareSet, DeleteKey) pass the job's write rate
+// (StoreWriteRate, Limits::max_job_store_write_bytes_per_s) right after the
+// token and run_id checks: a write over the rate is parked, without a
+// thread, until the rate paid for it (Tick releases it), and only then
+// checked (sizes, scope) and applied: a write takes effect when it is
+// answered, so a client never sees an answer for a state the store did not
+// have yet, and a write cancelled while parked (its deadline, the client
+// gone) is not applied. A write that would pass the job's parked-bytes
+// share or all jobs' (StoreWriteRate::TotalParkedShare) is refused
+// RESOURCE_EXHAUSTED at once.
 class StoreService final : public v1::Store::CallbackService {
  public:
-  // All three must outlive the service.
+  // All four must outlive the service.
   StoreService(const JobTable* jobs, StoreState* store, const TokenCheck* token,
-               Limits limits);
+               Limits limits,
+               const common::Clock* clock = &common::RealClock::Get());
 
   grpc::ServerUnaryReactor* Set(grpc::CallbackServerContext* context,
                                 const v1::SetRequest* request,
@@ -53,15 +74,38 @@ class StoreService final : public v1::Store::CallbackService {
   // Finishes the parked calls StoreState reported done.
   void Complete(std::vector<StoreCompletion> done);
   void ReleaseRoundsBefore(const std::string& run_id, int64_t before_round);
+  // Times out parked Gets and Waits, releases the writes whose turn came.
   void Tick();
   void CancelAll(const grpc::Status& status);
-  // Get and Wait calls parked now.
-  size_t num_parked() const { return parked_.size(); }
+  // Get, Wait and write calls parked now.
+  size_t num_parked() const { return parked_.size() + writes_.size(); }
+  // Writes parked now by the write rate; writes parked since the start;
+  // writes refused because parking them would pass a memory limit.
+  size_t num_parked_writes() const { return writes_.size(); }
+  int64_t delayed_writes() const { return delayed_writes_.load(); }
+  int64_t refused_writes() const { return refused_writes_.load(); }
 
  private:
   // A parked Get or Wait: the response to fill (nullptr for a Wait).
   using Parked = ParkedCalls<v1::GetResponse>;
 
+  // A write parked by the rate: applied and answered when released.
+  struct ParkedWrite {
+    ParkedReactor* reactor = nullptr;
+    std::function<absl::Status()> apply;
+    std::string run_id;
+    int64_t bytes = 0;
+  };
+
+  // The token and the run_id's size: what a write passes before the rate.
+  absl::Status AdmitWriter(const grpc::CallbackServerContext& context,
+                           const v1::StoreScope& scope) const;
+  // Charges a write of `bytes` to its job's rate; `apply` (sizes, scope,
+  // the store) runs now, or when the write is released from parking.
+  grpc::ServerUnaryReactor* Throttle(grpc::CallbackServerContext* context,
+                                     const std::string& run_id, int64_t bytes,
+                                     std::function<absl::Status()> apply);
+  void ReleaseWrites();
   // Token, sizes of scope/key/value, then the scope's round.
   absl::Status Admit(const grpc::CallbackServerContext& context,
                      const v1::StoreScope& scope, const std::string& key,
@@ -80,7 +124,16 @@ class StoreService final : public v1::Store::CallbackService {
   StoreState* const store_;
   const TokenCheck* const token_;
   const Limits limits_;
+  const common::Clock* const clock_;
   Parked parked_;
+  ParkedSet<ParkedWrite> writes_;
+  absl::Mutex rate_mu_;
+  StoreWriteRate rate_ ABSL_GUARDED_BY(rate_mu_);
+  // Parked writes by release time (entries of cancelled ones are skipped).
+  std::set<std::pair<absl::Time, WaiterId>> due_ ABSL_GUARDED_BY(rate_mu_);
+  absl::Time last_forget_ ABSL_GUARDED_BY(rate_mu_) = absl::InfinitePast();
+  std::atomic<int64_t> delayed_writes_{0};
+  std::atomic<int64_t> refused_writes_{0};
 };
 
 }  // namespace ddprun::rendezvous

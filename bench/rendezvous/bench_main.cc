@@ -91,6 +91,7 @@ int main(int argc, char** argv) {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   if (hostile) {
     hostile_options.server_binary = options.server_binary;
+    hostile_options.server_args = options.server_args;
     hostile_options.store_cap_bytes = hostile_cap_mib << 20;
     hostile_options.memory_bound = !no_memory_bound;
     return ddprun::bench::RunHostileBench(hostile_options);

@@ -69,6 +69,8 @@ int RunHostileBench(const HostileOptions& options) {
     args.push_back("--max-memory-bytes");
     args.push_back(cap);
   }
+  args.insert(args.end(), options.server_args.begin(),
+              options.server_args.end());
   auto server = ServerProcess::Start(options.server_binary, args);
   unlink(secret_file.c_str());
   rmdir(dir.c_str());

@@ -2,11 +2,14 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace ddprun::bench {
 
 struct HostileOptions {
   std::string server_binary;  // ddprun-rendezvous
+  // Extra arguments for server_binary (--server-arg), e.g. its write rate.
+  std::vector<std::string> server_args;
   int victim_nodes = 8;
   int rounds_per_block = 40;
   // Quiet and hostile blocks alternate this many times each, so that both

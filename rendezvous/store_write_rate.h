@@ -1,0 +1,85 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+
+namespace ddprun::rendezvous {
+
+struct StoreWriteRateOptions {
+  // Request bytes per second one job's store writes may arrive at before
+  // they are answered late (Limits::max_job_store_write_bytes_per_s);
+  // 0: no rate.
+  int64_t bytes_per_s = 0;
+  // What a job that wrote nothing for a while may write at once.
+  int64_t burst_bytes = 0;
+  // Bytes of one job's writes parked at once; a write that would pass it is
+  // refused instead of parked.
+  int64_t max_parked_bytes = 0;
+  // The same for all jobs' parked writes together: what the server's
+  // memory bound leaves them (StoreWriteRate::TotalParkedShare).
+  int64_t max_total_parked_bytes = 0;
+};
+
+// The decision for one store write.
+struct WriteDecision {
+  // InfinitePast: answer now. Otherwise park the write until then.
+  absl::Time release_at = absl::InfinitePast();
+  // Not OK: refuse the write now (RESOURCE_EXHAUSTED, naming the limit).
+  absl::Status refused;
+};
+
+// Back-pressure on store writes, per job (run_id): a rate of request bytes
+// kept as a virtual-time token bucket (GCRA). Each job has the time its
+// bucket has paid for everything it was charged; a write of b bytes
+// advances that time by b / rate from max(then, now). A write is answered at
+// once while that time is at most burst / rate ahead of now, and otherwise
+// when it is: its delay is exactly what the bucket needs, writes leave in
+// the order they came, and a job that stops writing regains its burst at
+// the rate. Every write is charged, stored or refused later alike: the
+// server received its bytes either way.
+//
+// A parked write holds its request, so a job's parked bytes are capped:
+// past max_parked_bytes a write is refused now instead and charges
+// nothing; so is one that would take all jobs' parked writes past
+// max_total_parked_bytes. Pure: no clock, no lock (the caller holds one).
+class StoreWriteRate {
+ public:
+  explicit StoreWriteRate(const StoreWriteRateOptions& options);
+
+  // Charges `bytes` to `run_id` at `now`; a parked write's bytes count as
+  // parked until Unparked.
+  WriteDecision Admit(const std::string& run_id, int64_t bytes, absl::Time now);
+  // A parked write was answered or cancelled.
+  void Unpark(const std::string& run_id, int64_t bytes);
+  // Forgets jobs whose bucket is full again and that park nothing (their
+  // state equals a new job's).
+  void ForgetIdle(absl::Time now);
+
+  // All jobs' parked writes may hold a twentieth of the server's memory
+  // bound (max_memory_bytes; the hostile-load goal is the bound + 10 %),
+  // or a quarter of the store's cap when there is no bound.
+  static int64_t TotalParkedShare(int64_t max_memory_bytes,
+                                  int64_t max_store_bytes);
+
+  int64_t parked_bytes(const std::string& run_id) const;
+  int64_t total_parked_bytes() const { return total_parked_bytes_; }
+  size_t num_jobs() const { return jobs_.size(); }
+  bool enabled() const { return options_.bytes_per_s > 0; }
+
+ private:
+  struct Job {
+    absl::Time paid_until = absl::InfinitePast();
+    int64_t parked_bytes = 0;
+  };
+  absl::Duration Cost(int64_t bytes) const;
+
+  const StoreWriteRateOptions options_;
+  absl::flat_hash_map<std::string, Job> jobs_;
+  int64_t total_parked_bytes_ = 0;
+};
+
+}  // namespace ddprun::rendezvous
