@@ -76,6 +76,10 @@ int main(int argc, char** argv) {
   app.add_option("--hostile-rounds", hostile_options.rounds_per_block,
                  "victim rounds per block (--hostile)")
       ->capture_default_str();
+  app.add_option("--hostile-hog-connections", hostile_options.hog_threads,
+                 "(--hostile) connections the hog Sets on, one call in flight "
+                 "each")
+      ->check(CLI::Range(1, 256));
   int64_t hostile_cap_mib = hostile_options.store_cap_bytes >> 20;
   app.add_option("--hostile-cap-mib", hostile_cap_mib,
                  "the store cap (--hostile), MiB")

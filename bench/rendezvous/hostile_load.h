@@ -20,6 +20,7 @@ struct HostileOptions {
   // Also --max-memory-bytes = the cap (the server's whole resident memory);
   // false for servers older than that flag.
   bool memory_bound = true;
+  // The hog's connections, each a thread with one Set in flight.
   int hog_threads = 2;
   int hog_value_bytes = 1 << 20;
 };
