@@ -50,6 +50,16 @@ absl::Status StoreService::AdmitWriter(
   return CheckStoreSizes(limits_, scope, "");
 }
 
+absl::Status StoreService::CheckWrite(const v1::StoreScope& scope,
+                                      const std::string& key,
+                                      size_t value_bytes) const {
+  if (absl::Status ok = CheckStoreSizes(limits_, scope, key, value_bytes);
+      !ok.ok()) {
+    return ok;
+  }
+  return jobs_->CheckStoreScope(scope);
+}
+
 grpc::ServerUnaryReactor* StoreService::Throttle(
     grpc::CallbackServerContext* context, const std::string& run_id,
     int64_t bytes, std::function<absl::Status()> apply) {
@@ -122,11 +132,7 @@ absl::Status StoreService::Admit(const grpc::CallbackServerContext& context,
   if (absl::Status s = token_->Check(context, scope.run_id()); !s.ok()) {
     return s;
   }
-  if (absl::Status s = CheckStoreSizes(limits_, scope, key, value_bytes);
-      !s.ok()) {
-    return s;
-  }
-  return jobs_->CheckStoreScope(scope);
+  return CheckWrite(scope, key, value_bytes);
 }
 
 absl::Status StoreService::AdmitKeys(
@@ -233,13 +239,8 @@ grpc::ServerUnaryReactor* StoreService::Set(
   return Throttle(
       context, request->scope().run_id(),
       static_cast<int64_t>(request->ByteSizeLong()), [this, request] {
-        if (absl::Status ok =
-                CheckStoreSizes(limits_, request->scope(), request->key(),
-                                request->value().size());
-            !ok.ok()) {
-          return ok;
-        }
-        if (absl::Status ok = jobs_->CheckStoreScope(request->scope());
+        if (absl::Status ok = CheckWrite(request->scope(), request->key(),
+                                         request->value().size());
             !ok.ok()) {
           return ok;
         }
@@ -277,12 +278,7 @@ grpc::ServerUnaryReactor* StoreService::Add(
       context, request->scope().run_id(),
       static_cast<int64_t>(request->ByteSizeLong()),
       [this, request, response]() -> absl::Status {
-        if (absl::Status ok =
-                CheckStoreSizes(limits_, request->scope(), request->key());
-            !ok.ok()) {
-          return ok;
-        }
-        if (absl::Status ok = jobs_->CheckStoreScope(request->scope());
+        if (absl::Status ok = CheckWrite(request->scope(), request->key());
             !ok.ok()) {
           return ok;
         }
@@ -306,14 +302,9 @@ grpc::ServerUnaryReactor* StoreService::CompareSet(
       context, request->scope().run_id(),
       static_cast<int64_t>(request->ByteSizeLong()),
       [this, request, response]() -> absl::Status {
-        if (absl::Status ok =
-                CheckStoreSizes(limits_, request->scope(), request->key(),
-                                std::max(request->expected().size(),
-                                         request->desired().size()));
-            !ok.ok()) {
-          return ok;
-        }
-        if (absl::Status ok = jobs_->CheckStoreScope(request->scope());
+        if (absl::Status ok = CheckWrite(request->scope(), request->key(),
+                                         std::max(request->expected().size(),
+                                                  request->desired().size()));
             !ok.ok()) {
           return ok;
         }
@@ -366,12 +357,7 @@ grpc::ServerUnaryReactor* StoreService::DeleteKey(
       context, request->scope().run_id(),
       static_cast<int64_t>(request->ByteSizeLong()),
       [this, request, response]() -> absl::Status {
-        if (absl::Status ok =
-                CheckStoreSizes(limits_, request->scope(), request->key());
-            !ok.ok()) {
-          return ok;
-        }
-        if (absl::Status ok = jobs_->CheckStoreScope(request->scope());
+        if (absl::Status ok = CheckWrite(request->scope(), request->key());
             !ok.ok()) {
           return ok;
         }

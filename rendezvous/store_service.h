@@ -98,6 +98,11 @@ class StoreService final : public v1::Store::CallbackService {
   };
 
   // The token and the run_id's size: what a write passes before the rate.
+  // Sizes of scope/key/value, then the scope's round: what Admit checks
+  // after the token, and what a write checks when it is applied (a parked
+  // one on release).
+  absl::Status CheckWrite(const v1::StoreScope& scope, const std::string& key,
+                          size_t value_bytes = 0) const;
   absl::Status AdmitWriter(const grpc::CallbackServerContext& context,
                            const v1::StoreScope& scope) const;
   // Charges a write of `bytes` to its job's rate; `apply` (sizes, scope,
