@@ -26,9 +26,12 @@ int main() {
   const char* thread = std::getenv("STANDBY_HELPER_THREAD");
   if (thread != nullptr && std::string(thread) == "1") {
     // A second thread that only has to exist: it blocks on a promise that is
-    // never kept, and goes when the process does.
-    static std::promise<void> never;
-    std::thread([] { never.get_future().wait(); }).detach();
+    // never kept, and goes when the process does. The promise is never
+    // destroyed and its future is taken before the thread starts: a static
+    // one was destroyed at exit while a thread not yet running could still
+    // call get_future on it (std::future_error, seen once in CI).
+    auto* never = new std::promise<void>();
+    std::thread([future = never->get_future()] { future.wait(); }).detach();
   }
   absl::Status activated = ddprun::worker::AwaitActivation();
   if (!activated.ok()) {
