@@ -138,5 +138,77 @@ TEST_F(StoreCapsTest, ParkedWaitersAreChargedUntilAnswered) {
   EXPECT_EQ(store_.num_bytes(), 0) << "everything released, nothing leaked";
 }
 
+// The resident-memory bound (Limits::max_memory_bytes) with the resident
+// memory set by hand, as the server's ticker samples it.
+class MemoryBoundTest : public ::testing::Test {
+ protected:
+  static constexpr int64_t kBound = 10 << 20;  // a tenth: 1 MiB
+  static Limits Bound() {
+    Limits limits;
+    limits.max_memory_bytes = kBound;
+    limits.max_job_store_bytes = 64 << 20;
+    limits.max_store_bytes = 64 << 20;
+    return limits;
+  }
+  absl::Status Set(const std::string& run_id, const std::string& key,
+                   size_t bytes) {
+    std::vector<StoreCompletion> done;
+    return store_.Set(Scope(run_id), key, std::string(bytes, 'v'), &done);
+  }
+
+  common::FakeClock clock_;
+  StoreState store_{&clock_, Bound()};
+};
+
+TEST_F(MemoryBoundTest, JobsHoldingMoreThanATenthAreRefusedAtTheBound) {
+  for (const char* job : {"a", "b", "c"}) {
+    ASSERT_TRUE(Set(job, "k", 400 << 10).ok());
+  }
+  store_.SetResidentBytes(kBound - (8 << 10));
+  // None holds most of the store, and together they hold more than the
+  // tenth: a write past the bound is refused, one within it is not.
+  const absl::Status refused = Set("a", "more", 16 << 10);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(refused.message().find("not hold most of the store is full"),
+            std::string::npos)
+      << refused;
+  EXPECT_TRUE(Set("c", "small", 1 << 10).ok()) << "within the bound";
+}
+
+// A hog holding most of the store is refused a tenth of the bound early;
+// the memory its requests in flight take is resident but charged to no
+// job, and may take the server to the bound. The other jobs still store up
+// to a tenth of the bound, counted in their store bytes, and no more.
+TEST_F(MemoryBoundTest, OtherJobsKeepATenthWhenAHogTookTheMemory) {
+  ASSERT_TRUE(Set("hog", "fill", 8 << 20).ok());
+  store_.SetResidentBytes(kBound - (kBound / 10) - (4 << 10));
+  const absl::Status hog = Set("hog", "more", 8 << 10);
+  EXPECT_EQ(hog.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(hog.message().find("tenth kept for other jobs"),
+            std::string::npos)
+      << hog;
+
+  // Its requests in flight take the resident memory past the bound.
+  store_.SetResidentBytes(kBound + (1 << 20));
+  int64_t stored = 0;
+  absl::Status victim = absl::OkStatus();
+  for (int i = 0; victim.ok(); ++i) {
+    victim = Set(i % 2 == 0 ? "victim" : "other", absl::StrCat("k", i),
+                 64 << 10);
+    if (victim.ok()) stored += 64 << 10;
+  }
+  EXPECT_EQ(victim.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(victim.message().find("not hold most of the store is full"),
+            std::string::npos)
+      << victim;
+  // Nearly a tenth went to them, and no more.
+  const int64_t others =
+      store_.num_job_bytes("victim") + store_.num_job_bytes("other");
+  EXPECT_LE(others, kBound / 10);
+  EXPECT_GT(stored, kBound / 10 - (128 << 10) - 2 * (4 << 10));
+  EXPECT_EQ(Set("hog", "again", 1).code(),
+            absl::StatusCode::kResourceExhausted);
+}
+
 }  // namespace
 }  // namespace ddprun::rendezvous
