@@ -60,6 +60,14 @@ struct Limits {
   int64_t max_job_store_write_bytes_per_s = int64_t{16} << 20;
   int64_t job_store_write_burst_bytes = int64_t{4} << 20;
   int64_t max_job_parked_write_bytes = int64_t{16} << 20;
+  // A write refused past those parked caps is answered when its job's rate
+  // has paid for it (its payload dropped meanwhile), up to this many such
+  // refusals held at once for all jobs; past it, at once. Without it a
+  // client with more calls in flight than its parked share resends as fast
+  // as the refusals come: a hog on 32 connections took the CPU the other
+  // jobs' rounds need. A held call costs a few KiB of gRPC state.
+  // --max-held-store-refusals; 0: every refusal at once.
+  int64_t max_held_store_refusals = 4096;
   int64_t max_keys_per_request = 10000;  // Check, Wait
   int64_t max_id_bytes = 512;            // run_id, node_id, address
   int64_t max_nodes_per_job = 100000;

@@ -109,6 +109,14 @@ int main(int argc, char** argv) {
                  "RESOURCE_EXHAUSTED instead")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--max-held-store-refusals",
+                 server.limits.max_held_store_refusals,
+                 "store writes refused past those parked bytes that are "
+                 "answered late, when their job's rate has paid for them "
+                 "(all jobs together; past it a refusal is answered at "
+                 "once; 0: always at once)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--max-job-store-keys", server.limits.max_job_store_keys,
                  "keys the store may hold for one job, all its rounds")
       ->capture_default_str();

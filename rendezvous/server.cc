@@ -264,13 +264,27 @@ void Server::AddStoreWriteMetrics(common::MetricsRegistry* registry) {
       "holding them would pass --max-job-parked-write-bytes or a twentieth of "
       "--max-memory-bytes",
       {});
+  common::CounterFamily& held = registry->AddCounter(
+      "ddprun_rendezvous_store_refusals_held_total",
+      "Of those refusals, the ones answered late, when their job's rate had "
+      "paid for them (--max-held-store-refusals)",
+      {});
   common::GaugeFamily& parked = registry->AddGauge(
       "ddprun_rendezvous_store_writes_parked",
-      "Store writes held back by their job's write rate now", {});
+      "Store writes (and held refusals) waiting for their job's write rate "
+      "now",
+      {});
   auto reported = std::make_shared<std::pair<int64_t, int64_t>>(0, 0);
-  registry->AddCollectHook([this, &delayed, &refused, &parked, reported] {
+  auto reported_held = std::make_shared<int64_t>(0);
+  registry->AddCollectHook([this, &delayed, &refused, &held, &parked, reported,
+                            reported_held] {
     const int64_t d = store_service_.delayed_writes();
     const int64_t r = store_service_.refused_writes();
+    const int64_t h = store_service_.held_refusals();
+    if (h > *reported_held) {
+      held.WithLabels({}).Increment(static_cast<double>(h - *reported_held));
+      *reported_held = h;
+    }
     if (d > reported->first) {
       delayed.WithLabels({}).Increment(
           static_cast<double>(d - reported->first));

@@ -133,6 +133,9 @@ class Server {
   int64_t DelayedStoreWritesForTest() const {
     return store_service_.delayed_writes();
   }
+  int64_t HeldStoreRefusalsForTest() const {
+    return store_service_.held_refusals();
+  }
   int64_t JobStoreBytesForTest(const std::string& run_id) const {
     return store_.num_job_bytes(run_id);
   }

@@ -37,7 +37,8 @@ StoreService::StoreService(const JobTable* jobs, StoreState* store,
           .burst_bytes = limits.job_store_write_burst_bytes,
           .max_parked_bytes = limits.max_job_parked_write_bytes,
           .max_total_parked_bytes = StoreWriteRate::TotalParkedShare(
-              limits.max_memory_bytes, limits.max_store_bytes)}) {}
+              limits.max_memory_bytes, limits.max_store_bytes),
+          .max_held_refusals = limits.max_held_store_refusals}) {}
 
 absl::Status StoreService::AdmitWriter(
     const grpc::CallbackServerContext& context,
@@ -61,30 +62,38 @@ absl::Status StoreService::CheckWrite(const v1::StoreScope& scope,
 }
 
 grpc::ServerUnaryReactor* StoreService::Throttle(
-    grpc::CallbackServerContext* context, const std::string& run_id,
-    int64_t bytes, std::function<absl::Status()> apply) {
+    grpc::CallbackServerContext* context, std::string run_id,
+    const google::protobuf::Message* request,
+    std::function<absl::Status()> apply) {
+  const int64_t bytes = static_cast<int64_t>(request->ByteSizeLong());
   WriteDecision decision;
   WaiterId id = 0;
   {
     absl::MutexLock lock(&rate_mu_);
     decision = rate_.Admit(run_id, bytes, clock_->Now());
-    if (decision.refused.ok() && decision.release_at != absl::InfinitePast()) {
-      id = writes_.NewId();
-    }
+    if (decision.release_at != absl::InfinitePast()) id = writes_.NewId();
   }
-  if (!decision.refused.ok()) {
-    refused_writes_.fetch_add(1);
-    return FinishNow(context, decision.refused);
+  const bool refused = !decision.refused.ok();
+  if (refused) refused_writes_.fetch_add(1);
+  if (id == 0) {
+    return FinishNow(context, refused ? decision.refused : apply());
   }
-  if (id == 0) return FinishNow(context, apply());
-  delayed_writes_.fetch_add(1);
+  if (refused) {
+    // Held: only the call waits, not its payload. The request is this
+    // call's own (gRPC destroys it when the call ends) and nothing reads
+    // it again, so its fields are swapped into a message freed here.
+    auto* mutable_request = const_cast<google::protobuf::Message*>(request);
+    std::unique_ptr<google::protobuf::Message> payload(mutable_request->New());
+    mutable_request->GetReflection()->Swap(mutable_request, payload.get());
+    apply = [status = decision.refused] { return status; };
+    held_refusals_.fetch_add(1);
+  } else {
+    delayed_writes_.fetch_add(1);
+  }
   auto* reactor = new ParkedReactor([this, id] {
     std::optional<ParkedWrite> write = writes_.Take(id);
     if (!write.has_value()) return;  // already answered
-    {
-      absl::MutexLock lock(&rate_mu_);
-      rate_.Unpark(write->run_id, write->bytes);
-    }
+    GiveBack(*write);
     write->reactor->Finish(grpc::Status(
         grpc::StatusCode::CANCELLED,
         "store write cancelled by the client (or its deadline passed) while "
@@ -92,12 +101,22 @@ grpc::ServerUnaryReactor* StoreService::Throttle(
   });
   // Parked before its due time is queued: ReleaseWrites skips ids it
   // cannot take.
-  writes_.Add(id, {reactor, std::move(apply), run_id, bytes});
+  writes_.Add(id, {reactor, std::move(apply), run_id,
+                   refused ? 0 : bytes, refused});
   {
     absl::MutexLock lock(&rate_mu_);
     due_.emplace(decision.release_at, id);
   }
   return reactor;
+}
+
+void StoreService::GiveBack(const ParkedWrite& write) {
+  absl::MutexLock lock(&rate_mu_);
+  if (write.refusal) {
+    rate_.Unhold(write.run_id);
+  } else {
+    rate_.Unpark(write.run_id, write.bytes);
+  }
 }
 
 void StoreService::ReleaseWrites() {
@@ -117,10 +136,7 @@ void StoreService::ReleaseWrites() {
   for (WaiterId id : due) {
     std::optional<ParkedWrite> write = writes_.Take(id);
     if (!write.has_value()) continue;  // cancelled meanwhile
-    {
-      absl::MutexLock lock(&rate_mu_);
-      rate_.Unpark(write->run_id, write->bytes);
-    }
+    GiveBack(*write);
     write->reactor->Finish(common::ToGrpcStatus(write->apply()));
   }
 }
@@ -237,8 +253,7 @@ grpc::ServerUnaryReactor* StoreService::Set(
     return FinishNow(context, ok);
   }
   return Throttle(
-      context, request->scope().run_id(),
-      static_cast<int64_t>(request->ByteSizeLong()), [this, request] {
+      context, request->scope().run_id(), request, [this, request] {
         if (absl::Status ok = CheckWrite(request->scope(), request->key(),
                                          request->value().size());
             !ok.ok()) {
@@ -275,8 +290,7 @@ grpc::ServerUnaryReactor* StoreService::Add(
     return FinishNow(context, ok);
   }
   return Throttle(
-      context, request->scope().run_id(),
-      static_cast<int64_t>(request->ByteSizeLong()),
+      context, request->scope().run_id(), request,
       [this, request, response]() -> absl::Status {
         if (absl::Status ok = CheckWrite(request->scope(), request->key());
             !ok.ok()) {
@@ -299,8 +313,7 @@ grpc::ServerUnaryReactor* StoreService::CompareSet(
     return FinishNow(context, ok);
   }
   return Throttle(
-      context, request->scope().run_id(),
-      static_cast<int64_t>(request->ByteSizeLong()),
+      context, request->scope().run_id(), request,
       [this, request, response]() -> absl::Status {
         if (absl::Status ok = CheckWrite(request->scope(), request->key(),
                                          std::max(request->expected().size(),
@@ -354,8 +367,7 @@ grpc::ServerUnaryReactor* StoreService::DeleteKey(
     return FinishNow(context, ok);
   }
   return Throttle(
-      context, request->scope().run_id(),
-      static_cast<int64_t>(request->ByteSizeLong()),
+      context, request->scope().run_id(), request,
       [this, request, response]() -> absl::Status {
         if (absl::Status ok = CheckWrite(request->scope(), request->key());
             !ok.ok()) {

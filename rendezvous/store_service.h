@@ -84,6 +84,8 @@ class StoreService final : public v1::Store::CallbackService {
   size_t num_parked_writes() const { return writes_.size(); }
   int64_t delayed_writes() const { return delayed_writes_.load(); }
   int64_t refused_writes() const { return refused_writes_.load(); }
+  // Refusals answered late (StoreWriteRateOptions::max_held_refusals).
+  int64_t held_refusals() const { return held_refusals_.load(); }
 
  private:
   // A parked Get or Wait: the response to fill (nullptr for a Wait).
@@ -94,7 +96,8 @@ class StoreService final : public v1::Store::CallbackService {
     ParkedReactor* reactor = nullptr;
     std::function<absl::Status()> apply;
     std::string run_id;
-    int64_t bytes = 0;
+    int64_t bytes = 0;  // parked bytes; 0 for a held refusal
+    bool refusal = false;
   };
 
   // The token and the run_id's size: what a write passes before the rate.
@@ -105,12 +108,17 @@ class StoreService final : public v1::Store::CallbackService {
                           size_t value_bytes = 0) const;
   absl::Status AdmitWriter(const grpc::CallbackServerContext& context,
                            const v1::StoreScope& scope) const;
-  // Charges a write of `bytes` to its job's rate; `apply` (sizes, scope,
-  // the store) runs now, or when the write is released from parking.
+  // Charges a write (its request's bytes) to its job's rate; `apply`
+  // (sizes, scope, the store) runs now, or when the write is released from
+  // parking. A refusal held by the rate frees the request's fields first
+  // (so `run_id`, which may be one of them, is taken by value).
   grpc::ServerUnaryReactor* Throttle(grpc::CallbackServerContext* context,
-                                     const std::string& run_id, int64_t bytes,
+                                     std::string run_id,
+                                     const google::protobuf::Message* request,
                                      std::function<absl::Status()> apply);
   void ReleaseWrites();
+  // What a parked write or held refusal holds of the rate, given back.
+  void GiveBack(const ParkedWrite& write);
   // Token, sizes of scope/key/value, then the scope's round.
   absl::Status Admit(const grpc::CallbackServerContext& context,
                      const v1::StoreScope& scope, const std::string& key,
@@ -139,6 +147,7 @@ class StoreService final : public v1::Store::CallbackService {
   absl::Time last_forget_ ABSL_GUARDED_BY(rate_mu_) = absl::InfinitePast();
   std::atomic<int64_t> delayed_writes_{0};
   std::atomic<int64_t> refused_writes_{0};
+  std::atomic<int64_t> held_refusals_{0};
 };
 
 }  // namespace ddprun::rendezvous

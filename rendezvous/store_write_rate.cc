@@ -35,7 +35,7 @@ WriteDecision StoreWriteRate::Admit(const std::string& run_id, int64_t bytes,
           "the limits)",
           run_id, options_.bytes_per_s, parked, bytes,
           options_.max_parked_bytes));
-      return decision;
+      return HoldOrRefuseNow(run_id, paid_until, release_at, decision);
     }
     if (total_parked_bytes_ + bytes > options_.max_total_parked_bytes) {
       decision.refused = absl::ResourceExhaustedError(absl::StrFormat(
@@ -47,7 +47,7 @@ WriteDecision StoreWriteRate::Admit(const std::string& run_id, int64_t bytes,
           "limits)",
           run_id, options_.bytes_per_s, total_parked_bytes_, bytes,
           options_.max_total_parked_bytes));
-      return decision;
+      return HoldOrRefuseNow(run_id, paid_until, release_at, decision);
     }
     decision.release_at = release_at;
   }
@@ -58,6 +58,19 @@ WriteDecision StoreWriteRate::Admit(const std::string& run_id, int64_t bytes,
     total_parked_bytes_ += bytes;
   }
   return decision;
+}
+
+WriteDecision StoreWriteRate::HoldOrRefuseNow(const std::string& run_id,
+                                              absl::Time paid_until,
+                                              absl::Time release_at,
+                                              WriteDecision refusal) {
+  if (held_refusals_ >= options_.max_held_refusals) return refusal;
+  Job& job = jobs_[run_id];
+  job.paid_until = paid_until;
+  ++job.held_refusals;
+  ++held_refusals_;
+  refusal.release_at = release_at;
+  return refusal;
 }
 
 int64_t StoreWriteRate::TotalParkedShare(int64_t max_memory_bytes,
@@ -73,9 +86,17 @@ void StoreWriteRate::Unpark(const std::string& run_id, int64_t bytes) {
   total_parked_bytes_ -= released;
 }
 
+void StoreWriteRate::Unhold(const std::string& run_id) {
+  auto found = jobs_.find(run_id);
+  if (found == jobs_.end() || found->second.held_refusals == 0) return;
+  --found->second.held_refusals;
+  --held_refusals_;
+}
+
 void StoreWriteRate::ForgetIdle(absl::Time now) {
   absl::erase_if(jobs_, [now](const auto& entry) {
-    return entry.second.paid_until <= now && entry.second.parked_bytes == 0;
+    return entry.second.paid_until <= now && entry.second.parked_bytes == 0 &&
+           entry.second.held_refusals == 0;
   });
 }
 

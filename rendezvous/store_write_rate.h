@@ -22,13 +22,24 @@ struct StoreWriteRateOptions {
   // The same for all jobs' parked writes together: what the server's
   // memory bound leaves them (StoreWriteRate::TotalParkedShare).
   int64_t max_total_parked_bytes = 0;
+  // Refusals past those caps held at once, all jobs together: a held
+  // refusal is answered when the job's rate has paid for its bytes, as a
+  // parked write would be, so that a client with more calls in flight than
+  // the parked caps allow still slows down to the rate instead of resending
+  // as fast as the refusals come (a hog on 32 connections took the server's
+  // CPU that way). It holds its call but not the request's payload (the
+  // caller drops it). Past this count a refusal is answered at once and
+  // charges nothing. 0: every refusal at once.
+  int64_t max_held_refusals = 0;
 };
 
 // The decision for one store write.
 struct WriteDecision {
-  // InfinitePast: answer now. Otherwise park the write until then.
+  // InfinitePast: answer now. Otherwise park the write (or hold its
+  // refusal) until then.
   absl::Time release_at = absl::InfinitePast();
-  // Not OK: refuse the write now (RESOURCE_EXHAUSTED, naming the limit).
+  // Not OK: refuse the write (RESOURCE_EXHAUSTED, naming the limit), now or
+  // at release_at; a held refusal is given back with Unhold.
   absl::Status refused;
 };
 
@@ -43,9 +54,11 @@ struct WriteDecision {
 // server received its bytes either way.
 //
 // A parked write holds its request, so a job's parked bytes are capped:
-// past max_parked_bytes a write is refused now instead and charges
-// nothing; so is one that would take all jobs' parked writes past
-// max_total_parked_bytes. Pure: no clock, no lock (the caller holds one).
+// past max_parked_bytes a write is refused instead; so is one that would
+// take all jobs' parked writes past max_total_parked_bytes. The refusal is
+// charged and held until the rate has paid for it while fewer than
+// max_held_refusals are held, and is otherwise answered at once, charging
+// nothing. Pure: no clock, no lock (the caller holds one).
 class StoreWriteRate {
  public:
   explicit StoreWriteRate(const StoreWriteRateOptions& options);
@@ -55,6 +68,8 @@ class StoreWriteRate {
   WriteDecision Admit(const std::string& run_id, int64_t bytes, absl::Time now);
   // A parked write was answered or cancelled.
   void Unpark(const std::string& run_id, int64_t bytes);
+  // A held refusal was answered or cancelled.
+  void Unhold(const std::string& run_id);
   // Forgets jobs whose bucket is full again and that park nothing (their
   // state equals a new job's).
   void ForgetIdle(absl::Time now);
@@ -67,6 +82,7 @@ class StoreWriteRate {
 
   int64_t parked_bytes(const std::string& run_id) const;
   int64_t total_parked_bytes() const { return total_parked_bytes_; }
+  int64_t held_refusals() const { return held_refusals_; }
   size_t num_jobs() const { return jobs_.size(); }
   bool enabled() const { return options_.bytes_per_s > 0; }
 
@@ -74,12 +90,19 @@ class StoreWriteRate {
   struct Job {
     absl::Time paid_until = absl::InfinitePast();
     int64_t parked_bytes = 0;
+    int64_t held_refusals = 0;
   };
   absl::Duration Cost(int64_t bytes) const;
+  // `refusal` held until `release_at`, its bytes charged, while fewer than
+  // max_held_refusals are held; else as it is (at once, charging nothing).
+  WriteDecision HoldOrRefuseNow(const std::string& run_id,
+                                absl::Time paid_until, absl::Time release_at,
+                                WriteDecision refusal);
 
   const StoreWriteRateOptions options_;
   absl::flat_hash_map<std::string, Job> jobs_;
   int64_t total_parked_bytes_ = 0;
+  int64_t held_refusals_ = 0;
 };
 
 }  // namespace ddprun::rendezvous

@@ -28,8 +28,10 @@ constexpr int kValueBytes = 1000;
 
 class StoreBackPressureTest : public ::testing::Test {
  protected:
+  virtual int64_t MaxHeldRefusals() const { return 4096; }
   void SetUp() override {
     ServerOptions options;
+    options.limits.max_held_store_refusals = MaxHeldRefusals();
     options.clock = &clock_;
     options.limits.max_job_store_write_bytes_per_s = 1000;
     options.limits.job_store_write_burst_bytes = 2500;  // two writes
@@ -148,7 +150,49 @@ TEST_F(StoreBackPressureTest, AParkedWriteCancelledIsNeverApplied) {
   EXPECT_FALSE(Stored("hog", "cancelled"));
 }
 
-TEST_F(StoreBackPressureTest, PastItsParkedShareAWriteIsRefusedAtOnce) {
+// Past its parked share a write is refused, but answered only when the
+// job's rate has paid for it: a client with more calls in flight than the
+// share still slows down to the rate.
+TEST_F(StoreBackPressureTest, PastItsParkedShareAWriteIsRefusedWhenItsRateHasPaid) {
+  SpendBurst();
+  std::vector<grpc::Status> parked(2);
+  for (int i = 0; i < 2; ++i) {
+    SetInBackground("hog", absl::StrCat("parked-", i), &parked[i]);
+    ASSERT_TRUE(WaitFor(
+        [&] { return server_->ParkedStoreWritesForTest() == size_t(i + 1); },
+        absl::Seconds(30)));
+  }
+  grpc::Status refused = grpc::Status(grpc::StatusCode::UNKNOWN, "no answer");
+  SetInBackground("hog", "refused", &refused);
+  ASSERT_TRUE(WaitFor([&] { return server_->HeldStoreRefusalsForTest() == 1; },
+                      absl::Seconds(30)));
+  EXPECT_EQ(server_->ParkedStoreWritesForTest(), 3u);
+  EXPECT_EQ(finished(), 0) << "nothing is answered before the rate pays";
+  // The two parked writes are due 1 s and 2 s on, the refusal 3 s on.
+  clock_.Advance(absl::Milliseconds(2100));
+  ASSERT_TRUE(WaitFor([&] { return finished() == 2; }, absl::Seconds(30)));
+  EXPECT_TRUE(Stored("hog", "parked-0"));
+  EXPECT_TRUE(Stored("hog", "parked-1"));
+  EXPECT_EQ(server_->ParkedStoreWritesForTest(), 1u);
+  clock_.Advance(absl::Seconds(1));
+  ASSERT_TRUE(WaitFor([&] { return finished() == 3; }, absl::Seconds(30)));
+  {
+    absl::MutexLock lock(&mu_);
+    EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_NE(refused.error_message().find("--max-job-parked-write-bytes"),
+              std::string::npos)
+        << refused.error_message();
+  }
+  EXPECT_FALSE(Stored("hog", "refused"));
+  EXPECT_EQ(server_->ParkedStoreWritesForTest(), 0u);
+}
+
+class NoHeldRefusalsTest : public StoreBackPressureTest {
+ protected:
+  int64_t MaxHeldRefusals() const override { return 0; }
+};
+
+TEST_F(NoHeldRefusalsTest, PastItsParkedShareAWriteIsRefusedAtOnce) {
   SpendBurst();
   std::vector<grpc::Status> parked(2);
   for (int i = 0; i < 2; ++i) {
@@ -163,6 +207,7 @@ TEST_F(StoreBackPressureTest, PastItsParkedShareAWriteIsRefusedAtOnce) {
             std::string::npos)
       << refused.error_message();
   EXPECT_EQ(server_->ParkedStoreWritesForTest(), 2u);
+  EXPECT_EQ(server_->HeldStoreRefusalsForTest(), 0);
   EXPECT_EQ(finished(), 0);
   clock_.Advance(absl::Seconds(10));
   ASSERT_TRUE(WaitFor([&] { return finished() == 2; }, absl::Seconds(30)));

@@ -102,6 +102,43 @@ TEST(StoreWriteRateTest, PastItsParkedShareAJobIsRefusedAndChargedNothing) {
   EXPECT_EQ(next.release_at, kStart + absl::Seconds(6));
 }
 
+TEST(StoreWriteRateTest, PastItsParkedShareARefusalIsHeldAndCharged) {
+  StoreWriteRateOptions options = Options();
+  options.max_held_refusals = 2;
+  StoreWriteRate rate(options);
+  ASSERT_TRUE(Now(rate.Admit("job", 2000, kStart)));
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(rate.Admit("job", 1000, kStart).refused.ok()) << i;
+  }
+  // Two refusals are held, each answered when the rate has paid for it,
+  // as a parked write would be; they park no bytes.
+  for (int i = 0; i < 2; ++i) {
+    WriteDecision held = rate.Admit("job", 1000, kStart);
+    EXPECT_EQ(held.refused.code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_EQ(held.release_at, kStart + absl::Seconds(6 + i)) << i;
+  }
+  EXPECT_EQ(rate.held_refusals(), 2);
+  EXPECT_EQ(rate.parked_bytes("job"), 5000);
+  // The third is answered at once and charges nothing.
+  WriteDecision now = rate.Admit("job", 1000, kStart);
+  EXPECT_EQ(now.refused.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(now.release_at, absl::InfinitePast());
+  // The held ones were charged: the next write goes after them.
+  rate.Unpark("job", 1000);
+  rate.Unhold("job");
+  EXPECT_EQ(rate.held_refusals(), 1);
+  EXPECT_EQ(rate.Admit("job", 1000, kStart).release_at,
+            kStart + absl::Seconds(8));
+  // A job holding a refusal is not forgotten as idle.
+  rate.Unpark("job", 5000);
+  rate.ForgetIdle(kStart + absl::Hours(1));
+  EXPECT_EQ(rate.num_jobs(), 1u);
+  rate.Unhold("job");
+  rate.ForgetIdle(kStart + absl::Hours(1));
+  EXPECT_EQ(rate.num_jobs(), 0u);
+  EXPECT_EQ(rate.held_refusals(), 0);
+}
+
 TEST(StoreWriteRateTest, AllJobsParkedWritesAreBounded) {
   StoreWriteRate rate(Options());
   for (const std::string job : {"a", "b"}) {
