@@ -30,8 +30,8 @@ struct Limits {
   // buffers, jobs and store together), which the store caps above do not
   // see: a store write that would take the server past it is refused
   // RESOURCE_EXHAUSTED. Sampled every tick and advanced by what the store
-  // charged since. A job holding over half the store is refused at 90 % of
-  // it, so that the other jobs keep room: they may store up to that tenth
+  // charged since. A job holding over half the store (and over a tenth of
+  // the bound) is refused at 90 % of it, so that the other jobs keep room: they may store up to that tenth
   // (counted in their store bytes) even when the resident memory is at the
   // bound, as a hog's requests in flight can take it there. So the resident
   // memory stays within the bound plus a tenth. --max-memory-bytes; 0: no

@@ -75,8 +75,11 @@ absl::Status StoreState::Charge(Run& run, const std::string& run_id,
     // A job holding over half the store is refused a tenth of the bound
     // earlier, so that one hog cannot take the room every other job needs
     // to form its rounds.
+    // A job holding no more than the tenth is not the hog, whatever its
+    // share of a store that holds little.
     const int64_t tenth = limits_.max_memory_bytes / 10;
-    const bool dominant = 2 * (run.bytes + bytes) > num_bytes_ + bytes;
+    const bool dominant = 2 * (run.bytes + bytes) > num_bytes_ + bytes &&
+                          run.bytes + bytes > tenth;
     const int64_t bound =
         dominant ? limits_.max_memory_bytes - tenth : limits_.max_memory_bytes;
     // The tenth kept for the other jobs is counted in their store bytes,
@@ -89,7 +92,7 @@ absl::Status StoreState::Charge(Run& run, const std::string& run_id,
     // memory stays within the bound plus a tenth.
     const bool in_others_tenth =
         !dominant && resident + bytes > bound &&
-        BytesOfJobsButTheDominant() + bytes <= tenth;
+        BytesOfJobsButTheDominant(tenth) + bytes <= tenth;
     if (resident + bytes > bound && !in_others_tenth) {
       return absl::ResourceExhaustedError(absl::StrFormat(
           "the server holds %d bytes of memory; %d more for job '%s' would "
@@ -117,13 +120,14 @@ absl::Status StoreState::Charge(Run& run, const std::string& run_id,
   return absl::OkStatus();
 }
 
-int64_t StoreState::BytesOfJobsButTheDominant() const {
+int64_t StoreState::BytesOfJobsButTheDominant(int64_t tenth) const {
   // A scan of every job, but only for a write that the resident memory
   // would refuse, which is rare: no index of the largest job is kept on
   // every charge for it.
   int64_t largest = 0;
   for (const auto& [run_id, run] : runs_) largest = std::max(largest, run.bytes);
-  return 2 * largest > num_bytes_ ? num_bytes_ - largest : num_bytes_;
+  const bool dominant = 2 * largest > num_bytes_ && largest > tenth;
+  return dominant ? num_bytes_ - largest : num_bytes_;
 }
 
 void StoreState::SetResidentBytes(int64_t bytes) {

@@ -144,9 +144,10 @@ class StoreState {
   // Negative amounts (releases) always pass.
   absl::Status Charge(Run& run, const std::string& run_id, int64_t bytes,
                       int64_t keys) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The store bytes of every job but the one holding over half of them
-  // (all of them when none does).
-  int64_t BytesOfJobsButTheDominant() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // The store bytes of every job but the one holding over half of them and
+  // over `tenth` (all of them when none does).
+  int64_t BytesOfJobsButTheDominant(int64_t tenth) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   absl::Status Park(const v1::StoreScope& scope, Found found,
                     const std::vector<std::string>& missing, bool is_get,
                     absl::Duration timeout, WaiterId waiter)

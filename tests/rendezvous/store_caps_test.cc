@@ -175,6 +175,17 @@ TEST_F(MemoryBoundTest, JobsHoldingMoreThanATenthAreRefusedAtTheBound) {
   EXPECT_TRUE(Set("c", "small", 1 << 10).ok()) << "within the bound";
 }
 
+// Memory that no store charge sees took the server past the bound while
+// the store holds little: a job with a few bytes holds most of the store,
+// but it is not the hog, and stores within the tenth.
+TEST_F(MemoryBoundTest, ASmallJobIsNotTheHogOfANearlyEmptyStore) {
+  store_.SetResidentBytes(kBound + (4 << 20));
+  EXPECT_TRUE(Set("victim", "MASTER_ADDR", 256).ok());
+  EXPECT_TRUE(Set("victim", "MASTER_PORT", 256).ok());
+  EXPECT_EQ(Set("victim", "big", kBound / 10).code(),
+            absl::StatusCode::kResourceExhausted);
+}
+
 // A hog holding most of the store is refused a tenth of the bound early;
 // the memory its requests in flight take is resident but charged to no
 // job, and may take the server to the bound. The other jobs still store up
