@@ -8,6 +8,11 @@
 namespace ddprun::relay {
 
 // One upstream Heartbeats stream. Deletes itself when it ends.
+//
+// Lifetime: a hold (AddHold) keeps gRPC from ending the stream (OnDone)
+// while the mux may still write on it. The mux releases it once, when it
+// retires the stream (broken, idle or shutting down) and no write of its
+// is scheduled or in flight (mu_ decides; RemoveHold runs without it).
 class HeartbeatMux::Upstream
     : public grpc::ClientBidiReactor<v1::HeartbeatRequest,
                                      v1::HeartbeatResponse> {
@@ -22,6 +27,7 @@ class HeartbeatMux::Upstream
 
   void Open(v1::Rendezvous::Stub* stub) {
     stub->async()->Heartbeats(context_.get(), this);
+    AddHold();
     StartRead(&response_);
     StartCall();
   }
@@ -30,6 +36,7 @@ class HeartbeatMux::Upstream
     StartWrite(&request_);
   }
   void Close() { StartWritesDone(); }
+  void Release() { RemoveHold(); }
 
   const std::string& key() const { return key_; }
   const std::shared_ptr<grpc::ClientContext>& context() const {
@@ -38,7 +45,10 @@ class HeartbeatMux::Upstream
 
   void OnWriteDone(bool ok) override { mux_->OnWritten(this, ok); }
   void OnReadDone(bool ok) override {
-    if (!ok) return;  // OnDone follows with the status
+    if (!ok) {  // the stream is over
+      mux_->OnBroken(this);
+      return;
+    }
     mux_->OnAnswer(this, response_);
     StartRead(&response_);
   }
@@ -46,6 +56,13 @@ class HeartbeatMux::Upstream
     mux_->OnEnded(this, status);
     delete this;
   }
+
+  // Guarded by the mux's mu_.
+  bool writing = false;   // a write scheduled or in flight
+  bool retired = false;   // no longer the group's stream
+  bool released = false;  // its hold was (or is being) removed
+  // The callers whose beats it carried when it broke.
+  std::vector<std::shared_ptr<BeatSink>> failed;
 
  private:
   HeartbeatMux* const mux_;
@@ -114,7 +131,7 @@ void HeartbeatMux::Pump(const std::string& key, Group& group, absl::Time now,
     ++open_streams_;
     actions->opens.push_back(group.stream);
   }
-  if (group.writing) return;  // OnWritten pumps again
+  if (group.stream->writing) return;  // OnWritten pumps again
   v1::HeartbeatRequest message;
   message.set_run_id(group.run_id);
   std::vector<Entry> sent;
@@ -139,7 +156,7 @@ void HeartbeatMux::Pump(const std::string& key, Group& group, absl::Time now,
   }
   group.pending_nodes -= nodes;
   group.first_pending = now;
-  group.writing = true;
+  group.stream->writing = true;
   group.in_flight.push_back(std::move(sent));
   counters_->upstream_beat_messages.Increment();
   actions->writes.emplace_back(group.stream, std::move(message));
@@ -150,7 +167,11 @@ void HeartbeatMux::Run(Actions actions) {
   for (auto& [stream, message] : actions.writes) {
     stream->Write(std::move(message));
   }
-  for (Upstream* stream : actions.closes) stream->Close();
+  for (Upstream* stream : actions.closes) {
+    stream->Close();
+    stream->Release();
+  }
+  for (Upstream* stream : actions.releases) stream->Release();
 }
 
 void HeartbeatMux::FlushLoop() {
@@ -170,9 +191,11 @@ void HeartbeatMux::FlushLoop() {
           next = std::min(next, std::max(at, now + absl::Microseconds(100)));
         }
         bool idle = group.pending.empty() && group.in_flight.empty() &&
-                    !group.writing &&
+                    (group.stream == nullptr || !group.stream->writing) &&
                     now >= group.last_activity + kIdleClose;
         if (idle && group.stream != nullptr) {
+          group.stream->retired = true;
+          group.stream->released = true;
           actions.closes.push_back(group.stream);
           group.stream = nullptr;
         }
@@ -195,13 +218,24 @@ void HeartbeatMux::OnWritten(Upstream* stream, bool ok) {
   Actions actions;
   {
     absl::MutexLock lock(&mu_);
-    auto it = groups_.find(stream->key());
-    if (it == groups_.end() || it->second.stream != stream) return;
-    it->second.writing = false;
-    if (!ok) return;  // the stream broke: OnEnded follows
-    Pump(it->first, it->second, absl::Now(), /*force=*/false, &actions);
+    stream->writing = false;
+    if (stream->retired) {
+      ReleaseIfIdle(stream, &actions);
+    } else if (ok) {
+      auto it = groups_.find(stream->key());
+      if (it != groups_.end()) {
+        Pump(it->first, it->second, absl::Now(), /*force=*/false, &actions);
+      }
+    }
+    // Not ok: the stream broke; OnBroken follows (its read fails).
   }
   Run(std::move(actions));
+}
+
+void HeartbeatMux::ReleaseIfIdle(Upstream* stream, Actions* actions) {
+  if (stream->writing || stream->released) return;
+  stream->released = true;
+  actions->releases.push_back(stream);
 }
 
 void HeartbeatMux::OnAnswer(Upstream* stream,
@@ -256,25 +290,41 @@ void HeartbeatMux::OnAnswer(Upstream* stream,
   Run(std::move(actions));
 }
 
+void HeartbeatMux::OnBroken(Upstream* stream) {
+  Actions actions;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = groups_.find(stream->key());
+    if (it != groups_.end() && it->second.stream == stream) {
+      // Its beats get the stream's status, which comes with OnDone.
+      Group& group = it->second;
+      group.stream = nullptr;
+      for (auto& message : group.in_flight) {
+        for (Entry& entry : message) {
+          stream->failed.push_back(std::move(entry.sink));
+        }
+      }
+      for (Entry& entry : group.pending) {
+        stream->failed.push_back(std::move(entry.sink));
+      }
+      group.in_flight.clear();
+      group.pending.clear();
+      group.pending_nodes = 0;
+      group.reopen_at = absl::Now() + group.backoff.Next();
+    }
+    stream->retired = true;
+    ReleaseIfIdle(stream, &actions);
+  }
+  Run(std::move(actions));
+}
+
 void HeartbeatMux::OnEnded(Upstream* stream, const grpc::Status& status) {
   std::vector<std::shared_ptr<BeatSink>> failed;
   {
     absl::MutexLock lock(&mu_);
+    failed = std::move(stream->failed);
     --open_streams_;
     changed_.SignalAll();
-    auto it = groups_.find(stream->key());
-    if (it == groups_.end() || it->second.stream != stream) return;
-    Group& group = it->second;
-    group.stream = nullptr;
-    group.writing = false;
-    for (auto& message : group.in_flight) {
-      for (Entry& entry : message) failed.push_back(std::move(entry.sink));
-    }
-    for (Entry& entry : group.pending) failed.push_back(std::move(entry.sink));
-    group.in_flight.clear();
-    group.pending.clear();
-    group.pending_nodes = 0;
-    group.reopen_at = absl::Now() + group.backoff.Next();
   }
   if (failed.empty()) return;
   grpc::Status answer = FromUpstream(status, options_.upstream);
@@ -282,7 +332,7 @@ void HeartbeatMux::OnEnded(Upstream* stream, const grpc::Status& status) {
     answer = grpc::Status(grpc::StatusCode::UNAVAILABLE,
                           "ddprun-relay: the rendezvous server at " +
                               options_.upstream +
-                              " ended the heartbeat stream");
+                              " ended the heartbeat stream; beat again");
   }
   spdlog::info("ddprun-relay: heartbeat stream to {} ended: {} ({} beats "
                "failed)",
@@ -304,6 +354,7 @@ void HeartbeatMux::Shutdown() {
     for (auto& [key, group] : groups_) {
       for (Entry& entry : group.pending) failed.push_back(entry.sink);
       group.pending.clear();
+      // Cancelled below: their reads fail, OnBroken releases them.
       if (group.stream != nullptr) streams.push_back(group.stream->context());
     }
   }

@@ -80,7 +80,6 @@ class HeartbeatMux {
     // Sent, answers due in this order.
     std::deque<std::vector<Entry>> in_flight;
     Upstream* stream = nullptr;  // open, or nullptr
-    bool writing = false;        // one write in flight on `stream`
     int max_nodes = 0;           // 1 after an answer without `more`
     common::Backoff backoff;
     absl::Time reopen_at = absl::InfinitePast();
@@ -90,7 +89,8 @@ class HeartbeatMux {
   struct Actions {
     std::vector<std::pair<Upstream*, v1::HeartbeatRequest>> writes;
     std::vector<Upstream*> opens;
-    std::vector<Upstream*> closes;
+    std::vector<Upstream*> closes;    // idle: WritesDone, then release
+    std::vector<Upstream*> releases;  // retired: release its hold
   };
 
   void FlushLoop();
@@ -100,7 +100,12 @@ class HeartbeatMux {
   void Run(Actions actions);
   void OnWritten(Upstream* stream, bool ok);
   void OnAnswer(Upstream* stream, const v1::HeartbeatResponse& response);
+  // The stream's read failed: it is over; retire it.
+  void OnBroken(Upstream* stream);
+  // gRPC is done with it (after its hold was released).
   void OnEnded(Upstream* stream, const grpc::Status& status);
+  void ReleaseIfIdle(Upstream* stream, Actions* actions)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const RelayOptions options_;
   v1::Rendezvous::Stub* const stub_;

@@ -119,6 +119,13 @@ void JoinBatcher::Remove(const std::shared_ptr<JoinWaiter>& waiter) {
   if (waiters.empty()) groups_.erase(group);
 }
 
+size_t JoinBatcher::num_pending() const {
+  absl::MutexLock lock(&mu_);
+  size_t pending = 0;
+  for (const auto& [key, group] : groups_) pending += group.waiters.size();
+  return pending;
+}
+
 void JoinBatcher::FlushLoop() {
   while (true) {
     std::vector<std::vector<std::shared_ptr<JoinWaiter>>> due;

@@ -84,6 +84,9 @@ class JoinBatcher {
   // and waits for their callbacks. Idempotent.
   void Shutdown();
 
+  // Callers in groups not sent yet.
+  size_t num_pending() const;
+
  private:
   struct Group {
     std::vector<std::shared_ptr<JoinWaiter>> waiters;
@@ -105,7 +108,7 @@ class JoinBatcher {
   v1::Rendezvous::Stub* const stub_;
   RelayCounters* const counters_;
 
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   std::map<std::string, Group> groups_ ABSL_GUARDED_BY(mu_);
   // Shared, so that Shutdown may cancel one whose callback is running.
   std::vector<std::shared_ptr<grpc::ClientContext>> in_flight_

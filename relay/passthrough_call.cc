@@ -23,6 +23,10 @@ class PassthroughCall : public grpc::ServerGenericBidiReactor {
     ForwardDeadline(*context, &upstream_context_);
     stub->PrepareBidiStreamingCall(&upstream_context_, method_,
                                    grpc::StubOptions(), &upstream_);
+    // Held while the caller may still send: its messages are written
+    // upstream from the caller's reactions, which must not meet an upstream
+    // call gRPC already ended (OnDone).
+    upstream_.AddHold();
     upstream_.StartRead(&from_upstream_);
     upstream_.StartCall();
     StartRead(&from_caller_);
@@ -31,17 +35,19 @@ class PassthroughCall : public grpc::ServerGenericBidiReactor {
   void OnReadDone(bool ok) override {
     if (!ok) {
       upstream_.StartWritesDone();  // the caller closed its side
+      upstream_.RemoveHold();
       return;
     }
     upstream_.StartWrite(&from_caller_);
   }
 
   void OnWriteDone(bool ok) override {
-    if (!ok) {  // the caller is gone
+    if (ok) {
+      upstream_.StartRead(&from_upstream_);
+    } else {  // the caller is gone
       upstream_context_.TryCancel();
-      return;
     }
-    upstream_.StartRead(&from_upstream_);
+    upstream_.RemoveHold();  // taken for this write
   }
 
   void OnCancel() override { upstream_context_.TryCancel(); }
@@ -54,11 +60,20 @@ class PassthroughCall : public grpc::ServerGenericBidiReactor {
    public:
     explicit Upstream(PassthroughCall* call) : call_(call) {}
     void OnWriteDone(bool ok) override {
-      // Not ok: the upstream call is over; OnDone finishes the caller's.
-      if (ok) call_->StartRead(&call_->from_caller_);
+      if (ok) {
+        call_->StartRead(&call_->from_caller_);
+      } else {
+        // The upstream call is over: the caller sends nothing more that
+        // could go anywhere; OnDone finishes the caller's call.
+        RemoveHold();
+      }
     }
     void OnReadDone(bool ok) override {
-      if (ok) call_->StartWrite(&call_->from_upstream_);
+      if (!ok) return;
+      // Held until the caller has this answer: the next read upstream is
+      // started from the caller's reaction.
+      AddHold();
+      call_->StartWrite(&call_->from_upstream_);
     }
     void OnDone(const grpc::Status& status) override {
       call_->Finish(FromUpstream(status, call_->upstream_address_));

@@ -35,6 +35,8 @@ class Relay {
   // The relay's counters (RelayCounters), for /metrics.
   common::MetricsRegistry& metrics() { return registry_; }
   const RelayCounters& counters() const { return counters_; }
+  // Single Joins waiting for their batch to be sent.
+  size_t NumPendingJoinsForTest() const { return batcher_->num_pending(); }
   // Idempotent; the destructor calls it. Calls in progress end (UNAVAILABLE
   // or CANCELLED), then the relay stops.
   void Shutdown();

@@ -452,6 +452,10 @@ TEST_F(RelayTest, ACallerCancelledBeforeTheFlushNeverJoins) {
         stub_->Join(&context, NodeJoin("cancel", "gone", 2), &response);
     EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
   }
+  // The relay learns of the deadline on its own timer.
+  ASSERT_TRUE(WaitFor([&] { return relay_->NumPendingJoinsForTest() == 0; },
+                      absl::Seconds(10)));
+  EXPECT_EQ(Counter(relay_->counters().joins), 1);  // it reached the relay
   // Had "gone" stayed in the group, it would have been sent with "a".
   std::vector<v1::JoinResponse> answers =
       JoinAll(stub_.get(), {NodeJoin("cancel", "a", 2),
