@@ -85,7 +85,8 @@ TEST(RelayE2eTest, TwoAgentsTrainMnistThroughTheRelay) {
         {Ddprun(), "--nnodes", "2", "--nproc-per-node", "1",
          "--rdzv-endpoint", endpoint, "--rdzv-id", "relay-e2e"},
         {Mnist(), "--epochs", "1", "--data-dir", MnistDir(), "--train-limit",
-         "20000", "--summary-json", dir.File("summary.json")});
+         "20000", "--summary-json", dir.File("summary.json"), "--save",
+         dir.File("model.pt")});
     options.stdout_path = dir.File(absl::StrCat("agent", node, ".out"));
     options.stderr_path = dir.File(absl::StrCat("agent", node, ".err"));
     auto agent = Subprocess::Start(options);
