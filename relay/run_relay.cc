@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "common/endpoint.h"
 #include "common/metrics_http.h"
 #include "relay/relay.h"
@@ -35,6 +36,10 @@ int RunRelayUntilSignal(const RunRelayOptions& options) {
   sigaddset(&signals, SIGTERM);
   // Blocked before gRPC starts its threads, so only sigwait below sees them.
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // As ddprun-rendezvous: Debian builds Abseil without NDEBUG, so every
+  // absl::Mutex (gRPC's own included) keeps a deadlock-detection graph,
+  // which costs every call; deadlocks are a test-time concern.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   if (absl::Status safe = CheckListenIsAuthenticated(options); !safe.ok()) {
     spdlog::error("ddprun-relay: {}", safe.ToString());
     return 1;
