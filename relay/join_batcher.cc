@@ -58,6 +58,8 @@ JoinBatcher::JoinBatcher(const RelayOptions& options,
 JoinBatcher::~JoinBatcher() { Shutdown(); }
 
 void JoinBatcher::Add(std::shared_ptr<JoinWaiter> waiter) {
+  // Cancelled between its call's read and here: its call is finished.
+  if (waiter->cancelled()) return;
   std::string key = GroupKey(waiter->request().run_id(), waiter->metadata());
   std::vector<std::shared_ptr<JoinWaiter>> full;
   std::shared_ptr<JoinWaiter> superseded;

@@ -51,24 +51,31 @@ class JoinCall : public grpc::ServerGenericBidiReactor {
         [this](const grpc::Status& status, const v1::JoinResponse& response) {
           Answer(status, response);
         });
+    bool cancelled = false;
     {
       absl::MutexLock lock(&mu_);
-      if (cancelled_) {
-        Finish(grpc::Status::CANCELLED);
-        return;
-      }
-      waiter_ = waiter;
+      cancelled = cancelled_;
+      if (!cancelled) waiter_ = waiter;
+    }
+    if (cancelled) {  // OnCancel found no waiter and left Finish to us
+      Finish(grpc::Status::CANCELLED);
+      return;
     }
     batcher_->Add(std::move(waiter));
   }
 
   void OnCancel() override {
     std::shared_ptr<JoinWaiter> waiter;
+    bool passthrough = false;
     {
       absl::MutexLock lock(&mu_);
       cancelled_ = true;
       waiter = waiter_;
-      if (passthrough_) upstream_context_.TryCancel();
+      passthrough = passthrough_;
+    }
+    if (passthrough) {
+      upstream_context_.TryCancel();  // its callback finishes the call
+      return;
     }
     // No waiter: the read fails and OnReadDone finishes, or it succeeded
     // and OnReadDone sees cancelled_.
@@ -98,11 +105,13 @@ class JoinCall : public grpc::ServerGenericBidiReactor {
     request_bytes_ = std::move(request);
     AttachMetadata(MetadataToForward(*context_), &upstream_context_);
     ForwardDeadline(*context_, &upstream_context_);
+    bool cancelled = false;
     {
       absl::MutexLock lock(&mu_);
       passthrough_ = true;
-      if (cancelled_) upstream_context_.TryCancel();
+      cancelled = cancelled_;
     }
+    if (cancelled) upstream_context_.TryCancel();
     generic_->UnaryCall(&upstream_context_, context_->method(),
                         grpc::StubOptions(), &request_bytes_,
                         &response_bytes_, [this](grpc::Status status) {
