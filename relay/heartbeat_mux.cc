@@ -261,6 +261,13 @@ void HeartbeatMux::OnAnswer(Upstream* stream,
     int available = 1 + response.more_size();
     int next = 0;
     size_t e = 0;
+    if (sent.size() == 1) {
+      // One caller's message, sent as it came: its answer as the server
+      // gave it (a server older than `more` answers its first node only,
+      // as it would have answered the caller directly).
+      answers.emplace_back(sent[0].sink, response);
+      e = 1;
+    }
     for (; e < sent.size(); ++e) {
       if (next + sent[e].nodes() > available) break;
       v1::HeartbeatResponse answer =

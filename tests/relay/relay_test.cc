@@ -16,6 +16,7 @@
 #include "ddprun/v1/store.grpc.pb.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
+#include "grpcpp/server_builder.h"
 #include "gtest/gtest.h"
 #include "relay/join_fanout.h"
 #include "relay/relay.h"
@@ -543,6 +544,114 @@ TEST_F(RelayTest, AnUpstreamNotListeningIsUnavailableNamingIt) {
     EXPECT_NE(status.error_message().find(upstream), std::string::npos)
         << status.error_message();
   }
+}
+
+// A server older than batches: Join and the Heartbeats stream ignore
+// `more` and answer the message's own node only.
+class OldServer : public v1::Rendezvous::CallbackService {
+ public:
+  grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* context,
+                                 const v1::JoinRequest* request,
+                                 v1::JoinResponse* response) override {
+    joins_.fetch_add(1);
+    response->mutable_assignment()->set_round(1);
+    response->mutable_assignment()->set_node_rank(ranks_.fetch_add(1));
+    auto* reactor = context->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+  grpc::ServerBidiReactor<v1::HeartbeatRequest, v1::HeartbeatResponse>*
+  Heartbeats(grpc::CallbackServerContext* /*context*/) override {
+    class Stream : public grpc::ServerBidiReactor<v1::HeartbeatRequest,
+                                                  v1::HeartbeatResponse> {
+     public:
+      explicit Stream(OldServer* server) : server_(server) {
+        StartRead(&request_);
+      }
+      void OnReadDone(bool ok) override {
+        if (!ok) {
+          Finish(grpc::Status::OK);
+          return;
+        }
+        server_->messages_.fetch_add(1);
+        response_.set_round(1);
+        response_.set_state(v1::JOB_STATE_RUNNING);
+        StartWrite(&response_);
+      }
+      void OnWriteDone(bool ok) override {
+        if (ok) {
+          StartRead(&request_);
+        } else {
+          Finish(grpc::Status::OK);
+        }
+      }
+      void OnDone() override { delete this; }
+
+     private:
+      OldServer* const server_;
+      v1::HeartbeatRequest request_;
+      v1::HeartbeatResponse response_;
+    };
+    return new Stream(this);
+  }
+  std::atomic<int> joins_{0};
+  std::atomic<int> ranks_{0};
+  std::atomic<int> messages_{0};
+};
+
+TEST_F(RelayTest, AnOldServerGetsTheRestOneByOne) {
+  OldServer old;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  builder.RegisterService(&old);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(port, 0);
+  std::string upstream = absl::StrCat("127.0.0.1:", port);
+  direct_ = v1::Rendezvous::NewStub(
+      grpc::CreateChannel(upstream, grpc::InsecureChannelCredentials()));
+  StartRelay(/*max_batch=*/4, absl::Minutes(5), upstream);
+  std::vector<v1::JoinRequest> nodes;
+  for (int i = 0; i < 4; ++i) {
+    nodes.push_back(NodeJoin("old", absl::StrCat("n", i), 4));
+  }
+  std::vector<v1::JoinResponse> answers = JoinAll(stub_.get(), nodes);
+  std::set<int> ranks;
+  for (const auto& answer : answers) {
+    ASSERT_TRUE(answer.has_assignment()) << answer.DebugString();
+    ranks.insert(answer.assignment().node_rank());
+  }
+  EXPECT_EQ(ranks.size(), 4u);
+  // One batch (the first node joined), then the three others singly.
+  EXPECT_EQ(old.joins_.load(), 4);
+  EXPECT_EQ(Counter(relay_->counters().upstream_join_calls), 4);
+
+  // Heartbeats: three callers' beats in one message, answered for the
+  // first only; the other two are sent again, one per message.
+  relay_->Shutdown();
+  StartRelay(/*max_batch=*/3, absl::Minutes(5), upstream);
+  std::vector<std::thread> beaters;
+  std::vector<grpc::Status> statuses(3);
+  std::vector<v1::HeartbeatResponse> responses(3);
+  for (int i = 0; i < 3; ++i) {
+    beaters.emplace_back([&, i] {
+      v1::HeartbeatRequest beat;
+      beat.set_run_id("old");
+      beat.set_node_id(absl::StrCat("n", i));
+      auto context = BoundedContext();
+      statuses[i] = stub_->Heartbeat(context.get(), beat, &responses[i]);
+    });
+  }
+  for (auto& t : beaters) t.join();
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(statuses[i].ok()) << statuses[i].error_message();
+    EXPECT_EQ(responses[i].round(), 1);
+  }
+  EXPECT_EQ(old.messages_.load(), 3);
+  EXPECT_EQ(Counter(relay_->counters().upstream_beat_messages), 3);
+  relay_->Shutdown();
+  server->Shutdown();
 }
 
 TEST(JoinFanoutTest, SplitsABatchedAnswerAndItsErrors) {
