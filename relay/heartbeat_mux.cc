@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "spdlog/spdlog.h"
 
@@ -125,13 +126,13 @@ void HeartbeatMux::Pump(const std::string& key, Group& group, absl::Time now,
   bool due = force || group.pending_nodes >= group.max_nodes ||
              now >= group.first_pending + options_.batch_window;
   if (!due) return;
-  if (group.stream == nullptr) {
+  if (!group.unary && group.stream == nullptr) {
     if (now < group.reopen_at) return;  // the flusher opens it then
     group.stream = new Upstream(this, key, group.metadata);
     ++open_streams_;
     actions->opens.push_back(group.stream);
   }
-  if (group.stream->writing) return;  // OnWritten pumps again
+  if (!group.unary && group.stream->writing) return;  // OnWritten pumps
   v1::HeartbeatRequest message;
   message.set_run_id(group.run_id);
   std::vector<Entry> sent;
@@ -156,9 +157,21 @@ void HeartbeatMux::Pump(const std::string& key, Group& group, absl::Time now,
   }
   group.pending_nodes -= nodes;
   group.first_pending = now;
+  counters_->upstream_beat_messages.Increment();
+  if (group.unary) {
+    // Several may be in flight; each answer says which callers it is for.
+    auto beat = std::make_unique<UnaryBeat>();
+    beat->metadata = group.metadata;
+    beat->request = std::move(message);
+    beat->sent = std::move(sent);
+    unary_in_flight_.insert(beat->context);
+    ++group.unary_calls;
+    actions->unary.emplace_back(key, beat.release());
+    if (!group.pending.empty()) Pump(key, group, now, force, actions);
+    return;
+  }
   group.stream->writing = true;
   group.in_flight.push_back(std::move(sent));
-  counters_->upstream_beat_messages.Increment();
   actions->writes.emplace_back(group.stream, std::move(message));
 }
 
@@ -172,6 +185,7 @@ void HeartbeatMux::Run(Actions actions) {
     stream->Release();
   }
   for (Upstream* stream : actions.releases) stream->Release();
+  for (auto& [key, beat] : actions.unary) SendUnary(key, beat);
 }
 
 void HeartbeatMux::FlushLoop() {
@@ -191,6 +205,7 @@ void HeartbeatMux::FlushLoop() {
           next = std::min(next, std::max(at, now + absl::Microseconds(100)));
         }
         bool idle = group.pending.empty() && group.in_flight.empty() &&
+                    group.unary_calls == 0 &&
                     (group.stream == nullptr || !group.stream->writing) &&
                     now >= group.last_activity + kIdleClose;
         if (idle && group.stream != nullptr) {
@@ -240,8 +255,7 @@ void HeartbeatMux::ReleaseIfIdle(Upstream* stream, Actions* actions) {
 
 void HeartbeatMux::OnAnswer(Upstream* stream,
                             const v1::HeartbeatResponse& response) {
-  std::vector<std::pair<std::shared_ptr<BeatSink>, v1::HeartbeatResponse>>
-      answers;
+  Answers answers;
   Actions actions;
   {
     absl::MutexLock lock(&mu_);
@@ -250,51 +264,88 @@ void HeartbeatMux::OnAnswer(Upstream* stream,
         it->second.in_flight.empty()) {
       return;
     }
-    Group& group = it->second;
-    std::vector<Entry> sent = std::move(group.in_flight.front());
-    group.in_flight.pop_front();
-    group.backoff.Reset();
-    group.reopen_at = absl::InfinitePast();
-    // Answer i of the message: response for 0, response.more[i - 1] after.
-    v1::HeartbeatResponse own = response;
-    own.clear_more();
-    int available = 1 + response.more_size();
-    int next = 0;
-    size_t e = 0;
-    if (sent.size() == 1) {
-      // One caller's message, sent as it came: its answer as the server
-      // gave it (a server older than `more` answers its first node only,
-      // as it would have answered the caller directly).
-      answers.emplace_back(sent[0].sink, response);
-      e = 1;
-    }
-    for (; e < sent.size(); ++e) {
-      if (next + sent[e].nodes() > available) break;
-      v1::HeartbeatResponse answer =
-          next == 0 ? own : response.more(next - 1);
-      for (int i = 1; i < sent[e].nodes(); ++i) {
-        *answer.add_more() = response.more(next + i - 1);
-      }
-      next += sent[e].nodes();
-      answers.emplace_back(sent[e].sink, std::move(answer));
-    }
-    if (e < sent.size()) {
-      // A server older than batched heartbeats answered the first node
-      // only: send the rest, and from now on, one node per message.
-      spdlog::warn(
-          "ddprun-relay: {} answers heartbeats without `more`; beating "
-          "nodes of job '{}' one per message",
-          options_.upstream, group.run_id);
-      group.max_nodes = 1;
-      for (size_t r = sent.size(); r-- > e;) {
-        group.pending_nodes += sent[r].nodes();
-        group.pending.push_front(std::move(sent[r]));
-      }
-      Pump(it->first, group, absl::Now(), /*force=*/true, &actions);
-    }
+    std::vector<Entry> sent = std::move(it->second.in_flight.front());
+    it->second.in_flight.pop_front();
+    Split(it->first, it->second, std::move(sent), response, &answers,
+          &actions);
   }
   for (auto& [sink, answer] : answers) sink->OnAnswer(answer);
   Run(std::move(actions));
+}
+
+void HeartbeatMux::Split(const std::string& key, Group& group,
+                         std::vector<Entry> sent,
+                         const v1::HeartbeatResponse& response,
+                         Answers* answers, Actions* actions) {
+  group.backoff.Reset();
+  group.reopen_at = absl::InfinitePast();
+  // Answer i of the message: response for 0, response.more[i - 1] after.
+  v1::HeartbeatResponse own = response;
+  own.clear_more();
+  int available = 1 + response.more_size();
+  int next = 0;
+  size_t e = 0;
+  if (sent.size() == 1) {
+    // One caller's message, sent as it came: its answer as the server gave
+    // it (a server older than `more` answers its first node only, as it
+    // would have answered the caller directly).
+    answers->emplace_back(sent[0].sink, response);
+    e = 1;
+  }
+  for (; e < sent.size(); ++e) {
+    if (next + sent[e].nodes() > available) break;
+    v1::HeartbeatResponse answer = next == 0 ? own : response.more(next - 1);
+    for (int i = 1; i < sent[e].nodes(); ++i) {
+      *answer.add_more() = response.more(next + i - 1);
+    }
+    next += sent[e].nodes();
+    answers->emplace_back(sent[e].sink, std::move(answer));
+  }
+  if (e < sent.size()) {
+    // A server older than batched heartbeats answered the first node
+    // only: send the rest, and from now on, one caller per message.
+    spdlog::warn(
+        "ddprun-relay: {} answers heartbeats without `more`; beating nodes "
+        "of job '{}' one per message",
+        options_.upstream, group.run_id);
+    group.max_nodes = 1;
+    for (size_t r = sent.size(); r-- > e;) {
+      group.pending_nodes += sent[r].nodes();
+      group.pending.push_front(std::move(sent[r]));
+    }
+    Pump(key, group, absl::Now(), /*force=*/true, actions);
+  }
+}
+
+void HeartbeatMux::SendUnary(const std::string& key, UnaryBeat* beat) {
+  AttachMetadata(beat->metadata, beat->context.get());
+  beat->context->set_deadline(
+      absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+  stub_->async()->Heartbeat(
+      beat->context.get(), &beat->request, &beat->response,
+      [this, key, beat](grpc::Status status) {
+        std::unique_ptr<UnaryBeat> done(beat);
+        Answers answers;
+        Actions actions;
+        std::vector<std::shared_ptr<BeatSink>> failed;
+        {
+          absl::MutexLock lock(&mu_);
+          unary_in_flight_.erase(done->context);
+          changed_.SignalAll();
+          auto it = groups_.find(key);  // kept while unary_calls > 0
+          if (it != groups_.end()) --it->second.unary_calls;
+          if (!status.ok() || it == groups_.end()) {
+            for (Entry& entry : done->sent) failed.push_back(entry.sink);
+          } else {
+            Split(key, it->second, std::move(done->sent), done->response,
+                  &answers, &actions);
+          }
+        }
+        for (auto& [sink, answer] : answers) sink->OnAnswer(answer);
+        grpc::Status answer = FromUpstream(status, options_.upstream);
+        for (auto& sink : failed) sink->OnError(answer);
+        Run(std::move(actions));
+      });
 }
 
 void HeartbeatMux::OnBroken(Upstream* stream) {
@@ -327,14 +378,30 @@ void HeartbeatMux::OnBroken(Upstream* stream) {
 
 void HeartbeatMux::OnEnded(Upstream* stream, const grpc::Status& status) {
   std::vector<std::shared_ptr<BeatSink>> failed;
+  grpc::Status answer = FromUpstream(status, options_.upstream);
   {
     absl::MutexLock lock(&mu_);
     failed = std::move(stream->failed);
     --open_streams_;
     changed_.SignalAll();
+    if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+      // A server older than the Heartbeats stream: unary heartbeats (with
+      // `more`) from now on. The beats that were on the stream are lost;
+      // their callers beat again.
+      auto it = groups_.find(stream->key());
+      if (it != groups_.end()) {
+        it->second.unary = true;
+        it->second.reopen_at = absl::InfinitePast();
+      }
+      answer = grpc::Status(
+          grpc::StatusCode::UNAVAILABLE,
+          absl::StrFormat("ddprun-relay: the rendezvous server at %s has no "
+                          "Heartbeats stream; the relay beats unary from now "
+                          "on: beat again",
+                          options_.upstream));
+    }
   }
   if (failed.empty()) return;
-  grpc::Status answer = FromUpstream(status, options_.upstream);
   if (answer.ok()) {
     answer = grpc::Status(grpc::StatusCode::UNAVAILABLE,
                           "ddprun-relay: the rendezvous server at " +
@@ -364,6 +431,7 @@ void HeartbeatMux::Shutdown() {
       // Cancelled below: their reads fail, OnBroken releases them.
       if (group.stream != nullptr) streams.push_back(group.stream->context());
     }
+    for (const auto& context : unary_in_flight_) streams.push_back(context);
   }
   if (flusher_.joinable()) flusher_.join();
   for (auto& sink : failed) {
@@ -373,8 +441,7 @@ void HeartbeatMux::Shutdown() {
   // Outside mu_: a cancelled stream's OnDone may run inline and take it.
   for (auto& context : streams) context->TryCancel();
   absl::MutexLock lock(&mu_);
-  mu_.Await(absl::Condition(
-      +[](int* open) { return *open == 0; }, &open_streams_));
+  mu_.Await(absl::Condition(this, &HeartbeatMux::AllCallsEnded));
 }
 
 }  // namespace ddprun::relay

@@ -2,6 +2,7 @@
 
 #include <deque>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <thread>
@@ -81,12 +82,26 @@ class HeartbeatMux {
     std::deque<std::vector<Entry>> in_flight;
     Upstream* stream = nullptr;  // open, or nullptr
     int max_nodes = 0;           // 1 after an answer without `more`
+    bool unary = false;          // the server has no Heartbeats stream
+    int unary_calls = 0;         // unary Heartbeats in flight
     common::Backoff backoff;
     absl::Time reopen_at = absl::InfinitePast();
     absl::Time last_activity;
   };
+  // One unary upstream Heartbeat (a server without the stream).
+  struct UnaryBeat {
+    std::shared_ptr<grpc::ClientContext> context =
+        std::make_shared<grpc::ClientContext>();
+    ForwardedMetadata metadata;
+    v1::HeartbeatRequest request;
+    v1::HeartbeatResponse response;
+    std::vector<Entry> sent;
+  };
+  using Answers =
+      std::vector<std::pair<std::shared_ptr<BeatSink>, v1::HeartbeatResponse>>;
   // What to do once mu_ is released.
   struct Actions {
+    std::vector<std::pair<std::string, UnaryBeat*>> unary;
     std::vector<std::pair<Upstream*, v1::HeartbeatRequest>> writes;
     std::vector<Upstream*> opens;
     std::vector<Upstream*> closes;    // idle: WritesDone, then release
@@ -100,6 +115,16 @@ class HeartbeatMux {
   void Run(Actions actions);
   void OnWritten(Upstream* stream, bool ok);
   void OnAnswer(Upstream* stream, const v1::HeartbeatResponse& response);
+  // Hands `response` (the answer to the message of `sent`) to its callers,
+  // and queues again those an old server did not answer.
+  void Split(const std::string& key, Group& group, std::vector<Entry> sent,
+             const v1::HeartbeatResponse& response, Answers* answers,
+             Actions* actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends `beat` (owned from here on) as a unary Heartbeat.
+  void SendUnary(const std::string& key, UnaryBeat* beat);
+  bool AllCallsEnded() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return open_streams_ == 0 && unary_in_flight_.empty();
+  }
   // The stream's read failed: it is over; retire it.
   void OnBroken(Upstream* stream);
   // gRPC is done with it (after its hold was released).
@@ -114,6 +139,8 @@ class HeartbeatMux {
   absl::Mutex mu_;
   std::map<std::string, Group> groups_ ABSL_GUARDED_BY(mu_);
   int open_streams_ ABSL_GUARDED_BY(mu_) = 0;
+  std::set<std::shared_ptr<grpc::ClientContext>> unary_in_flight_
+      ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::CondVar changed_;
   std::thread flusher_;

@@ -654,6 +654,55 @@ TEST_F(RelayTest, AnOldServerGetsTheRestOneByOne) {
   server->Shutdown();
 }
 
+// A server older than the Heartbeats stream (and than `more`).
+class NoStreamServer : public v1::Rendezvous::CallbackService {
+ public:
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context,
+                                      const v1::HeartbeatRequest* /*request*/,
+                                      v1::HeartbeatResponse* response) override {
+    calls_.fetch_add(1);
+    response->set_round(7);
+    auto* reactor = context->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+  std::atomic<int> calls_{0};
+};
+
+TEST_F(RelayTest, WithoutAnUpstreamStreamTheRelayBeatsUnary) {
+  NoStreamServer old;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  builder.RegisterService(&old);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(port, 0);
+  StartRelay(/*max_batch=*/64, absl::Milliseconds(2),
+             absl::StrCat("127.0.0.1:", port));
+  v1::HeartbeatRequest beat;
+  beat.set_run_id("old");
+  beat.set_node_id("n0");
+  // The first beat finds out (the stream is UNIMPLEMENTED): UNAVAILABLE,
+  // beat again; the next ones are unary upstream.
+  bool answered = WaitFor(
+      [&] {
+        v1::HeartbeatResponse response;
+        auto context = BoundedContext();
+        grpc::Status status =
+            stub_->Heartbeat(context.get(), beat, &response);
+        EXPECT_TRUE(status.ok() ||
+                    status.error_code() == grpc::StatusCode::UNAVAILABLE)
+            << status.error_message();
+        return status.ok() && response.round() == 7;
+      },
+      absl::Seconds(10), absl::Milliseconds(50));
+  EXPECT_TRUE(answered);
+  EXPECT_GE(old.calls_.load(), 1);
+  relay_->Shutdown();
+  server->Shutdown();
+}
+
 TEST(JoinFanoutTest, SplitsABatchedAnswerAndItsErrors) {
   v1::JoinResponse response;
   response.mutable_assignment()->set_round(3);
