@@ -1,6 +1,7 @@
 // Two ddprun agents train MNIST through ddprun-relay: the agents' Joins and
 // heartbeats and their workers' store calls all go through the relay, and
 // its counters show batched and passed-through traffic.
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -114,6 +115,11 @@ TEST(RelayE2eTest, TwoAgentsTrainMnistThroughTheRelay) {
   double joins = CounterValue(page, "ddprun_relay_joins_total");
   double join_calls =
       CounterValue(page, "ddprun_relay_upstream_join_calls_total");
+  for (absl::string_view line : absl::StrSplit(page, '\n')) {
+    if (absl::StartsWith(line, "ddprun_relay_")) {
+      std::printf("%s\n", std::string(line).c_str());  // for the log
+    }
+  }
   EXPECT_GE(joins, 2) << page;
   EXPECT_LT(join_calls, joins) << "the agents' Joins were not batched\n"
                                << page;
