@@ -1,5 +1,6 @@
 #include "common/endpoint.h"
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -59,6 +60,11 @@ absl::StatusOr<Endpoint> ParseEndpoint(absl::string_view text,
   }
   ep.port = port;
   return ep;
+}
+
+bool IsLoopbackHost(absl::string_view host) {
+  return host == "localhost" || host == "::1" || host == "[::1]" ||
+         absl::StartsWith(host, "127.");
 }
 
 }  // namespace ddprun::common

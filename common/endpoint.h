@@ -22,4 +22,8 @@ struct Endpoint {
 absl::StatusOr<Endpoint> ParseEndpoint(absl::string_view text,
                                        int default_port = -1);
 
+// Whether `host` lets only this machine connect (127.0.0.0/8, ::1,
+// localhost): the servers' rule for listening without authentication.
+bool IsLoopbackHost(absl::string_view host);
+
 }  // namespace ddprun::common

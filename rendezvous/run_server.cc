@@ -9,6 +9,7 @@
 #include "absl/synchronization/mutex.h"
 
 #include "common/credentials.h"
+#include "common/endpoint.h"
 #include "common/metrics.h"
 #include "common/metrics_http.h"
 #include "common/worker_env.h"
@@ -17,8 +18,7 @@
 namespace ddprun::rendezvous {
 
 bool IsLoopbackHost(const std::string& host) {
-  return host == "localhost" || host == "::1" || host == "[::1]" ||
-         absl::StartsWith(host, "127.");
+  return common::IsLoopbackHost(host);
 }
 
 absl::Status CheckListenIsAuthenticated(const RunServerOptions& options,

@@ -7,9 +7,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "bench/rendezvous/server_process.h"
 #include "bench/rendezvous/simulated_agents.h"
+#include "httplib.h"
 
 namespace ddprun::bench {
 
@@ -71,12 +75,46 @@ void PrintAccounting(const JoinResult& j, int n, long cores) {
   }
 }
 
-// One server process, one node count, `join_batch` nodes per Join message:
-// one table row. False when a measurement failed.
+// The sum of a counter over relays' /metrics pages ("... metrics on URL"
+// lines); -1 when one could not be read.
+double SumRelayCounter(const std::vector<ServerProcess>& relays,
+                       const std::string& name) {
+  double sum = 0;
+  for (const ServerProcess& relay : relays) {
+    if (relay.more_lines().empty()) return -1;
+    absl::string_view url = relay.more_lines()[0];
+    size_t at = url.find("http://");
+    if (at == absl::string_view::npos) return -1;
+    url.remove_prefix(at + 7);
+    std::vector<std::string> host_port =
+        absl::StrSplit(url.substr(0, url.find('/')), ':');
+    int port = 0;
+    if (host_port.size() != 2 || !absl::SimpleAtoi(host_port[1], &port)) {
+      return -1;
+    }
+    httplib::Client client(host_port[0], port);
+    auto response = client.Get("/metrics");
+    if (!response) return -1;
+    double value = -1;
+    for (absl::string_view line : absl::StrSplit(response->body, '\n')) {
+      if (absl::ConsumePrefix(&line, name + " ") &&
+          absl::SimpleAtod(line, &value)) {
+        break;
+      }
+    }
+    if (value < 0) return -1;
+    sum += value;
+  }
+  return sum;
+}
+
+// One server process, one node count, `join_batch` nodes per Join message
+// (or one each through `relays` ddprun-relay processes): one table row.
+// False when a measurement failed.
 bool MeasureOne(const BenchOptions& options, const std::string& label,
                 const std::string& binary,
                 const std::vector<std::string>& args, int n, long cores,
-                int join_batch) {
+                int join_batch, int relays = 0) {
   auto server = ServerProcess::Start(binary, args);
   if (!server.ok()) {
     std::fprintf(stderr, "%s\n", server.status().ToString().c_str());
@@ -84,6 +122,21 @@ bool MeasureOne(const BenchOptions& options, const std::string& label,
   }
   AgentsOptions agents_options;
   agents_options.endpoint = server->endpoint();
+  std::vector<ServerProcess> relay_processes;
+  for (int i = 0; i < relays; ++i) {
+    std::vector<std::string> relay_args = {
+        "--upstream", server->endpoint(), "--metrics-port", "0"};
+    relay_args.insert(relay_args.end(), options.relay_args.begin(),
+                      options.relay_args.end());
+    auto relay = ServerProcess::Start(options.relay_binary, relay_args,
+                                      "ddprun-relay", /*more_lines=*/1);
+    if (!relay.ok()) {
+      std::fprintf(stderr, "%s\n", relay.status().ToString().c_str());
+      return false;
+    }
+    agents_options.endpoints.push_back(relay->endpoint());
+    relay_processes.push_back(*std::move(relay));
+  }
   agents_options.nodes = n;
   agents_options.local_world_size = options.local_world_size;
   agents_options.channels = options.channels;
@@ -112,6 +165,19 @@ bool MeasureOne(const BenchOptions& options, const std::string& label,
                 static_cast<long long>(joined.waiting_answers), rss / 1024.0,
                 "-", server->PeakRssKib() / 1024.0);
     PrintAccounting(joined, n, cores);
+    if (relays > 0) {
+      double relay_cpu = 0;
+      for (const ServerProcess& relay : relay_processes) {
+        relay_cpu += relay.CpuSeconds();
+      }
+      std::printf(
+          "         %d relays: %.0f single Joins in %.0f upstream Join calls "
+          "(the server's calls); relays' CPU %.2f s, server's %.2f s\n",
+          relays, SumRelayCounter(relay_processes, "ddprun_relay_joins_total"),
+          SumRelayCounter(relay_processes,
+                          "ddprun_relay_upstream_join_calls_total"),
+          relay_cpu, server->CpuSeconds());
+    }
     std::fflush(stdout);
     return true;
   }
@@ -233,6 +299,13 @@ int RunRendezvousBench(const BenchOptions& options) {
                         options.server_args, n, cores, batch)) {
           ++failures;
         }
+      }
+      // "rK": one node per Join, through K relays.
+      if (options.relays > 0 &&
+          !MeasureOne(options, absl::StrCat("r", options.relays),
+                      options.server_binary, options.server_args, n, cores,
+                      /*join_batch=*/1, options.relays)) {
+        ++failures;
       }
     }
   }

@@ -41,6 +41,12 @@ struct BenchOptions {
   // node count is measured once per entry, interleaved; the baseline server
   // (which may not batch) always gets one node per message.
   std::vector<int> join_batches = {1};
+  // When > 0 (join-only): at each node count, also a row where every node
+  // joins singly through this many ddprun-relay processes in front of the
+  // server (nodes spread over them), after the join_batches rows.
+  int relays = 0;
+  std::string relay_binary;  // ddprun-relay
+  std::vector<std::string> relay_args;
 };
 
 // For each node count: a fresh server process, every node joining, the

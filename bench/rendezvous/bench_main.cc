@@ -1,4 +1,5 @@
 // ddprun-rdzv-bench: rendezvous scale figures (see bench/rendezvous/README).
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,7 @@
 int main(int argc, char** argv) {
   ddprun::bench::BenchOptions options;
   options.server_binary = DDPRUN_RENDEZVOUS_BINARY;
+  options.relay_binary = DDPRUN_RELAY_BINARY;
   double heartbeat_seconds = 3;
   CLI::App app{
       "ddprun rendezvous benchmark: join latency, heartbeat "
@@ -40,6 +42,17 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
+  app.add_option("--relays", options.relays,
+                 "(with --join-only) also measure every node joining singly "
+                 "through this many ddprun-relay processes in front of the "
+                 "server (row rK)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--relay", options.relay_binary, "the ddprun-relay binary")
+      ->capture_default_str();
+  app.add_option("--relay-arg", options.relay_args,
+                 "an extra argument for every relay (repeat for more), e.g. "
+                 "--relay-arg=--batch-window-ms=5");
   app.add_option("--nodes", options.nodes, "node counts to measure")
       ->delimiter(',')
       ->capture_default_str();
@@ -99,6 +112,12 @@ int main(int argc, char** argv) {
     hostile_options.store_cap_bytes = hostile_cap_mib << 20;
     hostile_options.memory_bound = !no_memory_bound;
     return ddprun::bench::RunHostileBench(hostile_options);
+  }
+  if (options.relays > 0 && !options.join_only) {
+    std::fprintf(stderr,
+                 "ddprun-rdzv-bench: --relays measures the join only; add "
+                 "--join-only\n");
+    return 2;
   }
   options.poll = !no_poll;
   options.heartbeat_duration = absl::Seconds(heartbeat_seconds);

@@ -19,7 +19,8 @@ extern char** environ;
 namespace ddprun::bench {
 
 absl::StatusOr<ServerProcess> ServerProcess::Start(
-    const std::string& binary, const std::vector<std::string>& extra_args) {
+    const std::string& binary, const std::vector<std::string>& extra_args,
+    const std::string& program, int more_lines) {
   std::vector<std::string> args = {binary, "--port", "0", "--log-level",
                                    "warn"};
   args.insert(args.end(), extra_args.begin(), extra_args.end());
@@ -40,16 +41,22 @@ absl::StatusOr<ServerProcess> ServerProcess::Start(
   if (rc != 0) {
     close(out[0]);
     return absl::NotFoundError(absl::StrFormat(
-        "cannot start the server '%s' (error %d); build ddprun-rendezvous or "
-        "give --server",
-        binary, rc));
+        "cannot start '%s' (error %d); build %s or give its path",
+        binary, rc, program));
   }
   ServerProcess process(pid, "");
   FILE* stream = fdopen(out[0], "r");
   char line[256] = {0};
   bool got = stream != nullptr && fgets(line, sizeof(line), stream) != nullptr;
+  for (int i = 0; got && i < more_lines; ++i) {
+    char more[256] = {0};
+    if (fgets(more, sizeof(more), stream) == nullptr) break;
+    std::string text(more);
+    while (!text.empty() && text.back() == '\n') text.pop_back();
+    process.more_lines_.push_back(text);
+  }
   if (stream != nullptr) fclose(stream);
-  const std::string prefix = "ddprun-rendezvous listening on ";
+  const std::string prefix = program + " listening on ";
   std::string text(line);
   if (!got || !absl::StartsWith(text, prefix)) {
     return absl::UnavailableError(absl::StrFormat(
@@ -64,7 +71,9 @@ absl::StatusOr<ServerProcess> ServerProcess::Start(
 }
 
 ServerProcess::ServerProcess(ServerProcess&& other) noexcept
-    : pid_(other.pid_), endpoint_(std::move(other.endpoint_)) {
+    : pid_(other.pid_),
+      endpoint_(std::move(other.endpoint_)),
+      more_lines_(std::move(other.more_lines_)) {
   other.pid_ = -1;
 }
 

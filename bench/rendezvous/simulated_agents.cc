@@ -211,8 +211,12 @@ SimulatedAgents::SimulatedAgents(AgentsOptions options)
     // A distinct argument per channel gives each its own connection.
     args.SetInt("ddprun.bench.channel", i);
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    const std::string& endpoint =
+        options_.endpoints.empty()
+            ? options_.endpoint
+            : options_.endpoints[i % options_.endpoints.size()];
     stubs_.push_back(v1::Rendezvous::NewStub(grpc::CreateCustomChannel(
-        options_.endpoint, grpc::InsecureChannelCredentials(), args)));
+        endpoint, grpc::InsecureChannelCredentials(), args)));
     // One completion queue per connection for the Joins, one thread each.
     // Real agents are separate processes, each with one call on its own
     // queue; on one shared queue (the callback API's) Debian's libgrpc,

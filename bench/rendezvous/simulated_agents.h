@@ -14,6 +14,9 @@ namespace ddprun::bench {
 
 struct AgentsOptions {
   std::string endpoint;
+  // When set, connection i dials endpoints[i % size] instead (relays in
+  // front of the server: the nodes spread over them).
+  std::vector<std::string> endpoints;
   std::string run_id = "bench";
   int nodes = 100;
   int local_world_size = 8;
