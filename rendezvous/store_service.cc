@@ -97,11 +97,13 @@ grpc::ServerUnaryReactor* StoreService::Throttle(
     absl::MutexLock lock(&rate_mu_);
     due_.emplace(decision.release_at, id);
   }
+  if (wake_by_) wake_by_(decision.release_at);
   return reactor;
 }
 
-void StoreService::ReleaseWrites() {
+absl::Time StoreService::ReleaseWrites() {
   std::vector<WaiterId> due;
+  absl::Time next = absl::InfiniteFuture();
   {
     absl::MutexLock lock(&rate_mu_);
     const absl::Time now = clock_->Now();
@@ -113,6 +115,7 @@ void StoreService::ReleaseWrites() {
       rate_.ForgetIdle(now);
       last_forget_ = now;
     }
+    if (!due_.empty()) next = due_.begin()->first;
   }
   for (WaiterId id : due) {
     std::optional<ParkedWrite> write = writes_.Take(id);
@@ -123,6 +126,7 @@ void StoreService::ReleaseWrites() {
     }
     write->reactor->Finish(common::ToGrpcStatus(write->apply()));
   }
+  return next;
 }
 
 absl::Status StoreService::Admit(const grpc::CallbackServerContext& context,
@@ -173,11 +177,11 @@ void StoreService::ReleaseRoundsBefore(const std::string& run_id,
   Complete(std::move(done));
 }
 
-void StoreService::Tick() {
+absl::Time StoreService::Tick() {
   std::vector<StoreCompletion> done;
-  store_->Tick(&done);
+  const absl::Time next_timeout = store_->Tick(&done);
   Complete(std::move(done));
-  ReleaseWrites();
+  return std::min(next_timeout, ReleaseWrites());
 }
 
 void StoreService::CancelAll(const grpc::Status& status) {
