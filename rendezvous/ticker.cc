@@ -30,8 +30,7 @@ void Ticker::WakeBy(absl::Time deadline) {
   requested_ = std::min(requested_, deadline);
   // While a tick runs, last_tick_ is its start: the next tick is planned
   // from requested_ when it ends.
-  next_tick_ =
-      std::min(next_tick_, NextTickAt(last_tick_, deadline, options_));
+  next_tick_ = std::min(next_tick_, NextTickAt(last_tick_, deadline, options_));
 }
 
 void Ticker::Stop() {

@@ -30,7 +30,8 @@ TEST(NextTickAtTest, SleepsUntilTheDeadlineBetweenTheBounds) {
   EXPECT_EQ(NextTickAt(t0, absl::InfinitePast(), options), t0 + kMin);
   EXPECT_EQ(NextTickAt(t0, t0 + absl::Milliseconds(3), options), t0 + kMin);
   // A cap below the period is the period.
-  const TickerOptions odd{.min_period = kMin, .max_sleep = absl::ZeroDuration()};
+  const TickerOptions odd{.min_period = kMin,
+                          .max_sleep = absl::ZeroDuration()};
   EXPECT_EQ(NextTickAt(t0, absl::InfiniteFuture(), odd), t0 + kMin);
 }
 
@@ -38,8 +39,8 @@ TEST(TickerTest, IdleTickerSleepsItsWholeCapAndWakeByShortensIt) {
   common::FakeClock clock;
   Ticker ticker(&clock, {.min_period = kMin, .max_sleep = absl::Hours(1)});
   ticker.Start([] { return absl::InfiniteFuture(); });
-  ASSERT_TRUE(testing::WaitFor([&] { return ticker.ticks() == 1; },
-                               absl::Seconds(10)));
+  ASSERT_TRUE(
+      testing::WaitFor([&] { return ticker.ticks() == 1; }, absl::Seconds(10)));
   ASSERT_TRUE(testing::WaitFor(
       [&] { return ticker.PlannedSleepForTest() == absl::Hours(1); },
       absl::Seconds(10)));
@@ -48,8 +49,8 @@ TEST(TickerTest, IdleTickerSleepsItsWholeCapAndWakeByShortensIt) {
                                 absl::Milliseconds(300)));
   // A deadline 50 ms away wakes it well before the hour is up.
   ticker.WakeBy(clock.Now() + absl::Milliseconds(50));
-  EXPECT_TRUE(testing::WaitFor([&] { return ticker.ticks() == 2; },
-                               absl::Seconds(20)))
+  EXPECT_TRUE(
+      testing::WaitFor([&] { return ticker.ticks() == 2; }, absl::Seconds(20)))
       << "WakeBy did not shorten the sleep";
   ticker.Stop();
 }
@@ -66,8 +67,8 @@ TEST(TickerTest, SleepsUntilTheDeadlineTheTickReturned) {
     if (wanted.size() > 1) wanted.erase(wanted.begin());
     return next;
   });
-  EXPECT_TRUE(testing::WaitFor([&] { return ticker.ticks() >= 2; },
-                               absl::Seconds(20)))
+  EXPECT_TRUE(
+      testing::WaitFor([&] { return ticker.ticks() >= 2; }, absl::Seconds(20)))
       << "the deadline the first tick returned was not served";
   ticker.Stop();
   EXPECT_EQ(ticker.ticks(), 2);
@@ -77,8 +78,8 @@ TEST(TickerTest, StopEndsALongSleepAtOnce) {
   common::FakeClock clock;
   Ticker ticker(&clock, {.min_period = kMin, .max_sleep = absl::Hours(1)});
   ticker.Start([] { return absl::InfiniteFuture(); });
-  ASSERT_TRUE(testing::WaitFor([&] { return ticker.ticks() == 1; },
-                               absl::Seconds(10)));
+  ASSERT_TRUE(
+      testing::WaitFor([&] { return ticker.ticks() == 1; }, absl::Seconds(10)));
   ticker.Stop();  // would block for an hour if the sleep ignored it
   EXPECT_EQ(ticker.ticks(), 1);
 }
