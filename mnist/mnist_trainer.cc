@@ -541,6 +541,10 @@ absl::StatusOr<std::unique_ptr<Training>> SetUp(
   ddp_options.overlap = options.overlap;
   t->ddp.emplace(t->model->parameters(), t->group, ddp_options);
   if (source < 0) t->ddp->BroadcastParameters();
+  // The steps' gradients go through shared memory when the round is one
+  // node: its Gloo group's transport thread would only take the ranks'
+  // cores until a recovery needs it again.
+  ReleaseIdleCollectives(t->group);
   spdlog::debug("{:.3f} s after start: parameters broadcast",
                 SecondsSinceProcessStart());
   t->optimizer.emplace(t->model->parameters(),
@@ -813,6 +817,7 @@ absl::Status Recover(Training& t) {
   ddp_options.bucket_mb = t.options.bucket_mb;
   ddp_options.overlap = t.options.overlap;
   t.ddp.emplace(t.model->parameters(), t.group, ddp_options);
+  ReleaseIdleCollectives(t.group);  // as in SetUp
   MakeSampler(t);
   t.summary.world_size = t.world;
   t.stop = t.options.max_steps > 0 && t.step >= t.options.max_steps;

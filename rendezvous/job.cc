@@ -820,6 +820,17 @@ void Job::Tick(absl::Time now, Effects* effects) {
   }
 }
 
+absl::Time Job::NextTick() const {
+  if (ended()) return absl::InfiniteFuture();
+  absl::Time next = next_scan_;
+  if (resuming_.has_value()) next = std::min(next, resuming_->deadline);
+  if (state_ == v1::JOB_STATE_JOINING && min_reached_at_.has_value()) {
+    next = std::min(next, *min_reached_at_ + absl::Milliseconds(
+                                                 config_.last_call_timeout_ms()));
+  }
+  return next;
+}
+
 void Job::CancelAllJoins(const absl::Status& status, Effects* effects) {
   for (auto& [id, node] : nodes_) {
     if (node.waiter.has_value()) Answer(node, status, effects);

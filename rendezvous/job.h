@@ -187,6 +187,11 @@ class Job {
   bool resuming() const { return resuming_.has_value(); }
   // Join timeouts, silent nodes, last call.
   void Tick(absl::Time now, Effects* effects);
+  // The earliest time Tick has something to do (a join, poll or heartbeat
+  // deadline, the last call, a resume deadline; at the latest the next full
+  // scan); InfiniteFuture for an ended job. Whoever calls a method that may
+  // lower it tells the ticker (JobTableOptions::wake_by).
+  absl::Time NextTick() const;
   // The answers of `round` (a ClosedRound effect) were sent by `now`: its
   // members' heartbeat clocks start then, not at the close.
   void AnswersDelivered(int64_t round, absl::Time now);

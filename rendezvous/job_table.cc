@@ -1,5 +1,6 @@
 #include "rendezvous/job_table.h"
 
+#include <algorithm>
 #include <limits>
 #include <utility>
 #include <vector>
@@ -211,6 +212,7 @@ void JobTable::JoinChecked(const v1::JoinRequest& request,
     return;
   }
   (*job)->Join(request, waiter, now, effects, in_batch);
+  Announce(**job);
 }
 
 absl::StatusOr<v1::ResumeResponse> JobTable::Resume(
@@ -234,7 +236,9 @@ absl::StatusOr<v1::ResumeResponse> JobTable::Resume(
   absl::MutexLock lock(&mu_);
   absl::StatusOr<Job*> job = FindOrCreate(request, *config, now);
   if (!job.ok()) return job.status();
-  return (*job)->Resume(request, now, effects);
+  v1::ResumeResponse response = (*job)->Resume(request, now, effects);
+  Announce(**job);
+  return response;
 }
 
 void JobTable::CancelJoin(const std::string& run_id, const std::string& node_id,
@@ -244,6 +248,7 @@ void JobTable::CancelJoin(const std::string& run_id, const std::string& node_id,
   auto it = jobs_.find(run_id);
   if (it == jobs_.end()) return;
   it->second->CancelJoin(node_id, waiter, now, effects);
+  Announce(*it->second);
 }
 
 absl::StatusOr<v1::HeartbeatResponse> JobTable::Heartbeat(
@@ -252,7 +257,10 @@ absl::StatusOr<v1::HeartbeatResponse> JobTable::Heartbeat(
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(request.run_id());
   if (it == jobs_.end()) return NotFound(request.run_id());
-  return it->second->Heartbeat(request, now);
+  absl::StatusOr<v1::HeartbeatResponse> response =
+      it->second->Heartbeat(request, now);
+  Announce(*it->second);
+  return response;
 }
 
 absl::StatusOr<v1::ReportFailureResponse> JobTable::ReportFailure(
@@ -261,7 +269,10 @@ absl::StatusOr<v1::ReportFailureResponse> JobTable::ReportFailure(
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(request.run_id());
   if (it == jobs_.end()) return NotFound(request.run_id());
-  return it->second->ReportFailure(request, now, effects);
+  absl::StatusOr<v1::ReportFailureResponse> response =
+      it->second->ReportFailure(request, now, effects);
+  Announce(*it->second);
+  return response;
 }
 
 absl::Status JobTable::Leave(const v1::LeaveRequest& request,
@@ -274,6 +285,7 @@ absl::Status JobTable::Leave(const v1::LeaveRequest& request,
   // (Resume) and leaving again, so that the job's end is not lost.
   if (it == jobs_.end()) return NotFound(request.run_id());
   it->second->Leave(request, now, effects);
+  Announce(*it->second);
   return absl::OkStatus();
 }
 
@@ -327,6 +339,7 @@ void JobTable::AnswersDelivered(const ClosedRound& closed) {
   auto it = jobs_.find(closed.run_id);
   if (it == jobs_.end()) return;
   it->second->AnswersDelivered(closed.round, now);
+  Announce(*it->second);
 }
 
 void JobTable::HeldAnswersDelivered(const std::string& run_id,
@@ -336,17 +349,33 @@ void JobTable::HeldAnswersDelivered(const std::string& run_id,
   auto it = jobs_.find(run_id);
   if (it == jobs_.end()) return;
   it->second->HeldAnswersDelivered(node_ids, now);
+  Announce(*it->second);
 }
 
-void JobTable::Tick(Effects* effects) {
+absl::Time JobTable::NextTick(const Job& job) const {
+  absl::Time next = job.NextTick();
+  if (std::optional<absl::Time> since = job.idle_since(); since.has_value()) {
+    next = std::min(next, *since + options_.ended_job_grace);
+  }
+  return next;
+}
+
+void JobTable::Announce(const Job& job) const {
+  if (options_.wake_by) options_.wake_by(NextTick(job));
+}
+
+absl::Time JobTable::Tick(Effects* effects) {
   absl::Time now = clock_->Now();
   absl::MutexLock lock(&mu_);
   std::vector<std::string> idle;
+  absl::Time next = absl::InfiniteFuture();
   for (auto& [id, job] : jobs_) {
     job->Tick(now, effects);
     std::optional<absl::Time> since = job->idle_since();
     if (since.has_value() && now >= *since + options_.ended_job_grace) {
       idle.push_back(id);
+    } else {
+      next = std::min(next, NextTick(*job));
     }
   }
   for (const std::string& id : idle) {
@@ -355,6 +384,7 @@ void JobTable::Tick(Effects* effects) {
     jobs_.erase(id);
     effects->released.push_back({id, std::numeric_limits<int64_t>::max()});
   }
+  return next;
 }
 
 void JobTable::CancelAllJoins(const absl::Status& status, Effects* effects) {

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -39,6 +40,10 @@ struct JobTableOptions {
   // Sizes of ids, jobs per server, nodes per job (the last also goes into
   // job.max_nodes).
   Limits limits;
+  // Called (under the table's lock: it must not call back into the table)
+  // with a job's next deadline after every call that may have moved it
+  // earlier: the server's Ticker::WakeBy. Empty: nobody to tell.
+  std::function<void(absl::Time)> wake_by;
 };
 
 // Every job of one server, by run_id. The first Join of a run_id creates the
@@ -89,7 +94,8 @@ class JobTable {
   void HeldAnswersDelivered(const std::string& run_id,
                             absl::Span<const std::string> node_ids);
   // Time-driven transitions of every job, and release of idle jobs.
-  void Tick(Effects* effects);
+  // Returns when the next of them is due (InfiniteFuture: none).
+  absl::Time Tick(Effects* effects);
   void CancelAllJoins(const absl::Status& status, Effects* effects);
 
   size_t num_jobs() const;
@@ -111,6 +117,12 @@ class JobTable {
   absl::StatusOr<Job*> FindOrCreate(const v1::JoinRequest& request,
                                     const v1::JobConfig& config, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // When Tick has something to do for `job`: its own deadlines, or its
+  // release once idle.
+  absl::Time NextTick(const Job& job) const;
+  // Tells options_.wake_by the job's next deadline.
+  void Announce(const Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const common::Clock* const clock_;
   const JobTableOptions options_;

@@ -172,10 +172,11 @@ void RendezvousService::Apply(Effects effects) {
   }
 }
 
-void RendezvousService::Tick() {
+absl::Time RendezvousService::Tick() {
   Effects effects;
-  jobs_->Tick(&effects);
+  const absl::Time next = jobs_->Tick(&effects);
   Apply(std::move(effects));
+  return next;
 }
 
 void RendezvousService::CancelAll(const grpc::Status& status) {

@@ -72,7 +72,9 @@ class RendezvousService final : public RendezvousServiceBase,
 
   // Finishes the Joins and releases the store scopes `effects` names.
   void Apply(Effects effects);
-  void Tick();
+  // The jobs' time-driven transitions (JobTable::Tick); returns when the
+  // next is due.
+  absl::Time Tick();
   void CancelAll(const grpc::Status& status);
   // Join calls parked now (a batched Join counts once: it holds one call).
   size_t num_parked() const { return parked_.size(); }

@@ -39,8 +39,23 @@ int64_t ResidentBytes() {
   return static_cast<int64_t>(resident) * sysconf(_SC_PAGESIZE);
 }
 
-JobTableOptions TableOptions(const ServerOptions& options) {
+TickerOptions TickOptions(const ServerOptions& options) {
+  TickerOptions ticker;
+  ticker.min_period = options.tick_interval;
+  // A job takes a gap between ticks longer than forgive_stalls_over for a
+  // stalled server (Job::Tick): the ticker's own sleeps stay well below.
+  ticker.max_sleep = options.max_tick_sleep;
+  if (options.forgive_stalls_over != absl::InfiniteDuration()) {
+    ticker.max_sleep =
+        std::min(ticker.max_sleep, options.forgive_stalls_over / 2);
+  }
+  return ticker;
+}
+
+JobTableOptions TableOptions(const ServerOptions& options,
+                             std::function<void(absl::Time)> wake_by) {
   JobTableOptions table;
+  table.wake_by = std::move(wake_by);
   table.ended_job_grace = options.ended_job_grace;
   table.job.max_peers_in_assignment = options.max_peers_in_assignment;
   table.job.heartbeat_budget_per_s = options.heartbeat_budget_per_s;
@@ -58,8 +73,10 @@ Server::Server(const ServerOptions& options)
     : options_(options),
       clock_(options.clock != nullptr ? options.clock
                                       : &common::RealClock::Get()),
+      ticker_(clock_, TickOptions(options)),
       token_check_(options.token),
-      jobs_(clock_, TableOptions(options)),
+      jobs_(clock_, TableOptions(options,
+                                 [this](absl::Time t) { ticker_.WakeBy(t); })),
       store_(clock_, options.limits),
       store_service_(&jobs_, &store_, &token_check_, options.limits, clock_),
       rendezvous_service_(&jobs_, &store_service_, &token_check_,
@@ -68,6 +85,8 @@ Server::Server(const ServerOptions& options)
           .large_fan_out = options.return_memory_after_parked}) {
   rendezvous_service_.mutable_heartbeat_streams()->set_max_streams(
       options.max_heartbeat_streams);
+  store_.SetWakeBy([this](absl::Time t) { ticker_.WakeBy(t); });
+  store_service_.SetWakeBy([this](absl::Time t) { ticker_.WakeBy(t); });
 }
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Start(
@@ -124,12 +143,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
   server->rendezvous_service_.StartJoins();
   server->SampleMemory();
   Server* raw = server.get();
-  server->ticker_ = std::make_unique<Ticker>(options.tick_interval, [raw] {
-    raw->rendezvous_service_.Tick();
-    raw->store_service_.Tick();
-    raw->MaybeReturnMemory();
-    raw->SampleMemory();
-  });
+  server->ticker_.Start([raw] { return raw->Tick(); });
   spdlog::info(
       "rendezvous server listening on {} ({}, {})", server->endpoint(),
       options.tls.cert_file.empty()
@@ -140,6 +154,19 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
 }
 
 Server::~Server() { Shutdown(); }
+
+absl::Time Server::Tick() {
+  absl::Time next =
+      std::min(rendezvous_service_.Tick(), store_service_.Tick());
+  // MemoryReturn's windows are seconds long: the ticker's max_sleep serves
+  // it.
+  MaybeReturnMemory();
+  SampleMemory();
+  // Under a memory bound the store admits writes by the last sample: keep
+  // it as fresh as before (every tick_interval).
+  if (options_.limits.max_memory_bytes > 0) next = absl::InfinitePast();
+  return next;
+}
 
 void Server::MaybeReturnMemory() {
   // gRPC holds ~15 KiB per parked call (100,000 parked Joins: 1.5 GiB).
@@ -313,7 +340,7 @@ void Server::Shutdown() {
     if (shut_down_) return;
     shut_down_ = true;
   }
-  if (ticker_ != nullptr) ticker_->Stop();
+  ticker_.Stop();
   if (server_ == nullptr) return;
   grpc::Status closing(grpc::StatusCode::UNAVAILABLE,
                        "the rendezvous server is shutting down; retry "

@@ -32,9 +32,14 @@ struct ServerOptions {
   // TLS when tls.cert_file is set; mutual TLS when tls.client_ca_file is too.
   common::ServerTlsOptions tls;
   Limits limits;
-  // How often deadlines are checked: the precision of every server-side
-  // timeout (join, last call, heartbeat, store waits).
+  // Deadlines are checked at most this often: the precision of every
+  // server-side timeout (join, last call, heartbeat, store waits), and the
+  // batching of a burst of them.
   absl::Duration tick_interval = absl::Milliseconds(10);
+  // Between deadlines the ticker sleeps, at most this long (and at most
+  // half of forgive_stalls_over, so that its sleeps never look like a
+  // stall). An idle server wakes ~2 times a second, not 100 (Ticker).
+  absl::Duration max_tick_sleep = absl::Milliseconds(500);
   // Finished and abandoned jobs are kept this long, then released.
   absl::Duration ended_job_grace = absl::Minutes(5);
   // While calls are parked on a connection, the server pings its client
@@ -101,6 +106,11 @@ class Server {
   // UNAVAILABLE, then the server stops.
   void Shutdown();
 
+  // Ticks of the deadline thread so far, and its sleep after the last one.
+  int64_t TicksForTest() const { return ticker_.ticks(); }
+  absl::Duration PlannedTickSleepForTest() const {
+    return ticker_.PlannedSleepForTest();
+  }
   // Store Get/Wait calls parked now.
   size_t NumStoreWaitersForTest() const { return store_.num_waiters(); }
   // Calls parked now, Joins and store Get/Wait: each holds a reactor that
@@ -150,6 +160,8 @@ class Server {
   // store's admission, giving back what glibc keeps free when the bound is
   // near (ticker thread).
   void SampleMemory();
+  // One tick of the ticker thread; returns when the next is due.
+  absl::Time Tick();
   // Sets the job gauges from the job table on every scrape.
   void AddJobMetrics(common::MetricsRegistry* registry);
   // The heartbeat streams' beats and open streams, on every scrape.
@@ -159,13 +171,15 @@ class Server {
 
   const ServerOptions options_;
   const common::Clock* const clock_;
+  // Before the tables: they tell it their deadlines from their first call
+  // to their last.
+  Ticker ticker_;
   const TokenCheck token_check_;
   JobTable jobs_;
   StoreState store_;
   StoreService store_service_;
   RendezvousService rendezvous_service_;
   std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<Ticker> ticker_;
   MemoryReturn memory_return_;  // MaybeReturnMemory's (ticker thread)
   std::atomic<int> trims_{0};
   std::optional<absl::Time> last_bound_trim_;  // SampleMemory's (ticker)

@@ -107,6 +107,7 @@ grpc::ServerUnaryReactor* StoreService::Throttle(
     absl::MutexLock lock(&rate_mu_);
     due_.emplace(decision.release_at, id);
   }
+  if (wake_by_) wake_by_(decision.release_at);
   return reactor;
 }
 
@@ -119,8 +120,9 @@ void StoreService::GiveBack(const ParkedWrite& write) {
   }
 }
 
-void StoreService::ReleaseWrites() {
+absl::Time StoreService::ReleaseWrites() {
   std::vector<WaiterId> due;
+  absl::Time next = absl::InfiniteFuture();
   {
     absl::MutexLock lock(&rate_mu_);
     const absl::Time now = clock_->Now();
@@ -132,6 +134,7 @@ void StoreService::ReleaseWrites() {
       rate_.ForgetIdle(now);
       last_forget_ = now;
     }
+    if (!due_.empty()) next = due_.begin()->first;
   }
   for (WaiterId id : due) {
     std::optional<ParkedWrite> write = writes_.Take(id);
@@ -139,6 +142,7 @@ void StoreService::ReleaseWrites() {
     GiveBack(*write);
     write->reactor->Finish(common::ToGrpcStatus(write->apply()));
   }
+  return next;
 }
 
 absl::Status StoreService::Admit(const grpc::CallbackServerContext& context,
@@ -189,11 +193,11 @@ void StoreService::ReleaseRoundsBefore(const std::string& run_id,
   Complete(std::move(done));
 }
 
-void StoreService::Tick() {
+absl::Time StoreService::Tick() {
   std::vector<StoreCompletion> done;
-  store_->Tick(&done);
+  const absl::Time next_timeout = store_->Tick(&done);
   Complete(std::move(done));
-  ReleaseWrites();
+  return std::min(next_timeout, ReleaseWrites());
 }
 
 void StoreService::CancelAll(const grpc::Status& status) {

@@ -75,7 +75,13 @@ class StoreService final : public v1::Store::CallbackService {
   void Complete(std::vector<StoreCompletion> done);
   void ReleaseRoundsBefore(const std::string& run_id, int64_t before_round);
   // Times out parked Gets and Waits, releases the writes whose turn came.
-  void Tick();
+  // Returns when the next of them is due (InfiniteFuture: none).
+  absl::Time Tick();
+  // Called with the release time of every write parked from now on (the
+  // server's Ticker::WakeBy). Call before the server serves.
+  void SetWakeBy(std::function<void(absl::Time)> wake_by) {
+    wake_by_ = std::move(wake_by);
+  }
   void CancelAll(const grpc::Status& status);
   // Get, Wait and write calls parked now.
   size_t num_parked() const { return parked_.size() + writes_.size(); }
@@ -116,7 +122,8 @@ class StoreService final : public v1::Store::CallbackService {
                                      std::string run_id,
                                      const google::protobuf::Message* request,
                                      std::function<absl::Status()> apply);
-  void ReleaseWrites();
+  // Returns the next parked write's release time (InfiniteFuture: none).
+  absl::Time ReleaseWrites();
   // What a parked write or held refusal holds of the rate, given back.
   void GiveBack(const ParkedWrite& write);
   // Token, sizes of scope/key/value, then the scope's round.
@@ -144,6 +151,7 @@ class StoreService final : public v1::Store::CallbackService {
   StoreWriteRate rate_ ABSL_GUARDED_BY(rate_mu_);
   // Parked writes by release time (entries of cancelled ones are skipped).
   std::set<std::pair<absl::Time, WaiterId>> due_ ABSL_GUARDED_BY(rate_mu_);
+  std::function<void(absl::Time)> wake_by_;
   absl::Time last_forget_ ABSL_GUARDED_BY(rate_mu_) = absl::InfinitePast();
   std::atomic<int64_t> delayed_writes_{0};
   std::atomic<int64_t> refused_writes_{0};

@@ -222,6 +222,7 @@ absl::Status StoreState::Park(const v1::StoreScope& scope, Found found,
                                                    : clock_->Now() + timeout;
   w.charge = charge;
   deadlines_.insert({w.deadline, waiter});
+  if (wake_by_ && w.deadline != absl::InfiniteFuture()) wake_by_(w.deadline);
   for (const std::string& key : missing) {
     found.scope->waiting[key].push_back(waiter);
   }
@@ -390,7 +391,7 @@ void StoreState::Cancel(WaiterId waiter) {
   Forget(waiter);
 }
 
-void StoreState::Tick(std::vector<StoreCompletion>* done) {
+absl::Time StoreState::Tick(std::vector<StoreCompletion>* done) {
   absl::Time now = clock_->Now();
   absl::MutexLock lock(&mu_);
   while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
@@ -411,6 +412,8 @@ void StoreState::Tick(std::vector<StoreCompletion>* done) {
     Uncharge(waiter);
     waiters_.erase(w);
   }
+  return deadlines_.empty() ? absl::InfiniteFuture()
+                            : deadlines_.begin()->first;
 }
 
 void StoreState::ReleaseRoundsBefore(const std::string& run_id,

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -50,6 +51,13 @@ class StoreState {
   StoreState(const common::Clock* clock, int64_t max_keys,
              int64_t max_scopes = 100000);
 
+  // Called (under the store's lock: it must not call back into the store)
+  // with the deadline of every waiter parked from now on: the server's
+  // Ticker::WakeBy. Call before other threads use the store.
+  void SetWakeBy(std::function<void(absl::Time)> wake_by) {
+    wake_by_ = std::move(wake_by);
+  }
+
   // The server's resident memory now (Limits::max_memory_bytes): until the
   // next sample, what the store charges meanwhile is added to it.
   void SetResidentBytes(int64_t bytes);
@@ -84,8 +92,9 @@ class StoreState {
 
   // Forgets a parked waiter (its call went away); no completion.
   void Cancel(WaiterId waiter);
-  // Times out parked waiters whose deadline passed.
-  void Tick(std::vector<StoreCompletion>* done);
+  // Times out parked waiters whose deadline passed. Returns the next
+  // waiter's deadline (InfiniteFuture: none).
+  absl::Time Tick(std::vector<StoreCompletion>* done);
   // Drops the scopes (run_id, r) with r < before_round; their parked waiters
   // fail with FAILED_PRECONDITION.
   void ReleaseRoundsBefore(const std::string& run_id, int64_t before_round,
@@ -168,6 +177,7 @@ class StoreState {
 
   const common::Clock* const clock_;
   const Limits limits_;
+  std::function<void(absl::Time)> wake_by_;
   int64_t num_scopes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t num_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   // The server's resident memory as last sampled, and num_bytes_ then

@@ -198,14 +198,8 @@ absl::StatusOr<ProcessGroup> CreateProcessGroup(
   group.store = *store;
   spdlog::debug("{:.3f} s after start: store client made",
                 SecondsSinceProcessStart());
-  absl::StatusOr<c10::intrusive_ptr<Collectives>> collectives =
-      group.backend == BackendKind::kNccl
-          ? CreateNcclCollectives(group.store, env, options.timeout)
-          : CreateGloo(group.store, env, options);
-  if (!collectives.ok()) return collectives.status();
-  group.collectives = *collectives;
-  spdlog::debug("{:.3f} s after start: {} group formed",
-                SecondsSinceProcessStart(), BackendName(group.backend));
+  // The gradient path first: where it is shared memory alone, Gloo is
+  // formed only when a collective needs it (LazyCollectives says why).
   if (group.backend == BackendKind::kGloo) {
     if (!options.direct_allreduce) {
       if (env.rank == 0) {
@@ -219,7 +213,28 @@ absl::StatusOr<ProcessGroup> CreateProcessGroup(
       if (group.direct) group.gradient_path = group.direct->path();
     }
   }
+  if (group.gradient_path == GradientPath::kSharedMemory) {
+    group.lazy = c10::make_intrusive<LazyCollectives>(
+        group.store, env.rank, env.world_size, "gloo",
+        [env, options](const c10::intrusive_ptr<::c10d::Store>& store) {
+          return CreateGloo(store, env, options);
+        });
+    group.collectives = group.lazy;
+    return group;
+  }
+  absl::StatusOr<c10::intrusive_ptr<Collectives>> collectives =
+      group.backend == BackendKind::kNccl
+          ? CreateNcclCollectives(group.store, env, options.timeout)
+          : CreateGloo(group.store, env, options);
+  if (!collectives.ok()) return collectives.status();
+  group.collectives = *collectives;
+  spdlog::debug("{:.3f} s after start: {} group formed",
+                SecondsSinceProcessStart(), BackendName(group.backend));
   return group;
+}
+
+void ReleaseIdleCollectives(ProcessGroup& group) {
+  if (group.lazy) group.lazy->Release();
 }
 
 }  // namespace ddprun::worker

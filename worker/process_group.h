@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "worker/gradient_allreduce.h"
+#include "worker/lazy_collectives.h"
 #include "worker/torch_compat.h"
 #include "worker/worker_env.h"
 
@@ -46,6 +47,11 @@ struct ProcessGroup {
   c10::intrusive_ptr<Collectives> collectives;  // null in a world of one
   // Set when asked for and usable (Gloo); gradient_path says what runs.
   std::shared_ptr<GradientAllreduce> direct;
+  // When every rank shares one node and gradients go through shared
+  // memory: `collectives` is this, a Gloo group formed on its first
+  // collective (not at creation) and dropped by ReleaseIdleCollectives.
+  // Null otherwise (the group is formed at creation and kept).
+  c10::intrusive_ptr<LazyCollectives> lazy;
   GradientPath gradient_path = GradientPath::kProcessGroup;
   int rank = 0;
   int world_size = 1;
@@ -59,5 +65,12 @@ struct ProcessGroup {
 // CUDA) are errors that say what to do.
 absl::StatusOr<ProcessGroup> CreateProcessGroup(
     const WorkerEnv& env, const ProcessGroupOptions& options);
+
+// Drops the Gloo group's threads and sockets until its next collective
+// where the group is formed on demand (ProcessGroup::lazy); nothing
+// otherwise. Call on every rank at the same point, between collectives:
+// after the start-up broadcasts, before the training steps, whose
+// gradients go through shared memory.
+void ReleaseIdleCollectives(ProcessGroup& group);
 
 }  // namespace ddprun::worker

@@ -19,8 +19,9 @@ two ranks can train on this machine with cores, memory bandwidth and caches
 shared and no synchronisation, the ceiling of DDP's world-2 scaling here.
 
 --baseline: also runs OTHER_BUILD_DIR's ddprun-mnist (e.g. a build of main)
-under this build's ddprun in the same rotation, and prints its cost of DDP
-beside this build's. --ddprun-only: no torchrun runs (the DDP cost only).
+in the same rotation, under OTHER_BUILD_DIR's own ddprun where it has one
+(so that agent-side changes count too; else this build's), and prints its
+cost of DDP beside this build's. --ddprun-only: no torchrun runs (the DDP cost only).
 """
 import argparse
 import json
@@ -88,12 +89,15 @@ def main():
     baseline_mnist = os.path.join(args.baseline, "mnist", "ddprun-mnist")
     if args.baseline and not os.access(baseline_mnist, os.X_OK):
         sys.exit(f"--baseline: {baseline_mnist} is not built")
+    baseline_ddprun = os.path.join(args.baseline, "launcher", "ddprun")
+    if not (args.baseline and os.access(baseline_ddprun, os.X_OK)):
+        baseline_ddprun = ddprun
 
     def commands(world, summary):
         return {
             "ddprun": [ddprun, "--standalone", "--nproc-per-node", str(world), mnist,
                        *common, "--save", "", "--no-progress", "--summary-json", summary],
-            "baseline": [ddprun, "--standalone", "--nproc-per-node", str(world),
+            "baseline": [baseline_ddprun, "--standalone", "--nproc-per-node", str(world),
                          baseline_mnist, *common, "--save", "", "--no-progress",
                          "--summary-json", summary],
             "torchrun": [args.python, "-m", "torch.distributed.run", "--standalone",

@@ -250,6 +250,53 @@ TEST_F(ServerTest, CancelledJoinLeavesNoNodeBehind) {
       << "the node whose Join went away must be dropped";
 }
 
+// The deadline thread sleeps while nothing is due (a `ddprun --standalone`
+// agent shares the cores of the ranks it trains with): an idle server
+// ticks about twice a second, not every tick_interval.
+TEST(ServerTickTest, IdleServerSleepsBetweenTicks) {
+  auto server = Server::Start(ServerOptions{});
+  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_TRUE(testing::WaitFor([&] { return (*server)->TicksForTest() >= 1; },
+                               absl::Seconds(10)));
+  EXPECT_TRUE(testing::WaitFor(
+      [&] {
+        return (*server)->PlannedTickSleepForTest() ==
+               ServerOptions{}.max_tick_sleep;
+      },
+      absl::Seconds(10)))
+      << "planned " << (*server)->PlannedTickSleepForTest();
+}
+
+// After a long idle sleep a new Join's timeout still fires on time: the
+// Join wakes the ticker (JobTableOptions::wake_by). With a sleep cap of an
+// hour, a ticker nobody woke would answer an hour late.
+TEST(ServerTickTest, JoinTimeoutFiresAfterAnIdlePeriod) {
+  ServerOptions options;
+  options.max_tick_sleep = absl::Hours(1);
+  options.forgive_stalls_over = absl::InfiniteDuration();
+  auto server = Server::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_TRUE(testing::WaitFor([&] { return (*server)->TicksForTest() >= 1; },
+                               absl::Seconds(10)));
+  const int64_t idle_ticks = (*server)->TicksForTest();
+  EXPECT_FALSE(testing::WaitFor(
+      [&] { return (*server)->TicksForTest() > idle_ticks; },
+      absl::Milliseconds(300)))
+      << "an idle server ticked while nothing was due";
+  auto stub = v1::Rendezvous::NewStub(grpc::CreateChannel(
+      (*server)->endpoint(), grpc::InsecureChannelCredentials()));
+  v1::JoinRequest request = JoinRequest("a", 2);
+  request.mutable_config()->set_join_timeout_ms(200);
+  v1::JoinResponse response;
+  grpc::Status status =
+      stub->Join(Context(absl::Seconds(30)).get(), request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED)
+      << status.error_message();
+  EXPECT_NE(status.error_message().find("join_timeout_ms"), std::string::npos)
+      << "answered by the server's join timeout, not the client's deadline: "
+      << status.error_message();
+}
+
 TEST(KeepaliveTest, ParkedJoinOfAHostThatWentSilentIsDropped) {
   ServerOptions options;
   options.keepalive_time = absl::Milliseconds(200);

@@ -192,6 +192,10 @@ int Run(int argc, char** argv) {
   out << "path " << ddprun::worker::GradientPathName(group->gradient_path)
       << std::endl;
   out << "pid " << getpid() << std::endl;
+  // Gloo groups formed before any collective ran: none where it is formed
+  // on demand (one node, shared memory).
+  out << "gloo_formed_at_start " << (group->lazy ? group->lazy->formed() : 1)
+      << std::endl;
   // What DataParallel does: GradientAllreduce where there is one, else the
   // process group.
   float* resident_buffer = nullptr;
@@ -250,6 +254,16 @@ int Run(int argc, char** argv) {
                            Fnv1a(d, n))
         << std::endl;
   }
+  // Released, the group is formed again by its next collective (a
+  // recovery's state sync) and still right.
+  ddprun::worker::ReleaseIdleCollectives(*group);
+  std::vector<at::Tensor> after = {at::full({3}, rank + 1.0f)};
+  group->collectives->allreduce(after)->wait();
+  out << "after_release_sum_ok "
+      << (after[0].eq(world * (world + 1) / 2.0f).all().item<bool>() ? 1 : 0)
+      << std::endl;
+  out << "gloo_formed " << (group->lazy ? group->lazy->formed() : 1)
+      << std::endl;
   out << "runs " << (group->direct ? group->direct->runs() : 0) << std::endl;
   out << "resident_runs "
       << (group->direct ? group->direct->resident_runs() : 0) << std::endl;

@@ -147,6 +147,12 @@ TEST_P(UnderDdprunTest, EverySizeIsExactTheSameOnEveryRankAndTookItsPath) {
       ASSERT_EQ(words.size(), 8u) << line;
       bits[n].insert(words[7]);
     }
+    // One node's group forms Gloo only on its first collective (the
+    // reference sums), and again after ReleaseIdleCollectives.
+    const bool lazy = layout.path == "shared-memory";
+    EXPECT_EQ(result["gloo_formed_at_start"], lazy ? "0" : "1");
+    EXPECT_EQ(result["gloo_formed"], lazy ? "2" : "1");
+    EXPECT_EQ(result["after_release_sum_ok"], "1");
     // Two sums per size, all through the path named above.
     EXPECT_EQ(result["runs"],
               layout.path == "process-group"
