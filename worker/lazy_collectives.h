@@ -25,8 +25,10 @@ namespace ddprun::worker {
 // c10::Error, as a collective of a broken group does. Thread-safe.
 class LazyCollectives final : public Collectives {
  public:
+  // The store by value: with a const reference, Debian 13's Abseil fails a
+  // static assertion in StatusOr's conversion checks (the 2.6 builds).
   using Factory = std::function<absl::StatusOr<c10::intrusive_ptr<Collectives>>(
-      const c10::intrusive_ptr<::c10d::Store>& store)>;
+      c10::intrusive_ptr<::c10d::Store> store)>;
 
   LazyCollectives(c10::intrusive_ptr<::c10d::Store> store, int rank, int size,
                   std::string backend_name, Factory make);

@@ -216,7 +216,7 @@ absl::StatusOr<ProcessGroup> CreateProcessGroup(
   if (group.gradient_path == GradientPath::kSharedMemory) {
     group.lazy = c10::make_intrusive<LazyCollectives>(
         group.store, env.rank, env.world_size, "gloo",
-        [env, options](const c10::intrusive_ptr<::c10d::Store>& store) {
+        [env, options](c10::intrusive_ptr<::c10d::Store> store) {
           return CreateGloo(store, env, options);
         });
     group.collectives = group.lazy;
