@@ -30,6 +30,57 @@ std::unique_ptr<grpc::ClientContext> Context() {
   return context;
 }
 
+// One round of the victim job, a single node: it joins (a round of its
+// own), writes `value_bytes` under MASTER in the round's scope and reads
+// them back, then ends the round by reporting a failure. Returns the first
+// error; the round it ran goes to *round.
+grpc::Status VictimRound(v1::Rendezvous::Stub* rendezvous,
+                         v1::Store::Stub* store, int max_restarts,
+                         size_t value_bytes, int64_t* round) {
+  v1::JoinRequest join;
+  join.set_run_id("victim");
+  join.set_node_id("v0");
+  join.set_local_world_size(1);
+  join.set_node_rank(-1);
+  join.set_address("127.0.0.1");
+  join.mutable_config()->set_min_nodes(1);
+  join.mutable_config()->set_max_nodes(1);
+  join.mutable_config()->set_max_restarts(max_restarts);
+  v1::JoinResponse joined;
+  grpc::Status status = rendezvous->Join(Context().get(), join, &joined);
+  if (!status.ok()) return status;
+  if (!joined.has_assignment()) {
+    return grpc::Status(grpc::StatusCode::INTERNAL,
+                        "Join answered without an assignment");
+  }
+  *round = joined.assignment().round();
+  v1::SetRequest set;
+  set.mutable_scope()->set_run_id("victim");
+  set.mutable_scope()->set_round(*round);
+  set.set_key("MASTER");
+  set.set_value(std::string(value_bytes, 'v'));
+  v1::SetResponse set_response;
+  status = store->Set(Context().get(), set, &set_response);
+  if (!status.ok()) return status;
+  v1::GetRequest get;
+  *get.mutable_scope() = set.scope();
+  get.set_key("MASTER");
+  v1::GetResponse got;
+  status = store->Get(Context().get(), get, &got);
+  if (!status.ok()) return status;
+  if (got.value().size() != value_bytes) {
+    return grpc::Status(grpc::StatusCode::INTERNAL,
+                        absl::StrCat("read back ", got.value().size(),
+                                     " bytes of ", value_bytes));
+  }
+  v1::ReportFailureRequest failed;
+  failed.set_run_id("victim");
+  failed.set_node_id("v0");
+  failed.set_round(*round);
+  v1::ReportFailureResponse failed_response;
+  return rendezvous->ReportFailure(Context().get(), failed, &failed_response);
+}
+
 class HostileTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -379,44 +430,11 @@ TEST(HostileLoadTest, AStoreHogIsRefusedWhileAnotherJobFormsRounds) {
   auto store = v1::Store::NewStub(victim_channel);
   constexpr int kRounds = 15;
   for (int r = 0; r < kRounds; ++r) {
-    v1::JoinRequest join;
-    join.set_run_id("victim");
-    join.set_node_id("v0");
-    join.set_local_world_size(1);
-    join.set_node_rank(-1);
-    join.set_address("127.0.0.1");
-    join.mutable_config()->set_min_nodes(1);
-    join.mutable_config()->set_max_nodes(1);
-    join.mutable_config()->set_max_restarts(kRounds);
-    v1::JoinResponse joined;
-    grpc::Status status = rendezvous->Join(Context().get(), join, &joined);
+    int64_t round = -1;
+    grpc::Status status = VictimRound(rendezvous.get(), store.get(), kRounds,
+                                      64 << 10, &round);
     ASSERT_TRUE(status.ok()) << "round " << r << ": " << status.error_message();
-    ASSERT_TRUE(joined.has_assignment());
-    const int64_t round = joined.assignment().round();
     EXPECT_EQ(round, r);
-    v1::SetRequest set;
-    set.mutable_scope()->set_run_id("victim");
-    set.mutable_scope()->set_round(round);
-    set.set_key("MASTER");
-    set.set_value(std::string(64 << 10, 'v'));
-    v1::SetResponse set_response;
-    status = store->Set(Context().get(), set, &set_response);
-    ASSERT_TRUE(status.ok()) << "round " << r << ": " << status.error_message();
-    v1::GetRequest get;
-    *get.mutable_scope() = set.scope();
-    get.set_key("MASTER");
-    v1::GetResponse got;
-    status = store->Get(Context().get(), get, &got);
-    ASSERT_TRUE(status.ok()) << "round " << r << ": " << status.error_message();
-    EXPECT_EQ(got.value().size(), 64u << 10);
-    v1::ReportFailureRequest failed;
-    failed.set_run_id("victim");
-    failed.set_node_id("v0");
-    failed.set_round(round);
-    v1::ReportFailureResponse failed_response;
-    status = rendezvous->ReportFailure(Context().get(), failed,
-                                       &failed_response);
-    ASSERT_TRUE(status.ok()) << "round " << r << ": " << status.error_message();
   }
 
   {
@@ -616,33 +634,9 @@ TEST(HostileLoadTest, AHogWithManyCallsInFlightNeitherSpinsNorCrowdsOutAnother) 
   auto store = v1::Store::NewStub(channel);
   constexpr int kRounds = 10;
   for (int r = 0; r < kRounds; ++r) {
-    v1::JoinRequest join;
-    join.set_run_id("victim");
-    join.set_node_id("v0");
-    join.set_local_world_size(1);
-    join.set_node_rank(-1);
-    join.set_address("127.0.0.1");
-    join.mutable_config()->set_min_nodes(1);
-    join.mutable_config()->set_max_nodes(1);
-    join.mutable_config()->set_max_restarts(kRounds);
-    v1::JoinResponse joined;
-    grpc::Status status = rendezvous->Join(Context().get(), join, &joined);
-    ASSERT_TRUE(status.ok()) << "round " << r << ": " << status.error_message();
-    v1::SetRequest set;
-    set.mutable_scope()->set_run_id("victim");
-    set.mutable_scope()->set_round(joined.assignment().round());
-    set.set_key("MASTER_ADDR");
-    set.set_value(std::string(256, 'v'));
-    v1::SetResponse set_response;
-    status = store->Set(Context().get(), set, &set_response);
-    ASSERT_TRUE(status.ok()) << "round " << r << ": " << status.error_message();
-    v1::ReportFailureRequest failed;
-    failed.set_run_id("victim");
-    failed.set_node_id("v0");
-    failed.set_round(joined.assignment().round());
-    v1::ReportFailureResponse failed_response;
-    status = rendezvous->ReportFailure(Context().get(), failed,
-                                       &failed_response);
+    int64_t round = -1;
+    grpc::Status status =
+        VictimRound(rendezvous.get(), store.get(), kRounds, 256, &round);
     ASSERT_TRUE(status.ok()) << "round " << r << ": " << status.error_message();
   }
   {
