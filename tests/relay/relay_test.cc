@@ -23,6 +23,7 @@
 #include "rendezvous/job_token.h"
 #include "rendezvous/server.h"
 #include "tests/testing/client_context.h"
+#include "tests/testing/join_request.h"
 #include "tests/testing/wait_for.h"
 
 namespace ddprun::relay {
@@ -35,19 +36,10 @@ constexpr char kSecret[] = "relay-test-secret";
 
 v1::JoinRequest NodeJoin(const std::string& run_id, const std::string& node,
                          int nnodes, int64_t heartbeat_timeout_ms = 30000) {
-  v1::JoinRequest request;
-  request.set_run_id(run_id);
-  request.set_node_id(node);
-  request.set_local_world_size(2);
-  request.set_node_rank(-1);
-  request.set_address("host-" + node);
-  request.set_master_port(5000);
-  request.mutable_config()->set_min_nodes(nnodes);
-  request.mutable_config()->set_max_nodes(nnodes);
-  request.mutable_config()->set_heartbeat_interval_ms(100);
-  request.mutable_config()->set_heartbeat_timeout_ms(heartbeat_timeout_ms);
-  request.mutable_config()->set_last_call_timeout_ms(100);
-  return request;
+  return testing::NodeJoin(run_id, node, nnodes,
+                           {.local_world_size = 2,
+                            .heartbeat_timeout_ms = heartbeat_timeout_ms,
+                            .last_call_timeout_ms = 100});
 }
 
 // A server, and a relay in front of it.

@@ -16,6 +16,7 @@
 #include "rendezvous/job_token.h"
 #include "rendezvous/server.h"
 #include "tests/testing/client_context.h"
+#include "tests/testing/join_request.h"
 #include "tests/testing/wait_for.h"
 
 namespace ddprun::rendezvous {
@@ -30,18 +31,7 @@ constexpr char kSecret[] = "heartbeat-stream-secret";
 
 v1::JoinRequest JoinRequest(const std::string& run_id, const std::string& node,
                             int nnodes) {
-  v1::JoinRequest request;
-  request.set_run_id(run_id);
-  request.set_node_id(node);
-  request.set_local_world_size(1);
-  request.set_node_rank(-1);
-  request.set_address("host-" + node);
-  request.set_master_port(5000);
-  request.mutable_config()->set_min_nodes(nnodes);
-  request.mutable_config()->set_max_nodes(nnodes);
-  request.mutable_config()->set_heartbeat_interval_ms(100);
-  request.mutable_config()->set_heartbeat_timeout_ms(600);
-  return request;
+  return testing::NodeJoin(run_id, node, nnodes, {.heartbeat_timeout_ms = 600});
 }
 
 v1::HeartbeatRequest Beat(const std::string& run_id, const std::string& node,
