@@ -1,5 +1,5 @@
 # The programs: what a node needs to run jobs (component "runtime").
-foreach(program ddprun ddprun-rendezvous ddprun-mnist)
+foreach(program ddprun ddprun-rendezvous ddprun-relay ddprun-mnist)
   if(TARGET ${program})
     # ddprun-mnist links libddp.so; find it next to the binaries in any
     # prefix (a temp prefix in the tests, /usr in the package).

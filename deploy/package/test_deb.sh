@@ -49,7 +49,7 @@ done
 # Every program the build made must be in the package (ddprun-mnist only
 # where LibTorch was found; the others always).
 programs=()
-for built in launcher/ddprun rendezvous/ddprun-rendezvous mnist/ddprun-mnist; do
+for built in launcher/ddprun rendezvous/ddprun-rendezvous relay/ddprun-relay mnist/ddprun-mnist; do
   if [[ -x $build_dir/$built ]]; then
     programs+=("$(basename "$built")")
   elif [[ $built != mnist/* ]]; then

@@ -54,7 +54,7 @@ if grep -q 'add_library(ddp::ddp ' "$(dirname "$config")"/ddpTargets.cmake; then
         MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 "$work/consumer/consumer")
   [[ $out == "consumer rank 1 of 2" ]] || fail "consumer printed: $out"
   # The programs come with the library.
-  for program in ddprun ddprun-rendezvous ddprun-mnist; do
+  for program in ddprun ddprun-rendezvous ddprun-relay ddprun-mnist; do
     [[ -x $prefix/bin/$program ]] || fail "$program not installed"
   done
   "$prefix/bin/ddprun-mnist" --help >/dev/null ||
