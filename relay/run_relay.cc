@@ -1,13 +1,11 @@
 #include "relay/run_relay.h"
 
-#include <signal.h>
-
 #include <cstdio>
 
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "common/endpoint.h"
-#include "common/metrics_http.h"
+#include "common/service_main.h"
 #include "relay/relay.h"
 #include "spdlog/spdlog.h"
 
@@ -30,12 +28,8 @@ absl::Status CheckListenIsAuthenticated(const RunRelayOptions& options) {
 }
 
 int RunRelayUntilSignal(const RunRelayOptions& options) {
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  // Blocked before gRPC starts its threads, so only sigwait below sees them.
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // Before gRPC starts its threads.
+  common::StopSignals stop;
   // As ddprun-rendezvous: Debian builds Abseil without NDEBUG, so every
   // absl::Mutex (gRPC's own included) keeps a deadlock-detection graph,
   // which costs every call; deadlocks are a test-time concern.
@@ -51,26 +45,16 @@ int RunRelayUntilSignal(const RunRelayOptions& options) {
   }
   std::printf("ddprun-relay listening on %s\n", (*relay)->endpoint().c_str());
   std::fflush(stdout);
-  std::unique_ptr<common::MetricsServer> metrics;
-  if (options.metrics_port >= 0) {
-    common::MetricsServerOptions metrics_options;
-    metrics_options.host = options.metrics_host;
-    metrics_options.port = options.metrics_port;
-    auto started =
-        common::MetricsServer::Start(metrics_options, &(*relay)->metrics());
-    if (!started.ok()) {
-      spdlog::error("ddprun-relay: {}", started.status().ToString());
-      return 1;
-    }
-    metrics = std::move(*started);
-    std::printf("ddprun-relay metrics on %s\n", metrics->url().c_str());
-    std::fflush(stdout);
+  absl::StatusOr<std::unique_ptr<common::MetricsServer>> metrics =
+      common::StartAnnouncedMetrics("ddprun-relay", options.metrics_host,
+                                    options.metrics_port,
+                                    &(*relay)->metrics());
+  if (!metrics.ok()) {
+    spdlog::error("ddprun-relay: {}", metrics.status().ToString());
+    return 1;
   }
-  int received = 0;
-  sigwait(&signals, &received);
-  spdlog::info("ddprun-relay: {} received; shutting down",
-               received == SIGINT ? "SIGINT" : "SIGTERM");
-  if (metrics != nullptr) metrics->Shutdown();
+  stop.Wait("ddprun-relay");
+  if (*metrics != nullptr) (*metrics)->Shutdown();
   (*relay)->Shutdown();
   return 0;
 }

@@ -1,7 +1,5 @@
 #include "rendezvous/run_server.h"
 
-#include <signal.h>
-
 #include <cstdio>
 
 #include "absl/strings/match.h"
@@ -11,7 +9,7 @@
 #include "common/credentials.h"
 #include "common/endpoint.h"
 #include "common/metrics.h"
-#include "common/metrics_http.h"
+#include "common/service_main.h"
 #include "common/worker_env.h"
 #include "spdlog/spdlog.h"
 
@@ -37,12 +35,8 @@ absl::Status CheckListenIsAuthenticated(const RunServerOptions& options,
 }
 
 int RunServerUntilSignal(const RunServerOptions& options) {
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  // Blocked before gRPC starts its threads, so only sigwait below sees them.
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // Before gRPC starts its threads.
+  common::StopSignals stop;
   // Debian builds Abseil without NDEBUG, so every absl::Mutex (gRPC's own
   // included) keeps a deadlock-detection graph: a graph node per mutex
   // created and a walk per nested lock. With 100,000 parked calls that was
@@ -80,27 +74,16 @@ int RunServerUntilSignal(const RunServerOptions& options) {
         "client that reaches this port can join jobs and use the store",
         common::env::kToken);
   }
-  std::unique_ptr<common::MetricsServer> metrics;
-  if (options.metrics_port >= 0) {
-    common::MetricsServerOptions metrics_options;
-    metrics_options.host = options.metrics_host;
-    metrics_options.port = options.metrics_port;
-    auto started = common::MetricsServer::Start(metrics_options, &registry);
-    if (!started.ok()) {
-      spdlog::error("ddprun-rendezvous: {}", started.status().ToString());
-      return 1;
-    }
-    metrics = std::move(*started);
-    std::printf("ddprun-rendezvous metrics on %s\n", metrics->url().c_str());
-    std::fflush(stdout);
+  absl::StatusOr<std::unique_ptr<common::MetricsServer>> metrics =
+      common::StartAnnouncedMetrics("ddprun-rendezvous", options.metrics_host,
+                                    options.metrics_port, &registry);
+  if (!metrics.ok()) {
+    spdlog::error("ddprun-rendezvous: {}", metrics.status().ToString());
+    return 1;
   }
-
-  int received = 0;
-  sigwait(&signals, &received);
-  spdlog::info("ddprun-rendezvous: {} received; shutting down",
-               received == SIGINT ? "SIGINT" : "SIGTERM");
+  stop.Wait("ddprun-rendezvous");
   // No scrape may read the server's state while it goes away.
-  if (metrics != nullptr) metrics->Shutdown();
+  if (*metrics != nullptr) (*metrics)->Shutdown();
   (*server)->Shutdown();
   return 0;
 }
