@@ -24,6 +24,8 @@
 namespace ddprun::rendezvous {
 namespace {
 
+using ::ddprun::testing::WaitFor;
+
 std::unique_ptr<grpc::ClientContext> Context() {
   auto context = std::make_unique<grpc::ClientContext>();
   context->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
@@ -469,6 +471,98 @@ int64_t ResidentBytes() {
   return 0;
 }
 
+// A server under --max-memory-bytes (into *bound if given) = this
+// process's resident memory with a server running, plus `headroom`, and
+// store caps of 256 MiB, so that the bound and not a cap stops a hog.
+std::unique_ptr<Server> StartBoundedServer(int64_t headroom,
+                                           int64_t* bound = nullptr) {
+  ServerOptions options;
+  options.limits.max_job_store_bytes = 256 << 20;
+  options.limits.max_store_bytes = 256 << 20;
+  auto started = Server::Start(options);  // the process with a server running
+  if (!started.ok()) return nullptr;
+  const int64_t baseline = ResidentBytes();
+  started->reset();
+  options.limits.max_memory_bytes = baseline + headroom;
+  if (bound != nullptr) *bound = options.limits.max_memory_bytes;
+  auto server = Server::Start(options);
+  return server.ok() ? *std::move(server) : nullptr;
+}
+
+// A store hog: `calls` threads, each with one Set of `value_bytes` to job
+// "hog" in flight at a time, until Stop (or destroyed). Sorts what the
+// server answers other than OK.
+class StoreHog {
+ public:
+  struct Answers {
+    int memory_refusals = 0;                  // RESOURCE_EXHAUSTED by the bound
+    std::vector<std::string> other_refusals;  // other RESOURCE_EXHAUSTED
+    std::vector<std::string> other_errors;    // any other status
+  };
+
+  StoreHog(const std::string& endpoint, int calls, size_t value_bytes) {
+    for (int h = 0; h < calls; ++h) {
+      threads_.emplace_back([this, endpoint, value_bytes, h] {
+        Run(endpoint, value_bytes, h);
+      });
+    }
+  }
+  ~StoreHog() { Stop(); }
+
+  // Returns once every thread's last call was answered.
+  void Stop() {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    for (std::thread& thread : threads_) {
+      if (thread.joinable()) thread.join();
+    }
+  }
+
+  Answers answers() {
+    absl::MutexLock lock(&mu_);
+    return answers_;
+  }
+
+ private:
+  void Run(const std::string& endpoint, size_t value_bytes, int h) {
+    auto store = v1::Store::NewStub(
+        grpc::CreateChannel(endpoint, grpc::InsecureChannelCredentials()));
+    const std::string value(value_bytes, 'h');
+    for (int i = 0;; ++i) {
+      {
+        absl::MutexLock lock(&mu_);
+        if (stop_) return;
+      }
+      v1::SetRequest request;
+      request.mutable_scope()->set_run_id("hog");
+      request.set_key(absl::StrCat("fill-", h, "-", i));
+      request.set_value(value);
+      v1::SetResponse response;
+      // Long enough for a refusal held until the hog's rate paid for it.
+      grpc::ClientContext context;
+      context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+      grpc::Status status = store->Set(&context, request, &response);
+      if (status.ok()) continue;
+      absl::MutexLock lock(&mu_);
+      if (status.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED) {
+        answers_.other_errors.push_back(status.error_message());
+      } else if (status.error_message().find("--max-memory-bytes") !=
+                 std::string::npos) {
+        ++answers_.memory_refusals;
+      } else if (answers_.other_refusals.size() < 100) {
+        answers_.other_refusals.push_back(status.error_message());
+      }
+    }
+  }
+
+  absl::Mutex mu_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  Answers answers_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::thread> threads_;
+};
+
 // The server's memory bound counts what the store caps cannot see (the
 // process itself, gRPC's buffers, malloc's overhead): a hog under generous
 // store caps is refused at --max-memory-bytes, and the resident memory stays
@@ -476,77 +570,37 @@ int64_t ResidentBytes() {
 // client buffers count too (they are small). Without the bound the hog would
 // store up to its 256 MiB cap.
 TEST(HostileLoadTest, ResidentMemoryStaysWithinTheServersBound) {
-  ServerOptions options;
-  options.limits.max_job_store_bytes = 256 << 20;
-  options.limits.max_store_bytes = 256 << 20;
-  auto started = Server::Start(options);  // the process with a server running
-  ASSERT_TRUE(started.ok()) << started.status();
-  const int64_t baseline = ResidentBytes();
-  started->reset();
-  options.limits.max_memory_bytes = baseline + (48 << 20);
-  auto server = Server::Start(options);
-  ASSERT_TRUE(server.ok()) << server.status();
-
-  absl::Mutex mu;
-  bool stop = false;
-  int refused = 0;
-  std::vector<std::string> other_errors;
-  std::vector<std::thread> hogs;
-  for (int h = 0; h < 2; ++h) {
-    hogs.emplace_back([&, h] {
-      auto store = v1::Store::NewStub(grpc::CreateChannel(
-          (*server)->endpoint(), grpc::InsecureChannelCredentials()));
-      const std::string value(256 << 10, 'h');
-      for (int i = 0;; ++i) {
-        {
-          absl::MutexLock lock(&mu);
-          if (stop) return;
-        }
-        v1::SetRequest request;
-        request.mutable_scope()->set_run_id("hog");
-        request.set_key(absl::StrCat("fill-", h, "-", i));
-        request.set_value(value);
-        v1::SetResponse response;
-        grpc::Status status = store->Set(Context().get(), request, &response);
-        if (status.ok()) continue;
-        absl::MutexLock lock(&mu);
-        if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
-            status.error_message().find("--max-memory-bytes") !=
-                std::string::npos) {
-          ++refused;
-        } else {
-          other_errors.push_back(status.error_message());
-        }
-      }
-    });
-  }
+  int64_t bound = 0;
+  std::unique_ptr<Server> server = StartBoundedServer(48 << 20, &bound);
+  ASSERT_NE(server, nullptr);
   // Sample the resident memory while the hogs fill the store, until they
   // have been refused for a while.
   int64_t max_resident = 0;
-  const absl::Time give_up = absl::Now() + absl::Seconds(60);
-  for (;;) {
-    max_resident = std::max(max_resident, ResidentBytes());
-    absl::MutexLock lock(&mu);
-    auto refused_enough = [&] { return refused >= 50 || !other_errors.empty(); };
-    if (mu.AwaitWithTimeout(absl::Condition(&refused_enough),
-                            absl::Milliseconds(2)) ||
-        absl::Now() > give_up) {
-      stop = true;
-      break;
-    }
-  }
-  for (std::thread& hog : hogs) hog.join();
+  StoreHog hog(server->endpoint(), /*calls=*/2, /*value_bytes=*/256 << 10);
+  WaitFor(
+      [&] {
+        max_resident = std::max(max_resident, ResidentBytes());
+        StoreHog::Answers answers = hog.answers();
+        return answers.memory_refusals >= 50 ||
+               !answers.other_refusals.empty() ||
+               !answers.other_errors.empty();
+      },
+      absl::Seconds(60), absl::Milliseconds(2));
+  hog.Stop();
+  const StoreHog::Answers answers = hog.answers();
   max_resident = std::max(max_resident, ResidentBytes());
-  const int64_t bound = options.limits.max_memory_bytes;
-  EXPECT_TRUE(other_errors.empty()) << other_errors.front();
-  EXPECT_GE(refused, 50) << "the hogs were never refused at the bound";
+  EXPECT_TRUE(answers.other_errors.empty()) << answers.other_errors.front();
+  EXPECT_TRUE(answers.other_refusals.empty())
+      << answers.other_refusals.front();
+  EXPECT_GE(answers.memory_refusals, 50)
+      << "the hogs were never refused at the bound";
   EXPECT_LE(max_resident, bound + bound / 10)
       << "resident " << (max_resident >> 20) << " MiB, bound "
       << (bound >> 20) << " MiB";
   // The bound, not a store cap, stopped them, after they stored most of
   // what it leaves room for.
-  EXPECT_GT((*server)->StoreBytesForTest(), 24 << 20);
-  EXPECT_LT((*server)->StoreBytesForTest(), options.limits.max_store_bytes);
+  EXPECT_GT(server->StoreBytesForTest(), 24 << 20);
+  EXPECT_LT(server->StoreBytesForTest(), 256 << 20);
 }
 
 // A hog with more writes in flight than its parked share (32 calls of
@@ -556,77 +610,28 @@ TEST(HostileLoadTest, ResidentMemoryStaysWithinTheServersBound) {
 // both, the victim's 256-byte Set was refused: the hog's requests in flight
 // filled the tenth of the bound kept for other jobs.
 TEST(HostileLoadTest, AHogWithManyCallsInFlightNeitherSpinsNorCrowdsOutAnother) {
-  ServerOptions options;
-  options.limits.max_job_store_bytes = 256 << 20;
-  options.limits.max_store_bytes = 256 << 20;
-  auto started = Server::Start(options);
-  ASSERT_TRUE(started.ok()) << started.status();
-  const int64_t baseline = ResidentBytes();
-  started->reset();
-  options.limits.max_memory_bytes = baseline + (48 << 20);
-  auto server = Server::Start(options);
-  ASSERT_TRUE(server.ok()) << server.status();
-  auto channel = grpc::CreateChannel((*server)->endpoint(),
+  std::unique_ptr<Server> server = StartBoundedServer(48 << 20);
+  ASSERT_NE(server, nullptr);
+  auto channel = grpc::CreateChannel(server->endpoint(),
                                      grpc::InsecureChannelCredentials());
-
-  absl::Mutex mu;
-  bool stop = false;
-  int memory_refusals = 0;
-  std::vector<std::string> other_errors;
-  std::vector<std::thread> hogs;
-  constexpr int kCallsInFlight = 32;
-  for (int h = 0; h < kCallsInFlight; ++h) {
-    hogs.emplace_back([&, h] {
-      auto store = v1::Store::NewStub(channel);
-      const std::string value(1 << 20, 'h');
-      for (int i = 0;; ++i) {
-        {
-          absl::MutexLock lock(&mu);
-          if (stop) return;
-        }
-        v1::SetRequest request;
-        request.mutable_scope()->set_run_id("hog");
-        request.set_key(absl::StrCat("fill-", h, "-", i));
-        request.set_value(value);
-        v1::SetResponse response;
-        auto context = std::make_unique<grpc::ClientContext>();
-        context->set_deadline(
-            absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
-        grpc::Status status = store->Set(context.get(), request, &response);
-        if (status.ok()) continue;
-        absl::MutexLock lock(&mu);
-        if (status.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED) {
-          other_errors.push_back(status.error_message());
-        } else if (status.error_message().find("--max-memory-bytes") !=
-                   std::string::npos) {
-          ++memory_refusals;
-        }
-      }
-    });
-  }
   // Until the hog is held back past its parked share and refused by the
   // memory bound. The hog's client buffers live in this process: memory no
   // store charge sees takes the resident memory past the bound, as the
   // requests in flight of a hog on many connections do in a real server.
   // (So no resident-memory figure is asserted here; ResidentMemoryStays-
   // WithinTheServersBound does.)
-  const absl::Time give_up = absl::Now() + absl::Seconds(90);
-  for (;;) {
-    absl::MutexLock lock(&mu);
-    auto bounded = [&] {
-      return (memory_refusals > 0 &&
-              (*server)->HeldStoreRefusalsForTest() > 0) ||
-             !other_errors.empty();
-    };
-    if (mu.AwaitWithTimeout(absl::Condition(&bounded),
-                            absl::Milliseconds(5))) {
-      break;
-    }
-    ASSERT_LT(absl::Now(), give_up)
-        << "the hog was not both held past its parked share and refused by "
-           "the bound; held refusals: "
-        << (*server)->HeldStoreRefusalsForTest();
-  }
+  StoreHog hog(server->endpoint(), /*calls=*/32, /*value_bytes=*/1 << 20);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        StoreHog::Answers answers = hog.answers();
+        return (answers.memory_refusals > 0 &&
+                server->HeldStoreRefusalsForTest() > 0) ||
+               !answers.other_errors.empty();
+      },
+      absl::Seconds(90)))
+      << "the hog was not both held past its parked share and refused by "
+         "the bound; held refusals: "
+      << server->HeldStoreRefusalsForTest();
 
   // Another job forms rounds and writes its address in each, while the hog
   // sits at the bound.
@@ -639,12 +644,9 @@ TEST(HostileLoadTest, AHogWithManyCallsInFlightNeitherSpinsNorCrowdsOutAnother) 
         VictimRound(rendezvous.get(), store.get(), kRounds, 256, &round);
     ASSERT_TRUE(status.ok()) << "round " << r << ": " << status.error_message();
   }
-  {
-    absl::MutexLock lock(&mu);
-    stop = true;
-  }
-  for (std::thread& hog : hogs) hog.join();
-  EXPECT_TRUE(other_errors.empty()) << other_errors.front();
+  hog.Stop();
+  const StoreHog::Answers answers = hog.answers();
+  EXPECT_TRUE(answers.other_errors.empty()) << answers.other_errors.front();
 }
 
 }  // namespace
