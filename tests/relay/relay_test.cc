@@ -538,6 +538,20 @@ TEST_F(RelayTest, AnUpstreamNotListeningIsUnavailableNamingIt) {
   }
 }
 
+// `service` (a fake older server) on a kernel-chosen loopback port; its
+// address lands in *endpoint.
+std::unique_ptr<grpc::Server> StartFakeServer(grpc::Service* service,
+                                              std::string* endpoint) {
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  builder.RegisterService(service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  *endpoint = absl::StrCat("127.0.0.1:", port);
+  return port != 0 ? std::move(server) : nullptr;
+}
+
 // A server older than batches: Join and the Heartbeats stream ignore
 // `more` and answer the message's own node only.
 class OldServer : public v1::Rendezvous::CallbackService {
@@ -593,14 +607,9 @@ class OldServer : public v1::Rendezvous::CallbackService {
 
 TEST_F(RelayTest, AnOldServerGetsTheRestOneByOne) {
   OldServer old;
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                           &port);
-  builder.RegisterService(&old);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  ASSERT_NE(port, 0);
-  std::string upstream = absl::StrCat("127.0.0.1:", port);
+  std::string upstream;
+  std::unique_ptr<grpc::Server> server = StartFakeServer(&old, &upstream);
+  ASSERT_NE(server, nullptr);
   direct_ = v1::Rendezvous::NewStub(
       grpc::CreateChannel(upstream, grpc::InsecureChannelCredentials()));
   StartRelay(/*max_batch=*/4, absl::Minutes(5), upstream);
@@ -663,15 +672,10 @@ class NoStreamServer : public v1::Rendezvous::CallbackService {
 
 TEST_F(RelayTest, WithoutAnUpstreamStreamTheRelayBeatsUnary) {
   NoStreamServer old;
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                           &port);
-  builder.RegisterService(&old);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  ASSERT_NE(port, 0);
-  StartRelay(/*max_batch=*/64, absl::Milliseconds(2),
-             absl::StrCat("127.0.0.1:", port));
+  std::string upstream;
+  std::unique_ptr<grpc::Server> server = StartFakeServer(&old, &upstream);
+  ASSERT_NE(server, nullptr);
+  StartRelay(/*max_batch=*/64, absl::Milliseconds(2), upstream);
   v1::HeartbeatRequest beat;
   beat.set_run_id("old");
   beat.set_node_id("n0");
