@@ -31,7 +31,7 @@ namespace ddprun::worker {
 namespace {
 
 constexpr uint64_t kMagic = 0x646470727573686dULL;  // "ddprushm"
-constexpr int kVersion = 4;
+constexpr int kVersion = 5;
 constexpr int kMaxLocal = 64;
 constexpr int64_t kAlignFloats = 16;  // 64 bytes: chunks never share a line
 // How a waiter waits: busy checks for a few microseconds (a peer on another
@@ -49,6 +49,11 @@ constexpr int kBuffers = 4;
 constexpr auto kSpinTime = std::chrono::microseconds(200);
 // A sleeping waiter wakes at least this often to look for dead peers.
 constexpr auto kLivenessPeriod = std::chrono::milliseconds(10);
+// MapResident's steps per local rank, in Header::resident: its buffer
+// exists (or it could not make one), then it mapped every other rank's.
+constexpr uint64_t kResidentCreated = 1;
+constexpr uint64_t kResidentMapped = 2;
+constexpr uint64_t kResidentRefused = 3;
 // Up to this many local ranks (and for any count of at most
 // kEachSumsAllMaxFloats per slice), every rank sums every input itself: one
 // wait per slice instead of two, for the same bytes moved at 2 ranks.
@@ -224,9 +229,19 @@ struct ShmAllreduce::Header {
   Counter reduced[kMaxLocal];
   Counter copied[kMaxLocal];
   Counter final;
-  // MapResident's two steps per local rank: 1 its buffer's file exists,
-  // 2 it mapped every other rank's.
+  // MapResident's steps per local rank (kResidentCreated, ...).
   Counter resident[kMaxLocal];
+};
+
+// One rank's parts for the current AllreduceInPlace call: where each lies
+// in its resident buffer (in floats from its start), written before the
+// rank's in_ready moves, read by the others until their `reduced` moves.
+struct ShmAllreduce::PartTable {
+  int32_t resident = 0;  // 1: every part lies in the resident buffer
+  int32_t parts = 0;
+  int64_t count = 0;  // floats over all parts
+  int64_t offset[kMaxTableParts];
+  int64_t length[kMaxTableParts];
 };
 
 namespace {
@@ -246,11 +261,20 @@ static int64_t BufferFloats(const ShmAllreduceOptions& o) {
   return std::max(o.slice_floats, whole);
 }
 
-static size_t SegmentBytes(const ShmAllreduceOptions& o) {
+static size_t BuffersBytes(const ShmAllreduceOptions& o) {
   // kBuffers buffer sets of local_size inputs and one output each.
-  return HeaderBytes() + kBuffers * static_cast<size_t>(o.local_size + 1) *
-                             static_cast<size_t>(BufferFloats(o)) *
-                             sizeof(float);
+  return kBuffers * static_cast<size_t>(o.local_size + 1) *
+         static_cast<size_t>(BufferFloats(o)) * sizeof(float);
+}
+
+static size_t TableBytes() {
+  return (sizeof(ShmAllreduce::PartTable) + 63) / 64 * 64;
+}
+
+static size_t SegmentBytes(const ShmAllreduceOptions& o) {
+  // Then one part table per local rank (AllreduceInPlace).
+  return HeaderBytes() + BuffersBytes(o) +
+         static_cast<size_t>(o.local_size) * TableBytes();
 }
 
 // A resident buffer's file: whole pages.
@@ -361,8 +385,11 @@ ShmAllreduce::ShmAllreduce(const ShmAllreduceOptions& options, std::string path,
       buffer_floats_(BufferFloats(options)) {}
 
 ShmAllreduce::~ShmAllreduce() {
-  for (float* buffer : residents_) {
-    if (buffer != nullptr) munmap(buffer, ResidentBytes(resident_floats_));
+  // This rank's own buffer goes with own_resident_ (tensors may hold it).
+  for (int r = 0; r < static_cast<int>(residents_.size()); ++r) {
+    if (r != options_.local_rank && residents_[r] != nullptr) {
+      munmap(residents_[r], ResidentBytes(resident_floats_));
+    }
   }
   if (base_ != nullptr) munmap(base_, size_);
   if (fd_ >= 0) close(fd_);  // releases this rank's lock
@@ -535,6 +562,12 @@ float* ShmAllreduce::Output(int buffer) const {
   return Input(buffer, options_.local_size);
 }
 
+ShmAllreduce::PartTable* ShmAllreduce::Table(int local_rank) const {
+  char* tables = static_cast<char*>(base_) + HeaderBytes() +
+                 BuffersBytes(options_);
+  return reinterpret_cast<PartTable*>(tables + local_rank * TableBytes());
+}
+
 // The pieces of the caller's parts that make up one slice, in order; `at`
 // is a piece's offset in the slice.
 class ShmAllreduce::Pieces {
@@ -669,9 +702,119 @@ absl::Status ShmAllreduce::Allreduce(absl::Span<const Part> parts,
   return absl::OkStatus();
 }
 
+absl::Status ShmAllreduce::AllreduceInPlace(absl::Span<const Part> parts,
+                                            float divisor) {
+  if (!failed_.ok()) return failed_;
+  int64_t count = 0;
+  for (const Part& p : parts) count += std::max<int64_t>(0, p.count);
+  if (count == 0) return absl::OkStatus();  // the same on every rank
+  const int size = options_.local_size;
+  const int me = options_.local_rank;
+  if (size == 1 || residents_.empty()) return Allreduce(parts, divisor);
+  // This rank's table: where its parts lie, or that one does not.
+  PartTable& mine = *Table(me);
+  const float* lo = residents_[me];
+  const float* hi = lo + resident_floats_;
+  mine.resident = parts.size() <= static_cast<size_t>(kMaxTableParts);
+  mine.parts = static_cast<int32_t>(parts.size());
+  mine.count = count;
+  for (size_t i = 0; i < parts.size() && mine.resident; ++i) {
+    const Part& p = parts[i];
+    const int64_t n = std::max<int64_t>(0, p.count);
+    if (p.data < lo || p.data + n > hi) {
+      mine.resident = 0;
+      break;
+    }
+    mine.offset[i] = p.data - lo;
+    mine.length[i] = n;
+  }
+  // One slice number for the exchange, as every rank counts it.
+  Header& h = *header_;
+  const uint64_t seq = ++seq_;
+  h.in_ready[me].value.store(seq, std::memory_order_release);
+  Signal();
+  absl::Status ready = WaitFor([&] { return FirstBelow(h.in_ready, seq); },
+                               "for the others' part tables");
+  if (!ready.ok()) return ready;
+  bool in_place = true;
+  for (int r = 0; r < size && in_place; ++r) {
+    const PartTable& t = *Table(r);
+    in_place = t.resident == 1 && t.parts == mine.parts && t.count == count;
+    for (int i = 0; i < t.parts && in_place; ++i) {
+      in_place = t.length[i] == mine.length[i];
+    }
+  }
+  if (!in_place) {
+    // Every rank read the same tables and decided the same: all copy. The
+    // exchange used no buffer set; its slice is done.
+    h.reduced[me].value.store(seq, std::memory_order_release);
+    h.copied[me].value.store(seq, std::memory_order_release);
+    Signal();
+    ++stats_.in_place_fallbacks;
+    return Allreduce(parts, divisor);
+  }
+  absl::Status summed = SumInPlace(parts, count, seq, divisor);
+  if (!summed.ok()) return summed;
+  ++stats_.in_place_calls;
+  return absl::OkStatus();
+}
+
+absl::Status ShmAllreduce::SumInPlace(absl::Span<const Part> parts,
+                                      int64_t count, uint64_t seq,
+                                      float divisor) {
+  // Local rank r sums elements [chunk * r, chunk * (r + 1)) of the call,
+  // reading every rank's parts where its table says they lie, into its own
+  // part and then into the others' (nobody else reads or writes those
+  // elements). In pieces of a slice: a piece's sum is still in this core's
+  // cache when it is copied to the others.
+  Header& h = *header_;
+  const int size = options_.local_size;
+  const int me = options_.local_rank;
+  const int64_t chunk =
+      ((count + size - 1) / size + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
+  const int64_t lo = std::min(count, chunk * me);
+  const int64_t hi = std::min(count, lo + chunk);
+  const PartTable* tables[kMaxLocal];
+  for (int r = 0; r < size; ++r) tables[r] = Table(r);
+  int64_t start = 0;  // the part's first element in the call
+  for (size_t i = 0; i < parts.size() && start < hi; ++i) {
+    const int64_t n = std::max<int64_t>(0, parts[i].count);
+    const int64_t a = std::max(lo, start);
+    const int64_t b = std::min(hi, start + n);
+    for (int64_t at = a; at < b; at += options_.slice_floats) {
+      const int64_t k = std::min(options_.slice_floats, b - at);
+      const int64_t within = at - start;
+      const float* inputs[kMaxLocal];
+      for (int r = 0; r < size; ++r) {
+        inputs[r] = residents_[r] + tables[r]->offset[i] + within;
+      }
+      float* out = parts[i].data + within;
+      SumInto(out, inputs, size, k, divisor);
+      for (int r = 0; r < size; ++r) {
+        if (r != me) {
+          std::memcpy(residents_[r] + tables[r]->offset[i] + within, out,
+                      k * sizeof(float));
+        }
+      }
+    }
+    start += n;
+  }
+  // Once every rank says it reduced, every rank's parts hold the whole
+  // result and nobody reads or writes another's: the caller may write its
+  // own again at once, and the next call may rewrite this rank's table.
+  h.reduced[me].value.store(seq, std::memory_order_release);
+  Signal();
+  absl::Status reduced = WaitFor([&] { return FirstBelow(h.reduced, seq); },
+                                 "for its chunk of the sum");
+  if (!reduced.ok()) return reduced;
+  h.copied[me].value.store(seq, std::memory_order_release);
+  Signal();
+  return absl::OkStatus();
+}
+
 absl::StatusOr<float*> ShmAllreduce::MapResident(int64_t floats) {
   if (!failed_.ok()) return failed_;
-  if (!residents_.empty()) {
+  if (header_->resident[options_.local_rank].value.load() != 0) {
     return absl::FailedPreconditionError(
         "shared-memory allreduce: MapResident called twice; one resident "
         "buffer per segment");
@@ -696,28 +839,48 @@ absl::StatusOr<float*> ShmAllreduce::MapResident(int64_t floats) {
   };
   // This rank's own buffer: a file of its own (space reserved up front, so
   // a full tmpfs is an error here, not a SIGBUS in backward).
+  absl::Status reserved;
   {
     const std::string mine = file(me);
     int fd = open(mine.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0) return give_up(Errno("create", mine, errno));
-    int error = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+    int error = fd < 0 ? errno : posix_fallocate(fd, 0, static_cast<off_t>(bytes));
     void* map = error != 0 ? MAP_FAILED
                            : mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
                                   MAP_SHARED, fd, 0);
     if (map == MAP_FAILED && error == 0) error = errno;
-    close(fd);
+    if (fd >= 0) close(fd);
     if (map == MAP_FAILED) {
-      return give_up(Errno(absl::StrFormat("reserve and map %d bytes for", bytes),
-                           mine, error));
+      reserved = Errno(absl::StrFormat("reserve and map %d bytes for", bytes),
+                       mine, error);
+    } else {
+      maps[me] = static_cast<float*>(map);
     }
-    maps[me] = static_cast<float*>(map);
   }
-  header_->resident[me].value.store(1, std::memory_order_release);
+  // Every rank says whether it has its buffer; one that could not (a full
+  // tmpfs) makes every rank return an error and leaves the group usable.
+  header_->resident[me].value.store(reserved.ok() ? kResidentCreated
+                                                  : kResidentRefused,
+                                    std::memory_order_release);
   Signal();
   absl::Status created =
-      WaitFor([&] { return FirstBelow(header_->resident, 1); },
+      WaitFor([&] { return FirstBelow(header_->resident, kResidentCreated); },
               "for the others' resident buffers");
   if (!created.ok()) return give_up(created);
+  for (int r = 0; r < size; ++r) {
+    if (header_->resident[r].value.load(std::memory_order_acquire) ==
+        kResidentRefused) {
+      for (float*& m : maps) {
+        if (m != nullptr) munmap(m, bytes);
+        m = nullptr;
+      }
+      unlink(file(me).c_str());
+      if (!reserved.ok()) return reserved;
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "shared-memory allreduce: local rank %d could not reserve its "
+          "resident buffer of %d bytes (its log says why)",
+          r, bytes));
+    }
+  }
   // The others' buffers, writable: this rank reads its chunk of theirs and
   // writes its summed chunk back into them (SliceResident).
   for (int r = 0; r < size; ++r) {
@@ -739,10 +902,10 @@ absl::StatusOr<float*> ShmAllreduce::MapResident(int64_t floats) {
     if (map == MAP_FAILED) return give_up(Errno("map", theirs, error));
     maps[r] = static_cast<float*>(map);
   }
-  header_->resident[me].value.store(2, std::memory_order_release);
+  header_->resident[me].value.store(kResidentMapped, std::memory_order_release);
   Signal();
   absl::Status mapped =
-      WaitFor([&] { return FirstBelow(header_->resident, 2); },
+      WaitFor([&] { return FirstBelow(header_->resident, kResidentMapped); },
               "for the others to map the resident buffers");
   if (!mapped.ok()) return give_up(mapped);
   // Every rank mapped it: the name can go, the memory goes with the last
@@ -750,6 +913,8 @@ absl::StatusOr<float*> ShmAllreduce::MapResident(int64_t floats) {
   unlink(file(me).c_str());
   residents_ = std::move(maps);
   resident_floats_ = floats;
+  own_resident_ = std::shared_ptr<void>(
+      residents_[me], [bytes](void* buffer) { munmap(buffer, bytes); });
   return residents_[me];
 }
 

@@ -109,7 +109,9 @@ class ShmAllreduce {
   // copied in before the sum, nothing out after it (DataParallel's
   // gradients can live there, autograd writing them in place). Collective
   // over the local ranks (the same `floats` on each), at most once per
-  // object; the files' names go once every rank mapped them.
+  // object; the files' names go once every rank mapped them. When a rank
+  // cannot reserve its buffer (a full tmpfs), every rank returns an error
+  // and the object stays usable for the other calls.
   absl::StatusOr<float*> MapResident(int64_t floats);
   float* resident() const {
     return residents_.empty() ? nullptr : residents_[options_.local_rank];
@@ -125,6 +127,23 @@ class ShmAllreduce {
   // local rank 0 hands each summed slice to it before the others copy it.
   absl::Status AllreduceResident(int64_t offset, int64_t count, float divisor,
                                  const BetweenNodes& between_nodes = nullptr);
+
+  // Allreduce(parts, divisor) for parts that may lie in the ranks' resident
+  // buffers (MapResident), e.g. gradients a GradientArena allocated there:
+  // when every rank's parts all do, with the same counts, they are summed
+  // where they lie, as AllreduceResident sums its range (local rank r sums
+  // chunk r of every rank's parts and writes it into the others': two waits
+  // per call, no copy in or out). Otherwise (a part elsewhere on some rank,
+  // counts that differ, more than kMaxTableParts parts) every rank goes
+  // through Allreduce's copies, one wait later. The ranks agree through a
+  // table of each one's part offsets in the segment. Inside one node only;
+  // `parts` must not overlap.
+  static constexpr int kMaxTableParts = 1024;
+  absl::Status AllreduceInPlace(absl::Span<const Part> parts, float divisor);
+  // Keeps this rank's resident buffer mapped as long as the returned
+  // pointer lives, past this object (tensors allocated in it may outlive
+  // the group). Null before MapResident.
+  std::shared_ptr<void> resident_keep_alive() const { return own_resident_; }
 
   // Tells the other local ranks that this one failed (they stop waiting and
   // report `message`); for failures outside Allreduce.
@@ -143,6 +162,10 @@ class ShmAllreduce {
     int64_t pipelined_slices = 0;
     // AllreduceResident calls (no copy in or out).
     int64_t resident_calls = 0;
+    // AllreduceInPlace calls summed where the parts lie, and those that
+    // fell back to copies (some rank's parts were not all resident).
+    int64_t in_place_calls = 0;
+    int64_t in_place_fallbacks = 0;
     // Waits for a peer that were not over at once, by how they ended:
     // while spinning (a few pause loops), while yielding the core between
     // checks (up to kSpinTime), or after sleeping on the futex at least
@@ -157,6 +180,7 @@ class ShmAllreduce {
   // The segment's layout (shm_allreduce.cc).
   struct Header;
   struct Counter;
+  struct PartTable;
 
  private:
   ShmAllreduce(const ShmAllreduceOptions& options, std::string path, int fd,
@@ -190,6 +214,11 @@ class ShmAllreduce {
   bool PeerAlive(int local_rank) const;
   float* Input(int buffer, int local_rank) const;
   float* Output(int buffer) const;
+  PartTable* Table(int local_rank) const;
+  // AllreduceInPlace's sum, once every rank's table says its parts lie in
+  // its resident buffer with the same counts as this rank's.
+  absl::Status SumInPlace(absl::Span<const Part> parts, int64_t count,
+                          uint64_t seq, float divisor);
 
   ShmAllreduceOptions options_;
   std::string path_;
@@ -201,6 +230,7 @@ class ShmAllreduce {
   // Every local rank's resident buffer (this one's writable), or empty.
   std::vector<float*> residents_;
   int64_t resident_floats_ = 0;
+  std::shared_ptr<void> own_resident_;  // unmaps residents_[local_rank]
   uint64_t seq_ = 0;     // slices done, the same on every local rank
   absl::Status failed_;  // sticky
   Stats stats_;

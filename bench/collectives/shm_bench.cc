@@ -67,7 +67,8 @@ void Fill(float* data, int64_t n) {
 // One local rank: attaches (after rank 0 created the segment), runs the
 // calls, and (rank 0) prints the percentiles. Returns the exit status.
 int Rank(const ShmAllreduceOptions& options, int64_t floats, int ops,
-         float divisor, bool resident, bool step, bool flat, bool histogram) {
+         float divisor, bool resident, bool step, bool flat, bool histogram,
+         bool in_place) {
   cpu_set_t allowed;
   if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0) {
     std::vector<int> cpus;
@@ -93,7 +94,7 @@ int Rank(const ShmAllreduceOptions& options, int64_t floats, int ops,
   std::vector<float> own;
   std::vector<float> fresh(step ? floats : 0);
   float* data = nullptr;
-  if (resident || flat) {
+  if (resident || flat || in_place) {
     absl::StatusOr<float*> mapped = (*shm)->MapResident(floats);
     if (!mapped.ok()) {
       std::cerr << "ddprun-shm-allreduce-bench: " << mapped.status() << std::endl;
@@ -136,8 +137,9 @@ int Rank(const ShmAllreduceOptions& options, int64_t floats, int ops,
       std::memcpy(flat_grad.data(), data, floats * sizeof(float));
     } else {
       const ShmAllreduce::Part part{data, floats};
-      status = resident ? (*shm)->AllreduceResident(0, floats, divisor)
-                        : (*shm)->Allreduce({part}, divisor);
+      status = resident   ? (*shm)->AllreduceResident(0, floats, divisor)
+               : in_place ? (*shm)->AllreduceInPlace({part}, divisor)
+                          : (*shm)->Allreduce({part}, divisor);
     }
     micros.push_back(std::chrono::duration<double, std::micro>(
                          std::chrono::steady_clock::now() - timed)
@@ -174,12 +176,13 @@ int Rank(const ShmAllreduceOptions& options, int64_t floats, int ops,
     std::vector<double> sorted = micros;
     std::sort(sorted.begin(), sorted.end());
     std::cout << absl::StrFormat(
-                     "world %d, %d floats (%d bytes)%s%s%s, %d calls: p10 %.1f "
+                     "world %d, %d floats (%d bytes)%s%s%s%s, %d calls: p10 %.1f "
                      "us, p50 %.1f us, p90 %.1f us, p99 %.1f us, max %.1f us, "
                      "mean %.1f us; waits per call: %.2f spun, %.2f yielded, "
                      "%.3f slept; calls that slept: %d (mean %.1f us)",
                      options.local_size, floats, floats * 4,
                      resident ? " resident" : "", flat ? " flat" : "",
+                     in_place ? " in place" : "",
                      step ? " step" : "", ops, sorted[ops / 10],
                      sorted[ops / 2], sorted[ops * 9 / 10],
                      sorted[std::min(ops - 1, ops * 99 / 100)], sorted.back(),
@@ -230,6 +233,10 @@ int Run(int argc, char** argv) {
   app.add_flag("--flat", flat,
                "a private buffer copied into a resident one, summed there "
                "in place and copied back (PyTorch DDP's default buckets)");
+  bool in_place = false;
+  app.add_flag("--in-place", in_place,
+               "the buffer lives in the segment (as a GradientArena places "
+               "DataParallel's gradients), summed by AllreduceInPlace");
   bool histogram = false;
   app.add_flag("--histogram", histogram, "per-call times in log2 buckets");
   bool memcpy_baseline = false;
@@ -270,7 +277,7 @@ int Run(int argc, char** argv) {
   std::vector<pid_t> children;
   int status = 0;
   pid_t first = fork();
-  if (first == 0) _exit(Rank(options, floats, ops, divisor, resident, step, flat, histogram));
+  if (first == 0) _exit(Rank(options, floats, ops, divisor, resident, step, flat, histogram, in_place));
   children.push_back(first);
   // Rank 0 creates the file; wait until it exists before forking the rest.
   const std::string path = dir + "/" + options.name;
@@ -281,7 +288,7 @@ int Run(int argc, char** argv) {
     pid_t child = fork();
     if (child == 0) {
       options.local_rank = r;
-      _exit(Rank(options, floats, ops, divisor, resident, step, flat, histogram));
+      _exit(Rank(options, floats, ops, divisor, resident, step, flat, histogram, in_place));
     }
     children.push_back(child);
   }

@@ -489,6 +489,231 @@ TEST(ShmAllreduceTest, ResidentCallsCountOnlyResidentCalls) {
   });
 }
 
+// Where rank r places part p of a call in its resident buffer: each rank
+// its own order and gaps, so that no two ranks share an offset.
+std::vector<int64_t> PartOffsets(const std::vector<int64_t>& lengths, int r) {
+  std::vector<int64_t> offsets(lengths.size());
+  int64_t at = 3 * r + 1;
+  for (size_t k = 0; k < lengths.size(); ++k) {
+    const size_t p = (k + r) % lengths.size();
+    offsets[p] = at;
+    at += lengths[p] + 5 + r;
+  }
+  return offsets;
+}
+
+TEST(ShmAllreduceTest, PartsInResidentBuffersAreSummedWhereTheyLie) {
+  // DataParallel's shared gradients: every rank's parts lie in its own
+  // resident buffer, each at a place of its own, and are summed there (no
+  // copy in or out). 1 to 8 ranks, one part or several with ragged sizes:
+  // exact integer sums, the bits of the copied path on every rank, nothing
+  // outside the parts touched, and only the in-place counter moved.
+  const std::vector<std::vector<int64_t>> layouts = {
+      {1}, {15}, {64 * 9 + 5}, {3, 64, 1, 200}, {100, 17, 64 * 4}};
+  for (int size : {2, 3, 4, 5, 8}) {
+    SCOPED_TRACE(size);
+    TempDir dir;
+    std::vector<std::vector<std::vector<float>>> noisy(size), copied(size);
+    AsLocalRanks(dir, size, [&](int r, ShmAllreduce& shm) {
+      const int64_t room = 4096;
+      absl::StatusOr<float*> mapped = shm.MapResident(room);
+      ASSERT_TRUE(mapped.ok()) << mapped.status();
+      float* buffer = *mapped;
+      for (const std::vector<int64_t>& lengths : layouts) {
+        const std::vector<int64_t> offsets = PartOffsets(lengths, r);
+        std::vector<ShmAllreduce::Part> parts;
+        for (size_t p = 0; p < lengths.size(); ++p) {
+          parts.push_back({buffer + offsets[p], lengths[p]});
+        }
+        std::fill(buffer, buffer + room, -99.0f);
+        int64_t at = 0;  // the element's index in the call
+        for (const ShmAllreduce::Part& part : parts) {
+          for (int64_t i = 0; i < part.count; ++i) {
+            part.data[i] = IntegerValue(at + i, r);
+          }
+          at += part.count;
+        }
+        ASSERT_TRUE(shm.AllreduceInPlace(parts, 1.0f).ok());
+        at = 0;
+        for (const ShmAllreduce::Part& part : parts) {
+          for (int64_t i = 0; i < part.count; ++i) {
+            float sum = 0;
+            for (int k = 0; k < size; ++k) sum += IntegerValue(at + i, k);
+            ASSERT_EQ(part.data[i], sum) << "rank " << r << " element " << at + i;
+            part.data[i] = -99.0f;
+          }
+          at += part.count;
+        }
+        for (int64_t i = 0; i < room; ++i) ASSERT_EQ(buffer[i], -99.0f) << i;
+        // Noisy values divided by the world: the bits of the copied path.
+        std::vector<float> mine, reference;
+        at = 0;
+        for (const ShmAllreduce::Part& part : parts) {
+          for (int64_t i = 0; i < part.count; ++i) {
+            part.data[i] = NoisyValue(at + i, r);
+            reference.push_back(part.data[i]);
+          }
+          at += part.count;
+        }
+        ASSERT_TRUE(shm.AllreduceInPlace(parts, static_cast<float>(size)).ok());
+        for (const ShmAllreduce::Part& part : parts) {
+          mine.insert(mine.end(), part.data, part.data + part.count);
+        }
+        ASSERT_TRUE(shm.Allreduce({{reference.data(),
+                                    static_cast<int64_t>(reference.size())}},
+                                  static_cast<float>(size))
+                        .ok());
+        noisy[r].push_back(mine);
+        copied[r].push_back(reference);
+      }
+      EXPECT_EQ(shm.stats().in_place_calls,
+                2 * static_cast<int64_t>(layouts.size()));
+      EXPECT_EQ(shm.stats().in_place_fallbacks, 0);
+      EXPECT_EQ(shm.stats().resident_calls, 0);
+    });
+    for (int r = 0; r < size; ++r) {
+      ASSERT_EQ(noisy[r].size(), layouts.size()) << r;
+      for (size_t c = 0; c < layouts.size(); ++c) {
+        EXPECT_EQ(noisy[r][c], noisy[0][c]) << "rank " << r << " layout " << c;
+        EXPECT_EQ(noisy[r][c], copied[r][c])
+            << "rank " << r << " layout " << c
+            << ": the in-place sum differs from the copied one";
+      }
+    }
+  }
+}
+
+TEST(ShmAllreduceTest, InPlaceCallsCopyWhenAnyRanksPartsAreNotResident) {
+  // Every rank decides the same from the tables: when one rank's part lies
+  // elsewhere, or the ranks cut the call into different parts, or there
+  // are more parts than a table holds, every rank copies (counted), with
+  // the right sums, and the next call is in place again.
+  TempDir dir;
+  const int size = 3;
+  AsLocalRanks(dir, size, [&](int r, ShmAllreduce& shm) {
+    absl::StatusOr<float*> mapped = shm.MapResident(4096);
+    ASSERT_TRUE(mapped.ok()) << mapped.status();
+    float* buffer = *mapped;
+    std::vector<float> outside(100);
+    auto expect_sums = [&](const std::vector<ShmAllreduce::Part>& parts) {
+      int64_t at = 0;
+      for (const ShmAllreduce::Part& part : parts) {
+        for (int64_t i = 0; i < part.count; ++i) {
+          float sum = 0;
+          for (int k = 0; k < size; ++k) sum += IntegerValue(at + i, k);
+          ASSERT_EQ(part.data[i], sum) << "rank " << r << " element " << at + i;
+        }
+        at += part.count;
+      }
+    };
+    auto fill = [&](const std::vector<ShmAllreduce::Part>& parts) {
+      int64_t at = 0;
+      for (const ShmAllreduce::Part& part : parts) {
+        for (int64_t i = 0; i < part.count; ++i) {
+          part.data[i] = IntegerValue(at + i, r);
+        }
+        at += part.count;
+      }
+    };
+    // Rank 1's part is private memory.
+    std::vector<ShmAllreduce::Part> parts = {
+        {r == 1 ? outside.data() : buffer + 8 * r, 100}};
+    fill(parts);
+    ASSERT_TRUE(shm.AllreduceInPlace(parts, 1.0f).ok());
+    expect_sums(parts);
+    EXPECT_EQ(shm.stats().in_place_fallbacks, 1);
+    // Different boundaries: rank 0 cuts 100 floats as 40 + 60.
+    parts = r == 0 ? std::vector<ShmAllreduce::Part>{{buffer, 40}, {buffer + 50, 60}}
+                   : std::vector<ShmAllreduce::Part>{{buffer + 16, 100}};
+    fill(parts);
+    ASSERT_TRUE(shm.AllreduceInPlace(parts, 1.0f).ok());
+    expect_sums(parts);
+    EXPECT_EQ(shm.stats().in_place_fallbacks, 2);
+    // More parts than a table holds.
+    parts.clear();
+    for (int p = 0; p <= ShmAllreduce::kMaxTableParts; ++p) {
+      parts.push_back({buffer + 2 * p, 1});
+    }
+    fill(parts);
+    ASSERT_TRUE(shm.AllreduceInPlace(parts, 1.0f).ok());
+    expect_sums(parts);
+    EXPECT_EQ(shm.stats().in_place_fallbacks, 3);
+    EXPECT_EQ(shm.stats().in_place_calls, 0);
+    // All resident again: in place, after the copies' slices.
+    parts = {{buffer + 32 * r, 100}};
+    fill(parts);
+    ASSERT_TRUE(shm.AllreduceInPlace(parts, 1.0f).ok());
+    expect_sums(parts);
+    EXPECT_EQ(shm.stats().in_place_calls, 1);
+    EXPECT_EQ(shm.stats().in_place_fallbacks, 3);
+  });
+}
+
+TEST(ShmAllreduceTest, AResidentBufferOneRankCannotReserveLeavesTheGroupUsable) {
+  // Local rank 1 cannot create its resident buffer's file (a directory
+  // holds its name; a full tmpfs fails the same way): every rank gets an
+  // error naming it instead of a failed group, copied and in-place calls
+  // still sum (copying), and a second MapResident is refused.
+  TempDir dir;
+  std::filesystem::create_directory(dir.File("segment.r1"));
+  AsLocalRanks(dir, 2, [&](int r, ShmAllreduce& shm) {
+    absl::StatusOr<float*> mapped = shm.MapResident(1000);
+    ASSERT_FALSE(mapped.ok());
+    if (r == 0) {
+      EXPECT_EQ(mapped.status().code(), absl::StatusCode::kResourceExhausted)
+          << mapped.status();
+      EXPECT_TRUE(absl::StrContains(mapped.status().message(), "local rank 1"))
+          << mapped.status();
+    } else {
+      EXPECT_TRUE(absl::StrContains(mapped.status().message(), "segment.r1"))
+          << mapped.status();
+    }
+    std::vector<float> data(100, 1.0f);
+    ASSERT_TRUE(shm.Allreduce(data.data(), 100).ok());
+    ASSERT_TRUE(shm.AllreduceInPlace({{data.data(), 100}}, 1.0f).ok());
+    EXPECT_EQ(data[0], 4.0f);
+    EXPECT_EQ(shm.stats().in_place_calls, 0);
+    EXPECT_EQ(shm.MapResident(1000).status().code(),
+              absl::StatusCode::kFailedPrecondition);
+  });
+  std::filesystem::remove(dir.File("segment.r1"));
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    ADD_FAILURE() << "left behind: " << entry.path();
+  }
+}
+
+TEST(ShmAllreduceTest, ADeadPeerEndsAnInPlaceCall) {
+  // Local rank 1 maps its resident buffer and dies (as with kill -9) before
+  // the sum: rank 0 names it long before the timeout, and no file is left.
+  TempDir dir;
+  ShmAllreduceOptions o = Options(dir, 0, 2);
+  o.timeout = std::chrono::seconds(60);
+  auto shm = ShmAllreduce::Create(o);
+  ASSERT_TRUE(shm.ok()) << shm.status();
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto peer = ShmAllreduce::Attach(Options(dir, 1, 2));
+    if (!peer.ok() || !(*peer)->MapResident(1000).ok()) _exit(1);
+    _exit(0);
+  }
+  absl::StatusOr<float*> mapped = (*shm)->MapResident(1000);
+  ASSERT_TRUE(mapped.ok()) << mapped.status();
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  std::fill(*mapped, *mapped + 1000, 1.0f);
+  absl::Time start = absl::Now();
+  absl::Status result = (*shm)->AllreduceInPlace({{*mapped, 1000}}, 2.0f);
+  EXPECT_EQ(result.code(), absl::StatusCode::kUnavailable) << result;
+  EXPECT_TRUE(absl::StrContains(result.message(), "local rank 1")) << result;
+  EXPECT_TRUE(absl::StrContains(result.message(), "died")) << result;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30));
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    ADD_FAILURE() << "left behind: " << entry.path();
+  }
+}
+
 TEST(ShmAllreduceTest, ARankThatNeverComesIsATimeoutThatNamesIt) {
   TempDir dir;
   ShmAllreduceOptions o = Options(dir, 0, 2);
