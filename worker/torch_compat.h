@@ -15,6 +15,16 @@ namespace ddprun::worker {
 // holds the backend directly: both types offer broadcast and allreduce on
 // std::vector<at::Tensor>& with the same options structs.
 #if TORCH_VERSION_MAJOR >= 2
+// c10::Allocator::allocate is const in 1.13 and not from 2.x, where
+// copy_data is pure virtual too.
+#if TORCH_VERSION_MAJOR >= 2
+#define DDPRUN_ALLOCATE_CONST
+#define DDPRUN_ALLOCATOR_HAS_COPY_DATA 1
+#else
+#define DDPRUN_ALLOCATE_CONST const
+#define DDPRUN_ALLOCATOR_HAS_COPY_DATA 0
+#endif
+
 }  // namespace ddprun::worker
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 namespace ddprun::worker {
@@ -29,6 +39,16 @@ using Collectives = ::c10d::ProcessGroup;
 #define DDPRUN_STORE_HAS_CLONE 1
 #else
 #define DDPRUN_STORE_HAS_CLONE 0
+#endif
+
+// c10::Allocator::allocate is const in 1.13 and not from 2.x, where
+// copy_data is pure virtual too.
+#if TORCH_VERSION_MAJOR >= 2
+#define DDPRUN_ALLOCATE_CONST
+#define DDPRUN_ALLOCATOR_HAS_COPY_DATA 1
+#else
+#define DDPRUN_ALLOCATE_CONST const
+#define DDPRUN_ALLOCATOR_HAS_COPY_DATA 0
 #endif
 
 }  // namespace ddprun::worker

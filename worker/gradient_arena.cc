@@ -1,0 +1,168 @@
+#include "worker/gradient_arena.h"
+
+#include <atomic>
+#include <cstring>
+#include <utility>
+
+#include <c10/core/Allocator.h>
+#include <c10/core/CPUAllocator.h>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "worker/torch_compat.h"
+
+namespace ddprun::worker {
+namespace {
+
+constexpr size_t kAlign = 64;  // as LibTorch's CPU allocator aligns
+
+// The installed arena's allocator, if any (one per process).
+std::atomic<GradientArena::Allocator*> installed{nullptr};
+
+}  // namespace
+
+// The allocator object is never freed: LibTorch's allocator registry keeps
+// a plain pointer, and blocks it served call back into it when freed, after
+// the arena was uninstalled too. Uninstalled, it serves nothing and keeps
+// no buffer alive (each block holds the mapping itself); what stays is a
+// few hundred bytes per DataParallel constructed.
+class GradientArena::Allocator final : public c10::Allocator {
+ public:
+  Allocator(GradientArenaOptions options, c10::Allocator* previous)
+      : base_(static_cast<char*>(options.base)),
+        bytes_(options.bytes),
+        keep_alive_(std::move(options.keep_alive)),
+        sizes_(options.sizes.begin(), options.sizes.end()),
+        previous_(previous) {}
+
+  c10::DataPtr allocate(size_t n) DDPRUN_ALLOCATE_CONST override {
+    if (sizes_.contains(n)) {
+      absl::MutexLock lock(&mu_);
+      if (serving_) {
+        if (void* data = TakeLocked(n)) {
+          auto* block = new Block{this, keep_alive_, data, n};
+          return c10::DataPtr(data, block, &Free, c10::Device(c10::DeviceType::CPU));
+        }
+        ++stats_.declined;
+      }
+    }
+    return previous_->allocate(n);
+  }
+
+#if DDPRUN_ALLOCATOR_HAS_COPY_DATA
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+#endif
+
+  // Stops serving and lets go of the buffer: blocks still in use keep it.
+  void Retire() {
+    absl::MutexLock lock(&mu_);
+    serving_ = false;
+    free_.clear();
+    keep_alive_.reset();
+  }
+
+  c10::Allocator* previous() const { return previous_; }
+
+  Stats stats() const {
+    absl::MutexLock lock(&mu_);
+    return stats_;
+  }
+
+ private:
+  struct Block {
+    const Allocator* arena;
+    std::shared_ptr<void> keep_alive;  // the mapping, while the block lives
+    void* data;
+    size_t size;
+  };
+
+  static void Free(void* context) {
+    auto* block = static_cast<Block*>(context);
+    block->arena->Give(block->data, block->size);
+    delete block;
+  }
+
+  void* TakeLocked(size_t n) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = free_.find(n);
+    void* data = nullptr;
+    if (it != free_.end() && !it->second.empty()) {
+      data = it->second.back();
+      it->second.pop_back();
+    } else {
+      const size_t rounded = (n + kAlign - 1) / kAlign * kAlign;
+      if (rounded > bytes_ - used_) return nullptr;
+      data = base_ + used_;
+      used_ += rounded;
+    }
+    ++stats_.served;
+    stats_.in_use_bytes += static_cast<int64_t>(n);
+    return data;
+  }
+
+  void Give(void* data, size_t n) const {
+    absl::MutexLock lock(&mu_);
+    stats_.in_use_bytes -= static_cast<int64_t>(n);
+    if (serving_) free_[n].push_back(data);
+  }
+
+  char* const base_;
+  const size_t bytes_;
+  // allocate() is const in LibTorch 1.13: the state below changes in it.
+  mutable absl::Mutex mu_;
+  mutable std::shared_ptr<void> keep_alive_ ABSL_GUARDED_BY(mu_);
+  const absl::flat_hash_set<size_t> sizes_;
+  c10::Allocator* const previous_;
+  mutable bool serving_ ABSL_GUARDED_BY(mu_) = true;
+  mutable size_t used_ ABSL_GUARDED_BY(mu_) = 0;
+  mutable absl::flat_hash_map<size_t, std::vector<void*>> free_
+      ABSL_GUARDED_BY(mu_);
+  mutable Stats stats_ ABSL_GUARDED_BY(mu_);
+};
+
+absl::StatusOr<std::unique_ptr<GradientArena>> GradientArena::Install(
+    GradientArenaOptions options) {
+  if (options.base == nullptr || options.bytes == 0 || options.sizes.empty()) {
+    return absl::InvalidArgumentError(
+        "gradient arena: no buffer or no sizes to serve");
+  }
+  if (reinterpret_cast<uintptr_t>(options.base) % kAlign != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "gradient arena: the buffer at %p is not aligned to %d bytes",
+        options.base, kAlign));
+  }
+  c10::Allocator* previous = c10::GetCPUAllocator();
+  auto* allocator = new Allocator(std::move(options), previous);
+  Allocator* none = nullptr;
+  if (!installed.compare_exchange_strong(none, allocator)) {
+    allocator->Retire();
+    return absl::FailedPreconditionError(
+        "gradient arena: another one is installed in this process (one "
+        "DataParallel with shared gradients at a time)");
+  }
+  c10::SetCPUAllocator(allocator, /*priority=*/0);
+  if (c10::GetCPUAllocator() != allocator) {
+    installed.store(nullptr);
+    allocator->Retire();
+    return absl::FailedPreconditionError(
+        "gradient arena: LibTorch kept another CPU allocator (registered at "
+        "a higher priority)");
+  }
+  return std::unique_ptr<GradientArena>(new GradientArena(allocator));
+}
+
+GradientArena::~GradientArena() {
+  if (c10::GetCPUAllocator() == allocator_) {
+    c10::SetCPUAllocator(allocator_->previous(), /*priority=*/0);
+  }
+  allocator_->Retire();
+  installed.store(nullptr);
+}
+
+GradientArena::Stats GradientArena::stats() const { return allocator_->stats(); }
+
+}  // namespace ddprun::worker
