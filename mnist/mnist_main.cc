@@ -62,6 +62,12 @@ int main(int argc, char** argv) {
                "Gloo: reduce gradients on busy-polling pairs in the training "
                "thread instead of ProcessGroupGloo's threads")
       ->capture_default_str();
+  app.add_flag("--shared-gradients,!--no-shared-gradients",
+               o.shared_gradients,
+               "CPU, one node: allocate the gradients in the node's shared "
+               "memory and sum them there; --no-shared-gradients copies "
+               "them into the shared segment for each allreduce")
+      ->capture_default_str();
   // Hidden (group ""): a fault hook for tests.
   app.add_option("--test-die-in-sync", o.test_die_in_sync,
                  "Tests: source:PATH or receiver:PATH; the first worker in "

@@ -539,6 +539,7 @@ absl::StatusOr<std::unique_ptr<Training>> SetUp(
   DataParallelOptions ddp_options;
   ddp_options.bucket_mb = options.bucket_mb;
   ddp_options.overlap = options.overlap;
+  ddp_options.shared_gradients = options.shared_gradients;
   t->ddp.emplace(t->model->parameters(), t->group, ddp_options);
   if (source < 0) t->ddp->BroadcastParameters();
   // The steps' gradients go through shared memory when the round is one
@@ -769,6 +770,9 @@ absl::Status Finish(Training& t) {
   const int64_t steps_here = t.step - t.start.step;
   t.summary.allreduce_seconds_per_step =
       steps_here > 0 ? t.ddp->sync_seconds() / steps_here : 0.0;
+  t.summary.allreduces_in_place = t.ddp->shm_stats().in_place_calls;
+  t.summary.allreduces_in_place_fallbacks =
+      t.ddp->shm_stats().in_place_fallbacks;
   if (!t.lead) return absl::OkStatus();
   if (!options.save_path.empty()) {
     absl::Status saved = SaveStateDict(options.save_path, StateDict(*t.model));

@@ -33,6 +33,9 @@ struct MnistTrainOptions {
   // CPU: reduce gradients through shared memory in a node, hierarchically
   // across nodes (worker/gradient_allreduce.h); false: ProcessGroupGloo.
   bool direct_allreduce = true;
+  // Backward's gradients allocated in the node's shared memory and summed
+  // there (DataParallelOptions::shared_gradients).
+  bool shared_gradients = true;
   std::string log_level = "info";
   bool progress = true;  // rank 0 shows a progress line
   // Recover in place under ddprun (worker/recovery.h): a failed rank is

@@ -23,6 +23,11 @@ struct TrainSummary {
   double first_step_unix_seconds = 0;
   double final_loss = 0;
   double allreduce_seconds_per_step = 0;  // waiting for gradient sync
+  // Gradient allreduces (rank 0's) summed where backward placed the
+  // gradients, in shared memory (DataParallelOptions::shared_gradients),
+  // and those that copied them there because some rank's were not.
+  int64_t allreduces_in_place = 0;
+  int64_t allreduces_in_place_fallbacks = 0;
   int64_t resumed_from_step = -1;         // -1: started fresh
   // Distinct samples (all ranks, padding left out) of the completed steps
   // of each epoch reached; each equals epoch_size (the data set's size)

@@ -101,11 +101,18 @@ DataParallel::DataParallel(std::vector<at::Tensor> parameters,
     }
   }
 
+  if (direct_ && resident_ == nullptr && options_.shared_gradients &&
+      direct_->in_place_capable()) {
+    ShareGradients(group.rank);
+  }
+
   if (collectives_ && group.rank == 0) {
     // What carries this model's gradients, as the tests check it.
     spdlog::info("gradient sync: {} bucket(s) through {}{}", buckets_.size(),
                  GradientPathName(gradient_path()),
-                 resident_ != nullptr ? ", gradients in shared memory" : "");
+                 resident_ != nullptr ? ", gradients in shared memory"
+                 : arena_ != nullptr  ? ", gradients allocated in shared memory"
+                                      : "");
   }
   if (collectives_ && options_.overlap && !direct_) {
     hooks_.reserve(n);
@@ -116,6 +123,35 @@ DataParallel::DataParallel(std::vector<at::Tensor> parameters,
           [this, i](const at::Tensor& grad) { OnGradient(i, grad); }));
     }
   }
+}
+
+void DataParallel::ShareGradients(int rank) {
+  // Room for every gradient twice (this step's, and a same-sized temporary
+  // such as AccumulateGrad's when it adds into a kept grad), each block
+  // aligned as the arena aligns it.
+  std::vector<size_t> sizes;
+  int64_t floats = 0;
+  for (const at::Tensor& p : parameters_) {
+    sizes.push_back(static_cast<size_t>(p.numel()) * sizeof(float));
+    floats += 2 * ((p.numel() + 15) / 16 * 16);
+  }
+  // Collective over the node's ranks, which all construct this now; a rank
+  // that cannot reserve its buffer makes every rank go without.
+  absl::StatusOr<float*> mapped = direct_->MapResident(floats);
+  absl::StatusOr<std::unique_ptr<GradientArena>> arena =
+      mapped.ok() ? GradientArena::Install(GradientArenaOptions{
+                        *mapped, static_cast<size_t>(floats) * sizeof(float),
+                        direct_->resident_keep_alive(), std::move(sizes)})
+                  : mapped.status();
+  if (!arena.ok()) {
+    // Correct either way: the gradients are copied into the segment.
+    spdlog::warn(
+        "gradient sync: rank {} keeps its gradients in private memory and "
+        "copies them for the allreduce: {}",
+        rank, std::string(arena.status().message()));
+    return;
+  }
+  arena_ = std::move(*arena);
 }
 
 DataParallel::~DataParallel() {
@@ -292,7 +328,26 @@ void DataParallel::ReduceGradientsInPlace() {
       }
       parts.push_back({grad.data_ptr<float>(), grad.numel()});
     }
-    direct_->Run(parts, static_cast<float>(world_size_));
+    if (arena_ != nullptr) {
+      const int64_t fallbacks = direct_->shm_stats().in_place_fallbacks;
+      direct_->RunInPlace(parts, static_cast<float>(world_size_));
+      if (!warned_fallback_ &&
+          direct_->shm_stats().in_place_fallbacks > fallbacks) {
+        // Once: correct, but the copies this path exists to avoid.
+        warned_fallback_ = true;
+        const GradientArena::Stats arena = arena_->stats();
+        spdlog::warn(
+            "gradient sync: a bucket's gradients were copied, not summed in "
+            "shared memory, because some rank's were not all there ({} "
+            "tensors of gradient sizes placed, {} refused for want of room "
+            "on this rank: other tensors of those sizes, e.g. optimizer "
+            "state, may hold it; gradients a program assigns itself are "
+            "never there); further such steps are not logged",
+            arena.served, arena.declined);
+      }
+    } else {
+      direct_->Run(parts, static_cast<float>(world_size_));
+    }
   }
 }
 

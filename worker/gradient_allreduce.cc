@@ -202,8 +202,9 @@ absl::StatusOr<float*> GradientAllreduce::MapResident(int64_t floats) {
       return absl::Status(
           mapped.status().code(),
           absl::StrCat("gradient allreduce: ", mapped.status().message(),
-                       "; free space in DDPRUN_SHM_DIR, or leave DataParallel's "
-                       "gradient_as_bucket_view off"));
+                       "; free space in DDPRUN_SHM_DIR, or turn off "
+                       "DataParallel's gradient_as_bucket_view (or "
+                       "shared_gradients)"));
     }
     resident_ = *mapped;
   } else {
@@ -231,6 +232,20 @@ void GradientAllreduce::RunResident(int64_t offset, int64_t count,
   absl::Status status = shm_->AllreduceResident(offset, count, divisor, between);
   TORCH_CHECK(status.ok(), status.message());
   resident_runs_.fetch_add(1);
+  runs_.fetch_add(1);
+}
+
+void GradientAllreduce::RunInPlace(absl::Span<const ShmAllreduce::Part> parts,
+                                   float divisor) {
+  if (!in_place_capable()) {
+    Run(parts, divisor);
+    return;
+  }
+  int64_t count = 0;
+  for (const ShmAllreduce::Part& p : parts) count += p.count;
+  if (count <= 0) return;  // the same on every rank
+  absl::Status status = shm_->AllreduceInPlace(parts, divisor);
+  TORCH_CHECK(status.ok(), status.message());
   runs_.fetch_add(1);
 }
 

@@ -74,6 +74,20 @@ class GradientAllreduce {
   // average, divided in the same pass).
   void Run(absl::Span<const ShmAllreduce::Part> parts, float divisor);
 
+  // Run for parts that may lie in the ranks' resident buffers (gradients a
+  // GradientArena placed there): summed where they lie when every local
+  // rank's do (ShmAllreduce::AllreduceInPlace), else as Run. Inside one
+  // node with others only (in_place_capable); elsewhere it is Run.
+  void RunInPlace(absl::Span<const ShmAllreduce::Part> parts, float divisor);
+  // Whether RunInPlace can sum anything in place here: this rank shares
+  // its node with others, and the group has one node.
+  bool in_place_capable() const { return shm_ != nullptr && !hierarchical_; }
+  // Keeps this rank's resident buffer mapped while held (tensors placed in
+  // it may outlive this object); null before MapResident or alone.
+  std::shared_ptr<void> resident_keep_alive() const {
+    return shm_ ? shm_->resident_keep_alive() : nullptr;
+  }
+
   // DataParallel's gradient views (gradient_as_bucket_view): a buffer of
   // `floats` for this rank's gradients in the node's shared memory, where
   // RunResident sums them without copying them in or out

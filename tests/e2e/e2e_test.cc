@@ -95,6 +95,16 @@ TEST_P(WideMlpTest, TrainsOneEpochUnderDdprun) {
   EXPECT_EQ(SummaryNumber(summary, "steps"),
             (kWideTrainSamples / world + 31) / 32)
       << summary;
+  // The default sync's fast path ran at every step: the gradients were
+  // allocated in the node's shared memory and summed where they lay, none
+  // copied. (One bucket: the weights of the first layer alone pass 25 MB.)
+  EXPECT_TRUE(absl::StrContains(run.out + run.err, "1 gradient bucket(s)"))
+      << run.out << run.err;
+  EXPECT_EQ(SummaryNumber(summary, "allreduces_in_place"),
+            SummaryNumber(summary, "steps"))
+      << summary;
+  EXPECT_EQ(SummaryNumber(summary, "allreduces_in_place_fallbacks"), 0)
+      << summary;
 }
 
 INSTANTIATE_TEST_SUITE_P(Worlds, WideMlpTest, ::testing::Values(2, 3),

@@ -9,6 +9,15 @@
 //     (the peer-failure tests kill or stop a rank meanwhile);
 //   --resident (check): the sums go through a resident buffer in the
 //     node's shared memory (GradientAllreduce::MapResident/RunResident);
+//   --in-place (check, loop): the buffers are allocated by LibTorch while a
+//     GradientArena serves their sizes from the resident buffer (as
+//     DataParallel's shared gradients are) and summed where they lie
+//     (GradientAllreduce::RunInPlace); prints "in_place_calls",
+//     "in_place_fallbacks" and "arena_served";
+//   --mode ddp-shared: DataParallel with its defaults (shared gradients)
+//     against DataParallel on the process group, over the steps of --mode
+//     ddp plus one whose gradients a program placed itself; prints
+//     "ddp_equal", "shared", "in_place_calls", "in_place_fallbacks";
 //   --mode ddp: DataParallel with gradient_as_bucket_view against
 //     DataParallel on the process group (the reference), over a few steps
 //     (views kept by ZeroGrad, a NoSync accumulation, views dropped by
@@ -36,6 +45,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "worker/ddp.h"
+#include "worker/gradient_arena.h"
 #include "worker/process_group.h"
 #include "worker/worker_env.h"
 
@@ -160,16 +170,106 @@ int CheckDataParallel(const ddprun::worker::ProcessGroup& group,
   return out.good() ? 0 : Fail("cannot write the result file");
 }
 
+// DataParallel with its defaults (shared gradients where it shares a node)
+// against DataParallel on the process group, integer-valued as above.
+int CheckSharedDataParallel(const ddprun::worker::ProcessGroup& group,
+                            std::ofstream& out) {
+  using ddprun::worker::DataParallel;
+  const int rank = group.rank;
+  auto make = [] {
+    std::vector<at::Tensor> params = {
+        at::arange(64 * 300, at::kFloat).remainder(5).sub(2).reshape({64, 300}),
+        at::arange(64, at::kFloat).remainder(3)};
+    for (auto& p : params) p.set_requires_grad(true);
+    return params;
+  };
+  std::vector<at::Tensor> shared = make();
+  std::vector<at::Tensor> plain = make();
+  ddprun::worker::DataParallelOptions options;
+  options.bucket_mb = 0.0001;  // two buckets: the bias, then the weight
+  std::optional<DataParallel> shared_holder;
+  shared_holder.emplace(shared, group, options);
+  DataParallel& ddp = *shared_holder;
+  ddprun::worker::ProcessGroup reference_group = group;
+  reference_group.direct.reset();
+  DataParallel reference(plain, reference_group, options);
+  auto backward = [&](const std::vector<at::Tensor>& p, int step) {
+    at::Tensor x = at::arange(300 * 4, at::kFloat)
+                       .add(rank * 7 + step)
+                       .remainder(9)
+                       .sub(4)
+                       .reshape({300, 4});
+    (p[0].matmul(x).sum() + p[1].sum() * (rank + step)).backward();
+  };
+  bool equal = true;
+  auto compare = [&] {
+    for (size_t i = 0; i < shared.size(); ++i) {
+      equal &= shared[i].grad().defined() &&
+               shared[i].grad().equal(plain[i].grad());
+    }
+  };
+  for (int step = 0; step < 3; ++step) {  // grads dropped: placed anew
+    ddp.ZeroGrad();
+    reference.ZeroGrad();
+    backward(shared, step);
+    backward(plain, step);
+    ddp.FinishGradientSync();
+    reference.FinishGradientSync();
+    compare();
+  }
+  ddp.ZeroGrad();  // NoSync: two backwards accumulate, then one sync
+  reference.ZeroGrad();
+  {
+    DataParallel::NoSync a(ddp), b(reference);
+    backward(shared, 5);
+    backward(plain, 5);
+  }
+  backward(shared, 6);
+  backward(plain, 6);
+  ddp.FinishGradientSync();
+  reference.FinishGradientSync();
+  compare();
+  // A program sets rank 0's weight gradient itself, from a tensor it made
+  // before DataParallel existed (not in shared memory): that bucket's sum
+  // is copied on every rank, the other still summed in place.
+  ddp.ZeroGrad();
+  reference.ZeroGrad();
+  backward(shared, 7);
+  backward(plain, 7);
+  if (rank == 0) shared[0].mutable_grad() = plain[0].grad().clone();
+  ddp.FinishGradientSync();
+  reference.FinishGradientSync();
+  compare();
+  out << "shared " << (ddp.shared_gradients() ? 1 : 0) << std::endl;
+  out << "in_place_calls " << ddp.shm_stats().in_place_calls << std::endl;
+  out << "in_place_fallbacks " << ddp.shm_stats().in_place_fallbacks
+      << std::endl;
+  // The arena goes with its DataParallel: the grads in it keep their
+  // values (the buffer stays mapped while they live), and later
+  // allocations are LibTorch's own again.
+  shared_holder.reset();
+  for (size_t i = 0; i < shared.size(); ++i) {
+    equal &= shared[i].grad().defined() && shared[i].grad().equal(plain[i].grad());
+  }
+  at::Tensor after = at::ones({64});
+  equal &= after.sum().item<float>() == 64.0f;
+  out << "ddp_equal " << (equal ? 1 : 0) << std::endl;
+  return out.good() ? 0 : Fail("cannot write the result file");
+}
+
 int Run(int argc, char** argv) {
   std::string mode = "check";
   std::string out_dir = ".";
   std::vector<int64_t> sizes = {1, 1024};
   int64_t timeout_ms = 30000;
   CLI::App app{"a worker for the gradient-allreduce tests"};
-  app.add_option("--mode", mode, "check, loop or ddp")
-      ->check(CLI::IsMember({"check", "loop", "ddp"}));
+  app.add_option("--mode", mode, "check, loop, ddp or ddp-shared")
+      ->check(CLI::IsMember({"check", "loop", "ddp", "ddp-shared"}));
   bool resident = false;
   app.add_flag("--resident", resident, "sum through a resident buffer");
+  bool in_place = false;
+  app.add_flag("--in-place", in_place,
+               "allocate the buffers in a GradientArena, sum them in place");
   app.add_option("--out-dir", out_dir, "where rank_<R>.txt goes");
   app.add_option("--timeout-ms", timeout_ms, "the gradient allreduce's timeout")
       ->check(CLI::Range(int64_t{1}, std::numeric_limits<int64_t>::max()));
@@ -205,8 +305,29 @@ int Run(int argc, char** argv) {
     if (!mapped.ok()) return Fail(mapped.status().ToString());
     resident_buffer = *mapped;
   }
+  // Tensors of the sizes asked for come from the node's shared memory while
+  // `arena` is installed, as DataParallel's gradients do.
+  std::unique_ptr<ddprun::worker::GradientArena> arena;
+  if (in_place && group->direct && group->direct->in_place_capable()) {
+    std::vector<size_t> bytes;
+    int64_t floats = 0;
+    for (int64_t n : sizes) {
+      bytes.push_back(static_cast<size_t>(n) * sizeof(float));
+      floats += 2 * ((n + 15) / 16 * 16);  // data and expected may match
+    }
+    auto mapped = group->direct->MapResident(floats);
+    if (!mapped.ok()) return Fail(mapped.status().ToString());
+    auto installed = ddprun::worker::GradientArena::Install(
+        {*mapped, static_cast<size_t>(floats) * sizeof(float),
+         group->direct->resident_keep_alive(), bytes});
+    if (!installed.ok()) return Fail(installed.status().ToString());
+    arena = std::move(*installed);
+  }
   auto reduce = [&](float* data, int64_t n) {
-    if (resident_buffer != nullptr) {
+    if (in_place && group->direct) {
+      const ddprun::worker::ShmAllreduce::Part part{data, n};
+      group->direct->RunInPlace(absl::MakeConstSpan(&part, 1), 1.0f);
+    } else if (resident_buffer != nullptr) {
       std::copy(data, data + n, resident_buffer);
       group->direct->RunResident(0, n, 1.0f);
       std::copy(resident_buffer, resident_buffer + n, data);
@@ -219,14 +340,16 @@ int Run(int argc, char** argv) {
   };
 
   if (mode == "loop") {
-    std::vector<float> data(sizes[0]);
+    at::Tensor tensor = at::empty({sizes[0]}, at::kFloat);
+    float* data = tensor.data_ptr<float>();
     for (int64_t iteration = 1;; ++iteration) {
       for (int64_t i = 0; i < sizes[0]; ++i) data[i] = IntegerValue(i, rank);
-      reduce(data.data(), sizes[0]);
+      reduce(data, sizes[0]);
       out << "iteration " << iteration << std::endl;
     }
   }
   if (mode == "ddp") return CheckDataParallel(*group, out);
+  if (mode == "ddp-shared") return CheckSharedDataParallel(*group, out);
   if (mode != "check") return Fail("unknown --mode " + mode);
 
   for (int64_t n : sizes) {
@@ -270,6 +393,13 @@ int Run(int argc, char** argv) {
   out << "pipelined_slices "
       << (group->direct ? group->direct->shm_stats().pipelined_slices : 0)
       << std::endl;
+  out << "in_place_calls "
+      << (group->direct ? group->direct->shm_stats().in_place_calls : 0)
+      << std::endl;
+  out << "in_place_fallbacks "
+      << (group->direct ? group->direct->shm_stats().in_place_fallbacks : 0)
+      << std::endl;
+  out << "arena_served " << (arena ? arena->stats().served : 0) << std::endl;
   return out.good() ? 0 : Fail("cannot write the result file");
 }
 

@@ -247,6 +247,78 @@ TEST_P(UnderDdprunTest, DataParallelGradientViewsMatchTheProcessGroup) {
   EXPECT_EQ(resident_runs, 10 * SharingRanks(layout));
 }
 
+TEST_P(UnderDdprunTest, BuffersInTheArenaAreSummedWhereTheyLieExactly) {
+  // DataParallel's default gradients: LibTorch allocates the buffers while
+  // a GradientArena serves their sizes from the node's shared memory, and
+  // RunInPlace sums them where they lie. Exact and the same bits on every
+  // rank at every size; inside a node of two or more every call took the
+  // in-place path (counted), elsewhere RunInPlace is Run.
+  const Layout& layout = GetParam();
+  const std::vector<int64_t> sizes = {1, 1024, 1 << 20, 16 << 20};
+  std::vector<std::string> size_strings;
+  for (int64_t n : sizes) size_strings.push_back(std::to_string(n));
+  TempDir dir;
+  const int world = RunUnderDdprun(
+      layout, dir,
+      {Helper(), "--mode", "check", "--in-place", "--sizes",
+       absl::StrJoin(size_strings, ",")});
+  ASSERT_GT(world, 0);
+  const bool in_place = layout.path == "shared-memory";
+  std::map<int64_t, std::set<std::string>> bits;
+  for (int rank = 0; rank < world; ++rank) {
+    SCOPED_TRACE(absl::StrCat("rank ", rank));
+    auto result = ReadResult(dir.File(absl::StrCat("rank_", rank, ".txt")));
+    EXPECT_EQ(result["path"], layout.path);
+    for (int64_t n : sizes) {
+      const std::string& line = result["size " + std::to_string(n)];
+      EXPECT_TRUE(absl::StrContains(line, " exact 1 reference 1 ")) << line;
+      std::vector<std::string> words = absl::StrSplit(line, ' ');
+      ASSERT_EQ(words.size(), 8u) << line;
+      bits[n].insert(words[7]);
+    }
+    const std::string calls = std::to_string(2 * sizes.size());
+    EXPECT_EQ(result["in_place_calls"], in_place ? calls : "0");
+    EXPECT_EQ(result["in_place_fallbacks"], "0");
+    EXPECT_EQ(result["runs"], layout.path == "process-group" ? "0" : calls);
+    // No slice was copied through the segment's buffers.
+    if (in_place) EXPECT_EQ(result["pipelined_slices"], "0");
+    int64_t served = 0;
+    ASSERT_TRUE(absl::SimpleAtoi(result["arena_served"], &served));
+    if (in_place) {
+      EXPECT_GE(served, static_cast<int64_t>(sizes.size()));
+    } else {
+      EXPECT_EQ(served, 0);
+    }
+  }
+  for (int64_t n : sizes) {
+    EXPECT_EQ(bits[n].size(), 1u) << n << " floats: ranks hold different bits";
+  }
+}
+
+TEST_P(UnderDdprunTest, DataParallelSharedGradientsMatchTheProcessGroup) {
+  // DataParallel's defaults: inside a node of two or more, backward's
+  // gradients are allocated in shared memory and summed there. Bit for bit
+  // what DataParallel over ProcessGroupGloo gives (integer-valued), over
+  // dropped grads, a NoSync accumulation, and a step where rank 0's
+  // program put a gradient of its own in (that bucket is copied, on every
+  // rank); the grads keep their values once the DataParallel is gone.
+  const Layout& layout = GetParam();
+  TempDir dir;
+  const int world =
+      RunUnderDdprun(layout, dir, {Helper(), "--mode", "ddp-shared"});
+  ASSERT_GT(world, 0);
+  const bool in_place = layout.path == "shared-memory";
+  for (int rank = 0; rank < world; ++rank) {
+    SCOPED_TRACE(absl::StrCat("rank ", rank));
+    auto result = ReadResult(dir.File(absl::StrCat("rank_", rank, ".txt")));
+    EXPECT_EQ(result["ddp_equal"], "1");
+    EXPECT_EQ(result["shared"], in_place ? "1" : "0");
+    // 5 syncs x 2 buckets; the last sync's weight bucket is copied.
+    EXPECT_EQ(result["in_place_calls"], in_place ? "9" : "0");
+    EXPECT_EQ(result["in_place_fallbacks"], in_place ? "1" : "0");
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Layouts, UnderDdprunTest,
     ::testing::Values(
@@ -263,7 +335,8 @@ INSTANTIATE_TEST_SUITE_P(
 // DDPRUN_SHM_DIR; one of them is killed or stopped while all loop.
 class PeerFailureDuringAllreduceTest : public ::testing::Test {
  protected:
-  void Start(const std::vector<int>& node_of_rank, int64_t timeout_ms) {
+  void Start(const std::vector<int>& node_of_rank, int64_t timeout_ms,
+             const std::vector<std::string>& extra = {}) {
     auto server = rendezvous::Server::Start({.host = "127.0.0.1", .port = 0});
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
@@ -279,6 +352,7 @@ class PeerFailureDuringAllreduceTest : public ::testing::Test {
       options.argv = {Helper(),      "--mode",       "loop",
                       "--sizes",     "1048576",      "--out-dir",
                       out_.path(),   "--timeout-ms", std::to_string(timeout_ms)};
+      options.argv.insert(options.argv.end(), extra.begin(), extra.end());
       options.env = testing::WorkerEnvFor(rank, world, server_->endpoint(),
                                           "peer-failure");
       options.env["LOCAL_RANK"] = std::to_string(next_local[node]++);
@@ -368,6 +442,31 @@ TEST_F(PeerFailureDuringAllreduceTest, KillNineInTheOtherNode) {
 TEST_F(PeerFailureDuringAllreduceTest, SigstopInOneNodeIsATimeoutNamingIt) {
   const std::vector<int> nodes = {0, 0};
   Start(nodes, /*timeout_ms=*/2000);
+  ASSERT_TRUE(::ddprun::testing::WaitFor([&] { return Iterated(1, 3); },
+                                         absl::Seconds(120)))
+      << Err(0) << Err(1);
+  ranks_[1].Signal(SIGSTOP);
+  ExpectSurvivorsFail(1, nodes, absl::Seconds(60), "stopped");
+  ExpectNothingLeft(1);
+}
+
+// The same for buffers summed where they lie (DataParallel's shared
+// gradients): the victim's buffer is read and written by the others.
+TEST_F(PeerFailureDuringAllreduceTest, KillNineDuringAnInPlaceSum) {
+  const std::vector<int> nodes = {0, 0, 0};
+  Start(nodes, /*timeout_ms=*/120000, {"--in-place"});
+  ASSERT_TRUE(::ddprun::testing::WaitFor([&] { return Iterated(1, 3); },
+                                         absl::Seconds(120)))
+      << Err(0) << Err(1) << Err(2);
+  ranks_[1].Signal(SIGKILL);
+  ExpectSurvivorsFail(1, nodes, absl::Seconds(60), "local rank 1");
+  EXPECT_TRUE(absl::StrContains(Err(0) + Err(2), "died")) << Err(0) << Err(2);
+  ExpectNothingLeft(1);
+}
+
+TEST_F(PeerFailureDuringAllreduceTest, SigstopDuringAnInPlaceSum) {
+  const std::vector<int> nodes = {0, 0};
+  Start(nodes, /*timeout_ms=*/2000, {"--in-place"});
   ASSERT_TRUE(::ddprun::testing::WaitFor([&] { return Iterated(1, 3); },
                                          absl::Seconds(120)))
       << Err(0) << Err(1);
