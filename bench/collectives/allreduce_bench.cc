@@ -3,10 +3,15 @@
 //       --out results.jsonl [--sizes 4096,...] [--reps 5] [--pin]
 // For each size (bytes of floats), each repetition times, in an order that
 // rotates per repetition:
-// - "libddp": what DataParallel does with a bucket by default
-//   (GradientAllreduce::Run on the gradient where it lies, each element
-//   becoming sum / world: copied into the node's segment, the average
-//   written back in the sum's pass);
+// - "libddp": what DataParallel does with a bucket by default: the
+//   gradient allocated by LibTorch in the node's shared memory (a
+//   GradientArena serves its size there, as DataParallel's
+//   shared_gradients do) and summed where it lies
+//   (GradientAllreduce::RunInPlace, each element becoming sum / world);
+// - "libddp-copied": the same sum on a gradient in private memory
+//   (GradientAllreduce::Run: copied into the node's segment, the average
+//   written back in the sum's pass), DataParallel's default before shared
+//   gradients, and what it does with shared_gradients off;
 // - "libddp-resident": the same on a buffer that lives in the segment
 //   (MapResident/RunResident, what gradient_as_bucket_view uses; no copy in
 //   or out, but autograd then zeroes and adds into it every step);
@@ -40,6 +45,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_format.h"
+#include "worker/gradient_arena.h"
 #include "worker/process_group.h"
 #include "worker/worker_env.h"
 
@@ -100,9 +106,19 @@ int Run(int argc, char** argv) {
   }
   const int rank = env->rank;
   const int world = env->world_size;
-  // One resident buffer for every size: the largest.
+  // One resident buffer: the largest size for libddp-resident and
+  // libddp-flat, then room for libddp's gradient of every size (placed
+  // by the arena).
+  const int64_t largest = *std::max_element(sizes.begin(), sizes.end()) / 4;
+  const int64_t resident_floats = (largest + 15) / 16 * 16;
+  int64_t arena_floats = 0;
+  std::vector<size_t> arena_sizes;
+  for (int64_t bytes : sizes) {
+    arena_sizes.push_back(static_cast<size_t>(bytes / 4) * sizeof(float));
+    arena_floats += (bytes / 4 + 15) / 16 * 16;
+  }
   absl::StatusOr<float*> resident =
-      group->direct->MapResident(*std::max_element(sizes.begin(), sizes.end()) / 4);
+      group->direct->MapResident(resident_floats + arena_floats);
   if (!resident.ok()) return Fail(resident.status().ToString());
   std::ofstream out;
   if (rank == 0) {
@@ -115,12 +131,26 @@ int Run(int argc, char** argv) {
     const int64_t n = bytes / 4;
     at::Tensor data = at::ones({n}, at::kFloat);
     at::Tensor copy = at::empty({n}, at::kFloat);
+    // libddp's gradient, allocated while the arena serves its size, as
+    // backward allocates DataParallel's; the arena is uninstalled at once
+    // (the block stays), so nothing else lands there.
+    at::Tensor shared;
+    {
+      auto arena = ddprun::worker::GradientArena::Install(
+          {*resident + resident_floats, static_cast<size_t>(arena_floats) * 4,
+           group->direct->resident_keep_alive(), arena_sizes});
+      if (!arena.ok()) return Fail(arena.status().ToString());
+      shared = at::ones({n}, at::kFloat);
+      if ((*arena)->stats().served != 1) {
+        return Fail("the arena did not place libddp's gradient");
+      }
+    }
     // ~0.3 s of traffic per measurement at a few GB/s; at least 3.
     const int iterations =
         static_cast<int>(std::clamp<int64_t>((1LL << 30) / bytes, 3, 2000));
-    const char* impls[] = {"libddp", "libddp-resident", "libddp-flat",
-                           "ProcessGroupGloo", "memcpy"};
-    constexpr int kImpls = 5;
+    const char* impls[] = {"libddp", "libddp-copied", "libddp-resident",
+                           "libddp-flat", "ProcessGroupGloo", "memcpy"};
+    constexpr int kImpls = 6;
     // DataParallel's average: the same bits on every rank, and the values
     // stay 1 however many calls run.
     const float divisor = static_cast<float>(world);
@@ -129,6 +159,12 @@ int Run(int argc, char** argv) {
         const std::string impl = impls[(k + rep) % kImpls];
         std::function<void()> op;
         if (impl == "libddp") {
+          op = [&] {
+            const ddprun::worker::ShmAllreduce::Part part{
+                shared.data_ptr<float>(), n};
+            group->direct->RunInPlace(absl::MakeConstSpan(&part, 1), divisor);
+          };
+        } else if (impl == "libddp-copied") {
           op = [&] {
             const ddprun::worker::ShmAllreduce::Part part{
                 data.data_ptr<float>(), n};

@@ -1,7 +1,10 @@
 """Allreduce latency and bandwidth on one node, 4 KB ... 256 MB, at world 2
 and 4: libddp's gradient allreduce (shared memory) as DataParallel uses it
-by default under ddprun, and its two other layouts (flat: PyTorch DDP's
-default bucket in the segment; resident: gradient_as_bucket_view),
+by default under ddprun (gradients allocated in the node's shared memory,
+summed where they lie), and its other layouts (copied: a gradient in
+private memory, copied into the segment, DataParallel's default before
+shared gradients; flat: PyTorch DDP's default bucket in the segment;
+resident: gradient_as_bucket_view),
 ProcessGroupGloo in C++, Python torch.distributed's Gloo, and
 memcpy of the same bytes on this machine (rank 0 alone, measured inside the
 C++ run). Launches alternate (C++, Python, Python, C++, ...) and inside the
@@ -135,21 +138,26 @@ def main():
         print(f"world {world}, one node: time per allreduce (us) and bandwidth (GB/s = bytes/time)")
         print("times are means per call (median over launches and repetitions); "
               "'median call' is the median single call")
-        print("libddp: what DataParallel does by default (the gradient copied into the segment, "
-              "the average written back); flat: PyTorch DDP's default bucket in the segment "
-              "(copy in, sum in place, copy out); resident: gradient_as_bucket_view (no copies)")
-        print("| size | libddp | libddp flat | libddp resident | ProcessGroupGloo (C++) "
-              "| torch.distributed (Python) | libddp GB/s | memcpy GB/s | libddp / memcpy "
-              "| flat / memcpy | resident / memcpy | libddp median call | libddp sleeps/call "
-              "| vs Gloo C++ |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        print("libddp: what DataParallel does by default (the gradient allocated in the "
+              "node's shared memory, summed where it lies, the average written back); "
+              "copied: a gradient in private memory copied into the segment (the default "
+              "with shared_gradients off); flat: PyTorch DDP's default bucket in the segment "
+              "(copy in, sum in place, copy out); resident: gradient_as_bucket_view")
+        print("| size | libddp | libddp copied | libddp flat | libddp resident "
+              "| ProcessGroupGloo (C++) | torch.distributed (Python) | libddp GB/s "
+              "| memcpy GB/s | libddp / memcpy | copied / memcpy | flat / memcpy "
+              "| resident / memcpy | libddp median call | libddp sleeps/call | vs Gloo C++ |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for size in sizes:
             ours, gloo = med("libddp", world, size), med("ProcessGroupGloo", world, size)
             res, flat = med("libddp-resident", world, size), med("libddp-flat", world, size)
+            copied = med("libddp-copied", world, size)
             py, mem = med("torch.distributed", world, size), med("memcpy", world, size)
-            print(f"| {human(size)} | {1e6 * ours:.1f} | {1e6 * flat:.1f} | {1e6 * res:.1f} "
+            print(f"| {human(size)} | {1e6 * ours:.1f} | {1e6 * copied:.1f} "
+                  f"| {1e6 * flat:.1f} | {1e6 * res:.1f} "
                   f"| {1e6 * gloo:.1f} | {1e6 * py:.1f} | {size / ours / 1e9:.2f} "
-                  f"| {size / mem / 1e9:.2f} | {mem / ours:.2f} | {mem / flat:.2f} "
+                  f"| {size / mem / 1e9:.2f} | {mem / ours:.2f} | {mem / copied:.2f} "
+                  f"| {mem / flat:.2f} "
                   f"| {mem / res:.2f} | {1e6 * median_of_calls('libddp', world, size):.1f} "
                   f"| {sleeps('libddp', world, size):.3f} | {gloo / ours:.1f}x |")
     if ("baseline libddp", worlds[0], sizes[0]) in samples:
@@ -167,8 +175,10 @@ def main():
                       f"| {base / ours:.2f}x | {mem / ours:.2f} | {base_mem / base:.2f} |")
     print()
     # The goals are about what users get: DataParallel's default (libddp);
-    # gradient_as_bucket_view's path (resident) beside it, for information.
+    # the copied path (shared gradients off) and gradient_as_bucket_view's
+    # (resident) beside it, for information.
     for impl, label in (("libddp", "DataParallel's default"),
+                        ("libddp-copied", "shared_gradients off"),
                         ("libddp-resident", "gradient_as_bucket_view only")):
         if 2 in worlds and (400 << 10) in sizes:
             t = med(impl, 2, 400 << 10)
