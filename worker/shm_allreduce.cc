@@ -721,12 +721,16 @@ absl::Status ShmAllreduce::AllreduceInPlace(absl::Span<const Part> parts,
   for (size_t i = 0; i < parts.size() && mine.resident; ++i) {
     const Part& p = parts[i];
     const int64_t n = std::max<int64_t>(0, p.count);
+    mine.length[i] = n;
+    if (n == 0) {  // nothing to read or write (its pointer may be null)
+      mine.offset[i] = 0;
+      continue;
+    }
     if (p.data < lo || p.data + n > hi) {
       mine.resident = 0;
       break;
     }
     mine.offset[i] = p.data - lo;
-    mine.length[i] = n;
   }
   // One slice number for the exchange, as every rank counts it.
   Header& h = *header_;

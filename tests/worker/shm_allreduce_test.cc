@@ -509,7 +509,7 @@ TEST(ShmAllreduceTest, PartsInResidentBuffersAreSummedWhereTheyLie) {
   // exact integer sums, the bits of the copied path on every rank, nothing
   // outside the parts touched, and only the in-place counter moved.
   const std::vector<std::vector<int64_t>> layouts = {
-      {1}, {15}, {64 * 9 + 5}, {3, 64, 1, 200}, {100, 17, 64 * 4}};
+      {1}, {15}, {64 * 9 + 5}, {3, 64, 1, 200}, {100, 0, 17, 64 * 4}};
   for (int size : {2, 3, 4, 5, 8}) {
     SCOPED_TRACE(size);
     TempDir dir;
@@ -523,7 +523,8 @@ TEST(ShmAllreduceTest, PartsInResidentBuffersAreSummedWhereTheyLie) {
         const std::vector<int64_t> offsets = PartOffsets(lengths, r);
         std::vector<ShmAllreduce::Part> parts;
         for (size_t p = 0; p < lengths.size(); ++p) {
-          parts.push_back({buffer + offsets[p], lengths[p]});
+          parts.push_back(
+              {lengths[p] == 0 ? nullptr : buffer + offsets[p], lengths[p]});
         }
         std::fill(buffer, buffer + room, -99.0f);
         int64_t at = 0;  // the element's index in the call
