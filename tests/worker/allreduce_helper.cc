@@ -80,6 +80,25 @@ uint64_t Fnv1a(const float* data, int64_t count) {
   return hash;
 }
 
+// The two tests' model: a weight and a bias, integer-valued.
+std::vector<at::Tensor> TestParameters() {
+  std::vector<at::Tensor> params = {
+      at::arange(64 * 300, at::kFloat).remainder(5).sub(2).reshape({64, 300}),
+      at::arange(64, at::kFloat).remainder(3)};
+  for (auto& p : params) p.set_requires_grad(true);
+  return params;
+}
+
+// Its backward on rank `rank`'s inputs of `step`: integer-valued gradients.
+void TestBackward(const std::vector<at::Tensor>& p, int rank, int step) {
+  at::Tensor x = at::arange(300 * 4, at::kFloat)
+                     .add(rank * 7 + step)
+                     .remainder(9)
+                     .sub(4)
+                     .reshape({300, 4});
+  (p[0].matmul(x).sum() + p[1].sum() * (rank + step)).backward();
+}
+
 // DataParallel with gradient views against DataParallel on the process
 // group, the same parameters and inputs (integer-valued: every order of
 // summing is exact, so the two must agree bit for bit).
@@ -87,15 +106,8 @@ int CheckDataParallel(const ddprun::worker::ProcessGroup& group,
                       std::ofstream& out) {
   using ddprun::worker::DataParallel;
   const int rank = group.rank;
-  auto make = [] {
-    std::vector<at::Tensor> params = {
-        at::arange(64 * 300, at::kFloat).remainder(5).sub(2).reshape({64, 300}),
-        at::arange(64, at::kFloat).remainder(3)};
-    for (auto& p : params) p.set_requires_grad(true);
-    return params;
-  };
-  std::vector<at::Tensor> viewed = make();
-  std::vector<at::Tensor> plain = make();
+  std::vector<at::Tensor> viewed = TestParameters();
+  std::vector<at::Tensor> plain = TestParameters();
   ddprun::worker::DataParallelOptions views_options;
   views_options.gradient_as_bucket_view = true;
   views_options.bucket_mb = 0.0001;  // two buckets: the bias, then the weight
@@ -107,13 +119,8 @@ int CheckDataParallel(const ddprun::worker::ProcessGroup& group,
   ddprun::worker::DataParallelOptions reference_options;
   reference_options.bucket_mb = 0.0001;
   DataParallel reference(plain, reference_group, reference_options);
-  auto backward = [&](const std::vector<at::Tensor>& p, int step) {
-    at::Tensor x = at::arange(300 * 4, at::kFloat)
-                       .add(rank * 7 + step)
-                       .remainder(9)
-                       .sub(4)
-                       .reshape({300, 4});
-    (p[0].matmul(x).sum() + p[1].sum() * (rank + step)).backward();
+  auto backward = [rank](const std::vector<at::Tensor>& p, int step) {
+    TestBackward(p, rank, step);
   };
   bool equal = true;
   auto compare = [&] {
@@ -176,15 +183,8 @@ int CheckSharedDataParallel(const ddprun::worker::ProcessGroup& group,
                             std::ofstream& out) {
   using ddprun::worker::DataParallel;
   const int rank = group.rank;
-  auto make = [] {
-    std::vector<at::Tensor> params = {
-        at::arange(64 * 300, at::kFloat).remainder(5).sub(2).reshape({64, 300}),
-        at::arange(64, at::kFloat).remainder(3)};
-    for (auto& p : params) p.set_requires_grad(true);
-    return params;
-  };
-  std::vector<at::Tensor> shared = make();
-  std::vector<at::Tensor> plain = make();
+  std::vector<at::Tensor> shared = TestParameters();
+  std::vector<at::Tensor> plain = TestParameters();
   ddprun::worker::DataParallelOptions options;
   options.bucket_mb = 0.0001;  // two buckets: the bias, then the weight
   std::optional<DataParallel> shared_holder;
@@ -193,13 +193,8 @@ int CheckSharedDataParallel(const ddprun::worker::ProcessGroup& group,
   ddprun::worker::ProcessGroup reference_group = group;
   reference_group.direct.reset();
   DataParallel reference(plain, reference_group, options);
-  auto backward = [&](const std::vector<at::Tensor>& p, int step) {
-    at::Tensor x = at::arange(300 * 4, at::kFloat)
-                       .add(rank * 7 + step)
-                       .remainder(9)
-                       .sub(4)
-                       .reshape({300, 4});
-    (p[0].matmul(x).sum() + p[1].sum() * (rank + step)).backward();
+  auto backward = [rank](const std::vector<at::Tensor>& p, int step) {
+    TestBackward(p, rank, step);
   };
   bool equal = true;
   auto compare = [&] {
