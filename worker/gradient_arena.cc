@@ -22,13 +22,26 @@ constexpr size_t kAlign = 64;  // as LibTorch's CPU allocator aligns
 // The installed arena's allocator, if any (one per process).
 std::atomic<GradientArena::Allocator*> installed{nullptr};
 
+// Every arena ever installed (they are never freed, see below), to find the
+// one a raw pointer belongs to, and the raw deleter of the allocator that
+// was installed before the first of them.
+absl::Mutex arenas_mu(absl::kConstInit);
+std::vector<GradientArena::Allocator*>* arenas ABSL_GUARDED_BY(arenas_mu) =
+    nullptr;
+std::atomic<c10::DeleterFnPtr> previous_raw_deleter{nullptr};
+
 }  // namespace
 
 // The allocator object is never freed: LibTorch's allocator registry keeps
 // a plain pointer, and blocks it served call back into it when freed, after
-// the arena was uninstalled too. Uninstalled, it serves nothing and keeps
-// no buffer alive (each block holds the mapping itself); what stays is a
-// few hundred bytes per DataParallel constructed.
+// the arena was uninstalled too. Uninstalled, it serves nothing; it keeps
+// the buffer mapped until its last block is freed. What stays is a few
+// hundred bytes per DataParallel constructed.
+//
+// A block's DataPtr has the block itself as its context and RawDelete as
+// its deleter, as LibTorch's own CPU allocator does: code that takes raw
+// allocations (raw_allocate, e.g. oneDNN's convolutions in LibTorch 2.x)
+// requires that, and frees them through raw_deleter().
 class GradientArena::Allocator final : public c10::Allocator {
  public:
   Allocator(GradientArenaOptions options, c10::Allocator* previous)
@@ -43,8 +56,8 @@ class GradientArena::Allocator final : public c10::Allocator {
       absl::MutexLock lock(&mu_);
       if (serving_) {
         if (void* data = TakeLocked(n)) {
-          auto* block = new Block{this, keep_alive_, data, n};
-          return c10::DataPtr(data, block, &Free, c10::Device(c10::DeviceType::CPU));
+          return c10::DataPtr(data, data, &RawDelete,
+                              c10::Device(c10::DeviceType::CPU));
         }
         ++stats_.declined;
       }
@@ -52,18 +65,38 @@ class GradientArena::Allocator final : public c10::Allocator {
     return previous_->allocate(n);
   }
 
+  c10::DeleterFnPtr raw_deleter() const override { return &RawDelete; }
+
 #if DDPRUN_ALLOCATOR_HAS_COPY_DATA
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     default_copy_data(dest, src, count);
   }
 #endif
 
-  // Stops serving and lets go of the buffer: blocks still in use keep it.
+  // Frees a block of whichever arena holds it, or hands the pointer to the
+  // raw deleter of the allocator installed before (a raw allocation this
+  // one passed on).
+  static void RawDelete(void* data) {
+    Allocator* owner = nullptr;
+    {
+      absl::MutexLock lock(&arenas_mu);
+      for (Allocator* arena : *arenas) {
+        if (arena->Holds(data)) owner = arena;
+      }
+    }
+    if (owner != nullptr) {
+      owner->Give(data);
+    } else if (c10::DeleterFnPtr previous = previous_raw_deleter.load()) {
+      previous(data);
+    }
+  }
+
+  // Stops serving; the buffer goes once no block is in use.
   void Retire() {
     absl::MutexLock lock(&mu_);
     serving_ = false;
     free_.clear();
-    keep_alive_.reset();
+    if (live_.empty()) keep_alive_.reset();
   }
 
   c10::Allocator* previous() const { return previous_; }
@@ -74,17 +107,9 @@ class GradientArena::Allocator final : public c10::Allocator {
   }
 
  private:
-  struct Block {
-    const Allocator* arena;
-    std::shared_ptr<void> keep_alive;  // the mapping, while the block lives
-    void* data;
-    size_t size;
-  };
-
-  static void Free(void* context) {
-    auto* block = static_cast<Block*>(context);
-    block->arena->Give(block->data, block->size);
-    delete block;
+  bool Holds(const void* data) const {
+    const char* p = static_cast<const char*>(data);
+    return p >= base_ && p < base_ + bytes_;
   }
 
   void* TakeLocked(size_t n) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -99,15 +124,25 @@ class GradientArena::Allocator final : public c10::Allocator {
       data = base_ + used_;
       used_ += rounded;
     }
+    live_[data] = n;
     ++stats_.served;
     stats_.in_use_bytes += static_cast<int64_t>(n);
     return data;
   }
 
-  void Give(void* data, size_t n) const {
+  void Give(void* data) const {
+    std::shared_ptr<void> last;  // unmapped outside the lock
     absl::MutexLock lock(&mu_);
+    auto it = live_.find(data);
+    if (it == live_.end()) return;
+    const size_t n = it->second;
+    live_.erase(it);
     stats_.in_use_bytes -= static_cast<int64_t>(n);
-    if (serving_) free_[n].push_back(data);
+    if (serving_) {
+      free_[n].push_back(data);
+    } else if (live_.empty()) {
+      last = std::move(keep_alive_);
+    }
   }
 
   char* const base_;
@@ -121,6 +156,7 @@ class GradientArena::Allocator final : public c10::Allocator {
   mutable size_t used_ ABSL_GUARDED_BY(mu_) = 0;
   mutable absl::flat_hash_map<size_t, std::vector<void*>> free_
       ABSL_GUARDED_BY(mu_);
+  mutable absl::flat_hash_map<void*, size_t> live_ ABSL_GUARDED_BY(mu_);
   mutable Stats stats_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -143,6 +179,14 @@ absl::StatusOr<std::unique_ptr<GradientArena>> GradientArena::Install(
     return absl::FailedPreconditionError(
         "gradient arena: another one is installed in this process (one "
         "DataParallel with shared gradients at a time)");
+  }
+  {
+    absl::MutexLock lock(&arenas_mu);
+    if (arenas == nullptr) {
+      arenas = new std::vector<Allocator*>();
+      previous_raw_deleter.store(previous->raw_deleter());
+    }
+    arenas->push_back(allocator);
   }
   c10::SetCPUAllocator(allocator, /*priority=*/0);
   if (c10::GetCPUAllocator() != allocator) {

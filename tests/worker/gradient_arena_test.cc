@@ -4,6 +4,7 @@
 #include "worker/gradient_arena.h"
 
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 
 #include <ATen/ATen.h>
@@ -63,6 +64,28 @@ TEST(GradientArenaTest, ServesItsSizesFromTheBufferAndReusesFreedBlocks) {
   EXPECT_EQ(again.data_ptr(), first);
   EXPECT_EQ((*arena)->stats().served, 2);
   EXPECT_EQ((*arena)->stats().declined, 0);
+}
+
+TEST(GradientArenaTest, RawAllocationsComeAndGoThroughItsRawDeleter) {
+  // LibTorch 2.x's oneDNN convolutions take raw allocations from the CPU
+  // allocator (raw_allocate) and free them through raw_deallocate: a block
+  // of a served size, and any other size passed on, must both work.
+  Buffer buffer(1 << 20);
+  auto arena = GradientArena::Install(
+      {buffer.base, buffer.bytes, buffer.keep_alive, {kBytes}});
+  ASSERT_TRUE(arena.ok()) << arena.status();
+  c10::Allocator* cpu = c10::GetCPUAllocator();
+  void* served = cpu->raw_allocate(kBytes);
+  void* other = cpu->raw_allocate(kBytes + 4);
+  auto* b = static_cast<char*>(buffer.base);
+  EXPECT_TRUE(served >= b && served < b + buffer.bytes);
+  EXPECT_FALSE(other >= b && other < b + buffer.bytes);
+  std::memset(other, 1, kBytes + 4);
+  cpu->raw_deallocate(other);
+  cpu->raw_deallocate(served);
+  EXPECT_EQ((*arena)->stats().in_use_bytes, 0);
+  EXPECT_EQ(cpu->raw_allocate(kBytes), served);  // the freed block again
+  cpu->raw_deallocate(served);
 }
 
 TEST(GradientArenaTest, AFullArenaLeavesTheRestToLibTorch) {
