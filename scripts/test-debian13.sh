@@ -23,6 +23,8 @@
 #   DDPRUN_BUILD_JOBS ninja's parallelism in the cpu root [3]
 #   DDPRUN_CPU_BUILD_LIMIT, DDPRUN_CPU_TEST_LIMIT  the cpu stage's bounds on
 #                     its build and its ctest, in seconds [3600, 2400]
+#   DDPRUN_CI_CTEST_ARGS  more arguments for the cpu stage's ctest, e.g.
+#                     "-R Gradient" to rerun some tests (CI sets none)
 #   DDPRUN_CI_ROOTS_ONLY=1  make or update the roots, build and test nothing
 #                     (how the README's cold figures time the roots alone)
 set -euo pipefail
@@ -368,7 +370,7 @@ run_cpu() {
   local status=0
   $nice timeout --kill-after=60 "${DDPRUN_CPU_TEST_LIMIT:-2400}" "${cmd[@]}" \
     ctest --test-dir "$b" --output-on-failure -j "${DDPRUN_TEST_JOBS:-2}" \
-    2>&1 | tee "$cache/logs/cpu-ctest.log" || status=${PIPESTATUS[0]}
+    ${DDPRUN_CI_CTEST_ARGS:-} 2>&1 | tee "$cache/logs/cpu-ctest.log" || status=${PIPESTATUS[0]}
   unmount_all
   ((status != 124 && status != 137)) || fail "cpu: ctest took over ${DDPRUN_CPU_TEST_LIMIT:-2400} s"
   ((status == 0)) || fail "cpu: ctest in the Debian 13 root failed (status $status; see above)"
