@@ -15,16 +15,6 @@ namespace ddprun::worker {
 // holds the backend directly: both types offer broadcast and allreduce on
 // std::vector<at::Tensor>& with the same options structs.
 #if TORCH_VERSION_MAJOR >= 2
-// c10::Allocator::allocate is const in 1.13 and not from 2.x, where
-// copy_data is pure virtual too.
-#if TORCH_VERSION_MAJOR >= 2
-#define DDPRUN_ALLOCATE_CONST
-#define DDPRUN_ALLOCATOR_HAS_COPY_DATA 1
-#else
-#define DDPRUN_ALLOCATE_CONST const
-#define DDPRUN_ALLOCATOR_HAS_COPY_DATA 0
-#endif
-
 }  // namespace ddprun::worker
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 namespace ddprun::worker {
