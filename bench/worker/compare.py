@@ -59,6 +59,18 @@ def one_run(command, summary, env, timeout):
     return runs_at_once([command], [summary], env, timeout)[0]
 
 
+def built_programs():
+    """This build's ddprun and ddprun-mnist (DDPRUN_BUILD_DIR, default
+    build/); exits naming the one that is missing."""
+    build = os.environ.get("DDPRUN_BUILD_DIR", os.path.join(ROOT, "build"))
+    ddprun = os.path.join(build, "launcher", "ddprun")
+    mnist = os.path.join(build, "mnist", "ddprun-mnist")
+    for path in (ddprun, mnist):
+        if not os.access(path, os.X_OK):
+            sys.exit(f"{path} is not built; run bench/worker/run.sh or set DDPRUN_BUILD_DIR")
+    return ddprun, mnist
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=3)
@@ -74,12 +86,7 @@ def main():
     parser.add_argument("--independent", action="store_true",
                         help="with world 2: two world-1 jobs at once, the ceiling")
     args = parser.parse_args()
-    build = os.environ.get("DDPRUN_BUILD_DIR", os.path.join(ROOT, "build"))
-    ddprun = os.path.join(build, "launcher", "ddprun")
-    mnist = os.path.join(build, "mnist", "ddprun-mnist")
-    for path in (ddprun, mnist):
-        if not os.access(path, os.X_OK):
-            sys.exit(f"{path} is not built; run bench/worker/run.sh or set DDPRUN_BUILD_DIR")
+    ddprun, mnist = built_programs()
     worlds = [int(w) for w in args.worlds.split(",")]
     env = dict(os.environ)
     env.pop("OMP_NUM_THREADS", None)  # both launchers set 1 per worker

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from compare import ROOT, built_programs
 
 
 def main():
@@ -31,12 +31,7 @@ def main():
     parser.add_argument("--data-dir", default=os.path.join(ROOT, "data", "mnist"))
     parser.add_argument("--timeout", type=float, default=600)
     args = parser.parse_args()
-    build = os.environ.get("DDPRUN_BUILD_DIR", os.path.join(ROOT, "build"))
-    ddprun = os.path.join(build, "launcher", "ddprun")
-    mnist = os.path.join(build, "mnist", "ddprun-mnist")
-    for path in (ddprun, mnist):
-        if not os.access(path, os.X_OK):
-            sys.exit(f"missing {path}: build it first (bench/worker/run.sh)")
+    ddprun, mnist = built_programs()
     out = tempfile.mkdtemp(prefix="bench-shared-")
     load = os.getloadavg()
     print(f"{os.cpu_count()} cores, load average {load[0]:.1f}/{load[1]:.1f}/{load[2]:.1f}; "
