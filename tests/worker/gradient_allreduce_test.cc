@@ -125,28 +125,53 @@ int SharingRanks(const Layout& layout) {
   return ranks;
 }
 
-TEST_P(UnderDdprunTest, EverySizeIsExactTheSameOnEveryRankAndTookItsPath) {
-  const Layout& layout = GetParam();
-  const std::vector<int64_t> sizes = {1, 1024, 1 << 20, 16 << 20};
+// The sizes of every `--mode check` run, in floats.
+const std::vector<int64_t> kCheckSizes = {1, 1024, 1 << 20, 16 << 20};
+
+// Runs allreduce_helper --mode check (with `flags`) under `layout` and checks
+// what every such run shows: each rank took the layout's path, every size
+// is exact and equal to ProcessGroupGloo's sum, and every rank holds the
+// same bits. `results` gets each rank's result file for the test's own
+// checks.
+void RunCheck(const Layout& layout, const std::vector<std::string>& flags,
+              std::vector<std::map<std::string, std::string>>* results) {
   std::vector<std::string> size_strings;
-  for (int64_t n : sizes) size_strings.push_back(std::to_string(n));
+  for (int64_t n : kCheckSizes) size_strings.push_back(std::to_string(n));
+  std::vector<std::string> program = {Helper(), "--mode", "check"};
+  program.insert(program.end(), flags.begin(), flags.end());
+  program.insert(program.end(), {"--sizes", absl::StrJoin(size_strings, ",")});
   TempDir dir;
-  const int world = RunUnderDdprun(
-      layout, dir,
-      {Helper(), "--mode", "check", "--sizes", absl::StrJoin(size_strings, ",")});
+  const int world = RunUnderDdprun(layout, dir, program);
   ASSERT_GT(world, 0);
   std::map<int64_t, std::set<std::string>> bits;
   for (int rank = 0; rank < world; ++rank) {
     SCOPED_TRACE(absl::StrCat("rank ", rank));
-    auto result = ReadResult(dir.File(absl::StrCat("rank_", rank, ".txt")));
+    results->push_back(ReadResult(dir.File(absl::StrCat("rank_", rank, ".txt"))));
+    auto& result = results->back();
     EXPECT_EQ(result["path"], layout.path);
-    for (int64_t n : sizes) {
+    for (int64_t n : kCheckSizes) {
       const std::string& line = result["size " + std::to_string(n)];
       EXPECT_TRUE(absl::StrContains(line, " exact 1 reference 1 ")) << line;
       std::vector<std::string> words = absl::StrSplit(line, ' ');
       ASSERT_EQ(words.size(), 8u) << line;
       bits[n].insert(words[7]);
     }
+  }
+  for (int64_t n : kCheckSizes) {
+    EXPECT_EQ(bits[n].size(), 1u)
+        << n << " floats: ranks hold different bits: "
+        << absl::StrJoin(bits[n], " ");
+  }
+}
+
+TEST_P(UnderDdprunTest, EverySizeIsExactTheSameOnEveryRankAndTookItsPath) {
+  const Layout& layout = GetParam();
+  const std::vector<int64_t>& sizes = kCheckSizes;
+  std::vector<std::map<std::string, std::string>> results;
+  ASSERT_NO_FATAL_FAILURE(RunCheck(layout, {}, &results));
+  for (size_t rank = 0; rank < results.size(); ++rank) {
+    SCOPED_TRACE(absl::StrCat("rank ", rank));
+    auto& result = results[rank];
     // One node's group forms Gloo only on its first collective (the
     // reference sums), and again after ReleaseIdleCollectives.
     const bool lazy = layout.path == "shared-memory";
@@ -167,11 +192,6 @@ TEST_P(UnderDdprunTest, EverySizeIsExactTheSameOnEveryRankAndTookItsPath) {
                   ? std::to_string(2 * ((1 << 20) / slice + (16 << 20) / slice))
                   : "0");
   }
-  for (int64_t n : sizes) {
-    EXPECT_EQ(bits[n].size(), 1u)
-        << n << " floats: ranks hold different bits: "
-        << absl::StrJoin(bits[n], " ");
-  }
 }
 
 TEST_P(UnderDdprunTest, ResidentBuffersAreSummedInPlaceExactlyOnEveryRank) {
@@ -180,35 +200,17 @@ TEST_P(UnderDdprunTest, ResidentBuffersAreSummedInPlaceExactlyOnEveryRank) {
   // Ranks of a node of two or more take that path (counted); a rank alone
   // in its node sums a private buffer through the node leaders' Gloo.
   const Layout& layout = GetParam();
-  const std::vector<int64_t> sizes = {1, 1024, 1 << 20, 16 << 20};
-  std::vector<std::string> size_strings;
-  for (int64_t n : sizes) size_strings.push_back(std::to_string(n));
-  TempDir dir;
-  const int world = RunUnderDdprun(
-      layout, dir,
-      {Helper(), "--mode", "check", "--resident", "--sizes",
-       absl::StrJoin(size_strings, ",")});
-  ASSERT_GT(world, 0);
-  std::map<int64_t, std::set<std::string>> bits;
+  const std::vector<int64_t>& sizes = kCheckSizes;
+  std::vector<std::map<std::string, std::string>> results;
+  ASSERT_NO_FATAL_FAILURE(RunCheck(layout, {"--resident"}, &results));
   int64_t resident_runs = 0;
-  for (int rank = 0; rank < world; ++rank) {
+  for (size_t rank = 0; rank < results.size(); ++rank) {
     SCOPED_TRACE(absl::StrCat("rank ", rank));
-    auto result = ReadResult(dir.File(absl::StrCat("rank_", rank, ".txt")));
-    EXPECT_EQ(result["path"], layout.path);
-    for (int64_t n : sizes) {
-      const std::string& line = result["size " + std::to_string(n)];
-      EXPECT_TRUE(absl::StrContains(line, " exact 1 reference 1 ")) << line;
-      std::vector<std::string> words = absl::StrSplit(line, ' ');
-      ASSERT_EQ(words.size(), 8u) << line;
-      bits[n].insert(words[7]);
-    }
+    auto& result = results[rank];
     int64_t runs = 0;
     ASSERT_TRUE(absl::SimpleAtoi(result["resident_runs"], &runs))
         << result["resident_runs"];
     resident_runs += runs;
-  }
-  for (int64_t n : sizes) {
-    EXPECT_EQ(bits[n].size(), 1u) << n << " floats: ranks hold different bits";
   }
   // Two sums per size on every rank that shares its node.
   EXPECT_EQ(resident_runs,
@@ -254,28 +256,13 @@ TEST_P(UnderDdprunTest, BuffersInTheArenaAreSummedWhereTheyLieExactly) {
   // rank at every size; inside a node of two or more every call took the
   // in-place path (counted), elsewhere RunInPlace is Run.
   const Layout& layout = GetParam();
-  const std::vector<int64_t> sizes = {1, 1024, 1 << 20, 16 << 20};
-  std::vector<std::string> size_strings;
-  for (int64_t n : sizes) size_strings.push_back(std::to_string(n));
-  TempDir dir;
-  const int world = RunUnderDdprun(
-      layout, dir,
-      {Helper(), "--mode", "check", "--in-place", "--sizes",
-       absl::StrJoin(size_strings, ",")});
-  ASSERT_GT(world, 0);
+  const std::vector<int64_t>& sizes = kCheckSizes;
+  std::vector<std::map<std::string, std::string>> results;
+  ASSERT_NO_FATAL_FAILURE(RunCheck(layout, {"--in-place"}, &results));
   const bool in_place = layout.path == "shared-memory";
-  std::map<int64_t, std::set<std::string>> bits;
-  for (int rank = 0; rank < world; ++rank) {
+  for (size_t rank = 0; rank < results.size(); ++rank) {
     SCOPED_TRACE(absl::StrCat("rank ", rank));
-    auto result = ReadResult(dir.File(absl::StrCat("rank_", rank, ".txt")));
-    EXPECT_EQ(result["path"], layout.path);
-    for (int64_t n : sizes) {
-      const std::string& line = result["size " + std::to_string(n)];
-      EXPECT_TRUE(absl::StrContains(line, " exact 1 reference 1 ")) << line;
-      std::vector<std::string> words = absl::StrSplit(line, ' ');
-      ASSERT_EQ(words.size(), 8u) << line;
-      bits[n].insert(words[7]);
-    }
+    auto& result = results[rank];
     const std::string calls = std::to_string(2 * sizes.size());
     EXPECT_EQ(result["in_place_calls"], in_place ? calls : "0");
     EXPECT_EQ(result["in_place_fallbacks"], "0");
@@ -289,9 +276,6 @@ TEST_P(UnderDdprunTest, BuffersInTheArenaAreSummedWhereTheyLieExactly) {
     } else {
       EXPECT_EQ(served, 0);
     }
-  }
-  for (int64_t n : sizes) {
-    EXPECT_EQ(bits[n].size(), 1u) << n << " floats: ranks hold different bits";
   }
 }
 
