@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -502,6 +503,30 @@ std::vector<int64_t> PartOffsets(const std::vector<int64_t>& lengths, int r) {
   return offsets;
 }
 
+// Writes IntegerValue(element, r) into `parts`, the elements numbered
+// across the parts in order.
+void FillParts(const std::vector<ShmAllreduce::Part>& parts, int r) {
+  int64_t at = 0;
+  for (const ShmAllreduce::Part& part : parts) {
+    for (int64_t i = 0; i < part.count; ++i) part.data[i] = IntegerValue(at + i, r);
+    at += part.count;
+  }
+}
+
+// Checks that `parts` hold the exact sum of FillParts over `size` ranks.
+void ExpectSummedParts(const std::vector<ShmAllreduce::Part>& parts, int size,
+                       int r) {
+  int64_t at = 0;
+  for (const ShmAllreduce::Part& part : parts) {
+    for (int64_t i = 0; i < part.count; ++i) {
+      float sum = 0;
+      for (int k = 0; k < size; ++k) sum += IntegerValue(at + i, k);
+      ASSERT_EQ(part.data[i], sum) << "rank " << r << " element " << at + i;
+    }
+    at += part.count;
+  }
+}
+
 TEST(ShmAllreduceTest, PartsInResidentBuffersAreSummedWhereTheyLie) {
   // DataParallel's shared gradients: every rank's parts lie in its own
   // resident buffer, each at a place of its own, and are summed there (no
@@ -527,28 +552,16 @@ TEST(ShmAllreduceTest, PartsInResidentBuffersAreSummedWhereTheyLie) {
               {lengths[p] == 0 ? nullptr : buffer + offsets[p], lengths[p]});
         }
         std::fill(buffer, buffer + room, -99.0f);
-        int64_t at = 0;  // the element's index in the call
-        for (const ShmAllreduce::Part& part : parts) {
-          for (int64_t i = 0; i < part.count; ++i) {
-            part.data[i] = IntegerValue(at + i, r);
-          }
-          at += part.count;
-        }
+        FillParts(parts, r);
         ASSERT_TRUE(shm.AllreduceInPlace(parts, 1.0f).ok());
-        at = 0;
+        ASSERT_NO_FATAL_FAILURE(ExpectSummedParts(parts, size, r));
         for (const ShmAllreduce::Part& part : parts) {
-          for (int64_t i = 0; i < part.count; ++i) {
-            float sum = 0;
-            for (int k = 0; k < size; ++k) sum += IntegerValue(at + i, k);
-            ASSERT_EQ(part.data[i], sum) << "rank " << r << " element " << at + i;
-            part.data[i] = -99.0f;
-          }
-          at += part.count;
+          std::fill(part.data, part.data + part.count, -99.0f);
         }
         for (int64_t i = 0; i < room; ++i) ASSERT_EQ(buffer[i], -99.0f) << i;
         // Noisy values divided by the world: the bits of the copied path.
         std::vector<float> mine, reference;
-        at = 0;
+        int64_t at = 0;  // the element's index in the call
         for (const ShmAllreduce::Part& part : parts) {
           for (int64_t i = 0; i < part.count; ++i) {
             part.data[i] = NoisyValue(at + i, r);
@@ -596,25 +609,11 @@ TEST(ShmAllreduceTest, InPlaceCallsCopyWhenAnyRanksPartsAreNotResident) {
     ASSERT_TRUE(mapped.ok()) << mapped.status();
     float* buffer = *mapped;
     std::vector<float> outside(100);
-    auto expect_sums = [&](const std::vector<ShmAllreduce::Part>& parts) {
-      int64_t at = 0;
-      for (const ShmAllreduce::Part& part : parts) {
-        for (int64_t i = 0; i < part.count; ++i) {
-          float sum = 0;
-          for (int k = 0; k < size; ++k) sum += IntegerValue(at + i, k);
-          ASSERT_EQ(part.data[i], sum) << "rank " << r << " element " << at + i;
-        }
-        at += part.count;
-      }
+    auto fill = [r](const std::vector<ShmAllreduce::Part>& parts) {
+      FillParts(parts, r);
     };
-    auto fill = [&](const std::vector<ShmAllreduce::Part>& parts) {
-      int64_t at = 0;
-      for (const ShmAllreduce::Part& part : parts) {
-        for (int64_t i = 0; i < part.count; ++i) {
-          part.data[i] = IntegerValue(at + i, r);
-        }
-        at += part.count;
-      }
+    auto expect_sums = [r](const std::vector<ShmAllreduce::Part>& parts) {
+      ExpectSummedParts(parts, size, r);
     };
     // Rank 1's part is private memory.
     std::vector<ShmAllreduce::Part> parts = {
@@ -683,9 +682,12 @@ TEST(ShmAllreduceTest, AResidentBufferOneRankCannotReserveLeavesTheGroupUsable) 
   }
 }
 
-TEST(ShmAllreduceTest, ADeadPeerEndsAnInPlaceCall) {
-  // Local rank 1 maps its resident buffer and dies (as with kill -9) before
-  // the sum: rank 0 names it long before the timeout, and no file is left.
+// Local rank 1 maps its resident buffer of 1000 floats and dies (as with
+// kill -9) before the sum; then `call` runs on local rank 0 with its own
+// buffer, filled with ones. It must name rank 1 long before the timeout,
+// and no file may be left.
+void ExpectADeadPeerNamedIn(
+    const std::function<absl::Status(ShmAllreduce&, float*)>& call) {
   TempDir dir;
   ShmAllreduceOptions o = Options(dir, 0, 2);
   o.timeout = std::chrono::seconds(60);
@@ -705,7 +707,7 @@ TEST(ShmAllreduceTest, ADeadPeerEndsAnInPlaceCall) {
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   std::fill(*mapped, *mapped + 1000, 1.0f);
   absl::Time start = absl::Now();
-  absl::Status result = (*shm)->AllreduceInPlace({{*mapped, 1000}}, 2.0f);
+  absl::Status result = call(**shm, *mapped);
   EXPECT_EQ(result.code(), absl::StatusCode::kUnavailable) << result;
   EXPECT_TRUE(absl::StrContains(result.message(), "local rank 1")) << result;
   EXPECT_TRUE(absl::StrContains(result.message(), "died")) << result;
@@ -713,6 +715,12 @@ TEST(ShmAllreduceTest, ADeadPeerEndsAnInPlaceCall) {
   for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
     ADD_FAILURE() << "left behind: " << entry.path();
   }
+}
+
+TEST(ShmAllreduceTest, ADeadPeerEndsAnInPlaceCall) {
+  ExpectADeadPeerNamedIn([](ShmAllreduce& shm, float* buffer) {
+    return shm.AllreduceInPlace({{buffer, 1000}}, 2.0f);
+  });
 }
 
 TEST(ShmAllreduceTest, ARankThatNeverComesIsATimeoutThatNamesIt) {
@@ -755,35 +763,9 @@ TEST(ShmAllreduceTest, ADeadPeerIsNamedLongBeforeTheTimeout) {
 }
 
 TEST(ShmAllreduceTest, ADeadPeerEndsAResidentCallAndItsFilesGo) {
-  // Local rank 1 maps its resident buffer and dies (as with kill -9) before
-  // the sum: rank 0 names it long before the timeout, and no file is left.
-  TempDir dir;
-  ShmAllreduceOptions o = Options(dir, 0, 2);
-  o.timeout = std::chrono::seconds(60);
-  auto shm = ShmAllreduce::Create(o);
-  ASSERT_TRUE(shm.ok()) << shm.status();
-  pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    auto peer = ShmAllreduce::Attach(Options(dir, 1, 2));
-    if (!peer.ok() || !(*peer)->MapResident(1000).ok()) _exit(1);
-    _exit(0);
-  }
-  absl::StatusOr<float*> mapped = (*shm)->MapResident(1000);
-  ASSERT_TRUE(mapped.ok()) << mapped.status();
-  int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  std::fill(*mapped, *mapped + 1000, 1.0f);
-  absl::Time start = absl::Now();
-  absl::Status result = (*shm)->AllreduceResident(0, 1000, 2.0f);
-  EXPECT_EQ(result.code(), absl::StatusCode::kUnavailable) << result;
-  EXPECT_TRUE(absl::StrContains(result.message(), "local rank 1")) << result;
-  EXPECT_TRUE(absl::StrContains(result.message(), "died")) << result;
-  EXPECT_LT(absl::Now() - start, absl::Seconds(30));
-  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
-    ADD_FAILURE() << "left behind: " << entry.path();
-  }
+  ExpectADeadPeerNamedIn([](ShmAllreduce& shm, float*) {
+    return shm.AllreduceResident(0, 1000, 2.0f);
+  });
 }
 
 TEST(ShmAllreduceTest, BadOptionsAreClearErrors) {
