@@ -99,64 +99,87 @@ void TestBackward(const std::vector<at::Tensor>& p, int rank, int step) {
   (p[0].matmul(x).sum() + p[1].sum() * (rank + step)).backward();
 }
 
-// DataParallel with gradient views against DataParallel on the process
-// group, the same parameters and inputs (integer-valued: every order of
-// summing is exact, so the two must agree bit for bit).
+// A DataParallel under test (`options`, on the group's gradient path)
+// beside a reference DataParallel on the process group, over the same
+// parameters and inputs (integer-valued: every order of summing is exact,
+// so the two must agree bit for bit).
+class AgainstReference {
+ public:
+  AgainstReference(const ddprun::worker::ProcessGroup& group,
+                   const ddprun::worker::DataParallelOptions& options)
+      : rank_(group.rank), params(TestParameters()), plain_(TestParameters()) {
+    ddp.emplace(params, group, options);
+    ddprun::worker::ProcessGroup reference_group = group;
+    reference_group.direct.reset();
+    reference_.emplace(plain_, reference_group, options);
+  }
+
+  // ZeroGrad on both, or (set_to_none) the tested grads dropped by hand.
+  void ZeroGrad(bool set_to_none = false) {
+    if (set_to_none) {
+      for (auto& p : params) p.mutable_grad() = at::Tensor();
+    } else {
+      ddp->ZeroGrad();
+    }
+    reference_->ZeroGrad();
+  }
+  void Backward(int step) {
+    TestBackward(params, rank_, step);
+    TestBackward(plain_, rank_, step);
+  }
+  void SyncAndCompare() {
+    ddp->FinishGradientSync();
+    reference_->FinishGradientSync();
+    Compare();
+  }
+  // Three synced steps, then two backwards accumulated under NoSync and
+  // one sync: what both checks run first.
+  void CommonSteps() {
+    for (int step = 0; step < 3; ++step) {
+      ZeroGrad();
+      Backward(step);
+      SyncAndCompare();
+    }
+    ZeroGrad();
+    {
+      ddprun::worker::DataParallel::NoSync a(*ddp), b(*reference_);
+      Backward(5);
+    }
+    Backward(6);
+    SyncAndCompare();
+  }
+  // Whether the tested grads equal the reference's (and are defined).
+  void Compare() {
+    for (size_t i = 0; i < params.size(); ++i) {
+      equal &= params[i].grad().defined() &&
+               params[i].grad().equal(plain_[i].grad());
+    }
+  }
+  const at::Tensor& reference_grad(int i) const { return plain_[i].grad(); }
+
+  std::vector<at::Tensor> params;
+  std::optional<ddprun::worker::DataParallel> ddp;
+  bool equal = true;
+
+ private:
+  int rank_;
+  std::vector<at::Tensor> plain_;
+  std::optional<ddprun::worker::DataParallel> reference_;
+};
+
+// DataParallel with gradient views against the reference: views kept by
+// ZeroGrad, a NoSync accumulation, views dropped by set_to_none.
 int CheckDataParallel(const ddprun::worker::ProcessGroup& group,
                       std::ofstream& out) {
-  using ddprun::worker::DataParallel;
-  const int rank = group.rank;
-  std::vector<at::Tensor> viewed = TestParameters();
-  std::vector<at::Tensor> plain = TestParameters();
-  ddprun::worker::DataParallelOptions views_options;
-  views_options.gradient_as_bucket_view = true;
-  views_options.bucket_mb = 0.0001;  // two buckets: the bias, then the weight
-  std::optional<DataParallel> views_holder;
-  views_holder.emplace(viewed, group, views_options);
-  DataParallel& views = *views_holder;
-  ddprun::worker::ProcessGroup reference_group = group;
-  reference_group.direct.reset();
-  ddprun::worker::DataParallelOptions reference_options;
-  reference_options.bucket_mb = 0.0001;
-  DataParallel reference(plain, reference_group, reference_options);
-  auto backward = [rank](const std::vector<at::Tensor>& p, int step) {
-    TestBackward(p, rank, step);
-  };
-  bool equal = true;
-  auto compare = [&] {
-    for (size_t i = 0; i < viewed.size(); ++i) {
-      equal &= viewed[i].grad().defined() &&
-               viewed[i].grad().equal(plain[i].grad());
-    }
-  };
-  for (int step = 0; step < 3; ++step) {  // views kept: in place
-    views.ZeroGrad();
-    reference.ZeroGrad();
-    backward(viewed, step);
-    backward(plain, step);
-    views.FinishGradientSync();
-    reference.FinishGradientSync();
-    compare();
-  }
-  views.ZeroGrad();  // NoSync: two backwards accumulate, then one sync
-  reference.ZeroGrad();
-  {
-    DataParallel::NoSync a(views), b(reference);
-    backward(viewed, 5);
-    backward(plain, 5);
-  }
-  backward(viewed, 6);
-  backward(plain, 6);
-  views.FinishGradientSync();
-  reference.FinishGradientSync();
-  compare();
-  for (auto& p : viewed) p.mutable_grad() = at::Tensor();  // set_to_none
-  reference.ZeroGrad();
-  backward(viewed, 7);
-  backward(plain, 7);
-  views.FinishGradientSync();
-  reference.FinishGradientSync();
-  compare();
+  ddprun::worker::DataParallelOptions options;
+  options.gradient_as_bucket_view = true;
+  options.bucket_mb = 0.0001;  // two buckets: the bias, then the weight
+  AgainstReference check(group, options);
+  check.CommonSteps();  // views kept: in place
+  check.ZeroGrad(/*set_to_none=*/true);
+  check.Backward(7);
+  check.SyncAndCompare();
+  const ddprun::worker::DataParallel& views = *check.ddp;
   out << "views " << (views.gradient_views() ? 1 : 0) << std::endl;
   out << "in_place " << views.gradient_stats().in_place << std::endl;
   out << "copied_in " << views.gradient_stats().copied_in << std::endl;
@@ -164,77 +187,37 @@ int CheckDataParallel(const ddprun::worker::ProcessGroup& group,
   // group): the grads must outlive it as plain tensors with their values.
   const bool had_views = views.gradient_views();
   std::vector<void*> where;
-  for (const auto& p : viewed) where.push_back(p.grad().data_ptr());
-  views_holder.reset();
-  for (size_t i = 0; i < viewed.size(); ++i) {
-    equal &= viewed[i].grad().defined() &&
-             (!had_views || viewed[i].grad().data_ptr() != where[i]) &&
-             viewed[i].grad().equal(plain[i].grad());
+  for (const auto& p : check.params) where.push_back(p.grad().data_ptr());
+  check.ddp.reset();
+  check.Compare();
+  for (size_t i = 0; i < check.params.size(); ++i) {
+    check.equal &= !had_views || check.params[i].grad().data_ptr() != where[i];
   }
-  out << "ddp_equal " << (equal ? 1 : 0) << std::endl;
+  out << "ddp_equal " << (check.equal ? 1 : 0) << std::endl;
   out << "resident_runs "
       << (group.direct ? group.direct->resident_runs() : 0) << std::endl;
   return out.good() ? 0 : Fail("cannot write the result file");
 }
 
 // DataParallel with its defaults (shared gradients where it shares a node)
-// against DataParallel on the process group, integer-valued as above.
+// against the reference: grads dropped by ZeroGrad (placed anew), a NoSync
+// accumulation, and a grad a program assigned itself.
 int CheckSharedDataParallel(const ddprun::worker::ProcessGroup& group,
                             std::ofstream& out) {
-  using ddprun::worker::DataParallel;
-  const int rank = group.rank;
-  std::vector<at::Tensor> shared = TestParameters();
-  std::vector<at::Tensor> plain = TestParameters();
   ddprun::worker::DataParallelOptions options;
   options.bucket_mb = 0.0001;  // two buckets: the bias, then the weight
-  std::optional<DataParallel> shared_holder;
-  shared_holder.emplace(shared, group, options);
-  DataParallel& ddp = *shared_holder;
-  ddprun::worker::ProcessGroup reference_group = group;
-  reference_group.direct.reset();
-  DataParallel reference(plain, reference_group, options);
-  auto backward = [rank](const std::vector<at::Tensor>& p, int step) {
-    TestBackward(p, rank, step);
-  };
-  bool equal = true;
-  auto compare = [&] {
-    for (size_t i = 0; i < shared.size(); ++i) {
-      equal &= shared[i].grad().defined() &&
-               shared[i].grad().equal(plain[i].grad());
-    }
-  };
-  for (int step = 0; step < 3; ++step) {  // grads dropped: placed anew
-    ddp.ZeroGrad();
-    reference.ZeroGrad();
-    backward(shared, step);
-    backward(plain, step);
-    ddp.FinishGradientSync();
-    reference.FinishGradientSync();
-    compare();
-  }
-  ddp.ZeroGrad();  // NoSync: two backwards accumulate, then one sync
-  reference.ZeroGrad();
-  {
-    DataParallel::NoSync a(ddp), b(reference);
-    backward(shared, 5);
-    backward(plain, 5);
-  }
-  backward(shared, 6);
-  backward(plain, 6);
-  ddp.FinishGradientSync();
-  reference.FinishGradientSync();
-  compare();
+  AgainstReference check(group, options);
+  check.CommonSteps();
   // A program sets rank 0's weight gradient itself, from a tensor it made
   // before DataParallel existed (not in shared memory): that bucket's sum
   // is copied on every rank, the other still summed in place.
-  ddp.ZeroGrad();
-  reference.ZeroGrad();
-  backward(shared, 7);
-  backward(plain, 7);
-  if (rank == 0) shared[0].mutable_grad() = plain[0].grad().clone();
-  ddp.FinishGradientSync();
-  reference.FinishGradientSync();
-  compare();
+  check.ZeroGrad();
+  check.Backward(7);
+  if (group.rank == 0) {
+    check.params[0].mutable_grad() = check.reference_grad(0).clone();
+  }
+  check.SyncAndCompare();
+  const ddprun::worker::DataParallel& ddp = *check.ddp;
   out << "shared " << (ddp.shared_gradients() ? 1 : 0) << std::endl;
   out << "in_place_calls " << ddp.shm_stats().in_place_calls << std::endl;
   out << "in_place_fallbacks " << ddp.shm_stats().in_place_fallbacks
@@ -242,13 +225,11 @@ int CheckSharedDataParallel(const ddprun::worker::ProcessGroup& group,
   // The arena goes with its DataParallel: the grads in it keep their
   // values (the buffer stays mapped while they live), and later
   // allocations are LibTorch's own again.
-  shared_holder.reset();
-  for (size_t i = 0; i < shared.size(); ++i) {
-    equal &= shared[i].grad().defined() && shared[i].grad().equal(plain[i].grad());
-  }
+  check.ddp.reset();
+  check.Compare();
   at::Tensor after = at::ones({64});
-  equal &= after.sum().item<float>() == 64.0f;
-  out << "ddp_equal " << (equal ? 1 : 0) << std::endl;
+  check.equal &= after.sum().item<float>() == 64.0f;
+  out << "ddp_equal " << (check.equal ? 1 : 0) << std::endl;
   return out.good() ? 0 : Fail("cannot write the result file");
 }
 
