@@ -91,12 +91,25 @@ class StoreBackPressureTest : public ::testing::Test {
     ASSERT_EQ(server_->DelayedStoreWritesForTest(), 0);
   }
 
+  // Two writes past the spent burst, parked: "parked-0" and "parked-1".
+  void ParkTwoWrites() {
+    for (int i = 0; i < 2; ++i) {
+      SetInBackground("hog", absl::StrCat("parked-", i), &parked_[i]);
+      ASSERT_TRUE(WaitFor(
+          [&] { return server_->ParkedStoreWritesForTest() == size_t(i + 1); },
+          absl::Seconds(30)));
+    }
+  }
+
   common::FakeClock clock_;
   std::unique_ptr<Server> server_;
   std::unique_ptr<v1::Store::Stub> store_;
   std::vector<std::thread> threads_;
   absl::Mutex mu_;
   int finished_ ABSL_GUARDED_BY(mu_) = 0;
+  // ParkTwoWrites' answers: members, since a parked write may be answered
+  // only in TearDown, after the test's own variables are gone.
+  grpc::Status parked_[2] ABSL_GUARDED_BY(mu_);
 };
 
 TEST_F(StoreBackPressureTest, AJobPastItsRateIsAnsweredLateAndOthersAtOnce) {
@@ -155,13 +168,7 @@ TEST_F(StoreBackPressureTest, AParkedWriteCancelledIsNeverApplied) {
 // share still slows down to the rate.
 TEST_F(StoreBackPressureTest, PastItsParkedShareAWriteIsRefusedWhenItsRateHasPaid) {
   SpendBurst();
-  std::vector<grpc::Status> parked(2);
-  for (int i = 0; i < 2; ++i) {
-    SetInBackground("hog", absl::StrCat("parked-", i), &parked[i]);
-    ASSERT_TRUE(WaitFor(
-        [&] { return server_->ParkedStoreWritesForTest() == size_t(i + 1); },
-        absl::Seconds(30)));
-  }
+  ASSERT_NO_FATAL_FAILURE(ParkTwoWrites());
   grpc::Status refused = grpc::Status(grpc::StatusCode::UNKNOWN, "no answer");
   SetInBackground("hog", "refused", &refused);
   ASSERT_TRUE(WaitFor([&] { return server_->HeldStoreRefusalsForTest() == 1; },
@@ -194,13 +201,7 @@ class NoHeldRefusalsTest : public StoreBackPressureTest {
 
 TEST_F(NoHeldRefusalsTest, PastItsParkedShareAWriteIsRefusedAtOnce) {
   SpendBurst();
-  std::vector<grpc::Status> parked(2);
-  for (int i = 0; i < 2; ++i) {
-    SetInBackground("hog", absl::StrCat("parked-", i), &parked[i]);
-    ASSERT_TRUE(WaitFor(
-        [&] { return server_->ParkedStoreWritesForTest() == size_t(i + 1); },
-        absl::Seconds(30)));
-  }
+  ASSERT_NO_FATAL_FAILURE(ParkTwoWrites());
   grpc::Status refused = Set("hog", "refused");
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_NE(refused.error_message().find("--max-job-parked-write-bytes"),
