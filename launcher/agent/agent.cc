@@ -58,7 +58,8 @@ Agent::Agent(const LaunchOptions& options, AgentContext context,
       client_(client),
       control_(control),
       events_(events),
-      clock_(clock) {
+      clock_(clock),
+      phase_bounds_(options.hang_bounds) {
   if (!context_.reserve_port) {
     context_.reserve_port =
         [this](const std::string& address) -> absl::StatusOr<int> {
@@ -367,9 +368,10 @@ Agent::RoundEnd Agent::Supervise(const RunningRound& round) {
                           [this] { events_.PostRejoin(); });
   SupervisorPolicyOptions policy_options;
   policy_options.num_workers = options_.nproc_per_node;
-  policy_options.worker_timeout = options_.worker_timeout;
+  policy_options.expect_reports = workers_report_;
   policy_options.in_place = in_place_declared_;
-  SupervisorPolicy policy(policy_options, clock_);
+  policy_options.survivors = round.survivors;
+  SupervisorPolicy policy(policy_options, phase_bounds_, clock_);
   AgentMetrics* metrics = context_.metrics;
   if (metrics != nullptr) {
     metrics->RoundStarted(round.assignment, options_.nproc_per_node);
@@ -410,19 +412,6 @@ std::optional<Agent::RoundEnd> Agent::OnVerdict(const RunningRound& round,
       return RoundEnd::kSucceeded;
     case SupervisorPolicy::Verdict::kFailed:
       break;
-  }
-  // Once a worker is hung, the stopped ones (SIGSTOP) are the culprits: the
-  // others went silent waiting for them. Every worker is looked at: one
-  // stopped in an in-place round's state sync has reported no progress in
-  // this round, so the policy cannot see it hang.
-  const std::vector<pid_t> pids = round.group.pids();
-  const std::vector<LocalFailure> failures = policy.failures();
-  if (std::any_of(failures.begin(), failures.end(), [](const LocalFailure& f) {
-        return f.cause == v1::FAILURE_CAUSE_HUNG;
-      })) {
-    for (int i = 0; i < static_cast<int>(pids.size()); ++i) {
-      if (control_.IsStopped(pids[i])) policy.OnStopped(i);
-    }
   }
   if (policy.AwaitsRemoteCause(round.assignment.num_nodes())) {
     return std::nullopt;
@@ -465,12 +454,24 @@ void Agent::Observe(const RunningRound& round, SupervisorPolicy& policy,
     }
     policy.OnExit(local_rank, status);
   }
+  const std::vector<pid_t> pids = round.group.pids();
   for (int i = 0; i < n; ++i) {
-    if (round.progress[i].Drain()) {
-      policy.OnProgress(i);
+    const std::vector<common::ProgressRecord> records =
+        round.progress[i].Drain();
+    for (const common::ProgressRecord& record : records) {
+      policy.OnRecord(i, record);
+    }
+    if (!records.empty()) {
+      workers_report_ = true;
       if (metrics != nullptr) metrics->Progress(i, clock_.Now());
     }
     if (round.progress[i].declared_in_place()) policy.OnInPlaceDeclared(i);
+    // A stopped worker (SIGSTOP) is found by its state, in any phase and
+    // whether or not its program reports: a look at /proc per worker and
+    // monitor interval.
+    if (i < static_cast<int>(pids.size()) && pids[i] > 0) {
+      policy.OnProcessState(i, control_.IsStopped(pids[i]));
+    }
   }
   if (metrics != nullptr) metrics->Update(n - exited, clock_.Now());
 }
@@ -482,11 +483,9 @@ Agent::RoundEnd Agent::OnWorkersFailed(const RunningRound& round,
   const std::vector<LocalFailure>& failures = policy.failures();
   for (const LocalFailure& f : failures) {
     if (f.cause == v1::FAILURE_CAUSE_HUNG) {
-      spdlog::warn(
-          "worker rank {} (local {}) is hung: no progress for {} "
-          "(--worker-timeout)",
-          round.assignment.rank_offset() + f.local_rank, f.local_rank,
-          absl::FormatDuration(options_.worker_timeout));
+      spdlog::warn("worker rank {} (local {}) is hung: {}",
+                   round.assignment.rank_offset() + f.local_rank,
+                   f.local_rank, DescribeHang(f));
     }
     if (context_.metrics != nullptr) context_.metrics->WorkerFailed(f.cause);
   }
@@ -511,11 +510,9 @@ Agent::RoundEnd Agent::OnWorkersFailedInPlace(const RunningRound& round,
   }
   for (const LocalFailure& f : failures) {
     if (f.cause == v1::FAILURE_CAUSE_HUNG) {
-      spdlog::warn(
-          "worker rank {} (local {}) is hung: no progress for {} "
-          "(--worker-timeout); killing it",
-          round.assignment.rank_offset() + f.local_rank, f.local_rank,
-          absl::FormatDuration(options_.worker_timeout));
+      spdlog::warn("worker rank {} (local {}) is hung: {}; killing it",
+                   round.assignment.rank_offset() + f.local_rank,
+                   f.local_rank, DescribeHang(f));
     }
     if (context_.metrics != nullptr) context_.metrics->WorkerFailed(f.cause);
   }
@@ -567,7 +564,11 @@ Agent::RoundEnd Agent::ContinueInPlace(v1::Assignment& assignment,
   }
   if (standbys_ != nullptr) standbys_->Fill(n);
   in_place_replace_.clear();
-  return Supervise({assignment, plan, group, progress});
+  std::vector<bool> survivors(n);
+  for (int i = 0; i < n; ++i) {
+    survivors[i] = sources.by_local_rank[i] == WorkerSource::kSurvivor;
+  }
+  return Supervise({assignment, plan, group, progress, survivors});
 }
 
 RoundPlan Agent::PlanInPlaceRound(const v1::Assignment& assignment,
@@ -651,7 +652,6 @@ void Agent::ReportFailures(const v1::Assignment& assignment,
   report.host = context_.local_addr;
   report.round = assignment.round();
   report.rank_offset = assignment.rank_offset();
-  report.worker_timeout = options_.worker_timeout;
   v1::ReportFailureRequest request = BuildFailureReport(
       report, failures, error_files, spawn_error, clock_.Now());
   absl::StatusOr<v1::ReportFailureResponse> response =

@@ -13,6 +13,7 @@
 #include "launcher/agent/agent_events.h"
 #include "launcher/agent/agent_metrics.h"
 #include "launcher/agent/heartbeat_loop.h"
+#include "launcher/agent/phase_bounds.h"
 #include "launcher/agent/rendezvous_api.h"
 #include "launcher/agent/round_plan.h"
 #include "launcher/agent/standby_pool.h"
@@ -65,6 +66,9 @@ class Agent {
     const RoundPlan& plan;
     WorkerGroup& group;
     std::vector<ProgressChannel>& progress;
+    // By local rank: carried on from the previous round in place (empty: a
+    // fresh round).
+    std::vector<bool> survivors = {};
   };
 
   Joined JoinNextRound(int64_t last_round);
@@ -111,7 +115,8 @@ class Agent {
   // the workers go on in place, or are stopped.
   RoundEnd OnRoundOverElsewhere(const RunningRound& round,
                                 const SupervisorPolicy& policy);
-  // Reaps and drains progress; tells the policy and the metrics.
+  // Reaps, drains progress and looks at which workers are stopped; tells
+  // the policy and the metrics.
   void Observe(const RunningRound& round, SupervisorPolicy& policy,
                int& exited);
   RoundEnd OnWorkersFailed(const RunningRound& round,
@@ -184,6 +189,10 @@ class Agent {
   std::vector<bool> in_place_declared_;
   std::vector<int> in_place_replace_;
   int ended_exit_code_ = 1;
+  // Hang bounds by phase, learned over the whole job; and whether the
+  // program reports on its progress pipe (then every worker must).
+  PhaseBounds phase_bounds_;
+  bool workers_report_ = false;
 };
 
 }  // namespace ddprun::launcher

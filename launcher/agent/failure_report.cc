@@ -1,11 +1,24 @@
 #include "launcher/agent/failure_report.h"
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/rendezvous_words.h"
 #include "launcher/agent/error_file.h"
 #include "launcher/posix/exit_status.h"
 
 namespace ddprun::launcher {
+
+std::string DescribeHang(const LocalFailure& f) {
+  const absl::string_view phase = common::PhaseName(f.phase);
+  if (f.stopped) {
+    return absl::StrFormat("stopped (state T) for %s in phase %s",
+                           absl::FormatDuration(f.silent), phase);
+  }
+  return absl::StrFormat(
+      "no progress for %s in phase %s (its bound; --hang-bound %s=SECONDS "
+      "changes it)",
+      absl::FormatDuration(f.silent), phase, phase);
+}
 
 v1::ReportFailureRequest BuildFailureReport(
     const FailureReportContext& context,
@@ -40,9 +53,8 @@ v1::ReportFailureRequest BuildFailureReport(
     f->set_time_unix_ms(absl::ToUnixMillis(failure.time));
     if (failure.cause == v1::FAILURE_CAUSE_HUNG) {
       f->set_exit_code(-1);
-      f->set_message(absl::StrFormat(
-          "no progress for %s (--worker-timeout); the agent stopped it",
-          absl::FormatDuration(context.worker_timeout)));
+      f->set_message(
+          absl::StrCat(DescribeHang(failure), "; the agent killed it"));
       continue;
     }
     f->set_exit_code(failure.exit.exit_code);

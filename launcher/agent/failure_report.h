@@ -16,8 +16,12 @@ struct FailureReportContext {
   std::string host;  // this node's address, as peers know it
   int64_t round = 0;
   int rank_offset = 0;  // global rank of local rank 0
-  absl::Duration worker_timeout = absl::ZeroDuration();
 };
+
+// What a hang was: "stopped (state T) for 0.5s in phase step", or "no
+// progress for 12s in phase join (its bound; --hang-bound join=SECONDS
+// changes it)".
+std::string DescribeHang(const LocalFailure& failure);
 
 // The ReportFailure request for this node's failed workers (oldest first):
 // each with its global rank, exit code or signal name, time, and the message

@@ -4,13 +4,30 @@
 
 namespace ddprun::launcher {
 
+using common::Phase;
+using common::ProgressRecord;
+
 SupervisorPolicy::SupervisorPolicy(SupervisorPolicyOptions options,
+                                   PhaseBounds& bounds,
                                    const common::Clock& clock)
-    : options_(options), clock_(clock), workers_(options.num_workers) {
-  for (int i = 0; i < static_cast<int>(workers_.size()) &&
-                  i < static_cast<int>(options_.in_place.size());
-       ++i) {
-    workers_[i].in_place = options_.in_place[i];
+    : options_(std::move(options)),
+      bounds_(bounds),
+      clock_(clock),
+      workers_(options_.num_workers) {
+  const absl::Time now = clock_.Now();
+  for (int i = 0; i < static_cast<int>(workers_.size()); ++i) {
+    Worker& w = workers_[i];
+    w.last_record = now;
+    w.reports = options_.expect_reports;
+    if (i < static_cast<int>(options_.in_place.size())) {
+      w.in_place = options_.in_place[i];
+    }
+    if (i < static_cast<int>(options_.survivors.size()) &&
+        options_.survivors[i]) {
+      // It learns the round from its control pipe and forms a new group.
+      w.phase = Phase::kJoin;
+      w.reports = true;
+    }
   }
 }
 
@@ -28,9 +45,30 @@ void SupervisorPolicy::OnExit(int local_rank, ExitStatus status) {
   }
 }
 
-void SupervisorPolicy::OnProgress(int local_rank) {
+void SupervisorPolicy::OnRecord(int local_rank, const ProgressRecord& record) {
   if (local_rank < 0 || local_rank >= static_cast<int>(workers_.size())) return;
-  workers_[local_rank].last_progress = clock_.Now();
+  Worker& w = workers_[local_rank];
+  if (w.exit || w.hung) return;
+  const absl::Time now = clock_.Now();
+  // What the phase took so far teaches its bound; a record within the
+  // stepping phases is the end of one step.
+  bounds_.Observe(w.phase, now - w.last_record);
+  w.last_record = now;
+  w.reports = true;
+  switch (record.kind) {
+    case ProgressRecord::Kind::kPhase:
+      // Entering the stepping phase: no step is done yet.
+      w.phase = record.phase == Phase::kStep ? Phase::kFirstStep : record.phase;
+      break;
+    case ProgressRecord::Kind::kStep:
+      w.phase = Phase::kStep;
+      break;
+    case ProgressRecord::Kind::kInPlace:
+      w.in_place = true;
+      break;
+    case ProgressRecord::Kind::kOther:
+      break;
+  }
 }
 
 void SupervisorPolicy::OnInPlaceDeclared(int local_rank) {
@@ -38,17 +76,46 @@ void SupervisorPolicy::OnInPlaceDeclared(int local_rank) {
   workers_[local_rank].in_place = true;
 }
 
-void SupervisorPolicy::OnStopped(int local_rank) {
+void SupervisorPolicy::OnProcessState(int local_rank, bool stopped) {
   if (local_rank < 0 || local_rank >= static_cast<int>(workers_.size())) return;
-  Worker& worker = workers_[local_rank];
-  worker.stopped = true;
-  // Stopped before it reported progress in this round (a survivor in the
-  // state sync of an in-place round): hung all the same.
-  if (!worker.exit && !worker.hung) {
-    worker.hung = true;
-    failures_.push_back(
-        {local_rank, ExitStatus{}, v1::FAILURE_CAUSE_HUNG, clock_.Now()});
+  Worker& w = workers_[local_rank];
+  if (w.exit) return;
+  w.stopped = stopped;
+  if (!stopped) {
+    w.stopped_since.reset();
+  } else if (!w.stopped_since) {
+    w.stopped_since = clock_.Now();
   }
+}
+
+std::optional<absl::Time> SupervisorPolicy::HangDeadline(
+    const Worker& w) const {
+  if (w.exit || w.hung) return std::nullopt;
+  std::optional<absl::Time> deadline;
+  if (w.stopped_since && bounds_.stopped_bound() != absl::InfiniteDuration()) {
+    deadline = *w.stopped_since + bounds_.stopped_bound();
+  }
+  const absl::Duration bound = bounds_.Bound(w.phase);
+  if (w.reports && bound != absl::InfiniteDuration()) {
+    absl::Time silent = w.last_record + bound;
+    if (!deadline || silent < *deadline) deadline = silent;
+  }
+  return deadline;
+}
+
+void SupervisorPolicy::MarkHung(int local_rank, absl::Time now) {
+  Worker& w = workers_[local_rank];
+  w.hung = true;
+  const bool stopped_too_long =
+      w.stopped_since && now - *w.stopped_since >= bounds_.stopped_bound();
+  w.hung_bound =
+      stopped_too_long ? bounds_.stopped_bound() : bounds_.Bound(w.phase);
+  LocalFailure failure{local_rank, ExitStatus{}, v1::FAILURE_CAUSE_HUNG, now};
+  failure.phase = w.phase;
+  failure.stopped = stopped_too_long;
+  failure.silent =
+      stopped_too_long ? now - *w.stopped_since : now - w.last_record;
+  failures_.push_back(failure);
 }
 
 RecoveryDecision SupervisorPolicy::DecideRecovery() const {
@@ -85,18 +152,20 @@ std::vector<bool> SupervisorPolicy::in_place_declared() const {
 }
 
 SupervisorPolicy::Verdict SupervisorPolicy::Evaluate() {
-  absl::Time now = clock_.Now();
-  if (options_.worker_timeout > absl::ZeroDuration()) {
-    for (int i = 0; i < static_cast<int>(workers_.size()); ++i) {
-      Worker& w = workers_[i];
-      if (w.exit || w.hung || !w.last_progress) continue;
-      if (now - *w.last_progress >= options_.worker_timeout) {
-        w.hung = true;
-        failures_.push_back({i, ExitStatus{}, v1::FAILURE_CAUSE_HUNG, now});
-      }
-    }
+  const absl::Time now = clock_.Now();
+  for (int i = 0; i < static_cast<int>(workers_.size()); ++i) {
+    std::optional<absl::Time> deadline = HangDeadline(workers_[i]);
+    if (deadline && now >= *deadline) MarkHung(i, now);
   }
-  if (!failures_.empty()) return Verdict::kFailed;
+  if (!failures_.empty()) {
+    // Once one is hung, every worker stopped now is a culprit, whatever its
+    // own bound: the silent others wait for it.
+    for (int i = 0; i < static_cast<int>(workers_.size()); ++i) {
+      const Worker& w = workers_[i];
+      if (w.stopped && !w.hung && !w.exit) MarkHung(i, now);
+    }
+    return Verdict::kFailed;
+  }
   for (const Worker& w : workers_) {
     if (!w.exit) return Verdict::kRunning;
   }
@@ -104,12 +173,10 @@ SupervisorPolicy::Verdict SupervisorPolicy::Evaluate() {
 }
 
 std::optional<absl::Time> SupervisorPolicy::NextHangDeadline() const {
-  if (options_.worker_timeout <= absl::ZeroDuration()) return std::nullopt;
   std::optional<absl::Time> next;
   for (const Worker& w : workers_) {
-    if (w.exit || w.hung || !w.last_progress) continue;
-    absl::Time deadline = *w.last_progress + options_.worker_timeout;
-    if (!next || deadline < *next) next = deadline;
+    std::optional<absl::Time> deadline = HangDeadline(w);
+    if (deadline && (!next || *deadline < *next)) next = deadline;
   }
   return next;
 }
@@ -125,8 +192,9 @@ absl::Duration SupervisorPolicy::WaitBefore(
 bool SupervisorPolicy::AwaitsRemoteCause(int num_nodes) const {
   if (num_nodes <= 1 || failures_.empty()) return false;
   for (const LocalFailure& f : failures_) {
-    if (f.cause != v1::FAILURE_CAUSE_HUNG || workers_[f.local_rank].stopped ||
-        clock_.Now() - f.time >= options_.worker_timeout) {
+    const Worker& w = workers_[f.local_rank];
+    if (f.cause != v1::FAILURE_CAUSE_HUNG || w.stopped ||
+        clock_.Now() - f.time >= w.hung_bound) {
       return false;
     }
   }

@@ -6,7 +6,9 @@
 
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/progress_record.h"
 #include "ddprun/v1/rendezvous.pb.h"
+#include "launcher/agent/phase_bounds.h"
 #include "launcher/posix/exit_status.h"
 
 namespace ddprun::launcher {
@@ -18,16 +20,29 @@ struct LocalFailure {
   v1::FailureCause cause = v1::FAILURE_CAUSE_UNSPECIFIED;  // exited,
                                                            // signaled, hung
   absl::Time time;
+  // For a hang: the phase it was in, and how long it had been silent there
+  // (or stopped) when it was found.
+  common::Phase phase = common::Phase::kStart;
+  absl::Duration silent;
+  bool stopped = false;  // for a hang: found stopped (state T)
 };
 
 struct SupervisorPolicyOptions {
   int num_workers = 1;
-  // Silence after a first progress report that makes a worker hung; zero:
-  // off. Workers that never report are never hung.
-  absl::Duration worker_timeout = absl::ZeroDuration();
+  // Whether the program reports on its progress pipe (one of its workers
+  // did in an earlier round of this job): then a worker that reports
+  // nothing within the start-up bound is hung too. Otherwise a worker is
+  // watched for silence only from its first record, so that programs that
+  // never report (a Python script without the ddprun module) are never
+  // hung by silence. A stopped worker is hung either way.
+  bool expect_reports = false;
   // Which local ranks already declared in-place recovery (a previous round
   // of the same processes); missing entries: not declared.
   std::vector<bool> in_place;
+  // Which local ranks carry on from the previous round in place (they were
+  // just sent this round): they start in the join phase and are expected
+  // to report. Missing entries: started afresh.
+  std::vector<bool> survivors;
 };
 
 // How the agent answers a failure of its own workers, or a new round that
@@ -48,19 +63,25 @@ class SupervisorPolicy {
  public:
   enum class Verdict { kRunning, kSucceeded, kFailed };
 
-  SupervisorPolicy(SupervisorPolicyOptions options, const common::Clock& clock);
+  // `bounds` (the agent's, for the whole job) learns from what this round
+  // observes and bounds each phase; it must outlive the policy.
+  SupervisorPolicy(SupervisorPolicyOptions options, PhaseBounds& bounds,
+                   const common::Clock& clock);
 
   void OnExit(int local_rank, ExitStatus status);
-  void OnProgress(int local_rank);
+  // One record from the worker's progress pipe: a sign of life, and maybe
+  // a new phase.
+  void OnRecord(int local_rank, const common::ProgressRecord& record);
   // The worker said it recovers in place (libddp: worker/recovery.h).
   void OnInPlaceDeclared(int local_rank);
-  // The worker is stopped (SIGSTOP): when some hung workers are, the others
-  // that went silent with them are waiting for them, not hung themselves.
-  // A running worker not hung yet (it reported no progress in this round)
-  // becomes a hung failure.
-  void OnStopped(int local_rank);
+  // What the agent saw of the process at its last look: stopped (state T)
+  // or not. Stopped past the stopped bound, it is hung; while some hung
+  // workers are stopped, the others that went silent with them are waiting
+  // for them, not hung themselves (DecideRecovery).
+  void OnProcessState(int local_rank, bool stopped);
 
-  // Also turns a worker silent past the worker timeout into a "hung" failure.
+  // Also turns a worker silent past its phase's bound, or stopped past the
+  // stopped bound, into a "hung" failure.
   Verdict Evaluate();
 
   // Oldest first: [0] is the root cause.
@@ -68,6 +89,10 @@ class SupervisorPolicy {
   // The earliest time at which a running worker could become hung; nullopt
   // when none can (so the agent knows how long it may sleep).
   std::optional<absl::Time> NextHangDeadline() const;
+  // The phase a local rank is in now.
+  common::Phase phase(int local_rank) const {
+    return workers_[local_rank].phase;
+  }
   // How long the agent may sleep before it looks again: `monitor_interval`,
   // or less when a worker could become hung sooner (never negative).
   absl::Duration WaitBefore(absl::Duration monitor_interval) const;
@@ -80,10 +105,11 @@ class SupervisorPolicy {
   // collective), else every hung one.
   RecoveryDecision DecideRecovery() const;
   // After kFailed in a round of `num_nodes`: true while every failure is a
-  // hang of a worker that is not stopped and is younger than one more worker
-  // timeout. Silent together with nothing stopped or exited here, they most
-  // likely wait for a stopped or dead peer on another node, whose agent
-  // reports it (a rejoin); killing them as hung would race that report.
+  // hang of a worker that is not stopped and has been hung for less than
+  // its phase's bound once more. Silent together with nothing stopped or
+  // exited here, they most likely wait for a stopped or dead peer on
+  // another node, whose agent reports it (a rejoin); killing them as hung
+  // would race that report.
   bool AwaitsRemoteCause(int num_nodes) const;
   // By local rank, for the next round of the same processes.
   std::vector<bool> in_place_declared() const;
@@ -91,13 +117,22 @@ class SupervisorPolicy {
  private:
   struct Worker {
     std::optional<ExitStatus> exit;
-    std::optional<absl::Time> last_progress;
+    common::Phase phase = common::Phase::kStart;
+    absl::Time last_record;  // or when the phase began, before any record
+    bool reports = false;    // watched for silence
     bool hung = false;
     bool in_place = false;
-    bool stopped = false;
+    bool stopped = false;  // at the agent's last look
+    std::optional<absl::Time> stopped_since;
+    absl::Duration hung_bound;  // the bound it was found hung past
   };
 
+  // When `w` becomes hung if nothing changes; nullopt: it cannot.
+  std::optional<absl::Time> HangDeadline(const Worker& w) const;
+  void MarkHung(int local_rank, absl::Time now);
+
   SupervisorPolicyOptions options_;
+  PhaseBounds& bounds_;
   const common::Clock& clock_;
   std::vector<Worker> workers_;
   std::vector<LocalFailure> failures_;

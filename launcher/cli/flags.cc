@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <map>
 #include <vector>
 
@@ -16,6 +17,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "common/status_macros.h"
 #include "common/endpoint.h"
 #include "common/version.h"
@@ -118,6 +121,8 @@ struct RawLaunchFlags {
   std::string max_restarts = "0";
   std::string monitor_interval = "0.1";
   std::string worker_timeout = "0";
+  std::string hang_bound;
+  std::string hang_factor = "5";
   std::string shutdown_grace = "3";
   std::string redirects = "0";
   std::string tee = "0";
@@ -168,8 +173,16 @@ void AddLaunchFlags(CLI::App& app, LaunchOptions& o, RawLaunchFlags& raw) {
   AddString(app, "--monitor-interval", &raw.monitor_interval,
             "seconds between worker checks");
   AddString(app, "--worker-timeout", &raw.worker_timeout,
-            "seconds without progress after which a reporting worker is hung "
-            "(0: off)");
+            "seconds without progress, in any phase, after which a reporting "
+            "worker is hung (0: each phase's bound adapts: --hang-bound)");
+  AddString(app, "--hang-bound", &raw.hang_bound,
+            "PHASE=SECONDS,...: fixed hang bounds by phase (start, join, sync, "
+            "first-step, step, checkpoint, stop, stopped; 0: never hung "
+            "there); unset phases adapt: --hang-factor x the longest seen, "
+            "at least a floor (docs/ARCHITECTURE.md, 'Hangs')");
+  AddString(app, "--hang-factor", &raw.hang_factor,
+            "adaptive hang bounds are this multiple of a phase's longest "
+            "observed duration");
   AddString(app, "--shutdown-grace", &raw.shutdown_grace,
             "seconds between SIGTERM and SIGKILL when stopping workers");
   AddString(app, "--log-dir", &o.log_dir,
@@ -233,6 +246,54 @@ absl::Status TakeProgram(std::vector<std::string> rest, LaunchOptions& o) {
   return absl::OkStatus();
 }
 
+// --hang-bound PHASE=SECONDS,... and --hang-factor into `bounds`; a
+// --worker-timeout (non-zero) fixes every phase but the start, as it did
+// before phases existed.
+absl::Status ParseHangBounds(const std::string& text,
+                             const std::string& factor_text,
+                             absl::Duration worker_timeout,
+                             PhaseBoundsOptions& bounds) {
+  double factor = 0;
+  if (!absl::SimpleAtod(factor_text, &factor) || !std::isfinite(factor) ||
+      factor < 1) {
+    return Usage(absl::StrFormat(
+        "--hang-factor: '%s' is not a number >= 1; write e.g. --hang-factor 5",
+        factor_text));
+  }
+  bounds.factor = factor;
+  if (worker_timeout > absl::ZeroDuration()) {
+    for (int i = 0; i < common::kNumPhases; ++i) {
+      if (static_cast<common::Phase>(i) != common::Phase::kStart) {
+        bounds.fixed[i] = worker_timeout;
+      }
+    }
+  }
+  for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    std::pair<std::string, std::string> kv =
+        absl::StrSplit(item, absl::MaxSplits('=', 1));
+    const std::string name(absl::StripAsciiWhitespace(kv.first));
+    absl::StatusOr<absl::Duration> value =
+        ParseSeconds(absl::StrCat("--hang-bound ", name), kv.second);
+    if (!value.ok()) return value.status();
+    const absl::Duration bound =
+        *value == absl::ZeroDuration() ? absl::InfiniteDuration() : *value;
+    if (name == "stopped") {
+      bounds.stopped = bound;
+      continue;
+    }
+    std::optional<common::Phase> phase = common::ParsePhase(name);
+    if (!phase.has_value()) {
+      return Usage(absl::StrFormat(
+          "--hang-bound: unknown phase '%s'; the phases are start, join, "
+          "sync, first-step, step, checkpoint, stop and stopped, e.g. "
+          "--hang-bound step=2,checkpoint=600",
+          name));
+    }
+    bounds.fixed[static_cast<int>(*phase)] = bound;
+  }
+  return absl::OkStatus();
+}
+
 // The flags given as strings, parsed and range-checked.
 absl::Status ParseLaunchValues(const RawLaunchFlags& raw, LaunchOptions& o) {
   if (absl::Status s = ParseNnodes(raw.nnodes, o.min_nodes, o.max_nodes);
@@ -274,6 +335,11 @@ absl::Status ParseLaunchValues(const RawLaunchFlags& raw, LaunchOptions& o) {
     absl::StatusOr<absl::Duration> value = ParseSeconds(d.flag, d.text);
     if (!value.ok()) return value.status();
     d.target = *value;
+  }
+  if (absl::Status s = ParseHangBounds(raw.hang_bound, raw.hang_factor,
+                                       o.worker_timeout, o.hang_bounds);
+      !s.ok()) {
+    return s;
   }
   if (o.monitor_interval <= absl::ZeroDuration()) {
     return Usage(

@@ -7,6 +7,7 @@
 
 #include "absl/time/time.h"
 #include "common/auth.h"
+#include "launcher/agent/phase_bounds.h"
 
 namespace ddprun::launcher {
 
@@ -61,9 +62,13 @@ struct LaunchOptions {
   int node_rank = -1;  // -1: the server assigns it
   int max_restarts = 0;
   absl::Duration monitor_interval = absl::Milliseconds(100);
-  // A worker that reported progress once and then is silent this long is
-  // hung; zero turns hang detection off.
+  // --worker-timeout: a worker that reported progress once and then is
+  // silent this long, in any phase, is hung (it fixes every phase's bound in
+  // hang_bounds but the start's); zero: the bounds adapt (hang_bounds).
   absl::Duration worker_timeout = absl::ZeroDuration();
+  // How long a worker may stay in each phase of its life, and stopped
+  // (--hang-bound, --hang-factor, --worker-timeout).
+  PhaseBoundsOptions hang_bounds;
   // Between SIGTERM and SIGKILL when stopping workers; one shared deadline.
   absl::Duration shutdown_grace = absl::Seconds(3);
   std::string log_dir;  // empty: workers inherit the agent's stdout/stderr

@@ -27,7 +27,7 @@ ProgressChannel::ProgressChannel(ProgressChannel&& other) noexcept
       write_fd_(std::exchange(other.write_fd_, -1)),
       child_fd_(std::exchange(other.child_fd_, -1)),
       in_place_(std::exchange(other.in_place_, false)),
-      tail_(std::move(other.tail_)) {}
+      partial_(std::move(other.partial_)) {}
 
 ProgressChannel& ProgressChannel::operator=(ProgressChannel&& other) noexcept {
   if (this != &other) {
@@ -36,7 +36,7 @@ ProgressChannel& ProgressChannel::operator=(ProgressChannel&& other) noexcept {
     write_fd_ = std::exchange(other.write_fd_, -1);
     child_fd_ = std::exchange(other.child_fd_, -1);
     in_place_ = std::exchange(other.in_place_, false);
-    tail_ = std::move(other.tail_);
+    partial_ = std::move(other.partial_);
   }
   return *this;
 }
@@ -46,27 +46,37 @@ void ProgressChannel::CloseWriteEnd() {
   write_fd_ = -1;
 }
 
-bool ProgressChannel::Drain() {
-  if (read_fd_ < 0) return false;
-  bool any = false;
+std::vector<common::ProgressRecord> ProgressChannel::Drain() {
+  std::vector<common::ProgressRecord> records;
+  if (read_fd_ < 0) return records;
+  // A worker writes short lines; one longer than this is not ours, and is
+  // cut rather than kept growing.
+  constexpr size_t kMaxLine = 4096;
   char buffer[4096];
   while (true) {
     ssize_t n = read(read_fd_, buffer, sizeof(buffer));
     if (n > 0) {
-      any = true;
-      if (!in_place_) {
-        static constexpr char kDeclaration[] = "inplace\n";
-        constexpr size_t kLength = sizeof(kDeclaration) - 1;
-        tail_.append(buffer, static_cast<size_t>(n));
-        in_place_ = tail_.find(kDeclaration) != std::string::npos;
-        if (tail_.size() > kLength) tail_.erase(0, tail_.size() - kLength);
+      partial_.append(buffer, static_cast<size_t>(n));
+      size_t begin = 0;
+      for (size_t end; (end = partial_.find('\n', begin)) != std::string::npos;
+           begin = end + 1) {
+        records.push_back(common::ParseProgressRecord(
+            absl::string_view(partial_).substr(begin, end - begin)));
+        if (records.back().kind == common::ProgressRecord::Kind::kInPlace) {
+          in_place_ = true;
+        }
+      }
+      partial_.erase(0, begin);
+      if (partial_.size() > kMaxLine) {
+        records.push_back({});  // a sign of life all the same
+        partial_.clear();
       }
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
     break;  // empty (EAGAIN) or closed (0)
   }
-  return any;
+  return records;
 }
 
 void ProgressChannel::Close() {

@@ -1,14 +1,16 @@
 #pragma once
 
 #include <string>
+#include <vector>
+
+#include "common/progress_record.h"
 
 namespace ddprun::launcher {
 
 // The pipe one worker reports progress through (DDPRUN_PROGRESS_FD): the
-// worker writes a small record per step to the write end; the agent drains
-// the read end without blocking. What matters here: that something arrived,
-// and whether the worker declared that it recovers in place (the line
-// "inplace", written by libddp's worker/recovery.h).
+// worker writes one line per record (common/progress_record.h: phases,
+// steps, the in-place declaration) to the write end; the agent drains the
+// read end without blocking and gets the complete lines as records.
 // Owned by the agent's thread. Move-only; closes its descriptors.
 class ProgressChannel {
  public:
@@ -26,8 +28,9 @@ class ProgressChannel {
   int child_fd() const { return child_fd_; }
   // After the worker is spawned: the worker holds the only write end.
   void CloseWriteEnd();
-  // Reads what is there; true when anything was.
-  bool Drain();
+  // Reads what is there and returns its complete lines, parsed, oldest
+  // first (a line split across reads comes whole at the next Drain).
+  std::vector<common::ProgressRecord> Drain();
   // Whether the worker has written the line "inplace" so far.
   bool declared_in_place() const { return in_place_; }
 
@@ -38,7 +41,7 @@ class ProgressChannel {
   int write_fd_ = -1;
   int child_fd_ = -1;
   bool in_place_ = false;
-  std::string tail_;  // the end of what was read, for a split "inplace"
+  std::string partial_;  // a line not yet ended
 };
 
 }  // namespace ddprun::launcher

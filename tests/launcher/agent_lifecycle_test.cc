@@ -109,7 +109,7 @@ class FakeProcessControl final : public ProcessControl {
     // [0] the progress pipe, [1] the control pipe.
     EXPECT_THAT(request.inherit_fds, SizeIs(2));
     if (progress_at_start) {
-      EXPECT_EQ(write(request.inherit_fds[0], "s", 1), 1);
+      EXPECT_EQ(write(request.inherit_fds[0], "step\n", 5), 5);
     }
     if (declare_in_place) {
       EXPECT_EQ(write(request.inherit_fds[0], "inplace\n", 8), 8);
@@ -446,7 +446,10 @@ TEST_F(AgentLifecycleTest, WorkerKilledBySignalIsReportedAsSignaled) {
 }
 
 TEST_F(AgentLifecycleTest, SilentWorkerIsHungAfterTheWorkerTimeout) {
-  options_.worker_timeout = absl::Seconds(30);
+  // As --worker-timeout 30 sets it: every phase after the start.
+  for (int i = 1; i < common::kNumPhases; ++i) {
+    options_.hang_bounds.fixed[i] = absl::Seconds(30);
+  }
   control_.progress_at_start = true;
   ExpectJoins({Assigned(MakeAssignment(1, 0)), Assigned(MakeAssignment(2, 1))});
   // Round 1: silent after one progress report.

@@ -42,13 +42,14 @@ TEST(FailureReportTest, CarriesRanksCausesAndMessages) {
   fputs(R"({"message": {"message": "CUDA out of memory"}})", f);
   fclose(f);
   FailureReportContext context{"job", "node-a", "10.0.0.7",
-                               3,     4,        absl::Seconds(30)};
+                               3,     4};
   absl::Time t = absl::FromUnixMillis(1700000000000);
   std::vector<LocalFailure> failures = {
       {1, ExitStatus::Exited(2), v1::FAILURE_CAUSE_EXITED, t},
       {0, ExitStatus::Signaled(9), v1::FAILURE_CAUSE_SIGNALED,
        t + absl::Seconds(1)},
-      {2, ExitStatus{}, v1::FAILURE_CAUSE_HUNG, t + absl::Seconds(2)}};
+      {2, ExitStatus{}, v1::FAILURE_CAUSE_HUNG, t + absl::Seconds(2),
+       common::Phase::kJoin, absl::Seconds(30)}};
   v1::ReportFailureRequest r = BuildFailureReport(
       context, failures, {dir.File("none"), error_file, dir.File("none")}, "",
       t);
@@ -66,7 +67,7 @@ TEST(FailureReportTest, CarriesRanksCausesAndMessages) {
   EXPECT_EQ(r.failures(1).message(), "the worker was killed by SIGKILL");
   EXPECT_EQ(r.failures(2).failure_cause(), v1::FAILURE_CAUSE_HUNG);
   EXPECT_EQ(r.failures(2).cause(), "hung") << "the word, for older servers";
-  EXPECT_THAT(r.failures(2).message(), HasSubstr("no progress for 30s"));
+  EXPECT_THAT(r.failures(2).message(), HasSubstr("no progress for 30s in phase join"));
   v1::ReportFailureRequest spawn =
       BuildFailureReport(context, {}, {}, "cannot run 'x'", t);
   ASSERT_EQ(spawn.failures_size(), 1);

@@ -1,5 +1,6 @@
 #include "launcher/agent/supervisor_policy.h"
 
+#include <deque>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -8,10 +9,38 @@ namespace ddprun::launcher {
 namespace {
 
 using Verdict = SupervisorPolicy::Verdict;
+using common::Phase;
+using common::ProgressRecord;
 
-TEST(SupervisorPolicyTest, SucceedsWhenEveryWorkerExitsZero) {
+ProgressRecord StepRecord() {
+  return {.kind = ProgressRecord::Kind::kStep};
+}
+ProgressRecord PhaseRecord(Phase phase) {
+  return {.kind = ProgressRecord::Kind::kPhase, .phase = phase};
+}
+void Step(SupervisorPolicy& policy, int local_rank) {
+  policy.OnRecord(local_rank, StepRecord());
+}
+
+class SupervisorPolicyTest : public ::testing::Test {
+ protected:
+  // Each policy its own bounds (they outlive it).
+  PhaseBounds& Adaptive(PhaseBoundsOptions options = {}) {
+    return bounds_.emplace_back(options);
+  }
+  // As --worker-timeout sets them: every phase but the start fixed.
+  PhaseBounds& Fixed(absl::Duration bound) {
+    PhaseBoundsOptions options;
+    for (int i = 1; i < common::kNumPhases; ++i) options.fixed[i] = bound;
+    return Adaptive(options);
+  }
+
+  std::deque<PhaseBounds> bounds_;
+};
+
+TEST_F(SupervisorPolicyTest, SucceedsWhenEveryWorkerExitsZero) {
   common::FakeClock clock;
-  SupervisorPolicy policy({.num_workers = 2}, clock);
+  SupervisorPolicy policy({.num_workers = 2}, Adaptive(), clock);
   EXPECT_EQ(policy.Evaluate(), Verdict::kRunning);
   policy.OnExit(0, ExitStatus::Exited(0));
   EXPECT_EQ(policy.Evaluate(), Verdict::kRunning);
@@ -20,9 +49,9 @@ TEST(SupervisorPolicyTest, SucceedsWhenEveryWorkerExitsZero) {
   EXPECT_TRUE(policy.failures().empty());
 }
 
-TEST(SupervisorPolicyTest, OneNonZeroExitFailsTheGroupWithTheRootCauseFirst) {
+TEST_F(SupervisorPolicyTest, OneNonZeroExitFailsTheGroupWithTheRootCauseFirst) {
   common::FakeClock clock;
-  SupervisorPolicy policy({.num_workers = 3}, clock);
+  SupervisorPolicy policy({.num_workers = 3}, Adaptive(), clock);
   policy.OnExit(2, ExitStatus::Exited(3));
   absl::Time first = clock.Now();
   clock.Advance(absl::Seconds(1));
@@ -37,15 +66,15 @@ TEST(SupervisorPolicyTest, OneNonZeroExitFailsTheGroupWithTheRootCauseFirst) {
   EXPECT_EQ(policy.failures()[1].exit.signal, 9);
 }
 
-TEST(SupervisorPolicyTest, SilentAfterProgressPastTheTimeoutIsHung) {
+TEST_F(SupervisorPolicyTest, SilentAfterProgressPastTheTimeoutIsHung) {
   common::FakeClock clock;
   SupervisorPolicy policy(
-      {.num_workers = 2, .worker_timeout = absl::Seconds(5)}, clock);
+      {.num_workers = 2}, Fixed(absl::Seconds(5)), clock);
   EXPECT_FALSE(policy.NextHangDeadline().has_value());
-  policy.OnProgress(1);
+  Step(policy, 1);
   EXPECT_EQ(policy.NextHangDeadline(), clock.Now() + absl::Seconds(5));
   clock.Advance(absl::Seconds(4));
-  policy.OnProgress(0);  // rank 0 keeps reporting
+  Step(policy, 0);  // rank 0 keeps reporting
   EXPECT_EQ(policy.Evaluate(), Verdict::kRunning);
   clock.Advance(absl::Seconds(1));
   EXPECT_EQ(policy.Evaluate(), Verdict::kFailed);
@@ -57,18 +86,19 @@ TEST(SupervisorPolicyTest, SilentAfterProgressPastTheTimeoutIsHung) {
   EXPECT_EQ(policy.failures().size(), 1u);
 }
 
-TEST(SupervisorPolicyTest, WorkersThatNeverReportAreNeverHung) {
+TEST_F(SupervisorPolicyTest, WorkersThatNeverReportAreNeverHung) {
   common::FakeClock clock;
   SupervisorPolicy policy(
-      {.num_workers = 1, .worker_timeout = absl::Seconds(1)}, clock);
+      {.num_workers = 1}, Fixed(absl::Seconds(1)), clock);
   clock.Advance(absl::Hours(10));
   EXPECT_EQ(policy.Evaluate(), Verdict::kRunning);
 }
 
-TEST(SupervisorPolicyTest, HangDetectionOffWithZeroTimeout) {
+TEST_F(SupervisorPolicyTest, HangDetectionOffWithInfiniteBounds) {
   common::FakeClock clock;
-  SupervisorPolicy policy({.num_workers = 1}, clock);
-  policy.OnProgress(0);
+  SupervisorPolicy policy({.num_workers = 1}, Fixed(absl::InfiniteDuration()),
+                          clock);
+  Step(policy, 0);
   clock.Advance(absl::Hours(10));
   EXPECT_EQ(policy.Evaluate(), Verdict::kRunning);
   EXPECT_FALSE(policy.NextHangDeadline().has_value());
@@ -77,9 +107,9 @@ TEST(SupervisorPolicyTest, HangDetectionOffWithZeroTimeout) {
 
 // In-place recovery (issue 13): the decision to keep the survivors.
 
-TEST(SupervisorPolicyTest, AKilledWorkerOfADeclaredGroupIsReplacedInPlace) {
+TEST_F(SupervisorPolicyTest, AKilledWorkerOfADeclaredGroupIsReplacedInPlace) {
   common::FakeClock clock;
-  SupervisorPolicy policy({.num_workers = 3}, clock);
+  SupervisorPolicy policy({.num_workers = 3}, Adaptive(), clock);
   for (int i = 0; i < 3; ++i) policy.OnInPlaceDeclared(i);
   policy.OnExit(1, ExitStatus::Signaled(9));
   ASSERT_EQ(policy.Evaluate(), Verdict::kFailed);
@@ -89,9 +119,9 @@ TEST(SupervisorPolicyTest, AKilledWorkerOfADeclaredGroupIsReplacedInPlace) {
   EXPECT_TRUE(decision.kill.empty());  // it is gone already
 }
 
-TEST(SupervisorPolicyTest, AWorkerThatDidNotDeclareMeansRestartAll) {
+TEST_F(SupervisorPolicyTest, AWorkerThatDidNotDeclareMeansRestartAll) {
   common::FakeClock clock;
-  SupervisorPolicy policy({.num_workers = 2}, clock);
+  SupervisorPolicy policy({.num_workers = 2}, Adaptive(), clock);
   policy.OnInPlaceDeclared(0);  // rank 1 is, say, a Python script
   policy.OnExit(0, ExitStatus::Exited(1));
   ASSERT_EQ(policy.Evaluate(), Verdict::kFailed);
@@ -100,16 +130,16 @@ TEST(SupervisorPolicyTest, AWorkerThatDidNotDeclareMeansRestartAll) {
   EXPECT_TRUE(decision.replace.empty());
 }
 
-TEST(SupervisorPolicyTest, AHungDeclaredWorkerIsKilledAndReplaced) {
+TEST_F(SupervisorPolicyTest, AHungDeclaredWorkerIsKilledAndReplaced) {
   common::FakeClock clock;
   SupervisorPolicy policy(
-      {.num_workers = 2, .worker_timeout = absl::Seconds(2)}, clock);
+      {.num_workers = 2}, Fixed(absl::Seconds(2)), clock);
   policy.OnInPlaceDeclared(0);
   policy.OnInPlaceDeclared(1);
-  policy.OnProgress(0);
-  policy.OnProgress(1);
+  Step(policy, 0);
+  Step(policy, 1);
   clock.Advance(absl::Seconds(1));
-  policy.OnProgress(1);
+  Step(policy, 1);
   clock.Advance(absl::Seconds(1));
   ASSERT_EQ(policy.Evaluate(), Verdict::kFailed);
   RecoveryDecision decision = policy.DecideRecovery();
@@ -118,44 +148,44 @@ TEST(SupervisorPolicyTest, AHungDeclaredWorkerIsKilledAndReplaced) {
   EXPECT_EQ(decision.kill, std::vector<int>{0});
 }
 
-TEST(SupervisorPolicyTest, AStoppedWorkerIsTheHangAndItsPeersAreKept) {
+TEST_F(SupervisorPolicyTest, AStoppedWorkerIsTheHangAndItsPeersAreKept) {
   common::FakeClock clock;
-  SupervisorPolicy policy(
-      {.num_workers = 3, .worker_timeout = absl::Seconds(2)}, clock);
+  SupervisorPolicy policy({.num_workers = 3}, Fixed(absl::Seconds(2)), clock);
   for (int i = 0; i < 3; ++i) {
     policy.OnInPlaceDeclared(i);
-    policy.OnProgress(i);
+    Step(policy, i);
   }
   // Rank 1 is stopped; 0 and 2 then wait for it in a collective: all three
-  // go silent together.
-  clock.Advance(absl::Seconds(2));
+  // go silent together, and the stopped one is found by its state first.
+  policy.OnProcessState(1, true);
+  clock.Advance(absl::Milliseconds(499));
+  EXPECT_EQ(policy.Evaluate(), Verdict::kRunning);
+  clock.Advance(absl::Milliseconds(1));
   ASSERT_EQ(policy.Evaluate(), Verdict::kFailed);
-  ASSERT_EQ(policy.failures().size(), 3u);
-  policy.OnStopped(1);
+  ASSERT_EQ(policy.failures().size(), 1u);
+  EXPECT_EQ(policy.failures()[0].local_rank, 1);
+  EXPECT_TRUE(policy.failures()[0].stopped);
+  EXPECT_EQ(policy.failures()[0].phase, common::Phase::kStep);
   RecoveryDecision decision = policy.DecideRecovery();
   EXPECT_TRUE(decision.in_place);
   EXPECT_EQ(decision.replace, std::vector<int>{1});
   EXPECT_EQ(decision.kill, std::vector<int>{1});
 }
 
-// An in-place round's state sync: survivor 0 (no progress in this round
-// yet) stops in it; new member 1 (progress: it declared in place) waits for
-// it and goes silent. Only 1 is hung by the clock; the stopped survivor is
-// the culprit, and 1 is kept.
-TEST(SupervisorPolicyTest, AWorkerStoppedBeforeItsFirstProgressIsTheHang) {
+// An in-place round's state sync: survivor 0 stops in it; new member 1
+// waits for it. The stopped survivor is the culprit, and 1 is kept, even
+// when 1 was found silent first.
+TEST_F(SupervisorPolicyTest, AWorkerStoppedBeforeItsFirstProgressIsTheHang) {
   common::FakeClock clock;
-  SupervisorPolicy policy({.num_workers = 2,
-                           .worker_timeout = absl::Seconds(2),
-                           .in_place = {true, false}},
-                          clock);
+  SupervisorPolicy policy({.num_workers = 2, .in_place = {true, false}},
+                          Fixed(absl::Seconds(2)), clock);
   policy.OnInPlaceDeclared(1);
-  policy.OnProgress(1);
+  Step(policy, 1);
   clock.Advance(absl::Seconds(2));
+  policy.OnProcessState(0, true);  // seen stopped only now
   ASSERT_EQ(policy.Evaluate(), Verdict::kFailed);
-  ASSERT_EQ(policy.failures().size(), 1u);
-  EXPECT_EQ(policy.failures()[0].local_rank, 1);
-  policy.OnStopped(0);
   ASSERT_EQ(policy.failures().size(), 2u);
+  EXPECT_EQ(policy.failures()[0].local_rank, 1);
   EXPECT_EQ(policy.failures()[1].local_rank, 0);
   EXPECT_EQ(policy.failures()[1].cause, v1::FAILURE_CAUSE_HUNG);
   RecoveryDecision decision = policy.DecideRecovery();
@@ -164,13 +194,13 @@ TEST(SupervisorPolicyTest, AWorkerStoppedBeforeItsFirstProgressIsTheHang) {
   EXPECT_EQ(decision.kill, std::vector<int>{0});
 }
 
-TEST(SupervisorPolicyTest, SilentWorkersWithNoneStoppedAreAllReplaced) {
+TEST_F(SupervisorPolicyTest, SilentWorkersWithNoneStoppedAreAllReplaced) {
   common::FakeClock clock;
   SupervisorPolicy policy(
-      {.num_workers = 2, .worker_timeout = absl::Seconds(2)}, clock);
+      {.num_workers = 2}, Fixed(absl::Seconds(2)), clock);
   for (int i = 0; i < 2; ++i) {
     policy.OnInPlaceDeclared(i);
-    policy.OnProgress(i);
+    Step(policy, i);
   }
   clock.Advance(absl::Seconds(2));
   ASSERT_EQ(policy.Evaluate(), Verdict::kFailed);
@@ -180,9 +210,9 @@ TEST(SupervisorPolicyTest, SilentWorkersWithNoneStoppedAreAllReplaced) {
   EXPECT_EQ(decision.kill, (std::vector<int>{0, 1}));
 }
 
-TEST(SupervisorPolicyTest, AWorkerThatFinishedMeansRestartAll) {
+TEST_F(SupervisorPolicyTest, AWorkerThatFinishedMeansRestartAll) {
   common::FakeClock clock;
-  SupervisorPolicy policy({.num_workers = 2}, clock);
+  SupervisorPolicy policy({.num_workers = 2}, Adaptive(), clock);
   policy.OnInPlaceDeclared(0);
   policy.OnInPlaceDeclared(1);
   policy.OnExit(0, ExitStatus::Exited(0));
@@ -191,10 +221,10 @@ TEST(SupervisorPolicyTest, AWorkerThatFinishedMeansRestartAll) {
   EXPECT_FALSE(policy.DecideRecovery().in_place);
 }
 
-TEST(SupervisorPolicyTest, AnotherNodesFailureKeepsEveryDeclaredWorker) {
+TEST_F(SupervisorPolicyTest, AnotherNodesFailureKeepsEveryDeclaredWorker) {
   common::FakeClock clock;
   // Declarations carry over from the previous round of the same processes.
-  SupervisorPolicy policy({.num_workers = 2, .in_place = {true, true}}, clock);
+  SupervisorPolicy policy({.num_workers = 2, .in_place = {true, true}}, Adaptive(), clock);
   EXPECT_EQ(policy.Evaluate(), Verdict::kRunning);
   RecoveryDecision decision = policy.DecideRecovery();
   EXPECT_TRUE(decision.in_place);
@@ -204,15 +234,15 @@ TEST(SupervisorPolicyTest, AnotherNodesFailureKeepsEveryDeclaredWorker) {
 
 // The agent sleeps a monitor interval, or less when a worker could become
 // hung sooner; never a negative time.
-TEST(SupervisorPolicyTest, WaitBeforeIsCutShortByTheNextHangDeadline) {
+TEST_F(SupervisorPolicyTest, WaitBeforeIsCutShortByTheNextHangDeadline) {
   common::FakeClock clock;
-  SupervisorPolicy quiet({.num_workers = 2}, clock);
+  SupervisorPolicy quiet({.num_workers = 2}, Adaptive(), clock);
   EXPECT_EQ(quiet.WaitBefore(absl::Seconds(1)), absl::Seconds(1));
   SupervisorPolicy policy(
-      {.num_workers = 2, .worker_timeout = absl::Seconds(5)}, clock);
+      {.num_workers = 2}, Fixed(absl::Seconds(5)), clock);
   EXPECT_EQ(policy.WaitBefore(absl::Seconds(1)), absl::Seconds(1))
       << "no progress yet: nobody can be hung";
-  policy.OnProgress(0);
+  Step(policy, 0);
   clock.Advance(absl::Milliseconds(4700));
   EXPECT_EQ(policy.WaitBefore(absl::Seconds(1)), absl::Milliseconds(300));
   clock.Advance(absl::Seconds(1));
@@ -222,12 +252,12 @@ TEST(SupervisorPolicyTest, WaitBeforeIsCutShortByTheNextHangDeadline) {
 // Workers silent together, none stopped, in a round of several nodes: their
 // agent gives the other node's report one more worker timeout; alone, or with
 // a stopped worker here, or after that timeout, they are hung.
-TEST(SupervisorPolicyTest, SilentWorkersOfAMultiNodeRoundAwaitTheRemoteCause) {
+TEST_F(SupervisorPolicyTest, SilentWorkersOfAMultiNodeRoundAwaitTheRemoteCause) {
   common::FakeClock clock;
   SupervisorPolicy policy(
-      {.num_workers = 2, .worker_timeout = absl::Seconds(5)}, clock);
-  policy.OnProgress(0);
-  policy.OnProgress(1);
+      {.num_workers = 2}, Fixed(absl::Seconds(5)), clock);
+  Step(policy, 0);
+  Step(policy, 1);
   clock.Advance(absl::Seconds(6));
   ASSERT_EQ(policy.Evaluate(), SupervisorPolicy::Verdict::kFailed);
   EXPECT_TRUE(policy.AwaitsRemoteCause(2));
@@ -236,18 +266,168 @@ TEST(SupervisorPolicyTest, SilentWorkersOfAMultiNodeRoundAwaitTheRemoteCause) {
   EXPECT_FALSE(policy.AwaitsRemoteCause(2)) << "one more timeout has passed";
 
   SupervisorPolicy stopped(
-      {.num_workers = 2, .worker_timeout = absl::Seconds(5)}, clock);
-  stopped.OnProgress(0);
-  stopped.OnProgress(1);
+      {.num_workers = 2}, Fixed(absl::Seconds(5)), clock);
+  Step(stopped, 0);
+  Step(stopped, 1);
   clock.Advance(absl::Seconds(6));
+  stopped.OnProcessState(1, true);
   ASSERT_EQ(stopped.Evaluate(), SupervisorPolicy::Verdict::kFailed);
-  stopped.OnStopped(1);
   EXPECT_FALSE(stopped.AwaitsRemoteCause(2)) << "the cause is stopped here";
 
-  SupervisorPolicy exited({.num_workers = 2}, clock);
+  SupervisorPolicy exited({.num_workers = 2}, Adaptive(), clock);
   exited.OnExit(0, ExitStatus::Exited(1));
   ASSERT_EQ(exited.Evaluate(), SupervisorPolicy::Verdict::kFailed);
   EXPECT_FALSE(exited.AwaitsRemoteCause(2)) << "an exit here is the cause";
+}
+
+
+// Issue 24: hangs in every phase, with bounds that adapt.
+
+TEST(PhaseBoundsTest, ABoundIsAMultipleOfTheLongestSeenAndNeverBelowItsFloor) {
+  PhaseBoundsOptions options;
+  options.factor = 5;
+  PhaseBounds bounds(options);
+  EXPECT_EQ(bounds.Bound(Phase::kStep), absl::Seconds(10)) << "the floor";
+  bounds.Observe(Phase::kStep, absl::Milliseconds(20));
+  EXPECT_EQ(bounds.Bound(Phase::kStep), absl::Seconds(10));
+  bounds.Observe(Phase::kStep, absl::Seconds(3));
+  bounds.Observe(Phase::kStep, absl::Seconds(1));
+  EXPECT_EQ(bounds.Bound(Phase::kStep), absl::Seconds(15)) << "5 x 3 s";
+  EXPECT_EQ(bounds.Bound(Phase::kJoin), absl::Seconds(120)) << "own history";
+}
+
+TEST(PhaseBoundsTest, AFixedBoundWinsAndInfinityMeansNever) {
+  PhaseBoundsOptions options;
+  options.fixed[static_cast<int>(Phase::kStep)] = absl::Seconds(2);
+  options.fixed[static_cast<int>(Phase::kCheckpoint)] =
+      absl::InfiniteDuration();
+  PhaseBounds bounds(options);
+  bounds.Observe(Phase::kStep, absl::Seconds(30));
+  EXPECT_EQ(bounds.Bound(Phase::kStep), absl::Seconds(2));
+  EXPECT_EQ(bounds.Bound(Phase::kCheckpoint), absl::InfiniteDuration());
+}
+
+// The default flags: a step takes ~50 ms, so a silent rank is hung after
+// the step floor, and the failure names the phase.
+TEST_F(SupervisorPolicyTest, SilentPastTheAdaptiveStepBoundIsHungInThatPhase) {
+  common::FakeClock clock;
+  PhaseBounds& bounds = Adaptive();
+  SupervisorPolicy policy({.num_workers = 1}, bounds, clock);
+  policy.OnRecord(0, PhaseRecord(Phase::kJoin));
+  clock.Advance(absl::Seconds(1));
+  policy.OnRecord(0, PhaseRecord(Phase::kStep));
+  EXPECT_EQ(policy.phase(0), Phase::kFirstStep);
+  for (int i = 0; i < 10; ++i) {
+    clock.Advance(absl::Milliseconds(50));
+    Step(policy, 0);
+  }
+  EXPECT_EQ(policy.phase(0), Phase::kStep);
+  EXPECT_EQ(bounds.longest(Phase::kJoin), absl::Seconds(1));
+  EXPECT_EQ(bounds.longest(Phase::kStep), absl::Milliseconds(50));
+  clock.Advance(absl::Seconds(10) - absl::Milliseconds(1));
+  EXPECT_EQ(policy.Evaluate(), Verdict::kRunning);
+  clock.Advance(absl::Milliseconds(1));
+  ASSERT_EQ(policy.Evaluate(), Verdict::kFailed);
+  EXPECT_EQ(policy.failures()[0].phase, Phase::kStep);
+  EXPECT_EQ(policy.failures()[0].silent, absl::Seconds(10));
+  EXPECT_FALSE(policy.failures()[0].stopped);
+}
+
+// A checkpoint write is bounded by the checkpoint's bound, not a step's.
+TEST_F(SupervisorPolicyTest, ACheckpointIsBoundedAsACheckpoint) {
+  common::FakeClock clock;
+  SupervisorPolicy policy({.num_workers = 1}, Adaptive(), clock);
+  Step(policy, 0);
+  policy.OnRecord(0, PhaseRecord(Phase::kCheckpoint));
+  clock.Advance(absl::Seconds(60));
+  EXPECT_EQ(policy.Evaluate(), Verdict::kRunning);
+  clock.Advance(absl::Seconds(540));
+  ASSERT_EQ(policy.Evaluate(), Verdict::kFailed);
+  EXPECT_EQ(policy.failures()[0].phase, Phase::kCheckpoint);
+}
+
+// The stall of issue 24: a survivor stopped while the round changes never
+// reports in the new round. It is expected to (it starts in the join
+// phase), and stopped, it is hung within the stopped bound.
+TEST_F(SupervisorPolicyTest, ASurvivorStoppedAtARoundChangeIsHung) {
+  common::FakeClock clock;
+  SupervisorPolicy policy(
+      {.num_workers = 2, .in_place = {true, true}, .survivors = {true, true}},
+      Adaptive(), clock);
+  EXPECT_EQ(policy.phase(0), Phase::kJoin);
+  policy.OnRecord(1, PhaseRecord(Phase::kJoin));
+  policy.OnProcessState(0, true);
+  clock.Advance(absl::Milliseconds(500));
+  ASSERT_EQ(policy.Evaluate(), Verdict::kFailed);
+  ASSERT_EQ(policy.failures().size(), 1u);
+  EXPECT_EQ(policy.failures()[0].local_rank, 0);
+  EXPECT_EQ(policy.failures()[0].phase, Phase::kJoin);
+  RecoveryDecision decision = policy.DecideRecovery();
+  EXPECT_EQ(decision.replace, std::vector<int>{0});
+}
+
+// Spinning instead of stopped: silent past the join bound.
+TEST_F(SupervisorPolicyTest, ASilentSurvivorIsHungPastTheJoinBound) {
+  common::FakeClock clock;
+  SupervisorPolicy policy({.num_workers = 1, .survivors = {true}}, Adaptive(),
+                          clock);
+  clock.Advance(absl::Seconds(119));
+  EXPECT_EQ(policy.Evaluate(), Verdict::kRunning);
+  clock.Advance(absl::Seconds(1));
+  ASSERT_EQ(policy.Evaluate(), Verdict::kFailed);
+  EXPECT_EQ(policy.failures()[0].phase, Phase::kJoin);
+}
+
+// A program that reported in an earlier round must report in this one: a
+// fresh worker silent past the start-up bound is hung. One that never
+// reported is left alone, as torchrun would.
+TEST_F(SupervisorPolicyTest, AReportingProgramsWorkerMustReportFromItsStart) {
+  common::FakeClock clock;
+  SupervisorPolicy expected({.num_workers = 1, .expect_reports = true},
+                            Adaptive(), clock);
+  SupervisorPolicy unknown({.num_workers = 1}, Adaptive(), clock);
+  clock.Advance(absl::Seconds(120));
+  ASSERT_EQ(expected.Evaluate(), Verdict::kFailed);
+  EXPECT_EQ(expected.failures()[0].phase, Phase::kStart);
+  EXPECT_EQ(unknown.Evaluate(), Verdict::kRunning);
+}
+
+// A stopped worker is hung whatever it reports, or not: a Python script
+// without the module too.
+TEST_F(SupervisorPolicyTest, AStoppedWorkerIsHungEvenIfItNeverReports) {
+  common::FakeClock clock;
+  SupervisorPolicy policy({.num_workers = 2}, Adaptive(), clock);
+  policy.OnProcessState(1, true);
+  EXPECT_EQ(policy.NextHangDeadline(), clock.Now() + absl::Milliseconds(500));
+  clock.Advance(absl::Milliseconds(500));
+  ASSERT_EQ(policy.Evaluate(), Verdict::kFailed);
+  EXPECT_EQ(policy.failures()[0].local_rank, 1);
+  EXPECT_TRUE(policy.failures()[0].stopped);
+}
+
+// A pause shorter than the stopped bound (SIGSTOP, then SIGCONT) is no
+// hang; the next stop starts the count again.
+TEST_F(SupervisorPolicyTest, APauseShorterThanTheStoppedBoundIsNoHang) {
+  common::FakeClock clock;
+  SupervisorPolicy policy({.num_workers = 1}, Adaptive(), clock);
+  policy.OnProcessState(0, true);
+  clock.Advance(absl::Milliseconds(400));
+  policy.OnProcessState(0, false);
+  EXPECT_EQ(policy.Evaluate(), Verdict::kRunning);
+  policy.OnProcessState(0, true);
+  clock.Advance(absl::Milliseconds(400));
+  EXPECT_EQ(policy.Evaluate(), Verdict::kRunning);
+  EXPECT_FALSE(policy.NextHangDeadline() == std::nullopt);
+}
+
+TEST_F(SupervisorPolicyTest, StoppedDetectionOffWithAnInfiniteBound) {
+  common::FakeClock clock;
+  PhaseBoundsOptions options;
+  options.stopped = absl::InfiniteDuration();
+  SupervisorPolicy policy({.num_workers = 1}, Adaptive(options), clock);
+  policy.OnProcessState(0, true);
+  clock.Advance(absl::Hours(1));
+  EXPECT_EQ(policy.Evaluate(), Verdict::kRunning);
 }
 
 }  // namespace

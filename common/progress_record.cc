@@ -1,0 +1,53 @@
+#include "common/progress_record.h"
+
+#include <array>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+
+namespace ddprun::common {
+namespace {
+
+constexpr std::array<absl::string_view, kNumPhases> kNames = {
+    "start", "join", "sync", "first-step", "step", "checkpoint", "stop"};
+
+}  // namespace
+
+absl::string_view PhaseName(Phase phase) {
+  return kNames[static_cast<int>(phase)];
+}
+
+std::optional<Phase> ParsePhase(absl::string_view name) {
+  for (int i = 0; i < kNumPhases; ++i) {
+    if (kNames[i] == name) return static_cast<Phase>(i);
+  }
+  return std::nullopt;
+}
+
+ProgressRecord ParseProgressRecord(absl::string_view line) {
+  line = absl::StripAsciiWhitespace(line);
+  ProgressRecord record;
+  if (line == "inplace") {
+    record.kind = ProgressRecord::Kind::kInPlace;
+  } else if (line == "step" || absl::StartsWith(line, "step ")) {
+    record.kind = ProgressRecord::Kind::kStep;
+  } else if (absl::ConsumePrefix(&line, "phase ")) {
+    std::optional<Phase> phase = ParsePhase(absl::StripAsciiWhitespace(line));
+    // "phase step" enters stepping: no step is done yet.
+    if (phase == Phase::kStep) phase = Phase::kFirstStep;
+    if (phase.has_value()) {
+      record.kind = ProgressRecord::Kind::kPhase;
+      record.phase = *phase;
+    }
+  }
+  return record;
+}
+
+std::string PhaseLine(Phase phase) {
+  // The first step is the agent's notion; a worker just starts stepping.
+  if (phase == Phase::kFirstStep) phase = Phase::kStep;
+  return absl::StrCat("phase ", PhaseName(phase), "\n");
+}
+
+}  // namespace ddprun::common

@@ -1,0 +1,59 @@
+#pragma once
+
+#include <optional>
+#include <string>
+#include "absl/strings/string_view.h"
+
+namespace ddprun::common {
+
+// The records a worker writes on its progress pipe (DDPRUN_PROGRESS_FD), one
+// line each, and the agent reads (launcher/posix/progress_channel.h). The one
+// definition of that wire format: libddp (worker/phase.h), ddprun-mnist and
+// the Python module (python/ddprun/progress.py, which repeats the words)
+// write it; the agent parses it.
+//
+//   phase <name>       the worker enters a phase of its life (below)
+//   step ...           one training step done (what follows is free text:
+//                      libddp writes "step", ddprun-mnist "step N epoch E")
+//   inplace            the program recovers in place (worker/recovery.h)
+//
+// Any other line counts as a sign of life and nothing more, so that a newer
+// worker's records never break an older agent.
+
+// The phases of a worker's life, each with its own hang bound
+// (launcher/agent/phase_bounds.h). A worker is in kStart from its spawn
+// until its first record.
+enum class Phase {
+  kStart,       // from spawn to the first record
+  kJoin,        // forming the round's process group (store rendezvous)
+  kSync,        // taking or giving state in place (SyncFromSurvivor)
+  kFirstStep,   // stepping declared, no step completed yet
+  kStep,        // between two completed steps
+  kCheckpoint,  // writing a checkpoint
+  kStop,        // finishing: saving results, tearing down
+};
+inline constexpr int kNumPhases = 7;
+
+// "start", "join", "sync", "first-step", "step", "checkpoint", "stop".
+absl::string_view PhaseName(Phase phase);
+// The inverse of PhaseName; nullopt for an unknown word.
+std::optional<Phase> ParsePhase(absl::string_view name);
+
+// What one line on the pipe says.
+struct ProgressRecord {
+  enum class Kind { kPhase, kStep, kInPlace, kOther };
+  Kind kind = Kind::kOther;
+  Phase phase = Phase::kStart;  // for kPhase
+};
+
+// Parses one line (without its newline).
+ProgressRecord ParseProgressRecord(absl::string_view line);
+
+// The lines as written, newline included. A worker entering the stepping
+// phase writes PhaseLine(kStep): the agent applies the first-step bound
+// until the first StepLine.
+std::string PhaseLine(Phase phase);
+inline constexpr char kStepLine[] = "step\n";
+inline constexpr char kInPlaceLine[] = "inplace\n";
+
+}  // namespace ddprun::common

@@ -1,0 +1,20 @@
+#include "launcher/agent/phase_bounds.h"
+
+#include <algorithm>
+
+namespace ddprun::launcher {
+
+PhaseBounds::PhaseBounds(PhaseBoundsOptions options) : options_(options) {}
+
+void PhaseBounds::Observe(common::Phase phase, absl::Duration duration) {
+  absl::Duration& longest = longest_[static_cast<int>(phase)];
+  longest = std::max(longest, duration);
+}
+
+absl::Duration PhaseBounds::Bound(common::Phase phase) const {
+  const int i = static_cast<int>(phase);
+  if (options_.fixed[i].has_value()) return *options_.fixed[i];
+  return std::max(options_.floor[i], longest_[i] * options_.factor);
+}
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,66 @@
+#pragma once
+
+#include <array>
+#include <optional>
+
+#include "absl/time/time.h"
+#include "common/progress_record.h"
+
+namespace ddprun::launcher {
+
+// How long a worker may stay in each phase of its life (common/
+// progress_record.h) before it is hung, as nvidia-resiliency-ext computes
+// its section timeouts: a multiple of the longest time the phase was seen
+// to take in this job, never below the phase's floor, unless a flag fixes
+// the bound (--hang-bound PHASE=SECONDS; --worker-timeout fixes every phase
+// after the first record).
+struct PhaseBoundsOptions {
+  // The bound is `factor` times the longest observed duration of the phase.
+  double factor = 5.0;
+  // Lower limits, by common::Phase. The floors are what a phase may take
+  // before anything was observed, so they are generous where one instance
+  // can legitimately be slow (a cold start of 8 LibTorch processes on two
+  // cores, a first step that warms caches, a checkpoint of a large model);
+  // a step's floor is what an unannounced pause between two steps (an
+  // evaluation, a log flush) may take before the rank counts as hung.
+  std::array<absl::Duration, common::kNumPhases> floor = {
+      absl::Seconds(120),  // start
+      absl::Seconds(120),  // join
+      absl::Seconds(120),  // sync
+      absl::Seconds(120),  // first step
+      absl::Seconds(10),   // step
+      absl::Seconds(600),  // checkpoint
+      absl::Seconds(120),  // stop
+  };
+  // Fixed bounds by phase (flags); InfiniteDuration: never hung there.
+  std::array<std::optional<absl::Duration>, common::kNumPhases> fixed;
+  // A worker stopped (state T: SIGSTOP, SIGTSTP) this long is hung, in any
+  // phase and whether or not it reports; InfiniteDuration: never. A process
+  // held by a debugger (state t) is not stopped in this sense.
+  absl::Duration stopped = absl::Milliseconds(500);
+};
+
+// Learns phase durations and answers each phase's bound. Owned by the
+// agent's thread for the whole job, so that what one round observed bounds
+// the next.
+class PhaseBounds {
+ public:
+  explicit PhaseBounds(PhaseBoundsOptions options = {});
+
+  // A worker spent `duration` in `phase` (it left the phase, or reported
+  // again within it).
+  void Observe(common::Phase phase, absl::Duration duration);
+  // The bound of `phase`: fixed, or max(floor, factor x longest observed).
+  absl::Duration Bound(common::Phase phase) const;
+  absl::Duration stopped_bound() const { return options_.stopped; }
+  // The longest observed duration of `phase` (zero when none was).
+  absl::Duration longest(common::Phase phase) const {
+    return longest_[static_cast<int>(phase)];
+  }
+
+ private:
+  PhaseBoundsOptions options_;
+  std::array<absl::Duration, common::kNumPhases> longest_{};
+};
+
+}  // namespace ddprun::launcher
