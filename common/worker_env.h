@@ -47,9 +47,9 @@ inline constexpr char kTlsKeyFile[] = "DDPRUN_TLS_KEY_FILE";
 inline constexpr char kTlsServerName[] = "DDPRUN_TLS_SERVER_NAME";
 // This node's address as its peers reach it (Gloo binds its device to it).
 inline constexpr char kLocalAddr[] = "DDPRUN_LOCAL_ADDR";
-// A file descriptor the worker writes one progress record to per step; the
-// agent treats a worker silent for --worker-timeout as hung. Absent when the
-// agent does not watch progress.
+// A file descriptor the worker writes its progress records to: the phases
+// it enters and its steps (common/progress_record.h); the agent bounds each
+// phase by them. Absent when the agent does not watch progress.
 inline constexpr char kProgressFd[] = "DDPRUN_PROGRESS_FD";
 // A folder in shared memory (tmpfs) that the node's workers share while
 // their agent runs, removed when it ends: for what every local rank would

@@ -30,6 +30,7 @@
 #include "worker/nccl_group.h"
 #include "worker/process_group.h"
 #include "worker/process_start.h"
+#include "worker/phase.h"
 #include "worker/progress.h"
 #include "worker/recovery.h"
 #include "worker/standby.h"
@@ -39,6 +40,7 @@ namespace ddprun::worker {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using common::Phase;
 
 double Since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -569,7 +571,8 @@ absl::StatusOr<std::unique_ptr<Training>> SetUp(
             : std::string());
   }
   ProgressOptions progress_options;
-  progress_options.fd = env->progress_fd;
+  // DataParallel reports the steps on the agent's pipe; this only shows.
+  progress_options.fd = -1;
   progress_options.display = t->lead && options.progress;
   t->progress.emplace(progress_options);
 
@@ -581,7 +584,11 @@ absl::StatusOr<std::unique_ptr<Training>> SetUp(
 
 // Rank 0 saves where training stands (with --checkpoint-dir).
 absl::Status SaveProgress(const Training& t, int64_t epoch, int64_t position) {
-  if (!t.lead || t.options.checkpoint_dir.empty()) return absl::OkStatus();
+  if (t.options.checkpoint_dir.empty()) return absl::OkStatus();
+  // Every rank: the others wait for rank 0's write in their next step, and
+  // a checkpoint's bound is not a step's. The next step ends the phase.
+  ReportPhase(t.env.progress_fd, Phase::kCheckpoint);
+  if (!t.lead) return absl::OkStatus();
   TrainingCheckpoint c;
   c.model = StateDict(*t.model);
   c.lr = t.options.lr;
@@ -749,6 +756,7 @@ absl::Status TrainEpoch(Training& t, int64_t epoch) {
 
 // Finish: the summary's figures; rank 0 saves the model and the summary.
 absl::Status Finish(Training& t) {
+  ReportPhase(t.env.progress_fd, Phase::kStop);
   const MnistTrainOptions& options = t.options;
   t.summary.steps = t.step;
   t.summary.final_loss = t.loss_value;

@@ -8,6 +8,7 @@
 #include <c10/util/Exception.h>
 
 #include "spdlog/spdlog.h"
+#include "worker/phase.h"
 
 namespace ddprun::worker {
 namespace {
@@ -28,7 +29,9 @@ DataParallel::DataParallel(std::vector<at::Tensor> parameters,
       collectives_(group.collectives),
       direct_(group.direct),
       world_size_(group.world_size),
+      progress_fd_(group.progress_fd),
       options_(options) {
+  ReportPhase(progress_fd_, common::Phase::kStep);
   TORCH_CHECK(!parameters_.empty(), "DataParallel: the model has no parameters");
   const int n = static_cast<int>(parameters_.size());
   bucket_of_.assign(n, -1);
@@ -260,6 +263,8 @@ void DataParallel::LaunchReady() {
 }
 
 void DataParallel::FinishGradientSync() {
+  // The step's compute is done: the agent's sign of life for this rank.
+  if (sync_) ReportStep(progress_fd_);
   if (!collectives_ || !sync_) return;
   auto start = std::chrono::steady_clock::now();
   if (resident_ != nullptr) {

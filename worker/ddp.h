@@ -161,6 +161,7 @@ class DataParallel {
   // in FinishGradientSync instead of from hooks through collectives_.
   std::shared_ptr<GradientAllreduce> direct_;
   int world_size_ = 1;
+  int progress_fd_ = -1;  // the group's: phases and steps (worker/phase.h)
   DataParallelOptions options_;
 
   std::vector<Bucket> buckets_;

@@ -18,6 +18,7 @@
 #include "spdlog/spdlog.h"
 #include "worker/grpc_store.h"
 #include "worker/nccl_group.h"
+#include "worker/phase.h"
 #include "worker/process_start.h"
 
 namespace ddprun::worker {
@@ -171,9 +172,11 @@ std::string BackendName(BackendKind kind) {
 
 absl::StatusOr<ProcessGroup> CreateProcessGroup(
     const WorkerEnv& env, const ProcessGroupOptions& options) {
+  ReportPhase(env.progress_fd, common::Phase::kJoin);
   ProcessGroup group;
   group.rank = env.rank;
   group.world_size = env.world_size;
+  group.progress_fd = env.progress_fd;
   group.backend = options.backend;
   if (group.backend == BackendKind::kAuto) {
     group.backend = NcclUsable() ? BackendKind::kNccl : BackendKind::kGloo;

@@ -55,6 +55,9 @@ struct ProcessGroup {
   GradientPath gradient_path = GradientPath::kProcessGroup;
   int rank = 0;
   int world_size = 1;
+  // DDPRUN_PROGRESS_FD (-1: none): where libddp reports this worker's
+  // phases and steps (worker/phase.h).
+  int progress_fd = -1;
 };
 
 // Builds the store and the backend from the environment: the rendezvous's

@@ -16,6 +16,7 @@
 #include "spdlog/spdlog.h"
 #include "worker/collective_abort.h"
 #include "worker/error_file.h"
+#include "worker/phase.h"
 #include "worker/standby.h"
 
 namespace ddprun::worker {
@@ -191,6 +192,7 @@ absl::StatusOr<int> SyncFromSurvivor(const ProcessGroup& group, bool has_state,
                                      std::vector<int64_t>& record,
                                      const std::vector<at::Tensor>& tensors,
                                      const StateSyncOptions& options) {
+  ReportPhase(group.progress_fd, common::Phase::kSync);
   if (!group.collectives) return has_state ? group.rank : -1;
   const int64_t world = group.world_size;
   // One allreduce(max) of a key that orders (has state, version, -rank).

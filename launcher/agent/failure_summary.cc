@@ -12,7 +12,7 @@ namespace {
 std::string How(v1::WorkerFailure f) {
   common::NormalizeFailureCause(f);  // a server older than the enum
   if (f.failure_cause() == v1::FAILURE_CAUSE_HUNG) {
-    return "hung (no progress for --worker-timeout)";
+    return "hung (the error says where)";
   }
   if (f.failure_cause() == v1::FAILURE_CAUSE_SPAWN) {
     return "could not be started";

@@ -181,7 +181,8 @@ bool PosixProcessControl::IsStopped(pid_t pid) {
   size_t close = text.rfind(')');
   if (close == std::string::npos || close + 2 >= text.size()) return false;
   const char state = text[close + 2];
-  return state == 'T' || state == 't';
+  // 't' (held by a debugger) is left alone: a person is looking at it.
+  return state == 'T';
 }
 
 bool MayLeaveIdlePolicy(uint64_t cap_eff, uint64_t nice_limit, int nice) {

@@ -43,8 +43,9 @@ class ProcessControl {
   virtual std::optional<std::pair<pid_t, ExitStatus>> ReapAny() = 0;
   // Waits up to `max` for a child to change state (or returns earlier).
   virtual void AwaitChildEvent(absl::Duration max) = 0;
-  // Whether `pid` is stopped (SIGSTOP, a debugger): a hang's culprit rather
-  // than a worker waiting for it. False when unknown.
+  // Whether `pid` is stopped (state T: SIGSTOP, SIGTSTP): a hang's culprit
+  // rather than a worker waiting for it. Not a process held by a debugger
+  // (state t). False when unknown.
   virtual bool IsStopped(pid_t pid) { return false; }
   // Whether RestoreNormalPriority can succeed here (moving a process off
   // SCHED_IDLE needs CAP_SYS_NICE or an RLIMIT_NICE that allows the nice

@@ -17,6 +17,10 @@ ProgressChannel::ProgressChannel() {
     write_fd_ = fds[1];
     child_fd_ = fds[1];
     fcntl(read_fd_, F_SETFL, fcntl(read_fd_, F_GETFL) | O_NONBLOCK);
+    // The worker's writes never block either (the flag belongs to the open
+    // pipe, so it crosses fork and exec): an agent that is behind, or
+    // stopped, costs records, never a worker's step.
+    fcntl(write_fd_, F_SETFL, fcntl(write_fd_, F_GETFL) | O_NONBLOCK);
   }
 }
 

@@ -1,0 +1,32 @@
+#include "worker/phase.h"
+
+#include <errno.h>
+#include <unistd.h>
+
+#include <string>
+
+namespace ddprun::worker {
+namespace {
+
+void WriteRecord(int fd, const char* data, size_t size) {
+  if (fd < 0) return;
+  ssize_t n;
+  do {
+    n = write(fd, data, size);
+  } while (n < 0 && errno == EINTR);
+  // EAGAIN (the agent makes the pipe non-blocking): it has not drained yet,
+  // the next record counts. EPIPE: the agent is gone, and so are we soon.
+}
+
+}  // namespace
+
+void ReportPhase(int progress_fd, common::Phase phase) {
+  const std::string line = common::PhaseLine(phase);
+  WriteRecord(progress_fd, line.data(), line.size());
+}
+
+void ReportStep(int progress_fd) {
+  WriteRecord(progress_fd, common::kStepLine, sizeof(common::kStepLine) - 1);
+}
+
+}  // namespace ddprun::worker

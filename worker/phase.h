@@ -1,0 +1,22 @@
+#pragma once
+
+#include "common/progress_record.h"
+
+namespace ddprun::worker {
+
+// Tells the agent (on DDPRUN_PROGRESS_FD, WorkerEnv::progress_fd) which
+// phase of its life this worker enters, so that a hang is found in every
+// phase with that phase's bound (launcher/agent/phase_bounds.h). libddp
+// reports on its own: CreateProcessGroup the join, SyncFromSurvivor the
+// state sync, DataParallel the start of stepping and every step. A program
+// reports what only it knows: a checkpoint write (Phase::kCheckpoint) and
+// its end (Phase::kStop); ddprun-mnist is the example. The next record
+// (a phase or a step) ends the phase.
+//
+// Non-blocking and async-signal-safe: a full pipe drops the record (the
+// agent is behind; the next one counts), a closed one or fd -1 is ignored.
+void ReportPhase(int progress_fd, common::Phase phase);
+// One training step completed.
+void ReportStep(int progress_fd);
+
+}  // namespace ddprun::worker
