@@ -29,3 +29,9 @@ foreach(dir systemd docker k8s slurm local)
       USE_SOURCE_PERMISSIONS PATTERN "*.in" EXCLUDE)
   endif()
 endforeach()
+
+# The Python package workers import (`import ddprun.progress`): the agent
+# adds this folder to their PYTHONPATH (launcher/cli/python_module.h).
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/python/ddprun
+  DESTINATION ${CMAKE_INSTALL_DATADIR}/ddprun/python COMPONENT runtime
+  FILES_MATCHING PATTERN "*.py")

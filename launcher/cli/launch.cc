@@ -21,6 +21,7 @@
 #include "launcher/posix/local_address.h"
 #include "launcher/posix/process_control.h"
 #include "launcher/cli/program_command.h"
+#include "launcher/cli/python_module.h"
 #include "launcher/agent/rendezvous_client.h"
 #include "launcher/posix/shm_dir.h"
 #include "launcher/posix/signal_watcher.h"
@@ -224,6 +225,11 @@ AgentContext MakeContext(const LaunchOptions& options,
   // Workers reach the store (the same server) as the agent does.
   context.credentials = channel.ForWorkers();
   context.base_env = CurrentEnvironment();
+  // `import ddprun.progress` works in every worker (python/ddprun).
+  if (std::optional<std::string> dir =
+          FindPythonPackageDir("/proc/self/exe")) {
+    AppendToPythonPath(context.base_env, *dir);
+  }
   return context;
 }
 
