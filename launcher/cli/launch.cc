@@ -19,6 +19,7 @@
 #include "launcher/agent/agent.h"
 #include "launcher/agent/agent_metrics.h"
 #include "launcher/posix/local_address.h"
+#include "launcher/posix/orphan_guard.h"
 #include "launcher/posix/process_control.h"
 #include "launcher/cli/program_command.h"
 #include "launcher/cli/python_module.h"
@@ -95,6 +96,9 @@ class RunLogDir {
     }
   }
   const std::string& path() const { return path_; }
+  // The temporary folder removed at the end; empty when there is none to
+  // remove (--log-dir, or logs kept).
+  std::string removable_base() const { return keep_ ? "" : temporary_base_; }
 
  private:
   RunLogDir() = default;
@@ -302,7 +306,8 @@ struct NodeSetUp {
 // is an error here, before the node joins).
 absl::StatusOr<NodeSetUp> SetUpNode(const LaunchOptions& options,
                                     const common::Endpoint& rdzv,
-                                    const common::ChannelOptions& channel) {
+                                    const common::ChannelOptions& channel,
+                                    OrphanGuard* guard) {
   NodeSetUp node;
   node.context = MakeContext(options, rdzv, channel);
   // Before the standbys start: they load their data before their round.
@@ -310,6 +315,7 @@ absl::StatusOr<NodeSetUp> SetUpNode(const LaunchOptions& options,
   if (shm_dir.ok()) {
     node.shm_dir = *std::move(shm_dir);
     node.context.shm_dir = node.shm_dir->path();
+    if (guard != nullptr) guard->WatchPath(node.shm_dir->path());
   } else {
     spdlog::debug("{}", std::string(shm_dir.status().message()));
   }
@@ -319,13 +325,17 @@ absl::StatusOr<NodeSetUp> SetUpNode(const LaunchOptions& options,
   if (!log_dir.ok()) return log_dir.status();
   node.log_dir = *std::move(log_dir);
   node.context.scratch_dir = node.log_dir->path();
+  if (guard != nullptr && !node.log_dir->removable_base().empty()) {
+    guard->WatchPath(node.log_dir->removable_base());
+  }
   LogWorkerSettings(options, node.log_dir->path());
   return node;
 }
 
 // Runs the agent to the job's end, with /metrics when --metrics-port asks.
 int RunAgent(const LaunchOptions& options, AgentContext context,
-             RendezvousClient& client, AgentEvents& events) {
+             RendezvousClient& client, AgentEvents& events,
+             OrphanGuard* guard) {
   // Declared before the agent that updates them; the server stops first.
   common::MetricsRegistry registry;
   std::unique_ptr<AgentMetrics> metrics;
@@ -336,7 +346,7 @@ int RunAgent(const LaunchOptions& options, AgentContext context,
   absl::StatusOr<std::unique_ptr<common::MetricsServer>> metrics_server =
       StartMetrics(options, registry);
   if (!metrics_server.ok()) return Fail(metrics_server.status(), 2);
-  PosixProcessControl control;
+  PosixProcessControl control(guard);
   Agent agent(options, std::move(context), client, control, events,
               common::RealClock::Get());
   int code = agent.Run();
@@ -349,6 +359,15 @@ int RunAgent(const LaunchOptions& options, AgentContext context,
 int RunLaunch(const LaunchOptions& options) {
   SignalWatcher::BlockSignals();
   common::InitLogging({"ddprun", options.log_level});
+  // First, while this is the only thread: it forks.
+  absl::StatusOr<std::unique_ptr<OrphanGuard>> guard =
+      OrphanGuard::Start("/proc/self/exe");
+  if (!guard.ok()) {
+    spdlog::warn("{}; a kill -9 of this agent may leave its workers' "
+                 "children and its folders behind",
+                 std::string(guard.status().message()));
+  }
+  OrphanGuard* orphan_guard = guard.ok() ? guard->get() : nullptr;
   LogIgnoredFlags(options);
   AgentEvents events;
   SignalRouter router(events);
@@ -367,7 +386,8 @@ int RunLaunch(const LaunchOptions& options) {
   int exit_code = 0;
   absl::StatusOr<Rendezvous> rdzv = FindRendezvous(options, *channel, exit_code);
   if (!rdzv.ok()) return Fail(rdzv.status(), exit_code);
-  absl::StatusOr<NodeSetUp> node = SetUpNode(options, rdzv->endpoint, *channel);
+  absl::StatusOr<NodeSetUp> node =
+      SetUpNode(options, rdzv->endpoint, *channel, orphan_guard);
   if (!node.ok()) return Fail(node.status(), 2);
 
   RendezvousClientOptions client_options;
@@ -377,7 +397,8 @@ int RunLaunch(const LaunchOptions& options) {
       RendezvousClient::Create(client_options);
   if (!client.ok()) return Fail(client.status(), 2);
   router.SetClient(client->get());
-  int code = RunAgent(options, std::move(node->context), **client, events);
+  int code = RunAgent(options, std::move(node->context), **client, events,
+                      orphan_guard);
   router.SetClient(nullptr);
   return code;
 }

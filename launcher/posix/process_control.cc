@@ -156,6 +156,7 @@ absl::StatusOr<pid_t> PosixProcessControl::Spawn(const SpawnRequest& request) {
         "cannot run '%s': %s; check the path and that it is executable", *path,
         strerror(child_errno)));
   }
+  if (guard_ != nullptr) guard_->WatchGroup(pid);
   return pid;
 }
 

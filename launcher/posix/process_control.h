@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "launcher/posix/exit_status.h"
+#include "launcher/posix/orphan_guard.h"
 
 namespace ddprun::launcher {
 
@@ -68,6 +69,9 @@ class ProcessControl {
 // close-on-exec pipe as a clear error.
 class PosixProcessControl final : public ProcessControl {
  public:
+  // `guard` (optional, outlives this) learns each spawned process group.
+  explicit PosixProcessControl(OrphanGuard* guard = nullptr) : guard_(guard) {}
+
   absl::StatusOr<pid_t> Spawn(const SpawnRequest& request) override;
   void SignalGroup(pid_t pgid, int sig) override;
   std::optional<std::pair<pid_t, ExitStatus>> ReapAny() override;
@@ -76,6 +80,9 @@ class PosixProcessControl final : public ProcessControl {
   bool CanRestoreNormalPriority() override;
   absl::Status RestoreNormalPriority(pid_t pid) override;
   bool AdoptsOrphans() override;
+
+ private:
+  OrphanGuard* guard_;
 };
 
 // Whether a process with effective capabilities `cap_eff` (the CapEff mask
