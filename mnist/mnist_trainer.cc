@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <future>
 #include <memory>
 #include <optional>
@@ -29,8 +30,8 @@
 #include "worker/distributed_sampler.h"
 #include "worker/nccl_group.h"
 #include "worker/process_group.h"
-#include "worker/process_start.h"
 #include "worker/phase.h"
+#include "worker/process_start.h"
 #include "worker/progress.h"
 #include "worker/recovery.h"
 #include "worker/standby.h"
@@ -183,7 +184,11 @@ absl::Status ValidateOptions(const MnistTrainOptions& o) {
 // model's parameters).
 struct Training {
   explicit Training(const MnistTrainOptions& o) : options(o) {}
+  ~Training() {
+    if (step_times_fd >= 0) close(step_times_fd);
+  }
   const MnistTrainOptions& options;
+  int step_times_fd = -1;  // --step-times, opened for appending
   WorkerEnv env;
   bool lead = false;
   int world = 1;
@@ -570,6 +575,15 @@ absl::StatusOr<std::unique_ptr<Training>> SetUp(
                               start->epoch_position)
             : std::string());
   }
+  if (!options.step_times.empty()) {
+    t->step_times_fd = open(options.step_times.c_str(),
+                            O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (t->step_times_fd < 0) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "--step-times: cannot open '%s': %s; give a writable path",
+          options.step_times, strerror(errno)));
+    }
+  }
   ProgressOptions progress_options;
   // DataParallel reports the steps on the agent's pipe; this only shows.
   progress_options.fd = -1;
@@ -722,6 +736,11 @@ absl::Status TrainEpoch(Training& t, int64_t epoch) {
     p.samples_per_step = t.per_step * t.world;
     p.samples_per_sec = epoch_samples / std::max(Since(epoch_start), 1e-9);
     t.progress->OnStep(p);
+    if (t.step_times_fd >= 0) {
+      // One write of one short line: appends from all ranks never mix.
+      const std::string line = absl::StrFormat("%d %d\n", t.step, UnixMicros());
+      (void)!write(t.step_times_fd, line.data(), line.size());
+    }
     const bool epoch_done = step_end == steps_end;
     if (!epoch_done && options.checkpoint_every > 0 &&
         t.step % options.checkpoint_every == 0) {

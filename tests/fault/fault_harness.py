@@ -1,0 +1,590 @@
+#!/usr/bin/env python3
+"""ddprun's randomized fault harness: a seeded run of real faults against a
+real job, and the invariants every run must keep.
+
+The job: ddprun-rendezvous on a kernel-chosen port, two ddprun agents (two
+nodes of this host, --nnodes 2: a fixed world of 4) with two ddprun-mnist
+workers each, real MNIST, checkpoints on, default hang bounds. First a
+fault-free run of the same command (the reference), then the faulted run(s):
+a seeded plan of faults, each of a worker, an agent or the server:
+
+  worker-kill      kill -9
+  worker-hang      SIGSTOP for good
+  worker-pause     SIGSTOP, then SIGCONT 1-3 s later
+  worker-throttle  a straggler: stopped 40 ms of every 100 ms for 3-6 s
+  agent-kill       kill -9, the agent started again 2 s later
+  agent-pause      SIGSTOP, SIGCONT 2 s later
+  server-kill      kill -9, started again on its port
+  server-pause     SIGSTOP, SIGCONT 2 s later
+
+Each lands at a seeded moment: at a random step, or deliberately inside a
+round change (the moment a new round is announced: round formation and the
+state sync), inside the first step of a replacement (the moment it is
+started), or at a checkpoint step (checkpoints every 20 steps). A fault
+waits until the job has recovered from the one before (a step completed
+after it ended).
+
+Invariants, checked from what the processes leave, not from what they say:
+  - the job finishes: every agent exits 0;
+  - no gap between consecutive completed steps (from the step times every
+    rank appends: --step-times) is longer than the fault's own length (a
+    pause, an agent's restart delay) plus --recovery-bound;
+  - the final model is bit-identical to the reference run's (the saved
+    files' bytes);
+  - the restart count the agents were told equals the faults that needed a
+    new round (a worker killed, hung or paused past the stopped bound), less
+    at most one for each fault that landed inside another's recovery (both
+    are then recovered by one round);
+  - nothing is left: no process of the run (agents, workers, their orphan
+    guards, the server), no shared-memory folder the job used.
+
+It prints one line per fault with the time lost to it (the step gaps from
+the fault, or from the kill that opened its round change, to the first step
+after it ended, less a median step each), a summary per kind, and one closing line for ctest:
+"N passed, M failed". Exit 0 when every invariant held.
+
+  fault_harness.py --build BUILD --data-dir DIR [--seed S] [--faults N]
+      [--kinds k1,k2,...] [--soak-seconds T] [--json FILE]
+
+--soak-seconds runs faulted runs with successive seeds until that much time
+has passed (bench/fault/soak.sh: 30 minutes, hundreds of faults).
+"""
+import argparse
+import glob
+import hashlib
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+KINDS = ("worker-kill", "worker-hang", "worker-pause", "worker-throttle",
+         "agent-kill", "agent-pause", "server-kill", "server-pause")
+MOMENTS = ("step", "round-change", "first-step", "checkpoint")
+# Faults after which the job needs a new round (and a restart): the worker
+# is gone, or stopped past the agent's stopped bound (0.5 s) and killed.
+NEEDS_ROUND = ("worker-kill", "worker-hang", "worker-pause")
+AGENT_RESTART_DELAY = 2.0
+PAUSE_SECONDS = 2.0
+CHECKPOINT_EVERY = 20
+NODES = 2
+PER_NODE = 2
+
+
+def log(message):
+    print("[fault %s] %s" % (time.strftime("%H:%M:%S"), message), flush=True)
+
+
+def wait_for(predicate, timeout, interval=0.02):
+    """Polls `predicate` until it returns a true value or `timeout` passes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(interval)
+
+
+def alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        return state != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def children(pid):
+    try:
+        with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
+            return [int(p) for p in f.read().split()]
+    except OSError:
+        return []
+
+
+def comm(pid):
+    try:
+        with open("/proc/%d/comm" % pid) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def cmdline(pid):
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            return f.read().split(b"\0")
+    except OSError:
+        return []
+
+
+def signal_pid(pid, sig):
+    try:
+        os.kill(pid, sig)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+class Job:
+    """One run of the job: the server, the agents, their logs and files."""
+
+    def __init__(self, args, folder, run_id):
+        self.args = args
+        self.folder = folder
+        self.run_id = run_id
+        os.makedirs(folder, exist_ok=True)
+        self.steps_path = os.path.join(folder, "steps.txt")
+        self.model_path = os.path.join(folder, "final.pt")
+        self.server = None
+        self.server_port = 0
+        self.server_starts = 0
+        self.agents = [None] * NODES
+        self.agent_starts = [0] * NODES
+        self.agent_logs = []
+        self.seen_pids = set()
+        self.guard_sessions = set()
+
+    # --- processes ---------------------------------------------------------
+    def start_server(self):
+        self.server_starts += 1
+        out = os.path.join(self.folder, "server%d.log" % self.server_starts)
+        for _ in range(100):  # the old port may take a moment to free
+            with open(out, "w") as f:
+                self.server = subprocess.Popen(
+                    [os.path.join(self.args.build, "rendezvous/ddprun-rendezvous"),
+                     "--port", str(self.server_port)],
+                    stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+            port = wait_for(lambda: self._announced_port(out), 10)
+            if port:
+                self.server_port = port
+                self.seen_pids.add(self.server.pid)
+                return
+            self.server.kill()
+            self.server.wait()
+            time.sleep(0.1)
+        raise RuntimeError("ddprun-rendezvous did not start; see %s" % out)
+
+    def _announced_port(self, out):
+        if self.server.poll() is not None:
+            return -1
+        with open(out) as f:
+            m = re.search(r"ddprun-rendezvous listening on [^ ]+:(\d+)\n", f.read())
+        return int(m.group(1)) if m else None
+
+    def start_agent(self, node):
+        self.agent_starts[node] += 1
+        path = os.path.join(self.folder, "agent%d.%d.log" %
+                            (node, self.agent_starts[node]))
+        self.agent_logs.append(path)
+        argv = [os.path.join(self.args.build, "launcher/ddprun"),
+                "--nnodes", str(NODES), "--nproc-per-node", str(PER_NODE),
+                "--rdzv-endpoint", "127.0.0.1:%d" % self.server_port,
+                "--rdzv-id", self.run_id, "--max-restarts", "1000",
+                "--log-dir", os.path.join(self.folder, "logs"),
+                "--no-python",
+                os.path.join(self.args.build, "mnist/ddprun-mnist"),
+                "--data-dir", self.args.data_dir,
+                "--train-limit", str(self.args.train_limit),
+                "--test-limit", "1000",
+                "--epochs", str(self.args.epochs),
+                "--checkpoint-dir", os.path.join(self.folder, "checkpoints"),
+                "--checkpoint-every", str(CHECKPOINT_EVERY),
+                "--step-times", self.steps_path,
+                "--save", self.model_path]
+        with open(path, "w") as f:
+            self.agents[node] = subprocess.Popen(
+                argv, stdout=f, stderr=subprocess.STDOUT, start_new_session=True,
+                cwd=self.folder)
+        self.seen_pids.add(self.agents[node].pid)
+        self.guard_sessions.add(self.agents[node].pid)
+
+    def start(self):
+        self.start_server()
+        for node in range(NODES):
+            self.start_agent(node)
+
+    def workers(self, node=None):
+        nodes = range(NODES) if node is None else [node]
+        pids = []
+        for n in nodes:
+            agent = self.agents[n]
+            if agent is None or agent.poll() is not None:
+                continue
+            for pid in children(agent.pid):
+                if comm(pid) == "ddprun-mnist":
+                    pids.append(pid)
+                    self.seen_pids.add(pid)
+        return pids
+
+    def finished(self):
+        return all(a is not None and a.poll() is not None for a in self.agents)
+
+    def stop_everything(self):
+        for p in self.agents + [self.server]:
+            if p is not None and p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                p.wait()
+
+    # --- what the run left ---------------------------------------------------
+    def step_times(self):
+        """{step: earliest completion time (s)} from every rank's lines."""
+        times = {}
+        try:
+            with open(self.steps_path) as f:
+                for line in f:
+                    parts = line.split()
+                    if len(parts) != 2:
+                        continue
+                    step, micros = int(parts[0]), int(parts[1])
+                    t = micros / 1e6
+                    if step not in times or t < times[step]:
+                        times[step] = t
+        except OSError:
+            pass
+        return times
+
+    def last_step(self):
+        times = self.step_times()
+        return max(times) if times else 0
+
+    def log_text(self):
+        text = ""
+        for path in self.agent_logs:
+            with open(path, errors="replace") as f:
+                text += f.read()
+        return text
+
+    def rounds_announced(self):
+        return len(re.findall(r"\] round \d+: node rank", self.log_text()))
+
+    def started_anew(self):
+        return [int(p) for p in re.findall(r"started anew as pid (\d+)",
+                                           self.log_text())]
+
+    def restart_count(self):
+        counts = [int(c) for c in re.findall(r"restart (\d+)/\d+", self.log_text())]
+        return max(counts) if counts else 0
+
+    def shm_dirs(self):
+        return set(re.findall(r"through (/dev/shm/ddprun-[A-Za-z0-9]+)/",
+                              self.log_text()))
+
+    def leftovers(self):
+        left = ["pid %d (%s)" % (p, comm(p)) for p in sorted(self.seen_pids)
+                if alive(p)]
+        for pid_text in os.listdir("/proc"):
+            if not pid_text.isdigit():
+                continue
+            argv = cmdline(int(pid_text))
+            if (len(argv) > 3 and argv[1] == b"--orphan-guard" and
+                    argv[3].isdigit() and int(argv[3]) in self.guard_sessions):
+                left.append("orphan guard pid %s" % pid_text)
+        left += ["folder %s" % d for d in sorted(self.shm_dirs())
+                 if os.path.exists(d)]
+        return left
+
+
+def run_reference(args, work):
+    job = Job(args, os.path.join(work, "reference"), "reference-%d" % os.getpid())
+    log("reference run (no faults)")
+    start = time.monotonic()
+    job.start()
+    ok = wait_for(job.finished, args.job_bound, 0.1)
+    job.stop_everything()
+    if not ok or any(a.returncode != 0 for a in job.agents):
+        raise RuntimeError("the reference run failed; see %s" % job.folder)
+    times = job.step_times()
+    steps = sorted(times)
+    intervals = [times[b] - times[a] for a, b in zip(steps, steps[1:])]
+    log("reference: %d steps in %.1f s, median step %.1f ms" %
+        (len(steps), time.monotonic() - start,
+         1000 * statistics.median(intervals)))
+    return job
+
+
+class Fault:
+    def __init__(self, kind, moment):
+        self.kind = kind
+        self.moment = moment
+        self.start = 0.0  # wall time it landed
+        self.end = 0.0    # wall time its own length ended (CONT, restart)
+        self.target = ""
+        self.trigger = 0.0  # wall time of the kill that opened its moment
+        self.lost = None  # seconds lost to it (set afterwards)
+
+
+def plan_faults(rng, count, kinds):
+    faults = []
+    for i in range(count):
+        # Every kind and moment early, then at random.
+        kind = kinds[i] if i < len(kinds) else rng.choice(kinds)
+        moment = rng.choice(MOMENTS) if i >= len(kinds) else MOMENTS[i % len(MOMENTS)]
+        if not kind.startswith("worker"):
+            moment = "step" if moment in ("first-step",) else moment
+        faults.append(Fault(kind, moment))
+    return faults
+
+
+def wait_for_moment(job, fault, rng, total_steps):
+    """Waits for the fault's moment; returns a worker pid to hit (or None)."""
+    if fault.moment == "round-change":
+        rounds = job.rounds_announced()
+        # The fault before starts a round change when it needed one; else
+        # kill a worker to start one, and land this fault inside it.
+        trigger = job.workers()
+        if trigger:
+            fault.trigger = time.time()
+            signal_pid(rng.choice(trigger), signal.SIGKILL)
+        wait_for(lambda: job.rounds_announced() > rounds, 30, 0.002)
+        return None
+    if fault.moment == "first-step":
+        before = set(job.started_anew())
+        trigger = job.workers()
+        if trigger:
+            fault.trigger = time.time()
+            signal_pid(rng.choice(trigger), signal.SIGKILL)
+        new = wait_for(lambda: set(job.started_anew()) - before, 30, 0.002)
+        return sorted(new)[0] if new else None
+    if fault.moment == "checkpoint":
+        now = job.last_step()
+        target = (now // CHECKPOINT_EVERY + 1) * CHECKPOINT_EVERY
+        wait_for(lambda: job.last_step() >= target or job.finished(), 60, 0.002)
+        return None
+    target = job.last_step() + rng.randint(5, max(6, total_steps // 40))
+    wait_for(lambda: job.last_step() >= target or job.finished(), 60)
+    return None
+
+
+def inject(job, fault, rng, pid):
+    kind = fault.kind
+    fault.start = time.time()
+    fault.end = fault.start
+    if kind.startswith("worker"):
+        pids = job.workers()
+        if pid is None or not alive(pid):
+            if not pids:
+                return False
+            pid = rng.choice(pids)
+        fault.target = "worker pid %d" % pid
+        if kind == "worker-kill":
+            signal_pid(pid, signal.SIGKILL)
+        elif kind == "worker-hang":
+            signal_pid(pid, signal.SIGSTOP)
+        elif kind == "worker-pause":
+            signal_pid(pid, signal.SIGSTOP)
+            time.sleep(rng.uniform(1, 3))
+            signal_pid(pid, signal.SIGCONT)
+            fault.end = time.time()
+        elif kind == "worker-throttle":
+            until = time.monotonic() + rng.uniform(3, 6)
+            while time.monotonic() < until and alive(pid):
+                signal_pid(pid, signal.SIGSTOP)
+                time.sleep(0.04)
+                signal_pid(pid, signal.SIGCONT)
+                time.sleep(0.06)
+            fault.end = time.time()
+        return True
+    if kind.startswith("agent"):
+        node = rng.randrange(NODES)
+        agent = job.agents[node]
+        if agent is None or agent.poll() is not None:
+            return False
+        fault.target = "agent %d pid %d" % (node, agent.pid)
+        if kind == "agent-kill":
+            agent.kill()
+            agent.wait()
+            time.sleep(AGENT_RESTART_DELAY)
+            job.start_agent(node)
+        else:
+            agent.send_signal(signal.SIGSTOP)
+            time.sleep(PAUSE_SECONDS)
+            agent.send_signal(signal.SIGCONT)
+        fault.end = time.time()
+        return True
+    fault.target = "server pid %d" % job.server.pid
+    if kind == "server-kill":
+        job.server.kill()
+        job.server.wait()
+        job.start_server()
+    else:
+        job.server.send_signal(signal.SIGSTOP)
+        time.sleep(PAUSE_SECONDS)
+        job.server.send_signal(signal.SIGCONT)
+    fault.end = time.time()
+    return True
+
+
+def recovered(job, fault):
+    """A step completed after the fault ended."""
+    times = job.step_times()
+    return job.finished() or (times and max(times.values()) > fault.end)
+
+
+def sha256(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def run_faulted(args, work, seed, reference, median_step):
+    rng = random.Random(seed)
+    kinds = [k for k in args.kinds.split(",") if k]
+    faults = plan_faults(rng, args.faults, kinds)
+    job = Job(args, os.path.join(work, "seed-%d" % seed), "faults-%d" % seed)
+    total_steps = reference.last_step()
+    log("seed %d: %d faults: %s" % (seed, len(faults),
+                                   ", ".join("%s@%s" % (f.kind, f.moment)
+                                             for f in faults)))
+    checks = []  # (name, ok, detail)
+    job.start()
+    try:
+        wait_for(lambda: job.last_step() > 0 or job.finished(), args.job_bound)
+        for fault in faults:
+            if job.finished():
+                log("the job finished before every fault landed")
+                break
+            pid = wait_for_moment(job, fault, rng, total_steps)
+            if job.finished() or not inject(job, fault, rng, pid):
+                continue
+            log("%s at %s: %s" % (fault.kind, fault.moment, fault.target))
+            wait_for(lambda: recovered(job, fault), args.recovery_bound + 30)
+        finished = wait_for(job.finished, args.job_bound, 0.1)
+    finally:
+        job.stop_everything()
+    injected = [f for f in faults if f.start > 0]
+    codes = [a.returncode for a in job.agents]
+    checks.append(("the job finishes", bool(finished) and codes == [0] * NODES,
+                   "agents exited %s" % codes))
+
+    # Each fault owns the step gaps from its start (or its trigger's, for a
+    # fault landed inside a round change it opened) to the first step
+    # completed after it ended; what they hold past a median step is the
+    # time lost to it.
+    times = job.step_times()
+    steps = sorted(times)
+    gaps = [(times[a], times[b]) for a, b in zip(steps, steps[1:])]
+    complete = steps == list(range(1, len(steps) + 1)) and \
+        len(steps) == reference.last_step()
+    checks.append(("no lost step", complete,
+                   "%d steps (reference %d)" % (len(steps), reference.last_step())))
+    worst = 0.0
+    for fault in injected:
+        own = fault.end - fault.start
+        begin = fault.trigger or fault.start
+        after = [t for t in times.values() if t > fault.end]
+        resumed = min(after) if after else fault.end
+        window = [(a, b) for a, b in gaps if b > begin and a < resumed]
+        fault.lost = sum(max(0.0, b - a - median_step) for a, b in window)
+        gap = max((b - a for a, b in window), default=0.0)
+        worst = max(worst, gap - own)
+        log("  %-15s %-12s lost %.3f s (longest gap %.3f s, its own length "
+            "%.3f s)" % (fault.kind, fault.moment, fault.lost, gap, own))
+    longest = max((b - a for a, b in gaps), default=0.0)
+    checks.append(("no stall", worst <= args.recovery_bound,
+                   "longest gap past a fault's own length %.2f s (bound %.1f s); "
+                   "longest gap %.2f s" % (worst, args.recovery_bound, longest)))
+
+    same = os.path.exists(job.model_path) and \
+        sha256(job.model_path) == sha256(reference.model_path)
+    checks.append(("bit-identical final model", same,
+                   "%s vs the reference" % job.model_path))
+
+    needed = sum(1 for f in injected if f.kind in NEEDS_ROUND)
+    # A fault landed inside another's recovery may share its round; the
+    # round-change and first-step moments also kill one worker to open it.
+    triggers = sum(1 for f in injected if f.moment in ("round-change", "first-step"))
+    shared = sum(1 for f in injected
+                 if f.moment in ("round-change", "first-step")
+                 and f.kind in NEEDS_ROUND)
+    expected_max = needed + triggers
+    expected_min = needed + triggers - shared - triggers
+    restarts = job.restart_count()
+    checks.append(("restart count", expected_min <= restarts <= expected_max,
+                   "%d restarts for %d faults needing a round (+%d to open "
+                   "round changes; %d..%d allowed)" %
+                   (restarts, needed, triggers, expected_min, expected_max)))
+
+    left = wait_for(lambda: not job.leftovers(), 10, 0.1)
+    checks.append(("nothing left behind", left is not None or not job.leftovers(),
+                   ", ".join(job.leftovers()) or "nothing"))
+    for name, ok, detail in checks:
+        log("%s %s: %s" % ("PASS" if ok else "FAIL", name, detail))
+    return checks, injected
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--build", required=True)
+    parser.add_argument("--data-dir", required=True)
+    parser.add_argument("--seed", type=int, default=20261204)
+    parser.add_argument("--faults", type=int, default=8)
+    parser.add_argument("--kinds", default=",".join(KINDS))
+    parser.add_argument("--epochs", type=int, default=20)
+    parser.add_argument("--train-limit", type=int, default=12032)
+    parser.add_argument("--recovery-bound", type=float, default=10.0,
+                        help="seconds a fault may cost past its own length")
+    parser.add_argument("--job-bound", type=float, default=240.0)
+    parser.add_argument("--soak-seconds", type=float, default=0)
+    parser.add_argument("--work-dir")
+    parser.add_argument("--json", help="write the per-fault figures here")
+    args = parser.parse_args()
+    args.build = os.path.abspath(args.build)
+    args.data_dir = os.path.abspath(args.data_dir)
+    for kind in args.kinds.split(","):
+        if kind and kind not in KINDS:
+            sys.exit("--kinds: unknown kind %r; the kinds are %s" %
+                     (kind, ", ".join(KINDS)))
+    work = args.work_dir or tempfile.mkdtemp(prefix="ddprun-fault-")
+    os.makedirs(work, exist_ok=True)
+    passed = failed = 0
+    all_faults = []
+    try:
+        reference = run_reference(args, work)
+        times = reference.step_times()
+        steps = sorted(times)
+        median_step = statistics.median(
+            [times[b] - times[a] for a, b in zip(steps, steps[1:])])
+        start = time.monotonic()
+        seed = args.seed
+        while True:
+            checks, faults = run_faulted(args, work, seed, reference, median_step)
+            all_faults += faults
+            passed += sum(1 for c in checks if c[1])
+            failed += sum(1 for c in checks if not c[1])
+            seed += 1
+            if time.monotonic() - start >= args.soak_seconds:
+                break
+    finally:
+        if failed == 0 and not args.work_dir:
+            shutil.rmtree(work, ignore_errors=True)
+        elif failed:
+            log("files kept in %s" % work)
+    by_kind = {}
+    for f in all_faults:
+        if f.lost is not None:
+            by_kind.setdefault(f.kind, []).append(f.lost)
+    for kind in sorted(by_kind):
+        lost = by_kind[kind]
+        log("%-15s %3d faults, lost per fault: median %.3f s, max %.3f s" %
+            (kind, len(lost), statistics.median(lost), max(lost)))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump([{"kind": x.kind, "moment": x.moment, "lost_s": x.lost}
+                       for x in all_faults], f, indent=1)
+    print("%d passed, %d failed" % (passed, failed))
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
