@@ -19,10 +19,6 @@
 namespace ddprun::launcher {
 namespace {
 
-// Bound on retrying an unreachable rendezvous, whatever join_timeout says:
-// a typo in --rdzv-endpoint should fail in seconds, not minutes.
-constexpr absl::Duration kMaxUnreachableWait = absl::Seconds(30);
-
 // How long prewarmed workers other than global rank 0 wait for MASTER_PORT
 // to listen: torch's own retry would cost a second.
 constexpr absl::Duration kMasterListenWait = absl::Seconds(1);
@@ -171,7 +167,7 @@ Agent::Joined Agent::JoinNextRound(int64_t last_round) {
                client_.endpoint(), context_.node_id);
   absl::StatusOr<v1::JoinResponse> joined =
       client_.Join(MakeJoinRequest(*master_port), conf.join_timeout,
-                   std::min(conf.join_timeout, kMaxUnreachableWait));
+                   std::min(conf.join_timeout, conf.read_timeout));
   if (std::optional<int> sig = events_.stop_signal()) {
     spdlog::info("stopped by {} while joining", SignalName(*sig));
     int64_t round = joined.ok() && joined->has_assignment()
@@ -696,7 +692,7 @@ void Agent::LeaveSucceeded(int64_t round) {
   if (Leave(round, v1::LeaveRequest::REASON_SUCCEEDED).ok()) return;
   const RdzvConf& conf = options_.rdzv_conf;
   const absl::Duration patience =
-      std::min(conf.join_timeout, kMaxUnreachableWait);
+      std::min(conf.join_timeout, conf.close_timeout);
   spdlog::info("telling rendezvous {} again that this node's workers "
                "succeeded, for up to {}",
                client_.endpoint(), absl::FormatDuration(patience));

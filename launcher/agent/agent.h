@@ -157,7 +157,7 @@ class Agent {
   // restarting the others' workers. A Leave that fails (the server is down)
   // is sent again, each time after a Resume with this node's record (a
   // restarted server then knows the node and its round first), until one
-  // is answered, for up to kMaxUnreachableWait.
+  // is answered, for up to --rdzv-conf close_timeout.
   void LeaveSucceeded(int64_t round);
   // The record a restarted server learns this node's job from: its last
   // assignment and the restart count it last heard.

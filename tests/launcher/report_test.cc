@@ -8,6 +8,7 @@
 #include "launcher/agent/failure_summary.h"
 #include "launcher/cli/program_command.h"
 #include "launcher/agent/worker_env.h"
+#include "launcher/cli/worker_torch.h"
 #include "tests/testing/temp_dir.h"
 
 namespace ddprun::launcher {
@@ -168,6 +169,70 @@ TEST(WorkerEnvTest, SetsTheContractOverTheAgentsEnvironment) {
   spec.local_world_size = 1;
   env = BuildWorkerEnv(spec, {"PATH=/bin"});
   for (const std::string& e : env) EXPECT_NE(e.rfind("OMP_NUM_THREADS", 0), 0u);
+}
+
+// The variables where torchrun 1.13 and 2.x differ follow the workers'
+// torch; an unknown torch (a LibTorch program) gets both generations'.
+TEST(WorkerEnvTest, FollowsTheTorchrunOfTheWorkersTorch) {
+  auto has = [](const std::vector<std::string>& env, const std::string& e) {
+    return std::set<std::string>(env.begin(), env.end()).count(e) > 0;
+  };
+  auto names = [](const std::vector<std::string>& env) {
+    std::set<std::string> out;
+    for (const std::string& e : env) out.insert(e.substr(0, e.find('=')));
+    return out;
+  };
+  WorkerEnvSpec spec;
+  spec.torch = ParseWorkerTorch("1.13.0a0+gitunknown\n0\n");  // Debian 12
+  ASSERT_TRUE(spec.torch.known());
+  std::vector<std::string> env = BuildWorkerEnv(spec, {});
+  EXPECT_TRUE(has(env, "NCCL_ASYNC_ERROR_HANDLING=1"));
+  EXPECT_EQ(names(env).count("TORCH_NCCL_ASYNC_ERROR_HANDLING"), 0u);
+  EXPECT_EQ(names(env).count("USE_LIBUV"), 0u);
+  spec.torch = ParseWorkerTorch("2.6.0+cu124\n1\n");  // a wheel
+  env = BuildWorkerEnv(spec, {});
+  EXPECT_TRUE(has(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING=1"));
+  EXPECT_EQ(names(env).count("NCCL_ASYNC_ERROR_HANDLING"), 0u);
+  EXPECT_EQ(names(env).count("USE_LIBUV"), 0u);
+  spec.torch = ParseWorkerTorch("2.6.0\n0\n");  // Debian 13: no libuv
+  env = BuildWorkerEnv(spec, {});
+  EXPECT_TRUE(has(env, "USE_LIBUV=0"));
+  EXPECT_EQ(names(env).count("NCCL_ASYNC_ERROR_HANDLING"), 0u);
+  spec.torch = ParseWorkerTorch("none\n");
+  EXPECT_FALSE(spec.torch.known());
+  env = BuildWorkerEnv(spec, {});
+  EXPECT_TRUE(has(env, "NCCL_ASYNC_ERROR_HANDLING=1"));
+  EXPECT_TRUE(has(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING=1"));
+}
+
+TEST(WorkerEnvTest, TheTokenIsNeverInAWorkersEnvironment) {
+  WorkerEnvSpec spec;
+  spec.credentials.token_file = "/run/x/token";
+  std::vector<std::string> env =
+      BuildWorkerEnv(spec, {"DDPRUN_TOKEN=secret", "PATH=/bin"});
+  for (const std::string& e : env) EXPECT_NE(e.rfind("DDPRUN_TOKEN=", 0), 0u);
+  EXPECT_THAT(env, ::testing::Contains("DDPRUN_TOKEN_FILE=/run/x/token"));
+  for (const std::string& e :
+       BuildStandbyEnv({"DDPRUN_TOKEN=secret", "PATH=/bin"}, "")) {
+    EXPECT_NE(e.rfind("DDPRUN_TOKEN=", 0), 0u);
+  }
+}
+
+// torchrun 2.x's --virtual-local-rank: LOCAL_RANK=0 and one GPU each, the
+// local rank's entry of the agent's list (or the local rank itself).
+TEST(WorkerEnvTest, VirtualLocalRankGivesEachWorkerOneGpu) {
+  WorkerEnvSpec spec;
+  spec.virtual_local_rank = true;
+  spec.local_rank = 1;
+  std::vector<std::string> env = BuildWorkerEnv(spec, {});
+  EXPECT_THAT(env, ::testing::Contains("LOCAL_RANK=0"));
+  EXPECT_THAT(env, ::testing::Contains("CUDA_VISIBLE_DEVICES=1"));
+  env = BuildWorkerEnv(spec, {"CUDA_VISIBLE_DEVICES=4, 6"});
+  EXPECT_THAT(env, ::testing::Contains("CUDA_VISIBLE_DEVICES=6"));
+  spec.virtual_local_rank = false;
+  env = BuildWorkerEnv(spec, {"CUDA_VISIBLE_DEVICES=4,6"});
+  EXPECT_THAT(env, ::testing::Contains("LOCAL_RANK=1"));
+  EXPECT_THAT(env, ::testing::Contains("CUDA_VISIBLE_DEVICES=4,6"));
 }
 
 TEST(ProgramCommandTest, PythonProgramsAsTorchrunRunsThem) {
