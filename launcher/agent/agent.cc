@@ -179,7 +179,10 @@ Agent::Joined Agent::JoinNextRound(int64_t last_round) {
   }
   if (!joined.ok()) {
     spdlog::error("{}", std::string(joined.status().message()));
-    return {.exit_code = 1};
+    return {.exit_code =
+                joined.status().code() == absl::StatusCode::kUnavailable
+                    ? kExitRendezvousUnreachable
+                    : 1};
   }
   if (joined->has_ended()) {
     const v1::JobEnded& ended = joined->ended();
@@ -188,6 +191,7 @@ Agent::Joined Agent::JoinNextRound(int64_t last_round) {
       return {.exit_code = 0};
     }
     std::string summary = FormatFailureSummary(options_.rdzv_id, ended);
+    WriteAgentErrorFile(context_.agent_error_file, ended);
     fputs(summary.c_str(), stderr);
     fflush(stderr);
     return {.exit_code = 1};

@@ -27,6 +27,12 @@
 
 namespace ddprun::launcher {
 
+// The agent's exit status when the rendezvous could not be reached within
+// --rdzv-conf read_timeout (sysexits' EX_TEMPFAIL): a supervisor (systemd's
+// RestartForceExitStatus=, a Kubernetes pod failure policy) can tell "start
+// me again later" from a job that failed (1).
+inline constexpr int kExitRendezvousUnreachable = 75;
+
 // The node agent's round lifecycle: join -> plan -> start -> supervise ->
 // report -> stop or rejoin -> leave, until the job ends for this node.
 // It talks to the rendezvous through RendezvousApi and to the operating

@@ -237,6 +237,9 @@ AgentContext MakeContext(const LaunchOptions& options,
   // Workers reach the store (the same server) as the agent does.
   context.credentials = channel.ForWorkers();
   context.base_env = CurrentEnvironment();
+  if (const char* error_file = getenv("TORCHELASTIC_ERROR_FILE")) {
+    context.agent_error_file = error_file;
+  }
   // torchrun's static default form on one node: --master-port is the
   // workers' MASTER_PORT (elsewhere the rendezvous serves on it).
   if (options.rdzv_mode == LaunchOptions::RdzvMode::kStandalone &&
@@ -422,6 +425,12 @@ int RunLaunch(const LaunchOptions& options) {
   router.SetClient(client->get());
   int code = RunAgent(options, std::move(node->context), **client, events);
   router.SetClient(nullptr);
+  // torchrun ends with its SignalException, exit status 1, whatever the
+  // signal; schedulers and wrappers written for it read 1 as "stopped".
+  if (std::optional<int> sig = events.stop_signal();
+      sig.has_value() && code == 128 + *sig) {
+    code = 1;
+  }
   return code;
 }
 

@@ -27,8 +27,9 @@ TEST(ErrorFileTest, ReadsTorchrunAndFlatJsonAndPlainText) {
   };
   EXPECT_EQ(ReadWorkerErrorMessage(write(
                 "torchrun", R"({"message": {"message": "RuntimeError: boom",
-                  "extraInfo": {"py_callstack": "...", "timestamp": "1"}}})")),
-            "RuntimeError: boom");
+                  "extraInfo": {"py_callstack": "Traceback (most recent call last):\n  File \"t.py\", line 3\nRuntimeError: boom\n", "timestamp": "1"}}})")),
+            "RuntimeError: boom\ntraceback:\nTraceback (most recent call "
+            "last):\n  File \"t.py\", line 3\nRuntimeError: boom");
   EXPECT_EQ(ReadWorkerErrorMessage(write("flat", R"({"message": "oops"})")),
             "oops");
   EXPECT_EQ(ReadWorkerErrorMessage(write("text", "segfault in step 3\n")),
@@ -105,6 +106,34 @@ TEST(FailureSummaryTest, NamesTheRootCauseFirst) {
   EXPECT_THAT(summary, HasSubstr("2023-11-14 22:13:20.123 UTC"));
   EXPECT_THAT(summary, HasSubstr("bad pointer"));
   EXPECT_THAT(summary, HasSubstr("exit code 1"));
+}
+
+// The server's message names the job too; the summary says it once.
+TEST(FailureSummaryTest, NamesTheJobOnce) {
+  v1::JobEnded ended;
+  ended.set_message(
+      "job 'j7' failed: 3 restarts used, max_restarts is 3; failures[0] is "
+      "the root cause");
+  std::string summary = FormatFailureSummary("j7", ended);
+  EXPECT_THAT(summary, ::testing::StartsWith(
+                           "ddprun: job 'j7' failed: 3 restarts used"));
+  EXPECT_THAT(summary, ::testing::Not(HasSubstr("failed: job")));
+}
+
+// torchrun copies the root cause into the agent's own error file for the
+// scheduler; ddprun writes the same format.
+TEST(FailureSummaryTest, RootCauseGoesToTheAgentsErrorFile) {
+  testing::TempDir dir;
+  v1::JobEnded ended;
+  v1::WorkerFailure* root = ended.add_failures();
+  root->set_rank(3);
+  root->set_host("node-b");
+  root->set_message("RuntimeError: boom\ntraceback:\n...");
+  ended.add_failures()->set_message("later");
+  WriteAgentErrorFile(dir.File("agent.json"), ended);
+  EXPECT_EQ(ReadWorkerErrorMessage(dir.File("agent.json")),
+            "RuntimeError: boom\ntraceback:\n...");
+  WriteAgentErrorFile("", ended);  // no file asked for: nothing to do
 }
 
 TEST(WorkerEnvTest, SetsTheContractOverTheAgentsEnvironment) {
