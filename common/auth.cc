@@ -16,6 +16,15 @@ namespace ddprun::common {
 
 absl::StatusOr<std::string> ReadSecretFile(const std::string& path,
                                            absl::string_view what) {
+  // An ifstream opens a folder and reads nothing: without this a folder
+  // was reported as an empty file, or by its mode.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the %s file '%s' is a folder; give the path of the file inside it "
+        "(e.g. '%s/token')",
+        what, path, path));
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     return absl::NotFoundError(absl::StrFormat(

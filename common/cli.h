@@ -4,6 +4,7 @@
 // --log-level and exit code 2 on bad usage (CLI11's own codes are 105-109).
 // Header-only, so that ddprun_common needs no CLI11; its users have it.
 
+#include <cmath>
 #include <cstdio>
 #include <iterator>
 #include <optional>
@@ -29,6 +30,21 @@ inline CLI::Option* AddLogLevelFlag(CLI::App& app, std::string* level) {
                   "trace, debug, info, warn, error or off")
       ->capture_default_str()
       ->check(CLI::IsMember(LogLevels()));
+}
+
+// A number of seconds or milliseconds: finite and >= 0. CLI11's
+// NonNegativeNumber lets "nan" and "inf" through (NaN fails no comparison).
+inline CLI::Validator FiniteNonNegative() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        double value = 0;
+        if (!CLI::detail::lexical_cast(text, value) || !std::isfinite(value) ||
+            value < 0) {
+          return "'" + text + "' is not a finite number >= 0; write e.g. 5";
+        }
+        return "";
+      },
+      "FINITE>=0");
 }
 
 inline void AddVersionFlag(CLI::App& app, const std::string& program) {

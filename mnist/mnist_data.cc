@@ -198,9 +198,15 @@ MnistOptions WithDataDir(MnistOptions options) {
 
 absl::Status CheckFolder(const MnistOptions& options) {
   struct stat st;
-  if (stat(options.data_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+  if (stat(options.data_dir.c_str(), &st) != 0) {
     return absl::NotFoundError(absl::StrFormat(
         "data folder %s does not exist; %s", options.data_dir, Fix(options)));
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--data-dir %s is a file, not a folder; give the folder that holds "
+        "the MNIST files; %s",
+        options.data_dir, Fix(options)));
   }
   return absl::OkStatus();
 }

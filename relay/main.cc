@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
                  "how long the first Join or heartbeat of a batch waits for "
                  "more before the batch is sent")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(ddprun::common::FiniteNonNegative());
   app.add_option("--tls-cert-file", relay.tls.cert_file,
                  "PEM certificate chain: serve TLS to the agents");
   app.add_option("--tls-key-file", relay.tls.key_file,

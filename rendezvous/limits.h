@@ -35,7 +35,8 @@ struct Limits {
   // (counted in their store bytes) even when the resident memory is at the
   // bound, as a hog's requests in flight can take it there. So the resident
   // memory stays within the bound plus a tenth. --max-memory-bytes; 0: no
-  // bound but the store caps.
+  // bound but the store caps. ddprun-rendezvous sets kDefaultMemoryBytes
+  // (its flag's default); an agent's in-process server keeps 0 (one job).
   int64_t max_memory_bytes = 0;
   // Back-pressure on store writes (StoreWriteRate): the request bytes of
   // one job's Set, Add, CompareSet and DeleteKey calls, stored or refused
@@ -74,6 +75,20 @@ struct Limits {
   int64_t max_jobs = 10000;
   int64_t max_failure_message_bytes = 8192;  // longer ones are cut
 };
+
+// ddprun-rendezvous's --max-memory-bytes default: the store caps alone let
+// jobs hold 1 GiB plus what gRPC keeps; 1.5 GiB leaves room in the 2 GiB the
+// Kubernetes manifest gives the server.
+inline constexpr int64_t kDefaultMemoryBytes = int64_t{1536} << 20;
+
+// The smallest --max-memory-bytes that is not 0: below it the server's own
+// start-up (gRPC, its threads) is over the bound and every write is refused.
+inline constexpr int64_t kMinMemoryBytes = int64_t{64} << 20;
+
+// INVALID_ARGUMENT, naming the flag, its value and the fix, for limits that
+// cannot work: a size or count below 1 (0 where 0 means "off" is fine), a
+// value larger than a request, a memory bound below kMinMemoryBytes.
+absl::Status ValidateLimits(const Limits& limits);
 
 // Checks the sizes of a store request's scope, key and value.
 absl::Status CheckStoreSizes(const Limits& limits, const v1::StoreScope& scope,

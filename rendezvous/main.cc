@@ -7,6 +7,7 @@
 #include "common/cli.h"
 #include "common/logging.h"
 #include "rendezvous/job_token.h"
+#include "rendezvous/limits.h"
 #include "rendezvous/run_server.h"
 
 namespace {
@@ -80,6 +81,7 @@ int main(int argc, char** argv) {
   app.add_option("--max-job-store-bytes", server.limits.max_job_store_bytes,
                  "memory the store may hold for one job (bytes)")
       ->capture_default_str();
+  server.limits.max_memory_bytes = ddprun::rendezvous::kDefaultMemoryBytes;
   app.add_option("--max-memory-bytes", server.limits.max_memory_bytes,
                  "the server's resident memory (RSS) bound: a store write "
                  "that would pass it is refused (bytes; 0: only the store "
@@ -148,7 +150,7 @@ int main(int argc, char** argv) {
                  "seconds: a waiting node is told to poll right after its "
                  "round's expected close, but at most this long from now")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::PositiveNumber & ddprun::common::FiniteNonNegative());
   app.add_option("--join-queues", server.join_queues,
                  "completion queues (one thread each) that serve Join; "
                  "more spread a large job's parked Joins thinner")

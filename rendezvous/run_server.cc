@@ -11,6 +11,7 @@
 #include "common/metrics.h"
 #include "common/service_main.h"
 #include "common/worker_env.h"
+#include "rendezvous/limits.h"
 #include "spdlog/spdlog.h"
 
 namespace ddprun::rendezvous {
@@ -44,6 +45,11 @@ int RunServerUntilSignal(const RunServerOptions& options) {
   // keep the default.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 
+  if (absl::Status limits = ValidateLimits(options.server.limits);
+      !limits.ok()) {
+    spdlog::error("ddprun-rendezvous: {}", std::string(limits.message()));
+    return 2;
+  }
   absl::StatusOr<std::string> token = common::LoadToken(options.token_file);
   if (!token.ok()) {
     spdlog::error("ddprun-rendezvous: {}", token.status().ToString());

@@ -19,10 +19,6 @@
 namespace ddprun::launcher {
 namespace {
 
-// Bound on retrying an unreachable rendezvous, whatever join_timeout says:
-// a typo in --rdzv-endpoint should fail in seconds, not minutes.
-constexpr absl::Duration kMaxUnreachableWait = absl::Seconds(30);
-
 // How long prewarmed workers other than global rank 0 wait for MASTER_PORT
 // to listen: torch's own retry would cost a second.
 constexpr absl::Duration kMasterListenWait = absl::Seconds(1);
@@ -172,7 +168,7 @@ Agent::Joined Agent::JoinNextRound(int64_t last_round) {
                client_.endpoint(), context_.node_id);
   absl::StatusOr<v1::JoinResponse> joined =
       client_.Join(MakeJoinRequest(*master_port), conf.join_timeout,
-                   std::min(conf.join_timeout, kMaxUnreachableWait));
+                   std::min(conf.join_timeout, conf.read_timeout));
   if (std::optional<int> sig = events_.stop_signal()) {
     spdlog::info("stopped by {} while joining", SignalName(*sig));
     int64_t round = joined.ok() && joined->has_assignment()
@@ -184,7 +180,10 @@ Agent::Joined Agent::JoinNextRound(int64_t last_round) {
   }
   if (!joined.ok()) {
     spdlog::error("{}", std::string(joined.status().message()));
-    return {.exit_code = 1};
+    return {.exit_code =
+                joined.status().code() == absl::StatusCode::kUnavailable
+                    ? kExitRendezvousUnreachable
+                    : 1};
   }
   if (joined->has_ended()) {
     const v1::JobEnded& ended = joined->ended();
@@ -193,6 +192,7 @@ Agent::Joined Agent::JoinNextRound(int64_t last_round) {
       return {.exit_code = 0};
     }
     std::string summary = FormatFailureSummary(options_.rdzv_id, ended);
+    WriteAgentErrorFile(context_.agent_error_file, ended);
     fputs(summary.c_str(), stderr);
     fflush(stderr);
     return {.exit_code = 1};
@@ -490,6 +490,11 @@ Agent::RoundEnd Agent::OnWorkersFailed(const RunningRound& round,
     if (context_.metrics != nullptr) context_.metrics->WorkerFailed(f.cause);
   }
   ReportFailures(round.assignment, failures, round.plan.error_files, "");
+  // A hung worker cannot use a grace period (a checkpoint on SIGTERM); the
+  // others get it.
+  for (const LocalFailure& f : failures) {
+    if (f.cause == v1::FAILURE_CAUSE_HUNG) round.group.Kill(f.local_rank);
+  }
   round.group.Stop(options_.shutdown_grace);
   return RoundEnd::kRejoin;
 }
@@ -696,7 +701,7 @@ void Agent::LeaveSucceeded(int64_t round) {
   if (Leave(round, v1::LeaveRequest::REASON_SUCCEEDED).ok()) return;
   const RdzvConf& conf = options_.rdzv_conf;
   const absl::Duration patience =
-      std::min(conf.join_timeout, kMaxUnreachableWait);
+      std::min(conf.join_timeout, conf.close_timeout);
   spdlog::info("telling rendezvous {} again that this node's workers "
                "succeeded, for up to {}",
                client_.endpoint(), absl::FormatDuration(patience));

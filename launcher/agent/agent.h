@@ -28,6 +28,12 @@
 
 namespace ddprun::launcher {
 
+// The agent's exit status when the rendezvous could not be reached within
+// --rdzv-conf read_timeout (sysexits' EX_TEMPFAIL): a supervisor (systemd's
+// RestartForceExitStatus=, a Kubernetes pod failure policy) can tell "start
+// me again later" from a job that failed (1).
+inline constexpr int kExitRendezvousUnreachable = 75;
+
 // The node agent's round lifecycle: join -> plan -> start -> supervise ->
 // report -> stop or rejoin -> leave, until the job ends for this node.
 // It talks to the rendezvous through RendezvousApi and to the operating
@@ -162,7 +168,7 @@ class Agent {
   // restarting the others' workers. A Leave that fails (the server is down)
   // is sent again, each time after a Resume with this node's record (a
   // restarted server then knows the node and its round first), until one
-  // is answered, for up to kMaxUnreachableWait.
+  // is answered, for up to --rdzv-conf close_timeout.
   void LeaveSucceeded(int64_t round);
   // The record a restarted server learns this node's job from: its last
   // assignment and the restart count it last heard.

@@ -32,6 +32,12 @@ struct AgentContext {
   // Python program: torch's env:// TCPStore), so that the other ranks are
   // activated once it does. libddp programs use the rendezvous store.
   bool rank0_listens_on_master_port = false;
+  // The agent's own TORCHELASTIC_ERROR_FILE (set by a scheduler), where the
+  // root cause of a failed job goes, as torchrun does; empty: none.
+  std::string agent_error_file;
+  // The torch the Python workers import (ProbeWorkerTorch); unknown for
+  // other programs.
+  WorkerTorch worker_torch;
   // --metrics-port: what /metrics shows of this node's workers; null: off.
   AgentMetrics* metrics = nullptr;
   // Picks the MASTER_PORT this node offers for a round (binds port 0 on

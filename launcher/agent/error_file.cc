@@ -42,7 +42,28 @@ std::string ReadWorkerErrorMessage(const std::string& path) {
     const auto& inner = message.struct_value().fields();
     auto m = inner.find("message");
     if (m != inner.end() && m->second.has_string_value()) {
-      return Clip(m->second.string_value());
+      // torch's @record puts the Python traceback in extraInfo.py_callstack;
+      // torchrun's summary shows it, and so does ours: its end (where the
+      // error was raised) when it is long.
+      std::string text = m->second.string_value();
+      auto extra = inner.find("extraInfo");
+      if (extra != inner.end() && extra->second.has_struct_value()) {
+        const auto& info = extra->second.struct_value().fields();
+        auto stack = info.find("py_callstack");
+        if (stack != info.end() && stack->second.has_string_value() &&
+            !stack->second.string_value().empty()) {
+          std::string trace = stack->second.string_value();
+          size_t room = kMaxMessageBytes > text.size() + 64
+                            ? kMaxMessageBytes - text.size() - 64
+                            : 0;
+          if (trace.size() > room) {
+            trace = "..." + trace.substr(trace.size() - room);
+          }
+          text += "\ntraceback:\n" +
+                  std::string(absl::StripTrailingAsciiWhitespace(trace));
+        }
+      }
+      return Clip(text);
     }
   }
   return Clip(text);

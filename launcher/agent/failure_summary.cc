@@ -1,10 +1,16 @@
 #include "launcher/agent/failure_summary.h"
 
+#include <fstream>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 #include "absl/strings/str_replace.h"
 #include "absl/time/time.h"
 #include "common/rendezvous_words.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
+#include "spdlog/spdlog.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -45,7 +51,12 @@ std::string FormatFailure(const v1::WorkerFailure& f) {
 std::string FormatFailureSummary(const std::string& run_id,
                                  const v1::JobEnded& ended) {
   std::string out = absl::StrFormat("ddprun: job '%s' failed", run_id);
-  if (!ended.message().empty()) absl::StrAppend(&out, ": ", ended.message());
+  // The server's message names the job and its end too ("job 'X' failed:
+  // 2 restarts used, ..."): only what it adds is repeated.
+  absl::string_view detail = ended.message();
+  absl::ConsumePrefix(&detail, absl::StrFormat("job '%s' failed", run_id));
+  absl::ConsumePrefix(&detail, ": ");
+  if (!detail.empty()) absl::StrAppend(&out, ": ", detail);
   absl::StrAppend(&out, "\n");
   if (ended.failures().empty()) {
     absl::StrAppend(&out, "  (the server recorded no worker failure)\n");
@@ -60,6 +71,32 @@ std::string FormatFailureSummary(const std::string& run_id,
     }
   }
   return out;
+}
+
+void WriteAgentErrorFile(const std::string& path, const v1::JobEnded& ended) {
+  if (path.empty() || ended.failures().empty()) return;
+  const v1::WorkerFailure& root = ended.failures(0);
+  google::protobuf::Struct file;
+  google::protobuf::Struct* message =
+      (*file.mutable_fields())["message"].mutable_struct_value();
+  (*message->mutable_fields())["message"].set_string_value(
+      root.message().empty() ? FormatFailure(root) : root.message());
+  google::protobuf::Struct* extra =
+      (*message->mutable_fields())["extraInfo"].mutable_struct_value();
+  (*extra->mutable_fields())["timestamp"].set_string_value(
+      absl::StrCat(root.time_unix_ms() / 1000));
+  (*extra->mutable_fields())["rank"].set_string_value(
+      absl::StrCat(root.rank()));
+  (*extra->mutable_fields())["host"].set_string_value(root.host());
+  std::string json;
+  if (!google::protobuf::util::MessageToJsonString(file, &json).ok()) return;
+  std::ofstream out(path, std::ios::trunc);
+  out << json << "\n";
+  if (!out.flush()) {
+    spdlog::warn("cannot write the root cause to TORCHELASTIC_ERROR_FILE "
+                 "'{}'; check that its folder exists and is writable",
+                 path);
+  }
 }
 
 }  // namespace ddprun::launcher

@@ -12,6 +12,13 @@ namespace ddprun::launcher {
 std::string FormatFailureSummary(const std::string& run_id,
                                  const v1::JobEnded& ended);
 
+// torchrun's contract with schedulers: when the agent itself was given a
+// TORCHELASTIC_ERROR_FILE (`path`, empty: none), the job's root cause is
+// written there in torchrun's format ({"message": {"message": ...,
+// "extraInfo": {...}}}), so that the scheduler reports why the job failed.
+// Errors are logged; an agent that fails to write goes on to exit 1.
+void WriteAgentErrorFile(const std::string& path, const v1::JobEnded& ended);
+
 // One failure on one line (without the message body's newlines).
 std::string FormatFailure(const v1::WorkerFailure& failure);
 

@@ -62,6 +62,8 @@ RoundPlan BuildRoundPlan(const LaunchOptions& options,
     spec.local_addr = context.local_addr;
     spec.credentials = context.credentials;
     spec.shm_dir = context.shm_dir;
+    spec.virtual_local_rank = options.virtual_local_rank;
+    spec.torch = context.worker_torch;
     spec.progress_fd =
         local_rank < static_cast<int>(progress_fds.size())
             ? progress_fds[local_rank]

@@ -3,7 +3,9 @@
 #include <utility>
 
 #include "absl/strings/match.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/worker_env.h"
 
 extern char** environ;
@@ -45,19 +47,47 @@ std::vector<std::string> BuildWorkerEnv(const WorkerEnvSpec& spec,
       vars.find(env::kOmpNumThreads) == vars.end()) {
     set(env::kOmpNumThreads, 1);
   }
-  // As torchrun sets them (1.13 the first name, 2.x the second): a failed
-  // NCCL collective raises instead of hanging, so that the agent sees the
-  // worker fail.
-  for (const char* name :
-       {"NCCL_ASYNC_ERROR_HANDLING", "TORCH_NCCL_ASYNC_ERROR_HANDLING"}) {
+  // A failed NCCL collective raises instead of hanging, so that the agent
+  // sees the worker fail: torchrun 1.13 sets the first name, torchrun 2.x
+  // the second (torch >= 2.2 warns about the first). Without a known torch
+  // (a LibTorch program, or no torch found) both, so that either reads it.
+  std::vector<const char*> nccl_names;
+  if (!spec.torch.known() || spec.torch.major < 2) {
+    nccl_names.push_back("NCCL_ASYNC_ERROR_HANDLING");
+  }
+  if (!spec.torch.known() || spec.torch.major >= 2) {
+    nccl_names.push_back("TORCH_NCCL_ASYNC_ERROR_HANDLING");
+  }
+  for (const char* name : nccl_names) {
     if (vars.find(name) == vars.end()) set(name, 1);
   }
   // Rank 0 hosts the env:// TCPStore (TORCHELASTIC_USE_AGENT_STORE=False):
-  // PyTorch >= 2.4 starts it with libuv unless USE_LIBUV=0, and builds
-  // without libuv (Debian 13's 2.6) then fail in init_process_group. 0 gives
-  // the server every PyTorch before 2.4 used (those ignore the variable); a
-  // user's own USE_LIBUV wins.
-  if (vars.find("USE_LIBUV") == vars.end()) set("USE_LIBUV", 0);
+  // torch >= 2.4 starts it with libuv unless USE_LIBUV=0, and a torch built
+  // without libuv (Debian 13's 2.6) then fails in init_process_group.
+  // torchrun sets no USE_LIBUV, so it is set only where that torch may be
+  // the one (a distribution's torch >= 2.4, or an unknown one); torch < 2.4
+  // ignores it. A user's own USE_LIBUV wins.
+  bool may_lack_libuv =
+      !spec.torch.known() ||
+      (!spec.torch.bundled_libs &&
+       (spec.torch.major > 2 || (spec.torch.major == 2 && spec.torch.minor >= 4)));
+  if (may_lack_libuv && vars.find("USE_LIBUV") == vars.end()) {
+    set("USE_LIBUV", 0);
+  }
+  if (spec.virtual_local_rank) {
+    std::string device = absl::StrCat(spec.local_rank);
+    auto visible = vars.find("CUDA_VISIBLE_DEVICES");
+    if (visible != vars.end()) {
+      std::vector<std::string> devices =
+          absl::StrSplit(visible->second, ',');
+      // The launch checked that the list has an entry per local rank.
+      if (spec.local_rank < static_cast<int>(devices.size())) {
+        device = std::string(absl::StripAsciiWhitespace(devices[spec.local_rank]));
+      }
+    }
+    set(env::kLocalRank, 0);
+    set("CUDA_VISIBLE_DEVICES", device);
+  }
   set(env::kStoreEndpoint, spec.store_endpoint);
   set(env::kStoreRunId, spec.run_id);
   set(env::kRound, spec.round);
@@ -65,6 +95,7 @@ std::vector<std::string> BuildWorkerEnv(const WorkerEnvSpec& spec,
   // The agent's own credentials, never ones left in its environment: a
   // worker talks to the store exactly as its agent talks to the rendezvous.
   spec.credentials.ToEnv(vars);
+  vars.erase(env::kToken);
   if (!spec.shm_dir.empty()) set(env::kShmDir, spec.shm_dir);
   if (spec.progress_fd >= 0) {
     set(env::kProgressFd, spec.progress_fd);
@@ -88,7 +119,9 @@ std::vector<std::string> BuildStandbyEnv(const std::vector<std::string>& base,
   bool has_omp = false;
   const std::string shm_prefix = absl::StrCat(env::kShmDir, "=");
   const std::string omp_prefix = absl::StrCat(env::kOmpNumThreads, "=");
+  const std::string token_prefix = absl::StrCat(env::kToken, "=");
   for (const std::string& entry : base) {
+    if (absl::StartsWith(entry, token_prefix)) continue;  // as BuildWorkerEnv
     // A process sees only the first of two entries of one name.
     if (!shm_dir.empty() && absl::StartsWith(entry, shm_prefix)) continue;
     has_omp |= absl::StartsWith(entry, omp_prefix);

@@ -9,6 +9,18 @@
 
 namespace ddprun::launcher {
 
+// The torch a Python worker imports, as far as the agent found out before
+// the first round (ProbeWorkerTorch): torchrun of that generation decides
+// which of the variables that differ between torch 1.x and 2.x are set.
+struct WorkerTorch {
+  int major = 0;  // 0: unknown (not a Python program, or no torch found)
+  int minor = 0;
+  // Whether torch ships its own libraries (a wheel: libuv built in since
+  // 2.4) rather than a distribution's (Debian 13's 2.6 has no libuv).
+  bool bundled_libs = true;
+  bool known() const { return major > 0; }
+};
+
 // What one worker is told about itself; see common/worker_env.h for the
 // meaning of each variable.
 struct WorkerEnvSpec {
@@ -34,11 +46,17 @@ struct WorkerEnvSpec {
   int progress_fd = -1;    // -1: not set
   int control_fd = -1;     // DDPRUN_CONTROL_FD; -1: not set
   std::string shm_dir;     // DDPRUN_SHM_DIR; empty: not set
+  // torchrun 2.x's --virtual-local-rank: LOCAL_RANK=0 and the local rank's
+  // entry of the agent's CUDA_VISIBLE_DEVICES (or the local rank itself).
+  bool virtual_local_rank = false;
+  WorkerTorch torch;
 };
 
 // The worker's complete environment: `base` (the agent's own, NAME=value)
 // with the contract's names set over it. OMP_NUM_THREADS defaults to 1 when
 // `base` does not set it and the node runs several workers, as torchrun does.
+// DDPRUN_TOKEN is never passed on: workers get the agent's credentials as a
+// file (DDPRUN_TOKEN_FILE), so user code does not find it in its environment.
 std::vector<std::string> BuildWorkerEnv(const WorkerEnvSpec& spec,
                                         const std::vector<std::string>& base);
 

@@ -1,5 +1,6 @@
 #include "launcher/cli/flags.h"
 
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include "absl/random/random.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -123,7 +125,12 @@ struct RawLaunchFlags {
   std::string worker_timeout = "0";
   std::string hang_bound;
   std::string hang_factor = "5";
-  std::string shutdown_grace = "3";
+  // torchrun 2.x waits 30 s between SIGTERM and SIGKILL (its
+  // shutdown_timeout); checkpoint-on-SIGTERM code is written for that.
+  std::string shutdown_grace = "30";
+  // torchrun 2.x's name (also TORCH_ELASTIC_SHUTDOWN_TIMEOUT); empty: unset.
+  std::string shutdown_timeout;
+  std::string max_nproc_per_node = "512";
   std::string redirects = "0";
   std::string tee = "0";
   std::string local_ranks_filter;
@@ -135,20 +142,19 @@ struct RawLaunchFlags {
 };
 
 // torchrun (1.13 to 2.x) flags without a meaning for ddprun: accepted so that
-// a torchrun line runs unchanged, and logged once. Worker processes are
-// always fork+exec'd (--start-method); a Python program always runs as a
-// path (--run-path); logs go where --log-dir/--redirects/--tee say
-// (--logs-specs); there is no event log (--event-log-handler); no NUMA or
-// virtual-rank placement (--numa-binding, --virtual-local-rank); ddprun
-// always forwards SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2
-// (--signals-to-handle).
+// a torchrun line runs unchanged, and logged once. None changes what the
+// workers see. Worker processes are always fork+exec'd (--start-method); a
+// Python program always runs as a path (--run-path); logs go where
+// --log-dir/--redirects/--tee say (--logs-specs); there is no event log
+// (--event-log-handler); ddprun always forwards SIGTERM, SIGINT, SIGHUP,
+// SIGQUIT, SIGUSR1 and SIGUSR2 (--signals-to-handle). --numa-binding is
+// refused in ParseLaunchValues: it would change where workers run.
 constexpr const char* kIgnoredValueFlags[] = {
     "--start-method",      "--logs-specs",
     "--event-log-handler", "--numa-binding",
     "--signals-to-handle", "--duplicate-stdout-filters",
     "--duplicate-stderr-filters"};
-constexpr const char* kIgnoredSwitches[] = {"--run-path",
-                                            "--virtual-local-rank"};
+constexpr const char* kIgnoredSwitches[] = {"--run-path"};
 
 // The launch flags, as torchrun spells them, into `o` and `raw`.
 void AddLaunchFlags(CLI::App& app, LaunchOptions& o, RawLaunchFlags& raw) {
@@ -164,7 +170,7 @@ void AddLaunchFlags(CLI::App& app, LaunchOptions& o, RawLaunchFlags& raw) {
             "accepted for torchrun compatibility (c10d, ddprun)");
   AddString(app, "--rdzv-conf", &raw.rdzv_conf,
             "key=value,...: last_call_timeout, join_timeout, close_timeout, "
-            "heartbeat_interval, heartbeat_timeout (seconds)");
+            "read_timeout, heartbeat_interval, heartbeat_timeout (seconds)");
   AddFlag(app, "--standalone", &o.standalone,
           "single node: an in-process rendezvous on a loopback port");
   AddString(app, "--node-rank", &raw.node_rank, "this node's rank (optional)");
@@ -185,6 +191,15 @@ void AddLaunchFlags(CLI::App& app, LaunchOptions& o, RawLaunchFlags& raw) {
             "observed duration");
   AddString(app, "--shutdown-grace", &raw.shutdown_grace,
             "seconds between SIGTERM and SIGKILL when stopping workers");
+  AddString(app, "--shutdown-timeout", &raw.shutdown_timeout,
+            "torchrun 2.x's name for --shutdown-grace (also "
+            "$TORCH_ELASTIC_SHUTDOWN_TIMEOUT)");
+  AddString(app, "--max-nproc-per-node", &raw.max_nproc_per_node,
+            "refuse a --nproc-per-node above this (a typo would fork that "
+            "many workers)");
+  AddFlag(app, "--virtual-local-rank", &o.virtual_local_rank,
+          "each worker sees LOCAL_RANK=0 and only its own GPU "
+          "(CUDA_VISIBLE_DEVICES), as torchrun 2.x");
   AddString(app, "--log-dir", &o.log_dir,
             "DIR/<run_id>_<random>/attempt_<n>/<local_rank>/{stdout.log,"
             "stderr.log,error.json}, torchrun's layout");
@@ -207,7 +222,9 @@ void AddLaunchFlags(CLI::App& app, LaunchOptions& o, RawLaunchFlags& raw) {
             "static rendezvous (without --rdzv-endpoint): node rank 0 serves "
             "it here");
   AddString(app, "--master-port", &raw.master_port,
-            "static rendezvous: its port (default 29500)");
+            "static rendezvous: its port (default 29500); on one node "
+            "without --master-addr and --rdzv-endpoint: the workers' "
+            "MASTER_PORT (default: a free port)");
   AddString(app, "--local-addr", &o.local_addr,
             "this node's address for its peers");
   AddString(app, "--log-level", &o.log_level,
@@ -304,6 +321,29 @@ absl::Status ParseLaunchValues(const RawLaunchFlags& raw, LaunchOptions& o) {
       ResolveNprocPerNode(raw.nproc_per_node, ProbeThisHost());
   if (!nproc.ok()) return nproc.status();
   o.nproc_per_node = *nproc;
+  DDPRUN_ASSIGN_OR_RETURN(
+      int max_nproc,
+      ParseInt("--max-nproc-per-node", raw.max_nproc_per_node, 1, "1024"));
+  if (o.nproc_per_node > max_nproc) {
+    return Usage(absl::StrFormat(
+        "--nproc-per-node %s: %d workers on one node is over the bound of "
+        "%d; write a smaller --nproc-per-node, or raise the bound with "
+        "--max-nproc-per-node %d if you mean it",
+        raw.nproc_per_node, o.nproc_per_node, max_nproc, o.nproc_per_node));
+  }
+  // torchrun 2.x refuses a local rank past the agent's CUDA_VISIBLE_DEVICES
+  // when it starts the workers; here before anything starts.
+  const char* visible = getenv("CUDA_VISIBLE_DEVICES");
+  if (o.virtual_local_rank && visible != nullptr) {
+    std::vector<std::string> devices = absl::StrSplit(visible, ',');
+    if (static_cast<int>(devices.size()) < o.nproc_per_node) {
+      return Usage(absl::StrFormat(
+          "--virtual-local-rank gives each of the %d workers one GPU of "
+          "CUDA_VISIBLE_DEVICES=%s, which lists %d; list one per worker or "
+          "write --nproc-per-node %d",
+          o.nproc_per_node, visible, devices.size(), devices.size()));
+    }
+  }
   if (absl::Status s = ParseRdzvConf(raw.rdzv_conf, o.rdzv_conf); !s.ok()) {
     return s;
   }
@@ -341,6 +381,20 @@ absl::Status ParseLaunchValues(const RawLaunchFlags& raw, LaunchOptions& o) {
       !s.ok()) {
     return s;
   }
+  // torchrun 2.x: --shutdown-timeout, else TORCH_ELASTIC_SHUTDOWN_TIMEOUT.
+  std::string shutdown_timeout = raw.shutdown_timeout;
+  std::string shutdown_flag = "--shutdown-timeout";
+  if (shutdown_timeout.empty()) {
+    const char* env = getenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT");
+    if (env != nullptr && *env != '\0') {
+      shutdown_timeout = env;
+      shutdown_flag = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT";
+    }
+  }
+  if (!shutdown_timeout.empty()) {
+    DDPRUN_ASSIGN_OR_RETURN(o.shutdown_grace,
+                            ParseSeconds(shutdown_flag, shutdown_timeout));
+  }
   if (o.monitor_interval <= absl::ZeroDuration()) {
     return Usage(
         "--monitor-interval must be positive; write e.g. "
@@ -353,12 +407,41 @@ absl::Status ParseLaunchValues(const RawLaunchFlags& raw, LaunchOptions& o) {
       o.local_ranks_filter,
       ParseIntList("--local-ranks-filter", raw.local_ranks_filter));
   for (const auto& [flag, value] : raw.ignored) {
-    if (!value.empty()) o.ignored_flags.push_back(flag + " " + value);
+    if (value.empty()) continue;
+    if (flag == "--numa-binding") {
+      return Usage(absl::StrFormat(
+          "--numa-binding %s: ddprun does not bind workers to NUMA nodes; "
+          "drop the flag, or run the program under numactl (e.g. "
+          "--no-python numactl --cpunodebind=0 python3 train.py)",
+          value));
+    }
+    o.ignored_flags.push_back(flag + " " + value);
   }
   for (const auto& [flag, on] : raw.ignored_switches) {
     if (on) o.ignored_flags.push_back(flag);
   }
   return absl::OkStatus();
+}
+
+// A run id names a folder under --log-dir and the job on the server: only
+// letters, digits, '.', '_' and '-', starting with a letter or digit, so
+// that it can be no path ("../x") and no name the shell or a file system
+// treats specially.
+constexpr size_t kMaxRunIdLength = 128;
+
+absl::Status CheckRunId(const std::string& id) {
+  bool ok = !id.empty() && id.size() <= kMaxRunIdLength &&
+            absl::ascii_isalnum(static_cast<unsigned char>(id[0]));
+  for (char c : id) {
+    ok = ok && (absl::ascii_isalnum(static_cast<unsigned char>(c)) ||
+                c == '.' || c == '_' || c == '-');
+  }
+  if (ok) return absl::OkStatus();
+  return Usage(absl::StrFormat(
+      "--rdzv-id: '%s' is not a run id: use 1 to %d letters, digits, '.', "
+      "'_' or '-', starting with a letter or digit; write e.g. --rdzv-id "
+      "job-42",
+      absl::CHexEscape(id.substr(0, 2 * kMaxRunIdLength)), kMaxRunIdLength));
 }
 
 // How the rendezvous is found, as torchrun decides it: --standalone; else
@@ -442,6 +525,7 @@ absl::Status DecideRendezvous(LaunchOptions& o) {
 // Values that are fine alone but not together, and what --standalone
 // implies.
 absl::Status CheckLaunchOptions(LaunchOptions& o) {
+  DDPRUN_RETURN_IF_ERROR(CheckRunId(o.rdzv_id));
   if (o.rdzv_backend != "c10d" && o.rdzv_backend != "ddprun" &&
       o.rdzv_backend != "static" && o.rdzv_backend != "etcd" &&
       o.rdzv_backend != "etcd-v2") {

@@ -1,6 +1,7 @@
 #include "launcher/cli/launch.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -23,6 +24,7 @@
 #include "launcher/posix/process_control.h"
 #include "launcher/cli/program_command.h"
 #include "launcher/cli/python_module.h"
+#include "launcher/cli/worker_torch.h"
 #include "launcher/agent/rendezvous_client.h"
 #include "launcher/posix/shm_dir.h"
 #include "launcher/posix/signal_watcher.h"
@@ -159,6 +161,11 @@ absl::StatusOr<Rendezvous> FindRendezvous(const LaunchOptions& options,
                         absl::StrCat("--rdzv-endpoint: ",
                                      parsed.status().message()));
   }
+  if (absl::Status resolves = CheckHostResolves(parsed->host);
+      !resolves.ok()) {
+    exit_code = 2;
+    return resolves;
+  }
   if (options.rdzv_mode == Mode::kHost ||
       options.rdzv_mode == Mode::kHostOrConnect) {
     // Binding decides: the address is this host's and nothing listens
@@ -198,7 +205,13 @@ absl::Status SetCommands(const LaunchOptions& options, AgentContext& context) {
         BuildStandbyArgv(options, python_exec != nullptr ? python_exec : "");
     context.rank0_listens_on_master_port = RunsUnderPython(options);
   }
-  return ResolveProgram(context.worker_argv[0], context.base_env).status();
+  absl::Status resolved =
+      ResolveProgram(context.worker_argv[0], context.base_env).status();
+  if (resolved.ok() && RunsUnderPython(options)) {
+    context.worker_torch =
+        ProbeWorkerTorch(context.worker_argv[0], context.base_env);
+  }
+  return resolved;
 }
 
 // What the agent sets for the workers that a user may want to know.
@@ -233,6 +246,16 @@ AgentContext MakeContext(const LaunchOptions& options,
   if (std::optional<std::string> dir =
           FindPythonPackageDir("/proc/self/exe")) {
     AppendToPythonPath(context.base_env, *dir);
+  }
+  if (const char* error_file = getenv("TORCHELASTIC_ERROR_FILE")) {
+    context.agent_error_file = error_file;
+  }
+  // torchrun's static default form on one node: --master-port is the
+  // workers' MASTER_PORT (elsewhere the rendezvous serves on it).
+  if (options.rdzv_mode == LaunchOptions::RdzvMode::kStandalone &&
+      options.master_port > 0) {
+    context.reserve_port = [port = options.master_port](const std::string&)
+        -> absl::StatusOr<int> { return port; };
   }
   return context;
 }
@@ -302,6 +325,32 @@ struct NodeSetUp {
   std::unique_ptr<RunLogDir> log_dir;
 };
 
+// Workers get the agent's token as a file, never as DDPRUN_TOKEN in their
+// environment (which user code, crash reports and child processes see):
+// when the agent's token came from DDPRUN_TOKEN, it is written to a 0600 file
+// in the run's folder, which goes with the run.
+absl::Status GiveWorkersTokenFile(const common::ChannelOptions& channel,
+                                  AgentContext& context) {
+  if (channel.token.empty() || !context.credentials.token_file.empty()) {
+    return absl::OkStatus();
+  }
+  std::string path = context.scratch_dir + "/token";
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  bool ok = fd >= 0 &&
+            write(fd, channel.token.data(), channel.token.size()) ==
+                static_cast<ssize_t>(channel.token.size());
+  int error = errno;
+  if (fd >= 0) close(fd);
+  if (!ok) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "cannot write the workers' token file '%s': %s; give the agent a "
+        "writable --log-dir, or --token-file",
+        path, strerror(error)));
+  }
+  context.credentials.token_file = path;
+  return absl::OkStatus();
+}
+
 // The node's context: its folders, the worker commands (a missing program
 // is an error here, before the node joins).
 absl::StatusOr<NodeSetUp> SetUpNode(const LaunchOptions& options,
@@ -327,6 +376,9 @@ absl::StatusOr<NodeSetUp> SetUpNode(const LaunchOptions& options,
   node.context.scratch_dir = node.log_dir->path();
   if (guard != nullptr && !node.log_dir->removable_base().empty()) {
     guard->WatchPath(node.log_dir->removable_base());
+  }
+  if (absl::Status s = GiveWorkersTokenFile(channel, node.context); !s.ok()) {
+    return s;
   }
   LogWorkerSettings(options, node.log_dir->path());
   return node;
@@ -400,6 +452,12 @@ int RunLaunch(const LaunchOptions& options) {
   int code = RunAgent(options, std::move(node->context), **client, events,
                       orphan_guard);
   router.SetClient(nullptr);
+  // torchrun ends with its SignalException, exit status 1, whatever the
+  // signal; schedulers and wrappers written for it read 1 as "stopped".
+  if (std::optional<int> sig = events.stop_signal();
+      sig.has_value() && code == 128 + *sig) {
+    code = 1;
+  }
   return code;
 }
 

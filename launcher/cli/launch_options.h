@@ -17,8 +17,15 @@ struct RdzvConf {
   absl::Duration last_call_timeout = absl::Seconds(30);
   // How long a Join may wait for its round to close (torchrun: 600 s).
   absl::Duration join_timeout = absl::Seconds(600);
-  // Accepted for torchrun compatibility; rounds close on the server.
+  // torchrun: how long closing the rendezvous may take. Here: how long an
+  // agent whose workers succeeded keeps telling an unreachable rendezvous
+  // so (bounded by join_timeout).
   absl::Duration close_timeout = absl::Seconds(60);
+  // torchrun: the c10d store client's timeout, which is how long an agent
+  // waits for a rendezvous that does not answer yet (torchrun: 60 s). Here
+  // the same: how long a Join (or a Leave) retries an unreachable
+  // rendezvous (bounded by join_timeout) before the agent exits 1.
+  absl::Duration read_timeout = absl::Seconds(60);
   absl::Duration heartbeat_interval = absl::Seconds(1);
   // A node silent this long is dropped from the job by the server.
   absl::Duration heartbeat_timeout = absl::Seconds(10);
@@ -70,7 +77,11 @@ struct LaunchOptions {
   // (--hang-bound, --hang-factor, --worker-timeout).
   PhaseBoundsOptions hang_bounds;
   // Between SIGTERM and SIGKILL when stopping workers; one shared deadline.
-  absl::Duration shutdown_grace = absl::Seconds(3);
+  // torchrun 2.x's shutdown_timeout and default.
+  absl::Duration shutdown_grace = absl::Seconds(30);
+  // torchrun 2.x: every worker gets LOCAL_RANK=0 and only its own GPU in
+  // CUDA_VISIBLE_DEVICES (the agent's list, indexed by local rank).
+  bool virtual_local_rank = false;
   std::string log_dir;  // empty: workers inherit the agent's stdout/stderr
   PerRankStreams redirects;
   PerRankStreams tee;
@@ -82,8 +93,10 @@ struct LaunchOptions {
   // Start the next round's Python workers ahead of time, up to their
   // imports, so that a restart skips interpreter and torch start-up.
   bool prewarm = false;
-  std::string master_addr;  // accepted; the rendezvous decides
-  int master_port = 0;      // accepted; the rendezvous decides
+  std::string master_addr;  // static rendezvous: where node rank 0 serves it
+  // Static rendezvous: its port. Standalone (one node, torchrun's static
+  // default form): the workers' MASTER_PORT; 0: a free port.
+  int master_port = 0;
   std::string local_addr;   // empty: derived from the endpoint
   std::string log_level = "info";
   // --metrics-port: serve Prometheus /metrics of this agent's workers

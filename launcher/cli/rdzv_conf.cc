@@ -1,6 +1,7 @@
 #include "launcher/cli/rdzv_conf.h"
 
 #include <algorithm>
+#include <cmath>
 #include <iterator>
 
 #include "absl/status/status.h"
@@ -16,20 +17,25 @@ namespace ddprun::launcher {
 absl::StatusOr<absl::Duration> ParseSeconds(absl::string_view flag,
                                             absl::string_view text) {
   double seconds = 0;
-  if (!absl::SimpleAtod(text, &seconds) || seconds < 0) {
+  // SimpleAtod takes "nan" and "inf": neither is a duration a deadline can
+  // be computed from (NaN compares false to everything, so it passed every
+  // range check after it).
+  if (!absl::SimpleAtod(text, &seconds) || !std::isfinite(seconds) ||
+      seconds < 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: '%s' is not a number of seconds; write e.g. %s 5 or %s 0.5", flag,
-        text, flag, flag));
+        "%s: '%s' is not a finite, non-negative number of seconds; write "
+        "e.g. %s 5 or %s 0.5",
+        flag, text, flag, flag));
   }
   return absl::Seconds(seconds);
 }
 
 absl::Status ParseRdzvConf(absl::string_view text, RdzvConf& conf) {
   // torchrun's keys that have no meaning with ddprun's rendezvous: the c10d
-  // store's transport and read timeout, etcd's connection settings.
+  // store's transport, etcd's connection settings. None changes what the
+  // workers see.
   static constexpr absl::string_view kIgnored[] = {
-      "read_timeout", "store_type", "use_libuv", "protocol",
-      "cacert",       "cert",       "key",       "rank"};
+      "store_type", "use_libuv", "protocol", "cacert", "cert", "key", "rank"};
   int keep_alive_max_attempt = 0;
   for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipEmpty())) {
     std::pair<absl::string_view, absl::string_view> kv =
@@ -70,6 +76,7 @@ absl::Status ParseRdzvConf(absl::string_view text, RdzvConf& conf) {
     if (key == "last_call_timeout") target = &conf.last_call_timeout;
     if (key == "join_timeout" || key == "timeout") target = &conf.join_timeout;
     if (key == "close_timeout") target = &conf.close_timeout;
+    if (key == "read_timeout") target = &conf.read_timeout;
     if (key == "heartbeat_interval" || key == "keep_alive_interval") {
       target = &conf.heartbeat_interval;
     }
@@ -77,10 +84,10 @@ absl::Status ParseRdzvConf(absl::string_view text, RdzvConf& conf) {
     if (target == nullptr) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "--rdzv-conf: unknown key '%s'; known keys: last_call_timeout, "
-          "join_timeout (timeout), close_timeout, heartbeat_interval "
-          "(keep_alive_interval), heartbeat_timeout, keep_alive_max_attempt, "
-          "is_host; accepted and ignored: read_timeout, store_type, "
-          "use_libuv, protocol, cacert, cert, key, rank",
+          "join_timeout (timeout), close_timeout, read_timeout, "
+          "heartbeat_interval (keep_alive_interval), heartbeat_timeout, "
+          "keep_alive_max_attempt, is_host; accepted and ignored: "
+          "store_type, use_libuv, protocol, cacert, cert, key, rank",
           key));
     }
     absl::StatusOr<absl::Duration> d =

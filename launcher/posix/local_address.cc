@@ -74,6 +74,25 @@ std::string DefaultLocalAddress(const common::Endpoint& rendezvous) {
   return HostName();
 }
 
+absl::Status CheckHostResolves(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* result = nullptr;
+  int rc = getaddrinfo(host.c_str(), nullptr, &hints, &result);
+  if (rc == 0) {
+    freeaddrinfo(result);
+    return absl::OkStatus();
+  }
+  if (rc == EAI_AGAIN || rc == EAI_SYSTEM || rc == EAI_MEMORY) {
+    return absl::OkStatus();  // the resolver failed for now; gRPC retries
+  }
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "--rdzv-endpoint: the host '%s' does not resolve (%s); check its "
+      "spelling, or give its IP address",
+      host, gai_strerror(rc)));
+}
+
 absl::StatusOr<HeldPort> HeldPort::Bind(const std::string& address) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;

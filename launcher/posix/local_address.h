@@ -52,6 +52,12 @@ absl::StatusOr<int> ReservePort(const std::string& address);
 // cannot block longer).
 bool WaitUntilListening(const std::string& host, int port, absl::Duration max);
 
+// OK when `host` resolves, or when the resolver only failed for now
+// (EAI_AGAIN: a retry may succeed). INVALID_ARGUMENT, naming the host, when
+// the name does not exist: no retry can reach it, so a typo in
+// --rdzv-endpoint fails at once instead of after the unreachable wait.
+absl::Status CheckHostResolves(const std::string& host);
+
 // "host:pid:nonce", unique per agent process.
 std::string MakeNodeId();
 

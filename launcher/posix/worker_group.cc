@@ -83,7 +83,13 @@ std::vector<std::pair<int, ExitStatus>> WorkerGroup::Stop(
   std::vector<std::pair<int, ExitStatus>> exits = Reap();
   // The whole group, not only the leader: a worker's own children go too,
   // even when the leader has already exited.
-  for (const Worker& w : workers_) control_.SignalGroup(w.pid, SIGTERM);
+  for (const Worker& w : workers_) {
+    control_.SignalGroup(w.pid, SIGTERM);
+    // A stopped process acts on SIGTERM only once continued.
+    if (!w.ended && control_.IsStopped(w.pid)) {
+      control_.SignalGroup(w.pid, SIGCONT);
+    }
+  }
   absl::Time deadline = clock_.Now() + grace;
   while (true) {
     for (auto& e : Reap()) exits.push_back(e);

@@ -58,6 +58,12 @@ grep -qx 'Restart=on-failure' $r || fail "$r must restart on failure"
 grep -q '^LoadCredential=token:' $r || fail "$r must load the token as a credential"
 grep -q -- '--token-file ${CREDENTIALS_DIRECTORY}/token' $r ||
   fail "$r must read the token from \$CREDENTIALS_DIRECTORY"
+a=ddprun-agent@job1.service
+# One worker killed by the kernel's OOM killer is ddprun's to handle.
+grep -qx 'OOMPolicy=continue' $a || fail "$a must keep running after an OOM kill"
+# An agent that found no rendezvous (exit 75) is started again.
+grep -qx 'RestartForceExitStatus=75' $a ||
+  fail "$a must restart an agent that exited 75 (rendezvous unreachable)"
 grep -q '^LoadCredential=tls-cert:' ddprun-rendezvous.service.d/tls.conf ||
   fail "tls.conf must load the certificate as a credential"
 

@@ -231,25 +231,110 @@ TEST(FlagsTest, KubeflowPetVariablesAlone) {
 
 TEST(FlagsTest, TorchrunFlagsWithoutMeaningAreAcceptedAndListed) {
   auto c = Parse({"--start-method", "spawn", "--run_path", "--logs-specs",
-                  "x", "--event-log-handler", "console", "--numa-binding",
-                  "node", "--signals-to-handle", "SIGTERM,SIGUSR1",
-                  "--virtual-local-rank", "--rdzv-conf",
-                  "timeout=9,read_timeout=60,store_type=tcp,use_libuv=1,"
-                  "keep_alive_interval=2,keep_alive_max_attempt=4",
+                  "x", "--event-log-handler", "console",
+                  "--signals-to-handle", "SIGTERM,SIGUSR1", "--rdzv-conf",
+                  "timeout=9,read_timeout=45,close_timeout=7,store_type=tcp,"
+                  "use_libuv=1,keep_alive_interval=2,keep_alive_max_attempt=4",
                   "train.py"});
   ASSERT_TRUE(c.ok()) << c.status();
   const LaunchOptions& o = c->launch;
   EXPECT_THAT(o.ignored_flags,
               testing::UnorderedElementsAre(
                   "--start-method spawn", "--run-path", "--logs-specs x",
-                  "--event-log-handler console", "--numa-binding node",
-                  "--signals-to-handle SIGTERM,SIGUSR1",
-                  "--virtual-local-rank"));
+                  "--event-log-handler console",
+                  "--signals-to-handle SIGTERM,SIGUSR1"));
   EXPECT_THAT(o.rdzv_conf.ignored,
-              ElementsAre("read_timeout=60", "store_type=tcp", "use_libuv=1"));
+              ElementsAre("store_type=tcp", "use_libuv=1"));
   EXPECT_EQ(o.rdzv_conf.join_timeout, absl::Seconds(9));
+  // torchrun's meanings: how long an unreachable rendezvous is waited for,
+  // and how long closing it (this node's last Leave) may take.
+  EXPECT_EQ(o.rdzv_conf.read_timeout, absl::Seconds(45));
+  EXPECT_EQ(o.rdzv_conf.close_timeout, absl::Seconds(7));
   EXPECT_EQ(o.rdzv_conf.heartbeat_interval, absl::Seconds(2));
   EXPECT_EQ(o.rdzv_conf.heartbeat_timeout, absl::Seconds(8));
+}
+
+TEST(FlagsTest, TorchrunTwoDefaultsAndShutdownTimeout) {
+  auto d = Parse({"train.py"});
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->launch.shutdown_grace, absl::Seconds(30));  // torchrun 2.x
+  EXPECT_EQ(d->launch.rdzv_conf.read_timeout, absl::Seconds(60));
+  EXPECT_EQ(d->launch.rdzv_conf.close_timeout, absl::Seconds(60));
+  auto flag = Parse({"--shutdown-timeout", "12", "train.py"});
+  ASSERT_TRUE(flag.ok()) << flag.status();
+  EXPECT_EQ(flag->launch.shutdown_grace, absl::Seconds(12));
+  setenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "7", 1);
+  auto env = Parse({"train.py"});
+  auto both = Parse({"--shutdown_timeout", "5", "train.py"});
+  unsetenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT");
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_EQ(env->launch.shutdown_grace, absl::Seconds(7));
+  ASSERT_TRUE(both.ok()) << both.status();
+  EXPECT_EQ(both->launch.shutdown_grace, absl::Seconds(5));  // the flag wins
+}
+
+TEST(FlagsTest, MasterPortAloneIsTheStandaloneWorkersPort) {
+  // torchrun's static default form: one node, --master-port only.
+  auto c = Parse({"--nproc-per-node", "1", "--master-port", "29613",
+                  "train.py"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->launch.rdzv_mode, Mode::kStandalone);
+  EXPECT_EQ(c->launch.master_port, 29613);
+  setenv("PET_MASTER_PORT", "29614", 1);
+  auto pet = Parse({"train.py"});
+  unsetenv("PET_MASTER_PORT");
+  ASSERT_TRUE(pet.ok()) << pet.status();
+  EXPECT_EQ(pet->launch.master_port, 29614);
+}
+
+TEST(FlagsTest, VirtualLocalRankNeedsAGpuPerWorker) {
+  auto c = Parse({"--virtual-local-rank", "--nproc-per-node", "2",
+                  "train.py"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->launch.virtual_local_rank);
+  setenv("CUDA_VISIBLE_DEVICES", "3", 1);
+  auto short_list = Parse({"--virtual-local-rank", "--nproc-per-node", "2",
+                           "train.py"});
+  unsetenv("CUDA_VISIBLE_DEVICES");
+  ASSERT_FALSE(short_list.ok());
+  EXPECT_THAT(short_list.status().message(),
+              HasSubstr("CUDA_VISIBLE_DEVICES=3, which lists 1"));
+}
+
+// Each bad value is refused before anything starts, with a message that
+// names the value and says what to write instead.
+TEST(FlagsTest, BadInputNamesTheValueAndTheFix) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;
+  } cases[] = {
+      {{"--rdzv-id", "../../escaped", "train.py"},
+       "--rdzv-id: '../../escaped' is not a run id"},
+      {{"--rdzv-id", "a/b", "train.py"}, "write e.g. --rdzv-id job-42"},
+      {{"--rdzv-id", std::string(129, 'a'), "train.py"}, "1 to 128 letters"},
+      {{"--rdzv-id", "-x", "train.py"}, "starting with a letter or digit"},
+      {{"--nproc-per-node", "100000", "train.py"},
+       "--max-nproc-per-node 100000 if you mean it"},
+      {{"--monitor-interval", "nan", "train.py"},
+       "--monitor-interval: 'nan' is not a finite"},
+      {{"--shutdown-grace", "inf", "train.py"},
+       "--shutdown-grace: 'inf' is not a finite"},
+      {{"--worker-timeout", "-1", "train.py"}, "write e.g. --worker-timeout 5"},
+      {{"--rdzv-conf", "join_timeout=nan", "train.py"},
+       "--rdzv-conf join_timeout: 'nan' is not a finite"},
+      {{"--shutdown-timeout", "1e999", "train.py"}, "'1e999' is not a finite"},
+      {{"--numa-binding", "node", "train.py"}, "under numactl"},
+  };
+  for (const Case& c : cases) {
+    auto parsed = Parse(c.args);
+    ASSERT_FALSE(parsed.ok()) << c.args[1];
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(parsed.status().message(), HasSubstr(c.says)) << c.args[1];
+  }
+  auto raised = Parse({"--nproc-per-node", "600", "--max-nproc-per-node",
+                       "1000", "--rdzv-id", "job_7.b-2", "train.py"});
+  ASSERT_TRUE(raised.ok()) << raised.status();
+  EXPECT_EQ(raised->launch.nproc_per_node, 600);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include "launcher/agent/failure_summary.h"
 #include "launcher/cli/program_command.h"
 #include "launcher/agent/worker_env.h"
+#include "launcher/cli/worker_torch.h"
 #include "tests/testing/temp_dir.h"
 
 namespace ddprun::launcher {
@@ -26,8 +27,9 @@ TEST(ErrorFileTest, ReadsTorchrunAndFlatJsonAndPlainText) {
   };
   EXPECT_EQ(ReadWorkerErrorMessage(write(
                 "torchrun", R"({"message": {"message": "RuntimeError: boom",
-                  "extraInfo": {"py_callstack": "...", "timestamp": "1"}}})")),
-            "RuntimeError: boom");
+                  "extraInfo": {"py_callstack": "Traceback (most recent call last):\n  File \"t.py\", line 3\nRuntimeError: boom\n", "timestamp": "1"}}})")),
+            "RuntimeError: boom\ntraceback:\nTraceback (most recent call "
+            "last):\n  File \"t.py\", line 3\nRuntimeError: boom");
   EXPECT_EQ(ReadWorkerErrorMessage(write("flat", R"({"message": "oops"})")),
             "oops");
   EXPECT_EQ(ReadWorkerErrorMessage(write("text", "segfault in step 3\n")),
@@ -107,6 +109,34 @@ TEST(FailureSummaryTest, NamesTheRootCauseFirst) {
   EXPECT_THAT(summary, HasSubstr("exit code 1"));
 }
 
+// The server's message names the job too; the summary says it once.
+TEST(FailureSummaryTest, NamesTheJobOnce) {
+  v1::JobEnded ended;
+  ended.set_message(
+      "job 'j7' failed: 3 restarts used, max_restarts is 3; failures[0] is "
+      "the root cause");
+  std::string summary = FormatFailureSummary("j7", ended);
+  EXPECT_THAT(summary, ::testing::StartsWith(
+                           "ddprun: job 'j7' failed: 3 restarts used"));
+  EXPECT_THAT(summary, ::testing::Not(HasSubstr("failed: job")));
+}
+
+// torchrun copies the root cause into the agent's own error file for the
+// scheduler; ddprun writes the same format.
+TEST(FailureSummaryTest, RootCauseGoesToTheAgentsErrorFile) {
+  testing::TempDir dir;
+  v1::JobEnded ended;
+  v1::WorkerFailure* root = ended.add_failures();
+  root->set_rank(3);
+  root->set_host("node-b");
+  root->set_message("RuntimeError: boom\ntraceback:\n...");
+  ended.add_failures()->set_message("later");
+  WriteAgentErrorFile(dir.File("agent.json"), ended);
+  EXPECT_EQ(ReadWorkerErrorMessage(dir.File("agent.json")),
+            "RuntimeError: boom\ntraceback:\n...");
+  WriteAgentErrorFile("", ended);  // no file asked for: nothing to do
+}
+
 TEST(WorkerEnvTest, SetsTheContractOverTheAgentsEnvironment) {
   WorkerEnvSpec spec;
   spec.run_id = "r";
@@ -169,6 +199,70 @@ TEST(WorkerEnvTest, SetsTheContractOverTheAgentsEnvironment) {
   spec.local_world_size = 1;
   env = BuildWorkerEnv(spec, {"PATH=/bin"});
   for (const std::string& e : env) EXPECT_NE(e.rfind("OMP_NUM_THREADS", 0), 0u);
+}
+
+// The variables where torchrun 1.13 and 2.x differ follow the workers'
+// torch; an unknown torch (a LibTorch program) gets both generations'.
+TEST(WorkerEnvTest, FollowsTheTorchrunOfTheWorkersTorch) {
+  auto has = [](const std::vector<std::string>& env, const std::string& e) {
+    return std::set<std::string>(env.begin(), env.end()).count(e) > 0;
+  };
+  auto names = [](const std::vector<std::string>& env) {
+    std::set<std::string> out;
+    for (const std::string& e : env) out.insert(e.substr(0, e.find('=')));
+    return out;
+  };
+  WorkerEnvSpec spec;
+  spec.torch = ParseWorkerTorch("1.13.0a0+gitunknown\n0\n");  // Debian 12
+  ASSERT_TRUE(spec.torch.known());
+  std::vector<std::string> env = BuildWorkerEnv(spec, {});
+  EXPECT_TRUE(has(env, "NCCL_ASYNC_ERROR_HANDLING=1"));
+  EXPECT_EQ(names(env).count("TORCH_NCCL_ASYNC_ERROR_HANDLING"), 0u);
+  EXPECT_EQ(names(env).count("USE_LIBUV"), 0u);
+  spec.torch = ParseWorkerTorch("2.6.0+cu124\n1\n");  // a wheel
+  env = BuildWorkerEnv(spec, {});
+  EXPECT_TRUE(has(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING=1"));
+  EXPECT_EQ(names(env).count("NCCL_ASYNC_ERROR_HANDLING"), 0u);
+  EXPECT_EQ(names(env).count("USE_LIBUV"), 0u);
+  spec.torch = ParseWorkerTorch("2.6.0\n0\n");  // Debian 13: no libuv
+  env = BuildWorkerEnv(spec, {});
+  EXPECT_TRUE(has(env, "USE_LIBUV=0"));
+  EXPECT_EQ(names(env).count("NCCL_ASYNC_ERROR_HANDLING"), 0u);
+  spec.torch = ParseWorkerTorch("none\n");
+  EXPECT_FALSE(spec.torch.known());
+  env = BuildWorkerEnv(spec, {});
+  EXPECT_TRUE(has(env, "NCCL_ASYNC_ERROR_HANDLING=1"));
+  EXPECT_TRUE(has(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING=1"));
+}
+
+TEST(WorkerEnvTest, TheTokenIsNeverInAWorkersEnvironment) {
+  WorkerEnvSpec spec;
+  spec.credentials.token_file = "/run/x/token";
+  std::vector<std::string> env =
+      BuildWorkerEnv(spec, {"DDPRUN_TOKEN=secret", "PATH=/bin"});
+  for (const std::string& e : env) EXPECT_NE(e.rfind("DDPRUN_TOKEN=", 0), 0u);
+  EXPECT_THAT(env, ::testing::Contains("DDPRUN_TOKEN_FILE=/run/x/token"));
+  for (const std::string& e :
+       BuildStandbyEnv({"DDPRUN_TOKEN=secret", "PATH=/bin"}, "")) {
+    EXPECT_NE(e.rfind("DDPRUN_TOKEN=", 0), 0u);
+  }
+}
+
+// torchrun 2.x's --virtual-local-rank: LOCAL_RANK=0 and one GPU each, the
+// local rank's entry of the agent's list (or the local rank itself).
+TEST(WorkerEnvTest, VirtualLocalRankGivesEachWorkerOneGpu) {
+  WorkerEnvSpec spec;
+  spec.virtual_local_rank = true;
+  spec.local_rank = 1;
+  std::vector<std::string> env = BuildWorkerEnv(spec, {});
+  EXPECT_THAT(env, ::testing::Contains("LOCAL_RANK=0"));
+  EXPECT_THAT(env, ::testing::Contains("CUDA_VISIBLE_DEVICES=1"));
+  env = BuildWorkerEnv(spec, {"CUDA_VISIBLE_DEVICES=4, 6"});
+  EXPECT_THAT(env, ::testing::Contains("CUDA_VISIBLE_DEVICES=6"));
+  spec.virtual_local_rank = false;
+  env = BuildWorkerEnv(spec, {"CUDA_VISIBLE_DEVICES=4,6"});
+  EXPECT_THAT(env, ::testing::Contains("LOCAL_RANK=1"));
+  EXPECT_THAT(env, ::testing::Contains("CUDA_VISIBLE_DEVICES=4,6"));
 }
 
 TEST(ProgramCommandTest, PythonProgramsAsTorchrunRunsThem) {

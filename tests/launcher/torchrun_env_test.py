@@ -17,19 +17,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 DUMP = os.path.join(HERE, "dump_env.py")
 LOOPBACK = {"localhost", "127.0.0.1", "::1"}
 
-# Keys whose values differ by nature: ports and ids picked per run.
-PER_RUN = {"MASTER_PORT", "TORCHELASTIC_RUN_ID"}
-# Set by ddprun and not by torch 1.13's torchrun, on purpose:
-EXTRA_OK = {
-    # torch >= 2.2 renamed NCCL_ASYNC_ERROR_HANDLING to this; ddprun sets both
-    # so that either torch sees it (torchrun 1.13 sets the old name only,
-    # torchrun 2.6 the new one only).
-    "TORCH_NCCL_ASYNC_ERROR_HANDLING",
-    "NCCL_ASYNC_ERROR_HANDLING",
-    # Another change sets USE_LIBUV=0 (unless set) for PyTorch >= 2.4 builds
-    # without libuv, whose TCPStore would fail otherwise.
-    "USE_LIBUV",
-}
+# Keys whose values differ by nature: ids picked per run, and MASTER_PORT
+# where the line names none (torchrun's static default is 29500, ddprun
+# picks a free port; lines with --master_port compare it).
+PER_RUN = {"TORCHELASTIC_RUN_ID"}
+# Set by ddprun and not by torchrun, on purpose: USE_LIBUV=0 for a
+# distribution's torch >= 2.4 (Debian 13's 2.6 has no libuv, and rank 0's
+# env:// TCPStore would fail). The NCCL names follow the workers' torch as
+# torchrun of that torch sets them, so they compare.
+EXTRA_OK = {"USE_LIBUV"}
 
 
 def free_port():
@@ -38,8 +34,9 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run(launcher, line, out_dir, home):
+def run(launcher, line, out_dir, home, extra_env=None):
     env = {"PATH": "/usr/bin:/bin", "HOME": home, "LANG": "C.UTF-8"}
+    env.update(extra_env or {})
     argv = launcher + line + [DUMP, out_dir]
     p = subprocess.run(argv, env=env, stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, timeout=180, text=True)
@@ -53,11 +50,16 @@ def run(launcher, line, out_dir, home):
     return envs
 
 
-def diff(torchrun_env, ddprun_env):
+def diff(torchrun_env, ddprun_env, same_port):
     problems = []
     for key in sorted(set(torchrun_env) | set(ddprun_env)):
         t, d = torchrun_env.get(key), ddprun_env.get(key)
+        if key == "DDPRUN_TOKEN" and d is not None:
+            problems.append("DDPRUN_TOKEN: a worker must not see the token")
+            continue
         if t == d or key.startswith("DDPRUN_") or key in PER_RUN:
+            continue
+        if key == "MASTER_PORT" and not same_port:
             continue
         if key in EXTRA_OK and t is None:
             continue
@@ -100,16 +102,24 @@ def main():
     for line in lines:
         with tempfile.TemporaryDirectory() as t, \
                 tempfile.TemporaryDirectory() as d:
-            t_line = [a.replace("PORT", str(free_port())) for a in line]
-            d_line = [a.replace("PORT", str(free_port())) for a in line]
+            # --master_port: the same port for both (one after the other),
+            # so that MASTER_PORT compares; an endpoint's port is the
+            # rendezvous', not the workers'.
+            same_port = "--master_port" in line
+            port = free_port()
+            t_line = [a.replace("PORT", str(port)) for a in line]
+            d_line = [a.replace("PORT", str(port if same_port else free_port()))
+                      for a in line]
             t_envs = run(torchrun, common + t_line, t, home)
-            d_envs = run([args.ddprun], common + d_line, d, home)
+            # A token in the agent's environment never reaches a worker.
+            d_envs = run([args.ddprun], common + d_line, d, home,
+                         {"DDPRUN_TOKEN": "secret-of-the-agent"})
             if sorted(t_envs) != sorted(d_envs) or not t_envs:
                 failures.append("%s: ranks %s vs %s" %
                                 (line, sorted(t_envs), sorted(d_envs)))
                 continue
             for name in sorted(t_envs):
-                for p in diff(t_envs[name], d_envs[name]):
+                for p in diff(t_envs[name], d_envs[name], same_port):
                     failures.append("%s %s: %s" % (" ".join(line), name, p))
         print("compared: %s" % " ".join(line), flush=True)
     shutil.rmtree(home, ignore_errors=True)

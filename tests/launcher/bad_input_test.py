@@ -1,0 +1,100 @@
+"""Bad input, as a careless or hostile user types it, to ddprun,
+ddprun-rendezvous and ddprun-relay: each is refused before anything starts
+(no worker, no listening server, no folder outside --log-dir), with an exit
+status other than 0 and a message that names the value and says what to
+write instead.
+
+Usage: bad_input_test.py --ddprun PATH --rendezvous PATH --relay PATH
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def run(argv, cwd, env=None):
+    start = time.monotonic()
+    p = subprocess.run(argv, cwd=cwd, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=60,
+                       env=env)
+    return p, time.monotonic() - start
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--ddprun", required=True)
+    parser.add_argument("--rendezvous", required=True)
+    parser.add_argument("--relay", required=True)
+    args = parser.parse_args()
+    failures = []
+    with tempfile.TemporaryDirectory() as top:
+        work = os.path.join(top, "a", "b")
+        logs = os.path.join(work, "logs")
+        os.makedirs(logs)
+        marker = os.path.join(top, "worker-ran")
+        program = ["--no-python", "sh", "-c", "touch " + marker]
+        token_dir = os.path.join(top, "tokens")
+        os.makedirs(token_dir)
+        cases = [
+            # (argv, exit status, what the message must say)
+            ([args.ddprun, "--log-dir", logs, "--rdzv-id", "../../escaped"]
+             + program, 2, "'../../escaped' is not a run id"),
+            ([args.ddprun, "--rdzv-id", "x" * 200] + program, 2,
+             "1 to 128 letters"),
+            ([args.ddprun, "--nproc-per-node", "100000"] + program, 2,
+             "--max-nproc-per-node 100000 if you mean it"),
+            ([args.ddprun, "--monitor-interval", "nan"] + program, 2,
+             "'nan' is not a finite"),
+            ([args.ddprun, "--shutdown-grace", "inf"] + program, 2,
+             "'inf' is not a finite"),
+            ([args.ddprun, "--nnodes", "2", "--rdzv-endpoint",
+              "no-such-host.invalid:29400"] + program, 2,
+             "'no-such-host.invalid' does not resolve"),
+            ([args.ddprun, "--token-file", token_dir, "--nnodes", "2",
+              "--rdzv-endpoint", "127.0.0.1:1"] + program, 2,
+             "is a folder; give the path of the file inside it"),
+            ([args.rendezvous, "--port", "0", "--max-value-bytes", "-5"], 2,
+             "--max-value-bytes -5: must be at least 1"),
+            ([args.rendezvous, "--port", "0", "--max-jobs", "0"], 2,
+             "--max-jobs 0: must be at least 1"),
+            ([args.rendezvous, "--port", "0", "--max-memory-bytes", "1000"],
+             2, "give at least 67108864 (64 MiB), or 0 for no bound"),
+            ([args.rendezvous, "--port", "0", "--max-poll-delay", "nan"], 2,
+             "'nan' is not a finite number"),
+            ([args.rendezvous, "--port", "0", "--token-file", token_dir], 1,
+             "is a folder"),
+            ([args.relay, "--upstream", "127.0.0.1:1", "--batch-window-ms",
+              "nan"], 2, "'nan' is not a finite number"),
+        ]
+        for argv, code, says in cases:
+            p, took = run(argv, cwd=work)
+            shown = " ".join(a if len(a) < 40 else a[:37] + "..."
+                             for a in argv[1:])
+            name = os.path.basename(argv[0])
+            if p.returncode != code or says not in p.stdout:
+                failures.append("%s %s: rc %d (want %d), output %r" %
+                                (name, shown, p.returncode, code, p.stdout))
+            elif took > 10:
+                failures.append("%s %s: refused after %.1f s, not at once" %
+                                (name, shown, took))
+            else:
+                print("refused: %s %s -> %d" % (name, shown, p.returncode))
+        if os.path.exists(marker):
+            failures.append("a worker ran for a refused command line")
+        # Nothing was created beside or above --log-dir.
+        strays = sorted(set(os.listdir(top)) - {"a", "tokens"}) + sorted(
+            set(os.listdir(os.path.join(top, "a"))) - {"b"}) + sorted(
+            set(os.listdir(work)) - {"logs"})
+        if strays or os.listdir(logs):
+            failures.append("folders created: %s, in --log-dir: %s" %
+                            (strays, os.listdir(logs)))
+    if failures:
+        print("\n".join(failures))
+        sys.exit(1)
+    print("OK: %d bad command lines refused" % len(cases))
+
+
+if __name__ == "__main__":
+    main()
