@@ -51,9 +51,6 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--bucket-mb", o.bucket_mb, "Gradient bucket size in MB")
       ->capture_default_str();
-  app.add_flag("--overlap,!--no-overlap", o.overlap,
-               "Allreduce buckets during backward")
-      ->capture_default_str();
   app.add_flag("--in-place,!--no-in-place", o.in_place,
                "Recover in place when a rank fails under ddprun (the others "
                "keep running); --no-in-place restarts every worker")
@@ -61,15 +58,11 @@ int main(int argc, char** argv) {
   app.add_flag("--progress,!--no-progress", o.progress,
                "Rank 0 shows a progress line")
       ->capture_default_str();
-  app.add_flag("--direct-allreduce,!--no-direct-allreduce", o.direct_allreduce,
-               "Gloo: reduce gradients on busy-polling pairs in the training "
-               "thread instead of ProcessGroupGloo's threads")
-      ->capture_default_str();
-  app.add_flag("--shared-gradients,!--no-shared-gradients",
-               o.shared_gradients,
-               "CPU, one node: allocate the gradients in the node's shared "
-               "memory and sum them there; --no-shared-gradients copies "
-               "them into the shared segment for each allreduce")
+  app.add_option("--gradient-sync", o.gradient_sync,
+                 "auto: libddp chooses the gradient path (shared memory in a "
+                 "node, hierarchical across nodes, NCCL on CUDA); "
+                 "process-group: always the process group (debugging)")
+      ->check(CLI::IsMember({"auto", "process-group"}))
       ->capture_default_str();
   // Hidden (group ""): a fault hook for tests.
   app.add_option("--test-die-in-sync", o.test_die_in_sync,

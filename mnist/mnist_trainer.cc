@@ -328,10 +328,15 @@ absl::StatusOr<int> SyncState(Training& t, bool has_state) {
   return source;
 }
 
+GradientSync GradientSyncOf(const MnistTrainOptions& options) {
+  return options.gradient_sync == "process-group" ? GradientSync::kProcessGroup
+                                                  : GradientSync::kAuto;
+}
+
 ProcessGroupOptions GroupOptions(const Training& t) {
   ProcessGroupOptions options;
   options.backend = t.backend;
-  options.direct_allreduce = t.options.direct_allreduce;
+  options.gradient_sync = GradientSyncOf(t.options);
   return options;
 }
 
@@ -397,7 +402,8 @@ struct BeforeRound {
 
 absl::StatusOr<BeforeRound> PrepareBeforeRound(
     const MnistTrainOptions& options) {
-  at::set_num_threads(1);
+  // Intra-op threads: LibTorch's own choice, OMP_NUM_THREADS when set (ddprun
+  // sets 1 when a node runs several workers and the user set none).
   if (absl::Status valid = ValidateOptions(options); !valid.ok()) return valid;
   spdlog::debug("{:.3f} s after start: main", SecondsSinceProcessStart());
   absl::StatusOr<DatasetKind> dataset = ParseDataset(options.dataset);
@@ -485,7 +491,7 @@ absl::StatusOr<std::unique_ptr<Training>> SetUp(
 
   ProcessGroupOptions group_options;
   group_options.backend = prepared->backend;
-  group_options.direct_allreduce = options.direct_allreduce;
+  group_options.gradient_sync = GradientSyncOf(options);
   absl::StatusOr<ProcessGroup> group = CreateProcessGroup(*env, group_options);
   absl::StatusOr<MnistData> data = prepared->loading.get();
   if (!data.ok()) return data.status();
@@ -545,8 +551,6 @@ absl::StatusOr<std::unique_ptr<Training>> SetUp(
                 SecondsSinceProcessStart());
   DataParallelOptions ddp_options;
   ddp_options.bucket_mb = options.bucket_mb;
-  ddp_options.overlap = options.overlap;
-  ddp_options.shared_gradients = options.shared_gradients;
   t->ddp.emplace(t->model->parameters(), t->group, ddp_options);
   if (source < 0) t->ddp->BroadcastParameters();
   // The steps' gradients go through shared memory when the round is one
@@ -846,7 +850,6 @@ absl::Status Recover(Training& t) {
   NoteRecovery(t);
   DataParallelOptions ddp_options;
   ddp_options.bucket_mb = t.options.bucket_mb;
-  ddp_options.overlap = t.options.overlap;
   t.ddp.emplace(t.model->parameters(), t.group, ddp_options);
   ReleaseIdleCollectives(t.group);  // as in SetUp
   MakeSampler(t);

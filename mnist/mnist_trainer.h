@@ -32,13 +32,9 @@ struct MnistTrainOptions {
   std::string step_times;
   std::string backend = "auto";  // auto | gloo | nccl
   double bucket_mb = 25.0;
-  bool overlap = true;  // allreduce buckets from autograd hooks
-  // CPU: reduce gradients through shared memory in a node, hierarchically
-  // across nodes (worker/gradient_allreduce.h); false: ProcessGroupGloo.
-  bool direct_allreduce = true;
-  // Backward's gradients allocated in the node's shared memory and summed
-  // there (DataParallelOptions::shared_gradients).
-  bool shared_gradients = true;
+  // auto: libddp's choice (ProcessGroupOptions::gradient_sync);
+  // process-group: GradientSync::kProcessGroup.
+  std::string gradient_sync = "auto";
   std::string log_level = "info";
   bool progress = true;  // rank 0 shows a progress line
   // Recover in place under ddprun (worker/recovery.h): a failed rank is

@@ -24,7 +24,7 @@ struct TrainSummary {
   double final_loss = 0;
   double allreduce_seconds_per_step = 0;  // waiting for gradient sync
   // Gradient allreduces (rank 0's) summed where backward placed the
-  // gradients, in shared memory (DataParallelOptions::shared_gradients),
+  // gradients, in shared memory (the shared-memory gradient path),
   // and those that copied them there because some rank's were not.
   int64_t allreduces_in_place = 0;
   int64_t allreduces_in_place_fallbacks = 0;

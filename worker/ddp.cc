@@ -56,10 +56,6 @@ DataParallel::DataParallel(std::vector<at::Tensor> parameters,
                                             .requires_grad(false));
     }
     current.pending = static_cast<int>(current.params.size());
-    current.numel = numel;
-    current.start = buckets_.empty()
-                        ? 0
-                        : buckets_.back().start + buckets_.back().numel;
     for (size_t slot = 0; slot < current.params.size(); ++slot) {
       bucket_of_[current.params[slot]] = static_cast<int>(buckets_.size());
       slot_of_[current.params[slot]] = static_cast<int>(slot);
@@ -83,41 +79,16 @@ DataParallel::DataParallel(std::vector<at::Tensor> parameters,
   }
   close();
 
-  if (direct_ && options_.gradient_as_bucket_view) {
-    bool contiguous = true;
-    for (const at::Tensor& p : parameters_) contiguous &= p.is_contiguous();
-    if (contiguous) {
-      const Bucket& last = buckets_.back();
-      resident_floats_ = last.start + last.numel;
-      // Collective over the node's ranks, which all construct this now.
-      absl::StatusOr<float*> mapped = direct_->MapResident(resident_floats_);
-      TORCH_CHECK(mapped.ok(), mapped.status().message());
-      resident_ = *mapped;
-      resident_offset_.assign(n, 0);
-      for (const Bucket& bucket : buckets_) {
-        for (size_t slot = 0; slot < bucket.params.size(); ++slot) {
-          resident_offset_[bucket.params[slot]] =
-              bucket.start + bucket.offsets[slot];
-        }
-      }
-      ZeroGrad();
-    }
-  }
-
-  if (direct_ && resident_ == nullptr && options_.shared_gradients &&
-      direct_->in_place_capable()) {
-    ShareGradients(group.rank);
-  }
+  if (direct_ && direct_->in_place_capable()) ShareGradients(group.rank);
 
   if (collectives_ && group.rank == 0) {
     // What carries this model's gradients, as the tests check it.
     spdlog::info("gradient sync: {} bucket(s) through {}{}", buckets_.size(),
                  GradientPathName(gradient_path()),
-                 resident_ != nullptr ? ", gradients in shared memory"
-                 : arena_ != nullptr  ? ", gradients allocated in shared memory"
-                                      : "");
+                 arena_ != nullptr ? ", gradients allocated in shared memory"
+                                   : "");
   }
-  if (collectives_ && options_.overlap && !direct_) {
+  if (collectives_ && !direct_) {
     hooks_.reserve(n);
     for (int i = 0; i < n; ++i) {
       TORCH_CHECK(parameters_[i].requires_grad(), "DataParallel: parameter ",
@@ -161,60 +132,34 @@ DataParallel::~DataParallel() {
   for (size_t i = 0; i < hooks_.size(); ++i) {
     parameters_[i].remove_hook(hooks_[i]);
   }
-  if (resident_ != nullptr) {
-    // The buffer goes with the group (e.g. in-place recovery drops it and
-    // makes a new one): gradients that are views of it become plain tensors.
-    at::NoGradGuard no_grad;
-    for (size_t i = 0; i < parameters_.size(); ++i) {
-      if (GradIsView(static_cast<int>(i))) {
-        parameters_[i].mutable_grad() = parameters_[i].grad().clone();
-      }
-    }
-  }
-}
-
-at::Tensor DataParallel::View(int param) const {
-  const at::Tensor& p = parameters_[param];
-  return at::from_blob(resident_ + resident_offset_[param], p.sizes(),
-                       at::TensorOptions().dtype(at::kFloat));
-}
-
-bool DataParallel::GradIsView(int param) const {
-  const at::Tensor& grad = parameters_[param].grad();
-  return grad.defined() && !grad.is_sparse() && grad.is_contiguous() &&
-         grad.data_ptr() == static_cast<void*>(resident_ + resident_offset_[param]) &&
-         grad.sizes() == parameters_[param].sizes();
 }
 
 void DataParallel::ZeroGrad() {
-  if (resident_ == nullptr) {
-    for (at::Tensor& p : parameters_) p.mutable_grad() = at::Tensor();
-    return;
-  }
-  // RunResident returned only once no other rank reads this buffer: it may
-  // be written now.
-  std::memset(resident_, 0, resident_floats_ * sizeof(float));
-  for (size_t i = 0; i < parameters_.size(); ++i) {
-    if (!GradIsView(static_cast<int>(i))) {
-      parameters_[i].mutable_grad() = View(static_cast<int>(i));
-    }
-  }
+  for (at::Tensor& p : parameters_) p.mutable_grad() = at::Tensor();
 }
 
-void DataParallel::BroadcastParameters(const std::vector<at::Tensor>& extra) {
-  if (!collectives_) return;
-  std::vector<at::Tensor> all = parameters_;
-  all.insert(all.end(), extra.begin(), extra.end());
-  std::vector<at::Tensor> flat = {Flatten(all)};
+void DataParallel::Broadcast(const std::vector<at::Tensor>& tensors) {
+  if (!collectives_ || tensors.empty()) return;
+  std::vector<at::Tensor> flat = {Flatten(tensors)};
   ::c10d::BroadcastOptions options;
   options.rootRank = 0;
   collectives_->broadcast(flat, options)->wait();
   at::NoGradGuard no_grad;
   int64_t offset = 0;
-  for (auto& t : all) {
-    t.copy_(flat[0].narrow(0, offset, t.numel()).view_as(t));
+  for (const at::Tensor& t : tensors) {
+    at::Tensor(t).copy_(flat[0].narrow(0, offset, t.numel()).view_as(t));
     offset += t.numel();
   }
+}
+
+void DataParallel::BroadcastParameters(const std::vector<at::Tensor>& extra) {
+  std::vector<at::Tensor> all = parameters_;
+  all.insert(all.end(), extra.begin(), extra.end());
+  Broadcast(all);
+}
+
+void DataParallel::BroadcastBuffers(const std::vector<at::Tensor>& buffers) {
+  Broadcast(buffers);
 }
 
 void DataParallel::CopyIn(int param, const at::Tensor& grad, bool add_existing) {
@@ -250,14 +195,8 @@ void DataParallel::OnGradient(int param, const at::Tensor& grad) {
 
 void DataParallel::LaunchReady() {
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
-    Bucket& bucket = buckets_[next_launch_];
-    if (direct_) {
-      // Synchronous, in this thread.
-      direct_->Run(bucket.flat.data_ptr<float>(), bucket.flat.numel());
-    } else {
-      std::vector<at::Tensor> tensors = {bucket.flat};
-      bucket.work = collectives_->allreduce(tensors);
-    }
+    std::vector<at::Tensor> tensors = {buckets_[next_launch_].flat};
+    buckets_[next_launch_].work = collectives_->allreduce(tensors);
     ++next_launch_;
   }
 }
@@ -267,34 +206,30 @@ void DataParallel::FinishGradientSync() {
   if (sync_) ReportStep(progress_fd_);
   if (!collectives_ || !sync_) return;
   auto start = std::chrono::steady_clock::now();
-  if (resident_ != nullptr) {
-    ReduceResidentGradients();
-    sync_seconds_ += std::chrono::duration<double>(
-                         std::chrono::steady_clock::now() - start)
-                         .count();
-    return;
-  }
   if (direct_) {
     ReduceGradientsInPlace();
-    sync_seconds_ += std::chrono::duration<double>(
-                         std::chrono::steady_clock::now() - start)
-                         .count();
-    return;
+  } else {
+    ReduceBuckets();
   }
+  sync_seconds_ += std::chrono::duration<double>(
+                       std::chrono::steady_clock::now() - start)
+                       .count();
+}
+
+void DataParallel::ReduceBuckets() {
   {
     absl::MutexLock lock(&mu_);
-    // Parameters no hook saw (no overlap, or unused in this step): their
-    // grad now holds everything backward produced.
+    // Parameters no hook saw (unused in this step, or a NoSync step's
+    // backward): their grad now holds everything backward produced.
     for (size_t i = 0; i < parameters_.size(); ++i) {
       if (!ready_[i]) CopyIn(static_cast<int>(i), at::Tensor(), false);
     }
     LaunchReady();
   }
   for (Bucket& bucket : buckets_) {
-    if (bucket.work) {
-      bucket.work->wait();
-      bucket.work.reset();
-    }
+    bucket.work->wait();
+    bucket.work.reset();
+    ++gradient_stats_.process_group;
     bucket.flat.div_(world_size_);
     for (size_t slot = 0; slot < bucket.params.size(); ++slot) {
       at::Tensor& p = parameters_[bucket.params[slot]];
@@ -308,9 +243,6 @@ void DataParallel::FinishGradientSync() {
     }
   }
   ResetStep();
-  sync_seconds_ += std::chrono::duration<double>(
-                       std::chrono::steady_clock::now() - start)
-                       .count();
 }
 
 void DataParallel::ReduceGradientsInPlace() {
@@ -333,52 +265,30 @@ void DataParallel::ReduceGradientsInPlace() {
       }
       parts.push_back({grad.data_ptr<float>(), grad.numel()});
     }
-    if (arena_ != nullptr) {
-      const int64_t fallbacks = direct_->shm_stats().in_place_fallbacks;
-      direct_->RunInPlace(parts, static_cast<float>(world_size_));
-      if (!warned_fallback_ &&
-          direct_->shm_stats().in_place_fallbacks > fallbacks) {
-        // Once: correct, but the copies this path exists to avoid.
-        warned_fallback_ = true;
-        const GradientArena::Stats arena = arena_->stats();
-        spdlog::warn(
-            "gradient sync: a bucket's gradients were copied, not summed in "
-            "shared memory, because some rank's were not all there ({} "
-            "tensors of gradient sizes placed, {} refused for want of room "
-            "on this rank: other tensors of those sizes, e.g. optimizer "
-            "state, may hold it; gradients a program assigns itself are "
-            "never there); further such steps are not logged",
-            arena.served, arena.declined);
-      }
-    } else {
+    const int64_t fallbacks = direct_->shm_stats().in_place_fallbacks;
+    if (arena_ == nullptr) {
       direct_->Run(parts, static_cast<float>(world_size_));
+      ++gradient_stats_.copied;
+      continue;
     }
-  }
-}
-
-void DataParallel::ReduceResidentGradients() {
-  // Gradients autograd accumulated into their views are summed where they
-  // lie; any other gradient (the views were dropped, or a program set
-  // grad) is copied into its view once and the view put back.
-  at::NoGradGuard no_grad;
-  for (const Bucket& bucket : buckets_) {
-    for (int index : bucket.params) {
-      if (GradIsView(index)) {
-        ++gradient_stats_.in_place;
-        continue;
-      }
-      at::Tensor& grad = parameters_[index].mutable_grad();
-      at::Tensor view = View(index);
-      if (grad.defined()) {
-        view.copy_(grad.is_sparse() ? grad.to_dense() : grad);
-        ++gradient_stats_.copied_in;
-      } else {
-        view.zero_();  // unused in this step: counts as zero
-      }
-      grad = view;
+    direct_->RunInPlace(parts, static_cast<float>(world_size_));
+    if (direct_->shm_stats().in_place_fallbacks == fallbacks) {
+      ++gradient_stats_.in_place;
+      continue;
     }
-    direct_->RunResident(bucket.start, bucket.numel,
-                         static_cast<float>(world_size_));
+    ++gradient_stats_.copied;
+    if (!warned_fallback_) {
+      // Once: correct, but the copies this path exists to avoid.
+      warned_fallback_ = true;
+      const GradientArena::Stats arena = arena_->stats();
+      spdlog::warn(
+          "gradient sync: a bucket's gradients were copied, not summed in "
+          "shared memory, because some rank's were not all there ({} "
+          "tensors of gradient sizes placed, {} refused for want of room "
+          "on this rank; gradients a program assigns itself are never "
+          "there); further such steps are not logged",
+          arena.served, arena.declined);
+    }
   }
 }
 

@@ -19,35 +19,6 @@ struct DataParallelOptions {
   // parameter order (the order backward produces them), like
   // torch.nn.parallel.DistributedDataParallel's bucket_cap_mb.
   double bucket_mb = 25.0;
-  // Start a bucket's allreduce from autograd hooks as soon as its gradients
-  // are ready, overlapping backward. Off: everything is reduced in
-  // FinishGradientSync, after backward.
-  bool overlap = true;
-  // PyTorch DDP's gradient_as_bucket_view, on the shared-memory gradient
-  // path (ProcessGroup::direct): each parameter's grad is a view of its
-  // bucket in this rank's resident buffer in the node's shared memory
-  // (GradientAllreduce::MapResident), so autograd accumulates gradients
-  // there and the allreduce sums them where they lie, in place: nothing is
-  // copied in before it or out after it. Keep the views across steps with
-  // DataParallel::ZeroGrad() (zeroes them in place) rather than the model's
-  // zero_grad(set_to_none=true), which drops them: FinishGradientSync then
-  // copies the new gradients into the views first (correct, but no faster
-  // than without views). Ignored on the other paths (process group, world
-  // of one, non-float or non-CPU parameters).
-  bool gradient_as_bucket_view = false;
-  // Without views, on the shared-memory path inside one node: backward's
-  // gradients are allocated in this rank's buffer in the node's shared
-  // memory (a GradientArena serves LibTorch's CPU allocations of exactly
-  // the parameters' gradient sizes from it while this DataParallel lives),
-  // so the allreduce reads and writes them where they lie instead of
-  // copying them into the segment (ddprun-mnist on a 2-core VM: 1.3x the
-  // samples/s at world 2, 2.1x with a 26 MB model; bench/collectives
-  // README). Costs twice the gradients' size of the
-  // node's shared memory per rank; when that cannot be reserved, or another
-  // DataParallel's arena is installed, gradients stay private and are
-  // copied (a log line says why). Steps whose gradients were not all placed
-  // there on every rank are copied too; the results are the same.
-  bool shared_gradients = true;
 };
 
 // Data parallelism for a LibTorch model, the C++ counterpart of DDP:
@@ -56,11 +27,29 @@ struct DataParallelOptions {
 // between backward() and the optimizer step; after it every parameter's
 // grad holds the average over the ranks.
 //
+// The path is the group's (ProcessGroupOptions::gradient_sync):
+// - shared memory (CPU float, ranks sharing a node): while this object
+//   lives, a GradientArena places the tensors a backward pass allocates of
+//   exactly the parameters' gradient sizes in this rank's buffer in the
+//   node's shared memory, and FinishGradientSync sums each bucket where the
+//   gradients lie; gradients elsewhere (a program assigned them, the arena
+//   was full or could not be made) are copied through the segment, with
+//   the same result. Across nodes (hierarchical) they are copied.
+// - the process group (NCCL, or Gloo where nothing better applies or
+//   GradientSync::kProcessGroup asks): buckets launched from autograd hooks
+//   during backward, as DDP does.
+// gradient_stats() counts which ran.
+//
+// Buffers (BatchNorm's running statistics) are not parameters: DDP's
+// broadcast_buffers copies rank 0's to every rank before each forward;
+// here a program calls BroadcastBuffers() there (or keeps them per rank).
+//
 // Threading: construction, BroadcastParameters and FinishGradientSync run on
 // the training thread; autograd hooks may run on engine threads (CUDA), so
-// per-step bucket state is guarded by mu_. Collectives are launched in bucket order on every rank, so
-// ranks whose backward produced gradients in a different order still match.
-// In a world of one (no collectives) every call is a no-op.
+// per-step bucket state is guarded by mu_. Collectives are launched in
+// bucket order on every rank, so ranks whose backward produced gradients in
+// a different order still match. In a world of one (no collectives) every
+// call is a no-op.
 class DataParallel {
  public:
   DataParallel(std::vector<at::Tensor> parameters, const ProcessGroup& group,
@@ -72,34 +61,30 @@ class DataParallel {
   // Rank 0's values for every parameter (and `extra`, e.g. buffers) are
   // copied to every rank, as one flat broadcast.
   void BroadcastParameters(const std::vector<at::Tensor>& extra = {});
+  // Rank 0's values of `buffers` (e.g. the model's buffers()) copied to
+  // every rank, as one flat broadcast: DDP's broadcast_buffers, to call
+  // before each forward of a model with buffers.
+  void BroadcastBuffers(const std::vector<at::Tensor>& buffers);
 
   // Waits for every bucket (launching those no hook launched: parameters
   // that got no gradient count as zero), averages, and writes the result
   // into each parameter's grad. Throws c10::Error when a collective fails.
   void FinishGradientSync();
 
-  // Clears every parameter's gradient before the next backward: with
-  // gradient views, zeroes them in place in the shared buffer (and puts
-  // back any a program replaced); otherwise drops them, as the model's
-  // zero_grad(set_to_none=true).
+  // Drops every parameter's gradient before the next backward, as the
+  // model's zero_grad(set_to_none=true): the next backward then allocates
+  // them anew, in shared memory on that path.
   void ZeroGrad();
 
-  // Whether gradients live in the node's shared memory
-  // (gradient_as_bucket_view asked for and usable here).
-  bool gradient_views() const { return resident_ != nullptr; }
-  // Whether backward's gradients are allocated in shared memory
-  // (shared_gradients asked for and usable here).
-  bool shared_gradients() const { return arena_ != nullptr; }
   // The node's shared-memory allreduce's counters (zero on other paths).
   ShmAllreduce::Stats shm_stats() const {
     return direct_ ? direct_->shm_stats() : ShmAllreduce::Stats();
   }
-  // Per parameter and synced step with gradient views: found in place (the
-  // fast path: autograd wrote them into the shared buffer), or copied in
-  // (a program dropped the views, e.g. zero_grad(set_to_none=true)).
+  // Buckets synced so far, by how (tests assert the fast path ran).
   struct GradientStats {
-    int64_t in_place = 0;
-    int64_t copied_in = 0;
+    int64_t in_place = 0;       // summed where backward left them (shared memory)
+    int64_t copied = 0;         // copied through the shared segment
+    int64_t process_group = 0;  // through the process group's allreduce
   };
   const GradientStats& gradient_stats() const { return gradient_stats_; }
 
@@ -129,9 +114,7 @@ class DataParallel {
     std::vector<int> params;      // indices into parameters_
     std::vector<int64_t> offsets;  // each parameter's offset in flat
     at::Tensor flat;              // the bucket's buffer, reduced in place
-                                  // (undefined on the direct path)
-    int64_t start = 0;            // offset in the resident buffer
-    int64_t numel = 0;
+                                  // (undefined on the shared-memory path)
     int pending = 0;              // gradients not yet copied in this step
     c10::intrusive_ptr<::c10d::Work> work;  // in flight when set
   };
@@ -142,23 +125,21 @@ class DataParallel {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Launches ready buckets in order, from next_launch_.
   void LaunchReady() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // FinishGradientSync on the direct path: each bucket's gradients are
-  // averaged in place by direct_.
+  // FinishGradientSync on the process group.
+  void ReduceBuckets();
+  // FinishGradientSync on the shared-memory path: each bucket's gradients
+  // averaged where they lie by direct_.
   void ReduceGradientsInPlace();
-  // Maps this rank's resident buffer and installs arena_ (shared_gradients).
+  // Maps this rank's buffer in the node's shared memory and installs arena_.
   void ShareGradients(int rank);
-  // The same with gradient views: each bucket summed in the shared buffer.
-  void ReduceResidentGradients();
-  // Parameter `param`'s view in the resident buffer, and whether its grad
-  // is that view now.
-  at::Tensor View(int param) const;
-  bool GradIsView(int param) const;
+  void Broadcast(const std::vector<at::Tensor>& tensors);
   void ResetStep();
 
   std::vector<at::Tensor> parameters_;
   c10::intrusive_ptr<Collectives> collectives_;
-  // When set (CPU float with Gloo), buckets are reduced synchronously by it
-  // in FinishGradientSync instead of from hooks through collectives_.
+  // When set (CPU float, the group's shared-memory path), buckets are
+  // reduced synchronously by it in FinishGradientSync instead of from hooks
+  // through collectives_.
   std::shared_ptr<GradientAllreduce> direct_;
   int world_size_ = 1;
   int progress_fd_ = -1;  // the group's: phases and steps (worker/phase.h)
@@ -171,13 +152,7 @@ class DataParallel {
   absl::Mutex mu_;
   std::vector<char> ready_ ABSL_GUARDED_BY(mu_);  // per parameter, this step
   size_t next_launch_ ABSL_GUARDED_BY(mu_) = 0;
-  // Gradient views: this rank's resident buffer (owned by direct_) and
-  // each parameter's offset in it; null without views.
-  float* resident_ = nullptr;
-  int64_t resident_floats_ = 0;
-  std::vector<int64_t> resident_offset_;
-  // Shared gradients (without views): the installed CPU allocator that
-  // places them in the resident buffer; null otherwise.
+  // Places backward's gradients in shared memory; null where it cannot.
   std::unique_ptr<GradientArena> arena_;
   bool warned_fallback_ = false;
   GradientStats gradient_stats_;

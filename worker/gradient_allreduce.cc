@@ -148,8 +148,8 @@ absl::StatusOr<std::unique_ptr<GradientAllreduce>> GradientAllreduce::Create(
           segment.status().code(),
           absl::StrFormat(
               "gradient allreduce: rank %d cannot share a segment in %s: %s; "
-              "free space there, or pass --no-direct-allreduce to use the "
-              "process group",
+              "free space there, or set ProcessGroupOptions::gradient_sync "
+              "to GradientSync::kProcessGroup to use the process group",
               options.rank, options.shm_dir, segment.status().message()));
     }
     made->shm_ = std::move(*segment);
@@ -191,48 +191,21 @@ absl::Status GradientAllreduce::BetweenNodes(float* data, int64_t count) {
 }
 
 absl::StatusOr<float*> GradientAllreduce::MapResident(int64_t floats) {
-  if (resident_ != nullptr) {
+  if (resident_ != nullptr || !in_place_capable()) {
     return absl::FailedPreconditionError(
-        "gradient allreduce: MapResident called twice; one resident buffer "
-        "per group");
+        "gradient allreduce: MapResident is for one node whose ranks share "
+        "memory, once per group");
   }
-  if (shm_) {
-    absl::StatusOr<float*> mapped = shm_->MapResident(floats);
-    if (!mapped.ok()) {
-      return absl::Status(
-          mapped.status().code(),
-          absl::StrCat("gradient allreduce: ", mapped.status().message(),
-                       "; free space in DDPRUN_SHM_DIR, or turn off "
-                       "DataParallel's gradient_as_bucket_view (or "
-                       "shared_gradients)"));
-    }
-    resident_ = *mapped;
-  } else {
-    private_resident_.assign(std::max<int64_t>(floats, 1), 0.0f);
-    resident_ = private_resident_.data();
+  absl::StatusOr<float*> mapped = shm_->MapResident(floats);
+  if (!mapped.ok()) {
+    return absl::Status(
+        mapped.status().code(),
+        absl::StrCat("gradient allreduce: ", mapped.status().message(),
+                     "; free space in DDPRUN_SHM_DIR (the gradients are "
+                     "copied through the segment meanwhile)"));
   }
+  resident_ = *mapped;
   return resident_;
-}
-
-void GradientAllreduce::RunResident(int64_t offset, int64_t count,
-                                    float divisor) {
-  TORCH_CHECK(resident_ != nullptr,
-              "gradient allreduce: RunResident before MapResident");
-  if (count <= 0) return;
-  if (!shm_) {
-    // Alone in the node: the leaders' path, on the private buffer.
-    const ShmAllreduce::Part part{resident_ + offset, count};
-    Run(absl::MakeConstSpan(&part, 1), divisor);
-    return;
-  }
-  ShmAllreduce::BetweenNodes between;
-  if (hierarchical_) {
-    between = [this](float* d, int64_t n) { return BetweenNodes(d, n); };
-  }
-  absl::Status status = shm_->AllreduceResident(offset, count, divisor, between);
-  TORCH_CHECK(status.ok(), status.message());
-  resident_runs_.fetch_add(1);
-  runs_.fetch_add(1);
 }
 
 void GradientAllreduce::RunInPlace(absl::Span<const ShmAllreduce::Part> parts,

@@ -10,20 +10,11 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "worker/gradient_path.h"
 #include "worker/shm_allreduce.h"
 #include "worker/torch_compat.h"
 
 namespace ddprun::worker {
-
-// Which way gradients travel. kProcessGroup is the reference
-// (ProcessGroupGloo's allreduce, launched from autograd hooks); the other two
-// are GradientAllreduce.
-enum class GradientPath {
-  kProcessGroup,  // ProcessGroupGloo (or NCCL)
-  kSharedMemory,  // one node: ShmAllreduce only, no sockets
-  kHierarchical,  // ShmAllreduce in each node, Gloo between node leaders
-};
-std::string GradientPathName(GradientPath path);
 
 struct GradientAllreduceOptions {
   // The round's store; keys under "ddp_grad/".
@@ -88,22 +79,15 @@ class GradientAllreduce {
     return shm_ ? shm_->resident_keep_alive() : nullptr;
   }
 
-  // DataParallel's gradient views (gradient_as_bucket_view): a buffer of
-  // `floats` for this rank's gradients in the node's shared memory, where
-  // RunResident sums them without copying them in or out
-  // (ShmAllreduce::MapResident); a private buffer where this rank shares a
-  // node with no other. Collective over the ranks of a node (the same
-  // `floats` on each); once. The buffer lives as long as this object.
+  // A buffer of `floats` for this rank in the node's shared memory, which
+  // every local rank maps (ShmAllreduce::MapResident): DataParallel's
+  // GradientArena places backward's gradients there, and RunInPlace sums
+  // them where they lie. Collective over the ranks of a node (the same
+  // `floats` on each); once. Inside one node with others only
+  // (in_place_capable).
   absl::StatusOr<float*> MapResident(int64_t floats);
-  // Sums floats [offset, offset + count) of every rank's resident buffer in
-  // place (each element becomes sum / divisor); when it returns, no other
-  // rank reads this one's buffer any more. Throws like Run.
-  void RunResident(int64_t offset, int64_t count, float divisor);
 
   GradientPath path() const { return path_; }
-  // How many RunResident calls went through the node's shared memory in
-  // place (tests check that the no-copy path ran).
-  int64_t resident_runs() const { return resident_runs_.load(); }
   // How many Run calls completed: tests check that this path ran.
   int64_t runs() const { return runs_.load(); }
   // The node's segment's counters (which schedule ran, how waits ended);
@@ -125,9 +109,7 @@ class GradientAllreduce {
   bool hierarchical_ = false;
   int64_t slice_floats_ = 0;
   std::atomic<int64_t> runs_{0};
-  std::atomic<int64_t> resident_runs_{0};
   float* resident_ = nullptr;
-  std::vector<float> private_resident_;  // alone in the node
 };
 
 }  // namespace ddprun::worker

@@ -6,6 +6,7 @@
 
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
+#include <torch/csrc/autograd/graph_task.h>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -49,10 +50,16 @@ class GradientArena::Allocator final : public c10::Allocator {
         bytes_(options.bytes),
         keep_alive_(std::move(options.keep_alive)),
         sizes_(options.sizes.begin(), options.sizes.end()),
+        backward_only_(options.backward_only),
         previous_(previous) {}
 
   c10::DataPtr allocate(size_t n) DDPRUN_ALLOCATE_CONST override {
-    if (sizes_.contains(n)) {
+    // A backward pass runs its nodes with its graph task current on the
+    // thread: the check that keeps forward's and the optimizer's tensors
+    // of those sizes out.
+    if (sizes_.contains(n) &&
+        (!backward_only_ ||
+         torch::autograd::get_current_graph_task_exec_info() != nullptr)) {
       absl::MutexLock lock(&mu_);
       if (serving_) {
         if (void* data = TakeLocked(n)) {
@@ -151,6 +158,7 @@ class GradientArena::Allocator final : public c10::Allocator {
   mutable absl::Mutex mu_;
   mutable std::shared_ptr<void> keep_alive_ ABSL_GUARDED_BY(mu_);
   const absl::flat_hash_set<size_t> sizes_;
+  const bool backward_only_;
   c10::Allocator* const previous_;
   mutable bool serving_ ABSL_GUARDED_BY(mu_) = true;
   mutable size_t used_ ABSL_GUARDED_BY(mu_) = 0;

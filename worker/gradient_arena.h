@@ -18,18 +18,26 @@ struct GradientArenaOptions {
   std::shared_ptr<void> keep_alive;
   // The allocation sizes it serves, in bytes: a model's gradient sizes.
   std::vector<size_t> sizes;
+  // Serve only allocations made while a backward pass runs on the calling
+  // thread (autograd's current graph task): forward's activations and the
+  // optimizer's state never land here, whatever their size. Off: any
+  // allocation of those sizes (tests of the arena itself).
+  bool backward_only = true;
 };
 
-// DataParallel's gradients in shared memory without gradient views:
-// installed as LibTorch's CPU allocator, it serves allocations of exactly
-// the model's gradient sizes from this rank's resident buffer, so that the
+// DataParallel's gradients in shared memory: installed as LibTorch's CPU
+// allocator while a DataParallel on the shared-memory path lives, it serves
+// the allocations a backward pass makes of exactly the model's gradient
+// sizes from this rank's resident buffer, so that the
 // tensors backward hands to AccumulateGrad (and steals as the grads) are
 // already where the other local ranks can read them, and
 // ShmAllreduce::AllreduceInPlace sums them where they lie: no copy into the
-// segment, and nothing to zero or add as views need. Every other size, and
-// any of those sizes once the buffer is full, goes to the allocator that
-// was installed before. Blocks are kept per size for reuse (a training
-// loop allocates the same sizes every step).
+// segment. Every other allocation (other sizes, anything outside backward,
+// those sizes once the buffer is full) goes to the allocator that was
+// installed before, untouched. The process-wide replacement is scoped: it
+// starts with Install, ends with the destructor, and serves nothing else.
+// Blocks are kept per size for reuse (a training loop allocates the same
+// sizes every step).
 //
 // Written here rather than taken from a library: LibTorch has no
 // allocator that places chosen tensors in a given shared mapping, and

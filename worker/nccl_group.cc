@@ -18,7 +18,8 @@ absl::StatusOr<c10::intrusive_ptr<Collectives>> CreateNcclCollectives(
   if (env.local_rank >= gpus) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "LOCAL_RANK %d needs GPU %d but this node has %d GPU(s); run at most "
-        "%d processes per node (--nproc-per-node) or use --backend gloo",
+        "%d processes per node (--nproc-per-node) or set "
+        "ProcessGroupOptions::backend to BackendKind::kGloo",
         env.local_rank, env.local_rank, gpus, gpus));
   }
   c10::cuda::set_device(static_cast<c10::DeviceIndex>(env.local_rank));

@@ -9,8 +9,8 @@ absl::StatusOr<c10::intrusive_ptr<Collectives>> CreateNcclCollectives(
     const c10::intrusive_ptr<::c10d::Store>& /*store*/,
     const WorkerEnv& /*env*/, std::chrono::milliseconds /*timeout*/) {
   return absl::FailedPreconditionError(
-      "--backend nccl: this build of libddp has no NCCL (its LibTorch has no "
-      "CUDA); use --backend gloo, or rebuild against a CUDA LibTorch "
+      "BackendKind::kNccl: this build of libddp has no NCCL (its LibTorch "
+      "has no CUDA); use BackendKind::kGloo, or rebuild against a CUDA LibTorch "
       "(tests/gpu/run.sh shows how)");
 }
 

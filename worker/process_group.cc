@@ -188,7 +188,8 @@ absl::StatusOr<ProcessGroup> CreateProcessGroup(
           CreateNcclCollectives({}, env, options.timeout);
       if (!none.ok()) return none.status();
       return absl::FailedPreconditionError(
-          "--backend nccl: no GPU is visible; use --backend gloo");
+          "ProcessGroupOptions::backend is BackendKind::kNccl but no GPU is "
+          "visible; use BackendKind::kAuto or kGloo");
     }
     group.device = c10::Device(c10::kCUDA,
                                static_cast<c10::DeviceIndex>(env.local_rank));
@@ -204,9 +205,10 @@ absl::StatusOr<ProcessGroup> CreateProcessGroup(
   // The gradient path first: where it is shared memory alone, Gloo is
   // formed only when a collective needs it (LazyCollectives says why).
   if (group.backend == BackendKind::kGloo) {
-    if (!options.direct_allreduce) {
+    if (options.gradient_sync == GradientSync::kProcessGroup) {
       if (env.rank == 0) {
-        spdlog::info("gradient allreduce: process group (asked for)");
+        spdlog::info(
+            "gradient allreduce: process group (GradientSync::kProcessGroup)");
       }
     } else {
       absl::StatusOr<std::unique_ptr<GradientAllreduce>> gradient =

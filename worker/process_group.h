@@ -15,8 +15,8 @@
 
 namespace ddprun::worker {
 
-// --backend: auto picks NCCL when LibTorch has CUDA and a GPU is visible,
-// Gloo otherwise.
+// The process group's backend. kAuto picks NCCL when LibTorch has CUDA and
+// a GPU is visible, Gloo otherwise.
 enum class BackendKind { kAuto, kGloo, kNccl };
 absl::StatusOr<BackendKind> ParseBackend(const std::string& name);
 std::string BackendName(BackendKind kind);
@@ -28,12 +28,8 @@ struct ProcessGroupOptions {
   // Build the backend even in a world of one (checks of the backend itself);
   // without a configured store it then uses an in-process HashStore.
   bool force_collectives = false;
-  // With Gloo, also form a GradientAllreduce for gradient sync (shared
-  // memory inside a node, hierarchical across nodes; see
-  // gradient_allreduce.h); DataParallel uses it instead of the process
-  // group. Where no two ranks share a node's DDPRUN_SHM_DIR (e.g. under
-  // torchrun) there is none and the process group carries gradients.
-  bool direct_allreduce = false;
+  // How DataParallel's gradients travel; the one knob of the gradient path.
+  GradientSync gradient_sync = GradientSync::kAuto;
   // Bounds each wait of that gradient allreduce inside a node (a stopped or
   // hung local rank is an error after it); zero: `timeout`.
   std::chrono::milliseconds gradient_timeout{0};
@@ -45,7 +41,8 @@ struct ProcessGroup {
   c10::Device device = c10::Device(c10::kCPU);  // where tensors live
   c10::intrusive_ptr<::c10d::Store> store;      // null in a world of one
   c10::intrusive_ptr<Collectives> collectives;  // null in a world of one
-  // Set when asked for and usable (Gloo); gradient_path says what runs.
+  // Set where GradientSync::kAuto chose shared memory (CPU, Gloo, some
+  // node with two ranks); gradient_path says what runs.
   std::shared_ptr<GradientAllreduce> direct;
   // When every rank shares one node and gradients go through shared
   // memory: `collectives` is this, a Gloo group formed on its first

@@ -5,20 +5,13 @@
 // rotates per repetition:
 // - "libddp": what DataParallel does with a bucket by default: the
 //   gradient allocated by LibTorch in the node's shared memory (a
-//   GradientArena serves its size there, as DataParallel's
-//   shared_gradients do) and summed where it lies
+//   GradientArena serves its size there, as it does DataParallel's
+//   gradients) and summed where it lies
 //   (GradientAllreduce::RunInPlace, each element becoming sum / world);
 // - "libddp-copied": the same sum on a gradient in private memory
 //   (GradientAllreduce::Run: copied into the node's segment, the average
-//   written back in the sum's pass), DataParallel's default before shared
-//   gradients, and what it does with shared_gradients off;
-// - "libddp-resident": the same on a buffer that lives in the segment
-//   (MapResident/RunResident, what gradient_as_bucket_view uses; no copy in
-//   or out, but autograd then zeroes and adds into it every step);
-// - "libddp-flat": PyTorch DDP's default bucket, in the segment: the
-//   gradient copied into the resident buffer (the flattening), summed
-//   there in place, copied back (the unflattening); measured to show why
-//   DataParallel does not do this by default;
+//   written back in the sum's pass), what DataParallel does across nodes
+//   and where a rank's gradients are not in shared memory;
 // - ProcessGroupGloo's allreduce (C++), and memcpy of the same bytes by
 //   rank 0 alone (the others wait).
 // Rank 0 appends one JSON line per measurement: {"impl", "world", "bytes",
@@ -97,7 +90,6 @@ int Run(int argc, char** argv) {
   }
   ddprun::worker::ProcessGroupOptions options;
   options.backend = ddprun::worker::BackendKind::kGloo;
-  options.direct_allreduce = true;
   options.force_collectives = true;
   auto group = ddprun::worker::CreateProcessGroup(*env, options);
   if (!group.ok()) return Fail(group.status().ToString());
@@ -106,11 +98,8 @@ int Run(int argc, char** argv) {
   }
   const int rank = env->rank;
   const int world = env->world_size;
-  // One resident buffer: the largest size for libddp-resident and
-  // libddp-flat, then room for libddp's gradient of every size (placed
+  // One resident buffer: room for libddp's gradient of every size (placed
   // by the arena).
-  const int64_t largest = *std::max_element(sizes.begin(), sizes.end()) / 4;
-  const int64_t resident_floats = (largest + 15) / 16 * 16;
   int64_t arena_floats = 0;
   std::vector<size_t> arena_sizes;
   for (int64_t bytes : sizes) {
@@ -118,7 +107,7 @@ int Run(int argc, char** argv) {
     arena_floats += (bytes / 4 + 15) / 16 * 16;
   }
   absl::StatusOr<float*> resident =
-      group->direct->MapResident(resident_floats + arena_floats);
+      group->direct->MapResident(arena_floats);
   if (!resident.ok()) return Fail(resident.status().ToString());
   std::ofstream out;
   if (rank == 0) {
@@ -137,8 +126,9 @@ int Run(int argc, char** argv) {
     at::Tensor shared;
     {
       auto arena = ddprun::worker::GradientArena::Install(
-          {*resident + resident_floats, static_cast<size_t>(arena_floats) * 4,
-           group->direct->resident_keep_alive(), arena_sizes});
+          {*resident, static_cast<size_t>(arena_floats) * 4,
+           group->direct->resident_keep_alive(), arena_sizes,
+           /*backward_only=*/false});
       if (!arena.ok()) return Fail(arena.status().ToString());
       shared = at::ones({n}, at::kFloat);
       if ((*arena)->stats().served != 1) {
@@ -148,9 +138,9 @@ int Run(int argc, char** argv) {
     // ~0.3 s of traffic per measurement at a few GB/s; at least 3.
     const int iterations =
         static_cast<int>(std::clamp<int64_t>((1LL << 30) / bytes, 3, 2000));
-    const char* impls[] = {"libddp", "libddp-copied", "libddp-resident",
-                           "libddp-flat", "ProcessGroupGloo", "memcpy"};
-    constexpr int kImpls = 6;
+    const char* impls[] = {"libddp", "libddp-copied", "ProcessGroupGloo",
+                           "memcpy"};
+    constexpr int kImpls = 4;
     // DataParallel's average: the same bits on every rank, and the values
     // stay 1 however many calls run.
     const float divisor = static_cast<float>(world);
@@ -169,15 +159,6 @@ int Run(int argc, char** argv) {
             const ddprun::worker::ShmAllreduce::Part part{
                 data.data_ptr<float>(), n};
             group->direct->Run(absl::MakeConstSpan(&part, 1), divisor);
-          };
-        } else if (impl == "libddp-resident") {
-          op = [&] { group->direct->RunResident(0, n, divisor); };
-          std::fill(*resident, *resident + n, 1.0f);
-        } else if (impl == "libddp-flat") {
-          op = [&] {
-            std::memcpy(*resident, data.data_ptr<float>(), bytes);
-            group->direct->RunResident(0, n, divisor);
-            std::memcpy(data.data_ptr<float>(), *resident, bytes);
           };
         } else if (impl == "ProcessGroupGloo") {
           op = [&] {

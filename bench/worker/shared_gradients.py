@@ -1,5 +1,5 @@
 """ddprun-mnist with shared gradients (the default: gradients allocated in
-the node's shared memory and summed there) against --no-shared-gradients
+the node's shared memory and summed there) against --gradient-sync process-group
 (each gradient copied into the shared segment for the allreduce), the
 same build, interleaved (on, off, off, on, ...), at each --hidden width and
 world size. Medians of samples/s and of the sync's time per step, and the
@@ -50,7 +50,7 @@ def main():
                                "--data-dir", args.data_dir, "--epochs", "1",
                                "--hidden", str(hidden), "--save", "", "--no-progress",
                                "--summary-json", summary,
-                               "--shared-gradients" if mode == "on" else "--no-shared-gradients"]
+                               "--gradient-sync", "auto" if mode == "on" else "process-group"]
                     if args.max_steps:
                         command += ["--max-steps", str(args.max_steps)]
                     done = subprocess.run(command, stdout=subprocess.PIPE,

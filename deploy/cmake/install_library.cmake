@@ -73,9 +73,18 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/common/
   DESTINATION ${DDP_INCLUDE_ROOT}/common COMPONENT dev
   FILES_MATCHING PATTERN "*.h")
 if(TARGET libddp)
-  install(DIRECTORY ${PROJECT_SOURCE_DIR}/worker/
-    DESTINATION ${DDP_INCLUDE_ROOT}/worker COMPONENT dev
-    FILES_MATCHING PATTERN "*.h")
+  # libddp's API (the first line) and what those headers include (the
+  # rest: internals a program does not call, installed only because the
+  # public headers name their types). The store client, gRPC store, NCCL
+  # seam, error file, node cache and process helpers stay inside.
+  set(ddp_public_headers
+    ddp.h process_group.h worker_env.h distributed_sampler.h standby.h
+    checkpoint.h recovery.h progress.h gradient_path.h
+    gradient_allreduce.h gradient_arena.h shm_allreduce.h lazy_collectives.h
+    torch_compat.h atomic_file.h)
+  list(TRANSFORM ddp_public_headers PREPEND ${PROJECT_SOURCE_DIR}/worker/)
+  install(FILES ${ddp_public_headers}
+    DESTINATION ${DDP_INCLUDE_ROOT}/worker COMPONENT dev)
 endif()
 install(DIRECTORY ${PROJECT_BINARY_DIR}/proto/ddprun/
   DESTINATION ${DDP_INCLUDE_ROOT}/ddprun COMPONENT dev

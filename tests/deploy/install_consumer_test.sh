@@ -32,6 +32,12 @@ if find "$include_root" -name '*mnist*' -o -name 'train_summary.h' | grep .; the
   fail "ddprun-mnist's headers are installed as libddp's API (above)"
 fi
 
+# Internals of libddp are not its API.
+for internal in store_client.h grpc_store.h nccl_group.h error_file.h node_cache.h; do
+  [[ ! -e $include_root/worker/$internal ]] || fail "internal header $internal installed"
+done
+[[ -f $include_root/worker/ddp.h ]] || fail "worker/ddp.h not installed"
+
 # The consumer compiles under this build's compiler launcher (ccache in CI),
 # with every path under $work taken relative to it: a second run compiles
 # the same files against the same installed headers and takes the object

@@ -7,22 +7,17 @@
 //     (rounding differs by order) and prints a hash of the result's bits;
 //   --mode loop: sums --sizes' first size forever, one line per iteration
 //     (the peer-failure tests kill or stop a rank meanwhile);
-//   --resident (check): the sums go through a resident buffer in the
-//     node's shared memory (GradientAllreduce::MapResident/RunResident);
 //   --in-place (check, loop): the buffers are allocated by LibTorch while a
 //     GradientArena serves their sizes from the resident buffer (as
 //     DataParallel's shared gradients are) and summed where they lie
 //     (GradientAllreduce::RunInPlace); prints "in_place_calls",
 //     "in_place_fallbacks" and "arena_served";
-//   --mode ddp-shared: DataParallel with its defaults (shared gradients)
-//     against DataParallel on the process group, over the steps of --mode
-//     ddp plus one whose gradients a program placed itself; prints
-//     "ddp_equal", "shared", "in_place_calls", "in_place_fallbacks";
-//   --mode ddp: DataParallel with gradient_as_bucket_view against
-//     DataParallel on the process group (the reference), over a few steps
-//     (views kept by ZeroGrad, a NoSync accumulation, views dropped by
-//     set_to_none); prints "ddp_equal", "views", "in_place", "copied_in",
-//     "resident_runs".
+//   --mode ddp-shared: DataParallel with its defaults (the group's path)
+//     against DataParallel on the process group, over a few steps (dropped
+//     grads, a NoSync accumulation) plus one whose gradients a program
+//     placed itself; prints "ddp_equal", "in_place_calls",
+//     "in_place_fallbacks" and DataParallel::GradientStats ("buckets_in_place",
+//     "buckets_copied", "buckets_process_group").
 // Writes <out-dir>/rank_<R>.txt: "path <name>", "size N exact E reference F
 // bits H" per size, "runs N", "pipelined_slices N" (slices copied in one
 // slice ahead of their sum: 2 local ranks, one node). Exits 1 with one line on stderr on any error.
@@ -167,38 +162,6 @@ class AgainstReference {
   std::optional<ddprun::worker::DataParallel> reference_;
 };
 
-// DataParallel with gradient views against the reference: views kept by
-// ZeroGrad, a NoSync accumulation, views dropped by set_to_none.
-int CheckDataParallel(const ddprun::worker::ProcessGroup& group,
-                      std::ofstream& out) {
-  ddprun::worker::DataParallelOptions options;
-  options.gradient_as_bucket_view = true;
-  options.bucket_mb = 0.0001;  // two buckets: the bias, then the weight
-  AgainstReference check(group, options);
-  check.CommonSteps();  // views kept: in place
-  check.ZeroGrad(/*set_to_none=*/true);
-  check.Backward(7);
-  check.SyncAndCompare();
-  const ddprun::worker::DataParallel& views = *check.ddp;
-  out << "views " << (views.gradient_views() ? 1 : 0) << std::endl;
-  out << "in_place " << views.gradient_stats().in_place << std::endl;
-  out << "copied_in " << views.gradient_stats().copied_in << std::endl;
-  // The buffer goes with its DataParallel (in-place recovery drops the
-  // group): the grads must outlive it as plain tensors with their values.
-  const bool had_views = views.gradient_views();
-  std::vector<void*> where;
-  for (const auto& p : check.params) where.push_back(p.grad().data_ptr());
-  check.ddp.reset();
-  check.Compare();
-  for (size_t i = 0; i < check.params.size(); ++i) {
-    check.equal &= !had_views || check.params[i].grad().data_ptr() != where[i];
-  }
-  out << "ddp_equal " << (check.equal ? 1 : 0) << std::endl;
-  out << "resident_runs "
-      << (group.direct ? group.direct->resident_runs() : 0) << std::endl;
-  return out.good() ? 0 : Fail("cannot write the result file");
-}
-
 // DataParallel with its defaults (shared gradients where it shares a node)
 // against the reference: grads dropped by ZeroGrad (placed anew), a NoSync
 // accumulation, and a grad a program assigned itself.
@@ -218,7 +181,10 @@ int CheckSharedDataParallel(const ddprun::worker::ProcessGroup& group,
   }
   check.SyncAndCompare();
   const ddprun::worker::DataParallel& ddp = *check.ddp;
-  out << "shared " << (ddp.shared_gradients() ? 1 : 0) << std::endl;
+  out << "buckets_in_place " << ddp.gradient_stats().in_place << std::endl;
+  out << "buckets_copied " << ddp.gradient_stats().copied << std::endl;
+  out << "buckets_process_group " << ddp.gradient_stats().process_group
+      << std::endl;
   out << "in_place_calls " << ddp.shm_stats().in_place_calls << std::endl;
   out << "in_place_fallbacks " << ddp.shm_stats().in_place_fallbacks
       << std::endl;
@@ -239,10 +205,8 @@ int Run(int argc, char** argv) {
   std::vector<int64_t> sizes = {1, 1024};
   int64_t timeout_ms = 30000;
   CLI::App app{"a worker for the gradient-allreduce tests"};
-  app.add_option("--mode", mode, "check, loop, ddp or ddp-shared")
-      ->check(CLI::IsMember({"check", "loop", "ddp", "ddp-shared"}));
-  bool resident = false;
-  app.add_flag("--resident", resident, "sum through a resident buffer");
+  app.add_option("--mode", mode, "check, loop or ddp-shared")
+      ->check(CLI::IsMember({"check", "loop", "ddp-shared"}));
   bool in_place = false;
   app.add_flag("--in-place", in_place,
                "allocate the buffers in a GradientArena, sum them in place");
@@ -257,7 +221,6 @@ int Run(int argc, char** argv) {
   if (!env.ok()) return Fail(env.status().ToString());
   ddprun::worker::ProcessGroupOptions options;
   options.backend = ddprun::worker::BackendKind::kGloo;
-  options.direct_allreduce = true;  // as ddprun-mnist's default
   options.timeout = std::chrono::minutes(1);  // forming the group
   options.gradient_timeout = std::chrono::milliseconds(timeout_ms);
   auto group = ddprun::worker::CreateProcessGroup(*env, options);
@@ -274,13 +237,6 @@ int Run(int argc, char** argv) {
       << std::endl;
   // What DataParallel does: GradientAllreduce where there is one, else the
   // process group.
-  float* resident_buffer = nullptr;
-  if (resident && group->direct) {
-    auto mapped = group->direct->MapResident(
-        *std::max_element(sizes.begin(), sizes.end()));
-    if (!mapped.ok()) return Fail(mapped.status().ToString());
-    resident_buffer = *mapped;
-  }
   // Tensors of the sizes asked for come from the node's shared memory while
   // `arena` is installed, as DataParallel's gradients do.
   std::unique_ptr<ddprun::worker::GradientArena> arena;
@@ -293,9 +249,11 @@ int Run(int argc, char** argv) {
     }
     auto mapped = group->direct->MapResident(floats);
     if (!mapped.ok()) return Fail(mapped.status().ToString());
+    // Plain allocations, not a backward's: served too.
     auto installed = ddprun::worker::GradientArena::Install(
         {*mapped, static_cast<size_t>(floats) * sizeof(float),
-         group->direct->resident_keep_alive(), bytes});
+         group->direct->resident_keep_alive(), bytes,
+         /*backward_only=*/false});
     if (!installed.ok()) return Fail(installed.status().ToString());
     arena = std::move(*installed);
   }
@@ -303,10 +261,6 @@ int Run(int argc, char** argv) {
     if (in_place && group->direct) {
       const ddprun::worker::ShmAllreduce::Part part{data, n};
       group->direct->RunInPlace(absl::MakeConstSpan(&part, 1), 1.0f);
-    } else if (resident_buffer != nullptr) {
-      std::copy(data, data + n, resident_buffer);
-      group->direct->RunResident(0, n, 1.0f);
-      std::copy(resident_buffer, resident_buffer + n, data);
     } else if (group->direct) {
       group->direct->Run(data, n);
     } else {
@@ -324,7 +278,6 @@ int Run(int argc, char** argv) {
       out << "iteration " << iteration << std::endl;
     }
   }
-  if (mode == "ddp") return CheckDataParallel(*group, out);
   if (mode == "ddp-shared") return CheckSharedDataParallel(*group, out);
   if (mode != "check") return Fail("unknown --mode " + mode);
 
@@ -364,8 +317,6 @@ int Run(int argc, char** argv) {
   out << "gloo_formed " << (group->lazy ? group->lazy->formed() : 1)
       << std::endl;
   out << "runs " << (group->direct ? group->direct->runs() : 0) << std::endl;
-  out << "resident_runs "
-      << (group->direct ? group->direct->resident_runs() : 0) << std::endl;
   out << "pipelined_slices "
       << (group->direct ? group->direct->shm_stats().pipelined_slices : 0)
       << std::endl;

@@ -111,8 +111,8 @@ class DdpEquivalenceTest : public ::testing::Test {
 };
 
 TEST_F(DdpEquivalenceTest, TwoRanksFlatAllreduceMatchOneProcess) {
-  // One bucket, reduced after backward: the plain flat allreduce.
-  std::vector<std::string> flat = {"--no-direct-allreduce", "--no-overlap",
+  // One bucket: the plain flat allreduce, launched by the last hook.
+  std::vector<std::string> flat = {"--gradient-sync", "process-group",
                                    "--bucket-mb", "1000"};
   auto alone = TrainAlone(flat);
   auto two = TrainTwoRanks(flat, "flat");
@@ -128,14 +128,14 @@ TEST_F(DdpEquivalenceTest, TwoRanksFlatAllreduceMatchOneProcess) {
 TEST_F(DdpEquivalenceTest, TwoRanksBucketsFromHooksMatchOneProcess) {
   // 0.05 MB buckets: the 784x128 weight alone, the rest in others; launched
   // from autograd hooks during backward.
-  std::vector<std::string> hooks = {"--no-direct-allreduce", "--overlap",
+  std::vector<std::string> hooks = {"--gradient-sync", "process-group",
                                     "--bucket-mb", "0.05"};
   ExpectSame(TrainAlone(hooks), TrainTwoRanks(hooks, "hooks"));
 }
 
 TEST_F(DdpEquivalenceTest, SmallCnnWithBucketsFromHooksMatchesOneProcess) {
-  std::vector<std::string> cnn = {"--model", "cnn", "--no-direct-allreduce",
-                                  "--overlap", "--bucket-mb", "0.01"};
+  std::vector<std::string> cnn = {"--model", "cnn", "--gradient-sync",
+                                  "process-group", "--bucket-mb", "0.01"};
   auto alone = TrainAlone(cnn);
   ExpectSame(alone, TrainTwoRanks(cnn, "cnn"));
   ASSERT_TRUE(alone.count("0.weight"));  // the convolution
@@ -144,7 +144,7 @@ TEST_F(DdpEquivalenceTest, SmallCnnWithBucketsFromHooksMatchesOneProcess) {
 TEST_F(DdpEquivalenceTest, NoSyncGradientAccumulationMatchesOneProcess) {
   // Two micro-batches per step; the first backward runs under NoSync.
   std::vector<std::string> accumulate = {"--accumulate", "2",
-                                         "--no-direct-allreduce", "--overlap",
+                                         "--gradient-sync", "process-group",
                                          "--bucket-mb", "0.05"};
   ExpectSame(TrainAlone(accumulate), TrainTwoRanks(accumulate, "accumulate"));
 }
@@ -157,7 +157,7 @@ TEST_F(DdpEquivalenceTest, SharedMemoryAllreduceMatchesOneProcess) {
   // so it trains at 0.01.)
   for (const std::string model : {"mlp", "cnn"}) {
     SCOPED_TRACE(model);
-    std::vector<std::string> direct = {"--model", model, "--direct-allreduce",
+    std::vector<std::string> direct = {"--model", model, "--gradient-sync", "auto",
                                        "--bucket-mb", "0.01", "--accumulate", "2",
                                        "--lr", "0.01"};
     const std::string run_id = "direct-" + model;

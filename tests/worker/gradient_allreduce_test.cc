@@ -194,61 +194,6 @@ TEST_P(UnderDdprunTest, EverySizeIsExactTheSameOnEveryRankAndTookItsPath) {
   }
 }
 
-TEST_P(UnderDdprunTest, ResidentBuffersAreSummedInPlaceExactlyOnEveryRank) {
-  // The buffer DataParallel's gradient views live in: each rank's own in
-  // the node's shared memory, summed where it lies (no copy in or out).
-  // Ranks of a node of two or more take that path (counted); a rank alone
-  // in its node sums a private buffer through the node leaders' Gloo.
-  const Layout& layout = GetParam();
-  const std::vector<int64_t>& sizes = kCheckSizes;
-  std::vector<std::map<std::string, std::string>> results;
-  ASSERT_NO_FATAL_FAILURE(RunCheck(layout, {"--resident"}, &results));
-  int64_t resident_runs = 0;
-  for (size_t rank = 0; rank < results.size(); ++rank) {
-    SCOPED_TRACE(absl::StrCat("rank ", rank));
-    auto& result = results[rank];
-    int64_t runs = 0;
-    ASSERT_TRUE(absl::SimpleAtoi(result["resident_runs"], &runs))
-        << result["resident_runs"];
-    resident_runs += runs;
-  }
-  // Two sums per size on every rank that shares its node.
-  EXPECT_EQ(resident_runs,
-            static_cast<int64_t>(2 * sizes.size()) * SharingRanks(layout));
-}
-
-TEST_P(UnderDdprunTest, DataParallelGradientViewsMatchTheProcessGroup) {
-  // gradient_as_bucket_view: grads are views of the shared buffer, autograd
-  // accumulates into them, the allreduce sums them in place; the result
-  // equals DataParallel over ProcessGroupGloo bit for bit (integer-valued),
-  // over kept views (ZeroGrad), a NoSync accumulation and views dropped by
-  // set_to_none (copied in once), and the grads keep their values as plain
-  // tensors once the DataParallel (and its buffer) is gone. The counters
-  // say which steps found their gradients in place.
-  const Layout& layout = GetParam();
-  TempDir dir;
-  const int world = RunUnderDdprun(layout, dir, {Helper(), "--mode", "ddp"});
-  ASSERT_GT(world, 0);
-  const bool shared = layout.path != "process-group";
-  int64_t resident_runs = 0;
-  for (int rank = 0; rank < world; ++rank) {
-    SCOPED_TRACE(absl::StrCat("rank ", rank));
-    auto result = ReadResult(dir.File(absl::StrCat("rank_", rank, ".txt")));
-    EXPECT_EQ(result["ddp_equal"], "1");
-    EXPECT_EQ(result["views"], shared ? "1" : "0");
-    // 4 synced steps x 2 parameters in place; the set_to_none step copies
-    // its 2 gradients in.
-    EXPECT_EQ(result["in_place"], shared ? "8" : "0");
-    EXPECT_EQ(result["copied_in"], shared ? "2" : "0");
-    int64_t runs = 0;
-    ASSERT_TRUE(absl::SimpleAtoi(result["resident_runs"], &runs))
-        << result["resident_runs"];
-    resident_runs += runs;
-  }
-  // 5 syncs x 2 buckets on every rank that shares its node.
-  EXPECT_EQ(resident_runs, 10 * SharingRanks(layout));
-}
-
 TEST_P(UnderDdprunTest, BuffersInTheArenaAreSummedWhereTheyLieExactly) {
   // DataParallel's default gradients: LibTorch allocates the buffers while
   // a GradientArena serves their sizes from the node's shared memory, and
@@ -281,7 +226,8 @@ TEST_P(UnderDdprunTest, BuffersInTheArenaAreSummedWhereTheyLieExactly) {
 
 TEST_P(UnderDdprunTest, DataParallelSharedGradientsMatchTheProcessGroup) {
   // DataParallel's defaults: inside a node of two or more, backward's
-  // gradients are allocated in shared memory and summed there. Bit for bit
+  // gradients are allocated in shared memory and summed there; across
+  // nodes copied through the segment. Bit for bit
   // what DataParallel over ProcessGroupGloo gives (integer-valued), over
   // dropped grads, a NoSync accumulation, and a step where rank 0's
   // program put a gradient of its own in (that bucket is copied, on every
@@ -296,10 +242,14 @@ TEST_P(UnderDdprunTest, DataParallelSharedGradientsMatchTheProcessGroup) {
     SCOPED_TRACE(absl::StrCat("rank ", rank));
     auto result = ReadResult(dir.File(absl::StrCat("rank_", rank, ".txt")));
     EXPECT_EQ(result["ddp_equal"], "1");
-    EXPECT_EQ(result["shared"], in_place ? "1" : "0");
     // 5 syncs x 2 buckets; the last sync's weight bucket is copied.
     EXPECT_EQ(result["in_place_calls"], in_place ? "9" : "0");
     EXPECT_EQ(result["in_place_fallbacks"], in_place ? "1" : "0");
+    const bool group_path = layout.path == "process-group";
+    EXPECT_EQ(result["buckets_in_place"], in_place ? "9" : "0");
+    EXPECT_EQ(result["buckets_copied"],
+              in_place ? "1" : group_path ? "0" : "10");
+    EXPECT_EQ(result["buckets_process_group"], group_path ? "10" : "0");
   }
 }
 

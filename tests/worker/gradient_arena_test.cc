@@ -39,11 +39,31 @@ struct Buffer {
 
 constexpr int64_t kFloats = 1000;  // the size the arena serves
 constexpr size_t kBytes = kFloats * sizeof(float);
+// GradientArenaOptions::backward_only off: the tests below allocate
+// directly, outside any backward.
+constexpr bool kAnyTime = false;
+
+TEST(GradientArenaTest, ByDefaultOnlyABackwardPassesAllocationsAreServed) {
+  // What keeps the process-wide allocator from touching other tensors:
+  // forward's and the optimizer's of a gradient's size stay LibTorch's.
+  Buffer buffer(1 << 20);
+  auto arena = GradientArena::Install(
+      {buffer.base, buffer.bytes, buffer.keep_alive, {kBytes}});
+  ASSERT_TRUE(arena.ok()) << arena.status();
+  at::Tensor weight = at::ones({kFloats}).requires_grad_(true);
+  at::Tensor outside = at::empty({kFloats});
+  EXPECT_FALSE(buffer.Holds(outside));
+  (weight * 3.0f).sum().backward();
+  ASSERT_TRUE(weight.grad().defined());
+  EXPECT_TRUE(buffer.Holds(weight.grad()));
+  EXPECT_EQ(weight.grad().sum().item<float>(), 3.0f * kFloats);
+  EXPECT_FALSE(buffer.Holds(at::empty({kFloats})));
+}
 
 TEST(GradientArenaTest, ServesItsSizesFromTheBufferAndReusesFreedBlocks) {
   Buffer buffer(1 << 20);
   auto arena = GradientArena::Install(
-      {buffer.base, buffer.bytes, buffer.keep_alive, {kBytes}});
+      {buffer.base, buffer.bytes, buffer.keep_alive, {kBytes}, kAnyTime});
   ASSERT_TRUE(arena.ok()) << arena.status();
   void* first = nullptr;
   {
@@ -72,7 +92,7 @@ TEST(GradientArenaTest, RawAllocationsComeAndGoThroughItsRawDeleter) {
   // of a served size, and any other size passed on, must both work.
   Buffer buffer(1 << 20);
   auto arena = GradientArena::Install(
-      {buffer.base, buffer.bytes, buffer.keep_alive, {kBytes}});
+      {buffer.base, buffer.bytes, buffer.keep_alive, {kBytes}, kAnyTime});
   ASSERT_TRUE(arena.ok()) << arena.status();
   c10::Allocator* cpu = c10::GetCPUAllocator();
   void* served = cpu->raw_allocate(kBytes);
@@ -92,7 +112,7 @@ TEST(GradientArenaTest, AFullArenaLeavesTheRestToLibTorch) {
   // Room for two blocks: the third tensor of the size is LibTorch's own.
   Buffer buffer(2 * 4096);
   auto arena = GradientArena::Install(
-      {buffer.base, buffer.bytes, buffer.keep_alive, {kBytes}});
+      {buffer.base, buffer.bytes, buffer.keep_alive, {kBytes}, kAnyTime});
   ASSERT_TRUE(arena.ok()) << arena.status();
   at::Tensor a = at::empty({kFloats});
   at::Tensor b = at::empty({kFloats});
@@ -108,7 +128,7 @@ TEST(GradientArenaTest, UninstalledItsBlocksStayValidAndKeepTheBufferMapped) {
   Buffer buffer(1 << 20);
   c10::Allocator* before = c10::GetCPUAllocator();
   auto arena = GradientArena::Install(
-      {buffer.base, buffer.bytes, buffer.keep_alive, {kBytes}});
+      {buffer.base, buffer.bytes, buffer.keep_alive, {kBytes}, kAnyTime});
   ASSERT_TRUE(arena.ok()) << arena.status();
   EXPECT_NE(c10::GetCPUAllocator(), before);
   buffer.keep_alive.reset();  // only the arena and its blocks hold it now
@@ -129,11 +149,11 @@ TEST(GradientArenaTest, UninstalledItsBlocksStayValidAndKeepTheBufferMapped) {
 TEST(GradientArenaTest, OneArenaAtATimeAndBadBuffersAreClearErrors) {
   Buffer buffer(1 << 20);
   auto arena = GradientArena::Install(
-      {buffer.base, buffer.bytes, buffer.keep_alive, {kBytes}});
+      {buffer.base, buffer.bytes, buffer.keep_alive, {kBytes}, kAnyTime});
   ASSERT_TRUE(arena.ok()) << arena.status();
   c10::Allocator* installed = c10::GetCPUAllocator();
   auto second = GradientArena::Install(
-      {buffer.base, buffer.bytes, buffer.keep_alive, {kBytes}});
+      {buffer.base, buffer.bytes, buffer.keep_alive, {kBytes}, kAnyTime});
   EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(absl::StrContains(second.status().message(), "another"))
       << second.status();

@@ -35,7 +35,7 @@ TEST_P(PeerFailureTest, SurvivorExitsWithClearErrorAndErrorFile) {
     options.argv = {::ddprun::testing::BinaryPath("mnist/ddprun-mnist"),
                     "--data-dir", ::ddprun::testing::MnistDir(), "--epochs", "1000",
                     "--train-limit", "6400", "--test-limit", "100", "--save", "",
-                    "--no-progress", GetParam()};
+                    "--no-progress", "--gradient-sync", GetParam()};
     options.env = testing::WorkerEnvFor(rank, 2, (*server)->endpoint(), "peer");
     // One node's folder, as ddprun gives it: the shared-memory path's.
     options.env["DDPRUN_SHM_DIR"] = dir.path();
@@ -67,7 +67,7 @@ TEST_P(PeerFailureTest, SurvivorExitsWithClearErrorAndErrorFile) {
   EXPECT_TRUE(absl::StrContains(err, "ddprun-mnist: error: ")) << err;
   // The gradient path of this case ran.
   EXPECT_TRUE(absl::StrContains(
-      err, std::string(GetParam()) == "--direct-allreduce"
+      err, std::string(GetParam()) == "auto"
                ? "through shared-memory"
                : "through process-group"))
       << err;
@@ -77,10 +77,9 @@ TEST_P(PeerFailureTest, SurvivorExitsWithClearErrorAndErrorFile) {
 }
 
 INSTANTIATE_TEST_SUITE_P(BothGradientPaths, PeerFailureTest,
-                         ::testing::Values("--direct-allreduce",
-                                           "--no-direct-allreduce"),
+                         ::testing::Values("auto", "process-group"),
                          [](const ::testing::TestParamInfo<const char*>& info) {
-                           return std::string(info.param) == "--direct-allreduce"
+                           return std::string(info.param) == "auto"
                                       ? "SharedMemoryAllreduce"
                                       : "ProcessGroupGloo";
                          });
