@@ -56,7 +56,14 @@ class HeartbeatStreams::Stream final
 
   void OnReadDone(bool ok) override {
     // The agent closed its side, went away, or cancelled: no more beats.
-    if (!ok) return FinishOnce(grpc::Status::OK);
+    // The job hears it (a member gone with its stream is dropped soon).
+    if (!ok) {
+      if (last_beat_.has_value()) {
+        owner_->jobs_->HeartbeatStreamEnded(
+            admitted_run_id_, last_beat_->node_id, last_beat_->round);
+      }
+      return FinishOnce(grpc::Status::OK);
+    }
     if (!admitted_ || request_.run_id() != admitted_run_id_) {
       absl::Status admitted =
           owner_->token_->Check(*context_, request_.run_id());
@@ -69,6 +76,13 @@ class HeartbeatStreams::Stream final
     if (!answer.ok()) return FinishOnce(common::ToGrpcStatus(answer.status()));
     owner_->beats_.fetch_add(1 + request_.more_size(),
                              std::memory_order_relaxed);
+    // A relay's stream carries many nodes (`more`); only a stream of one
+    // node stands for that node's liveness.
+    if (request_.more_size() == 0) {
+      last_beat_ = Beat{request_.node_id(), request_.round()};
+    } else {
+      last_beat_.reset();
+    }
     Send(*std::move(answer));
     StartRead(&request_);
   }
@@ -131,8 +145,16 @@ class HeartbeatStreams::Stream final
     Finish(status);
   }
 
+  struct Beat {
+    std::string node_id;
+    int64_t round = 0;
+  };
+
   HeartbeatStreams* const owner_;
   grpc::CallbackServerContext* const context_;
+  // The last heartbeat answered on this stream (reads are sequential: only
+  // OnReadDone touches it).
+  std::optional<Beat> last_beat_;
   // OnReadDone's alone (reads are sequential).
   v1::HeartbeatRequest request_;
   bool admitted_ = false;

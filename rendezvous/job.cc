@@ -642,6 +642,23 @@ v1::HeartbeatResponse Job::Heartbeat(const v1::HeartbeatRequest& request,
   return response;
 }
 
+void Job::HeartbeatStreamEnded(const std::string& node_id, int64_t round,
+                               absl::Time now) {
+  auto it = nodes_.find(node_id);
+  if (it == nodes_.end() || state_ != v1::JOB_STATE_RUNNING ||
+      round != round_ || !it->second.member || it->second.done) {
+    return;
+  }
+  it->second.stream_lost_at = now;
+  next_scan_ = std::min(next_scan_, now + StreamLossGrace());
+}
+
+absl::Duration Job::StreamLossGrace() const {
+  return std::min(std::max(absl::Milliseconds(2 * heartbeat_interval_ms_),
+                           absl::Seconds(1)),
+                  absl::Milliseconds(heartbeat_timeout_ms_));
+}
+
 void Job::Leave(const v1::LeaveRequest& request, absl::Time now,
                 Effects* effects) {
   last_activity_ = now;
@@ -777,6 +794,9 @@ void Job::Tick(absl::Time now, Effects* effects) {
     } else if (!node.done && !node.answer_held) {
       absl::Time deadline =
           std::max(node.last_seen, heartbeat_clock_start_) + heartbeat_timeout;
+      if (node.member && node.stream_lost_at >= node.last_seen) {
+        deadline = std::min(deadline, node.stream_lost_at + StreamLossGrace());
+      }
       if (now >= deadline) {
         silent.push_back(id);
       } else {
@@ -806,9 +826,13 @@ void Job::Tick(absl::Time now, Effects* effects) {
   }
   bool lost_member = false;
   for (const std::string& id : silent) {
-    bool member = state_ == v1::JOB_STATE_RUNNING && nodes_.at(id).member;
-    spdlog::info("job '{}': node '{}' silent for {} ms; dropped{}", run_id_, id,
-                 heartbeat_timeout_ms_,
+    const Node& node = nodes_.at(id);
+    bool member = state_ == v1::JOB_STATE_RUNNING && node.member;
+    spdlog::info("job '{}': node '{}' silent for {} ms{}; dropped{}", run_id_,
+                 id, absl::ToInt64Milliseconds(now - node.last_seen),
+                 node.stream_lost_at >= node.last_seen
+                     ? " since its heartbeat stream ended"
+                     : "",
                  member ? absl::StrFormat(", round %d ends", round_) : "");
     lost_member |= member;
     DropNode(id, now);

@@ -171,6 +171,14 @@ class Job {
                   Effects* effects);
   v1::HeartbeatResponse Heartbeat(const v1::HeartbeatRequest& request,
                                   absl::Time now);
+  // The node's heartbeat stream ended (its agent closed or cancelled it, or
+  // went away) while it was a member of running round `round`. An agent
+  // that still runs ends its stream only after its round ended, and sends
+  // unary heartbeats when a stream breaks; so a member that then sends
+  // nothing for StreamLossGrace is gone (kill -9, a crash) and is dropped
+  // then, instead of after the whole heartbeat timeout.
+  void HeartbeatStreamEnded(const std::string& node_id, int64_t round,
+                            absl::Time now);
   v1::ReportFailureResponse ReportFailure(
       const v1::ReportFailureRequest& request, absl::Time now,
       Effects* effects);
@@ -223,6 +231,9 @@ class Job {
     int rank_offset = -1;    // in the last closed round
     bool member = false;     // in the running round
     bool done = false;       // left with SUCCEEDED
+    // When its heartbeat stream ended in its running round (it is gone
+    // unless it heartbeats again: HeartbeatStreamEnded).
+    absl::Time stream_lost_at = absl::InfinitePast();
     // Waits for its round by polling Join (holds no call).
     bool polling = false;
     // The decision its next poll collects (assignment, JobEnded, error).
@@ -282,6 +293,11 @@ class Job {
   bool AllExpectedParked() const;
   // Sets the round's heartbeat interval and timeout for `nodes` nodes.
   void ScaleHeartbeats(int64_t nodes);
+  // How long a member whose heartbeat stream ended may stay silent: two
+  // heartbeat intervals and at least a second (the agent falls back to
+  // unary heartbeats at its next beat), never more than the heartbeat
+  // timeout.
+  absl::Duration StreamLossGrace() const;
   std::string JoinTimeoutMessage() const;
 
   // Re-registration after a server restart (the rules above).

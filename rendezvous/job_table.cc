@@ -263,6 +263,17 @@ absl::StatusOr<v1::HeartbeatResponse> JobTable::Heartbeat(
   return response;
 }
 
+void JobTable::HeartbeatStreamEnded(const std::string& run_id,
+                                    const std::string& node_id,
+                                    int64_t round) {
+  absl::Time now = clock_->Now();
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(run_id);
+  if (it == jobs_.end()) return;
+  it->second->HeartbeatStreamEnded(node_id, round, now);
+  Announce(*it->second);
+}
+
 absl::StatusOr<v1::ReportFailureResponse> JobTable::ReportFailure(
     const v1::ReportFailureRequest& request, Effects* effects) {
   absl::Time now = clock_->Now();

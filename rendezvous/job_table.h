@@ -72,6 +72,10 @@ class JobTable {
                   WaiterId waiter, Effects* effects);
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(
       const v1::HeartbeatRequest& request);
+  // A node's heartbeat stream ended after its last beat, for `round`
+  // (Job::HeartbeatStreamEnded).
+  void HeartbeatStreamEnded(const std::string& run_id,
+                            const std::string& node_id, int64_t round);
   absl::StatusOr<v1::ReportFailureResponse> ReportFailure(
       const v1::ReportFailureRequest& request, Effects* effects);
   absl::Status Leave(const v1::LeaveRequest& request, Effects* effects);

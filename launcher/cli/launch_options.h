@@ -26,7 +26,11 @@ struct RdzvConf {
   // the same: how long a Join (or a Leave) retries an unreachable
   // rendezvous (bounded by join_timeout) before the agent exits 1.
   absl::Duration read_timeout = absl::Seconds(60);
-  absl::Duration heartbeat_interval = absl::Seconds(1);
+  // Also how soon a node hears that its round ended elsewhere (the answer
+  // to its next beat): a quarter second keeps that out of the way of an
+  // in-place recovery. Large jobs are told a longer one by the server
+  // (ddprun-rendezvous --heartbeat-budget).
+  absl::Duration heartbeat_interval = absl::Milliseconds(250);
   // A node silent this long is dropped from the job by the server.
   absl::Duration heartbeat_timeout = absl::Seconds(10);
   // c10d's is_host: whether this agent serves the rendezvous at

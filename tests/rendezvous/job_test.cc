@@ -269,6 +269,50 @@ TEST_F(JobTest, SilentMemberIsDroppedAndSurvivorsWaitForMin) {
   EXPECT_EQ(AssignmentOf(d).restart_count(), 0);
 }
 
+// A member whose heartbeat stream ended (its agent was killed: the kernel
+// closes its connection) and that then sends nothing is dropped after the
+// stream-loss grace (a second here), not the whole heartbeat timeout: a
+// restarted agent waiting to take its place is not kept waiting.
+TEST_F(JobTest, AMemberGoneWithItsHeartbeatStreamIsDroppedWithinASecond) {
+  config_.set_heartbeat_interval_ms(250);
+  config_.set_heartbeat_timeout_ms(10000);
+  FormFirstRound();
+  Advance(absl::Milliseconds(100));
+  Heartbeat("b", 0);
+  table_.HeartbeatStreamEnded("job", "b", 0);
+  WaiterId c = Join("c");  // b's agent, started again
+  Advance(absl::Milliseconds(999));
+  Heartbeat("a", 0);
+  EXPECT_EQ(Status().round(), 0) << "within the grace";
+  EXPECT_FALSE(Answered(c));
+  Advance(absl::Milliseconds(1));
+  EXPECT_TRUE(Heartbeat("a", 0).rejoin());
+  WaiterId a2 = Join("a");
+  ASSERT_TRUE(Answered(a2) && Answered(c));
+  EXPECT_EQ(AssignmentOf(c).round(), 1);
+  EXPECT_EQ(AssignmentOf(c).restart_count(), 0) << "a lost node, no restart";
+}
+
+// An agent whose stream broke but that lives sends a unary heartbeat at its
+// next beat: it stays; and a stream that ends after its round ended (the
+// agent moves to the next round) changes nothing.
+TEST_F(JobTest, AMemberThatBeatsAfterItsStreamEndedStays) {
+  config_.set_heartbeat_interval_ms(250);
+  config_.set_heartbeat_timeout_ms(10000);
+  FormFirstRound();
+  table_.HeartbeatStreamEnded("job", "b", 0);
+  Advance(absl::Milliseconds(250));
+  Heartbeat("b", 0);  // unary, at its next beat
+  Heartbeat("a", 0);
+  Advance(absl::Seconds(2));
+  Heartbeat("a", 0);
+  Heartbeat("b", 0);
+  EXPECT_EQ(Status().round(), 0);
+  table_.HeartbeatStreamEnded("job", "a", 7);  // not the running round
+  Advance(absl::Seconds(2));
+  EXPECT_FALSE(Heartbeat("b", 0).rejoin());
+}
+
 TEST_F(JobTest, ScaleDownClosesFastWithTheSurvivors) {
   config_.set_min_nodes(1);
   config_.set_max_nodes(3);
