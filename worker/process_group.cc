@@ -1,5 +1,6 @@
 #include "worker/process_group.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -148,6 +149,18 @@ absl::StatusOr<std::unique_ptr<GradientAllreduce>> CreateGradientAllreduce(
   return GradientAllreduce::Create(gradient);
 }
 
+// A write to a peer that is gone must fail that collective, not kill this
+// rank: Gloo writes to its sockets without MSG_NOSIGNAL, and a peer killed
+// mid-step (in-place recovery keeps this rank) closes them. A program's own
+// SIGPIPE handler is kept.
+void IgnoreBrokenPipes() {
+  struct sigaction current;
+  if (sigaction(SIGPIPE, nullptr, &current) == 0 &&
+      current.sa_handler == SIG_DFL) {
+    signal(SIGPIPE, SIG_IGN);
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<BackendKind> ParseBackend(const std::string& name) {
@@ -172,6 +185,7 @@ std::string BackendName(BackendKind kind) {
 
 absl::StatusOr<ProcessGroup> CreateProcessGroup(
     const WorkerEnv& env, const ProcessGroupOptions& options) {
+  IgnoreBrokenPipes();
   ReportPhase(env.progress_fd, common::Phase::kJoin);
   ProcessGroup group;
   group.rank = env.rank;

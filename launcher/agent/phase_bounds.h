@@ -37,7 +37,7 @@ struct PhaseBoundsOptions {
   // A worker stopped (state T: SIGSTOP, SIGTSTP) this long is hung, in any
   // phase and whether or not it reports; InfiniteDuration: never. A process
   // held by a debugger (state t) is not stopped in this sense.
-  absl::Duration stopped = absl::Milliseconds(500);
+  absl::Duration stopped = absl::Milliseconds(250);
 };
 
 // Learns phase durations and answers each phase's bound. Owned by the

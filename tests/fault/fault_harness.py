@@ -68,7 +68,7 @@ KINDS = ("worker-kill", "worker-hang", "worker-pause", "worker-throttle",
          "agent-kill", "agent-pause", "server-kill", "server-pause")
 MOMENTS = ("step", "round-change", "first-step", "checkpoint")
 # Faults after which the job needs a new round (and a restart): the worker
-# is gone, or stopped past the agent's stopped bound (0.5 s) and killed.
+# is gone, or stopped past the agent's stopped bound (0.25 s) and killed.
 NEEDS_ROUND = ("worker-kill", "worker-hang", "worker-pause")
 AGENT_RESTART_DELAY = 2.0
 PAUSE_SECONDS = 2.0
@@ -190,7 +190,7 @@ class Job:
                 "--rdzv-endpoint", "127.0.0.1:%d" % self.server_port,
                 "--rdzv-id", self.run_id, "--max-restarts", "1000",
                 "--log-dir", os.path.join(self.folder, "logs"),
-                "--no-python",
+                "--no-python"] + self.args.agent_flags.split() + [
                 os.path.join(self.args.build, "mnist/ddprun-mnist"),
                 "--data-dir", self.args.data_dir,
                 "--train-limit", str(self.args.train_limit),
@@ -536,6 +536,8 @@ def main():
                         help="seconds a fault may cost past its own length")
     parser.add_argument("--job-bound", type=float, default=240.0)
     parser.add_argument("--soak-seconds", type=float, default=0)
+    parser.add_argument("--agent-flags", default="",
+                        help="more ddprun flags, e.g. --prewarm")
     parser.add_argument("--work-dir")
     parser.add_argument("--json", help="write the per-fault figures here")
     args = parser.parse_args()
