@@ -1,5 +1,6 @@
 #include "worker/process_group.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -186,6 +187,12 @@ std::string BackendName(BackendKind kind) {
 absl::StatusOr<ProcessGroup> CreateProcessGroup(
     const WorkerEnv& env, const ProcessGroupOptions& options) {
   IgnoreBrokenPipes();
+  if (env.progress_fd >= 0) {
+    // A step never waits for the agent to read its records (ddprun makes
+    // the pipe non-blocking too; another parent may not).
+    const int flags = fcntl(env.progress_fd, F_GETFL);
+    if (flags >= 0) fcntl(env.progress_fd, F_SETFL, flags | O_NONBLOCK);
+  }
   ReportPhase(env.progress_fd, common::Phase::kJoin);
   ProcessGroup group;
   group.rank = env.rank;

@@ -131,6 +131,7 @@ struct RawLaunchFlags {
   // torchrun 2.x's name (also TORCH_ELASTIC_SHUTDOWN_TIMEOUT); empty: unset.
   std::string shutdown_timeout;
   std::string max_nproc_per_node = "512";
+  std::string signal_exit_code = "torchrun";
   std::string redirects = "0";
   std::string tee = "0";
   std::string local_ranks_filter;
@@ -197,6 +198,10 @@ void AddLaunchFlags(CLI::App& app, LaunchOptions& o, RawLaunchFlags& raw) {
   AddString(app, "--max-nproc-per-node", &raw.max_nproc_per_node,
             "refuse a --nproc-per-node above this (a typo would fork that "
             "many workers)");
+  AddString(app, "--signal-exit-code", &raw.signal_exit_code,
+            "exit status after a stop signal: torchrun (1, as torchrun) or "
+            "shell (128+signal, e.g. 143 for SIGTERM: a service manager's "
+            "clean stop)");
   AddFlag(app, "--virtual-local-rank", &o.virtual_local_rank,
           "each worker sees LOCAL_RANK=0 and only its own GPU "
           "(CUDA_VISIBLE_DEVICES), as torchrun 2.x");
@@ -376,6 +381,13 @@ absl::Status ParseLaunchValues(const RawLaunchFlags& raw, LaunchOptions& o) {
     if (!value.ok()) return value.status();
     d.target = *value;
   }
+  if (raw.signal_exit_code != "torchrun" && raw.signal_exit_code != "shell") {
+    return Usage(absl::StrFormat(
+        "--signal-exit-code: '%s' is not torchrun or shell; write e.g. "
+        "--signal-exit-code shell",
+        raw.signal_exit_code));
+  }
+  o.signal_exit_code_shell = raw.signal_exit_code == "shell";
   if (absl::Status s = ParseHangBounds(raw.hang_bound, raw.hang_factor,
                                        o.worker_timeout, o.hang_bounds);
       !s.ok()) {

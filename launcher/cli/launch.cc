@@ -455,7 +455,8 @@ int RunLaunch(const LaunchOptions& options) {
   // torchrun ends with its SignalException, exit status 1, whatever the
   // signal; schedulers and wrappers written for it read 1 as "stopped".
   if (std::optional<int> sig = events.stop_signal();
-      sig.has_value() && code == 128 + *sig) {
+      sig.has_value() && code == 128 + *sig &&
+      !options.signal_exit_code_shell) {
     code = 1;
   }
   return code;

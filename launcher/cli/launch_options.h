@@ -86,6 +86,10 @@ struct LaunchOptions {
   // torchrun 2.x: every worker gets LOCAL_RANK=0 and only its own GPU in
   // CUDA_VISIBLE_DEVICES (the agent's list, indexed by local rank).
   bool virtual_local_rank = false;
+  // Stopped by a signal: exit 1 as torchrun (false), or 128+signal as a
+  // shell reports it (--signal-exit-code shell: what a systemd unit's
+  // SuccessExitStatus=SIGTERM counts as a clean stop).
+  bool signal_exit_code_shell = false;
   std::string log_dir;  // empty: workers inherit the agent's stdout/stderr
   PerRankStreams redirects;
   PerRankStreams tee;

@@ -136,9 +136,13 @@ wait_until 60 "slurm nodes node1 and node2 idle" nodes_idle
 # MNIST, trains.
 cat >"$work/worker.sh" <<'WORKER'
 #!/bin/sh
-if [ -n "$DDPRUN_TOKEN" ] && ! env -u DDPRUN_TOKEN -u DDPRUN_TOKEN_FILE "$DDPRUN" status \
+# Workers get the job's token as a file (DDPRUN_TOKEN_FILE), never the
+# variable.
+if [ -n "$DDPRUN_TOKEN_FILE" ] && [ -z "$DDPRUN_TOKEN" ] &&
+    ! env -u DDPRUN_TOKEN -u DDPRUN_TOKEN_FILE "$DDPRUN" status \
     --rdzv-endpoint "$DDPRUN_STORE_ENDPOINT" --timeout 5 >/dev/null 2>&1 &&
-    "$DDPRUN" status --rdzv-endpoint "$DDPRUN_STORE_ENDPOINT" --timeout 5 >/dev/null 2>&1; then
+    "$DDPRUN" status --token-file "$DDPRUN_TOKEN_FILE" \
+    --rdzv-endpoint "$DDPRUN_STORE_ENDPOINT" --timeout 5 >/dev/null 2>&1; then
   auth=token-required
 else
   auth=open

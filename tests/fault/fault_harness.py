@@ -300,9 +300,11 @@ def run_reference(args, work):
     job = Job(args, os.path.join(work, "reference"), "reference-%d" % os.getpid())
     log("reference run (no faults)")
     start = time.monotonic()
-    job.start()
-    ok = wait_for(job.finished, args.job_bound, 0.1)
-    job.stop_everything()
+    try:
+        job.start()
+        ok = wait_for(job.finished, args.job_bound, 0.1)
+    finally:
+        job.stop_everything()
     if not ok or any(a.returncode != 0 for a in job.agents):
         raise RuntimeError("the reference run failed; see %s" % job.folder)
     times = job.step_times()
@@ -447,8 +449,8 @@ def run_faulted(args, work, seed, reference, median_step):
                                    ", ".join("%s@%s" % (f.kind, f.moment)
                                              for f in faults)))
     checks = []  # (name, ok, detail)
-    job.start()
     try:
+        job.start()
         wait_for(lambda: job.last_step() > 0 or job.finished(), args.job_bound)
         for fault in faults:
             if job.finished():

@@ -462,7 +462,8 @@ TEST_F(AgentLifecycleTest, SilentWorkerIsHungAfterTheWorkerTimeout) {
   ASSERT_THAT(rdzv_.reports[0].failures(), SizeIs(kNproc));
   EXPECT_EQ(rdzv_.reports[0].failures(0).failure_cause(),
             v1::FAILURE_CAUSE_HUNG);
-  ExpectStoppedWith(1, SIGTERM);
+  // A hung worker gets no grace: it could not use it.
+  ExpectStoppedWith(1, SIGKILL);
   EXPECT_GE(clock_.Now() - start, absl::Seconds(30));
 }
 

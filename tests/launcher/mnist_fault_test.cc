@@ -97,7 +97,10 @@ Job StartJob(const TempDir& dir, const std::vector<std::string>& flags,
 TEST(MnistFaultTest, KillNineOfAWorkerMidEpochResumesAndFinishes) {
   TempDir dir;
   Job job = StartJob(dir, {"--standalone", "--nproc-per-node", "2",
-                           "--max-restarts", "2", "--monitor-interval", "0.1"});
+                           "--max-restarts", "2", "--monitor-interval", "0.1",
+                           // The test freezes the workers (SIGSTOP) to
+                           // read the checkpoint they resume from.
+                           "--hang-bound", "stopped=0"});
   ASSERT_TRUE(WaitFor([&] { return HasCheckpoint(dir); }, absl::Minutes(2)))
       << job.err();
   std::vector<pid_t> workers = Children(job.agent.pid());
@@ -117,6 +120,9 @@ TEST(MnistFaultTest, AHungWorkerIsDetectedAndTheJobFinishes) {
   TempDir dir;
   Job job = StartJob(dir, {"--standalone", "--nproc-per-node", "2",
                            "--max-restarts", "2", "--monitor-interval", "0.1",
+                           // The test freezes the workers (SIGSTOP) to
+                           // read the checkpoint they resume from.
+                           "--hang-bound", "stopped=0",
                            "--worker-timeout", "2", "--shutdown-grace", "1"});
   ASSERT_TRUE(WaitFor([&] { return HasCheckpoint(dir); }, absl::Minutes(2)))
       << job.err();

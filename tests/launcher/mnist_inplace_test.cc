@@ -236,7 +236,9 @@ TEST(MnistInPlacePrewarmTest, AKilledWorkerIsReplacedByAStandbyInPlace) {
   TempDir dir;
   const std::vector<std::string> flags = {
       "--standalone", "--nproc-per-node", "2", "--max-restarts", "3",
-      "--monitor-interval", "0.05", "--prewarm"};
+      "--monitor-interval", "0.05", "--prewarm",
+      // The workers are held (SIGSTOP) while the standbys get ready.
+      "--hang-bound", "stopped=0"};
   const std::string reference = RunFaultFree(dir, flags);
 
   Job job = StartJob(dir, flags, "agent", "summary.json");

@@ -81,6 +81,10 @@ TEST(MnistPrewarmTest, AKilledWorkerIsReplacedByPrewarmedProcesses) {
                   "2",
                   "--monitor-interval",
                   "0.1",
+                  // The workers are held (SIGSTOP) while the standbys
+                  // get ready.
+                  "--hang-bound",
+                  "stopped=0",
                   BinaryPath("mnist/ddprun-mnist"),
                   "--epochs",
                   "4",
@@ -191,6 +195,7 @@ TEST(MnistPrewarmTest, TwoNodesRestartWithTheirStandbys) {
                     std::to_string(node), "--rdzv-endpoint",
                     (*server)->endpoint(), "--rdzv-id", "prewarm-2",
                     "--max-restarts", "2", "--monitor-interval", "0.1",
+                    "--hang-bound", "stopped=0",  // workers held (SIGSTOP)
                     "--rdzv-conf", "heartbeat_interval=0.2",
                     BinaryPath("mnist/ddprun-mnist"), "--epochs", "4",
                     "--data-dir", MnistDir(), "--checkpoint-dir",

@@ -57,6 +57,8 @@ class RendezvousRestartTest : public ::testing::Test {
            "--nnodes", "2", "--nproc-per-node", "2", "--node-rank",
            absl::StrCat(i), "--max-restarts", absl::StrCat(max_restarts),
            "--monitor-interval", "0.05", "--shutdown-grace", "2",
+           // One test holds a node's workers (SIGSTOP): no hang.
+           "--hang-bound", "stopped=0",
            // A generous heartbeat timeout: the server is down a while.
            // is_host=0: the agents never serve the endpoint themselves.
            "--rdzv-conf",

@@ -54,7 +54,7 @@ CORPUS = [
      "--standalone --nproc-per-node 2 --max-restarts 3 --monitor-interval 1", {}, 1, 2, "script"),
     ("torchrun flags without meaning",
      "--standalone --nproc-per-node 2 --start-method spawn --role trainer --run-path "
-     "--logs-specs x --numa-binding node --signals-to-handle SIGTERM",
+     "--logs-specs x --signals-to-handle SIGTERM",
      {}, 1, 2, "script"),
     ("rdzv-conf keys", "--nproc-per-node 2 --rdzv-endpoint localhost:0 --rdzv-conf "
      "timeout=900,read_timeout=60,store_type=tcp,use_libuv=0,keep_alive_max_attempt=5",

@@ -63,6 +63,9 @@ def diff(torchrun_env, ddprun_env, same_port):
             continue
         if key in EXTRA_OK and t is None:
             continue
+        if key == "PYTHONPATH" and d and d.split(":")[-1].endswith("/python") \
+                and ":".join(d.split(":")[:-1]) == (t or ""):
+            continue  # ddprun's own package (import ddprun.progress), last
         if key == "MASTER_ADDR" and t in LOOPBACK and d in LOOPBACK:
             continue  # both this host's loopback
         if (key == "TORCHELASTIC_ERROR_FILE" and t and d and

@@ -54,7 +54,14 @@ TEST_P(PeerFailureTest, SurvivorExitsWithClearErrorAndErrorFile) {
         char buffer[256];
         ssize_t n = read(progress[0], buffer, sizeof(buffer));
         if (n > 0) records.append(buffer, n);
-        return absl::StrContains(records, "step 5 ");
+        // libddp's record of a completed step (common/progress_record.h).
+        size_t steps = 0;
+        for (size_t at = 0; (at = records.find("step\n", at)) !=
+                            std::string::npos;
+             at += 5) {
+          if (at == 0 || records[at - 1] == '\n') ++steps;
+        }
+        return steps >= 5;
       },
       absl::Seconds(60)))
       << ReadFileOrEmpty(dir.File("err1"));
