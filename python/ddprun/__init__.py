@@ -1,0 +1,1 @@
+"""ddprun's Python side: helpers for programs that ddprun launches."""
