@@ -3,8 +3,13 @@
 # Debian 13 (LibTorch 2.6) machine and builds it. Idempotent: a second run
 # checks, finds nothing to do, and rebuilds only what changed.
 #
-#   scripts/setup.sh                    packages + MNIST + build (build/)
+#   scripts/setup.sh                    packages + MNIST + build (build/) of
+#                                       what a job runs: ddprun,
+#                                       ddprun-rendezvous, libddp, ddprun-mnist
 #   DDPRUN_SKIP_BUILD=1 ...             packages + MNIST only
+#   DDPRUN_BUILD_TARGETS="a b" ...      build these targets instead ("all":
+#                                       everything; scripts/test.sh builds
+#                                       the tests itself)
 #   scripts/setup.sh --print-packages   the Debian packages, one a line
 set -euo pipefail
 
@@ -131,8 +136,11 @@ if [[ -z "${DDPRUN_SKIP_BUILD:-}" ]]; then
   # libddp's files share a precompiled header: ccache caches them (and the
   # header) only with these sloppiness settings.
   export CCACHE_SLOPPINESS="${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}"
-  log "building in $build_dir"
+  # What the README's first command runs; the tests and benchmarks are
+  # built by scripts/test.sh (a first run trains sooner).
+  read -r -a targets <<<"${DDPRUN_BUILD_TARGETS:-ddprun ddprun-rendezvous libddp ddprun-mnist}"
+  log "building ${targets[*]} in $build_dir"
   start=$SECONDS
-  cmake --build "$build_dir"
+  cmake --build "$build_dir" --target "${targets[@]}"
   log "built in $((SECONDS - start)) s"
 fi
