@@ -82,10 +82,13 @@ foreach(library IN LISTS ddprun_libraries)
     if(bare IN_LIST ddprun_libraries OR bare STREQUAL "Threads::Threads")
       list(APPEND rewritten "${item}")
     else()
-      list(APPEND rewritten "$<$<NOT:${is_static}>:${item}>")
+      # The installed CMake package (ddp::ddprun_common, ...) keeps the item
+      # as it was.
+      list(APPEND rewritten "$<BUILD_INTERFACE:$<$<NOT:${is_static}>:${item}>>"
+        "$<INSTALL_INTERFACE:${item}>")
     endif()
   endforeach()
-  list(APPEND rewritten "$<${is_static}:${static_script}>")
+  list(APPEND rewritten "$<BUILD_INTERFACE:$<${is_static}:${static_script}>>")
   set_property(TARGET ${library} PROPERTY INTERFACE_LINK_LIBRARIES "${rewritten}")
   add_dependencies(${library} ddprun_static_spdlog_fmt)
 endforeach()
