@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
-# Builds the Python wheel of ddprun: the self-contained ddprun,
-# ddprun-rendezvous and ddprun-relay (stripped; they need only glibc) as the
-# wheel's scripts, so `pip install` puts them on the environment's PATH, and
-# the pure-Python package python/ddprun/ beside them.
+# Builds the Python wheel of ddprun: ddprun, ddprun-rendezvous and
+# ddprun-relay as the wheel's scripts, so `pip install` puts them on the
+# environment's PATH, and the pure-Python package python/ddprun/ beside them.
+# The three are one self-contained executable (deploy/wheel: they need only
+# glibc; stripped), bin/ddprun, and two scripts that run it under their names
+# (deploy/wheel/*.sh): three static copies of gRPC and friends would triple
+# the wheel.
 #
 #   scripts/build-wheel.sh [--no-build] [--out DIR]
 #     -> DIR/ddprun-<version>-py3-none-manylinux_<glibc>_x86_64.whl [dist/]
 #
 # The platform tag is the build machine's glibc (2.36 on Debian 12): the
 # programs use no newer glibc symbol, and nothing else from the system.
-# Builds the three programs in $DDPRUN_BUILD_DIR [build/] first (configured
-# as scripts/setup.sh does) unless --no-build. No network: the wheel is
+# Builds the executable (target ddprun-multicall) in $DDPRUN_BUILD_DIR
+# [build/] first (configured as scripts/setup.sh does) unless --no-build. No network: the wheel is
 # written with Python's zipfile.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -31,20 +34,22 @@ if ((build)); then
   if [[ ! -f $build_dir/build.ninja ]]; then
     cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
   fi
-  cmake --build "$build_dir" --target ddprun ddprun-rendezvous ddprun-relay
+  cmake --build "$build_dir" --target ddprun-multicall
 fi
-programs=("$build_dir/launcher/ddprun" "$build_dir/rendezvous/ddprun-rendezvous"
-          "$build_dir/relay/ddprun-relay")
-# Only self-contained programs go into a wheel for any Linux.
-bash "$root/tests/deploy/static_tools_test.sh" "${programs[@]}" >/dev/null ||
-  { log "the programs in $build_dir are not self-contained (configure with -DDDPRUN_STATIC_TOOLS=ON and install the static archives)"; exit 1; }
+program=$build_dir/deploy/wheel/ddprun-multicall
+[[ -x $program ]] ||
+  { log "no $program: configure with -DDDPRUN_STATIC_TOOLS=ON (it needs the static archives) and build it"; exit 1; }
+# Only a self-contained program goes into a wheel for any Linux.
+bash "$root/tests/deploy/static_tools_test.sh" "$program" >/dev/null ||
+  { log "$program is not self-contained"; exit 1; }
 
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
-for p in "${programs[@]}"; do
-  strip --strip-all -o "$stage/${p##*/}" "$p"
+strip --strip-all -o "$stage/ddprun" "$program"
+for p in ddprun-rendezvous ddprun-relay; do
+  cp "$root/deploy/wheel/$p.sh" "$stage/$p"
 done
-version=$("${programs[0]}" --version | awk '{print $2}')
+version=$("$stage/ddprun" --version | awk '{print $2}')
 glibc=$(getconf GNU_LIBC_VERSION | awk '{print $2}')
 mkdir -p "$out"
 python3 - "$root" "$stage" "$out" "$version" "$glibc" <<'PY'

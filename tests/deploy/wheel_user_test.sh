@@ -55,12 +55,13 @@ check_job() {
     [[ $world == 2 && $value == 3.0 ]] || fail "$1: rank $r saw world $world, sum $value"
     [[ $prefix == "$venv" ]] || fail "$1: rank $r ran under $prefix, not the venv $venv"
   done
-  log "$1: world 2 stepped under the venv's Python"
+  log "$1: world 2 stepped under the venv's Python ($(since "$form_start") s)"
 }
 free_port() { "$venv/bin/python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 job=$here/wheel/first_step.py
 
 # Standalone, timed from pip install's start to the first step.
+form_start=$(now)
 mkdir -p "$work/standalone"
 timeout 120 "$ddprun" --standalone --nproc-per-node 2 "$job" "$work/standalone" \
   >"$work/standalone.log" 2>&1 || fail "standalone job failed"
@@ -68,6 +69,7 @@ check_job standalone
 log "pip install to the first step at world 2: $(since "$start") s"
 
 # Two agents, one endpoint (the first serves the rendezvous in-process).
+form_start=$(now)
 mkdir -p "$work/endpoint"
 port=$(free_port)
 for n in 0 1; do
@@ -80,6 +82,7 @@ pids=()
 check_job endpoint
 
 # The static form: node rank 0 serves at the master address.
+form_start=$(now)
 mkdir -p "$work/static"
 port=$(free_port)
 for n in 0 1; do
@@ -103,6 +106,7 @@ for _ in $(seq 100); do
   sleep 0.1
 done
 [[ -n $endpoint ]] || fail "ddprun-rendezvous did not say where it listens within 10 s"
+form_start=$(now)
 mkdir -p "$work/server"
 timeout 120 "$ddprun" --nnodes 1 --nproc-per-node 2 --rdzv-endpoint "$endpoint" \
   --rdzv-id wheel-status "$job" "$work/server" >"$work/server.log" 2>&1 ||
