@@ -31,6 +31,27 @@ foreach(name IN LISTS static_names)
     list(APPEND static_missing lib${name}.a)
   endif()
 endforeach()
+# What the archives need beyond that list on this system (pkg-config's
+# --static view): Debian 13's libcrypto.a, for one, needs libzstd.a
+# (libzstd-dev). glibc's own libraries stay shared.
+find_package(PkgConfig REQUIRED)
+execute_process(COMMAND ${PKG_CONFIG_EXECUTABLE} --static --libs-only-l
+    grpc++ protobuf libssl libcrypto
+  OUTPUT_VARIABLE pkg_libs ERROR_QUIET)
+string(REGEX MATCHALL "-l[^ \t\n]+" pkg_libs "${pkg_libs}")
+list(REMOVE_DUPLICATES pkg_libs)
+foreach(flag IN LISTS pkg_libs)
+  string(SUBSTRING "${flag}" 2 -1 name)
+  if(name IN_LIST static_names OR name MATCHES "^(absl_.*|c|m|dl|rt|pthread|atomic)$")
+    continue()
+  endif()
+  find_library(DDPRUN_STATIC_LIB_${name} NAMES lib${name}.a)
+  if(DDPRUN_STATIC_LIB_${name})
+    list(APPEND static_archives ${DDPRUN_STATIC_LIB_${name}})
+  else()
+    list(APPEND static_missing lib${name}.a)
+  endif()
+endforeach()
 find_library(DDPRUN_STATIC_LIB_absl_base NAMES libabsl_base.a)
 if(DDPRUN_STATIC_LIB_absl_base)
   get_filename_component(absl_dir ${DDPRUN_STATIC_LIB_absl_base} DIRECTORY)
@@ -41,11 +62,17 @@ else()
 endif()
 if(static_missing)
   # A machine with shared libraries only (tests/gpu's carried folder) still
-  # builds; the programs then need those libraries at run time.
-  message(WARNING "DDPRUN_STATIC_TOOLS: no ${static_missing}; ddprun, "
+  # builds; the programs then need those libraries at run time. CI tests
+  # what ships, so there it is an error.
+  if("$ENV{CI}" STREQUAL "true")
+    set(level FATAL_ERROR)
+  else()
+    set(level WARNING)
+  endif()
+  message(${level} "DDPRUN_STATIC_TOOLS: no ${static_missing}; ddprun, "
     "ddprun-rendezvous and ddprun-relay link shared libraries instead "
     "(Debian: libgrpc++-dev libprotobuf-dev libabsl-dev libssl-dev "
-    "libc-ares-dev libre2-dev zlib1g-dev hold the archives)")
+    "libc-ares-dev libre2-dev zlib1g-dev libzstd-dev hold the archives)")
   return()
 endif()
 set(DDPRUN_STATIC_TOOLS_ACTIVE ON)

@@ -27,6 +27,10 @@ packages=(
   libtorch-dev libgloo-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libgtest-dev libgmock-dev libcli11-dev
+  # The static archives ddprun's self-contained programs link (with gRPC's,
+  # protobuf's and Abseil's above): OpenSSL, c-ares, RE2, zlib, and zstd
+  # (Debian 13's libcrypto.a needs it).
+  libssl-dev libc-ares-dev libre2-dev zlib1g-dev libzstd-dev
   # Debian's LibTorch calls whatever provides libblas.so.3; the reference
   # BLAS makes training ~10x slower than OpenBLAS.
   libopenblas0-openmp

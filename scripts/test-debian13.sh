@@ -405,9 +405,11 @@ run_cuda() {
   local b=/build-cuda cmd
   root_cmd "$r"
   build_dir "$r" cuda "$b"
+  # The programs' static link is the cpu stage's to check (this root has no
+  # libzstd.a, which Debian 13's libcrypto.a needs); here they link shared.
   bounded 1200 "cuda: configure" "$cache/logs/cuda-configure.log" \
     "${cmd[@]}" cmake -S /src -B "$b" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-      -DCMAKE_CXX_FLAGS=-Werror \
+      -DCMAKE_CXX_FLAGS=-Werror -DDDPRUN_STATIC_TOOLS=OFF \
       "-DCMAKE_EXE_LINKER_FLAGS=-Wl,--allow-shlib-undefined" \
       "-DCMAKE_SHARED_LINKER_FLAGS=-Wl,--allow-shlib-undefined"
   grep -q 'nccl_group\.cc\.o' "$r$b/build.ninja" ||

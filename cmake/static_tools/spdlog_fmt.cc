@@ -34,7 +34,7 @@
 #include "spdlog/sinks/stdout_sinks-inl.h"
 #include "spdlog/spdlog-inl.h"
 
-// fmt's src/format.cc.
+// fmt's src/format.cc (fmt 9 in Debian 12, 10 in Debian 13).
 FMT_BEGIN_NAMESPACE
 namespace detail {
 template FMT_API auto dragonbox::to_decimal(float x) noexcept
@@ -47,9 +47,14 @@ template FMT_API auto thousands_sep_impl(locale_ref)
     -> thousands_sep_result<char>;
 template FMT_API auto decimal_point_impl(locale_ref) -> char;
 template FMT_API void buffer<char>::append(const char*, const char*);
+#if FMT_VERSION >= 100000
+template FMT_API void vformat_to(buffer<char>&, string_view,
+                                 typename vformat_args<>::type, locale_ref);
+#else
 template FMT_API void vformat_to(buffer<char>&, string_view,
                                  basic_format_args<FMT_BUFFER_CONTEXT(char)>,
                                  locale_ref);
+#endif
 template FMT_API auto thousands_sep_impl(locale_ref)
     -> thousands_sep_result<wchar_t>;
 template FMT_API auto decimal_point_impl(locale_ref) -> wchar_t;
