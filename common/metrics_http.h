@@ -1,7 +1,9 @@
 #pragma once
 
 // Serves a MetricsRegistry at GET /metrics in the Prometheus text format,
-// over plain HTTP (cpp-httplib), for a Prometheus server to scrape.
+// over plain HTTP, for a Prometheus server to scrape. A scrape is one small
+// request and one answer, so the server is a few POSIX calls of its own: it
+// needs no HTTP library, and the programs that serve it link statically.
 
 #include <memory>
 #include <string>
@@ -9,10 +11,6 @@
 
 #include "absl/status/statusor.h"
 #include "common/metrics.h"
-
-namespace httplib {
-class Server;
-}
 
 namespace ddprun::common {
 
@@ -23,10 +21,12 @@ struct MetricsServerOptions {
   std::string path = "/metrics";
 };
 
-// Owns one listening socket and the HTTP server thread(s). Start returns once
-// the socket is bound and listening (a scrape that comes earlier than the
-// accept loop waits in the backlog). Shutdown is idempotent; the destructor
-// calls it. `registry` must outlive the server.
+// Owns one listening socket and the one thread that accepts and answers
+// scrapes, one connection at a time, each closed after its answer (a stalled
+// client is dropped after a few seconds). Start returns once the socket is
+// bound and listening (a scrape that comes earlier than the accept loop waits
+// in the backlog). Shutdown is idempotent; the destructor calls it.
+// `registry` must outlive the server.
 class MetricsServer {
  public:
   static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(
@@ -43,7 +43,13 @@ class MetricsServer {
  private:
   MetricsServer() = default;
 
-  std::unique_ptr<httplib::Server> server_;
+  // The accept loop, on thread_.
+  void Serve();
+
+  const MetricsRegistry* registry_ = nullptr;
+  int listen_fd_ = -1;
+  // Shutdown writes to wake_fds_[1] to end Serve's poll.
+  int wake_fds_[2] = {-1, -1};
   std::thread thread_;
   std::string host_;
   std::string path_;

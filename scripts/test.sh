@@ -4,7 +4,9 @@
 #   scripts/test.sh -L rendezvous      only the rendezvous tests
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-"$root/scripts/setup.sh"
+# setup.sh builds what a job runs; the tests, the benchmarks and the rest
+# are built here (everything, as CI checks that everything builds).
+DDPRUN_BUILD_TARGETS=${DDPRUN_BUILD_TARGETS:-all} "$root/scripts/setup.sh"
 build_dir="${DDPRUN_BUILD_DIR:-$root/build}"
 # Tests start several processes that each want a core; run two at a time.
 exec ctest --test-dir "$build_dir" --output-on-failure -j "${DDPRUN_TEST_JOBS:-2}" "$@"

@@ -1,10 +1,14 @@
-# CPack: Debian packages, one per install component.
-#   ddprun      the programs, systemd units, docs, examples (runtime)
-#   ddprun-dev  libddp and its headers, the static helpers it links and the
-#               CMake package, for users' LibTorch programs (dev)
-# `cpack -G DEB` in the build directory writes ddprun_<version>_<arch>.deb
-# and ddprun-dev_<version>_<arch>.deb; deploy/package/test_deb.sh installs
-# them with apt.
+# CPack: Debian packages, one per install component, split by what they need:
+#   ddprun        the launcher: ddprun, ddprun-rendezvous, ddprun-relay,
+#                 systemd units, docs, examples (runtime). No LibTorch: with
+#                 DDPRUN_STATIC_TOOLS it depends on libc6 alone.
+#   ddprun-dev    libddp (a static library), its headers, the static helpers
+#                 it links and the CMake package, for users' LibTorch
+#                 programs (dev)
+#   ddprun-mnist  the MNIST trainer, an example libddp program (mnist):
+#                 LibTorch, gRPC, ...
+# `cpack -G DEB` in the build directory writes <name>_<version>_<arch>.deb
+# for each; deploy/package/test_deb.sh installs them with apt.
 set(CPACK_PACKAGE_NAME ddprun)
 set(CPACK_PACKAGE_VENDOR "ddprun")
 set(CPACK_PACKAGE_CONTACT "ddprun maintainers <ddprun@localhost>")
@@ -14,31 +18,51 @@ set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 set(CPACK_GENERATOR DEB)
 set(CPACK_DEB_COMPONENT_INSTALL ON)
+# A component with nothing to install makes no package (no worker: no
+# ddprun-mnist).
 set(CPACK_COMPONENTS_ALL runtime dev)
+if(TARGET ddprun-mnist)
+  list(APPEND CPACK_COMPONENTS_ALL mnist)
+endif()
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION science)
 set(CPACK_DEBIAN_RUNTIME_PACKAGE_NAME ddprun)
 set(CPACK_DEBIAN_DEV_PACKAGE_NAME ddprun-dev)
-# The runtime's shared-library dependencies (libtorch, gRPC, protobuf, absl,
-# spdlog, ...) are computed by dpkg-shlibdeps from the installed ELF files.
-# Off when LibTorch is no Debian package (a zip in /opt, the CUDA image):
-# then the other libraries are listed by hand.
+set(CPACK_DEBIAN_MNIST_PACKAGE_NAME ddprun-mnist)
+set(CPACK_COMPONENT_RUNTIME_DESCRIPTION
+  "torchrun for C++: the launcher (ddprun), the rendezvous server and the relay")
+set(CPACK_COMPONENT_DEV_DESCRIPTION
+  "libddp, the worker library, with its headers and CMake package, for LibTorch programs")
+set(CPACK_COMPONENT_MNIST_DESCRIPTION
+  "ddprun-mnist: the MNIST trainer, an example libddp program")
+# Shared-library dependencies are computed by dpkg-shlibdeps from the
+# installed ELF files: the launcher's (libc6 alone when it links statically)
+# and ddprun-mnist's (LibTorch, gRPC, protobuf, absl, spdlog, ...). Off when
+# LibTorch is no Debian package (a zip in /opt, the CUDA image): then the
+# other libraries are listed by hand.
 option(DDPRUN_DEB_SHLIBDEPS "Compute the .deb's Depends with dpkg-shlibdeps" ON)
+# ddprun-mnist is started by ddprun.
+set(CPACK_DEBIAN_MNIST_PACKAGE_DEPENDS "ddprun (= ${PROJECT_VERSION})")
 if(DDPRUN_DEB_SHLIBDEPS)
   set(CPACK_DEBIAN_RUNTIME_PACKAGE_SHLIBDEPS ON)
+  set(CPACK_DEBIAN_MNIST_PACKAGE_SHLIBDEPS ON)
 else()
-  set(CPACK_DEBIAN_RUNTIME_PACKAGE_DEPENDS
-    "libgrpc++1.51, libgrpc29, libprotobuf32, libabsl20220623, libspdlog1.10, libfmt9, zlib1g, libcpp-httplib0.11")
+  set(shared_deps
+    "libgrpc++1.51, libgrpc29, libprotobuf32, libabsl20220623, libspdlog1.10, libfmt9, zlib1g")
+  if(NOT DDPRUN_STATIC_TOOLS_ACTIVE)
+    set(CPACK_DEBIAN_RUNTIME_PACKAGE_DEPENDS "${shared_deps}")
+  endif()
+  string(APPEND CPACK_DEBIAN_MNIST_PACKAGE_DEPENDS ", ${shared_deps}")
   # No libgloo: ddprun's programs use only LibTorch's own Gloo (one Gloo per
   # process), which comes with LibTorch.
 endif()
+set(CPACK_DEBIAN_RUNTIME_PACKAGE_SUGGESTS "ddprun-mnist, slurm-client, python3-torch")
 # OpenBLAS makes LibTorch ~10x faster than the reference BLAS (TOOLCHAIN.md).
-set(CPACK_DEBIAN_RUNTIME_PACKAGE_RECOMMENDS "libopenblas0-openmp")
-set(CPACK_DEBIAN_RUNTIME_PACKAGE_SUGGESTS "slurm-client, python3-torch")
+set(CPACK_DEBIAN_MNIST_PACKAGE_RECOMMENDS "libopenblas0-openmp")
 # What find_package(ddp) needs to find (ddpConfig.cmake's find_dependency):
 # LibTorch with the headers of the Gloo it links (Debian's CPU or CUDA
 # build; each conflicts with the other, so a system holds one Gloo).
-set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS
-  "ddprun (= ${PROJECT_VERSION}), libtorch-dev | libtorch-cuda-dev, libgloo-dev | libgloo-cuda-dev, libgrpc++-dev, libprotobuf-dev, protobuf-compiler-grpc, libabsl-dev, libspdlog-dev, cmake")
+set(ddp_dev_depends "libtorch-dev | libtorch-cuda-dev, libgloo-dev | libgloo-cuda-dev, libgrpc++-dev, libprotobuf-dev, protobuf-compiler-grpc, libabsl-dev, libspdlog-dev, cmake")
+set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS "${ddp_dev_depends}")
 set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
 include(CPack)

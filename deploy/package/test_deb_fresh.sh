@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The .deb on a fresh Debian 12: bootstraps a minimal bookworm into a temp
 # directory (debootstrap, from the machine's own Debian mirror), installs the
-# package there with apt as a user would, and trains MNIST with the
+# launcher and the example (ddprun, ddprun-mnist) there with apt as a user would, and trains MNIST with the
 # installed programs inside that root; then installs ddprun-dev and builds
 # a user's find_package(ddp) project (tests/deploy/consumer) there. Prints the
 # package sizes and install times (downloads included). Slow (minutes,
@@ -28,6 +28,7 @@ trap cleanup EXIT
   { cat "$work/cpack.log" >&2; fail "cpack"; }
 deb=$(ls "$work"/debs/ddprun_*.deb)
 dev=$(ls "$work"/debs/ddprun-dev_*.deb)
+mnist=$(ls "$work"/debs/ddprun-mnist_*.deb)
 
 echo "bootstrapping bookworm (minbase) from $mirror ..." >&2
 debootstrap --variant=minbase bookworm "$chroot_dir" "$mirror" >"$work/debootstrap.log" 2>&1 ||
@@ -38,7 +39,7 @@ if cp /etc/apt/sources.list.d/debian.sources "$chroot_dir/etc/apt/sources.list.d
 fi
 cp /etc/resolv.conf "$chroot_dir/etc/resolv.conf"
 mount -t proc proc "$chroot_dir/proc"
-cp "$deb" "$dev" "$chroot_dir/tmp/"
+cp "$deb" "$dev" "$mnist" "$chroot_dir/tmp/"
 cp -r "$root/tests/deploy/consumer" "$chroot_dir/tmp/consumer"
 mkdir -p "$chroot_dir/mnist"
 cp "$root"/data/mnist/*-ubyte "$chroot_dir/mnist/"
@@ -47,7 +48,7 @@ in_root() { chroot "$chroot_dir" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/
 in_root apt-get update -qq >/dev/null
 start=$(date +%s.%N)
 in_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-  "/tmp/$(basename "$deb")" >"$work/apt.log" 2>&1 ||
+  "/tmp/$(basename "$deb")" "/tmp/$(basename "$mnist")" >"$work/apt.log" 2>&1 ||
   { tail -n 30 "$work/apt.log" >&2; fail "apt install on the fresh root"; }
 end=$(date +%s.%N)
 installed_kb=$(in_root du -sk /usr | cut -f1)

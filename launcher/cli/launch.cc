@@ -197,12 +197,17 @@ absl::StatusOr<Rendezvous> FindRendezvous(const LaunchOptions& options,
 // The commands of the workers (and standbys); a missing program is found
 // here, before this node joins and makes the others wait for it.
 absl::Status SetCommands(const LaunchOptions& options, AgentContext& context) {
-  const char* python_exec = getenv("PYTHON_EXEC");
-  context.worker_argv =
-      BuildProgramArgv(options, python_exec != nullptr ? python_exec : "");
+  const char* from_env = getenv("PYTHON_EXEC");
+  std::string python_exec =
+      from_env != nullptr && *from_env != '\0' ? from_env : "";
+  if (python_exec.empty() && RunsUnderPython(options)) {
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n > 0) python_exec = PythonBeside(std::string(self, n));
+  }
+  context.worker_argv = BuildProgramArgv(options, python_exec);
   if (options.prewarm) {
-    context.standby_argv =
-        BuildStandbyArgv(options, python_exec != nullptr ? python_exec : "");
+    context.standby_argv = BuildStandbyArgv(options, python_exec);
     context.rank0_listens_on_master_port = RunsUnderPython(options);
   }
   absl::Status resolved =

@@ -1,9 +1,18 @@
 #include "launcher/cli/program_command.h"
 
+#include <unistd.h>
+
 #include "absl/strings/match.h"
 #include "launcher/agent/python_standby.h"
 
 namespace ddprun::launcher {
+
+std::string PythonBeside(const std::string& self_exe) {
+  size_t slash = self_exe.rfind('/');
+  if (slash == std::string::npos) return "";
+  std::string python = self_exe.substr(0, slash + 1) + "python3";
+  return access(python.c_str(), X_OK) == 0 ? python : "";
+}
 
 bool RunsUnderPython(const LaunchOptions& options) {
   const std::vector<std::string>& program = options.program;

@@ -52,7 +52,7 @@ for torch in ("debian", "cuda"):
         return base.replace("${TORCH}", torch)
     for name, stage in stages.items():
         base = resolve(stage["base"])
-        if "$" not in base and ":" not in base:
+        if "$" not in base and ":" not in base and base != "scratch":
             c.check(base in stages and list(stages).index(base) < list(stages).index(name),
                     f"Dockerfile (TORCH={torch}): stage {name} is FROM {base}, "
                     "which is no earlier stage")
@@ -85,6 +85,15 @@ c.check(re.fullmatch(r"[0-9A-F]{40}", global_args.get("CUDA_REPO_KEY_FINGERPRINT
 
 build_runs = " ".join(r for op, r in stages.get("build", {"body": []})["body"] if op == "RUN")
 c.check("cpack -G DEB" in build_runs, "Dockerfile: the build stage must make the .deb with cpack")
+# The launcher stage: the three self-contained programs alone, from scratch,
+# for `COPY --from=... / /usr/local/bin/` into any image.
+launcher = stages.get("launcher", {"base": None, "body": []})
+c.check(launcher["base"] == "scratch" and
+        [op for op, _ in launcher["body"]] == ["COPY"] and
+        all(f"/{p}" in build_runs.replace("${p##*/}", p) or p in build_runs
+            for p in ("ddprun", "ddprun-rendezvous", "ddprun-relay")),
+        "Dockerfile: a stage 'launcher' FROM scratch must only COPY ddprun, "
+        "ddprun-rendezvous and ddprun-relay from the build")
 runtime_runs = " ".join(r for op, r in stages.get("runtime-debian", {"body": []})["body"])
 c.check("ddprun_*.deb" in runtime_runs, "Dockerfile: runtime-debian must apt install the ddprun .deb")
 # Every CMake option the Dockerfile sets exists in the project.

@@ -1,5 +1,10 @@
 // What the agent tells people: worker environment, error files, the summary.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
 #include <set>
+#include <string>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -283,6 +288,22 @@ TEST(ProgramCommandTest, PythonProgramsAsTorchrunRunsThem) {
   o.no_python = false;
   o.program = {"./train"};
   EXPECT_THAT(BuildProgramArgv(o, ""), ElementsAre("./train"));
+}
+
+TEST(ProgramCommandTest, PythonBesideTheExecutableWins) {
+  char folder[] = "/tmp/python_beside_XXXXXX";
+  ASSERT_NE(mkdtemp(folder), nullptr);
+  std::string bin = std::string(folder) + "/bin";
+  ASSERT_EQ(mkdir(bin.c_str(), 0755), 0);
+  // No python3 there: python3 from PATH.
+  EXPECT_EQ(PythonBeside(bin + "/ddprun"), "");
+  std::string python = bin + "/python3";
+  ASSERT_EQ(symlink("/bin/true", python.c_str()), 0);
+  EXPECT_EQ(PythonBeside(bin + "/ddprun"), python);
+  EXPECT_EQ(PythonBeside("ddprun"), "");
+  unlink(python.c_str());
+  rmdir(bin.c_str());
+  rmdir(folder);
 }
 
 }  // namespace
