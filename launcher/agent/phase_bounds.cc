@@ -9,12 +9,16 @@ PhaseBounds::PhaseBounds(PhaseBoundsOptions options) : options_(options) {}
 void PhaseBounds::Observe(common::Phase phase, absl::Duration duration) {
   absl::Duration& longest = longest_[static_cast<int>(phase)];
   longest = std::max(longest, duration);
+  ++seen_[static_cast<int>(phase)];
 }
 
 absl::Duration PhaseBounds::Bound(common::Phase phase) const {
   const int i = static_cast<int>(phase);
   if (options_.fixed[i].has_value()) return *options_.fixed[i];
-  return std::max(options_.floor[i], longest_[i] * options_.factor);
+  const absl::Duration floor = seen_[i] >= options_.learn_after
+                                   ? options_.learned_floor[i]
+                                   : options_.floor[i];
+  return std::max(floor, longest_[i] * options_.factor);
 }
 
 }  // namespace ddprun::launcher

@@ -32,6 +32,20 @@ struct PhaseBoundsOptions {
       absl::Seconds(600),  // checkpoint
       absl::Seconds(120),  // stop
   };
+  // Once a phase was seen `learn_after` times, its floor is the learned
+  // floor instead: what the job showed carries the bound (a multiple of the
+  // longest), and a hang in a phase that took a second 3 times is found in
+  // half a minute, not two.
+  int learn_after = 3;
+  std::array<absl::Duration, common::kNumPhases> learned_floor = {
+      absl::Seconds(30),  // start
+      absl::Seconds(30),  // join
+      absl::Seconds(30),  // sync
+      absl::Seconds(30),  // first step
+      absl::Seconds(10),  // step
+      absl::Seconds(30),  // checkpoint
+      absl::Seconds(30),  // stop
+  };
   // Fixed bounds by phase (flags); InfiniteDuration: never hung there.
   std::array<std::optional<absl::Duration>, common::kNumPhases> fixed;
   // A worker stopped (state T: SIGSTOP, SIGTSTP) this long is hung, in any
@@ -50,7 +64,8 @@ class PhaseBounds {
   // A worker spent `duration` in `phase` (it left the phase, or reported
   // again within it).
   void Observe(common::Phase phase, absl::Duration duration);
-  // The bound of `phase`: fixed, or max(floor, factor x longest observed).
+  // The bound of `phase`: fixed, or max(floor, factor x longest observed),
+  // the floor being the learned one once the phase was seen often enough.
   absl::Duration Bound(common::Phase phase) const;
   absl::Duration stopped_bound() const { return options_.stopped; }
   // The longest observed duration of `phase` (zero when none was).
@@ -61,6 +76,7 @@ class PhaseBounds {
  private:
   PhaseBoundsOptions options_;
   std::array<absl::Duration, common::kNumPhases> longest_{};
+  std::array<int, common::kNumPhases> seen_{};
 };
 
 }  // namespace ddprun::launcher

@@ -220,8 +220,6 @@ bool StandbyPool::Spawn() {
     return false;
   }
   standby.pid = *pid;
-  standby.child_progress_fd = standby.progress.child_fd();
-  standby.child_control_fd = standby.control.child_fd();
   standby.started = clock_.Now();
   standby.idle = idle_start_;
   standbys_.push_back(std::move(standby));
@@ -293,8 +291,11 @@ void StandbyPool::OnZygoteMessage(const std::string& message) {
     return;
   }
   standby.pid = fds[0];
-  standby.child_progress_fd = fds[2];
-  standby.child_control_fd = fds[3];
+  // The worker knows its pipes by these numbers; every later round's
+  // environment must name them (DDPRUN_PROGRESS_FD: a wrong number made a
+  // survivor write its phase records into one of its sockets).
+  standby.progress.set_child_fd(fds[2]);
+  standby.control.set_child_fd(fds[3]);
   standby.idle = zygote_->idle;
   spdlog::debug("prewarmed worker pid {} forked by the zygote in {}",
                 standby.pid,
@@ -320,11 +321,11 @@ void StandbyPool::DropZygote(const std::string& why) {
 }
 
 int StandbyPool::progress_fd(int i) const {
-  return standbys_[i].child_progress_fd;
+  return standbys_[i].progress.child_fd();
 }
 
 int StandbyPool::control_fd(int i) const {
-  return standbys_[i].child_control_fd;
+  return standbys_[i].control.child_fd();
 }
 
 absl::StatusOr<std::vector<pid_t>> StandbyPool::Activate(

@@ -106,11 +106,9 @@ class StandbyPool {
   struct Standby {
     pid_t pid = -1;
     int control_fd = -1;  // write end; the standby reads the other
+    // Their child_fd() is the descriptor's number in the standby.
     ProgressChannel progress;
     ControlChannel control;  // the rounds after activation
-    // The progress and control descriptors' numbers in the standby.
-    int child_progress_fd = -1;
-    int child_control_fd = -1;
     absl::Time started;
     bool idle = false;  // still under SCHED_IDLE
   };

@@ -24,6 +24,9 @@ class ControlChannel {
   // The read end's number, in the agent and (inherited) in the worker; -1
   // when the pipe could not be made (the worker then gets no channel).
   int child_fd() const { return child_fd_; }
+  // The read end's number in a worker that got it otherwise than by
+  // inheritance at the same number (a zygote's fork: passed over a socket).
+  void set_child_fd(int fd) { child_fd_ = fd; }
   // After the worker is spawned: the worker holds the only read end.
   void CloseReadEnd();
   // Writes `line` and a newline without blocking. Errors: no channel, the

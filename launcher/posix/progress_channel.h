@@ -26,6 +26,9 @@ class ProgressChannel {
   // The write end's number in the worker (still valid there after
   // CloseWriteEnd); -1 when there is no channel.
   int child_fd() const { return child_fd_; }
+  // The write end's number in a worker that got it otherwise than by
+  // inheritance at the same number (a zygote's fork: passed over a socket).
+  void set_child_fd(int fd) { child_fd_ = fd; }
   // After the worker is spawned: the worker holds the only write end.
   void CloseWriteEnd();
   // Reads what is there and returns its complete lines, parsed, oldest

@@ -126,6 +126,23 @@ def cmdline(pid):
         return []
 
 
+def environ(pid):
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def waits_on_pipe(pid):
+    """A --prewarm standby blocked reading its pipe, waiting for a round."""
+    try:
+        with open("/proc/%d/wchan" % pid) as f:
+            return f.read().endswith("pipe_read")
+    except OSError:
+        return False
+
+
 def signal_pid(pid, sig):
     try:
         os.kill(pid, sig)
@@ -199,7 +216,7 @@ class Job:
                 "--checkpoint-dir", os.path.join(self.folder, "checkpoints"),
                 "--checkpoint-every", str(CHECKPOINT_EVERY),
                 "--step-times", self.steps_path,
-                "--save", self.model_path]
+                "--save", self.model_path] + self.args.mnist_flags.split()
         with open(path, "w") as f:
             self.agents[node] = subprocess.Popen(
                 argv, stdout=f, stderr=subprocess.STDOUT, start_new_session=True,
@@ -213,6 +230,8 @@ class Job:
             self.start_agent(node)
 
     def workers(self, node=None):
+        """The training workers: the agents' ddprun-mnist descendants but
+        the --prewarm zygote and the standbys still waiting for a round."""
         nodes = range(NODES) if node is None else [node]
         pids = []
         for n in nodes:
@@ -220,9 +239,18 @@ class Job:
             if agent is None or agent.poll() is not None:
                 continue
             for pid in children(agent.pid):
-                if comm(pid) == "ddprun-mnist":
-                    pids.append(pid)
-                    self.seen_pids.add(pid)
+                if comm(pid) != "ddprun-mnist":
+                    continue
+                if b"DDPRUN_ZYGOTE_FD=" in environ(pid):
+                    # The zygote: its children are standbys, or workers
+                    # once activated.
+                    candidates = children(pid)
+                else:
+                    candidates = [pid]
+                for c in candidates:
+                    self.seen_pids.add(c)
+                    if comm(c) == "ddprun-mnist" and not waits_on_pipe(c):
+                        pids.append(c)
         return pids
 
     def finished(self):
@@ -539,7 +567,10 @@ def main():
     parser.add_argument("--job-bound", type=float, default=240.0)
     parser.add_argument("--soak-seconds", type=float, default=0)
     parser.add_argument("--agent-flags", default="",
-                        help="more ddprun flags, e.g. --prewarm")
+                        help="more ddprun flags, e.g. --agent-flags=--prewarm")
+    parser.add_argument("--mnist-flags", default="",
+                        help="more ddprun-mnist flags, e.g. "
+                        "--mnist-flags='--log-level debug'")
     parser.add_argument("--work-dir")
     parser.add_argument("--json", help="write the per-fault figures here")
     args = parser.parse_args()

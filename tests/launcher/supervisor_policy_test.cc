@@ -296,6 +296,19 @@ TEST(PhaseBoundsTest, ABoundIsAMultipleOfTheLongestSeenAndNeverBelowItsFloor) {
   EXPECT_EQ(bounds.Bound(Phase::kJoin), absl::Seconds(120)) << "own history";
 }
 
+// A phase seen often enough keeps the learned floor: a join that took a
+// second three times is bounded at 30 s, not 2 minutes.
+TEST(PhaseBoundsTest, AFrequentPhaseIsBoundedByTheLearnedFloor) {
+  PhaseBounds bounds;
+  bounds.Observe(Phase::kJoin, absl::Seconds(1));
+  bounds.Observe(Phase::kJoin, absl::Seconds(1));
+  EXPECT_EQ(bounds.Bound(Phase::kJoin), absl::Seconds(120));
+  bounds.Observe(Phase::kJoin, absl::Seconds(1));
+  EXPECT_EQ(bounds.Bound(Phase::kJoin), absl::Seconds(30));
+  bounds.Observe(Phase::kJoin, absl::Seconds(20));
+  EXPECT_EQ(bounds.Bound(Phase::kJoin), absl::Seconds(100)) << "5 x 20 s";
+}
+
 TEST(PhaseBoundsTest, AFixedBoundWinsAndInfinityMeansNever) {
   PhaseBoundsOptions options;
   options.fixed[static_cast<int>(Phase::kStep)] = absl::Seconds(2);
