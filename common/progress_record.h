@@ -2,6 +2,7 @@
 
 #include <optional>
 #include <string>
+
 #include "absl/strings/string_view.h"
 
 namespace ddprun::common {

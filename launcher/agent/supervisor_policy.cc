@@ -127,10 +127,12 @@ RecoveryDecision SupervisorPolicy::DecideRecovery() const {
   decision.in_place = true;
   bool some_stopped = false;
   for (const LocalFailure& f : failures_) {
-    if (f.cause == v1::FAILURE_CAUSE_HUNG && workers_[f.local_rank].stopped) some_stopped = true;
+    if (f.cause == v1::FAILURE_CAUSE_HUNG && workers_[f.local_rank].stopped)
+      some_stopped = true;
   }
   for (const LocalFailure& f : failures_) {
-    if (f.cause == v1::FAILURE_CAUSE_HUNG && some_stopped && !workers_[f.local_rank].stopped) {
+    if (f.cause == v1::FAILURE_CAUSE_HUNG && some_stopped &&
+        !workers_[f.local_rank].stopped) {
       continue;  // silent because it waits for the stopped one
     }
     if (std::find(decision.replace.begin(), decision.replace.end(),

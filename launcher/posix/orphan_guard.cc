@@ -32,8 +32,7 @@ bool GroupAndSession(pid_t pid, pid_t& pgrp, pid_t& session) {
                    std::istreambuf_iterator<char>());
   const size_t close = text.rfind(')');
   if (close == std::string::npos) return false;
-  std::vector<std::string> fields =
-      absl::StrSplit(text.substr(close + 2), ' ');
+  std::vector<std::string> fields = absl::StrSplit(text.substr(close + 2), ' ');
   return fields.size() > 3 && absl::SimpleAtoi(fields[2], &pgrp) &&
          absl::SimpleAtoi(fields[3], &session);
 }

@@ -12,9 +12,7 @@ using Verdict = SupervisorPolicy::Verdict;
 using common::Phase;
 using common::ProgressRecord;
 
-ProgressRecord StepRecord() {
-  return {.kind = ProgressRecord::Kind::kStep};
-}
+ProgressRecord StepRecord() { return {.kind = ProgressRecord::Kind::kStep}; }
 ProgressRecord PhaseRecord(Phase phase) {
   return {.kind = ProgressRecord::Kind::kPhase, .phase = phase};
 }
@@ -68,8 +66,7 @@ TEST_F(SupervisorPolicyTest, OneNonZeroExitFailsTheGroupWithTheRootCauseFirst) {
 
 TEST_F(SupervisorPolicyTest, SilentAfterProgressPastTheTimeoutIsHung) {
   common::FakeClock clock;
-  SupervisorPolicy policy(
-      {.num_workers = 2}, Fixed(absl::Seconds(5)), clock);
+  SupervisorPolicy policy({.num_workers = 2}, Fixed(absl::Seconds(5)), clock);
   EXPECT_FALSE(policy.NextHangDeadline().has_value());
   Step(policy, 1);
   EXPECT_EQ(policy.NextHangDeadline(), clock.Now() + absl::Seconds(5));
@@ -88,8 +85,7 @@ TEST_F(SupervisorPolicyTest, SilentAfterProgressPastTheTimeoutIsHung) {
 
 TEST_F(SupervisorPolicyTest, WorkersThatNeverReportAreNeverHung) {
   common::FakeClock clock;
-  SupervisorPolicy policy(
-      {.num_workers = 1}, Fixed(absl::Seconds(1)), clock);
+  SupervisorPolicy policy({.num_workers = 1}, Fixed(absl::Seconds(1)), clock);
   clock.Advance(absl::Hours(10));
   EXPECT_EQ(policy.Evaluate(), Verdict::kRunning);
 }
@@ -103,7 +99,6 @@ TEST_F(SupervisorPolicyTest, HangDetectionOffWithInfiniteBounds) {
   EXPECT_EQ(policy.Evaluate(), Verdict::kRunning);
   EXPECT_FALSE(policy.NextHangDeadline().has_value());
 }
-
 
 // In-place recovery (issue 13): the decision to keep the survivors.
 
@@ -132,8 +127,7 @@ TEST_F(SupervisorPolicyTest, AWorkerThatDidNotDeclareMeansRestartAll) {
 
 TEST_F(SupervisorPolicyTest, AHungDeclaredWorkerIsKilledAndReplaced) {
   common::FakeClock clock;
-  SupervisorPolicy policy(
-      {.num_workers = 2}, Fixed(absl::Seconds(2)), clock);
+  SupervisorPolicy policy({.num_workers = 2}, Fixed(absl::Seconds(2)), clock);
   policy.OnInPlaceDeclared(0);
   policy.OnInPlaceDeclared(1);
   Step(policy, 0);
@@ -196,8 +190,7 @@ TEST_F(SupervisorPolicyTest, AWorkerStoppedBeforeItsFirstProgressIsTheHang) {
 
 TEST_F(SupervisorPolicyTest, SilentWorkersWithNoneStoppedAreAllReplaced) {
   common::FakeClock clock;
-  SupervisorPolicy policy(
-      {.num_workers = 2}, Fixed(absl::Seconds(2)), clock);
+  SupervisorPolicy policy({.num_workers = 2}, Fixed(absl::Seconds(2)), clock);
   for (int i = 0; i < 2; ++i) {
     policy.OnInPlaceDeclared(i);
     Step(policy, i);
@@ -224,7 +217,8 @@ TEST_F(SupervisorPolicyTest, AWorkerThatFinishedMeansRestartAll) {
 TEST_F(SupervisorPolicyTest, AnotherNodesFailureKeepsEveryDeclaredWorker) {
   common::FakeClock clock;
   // Declarations carry over from the previous round of the same processes.
-  SupervisorPolicy policy({.num_workers = 2, .in_place = {true, true}}, Adaptive(), clock);
+  SupervisorPolicy policy({.num_workers = 2, .in_place = {true, true}},
+                          Adaptive(), clock);
   EXPECT_EQ(policy.Evaluate(), Verdict::kRunning);
   RecoveryDecision decision = policy.DecideRecovery();
   EXPECT_TRUE(decision.in_place);
@@ -238,8 +232,7 @@ TEST_F(SupervisorPolicyTest, WaitBeforeIsCutShortByTheNextHangDeadline) {
   common::FakeClock clock;
   SupervisorPolicy quiet({.num_workers = 2}, Adaptive(), clock);
   EXPECT_EQ(quiet.WaitBefore(absl::Seconds(1)), absl::Seconds(1));
-  SupervisorPolicy policy(
-      {.num_workers = 2}, Fixed(absl::Seconds(5)), clock);
+  SupervisorPolicy policy({.num_workers = 2}, Fixed(absl::Seconds(5)), clock);
   EXPECT_EQ(policy.WaitBefore(absl::Seconds(1)), absl::Seconds(1))
       << "no progress yet: nobody can be hung";
   Step(policy, 0);
@@ -252,10 +245,10 @@ TEST_F(SupervisorPolicyTest, WaitBeforeIsCutShortByTheNextHangDeadline) {
 // Workers silent together, none stopped, in a round of several nodes: their
 // agent gives the other node's report one more worker timeout; alone, or with
 // a stopped worker here, or after that timeout, they are hung.
-TEST_F(SupervisorPolicyTest, SilentWorkersOfAMultiNodeRoundAwaitTheRemoteCause) {
+TEST_F(SupervisorPolicyTest,
+       SilentWorkersOfAMultiNodeRoundAwaitTheRemoteCause) {
   common::FakeClock clock;
-  SupervisorPolicy policy(
-      {.num_workers = 2}, Fixed(absl::Seconds(5)), clock);
+  SupervisorPolicy policy({.num_workers = 2}, Fixed(absl::Seconds(5)), clock);
   Step(policy, 0);
   Step(policy, 1);
   clock.Advance(absl::Seconds(6));
@@ -265,8 +258,7 @@ TEST_F(SupervisorPolicyTest, SilentWorkersOfAMultiNodeRoundAwaitTheRemoteCause) 
   clock.Advance(absl::Seconds(5));
   EXPECT_FALSE(policy.AwaitsRemoteCause(2)) << "one more timeout has passed";
 
-  SupervisorPolicy stopped(
-      {.num_workers = 2}, Fixed(absl::Seconds(5)), clock);
+  SupervisorPolicy stopped({.num_workers = 2}, Fixed(absl::Seconds(5)), clock);
   Step(stopped, 0);
   Step(stopped, 1);
   clock.Advance(absl::Seconds(6));
@@ -279,7 +271,6 @@ TEST_F(SupervisorPolicyTest, SilentWorkersOfAMultiNodeRoundAwaitTheRemoteCause) 
   ASSERT_EQ(exited.Evaluate(), SupervisorPolicy::Verdict::kFailed);
   EXPECT_FALSE(exited.AwaitsRemoteCause(2)) << "an exit here is the cause";
 }
-
 
 // Issue 24: hangs in every phase, with bounds that adapt.
 
