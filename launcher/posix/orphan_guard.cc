@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -53,10 +54,12 @@ void KillGroups(const std::set<pid_t>& groups, pid_t session) {
 
 absl::StatusOr<std::unique_ptr<OrphanGuard>> OrphanGuard::Start(
     const std::string& executable) {
+  // A socket pair rather than a pipe: the agent's sends use MSG_NOSIGNAL,
+  // so a guard that is gone (or never started) costs no SIGPIPE.
   int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) {
-    return absl::InternalError(
-        absl::StrFormat("orphan guard: pipe failed: %s", strerror(errno)));
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
+    return absl::InternalError(absl::StrFormat(
+        "orphan guard: socketpair failed: %s", strerror(errno)));
   }
   const std::string fd_text = absl::StrCat(fds[0]);
   const std::string session_text = absl::StrCat(getsid(0));
@@ -109,12 +112,12 @@ void OrphanGuard::Send(const std::string& line) {
   const std::string message = line + "\n";
   ssize_t n;
   do {
-    n = write(fd_, message.data(), message.size());
+    n = send(fd_, message.data(), message.size(), MSG_NOSIGNAL);
   } while (n < 0 && errno == EINTR);
 }
 
 int RunOrphanGuard(int fd, pid_t session) {
-  // Nothing stops the guard but the end of its pipe.
+  // Nothing stops the guard but the end of its socket.
   signal(SIGINT, SIG_IGN);
   signal(SIGTERM, SIG_IGN);
   signal(SIGHUP, SIG_IGN);

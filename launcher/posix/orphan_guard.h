@@ -14,7 +14,7 @@ namespace ddprun::launcher {
 // children, which share their process group, nor the node's folders
 // (/dev/shm/ddprun-*, a temporary torchelastic_* log folder). The guard is a
 // small process, started first, that outlives the agent: the agent tells it
-// each worker's process group and each folder on a pipe; when the pipe
+// each worker's process group and each folder on a socket; when the socket
 // closes without the agent saying it cleaned up ("done", at a normal end),
 // the guard kills what is left in those groups and removes the folders.
 //
@@ -24,7 +24,7 @@ namespace ddprun::launcher {
 // only processes of the agent's session in the named groups: a group id
 // reused by someone else's process is left alone.
 //
-// Thread-safe: each message is one write of a short line (atomic on a pipe).
+// Thread-safe: each message is one send of a short line.
 class OrphanGuard {
  public:
   // Starts the guard from `executable` (this program: /proc/self/exe).
