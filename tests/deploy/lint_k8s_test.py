@@ -58,10 +58,11 @@ for path in glob.glob(os.path.join(k8s, "**", "*.yaml"), recursive=True):
 
 def readme_secrets():
     """{name: {"type": type, "keys": set}} of every `kubectl create secret`
-    command in the README's Kubernetes section."""
-    with open(c.path("README.md")) as f:
+    command in the Kubernetes section of the deploy README (deploy/README.md,
+    where the README's cluster how-tos live)."""
+    with open(c.path("deploy/README.md")) as f:
         readme = f.read()
-    section = readme.split("### Kubernetes", 1)[-1].split("\n### ", 1)[0]
+    section = readme.split("## Kubernetes", 1)[-1].split("\n## ", 1)[0]
     made = {}
     for line in section.splitlines():
         if not line.startswith("kubectl create secret "):

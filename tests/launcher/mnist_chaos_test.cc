@@ -11,7 +11,8 @@
 // It asserts that the job completes; that the accuracy is within half a
 // point of the fault-free run of the same command and seed (run first, in
 // the same test); that every epoch's sample accounting in --summary-json is
-// exact; that the restart count equals the faults that needed a new round;
+// exact; that the restart count equals the worker faults (a lost node is
+// no failure) and every recovery, the agent kill's too, is in place;
 // that the workers of the node a worker fault did not touch keep their pids;
 // that after the server restart the round and the restart count go on, not
 // back to 0. DDPRUN_CHAOS_SEED replays another seed. Registered only in
@@ -94,14 +95,14 @@ int NewRounds(Fault fault) {
       // round, in which that agent replaces the lost rank in place.
       return 1;
     case Fault::kWorkerHang:
-      // The stopped worker goes silent; past --worker-timeout its agent
-      // kills it and reports it: one new round, as for a kill.
+      // The stopped worker is found by its state (stopped past 250 ms); its
+      // agent kills it and reports it: one new round, as for a kill.
       return 1;
     case Fault::kAgentKill:
-      // The agent's workers die with it (PDEATHSIG); the other node's
-      // workers lose their peers and their agent reports the failure: one
-      // new round, which the agent started again joins. Nothing survives
-      // with state, so the job resumes from its newest checkpoint.
+      // The agent's workers die with it (PDEATHSIG) and its heartbeat
+      // stream breaks: the server drops the node a second later, which ends
+      // the round (no restart), and the other node's workers wait in place
+      // for the next one, which the agent started again joins.
       return 1;
     case Fault::kServerKill:
       // Nothing failed: the agents hand the restarted server their round
@@ -110,6 +111,11 @@ int NewRounds(Fault fault) {
       return 0;
   }
   return 0;
+}
+
+// Restarts a fault costs: a lost node is not a failure.
+int NewRestarts(Fault fault) {
+  return fault == Fault::kAgentKill ? 0 : NewRounds(fault);
 }
 
 struct PlannedFault {
@@ -184,7 +190,10 @@ class MnistChaosTest : public ::testing::Test {
         "--nnodes", absl::StrCat(kNodes), "--nproc-per-node",
         absl::StrCat(kPerNode), "--node-rank", absl::StrCat(node),
         "--max-restarts", absl::StrCat(kMaxRestarts), "--monitor-interval",
-        "0.05", "--worker-timeout", "2", "--shutdown-grace", "2",
+        // The other node's workers wait for a killed agent's longer than
+        // the server takes to drop its node (a second after its heartbeat
+        // stream broke), so that the loss, not a hang, ends the round.
+        "0.05", "--worker-timeout", "5", "--shutdown-grace", "2",
         // A heartbeat timeout longer than the server is down; is_host=0:
         // the agents never serve the endpoint themselves.
         "--rdzv-conf",
@@ -293,8 +302,7 @@ TEST_F(MnistChaosTest, SeededFaultsOfEveryKindAreRecovered) {
   int64_t round = 0;
   int restarts = 0;
   int64_t recovered_at = 0;        // the step of the last recovery
-  int64_t agent_kill_step = -1;    // the newest checkpoint at the agent kill
-  int in_place_after_agent_kill = 0;
+  int in_place_recoveries = 0;     // faults that needed a new round
   for (const PlannedFault& fault : plan) {
     SCOPED_TRACE(FaultName(fault.kind));
     // The trigger: training reached the planned step.
@@ -320,7 +328,6 @@ TEST_F(MnistChaosTest, SeededFaultsOfEveryKindAreRecovered) {
                   0);
         break;
       case Fault::kAgentKill: {
-        agent_kill_step = at_step;
         agents_[fault.node]->Signal(SIGKILL);
         std::optional<ExitInfo> exit =
             agents_[fault.node]->Wait(absl::Seconds(30));
@@ -341,7 +348,8 @@ TEST_F(MnistChaosTest, SeededFaultsOfEveryKindAreRecovered) {
       }
     }
     round += NewRounds(fault.kind);
-    restarts += NewRounds(fault.kind);
+    in_place_recoveries += NewRounds(fault.kind);
+    restarts += NewRestarts(fault.kind);
     // The restarted server learns the job back: the same round and restart
     // count, not 0; after any other fault the round and count that fault
     // took.
@@ -372,7 +380,6 @@ TEST_F(MnistChaosTest, SeededFaultsOfEveryKindAreRecovered) {
               << "node-mate of the victim restarted\n" << Logs();
         }
       }
-      if (agent_kill_step >= 0) ++in_place_after_agent_kill;
     } else if (fault.kind == Fault::kServerKill) {
       EXPECT_EQ(after, before) << "a worker restarted because the server "
                                << "did\n" << Logs();
@@ -394,7 +401,7 @@ TEST_F(MnistChaosTest, SeededFaultsOfEveryKindAreRecovered) {
   EXPECT_EQ(status->state(), v1::JOB_STATE_SUCCEEDED) << Logs();
   EXPECT_EQ(status->restart_count(), restarts) << Logs();
   EXPECT_EQ(status->round(), round) << Logs();
-  EXPECT_EQ(restarts, 3);  // a worker kill, a hang and an agent kill
+  EXPECT_EQ(restarts, 2);  // a worker kill and a hang; a lost node is none
   EXPECT_THAT(logs, ::testing::HasSubstr(
                         absl::StrCat("restart ", restarts, "/", kMaxRestarts)));
   EXPECT_THAT(logs, ::testing::Not(::testing::HasSubstr(absl::StrCat(
@@ -423,17 +430,14 @@ TEST_F(MnistChaosTest, SeededFaultsOfEveryKindAreRecovered) {
             std::vector<int64_t>(kEpochs, kTrainSamples))
       << summary;
   EXPECT_EQ(SummaryNumber(summary, "steps"), SummaryNumber(reference, "steps"));
-  // The agent kill resumed from the checkpoint that was newest when it
-  // came (or the next one, when a step in flight completed and wrote it),
-  // not from scratch; the worker faults after it were recovered in place.
+  // Every fault that needed a round was recovered in place, the agent kill
+  // too: the other node's workers kept their state and handed it to the
+  // restarted agent's, so nothing resumed from a checkpoint.
   std::optional<double> resumed_from =
       SummaryNumber(summary, "resumed_from_step");
-  ASSERT_TRUE(resumed_from.has_value()) << summary;
-  EXPECT_GE(*resumed_from, agent_kill_step) << summary;
-  EXPECT_LE(*resumed_from, agent_kill_step + kCheckpointEvery) << summary;
-  EXPECT_GT(*resumed_from, 0) << summary;
+  EXPECT_TRUE(!resumed_from.has_value() || *resumed_from < 0) << summary;
   EXPECT_EQ(SummaryList(summary, "resumed_at_steps").size(),
-            static_cast<size_t>(in_place_after_agent_kill))
+            static_cast<size_t>(in_place_recoveries))
       << summary;
   std::optional<double> accuracy = SummaryNumber(summary, "test_accuracy");
   std::optional<double> expected = SummaryNumber(reference, "test_accuracy");
