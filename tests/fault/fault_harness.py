@@ -38,9 +38,10 @@ Invariants, checked from what the processes leave, not from what they say:
   - nothing is left: no process of the run (agents, workers, their orphan
     guards, the server), no shared-memory folder the job used.
 
-It prints one line per fault with the time lost to it (the step gaps from
-the fault, or from the kill that opened its round change, to the first step
-after it ended, less a median step each), a summary per kind, and one closing line for ctest:
+It prints one line per fault with the time lost to it (from the last step
+completed before it, or before the kill that opened its round change, to
+three steps past the first step completed after it ended, less as many
+median steps), a summary per kind, and one closing line for ctest:
 "N passed, M failed". Exit 0 when every invariant held.
 
   fault_harness.py --build BUILD --data-dir DIR [--seed S] [--faults N]
@@ -497,10 +498,12 @@ def run_faulted(args, work, seed, reference, median_step):
     checks.append(("the job finishes", bool(finished) and codes == [0] * NODES,
                    "agents exited %s" % codes))
 
-    # Each fault owns the step gaps from its start (or its trigger's, for a
-    # fault landed inside a round change it opened) to the first step
-    # completed after it ended; what they hold past a median step is the
-    # time lost to it.
+    # Each fault owns the steps from the last one completed before it (or
+    # before the kill that opened its round change) to three past the
+    # first one completed after it ended: what they took past as many
+    # median steps is the time lost to it. (The first completion after a
+    # kill can be a rank finishing the step it was in; the stall shows in
+    # the steps after.)
     times = job.step_times()
     steps = sorted(times)
     gaps = [(times[a], times[b]) for a, b in zip(steps, steps[1:])]
@@ -510,13 +513,18 @@ def run_faulted(args, work, seed, reference, median_step):
                    "%d steps (reference %d)" % (len(steps), reference.last_step())))
     worst = 0.0
     for fault in injected:
+        if not steps:
+            break
         own = fault.end - fault.start
         begin = fault.trigger or fault.start
-        after = [t for t in times.values() if t > fault.end]
-        resumed = min(after) if after else fault.end
-        window = [(a, b) for a, b in gaps if b > begin and a < resumed]
-        fault.lost = sum(max(0.0, b - a - median_step) for a, b in window)
-        gap = max((b - a for a, b in window), default=0.0)
+        before = max((k for k in steps if times[k] <= begin), default=steps[0])
+        after = min((k for k in steps if times[k] > fault.end), default=steps[-1])
+        last = min(after + 3, steps[-1])
+        fault.lost = max(0.0, times[last] - times[before] -
+                         (last - before) * median_step)
+        gap = max((times[b] - times[a] for a, b in zip(
+            range(before, last), range(before + 1, last + 1))
+            if a in times and b in times), default=0.0)
         worst = max(worst, gap - own)
         log("  %-15s %-12s lost %.3f s (longest gap %.3f s, its own length "
             "%.3f s)" % (fault.kind, fault.moment, fault.lost, gap, own))
