@@ -94,6 +94,15 @@ def wait_for(predicate, timeout, interval=0.02):
         time.sleep(interval)
 
 
+def state(pid):
+    """The process state letter of /proc/PID/stat ("" when gone)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "Z"
+
+
 def alive(pid):
     try:
         with open("/proc/%d/stat" % pid) as f:
@@ -250,7 +259,10 @@ class Job:
                     candidates = [pid]
                 for c in candidates:
                     self.seen_pids.add(c)
-                    if comm(c) == "ddprun-mnist" and not waits_on_pipe(c):
+                    # Not a zombie (killed, not reaped yet) nor one stopped
+                    # by an earlier fault (its agent is killing it).
+                    if (comm(c) == "ddprun-mnist" and state(c) not in "ZTt"
+                            and not waits_on_pipe(c)):
                         pids.append(c)
         return pids
 
