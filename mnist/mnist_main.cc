@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
   app.add_option("--summary-json", o.summary_json,
                  "Write the final figures here (rank 0)");
   app.add_option("--step-times", o.step_times,
-                 "Every rank appends '<step> <unix microseconds>' here per "
+                 "Every rank appends '<step> <unix microseconds> <pid>' here per "
                  "completed step (fault tests measure gaps from it)");
   app.add_option("--backend", o.backend, "auto, gloo or nccl")
       ->capture_default_str();

@@ -742,7 +742,8 @@ absl::Status TrainEpoch(Training& t, int64_t epoch) {
     t.progress->OnStep(p);
     if (t.step_times_fd >= 0) {
       // One write of one short line: appends from all ranks never mix.
-      const std::string line = absl::StrFormat("%d %d\n", t.step, UnixMicros());
+      const std::string line =
+          absl::StrFormat("%d %d %d\n", t.step, UnixMicros(), getpid());
       (void)!write(t.step_times_fd, line.data(), line.size());
     }
     const bool epoch_done = step_end == steps_end;

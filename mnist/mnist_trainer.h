@@ -27,8 +27,9 @@ struct MnistTrainOptions {
   std::string checkpoint_dir;    // empty: no checkpoints
   int64_t checkpoint_every = 0;  // steps; 0: only at the end of each epoch
   std::string summary_json;      // rank 0 writes the final figures here
-  // Every rank appends "<step> <unix microseconds>\n" here as it completes a
-  // step (the fault harness measures the gaps from it); empty: nothing.
+  // Every rank appends "<step> <unix microseconds> <pid>\n" here as it
+  // completes a step (the fault harness measures the gaps from it and finds
+  // the training processes by it); empty: nothing.
   std::string step_times;
   std::string backend = "auto";  // auto | gloo | nccl
   double bucket_mb = 25.0;

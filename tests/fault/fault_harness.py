@@ -136,23 +136,6 @@ def cmdline(pid):
         return []
 
 
-def environ(pid):
-    try:
-        with open("/proc/%d/environ" % pid, "rb") as f:
-            return f.read()
-    except OSError:
-        return b""
-
-
-def waits_on_pipe(pid):
-    """A --prewarm standby blocked reading its pipe, waiting for a round."""
-    try:
-        with open("/proc/%d/wchan" % pid) as f:
-            return f.read().endswith("pipe_read")
-    except OSError:
-        return False
-
-
 def signal_pid(pid, sig):
     try:
         os.kill(pid, sig)
@@ -239,32 +222,42 @@ class Job:
         for node in range(NODES):
             self.start_agent(node)
 
-    def workers(self, node=None):
-        """The training workers: the agents' ddprun-mnist descendants but
-        the --prewarm zygote and the standbys still waiting for a round."""
-        nodes = range(NODES) if node is None else [node]
-        pids = []
-        for n in nodes:
-            agent = self.agents[n]
+    def workers(self):
+        """The training workers: the processes that completed a step in the
+        last two seconds of steps (every rank appends its pid to the step
+        times), still running (not killed, nor stopped by an earlier
+        fault). /proc alone cannot tell a --prewarm standby from a worker."""
+        recent = {}
+        try:
+            with open(self.steps_path) as f:
+                for line in f:
+                    parts = line.split()
+                    if len(parts) == 3:
+                        recent[int(parts[2])] = int(parts[1]) / 1e6
+        except OSError:
+            return []
+        if not recent:
+            return []
+        newest = max(recent.values())
+        pids = [p for p, t in recent.items()
+                if t >= newest - 2.0 and state(p) not in "ZTt"]
+        self.seen_pids.update(pids)
+        return pids
+
+    def describe_children(self):
+        """The agents' children, for a log line: pid, name, state, wchan."""
+        out = []
+        for agent in self.agents:
             if agent is None or agent.poll() is not None:
                 continue
-            for pid in children(agent.pid):
-                if comm(pid) != "ddprun-mnist":
-                    continue
-                if b"DDPRUN_ZYGOTE_FD=" in environ(pid):
-                    # The zygote: its children are standbys, or workers
-                    # once activated.
-                    candidates = children(pid)
-                else:
-                    candidates = [pid]
-                for c in candidates:
-                    self.seen_pids.add(c)
-                    # Not a zombie (killed, not reaped yet) nor one stopped
-                    # by an earlier fault (its agent is killing it).
-                    if (comm(c) == "ddprun-mnist" and state(c) not in "ZTt"
-                            and not waits_on_pipe(c)):
-                        pids.append(c)
-        return pids
+            for c in children(agent.pid):
+                try:
+                    with open("/proc/%d/wchan" % c) as f:
+                        wchan = f.read()
+                except OSError:
+                    wchan = "?"
+                out.append("%d %s %s %s" % (c, comm(c), state(c), wchan))
+        return "; ".join(out) or "none"
 
     def finished(self):
         return all(a is not None and a.poll() is not None for a in self.agents)
@@ -286,7 +279,7 @@ class Job:
             with open(self.steps_path) as f:
                 for line in f:
                     parts = line.split()
-                    if len(parts) != 2:
+                    if len(parts) != 3:
                         continue
                     step, micros = int(parts[0]), int(parts[1])
                     t = micros / 1e6
@@ -322,8 +315,23 @@ class Job:
         return set(re.findall(r"through (/dev/shm/ddprun-[A-Za-z0-9]+)/",
                               self.log_text()))
 
+    def every_pid(self):
+        """Every process the run is known to have had: the server's and
+        agents', each worker's (from the step times), and each the agents
+        named (replacements, the --prewarm zygote and standbys)."""
+        pids = set(self.seen_pids)
+        try:
+            with open(self.steps_path) as f:
+                pids.update(int(line.split()[2]) for line in f
+                            if len(line.split()) == 3)
+        except OSError:
+            pass
+        pids.update(int(p) for p in re.findall(
+            r"(?:as pid|zygote \(pid|prewarmed process) (\d+)", self.log_text()))
+        return pids
+
     def leftovers(self):
-        left = ["pid %d (%s)" % (p, comm(p)) for p in sorted(self.seen_pids)
+        left = ["pid %d (%s)" % (p, comm(p)) for p in sorted(self.every_pid())
                 if alive(p)]
         for pid_text in os.listdir("/proc"):
             if not pid_text.isdigit():
@@ -388,16 +396,21 @@ def wait_for_moment(job, fault, rng, total_steps):
         # kill a worker to start one, and land this fault inside it.
         trigger = job.workers()
         if trigger:
+            victim = rng.choice(trigger)
             fault.trigger = time.time()
-            signal_pid(rng.choice(trigger), signal.SIGKILL)
-        wait_for(lambda: job.rounds_announced() > rounds, 30, 0.002)
+            signal_pid(victim, signal.SIGKILL)
+            log("kill -9 of worker pid %d opens a round change" % victim)
+        if not wait_for(lambda: job.rounds_announced() > rounds, 30, 0.002):
+            log("no new round came: %s" % job.describe_children())
         return None
     if fault.moment == "first-step":
         before = set(job.started_anew())
         trigger = job.workers()
         if trigger:
+            victim = rng.choice(trigger)
             fault.trigger = time.time()
-            signal_pid(rng.choice(trigger), signal.SIGKILL)
+            signal_pid(victim, signal.SIGKILL)
+            log("kill -9 of worker pid %d starts a replacement" % victim)
         new = wait_for(lambda: set(job.started_anew()) - before, 30, 0.002)
         return sorted(new)[0] if new else None
     if fault.moment == "checkpoint":
@@ -412,15 +425,17 @@ def wait_for_moment(job, fault, rng, total_steps):
 
 def inject(job, fault, rng, pid):
     kind = fault.kind
-    fault.start = time.time()
-    fault.end = fault.start
     if kind.startswith("worker"):
         pids = job.workers()
         if pid is None or not alive(pid):
             if not pids:
+                log("no worker to hit: %s" % job.describe_children())
                 return False
             pid = rng.choice(pids)
         fault.target = "worker pid %d" % pid
+    fault.start = time.time()
+    fault.end = fault.start
+    if kind.startswith("worker"):
         if kind == "worker-kill":
             signal_pid(pid, signal.SIGKILL)
         elif kind == "worker-hang":
@@ -443,6 +458,7 @@ def inject(job, fault, rng, pid):
         node = rng.randrange(NODES)
         agent = job.agents[node]
         if agent is None or agent.poll() is not None:
+            fault.start = 0.0  # not injected
             return False
         fault.target = "agent %d pid %d" % (node, agent.pid)
         if kind == "agent-kill":
