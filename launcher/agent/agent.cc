@@ -462,7 +462,10 @@ void Agent::Observe(const RunningRound& round, SupervisorPolicy& policy,
       policy.OnRecord(i, record);
     }
     if (!records.empty()) {
-      workers_report_ = true;
+      if (static_cast<int>(workers_report_.size()) <= i) {
+        workers_report_.resize(i + 1, false);
+      }
+      workers_report_[i] = true;
       if (metrics != nullptr) metrics->Progress(i, clock_.Now());
     }
     if (round.progress[i].declared_in_place()) policy.OnInPlaceDeclared(i);

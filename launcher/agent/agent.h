@@ -195,10 +195,11 @@ class Agent {
   std::vector<bool> in_place_declared_;
   std::vector<int> in_place_replace_;
   int ended_exit_code_ = 1;
-  // Hang bounds by phase, learned over the whole job; and whether the
-  // program reports on its progress pipe (then every worker must).
+  // Hang bounds by phase, learned over the whole job; and, by local rank,
+  // whether its program reports on its progress pipe (then its next worker
+  // must).
   PhaseBounds phase_bounds_;
-  bool workers_report_ = false;
+  std::vector<bool> workers_report_;
 };
 
 }  // namespace ddprun::launcher

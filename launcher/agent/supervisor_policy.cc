@@ -18,7 +18,8 @@ SupervisorPolicy::SupervisorPolicy(SupervisorPolicyOptions options,
   for (int i = 0; i < static_cast<int>(workers_.size()); ++i) {
     Worker& w = workers_[i];
     w.last_record = now;
-    w.reports = options_.expect_reports;
+    w.reports = i < static_cast<int>(options_.expect_reports.size()) &&
+                options_.expect_reports[i];
     if (i < static_cast<int>(options_.in_place.size())) {
       w.in_place = options_.in_place[i];
     }

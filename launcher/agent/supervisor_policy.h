@@ -29,13 +29,14 @@ struct LocalFailure {
 
 struct SupervisorPolicyOptions {
   int num_workers = 1;
-  // Whether the program reports on its progress pipe (one of its workers
-  // did in an earlier round of this job): then a worker that reports
-  // nothing within the start-up bound is hung too. Otherwise a worker is
-  // watched for silence only from its first record, so that programs that
-  // never report (a Python script without the ddprun module) are never
-  // hung by silence. A stopped worker is hung either way.
-  bool expect_reports = false;
+  // By local rank: whether that rank's program reports on its progress
+  // pipe (its worker did in an earlier round of this job): then a worker
+  // that reports nothing within the start-up bound is hung too. Otherwise a
+  // worker is watched for silence only from its first record, so that
+  // programs that never report (a Python script without the ddprun module,
+  // or whose only rank 0 calls it) are never hung by silence. A stopped
+  // worker is hung either way. Missing entries: not expected.
+  std::vector<bool> expect_reports;
   // Which local ranks already declared in-place recovery (a previous round
   // of the same processes); missing entries: not declared.
   std::vector<bool> in_place;

@@ -387,13 +387,20 @@ TEST_F(SupervisorPolicyTest, ASilentSurvivorIsHungPastTheJoinBound) {
 // reported is left alone, as torchrun would.
 TEST_F(SupervisorPolicyTest, AReportingProgramsWorkerMustReportFromItsStart) {
   common::FakeClock clock;
-  SupervisorPolicy expected({.num_workers = 1, .expect_reports = true},
+  SupervisorPolicy expected({.num_workers = 1, .expect_reports = {true}},
                             Adaptive(), clock);
   SupervisorPolicy unknown({.num_workers = 1}, Adaptive(), clock);
+  // A Python program whose rank 0 alone reports: only local rank 0 is
+  // expected to.
+  SupervisorPolicy rank0_only(
+      {.num_workers = 2, .expect_reports = {true, false}}, Adaptive(), clock);
   clock.Advance(absl::Seconds(120));
   ASSERT_EQ(expected.Evaluate(), Verdict::kFailed);
   EXPECT_EQ(expected.failures()[0].phase, Phase::kStart);
   EXPECT_EQ(unknown.Evaluate(), Verdict::kRunning);
+  ASSERT_EQ(rank0_only.Evaluate(), Verdict::kFailed);
+  ASSERT_EQ(rank0_only.failures().size(), 1u);
+  EXPECT_EQ(rank0_only.failures()[0].local_rank, 0);
 }
 
 // A stopped worker is hung whatever it reports, or not: a Python script
