@@ -377,12 +377,12 @@ class Fault:
         self.lost = None  # seconds lost to it (set afterwards)
 
 
-def plan_faults(rng, count, kinds):
+def plan_faults(rng, count, kinds, moments=MOMENTS):
     faults = []
     for i in range(count):
         # Every kind and moment early, then at random.
         kind = kinds[i] if i < len(kinds) else rng.choice(kinds)
-        moment = rng.choice(MOMENTS) if i >= len(kinds) else MOMENTS[i % len(MOMENTS)]
+        moment = rng.choice(moments) if i >= len(kinds) else moments[i % len(moments)]
         if not kind.startswith("worker"):
             moment = "step" if moment in ("first-step",) else moment
         faults.append(Fault(kind, moment))
@@ -500,7 +500,8 @@ def sha256(path):
 def run_faulted(args, work, seed, reference, median_step):
     rng = random.Random(seed)
     kinds = [k for k in args.kinds.split(",") if k]
-    faults = plan_faults(rng, args.faults, kinds)
+    moments = tuple(m for m in args.moments.split(",") if m)
+    faults = plan_faults(rng, args.faults, kinds, moments)
     job = Job(args, os.path.join(work, "seed-%d" % seed), "faults-%d" % seed)
     total_steps = reference.last_step()
     log("seed %d: %d faults: %s" % (seed, len(faults),
@@ -597,6 +598,8 @@ def main():
     parser.add_argument("--seed", type=int, default=20261204)
     parser.add_argument("--faults", type=int, default=8)
     parser.add_argument("--kinds", default=",".join(KINDS))
+    parser.add_argument("--moments", default=",".join(MOMENTS),
+                        help="when faults land: " + ", ".join(MOMENTS))
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--train-limit", type=int, default=12032)
     parser.add_argument("--recovery-bound", type=float, default=10.0,
@@ -617,6 +620,10 @@ def main():
         if kind and kind not in KINDS:
             sys.exit("--kinds: unknown kind %r; the kinds are %s" %
                      (kind, ", ".join(KINDS)))
+    for moment in args.moments.split(","):
+        if moment and moment not in MOMENTS:
+            sys.exit("--moments: unknown moment %r; the moments are %s" %
+                     (moment, ", ".join(MOMENTS)))
     work = args.work_dir or tempfile.mkdtemp(prefix="ddprun-fault-")
     os.makedirs(work, exist_ok=True)
     passed = failed = 0
