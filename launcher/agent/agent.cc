@@ -62,9 +62,10 @@ Agent::Agent(const LaunchOptions& options, AgentContext context,
       absl::StatusOr<HeldPort> held = HeldPort::Bind(address);
       if (!held.ok()) return held.status();
       held_master_port_ = std::move(*held);
-      spdlog::debug("holding port {} on {} (this node's MASTER_PORT offer) "
-                    "until the round's workers start",
-                    held_master_port_->port(), address);
+      spdlog::debug(
+          "holding port {} on {} (this node's MASTER_PORT offer) "
+          "until the round's workers start",
+          held_master_port_->port(), address);
       return held_master_port_->port();
     };
   }
@@ -114,9 +115,8 @@ void Agent::RememberReport(
 }
 
 v1::JoinRequest Agent::MakeResumeRequest() const {
-  return MakeJoinRequest(record_.has_value()
-                             ? record_->assignment().master_port()
-                             : 0);
+  return MakeJoinRequest(
+      record_.has_value() ? record_->assignment().master_port() : 0);
 }
 
 int Agent::Run() {
@@ -207,8 +207,7 @@ RoundPlan Agent::PlanRound(const v1::Assignment& assignment, bool use_standbys,
   std::vector<int> control_fds;
   progress.clear();
   controls.clear();
-  for (int local_rank = 0; local_rank < options_.nproc_per_node;
-       ++local_rank) {
+  for (int local_rank = 0; local_rank < options_.nproc_per_node; ++local_rank) {
     if (use_standbys) {
       // Prewarmed workers already hold their progress and control channels.
       fds.push_back(standbys_->progress_fd(local_rank));
@@ -254,7 +253,7 @@ Agent::RoundEnd Agent::RunRound(v1::Assignment& assignment) {
   }
   RouteOutput(**output, plan);
 
-  events_.TakeRejoin();  // a previous round's news is not this round's
+  events_.TakeRejoin();       // a previous round's news is not this round's
   held_master_port_.reset();  // global rank 0 may bind it now
   WorkerGroup group(control_, clock_);
   absl::Status started = StartWorkers(assignment, **output, plan, group,
@@ -276,8 +275,8 @@ Agent::RoundEnd Agent::RunRound(v1::Assignment& assignment) {
   in_place_declared_.assign(n, false);
   RoundEnd end = Supervise({assignment, plan, group, progress});
   while (end == RoundEnd::kInPlace) {
-    end = ContinueInPlace(assignment, plan, group, **output, progress,
-                          controls);
+    end =
+        ContinueInPlace(assignment, plan, group, **output, progress, controls);
   }
   // The workers are gone; what they wrote last still reaches the console and
   // the files (bounded: a worker's own children may hold a pipe open).
@@ -320,8 +319,8 @@ absl::StatusOr<std::vector<pid_t>> Agent::ActivateStandbys(
   // trying again. Prewarmed rank 0 listens within milliseconds, so the
   // others go once it does (bounded: a program may never listen there).
   // Other programs (libddp: the rendezvous store) are told all at once.
-  bool hosts_rank0 = assignment.rank_offset() == 0 &&
-                     context_.rank0_listens_on_master_port;
+  bool hosts_rank0 =
+      assignment.rank_offset() == 0 && context_.rank0_listens_on_master_port;
   std::vector<pid_t> pids;
   if (hosts_rank0) {
     absl::StatusOr<std::vector<pid_t>> first =
@@ -429,9 +428,10 @@ Agent::RoundEnd Agent::OnRoundOverElsewhere(const RunningRound& round,
   if (policy.DecideRecovery().in_place) {
     in_place_declared_ = policy.in_place_declared();
     in_place_replace_.clear();
-    spdlog::info("round {} ended elsewhere; the workers continue in place "
-                 "into the next round",
-                 round.assignment.round());
+    spdlog::info(
+        "round {} ended elsewhere; the workers continue in place "
+        "into the next round",
+        round.assignment.round());
     return RoundEnd::kInPlace;
   }
   spdlog::info("round {} is over: stopping workers (grace {})",
@@ -487,8 +487,8 @@ Agent::RoundEnd Agent::OnWorkersFailed(const RunningRound& round,
   for (const LocalFailure& f : failures) {
     if (f.cause == v1::FAILURE_CAUSE_HUNG) {
       spdlog::warn("worker rank {} (local {}) is hung: {}",
-                   round.assignment.rank_offset() + f.local_rank,
-                   f.local_rank, DescribeHang(f));
+                   round.assignment.rank_offset() + f.local_rank, f.local_rank,
+                   DescribeHang(f));
     }
     if (context_.metrics != nullptr) context_.metrics->WorkerFailed(f.cause);
   }
@@ -505,9 +505,9 @@ Agent::RoundEnd Agent::OnWorkersFailed(const RunningRound& round,
 // In-place recovery: only the failed workers are replaced; the survivors
 // keep their processes and state and learn the next round on their control
 // pipes (worker/recovery.h).
-Agent::RoundEnd Agent::OnWorkersFailedInPlace(const RunningRound& round,
-                                              const SupervisorPolicy& policy,
-                                              const RecoveryDecision& decision) {
+Agent::RoundEnd Agent::OnWorkersFailedInPlace(
+    const RunningRound& round, const SupervisorPolicy& policy,
+    const RecoveryDecision& decision) {
   // Only the replaced workers failed; the others waited for them.
   std::vector<LocalFailure> failures;
   for (const LocalFailure& f : policy.failures()) {
@@ -519,17 +519,18 @@ Agent::RoundEnd Agent::OnWorkersFailedInPlace(const RunningRound& round,
   for (const LocalFailure& f : failures) {
     if (f.cause == v1::FAILURE_CAUSE_HUNG) {
       spdlog::warn("worker rank {} (local {}) is hung: {}; killing it",
-                   round.assignment.rank_offset() + f.local_rank,
-                   f.local_rank, DescribeHang(f));
+                   round.assignment.rank_offset() + f.local_rank, f.local_rank,
+                   DescribeHang(f));
     }
     if (context_.metrics != nullptr) context_.metrics->WorkerFailed(f.cause);
   }
   for (int local_rank : decision.kill) round.group.Kill(local_rank);
   ReportFailures(round.assignment, failures, round.plan.error_files, "");
   in_place_replace_ = decision.replace;
-  spdlog::info("recovering in place: replacing local rank(s) {}, the other "
-               "workers keep running",
-               absl::StrJoin(decision.replace, ","));
+  spdlog::info(
+      "recovering in place: replacing local rank(s) {}, the other "
+      "workers keep running",
+      absl::StrJoin(decision.replace, ","));
   return RoundEnd::kInPlace;
 }
 
@@ -559,8 +560,8 @@ Agent::RoundEnd Agent::ContinueInPlace(v1::Assignment& assignment,
   SendRoundToSurvivors(plan, sources, controls);
   for (int i = 0; i < n; ++i) {
     if (sources.by_local_rank[i] == WorkerSource::kSurvivor) continue;
-    absl::Status started = ReplaceWorker({assignment, plan, group, progress},
-                                         i, sources, controls);
+    absl::Status started = ReplaceWorker({assignment, plan, group, progress}, i,
+                                         sources, controls);
     if (!started.ok()) {
       spdlog::error("cannot replace local rank {}: {}", i,
                     std::string(started.message()));
@@ -642,11 +643,11 @@ absl::Status Agent::ReplaceWorker(const RunningRound& round, int local_rank,
     controls[local_rank].CloseReadEnd();
     if (!started.ok()) return started;
   }
-  spdlog::info("local rank {} (rank {}) {} as pid {}", local_rank,
-               round.assignment.rank_offset() + local_rank,
-               sources.uses_standbys ? "replaced by a prewarmed worker"
-                                     : "started anew",
-               group.pids()[local_rank]);
+  spdlog::info(
+      "local rank {} (rank {}) {} as pid {}", local_rank,
+      round.assignment.rank_offset() + local_rank,
+      sources.uses_standbys ? "replaced by a prewarmed worker" : "started anew",
+      group.pids()[local_rank]);
   return absl::OkStatus();
 }
 
@@ -683,11 +684,11 @@ absl::Status Agent::Leave(int64_t round, v1::LeaveRequest::Reason reason) {
   request.set_reason(reason);
   absl::Status left = client_.Leave(request);
   if (absl::IsNotFound(left) && record_.has_value()) {
-    spdlog::info("rendezvous {} does not know job '{}' (restarted?): "
-                 "re-registering this node with its round {} record, then "
-                 "leaving again",
-                 client_.endpoint(), options_.rdzv_id,
-                 record_->assignment().round());
+    spdlog::info(
+        "rendezvous {} does not know job '{}' (restarted?): "
+        "re-registering this node with its round {} record, then "
+        "leaving again",
+        client_.endpoint(), options_.rdzv_id, record_->assignment().round());
     absl::StatusOr<v1::ResumeResponse> resumed =
         client_.Resume(MakeResumeRequest());
     if (resumed.ok()) {
@@ -705,9 +706,10 @@ void Agent::LeaveSucceeded(int64_t round) {
   const RdzvConf& conf = options_.rdzv_conf;
   const absl::Duration patience =
       std::min(conf.join_timeout, conf.close_timeout);
-  spdlog::info("telling rendezvous {} again that this node's workers "
-               "succeeded, for up to {}",
-               client_.endpoint(), absl::FormatDuration(patience));
+  spdlog::info(
+      "telling rendezvous {} again that this node's workers "
+      "succeeded, for up to {}",
+      client_.endpoint(), absl::FormatDuration(patience));
   const absl::Time give_up = clock_.Now() + patience;
   while (!events_.stop_signal().has_value() && clock_.Now() < give_up) {
     events_.Wait(conf.heartbeat_interval);
@@ -723,9 +725,10 @@ void Agent::LeaveSucceeded(int64_t round) {
       return;
     }
   }
-  spdlog::warn("rendezvous {} did not hear that this node's workers "
-               "succeeded; its other nodes may be restarted",
-               client_.endpoint());
+  spdlog::warn(
+      "rendezvous {} did not hear that this node's workers "
+      "succeeded; its other nodes may be restarted",
+      client_.endpoint());
 }
 
 }  // namespace ddprun::launcher

@@ -106,8 +106,7 @@ class Agent {
       const std::vector<SpawnRequest>& requests,
       std::vector<ProgressChannel>& progress,
       std::vector<ControlChannel>& controls);
-  HeartbeatLoopOptions HeartbeatOptions(
-      const v1::Assignment& assignment) const;
+  HeartbeatLoopOptions HeartbeatOptions(const v1::Assignment& assignment) const;
   // Watches the round's workers and the events until the round ends for
   // this node.
   RoundEnd Supervise(const RunningRound& round);
@@ -188,7 +187,7 @@ class Agent {
   // The MASTER_PORT this node offered in its last Join, held from the Join
   // until its workers start (see HeldPort); empty with a reserve_port seam.
   std::optional<HeldPort> held_master_port_;
-  std::optional<v1::RoundRecord> record_;   // none before the first round
+  std::optional<v1::RoundRecord> record_;  // none before the first round
   // In-place recovery: which local ranks declared it (carried into the
   // next round of the same processes), which to replace, and the exit code
   // of a job that ended while rejoining.

@@ -389,29 +389,29 @@ def plan_faults(rng, count, kinds, moments=MOMENTS):
     return faults
 
 
+def kill_a_worker(job, fault, rng, what):
+    """Kills one training worker to open the fault's moment (its trigger)."""
+    workers = job.workers()
+    if not workers:
+        return
+    victim = rng.choice(workers)
+    fault.trigger = time.time()
+    signal_pid(victim, signal.SIGKILL)
+    log("kill -9 of worker pid %d %s" % (victim, what))
+
+
 def wait_for_moment(job, fault, rng, total_steps):
     """Waits for the fault's moment; returns a worker pid to hit (or None)."""
     if fault.moment == "round-change":
         rounds = job.rounds_announced()
-        # The fault before starts a round change when it needed one; else
-        # kill a worker to start one, and land this fault inside it.
-        trigger = job.workers()
-        if trigger:
-            victim = rng.choice(trigger)
-            fault.trigger = time.time()
-            signal_pid(victim, signal.SIGKILL)
-            log("kill -9 of worker pid %d opens a round change" % victim)
+        # Kill a worker to start a round change, and land this fault inside.
+        kill_a_worker(job, fault, rng, "opens a round change")
         if not wait_for(lambda: job.rounds_announced() > rounds, 30, 0.002):
             log("no new round came: %s" % job.describe_children())
         return None
     if fault.moment == "first-step":
         before = set(job.started_anew())
-        trigger = job.workers()
-        if trigger:
-            victim = rng.choice(trigger)
-            fault.trigger = time.time()
-            signal_pid(victim, signal.SIGKILL)
-            log("kill -9 of worker pid %d starts a replacement" % victim)
+        kill_a_worker(job, fault, rng, "starts a replacement")
         new = wait_for(lambda: set(job.started_anew()) - before, 30, 0.002)
         return sorted(new)[0] if new else None
     if fault.moment == "checkpoint":
