@@ -47,8 +47,8 @@ namespace {
 
 // The token in `token_file` (its only line, surrounding whitespace removed;
 // an empty token is an error), else `from_env` (DDPRUN_TOKEN), else none.
-absl::StatusOr<std::string> ReadToken(const std::string& token_file,
-                                      const std::optional<std::string>& from_env) {
+absl::StatusOr<std::string> ReadToken(
+    const std::string& token_file, const std::optional<std::string>& from_env) {
   if (!token_file.empty()) {
     absl::StatusOr<std::string> content = ReadSecretFile(token_file, "token");
     if (!content.ok()) return content.status();
@@ -69,9 +69,8 @@ absl::StatusOr<std::string> ReadToken(const std::string& token_file,
     }
     return token;
   }
-  return std::string(from_env.has_value()
-                         ? absl::StripAsciiWhitespace(*from_env)
-                         : "");
+  return std::string(
+      from_env.has_value() ? absl::StripAsciiWhitespace(*from_env) : "");
 }
 
 }  // namespace
@@ -135,15 +134,14 @@ absl::StatusOr<Credentials> Credentials::FromEnv(const EnvLookup& lookup) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s='%s' and %s='%s': mutual TLS needs both a certificate and its "
         "key; set both or neither",
-        env::kTlsCertFile, c.tls_cert_file, env::kTlsKeyFile,
-        c.tls_key_file));
+        env::kTlsCertFile, c.tls_cert_file, env::kTlsKeyFile, c.tls_key_file));
   }
   absl::StatusOr<std::string> token =
       ReadToken(c.token_file, lookup(env::kToken));
   if (!token.ok()) {
-    return absl::Status(token.status().code(),
-                        absl::StrFormat("%s: %s", env::kTokenFile,
-                                        token.status().message()));
+    return absl::Status(
+        token.status().code(),
+        absl::StrFormat("%s: %s", env::kTokenFile, token.status().message()));
   }
   c.token = *std::move(token);
   return c;

@@ -61,11 +61,11 @@ void Answer(int fd, const std::string& path, const MetricsRegistry& registry) {
     if (n <= 0) return;  // closed, timed out or failed: nothing to answer
     head.append(buffer, static_cast<size_t>(n));
   }
-  std::vector<absl::string_view> request_line = absl::StrSplit(
-      absl::string_view(head).substr(0, head.find("\r\n")), ' ');
+  std::vector<absl::string_view> request_line =
+      absl::StrSplit(absl::string_view(head).substr(0, head.find("\r\n")), ' ');
   if (request_line.size() != 3) {
-    WriteAll(fd, Response("400 Bad Request", "text/plain", "bad request\n",
-                          true));
+    WriteAll(fd,
+             Response("400 Bad Request", "text/plain", "bad request\n", true));
     return;
   }
   absl::string_view method = request_line[0];
@@ -74,8 +74,8 @@ void Answer(int fd, const std::string& path, const MetricsRegistry& registry) {
   if (target != path) {
     WriteAll(fd, Response("404 Not Found", "text/plain", "not found\n", true));
   } else if (method != "GET" && method != "HEAD") {
-    WriteAll(fd, Response("405 Method Not Allowed", "text/plain",
-                          "use GET\n", true));
+    WriteAll(fd, Response("405 Method Not Allowed", "text/plain", "use GET\n",
+                          true));
   } else {
     WriteAll(fd, Response("200 OK", kContentType, registry.Render(),
                           method == "GET"));
@@ -102,7 +102,8 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
   auto unavailable = [&](absl::string_view why) {
     return absl::UnavailableError(absl::StrCat(
         "cannot listen for metrics on ", options.host, ":", options.port, ": ",
-        why, " (address in use or not local?); choose another --metrics-port "
+        why,
+        " (address in use or not local?); choose another --metrics-port "
         "or 0 to let the kernel pick"));
   };
 
@@ -112,14 +113,16 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
   hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
   addrinfo* addresses = nullptr;
   std::string port = absl::StrCat(options.port);
-  if (int rc = getaddrinfo(options.host.empty() ? nullptr : options.host.c_str(),
-                           port.c_str(), &hints, &addresses);
+  if (int rc =
+          getaddrinfo(options.host.empty() ? nullptr : options.host.c_str(),
+                      port.c_str(), &hints, &addresses);
       rc != 0) {
     return unavailable(gai_strerror(rc));
   }
   std::string error = "no address";
   for (addrinfo* a = addresses; a != nullptr; a = a->ai_next) {
-    int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    int fd =
+        socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
     if (fd < 0) {
       error = strerror(errno);
       continue;
@@ -149,8 +152,8 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
                     ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
                     : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
   if (pipe2(self->wake_fds_, O_CLOEXEC) != 0) {
-    return absl::InternalError(
-        absl::StrCat("cannot make the metrics server's pipe: ", strerror(errno)));
+    return absl::InternalError(absl::StrCat(
+        "cannot make the metrics server's pipe: ", strerror(errno)));
   }
   MetricsServer* server = self.get();
   self->thread_ = std::thread([server] { server->Serve(); });

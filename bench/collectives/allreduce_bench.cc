@@ -23,6 +23,7 @@
 // machine the scheduler cannot put two ranks on one core (where the
 // exchange stays in one L2 and looks faster than any quiet machine gives,
 // or waits a whole time slice): what a quiet machine does unpinned.
+#include <ATen/ATen.h>
 #include <sched.h>
 
 #include <algorithm>
@@ -33,8 +34,6 @@
 #include <limits>
 #include <string>
 #include <vector>
-
-#include <ATen/ATen.h>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_format.h"
@@ -53,13 +52,14 @@ int Fail(const std::string& what) {
 
 int Run(int argc, char** argv) {
   std::string out_path;
-  std::vector<int64_t> sizes = {4 << 10,  64 << 10,  400 << 10, 1 << 20,
-                                4 << 20,  16 << 20,  64 << 20,  256 << 20};
+  std::vector<int64_t> sizes = {4 << 10, 64 << 10, 400 << 10, 1 << 20,
+                                4 << 20, 16 << 20, 64 << 20,  256 << 20};
   int reps = 5;
   // CLI11, as the project's programs: the flags are checked and named in
   // its errors.
-  CLI::App app{"libddp's gradient allreduce against ProcessGroupGloo and "
-               "memcpy; run under ddprun"};
+  CLI::App app{
+      "libddp's gradient allreduce against ProcessGroupGloo and "
+      "memcpy; run under ddprun"};
   app.add_option("--out", out_path, "JSON lines, appended by rank 0")
       ->required();
   app.add_option("--reps", reps, "repetitions")
@@ -106,8 +106,7 @@ int Run(int argc, char** argv) {
     arena_sizes.push_back(static_cast<size_t>(bytes / 4) * sizeof(float));
     arena_floats += (bytes / 4 + 15) / 16 * 16;
   }
-  absl::StatusOr<float*> resident =
-      group->direct->MapResident(arena_floats);
+  absl::StatusOr<float*> resident = group->direct->MapResident(arena_floats);
   if (!resident.ok()) return Fail(resident.status().ToString());
   std::ofstream out;
   if (rank == 0) {
@@ -172,7 +171,7 @@ int Run(int argc, char** argv) {
         }
         barrier();
         if (op) {
-          op();  // warm: page faults, first touch
+          op();              // warm: page faults, first touch
           data.fill_(1.0f);  // keep the values finite over many sums
           const int64_t slept = group->direct->shm_stats().waits_slept;
           // Each call timed too: the median beside the mean tells a slow

@@ -5,7 +5,8 @@
 // programs use: the objects of the project are compiled against the shared
 // builds (SPDLOG_COMPILED_LIB, FMT_SHARED) and call these symbols.
 #if !defined(SPDLOG_COMPILED_LIB) || !defined(SPDLOG_FMT_EXTERNAL)
-#error "compile with spdlog::spdlog's definitions (SPDLOG_COMPILED_LIB, SPDLOG_FMT_EXTERNAL)"
+#error \
+    "compile with spdlog::spdlog's definitions (SPDLOG_COMPILED_LIB, SPDLOG_FMT_EXTERNAL)"
 #endif
 
 #include <mutex>
@@ -63,17 +64,23 @@ template FMT_API void buffer<wchar_t>::append(const wchar_t*, const wchar_t*);
 FMT_END_NAMESPACE
 
 // spdlog's src/spdlog.cpp, src/color_sinks.cpp and src/stdout_sinks.cpp.
-template SPDLOG_API spdlog::logger::logger(
-    std::string name, sinks_init_list::iterator begin,
-    sinks_init_list::iterator end);
+template SPDLOG_API spdlog::logger::logger(std::string name,
+                                           sinks_init_list::iterator begin,
+                                           sinks_init_list::iterator end);
 template class SPDLOG_API spdlog::sinks::base_sink<std::mutex>;
 template class SPDLOG_API spdlog::sinks::base_sink<spdlog::details::null_mutex>;
-template class SPDLOG_API spdlog::sinks::ansicolor_sink<spdlog::details::console_mutex>;
-template class SPDLOG_API spdlog::sinks::ansicolor_stdout_sink<spdlog::details::console_mutex>;
-template class SPDLOG_API spdlog::sinks::ansicolor_stderr_sink<spdlog::details::console_mutex>;
-template class SPDLOG_API spdlog::sinks::stdout_sink_base<spdlog::details::console_mutex>;
-template class SPDLOG_API spdlog::sinks::stdout_sink<spdlog::details::console_mutex>;
-template class SPDLOG_API spdlog::sinks::stderr_sink<spdlog::details::console_mutex>;
+template class SPDLOG_API
+    spdlog::sinks::ansicolor_sink<spdlog::details::console_mutex>;
+template class SPDLOG_API
+    spdlog::sinks::ansicolor_stdout_sink<spdlog::details::console_mutex>;
+template class SPDLOG_API
+    spdlog::sinks::ansicolor_stderr_sink<spdlog::details::console_mutex>;
+template class SPDLOG_API
+    spdlog::sinks::stdout_sink_base<spdlog::details::console_mutex>;
+template class SPDLOG_API
+    spdlog::sinks::stdout_sink<spdlog::details::console_mutex>;
+template class SPDLOG_API
+    spdlog::sinks::stderr_sink<spdlog::details::console_mutex>;
 template SPDLOG_API std::shared_ptr<spdlog::logger>
 spdlog::stdout_color_mt<spdlog::synchronous_factory>(
     const std::string& logger_name, color_mode mode);

@@ -10,14 +10,14 @@
 // text ("name v0 v1 ..."); rank 0 prints the gradient path's counters and
 // samples/s. --gradient-sync process-group: the process group's path, for
 // comparison (bench).
+#include <torch/torch.h>
+
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <string>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "worker/ddp.h"
 #include "worker/process_group.h"
@@ -39,10 +39,10 @@ struct Options {
 
 struct Net : torch::nn::Module {
   Net(double dropout, bool batchnorm) : dropout_(dropout) {
-    conv1 = register_module("conv1", torch::nn::Conv2d(
-        torch::nn::Conv2dOptions(1, 10, /*kernel_size=*/5)));
-    conv2 = register_module("conv2", torch::nn::Conv2d(
-        torch::nn::Conv2dOptions(10, 20, /*kernel_size=*/5)));
+    conv1 = register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(
+                                         1, 10, /*kernel_size=*/5)));
+    conv2 = register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(
+                                         10, 20, /*kernel_size=*/5)));
     conv2_drop = register_module("conv2_drop", torch::nn::Dropout2d(dropout));
     fc1 = register_module("fc1", torch::nn::Linear(320, 50));
     fc2 = register_module("fc2", torch::nn::Linear(50, 10));
@@ -71,10 +71,9 @@ struct Net : torch::nn::Module {
 using Sampler = torch::data::samplers::DistributedRandomSampler;
 
 auto MakeLoader(const Options& o, size_t replicas, size_t rank) {
-  auto dataset =
-      torch::data::datasets::MNIST(o.data_dir)
-          .map(torch::data::transforms::Normalize<>(0.1307, 0.3081))
-          .map(torch::data::transforms::Stack<>());
+  auto dataset = torch::data::datasets::MNIST(o.data_dir)
+                     .map(torch::data::transforms::Normalize<>(0.1307, 0.3081))
+                     .map(torch::data::transforms::Stack<>());
   Sampler sampler(dataset.size().value(), replicas, rank,
                   /*allow_duplicates=*/false);
   return torch::data::make_data_loader(
@@ -93,16 +92,26 @@ int main(int argc, char** argv) {
   Options o;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--data-dir") o.data_dir = value;
-    else if (flag == "--batch-size") o.batch_size = std::stoll(value);
-    else if (flag == "--steps") o.steps = std::stoll(value);
-    else if (flag == "--lr") o.lr = std::stod(value);
-    else if (flag == "--dropout") o.dropout = std::stod(value);
-    else if (flag == "--batchnorm") o.batchnorm = value == "1";
-    else if (flag == "--reference-replicas") o.reference_replicas = std::stoll(value);
-    else if (flag == "--dump") o.dump = value;
-    else if (flag == "--gradient-sync") o.process_group = value == "process-group";
-    else return Fail("unknown flag " + flag);
+    if (flag == "--data-dir")
+      o.data_dir = value;
+    else if (flag == "--batch-size")
+      o.batch_size = std::stoll(value);
+    else if (flag == "--steps")
+      o.steps = std::stoll(value);
+    else if (flag == "--lr")
+      o.lr = std::stod(value);
+    else if (flag == "--dropout")
+      o.dropout = std::stod(value);
+    else if (flag == "--batchnorm")
+      o.batchnorm = value == "1";
+    else if (flag == "--reference-replicas")
+      o.reference_replicas = std::stoll(value);
+    else if (flag == "--dump")
+      o.dump = value;
+    else if (flag == "--gradient-sync")
+      o.process_group = value == "process-group";
+    else
+      return Fail("unknown flag " + flag);
   }
   if (argc % 2 == 0) return Fail("every flag takes a value");
 
@@ -132,7 +141,8 @@ int main(int argc, char** argv) {
 
   // Ranks (or, for the reference, the replicas it stands for) each draw
   // their part of every global batch.
-  const size_t replicas = o.reference_replicas > 0 ? o.reference_replicas : world;
+  const size_t replicas =
+      o.reference_replicas > 0 ? o.reference_replicas : world;
   std::vector<decltype(MakeLoader(o, 1, 0))> loaders;
   for (size_t r = 0; r < replicas; ++r) {
     if (o.reference_replicas > 0 || static_cast<int>(r) == rank) {
@@ -166,12 +176,13 @@ int main(int argc, char** argv) {
   // Rank 0's running statistics everywhere, as evaluation would see them.
   if (o.batchnorm) ddp.BroadcastBuffers(buffers);
 
-  const double seconds = std::chrono::duration<double>(
-                              std::chrono::steady_clock::now() - start)
-                              .count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
   if (rank == 0) {
     std::cout << "samples_per_sec "
-              << o.steps * o.batch_size * static_cast<double>(replicas) / seconds
+              << o.steps * o.batch_size * static_cast<double>(replicas) /
+                     seconds
               << std::endl;
     const auto& stats = ddp.gradient_stats();
     std::cout << "gradient path " << GradientPathName(ddp.gradient_path())
@@ -185,13 +196,15 @@ int main(int argc, char** argv) {
     for (const auto& item : model->named_parameters()) {
       out << item.key();
       auto flat = item.value().detach().reshape({-1}).to(torch::kDouble);
-      for (int64_t i = 0; i < flat.numel(); ++i) out << " " << flat[i].item<double>();
+      for (int64_t i = 0; i < flat.numel(); ++i)
+        out << " " << flat[i].item<double>();
       out << "\n";
     }
     for (const auto& item : model->named_buffers()) {
       out << "buffer." << item.key();
       auto flat = item.value().reshape({-1}).to(torch::kDouble);
-      for (int64_t i = 0; i < flat.numel(); ++i) out << " " << flat[i].item<double>();
+      for (int64_t i = 0; i < flat.numel(); ++i)
+        out << " " << flat[i].item<double>();
       out << "\n";
     }
     if (!out) return Fail("cannot write " + o.dump);
