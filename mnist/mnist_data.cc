@@ -1,5 +1,6 @@
 #include "mnist/mnist_data.h"
 
+#include <ATen/ATen.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -13,8 +14,6 @@
 #include <cstring>
 #include <thread>
 #include <vector>
-
-#include <ATen/ATen.h>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_format.h"
@@ -66,7 +65,8 @@ bool Exists(const std::string& path) {
 // cache) or decompressed.
 class IdxBytes {
  public:
-  explicit IdxBytes(std::vector<unsigned char> owned) : owned_(std::move(owned)) {}
+  explicit IdxBytes(std::vector<unsigned char> owned)
+      : owned_(std::move(owned)) {}
   explicit IdxBytes(std::shared_ptr<const MappedBytes> mapped)
       : mapped_(std::move(mapped)) {}
   const unsigned char* data() const {
@@ -130,22 +130,22 @@ absl::StatusOr<IdxBytes> ReadMaybeGzipped(std::string& path,
   }
   void* p = mmap(nullptr, wanted, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
   if (p == MAP_FAILED) {
-    return absl::DataLossError(absl::StrFormat(
-        "MNIST file %s could not be read whole (%s); %s", path,
-        std::strerror(errno), Fix(options)));
+    return absl::DataLossError(
+        absl::StrFormat("MNIST file %s could not be read whole (%s); %s", path,
+                        std::strerror(errno), Fix(options)));
   }
   return IdxBytes(std::make_shared<const MappedBytes>(p, wanted));
 }
 
 // Reads an IDX file and checks its header and size; returns the whole file
 // (the payload starts after the header), or only its header.
-absl::StatusOr<IdxBytes> ReadIdx(
-    std::string path, uint32_t magic, int dims, const MnistOptions& options,
-    int64_t* count, bool header_only = false) {
+absl::StatusOr<IdxBytes> ReadIdx(std::string path, uint32_t magic, int dims,
+                                 const MnistOptions& options, int64_t* count,
+                                 bool header_only = false) {
   const size_t header = 4 + 4 * static_cast<size_t>(dims);
   int64_t size = -1;
-  absl::StatusOr<IdxBytes> read = ReadMaybeGzipped(
-      path, options, header_only ? header : SIZE_MAX, &size);
+  absl::StatusOr<IdxBytes> read =
+      ReadMaybeGzipped(path, options, header_only ? header : SIZE_MAX, &size);
   if (!read.ok()) return read.status();
   const IdxBytes& bytes = *read;
   if (bytes.size() < header) {
@@ -192,7 +192,8 @@ absl::Status CountMismatch(const MnistOptions& options,
 }
 
 MnistOptions WithDataDir(MnistOptions options) {
-  if (options.data_dir.empty()) options.data_dir = DefaultDataDir(options.dataset);
+  if (options.data_dir.empty())
+    options.data_dir = DefaultDataDir(options.dataset);
   return options;
 }
 
@@ -272,8 +273,7 @@ std::string CacheName(const MnistOptions& options, std::string images_path,
 }
 
 absl::StatusOr<MnistSplit> LoadSplit(const MnistOptions& options,
-                                     const std::string& prefix,
-                                     int64_t limit) {
+                                     const std::string& prefix, int64_t limit) {
   const std::string images_path =
       absl::StrFormat("%s/%s-images-idx3-ubyte", options.data_dir, prefix);
   const std::string labels_path =
@@ -305,9 +305,9 @@ absl::StatusOr<MnistSplit> LoadSplit(const MnistOptions& options,
       options.cache_dir.empty() ? ""
                                 : CacheName(options, images_path, prefix, n);
   if (!cache_name.empty()) {
-    absl::StatusOr<std::shared_ptr<const MappedBytes>> shared = MapOrBuild(
-        options.cache_dir, cache_name, n * kRows * kCols * sizeof(float),
-        read_images);
+    absl::StatusOr<std::shared_ptr<const MappedBytes>> shared =
+        MapOrBuild(options.cache_dir, cache_name,
+                   n * kRows * kCols * sizeof(float), read_images);
     if (shared.ok()) {
       // The tensor keeps the mapping; it is read-only (as training uses it).
       split.images = at::from_blob(
@@ -337,8 +337,9 @@ absl::StatusOr<DatasetKind> ParseDataset(const std::string& name) {
 }
 
 std::string DefaultDataDir(DatasetKind kind) {
-  return kind == DatasetKind::kFashionMnist ? "/usr/share/datasets/fashion-mnist"
-                                            : "data/mnist";
+  return kind == DatasetKind::kFashionMnist
+             ? "/usr/share/datasets/fashion-mnist"
+             : "data/mnist";
 }
 
 absl::Status CheckMnistFiles(const MnistOptions& given) {

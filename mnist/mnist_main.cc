@@ -9,8 +9,9 @@
 
 int main(int argc, char** argv) {
   ddprun::worker::MnistTrainOptions o;
-  CLI::App app{"Trains the MNIST MLP with data parallelism; run it under "
-               "ddprun (or alone, as one process)."};
+  CLI::App app{
+      "Trains the MNIST MLP with data parallelism; run it under "
+      "ddprun (or alone, as one process)."};
   app.add_option("--epochs", o.epochs, "Epochs")->capture_default_str();
   app.add_option("--data-dir", o.data_dir,
                  "Folder of the IDX files [data/mnist, or "
@@ -44,9 +45,10 @@ int main(int argc, char** argv) {
                  "Checkpoint every N steps (and each epoch)");
   app.add_option("--summary-json", o.summary_json,
                  "Write the final figures here (rank 0)");
-  app.add_option("--step-times", o.step_times,
-                 "Every rank appends '<step> <unix microseconds> <pid>' here per "
-                 "completed step (fault tests measure gaps from it)");
+  app.add_option(
+      "--step-times", o.step_times,
+      "Every rank appends '<step> <unix microseconds> <pid>' here per "
+      "completed step (fault tests measure gaps from it)");
   app.add_option("--backend", o.backend, "auto, gloo or nccl")
       ->capture_default_str();
   app.add_option("--bucket-mb", o.bucket_mb, "Gradient bucket size in MB")

@@ -1,7 +1,11 @@
 #include "mnist/mnist_trainer.h"
 
+#include <ATen/ATen.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/optim/sgd.h>
+#include <torch/utils.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -11,11 +15,6 @@
 #include <memory>
 #include <optional>
 #include <utility>
-
-#include <ATen/ATen.h>
-#include <torch/nn/modules/container/sequential.h>
-#include <torch/optim/sgd.h>
-#include <torch/utils.h>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
@@ -29,8 +28,8 @@
 #include "worker/ddp.h"
 #include "worker/distributed_sampler.h"
 #include "worker/nccl_group.h"
-#include "worker/process_group.h"
 #include "worker/phase.h"
+#include "worker/process_group.h"
 #include "worker/process_start.h"
 #include "worker/progress.h"
 #include "worker/recovery.h"
@@ -59,8 +58,7 @@ double Accuracy(torch::nn::Sequential& model, const MnistSplit& split,
     at::Tensor y = split.labels.narrow(0, start, n).to(device);
     correct += model->forward(x).argmax(1).eq(y).sum().item<int64_t>();
   }
-  return split.size() == 0 ? 0.0
-                           : static_cast<double>(correct) / split.size();
+  return split.size() == 0 ? 0.0 : static_cast<double>(correct) / split.size();
 }
 
 // Where training starts: fresh, or from the newest checkpoint.
@@ -89,7 +87,8 @@ absl::StatusOr<StartPoint> Resume(const MnistTrainOptions& options,
       at::NoGradGuard no_grad;
       for (auto& item : model->named_parameters()) {
         auto it = c.model.find(item.key());
-        if (it == c.model.end() || !it->second.sizes().equals(item.value().sizes())) {
+        if (it == c.model.end() ||
+            !it->second.sizes().equals(item.value().sizes())) {
           return absl::FailedPreconditionError(absl::StrFormat(
               "checkpoint in %s does not fit --model %s%s (parameter %s); "
               "use another --checkpoint-dir",
@@ -107,9 +106,10 @@ absl::StatusOr<StartPoint> Resume(const MnistTrainOptions& options,
       start.resumed_from = c.step;
       start.epoch_samples = c.epoch_samples;
       if (c.seed != options.seed) {
-        spdlog::warn("checkpoint was written with --seed {}, now {}; the "
-                     "sample order changes",
-                     c.seed, options.seed);
+        spdlog::warn(
+            "checkpoint was written with --seed {}, now {}; the "
+            "sample order changes",
+            c.seed, options.seed);
       }
       if (c.world_size != env.world_size && env.rank == 0) {
         spdlog::info(
@@ -124,10 +124,10 @@ absl::StatusOr<StartPoint> Resume(const MnistTrainOptions& options,
     // (no shared file system) still agree.
     // On the group's device: NCCL broadcasts CUDA tensors only.
     std::vector<at::Tensor> counters = {
-        at::tensor({start.epoch, start.epoch_position, start.step,
-                    start.resumed_from,
-                    static_cast<int64_t>(start.epoch_samples.size())},
-                   at::kLong)
+        at::tensor(
+            {start.epoch, start.epoch_position, start.step, start.resumed_from,
+             static_cast<int64_t>(start.epoch_samples.size())},
+            at::kLong)
             .to(group.device)};
     ::c10d::BroadcastOptions root0;
     root0.rootRank = 0;
@@ -206,8 +206,8 @@ struct Training {
   // In-place recovery (worker/recovery.h): a new round replaces failed
   // ranks while this process keeps its state.
   std::unique_ptr<Membership> membership;
-  bool recover = false;         // the step loop stopped for a new round
-  absl::Status recover_cause;   // the collective error, if one stopped it
+  bool recover = false;        // the step loop stopped for a new round
+  absl::Status recover_cause;  // the collective error, if one stopped it
 
   // Where training stands.
   TrainSummary summary;
@@ -247,14 +247,14 @@ void NoteRecovery(Training& t) {
 // [epoch, position, step, resumed_from, epochs reached, n, epoch_samples...,
 //  m, resumed_at_steps..., resumed_step_micros...].
 std::vector<int64_t> EncodeState(const Training& t) {
-  std::vector<int64_t> r = {t.cur_epoch, t.cur_position, t.step,
-                            t.summary.resumed_from_step, t.summary.epochs,
-                            static_cast<int64_t>(t.epoch_samples.size())};
+  std::vector<int64_t> r = {
+      t.cur_epoch,      t.cur_position,
+      t.step,           t.summary.resumed_from_step,
+      t.summary.epochs, static_cast<int64_t>(t.epoch_samples.size())};
   r.insert(r.end(), t.epoch_samples.begin(), t.epoch_samples.end());
   r.push_back(static_cast<int64_t>(t.resumed_at_steps.size()));
   r.insert(r.end(), t.resumed_at_steps.begin(), t.resumed_at_steps.end());
-  r.insert(r.end(), t.resumed_step_micros.begin(),
-           t.resumed_step_micros.end());
+  r.insert(r.end(), t.resumed_step_micros.begin(), t.resumed_step_micros.end());
   return r;
 }
 
@@ -293,16 +293,17 @@ void FaultInSync(const Training& t, const std::string& hook, int sig,
   const std::string path = hook.substr(colon + 1);
   const bool sending = has_state && source == t.group.rank;
   if (!(role == "source" ? sending : !has_state)) return;
-  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
-                      0644);
+  const int fd =
+      open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return;  // another worker died there already
   const std::string step = std::to_string(t.step) + "\n";
   (void)!write(fd, step.data(), step.size());
   close(fd);
-  spdlog::warn("--test-{}-in-sync: rank {} ({} of the state sync, step {}) "
-               "{} itself",
-               sig == SIGKILL ? "die" : "stop", t.group.rank, role, t.step,
-               sig == SIGKILL ? "kills" : "stops");
+  spdlog::warn(
+      "--test-{}-in-sync: rank {} ({} of the state sync, step {}) "
+      "{} itself",
+      sig == SIGKILL ? "die" : "stop", t.group.rank, role, t.step,
+      sig == SIGKILL ? "kills" : "stops");
   raise(sig);
 }
 
@@ -321,8 +322,8 @@ absl::StatusOr<int> SyncState(Training& t, bool has_state) {
       FaultInSync(t, t.options.test_stop_in_sync, SIGSTOP, has_state, source);
     };
   }
-  absl::StatusOr<int> source = SyncFromSurvivor(
-      t.group, has_state, t.step, record, tensors, sync_options);
+  absl::StatusOr<int> source = SyncFromSurvivor(t.group, has_state, t.step,
+                                                record, tensors, sync_options);
   if (!source.ok() || *source < 0) return source;
   if (absl::Status s = DecodeState(record, t); !s.ok()) return s;
   return source;
@@ -376,13 +377,14 @@ absl::StatusOr<int> FirstSync(Training& t) {
   } catch (const std::exception& e) {
     failed = absl::UnavailableError(e.what());
   }
-  spdlog::warn("rank {}: the state sync of round {} failed ({}); waiting for "
-               "the next round",
-               t.env.rank, t.env.round, std::string(failed.message()));
+  spdlog::warn(
+      "rank {}: the state sync of round {} failed ({}); waiting for "
+      "the next round",
+      t.env.rank, t.env.round, std::string(failed.message()));
   t.group = ProcessGroup();
   int source = -1;
-  absl::StatusOr<WorkerEnv> env = t.membership->JoinNextRound(
-      failed, [&](const WorkerEnv& next) {
+  absl::StatusOr<WorkerEnv> env =
+      t.membership->JoinNextRound(failed, [&](const WorkerEnv& next) {
         return JoinRound(t, next, /*has_state=*/false, source);
       });
   if (!env.ok()) return env.status();
@@ -460,8 +462,7 @@ void MakeSampler(Training& t) {
   t.sampler.emplace(sampler_options);
   t.per_step =
       static_cast<int64_t>(t.options.batch_size) * t.options.accumulate;
-  t.steps_per_epoch =
-      (t.sampler->num_samples() + t.per_step - 1) / t.per_step;
+  t.steps_per_epoch = (t.sampler->num_samples() + t.per_step - 1) / t.per_step;
 }
 
 int64_t ParameterCount(torch::nn::Sequential& model) {
@@ -541,10 +542,11 @@ absl::StatusOr<std::unique_ptr<Training>> SetUp(
     t->summary.epochs = static_cast<int>(t->start.epoch);
   } else {
     NoteRecovery(*t);
-    spdlog::info("rank {} joined the running job in place: state of rank {} "
-                 "at step {} (epoch {}, sample {})",
-                 t->env.rank, source, t->step, t->start.epoch + 1,
-                 t->start.epoch_position);
+    spdlog::info(
+        "rank {} joined the running job in place: state of rank {} "
+        "at step {} (epoch {}, sample {})",
+        t->env.rank, source, t->step, t->start.epoch + 1,
+        t->start.epoch_position);
   }
   const StartPoint* start = &t->start;
   spdlog::debug("{:.3f} s after start: resume point agreed",
@@ -706,8 +708,8 @@ absl::Status TrainEpoch(Training& t, int64_t epoch) {
     } catch (const std::exception& e) {
       if (!t.membership->enabled()) throw;
       t.recover = true;
-      t.recover_cause = absl::UnavailableError(absl::StrFormat(
-          "step %d failed: %s", t.step + 1, e.what()));
+      t.recover_cause = absl::UnavailableError(
+          absl::StrFormat("step %d failed: %s", t.step + 1, e.what()));
       break;
     }
     auto [step_loss, step_batches] = stepped;
@@ -771,8 +773,7 @@ absl::Status TrainEpoch(Training& t, int64_t epoch) {
         "epoch {}/{}: loss {:.4f}, {:.0f} samples/s, test accuracy "
         "{:.2f}%",
         epoch + 1, options.epochs, batches ? loss_sum / batches : 0.0,
-        epoch_samples / std::max(epoch_seconds, 1e-9),
-        100.0 * accuracy);
+        epoch_samples / std::max(epoch_seconds, 1e-9), 100.0 * accuracy);
   }
   t.summary.epochs = static_cast<int>(epoch + 1);
   return absl::OkStatus();
@@ -789,9 +790,10 @@ absl::Status Finish(Training& t) {
   // whose samples were each trained once adds up to the data set.
   t.summary.epoch_size = t.data.train.size();
   if (t.shadow_steps > 0) {
-    spdlog::info("rank {} took part in {} step(s) with no samples of its own "
-                 "(the rest of a resumed epoch did not divide evenly)",
-                 t.env.rank, t.shadow_steps);
+    spdlog::info(
+        "rank {} took part in {} step(s) with no samples of its own "
+        "(the rest of a resumed epoch did not divide evenly)",
+        t.env.rank, t.shadow_steps);
   }
   t.summary.resumed_at_steps = t.resumed_at_steps;
   for (int64_t micros : t.resumed_step_micros) {

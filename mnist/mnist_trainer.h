@@ -24,7 +24,7 @@ struct MnistTrainOptions {
   int64_t train_limit = 0;  // > 0: the first N training samples only
   int64_t test_limit = 0;   // > 0: the first N test samples only
   std::string save_path = "mnist_model.pt";  // final model, rank 0
-  std::string checkpoint_dir;    // empty: no checkpoints
+  std::string checkpoint_dir;                // empty: no checkpoints
   int64_t checkpoint_every = 0;  // steps; 0: only at the end of each epoch
   std::string summary_json;      // rank 0 writes the final figures here
   // Every rank appends "<step> <unix microseconds> <pid>\n" here as it

@@ -28,7 +28,7 @@ struct TrainSummary {
   // and those that copied them there because some rank's were not.
   int64_t allreduces_in_place = 0;
   int64_t allreduces_in_place_fallbacks = 0;
-  int64_t resumed_from_step = -1;         // -1: started fresh
+  int64_t resumed_from_step = -1;  // -1: started fresh
   // Distinct samples (all ranks, padding left out) of the completed steps
   // of each epoch reached; each equals epoch_size (the data set's size)
   // when no sample was skipped or trained twice, in-place recoveries and

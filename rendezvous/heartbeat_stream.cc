@@ -177,12 +177,12 @@ HeartbeatStreams::Open(grpc::CallbackServerContext* context) {
     refused_.fetch_add(1);
     return new Stream(
         this, context,
-        grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                     absl::StrFormat(
-                         "this server holds %d heartbeat streams "
-                         "(ddprun-rendezvous --max-heartbeat-streams): send "
-                         "unary Heartbeats",
-                         max_streams_)));
+        grpc::Status(
+            grpc::StatusCode::RESOURCE_EXHAUSTED,
+            absl::StrFormat("this server holds %d heartbeat streams "
+                            "(ddprun-rendezvous --max-heartbeat-streams): send "
+                            "unary Heartbeats",
+                            max_streams_)));
   }
   return new Stream(this, context, std::nullopt);
 }

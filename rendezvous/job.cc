@@ -31,8 +31,8 @@ void Job::ScaleHeartbeats(int64_t nodes) {
   // Every node beats once per interval: n / interval <= budget.
   const int64_t needed_ms = (nodes * 1000 + budget - 1) / budget;
   if (needed_ms <= heartbeat_interval_ms_) return;
-  const double factor =
-      static_cast<double>(needed_ms) / static_cast<double>(heartbeat_interval_ms_);
+  const double factor = static_cast<double>(needed_ms) /
+                        static_cast<double>(heartbeat_interval_ms_);
   heartbeat_interval_ms_ = needed_ms;
   heartbeat_timeout_ms_ = static_cast<int64_t>(
       std::ceil(static_cast<double>(config_.heartbeat_timeout_ms()) * factor));
@@ -53,8 +53,7 @@ std::optional<absl::Time> Job::idle_since() const {
   return std::nullopt;
 }
 
-Job::Node& Job::NodeFor(const std::string& id,
-                        const v1::JoinRequest& request,
+Job::Node& Job::NodeFor(const std::string& id, const v1::JoinRequest& request,
                         absl::string_view newer_call, Effects* effects) {
   auto [it, inserted] = nodes_.try_emplace(id);
   Node& node = it->second;
@@ -119,8 +118,8 @@ std::optional<absl::Time> Job::ExpectedClose(absl::Time now) const {
   }
   std::optional<absl::Time> close;
   if (min_reached_at_.has_value()) {  // rule (c): the last call ends
-    close = *min_reached_at_ +
-            absl::Milliseconds(config_.last_call_timeout_ms());
+    close =
+        *min_reached_at_ + absl::Milliseconds(config_.last_call_timeout_ms());
   }
   // Rule (a): the rest of max_nodes at the rate nodes came so far. Too few
   // arrivals, or too short a time, give no rate worth trusting.
@@ -129,8 +128,8 @@ std::optional<absl::Time> Job::ExpectedClose(absl::Time now) const {
   const absl::Duration span = now - forming_since_;
   if (forming_arrivals_ >= kMinArrivals && span >= kMinSpan &&
       parked_ < config_.max_nodes()) {
-    const double per_s =
-        static_cast<double>(forming_arrivals_ - 1) / absl::ToDoubleSeconds(span);
+    const double per_s = static_cast<double>(forming_arrivals_ - 1) /
+                         absl::ToDoubleSeconds(span);
     const absl::Time full =
         now + absl::Seconds(static_cast<double>(config_.max_nodes() - parked_) /
                             per_s);
@@ -177,21 +176,21 @@ absl::Duration Job::PollTimeout(int64_t interval_ms) const {
           static_cast<double>(interval)));
     }
   }
-  return std::max(options_.min_poll_timeout,
-                  absl::Milliseconds(interval_ms +
-                                     std::max(timeout_ms, 2 * interval_ms)));
+  return std::max(
+      options_.min_poll_timeout,
+      absl::Milliseconds(interval_ms + std::max(timeout_ms, 2 * interval_ms)));
 }
 
-void Job::RespondToPoll(const std::string& id, WaiterId waiter,
-                        absl::Time now, Effects* effects, bool in_batch) {
+void Job::RespondToPoll(const std::string& id, WaiterId waiter, absl::Time now,
+                        Effects* effects, bool in_batch) {
   auto it = nodes_.find(id);
   if (it == nodes_.end()) {
     // (Not reached: nothing between Park and here drops a node.)
-    return Refuse(waiter,
-                  absl::AbortedError(absl::StrFormat(
-                      "node '%s' was dropped from job '%s'; Join again", id,
-                      run_id_)),
-                  effects);
+    return Refuse(
+        waiter,
+        absl::AbortedError(absl::StrFormat(
+            "node '%s' was dropped from job '%s'; Join again", id, run_id_)),
+        effects);
   }
   Node& node = it->second;
   if (node.answer_for_poll.has_value()) {
@@ -242,8 +241,8 @@ void Job::Answer(Node& node, absl::StatusOr<v1::JoinResponse> response,
                  Effects* effects) {
   if (node.waiter.has_value()) {
     // A batch holds the assignment until its last node is decided.
-    node.answer_held = node.waiter_in_batch && response.ok() &&
-                       response->has_assignment();
+    node.answer_held =
+        node.waiter_in_batch && response.ok() && response->has_assignment();
     effects->joins.push_back({*node.waiter, std::move(response)});
     Release(node);
   } else {
@@ -507,18 +506,18 @@ void Job::Close(absl::Time now, Effects* effects) {
     node.last_seen = now;  // the heartbeat clock starts with the round
     Answer(node, std::move(response), effects);
   }
-  spdlog::info("job '{}': round {} closed with {} nodes, world size {}{}{}",
-               run_id_, round_, ordered.size(), world_size_,
-               parked_ > 0 ? absl::StrFormat(" (%d nodes wait)", parked_)
-                           : std::string(),
-               told_close_.has_value()
-                   ? absl::StrFormat(
-                         "; the first polling node was told to expect "
-                         "the close %d ms %s",
-                         std::abs(absl::ToInt64Milliseconds(*told_close_ -
-                                                            now)),
-                         *told_close_ >= now ? "later" : "earlier")
-                   : std::string());
+  spdlog::info(
+      "job '{}': round {} closed with {} nodes, world size {}{}{}", run_id_,
+      round_, ordered.size(), world_size_,
+      parked_ > 0 ? absl::StrFormat(" (%d nodes wait)", parked_)
+                  : std::string(),
+      told_close_.has_value()
+          ? absl::StrFormat(
+                "; the first polling node was told to expect "
+                "the close %d ms %s",
+                std::abs(absl::ToInt64Milliseconds(*told_close_ - now)),
+                *told_close_ >= now ? "later" : "earlier")
+          : std::string());
   told_close_.reset();
 }
 
@@ -727,8 +726,8 @@ void Job::HeldAnswersDelivered(absl::Span<const std::string> node_ids,
     if (it == nodes_.end() || !it->second.answer_held) continue;
     it->second.answer_held = false;
     it->second.last_seen = std::max(it->second.last_seen, now);
-    next_scan_ = std::min(
-        next_scan_, now + absl::Milliseconds(heartbeat_timeout_ms_));
+    next_scan_ =
+        std::min(next_scan_, now + absl::Milliseconds(heartbeat_timeout_ms_));
   }
 }
 
@@ -781,8 +780,8 @@ void Job::Tick(absl::Time now, Effects* effects) {
       } else if (now >= node.poll_deadline) {
         stopped_polling.push_back(id);
       } else {
-        next_scan_ = std::min(
-            next_scan_, std::min(node.join_deadline, node.poll_deadline));
+        next_scan_ = std::min(next_scan_,
+                              std::min(node.join_deadline, node.poll_deadline));
       }
     } else if (node.answer_for_poll.has_value()) {
       // Its answer waits for its next poll, which is its liveness.
@@ -849,8 +848,9 @@ absl::Time Job::NextTick() const {
   absl::Time next = next_scan_;
   if (resuming_.has_value()) next = std::min(next, resuming_->deadline);
   if (state_ == v1::JOB_STATE_JOINING && min_reached_at_.has_value()) {
-    next = std::min(next, *min_reached_at_ + absl::Milliseconds(
-                                                 config_.last_call_timeout_ms()));
+    next =
+        std::min(next, *min_reached_at_ +
+                           absl::Milliseconds(config_.last_call_timeout_ms()));
   }
   return next;
 }
@@ -908,9 +908,9 @@ v1::JobStatus Job::Status(absl::Time now) const {
 
 void Job::LearnFromRecord(const v1::RoundRecord& record, bool round_over,
                           absl::Time now, Effects* effects) {
-  const int restarts = std::max(record.restart_count(),
-                                record.assignment().restart_count()) +
-                       (record.failed() ? 1 : 0);
+  const int restarts =
+      std::max(record.restart_count(), record.assignment().restart_count()) +
+      (record.failed() ? 1 : 0);
   if (restarts > restart_count_) {
     spdlog::info("job '{}': restart count {} learned from a node's record",
                  run_id_, restarts);
@@ -923,9 +923,10 @@ void Job::LearnFromRecord(const v1::RoundRecord& record, bool round_over,
   const int64_t next = record.assignment().round() + 1;
   if (round_over && !round_decided_here_ && !resuming_.has_value() &&
       state_ == v1::JOB_STATE_JOINING && next > round_) {
-    spdlog::info("job '{}': round {} learned from a node's record; round {} "
-                 "forms",
-                 run_id_, next - 1, next);
+    spdlog::info(
+        "job '{}': round {} learned from a node's record; round {} "
+        "forms",
+        run_id_, next - 1, next);
     round_ = next;
     effects->released.push_back({run_id_, round_});
   }
@@ -999,10 +1000,10 @@ void Job::StartResuming(const v1::RoundRecord& record, absl::Time now,
                               ? a.heartbeat_timeout_ms()
                               : config_.heartbeat_timeout_ms();
   const int num_nodes = std::max(1, a.num_nodes());
-  resuming_ = Resuming{
-      .num_nodes = num_nodes,
-      .world_size = a.world_size(),
-      .deadline = now + absl::Milliseconds(heartbeat_timeout_ms_)};
+  resuming_ =
+      Resuming{.num_nodes = num_nodes,
+               .world_size = a.world_size(),
+               .deadline = now + absl::Milliseconds(heartbeat_timeout_ms_)};
   last_members_.assign(num_nodes, std::string());
   last_peers_.assign(num_nodes, v1::Peer());
   world_size_ = a.world_size();
@@ -1094,9 +1095,10 @@ void Job::FinishResuming(absl::Time now, Effects* effects) {
     offset += peer.local_world_size();
   }
   if (offset != world_size_) {
-    spdlog::warn("job '{}': the resumed members of round {} hold {} ranks, "
-                 "not world size {}; round {} ends",
-                 run_id_, round_, offset, world_size_, round_);
+    spdlog::warn(
+        "job '{}': the resumed members of round {} hold {} ranks, "
+        "not world size {}; round {} ends",
+        run_id_, round_, offset, world_size_, round_);
     EndRound(now, effects);
     return;
   }
@@ -1105,9 +1107,10 @@ void Job::FinishResuming(absl::Time now, Effects* effects) {
       run_id_, round_, last_members_.size(), restart_count_);
   if (parked_ > 0 &&
       static_cast<int>(last_members_.size()) < config_.max_nodes()) {
-    spdlog::info("job '{}': {} nodes wait to join; round {} ends to admit "
-                 "them",
-                 run_id_, parked_, round_);
+    spdlog::info(
+        "job '{}': {} nodes wait to join; round {} ends to admit "
+        "them",
+        run_id_, parked_, round_);
     EndRound(now, effects);
   }
 }

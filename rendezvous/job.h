@@ -314,8 +314,8 @@ class Job {
   // Starts rebuilding the record's round; forgets one rebuilt before.
   void StartResuming(const v1::RoundRecord& record, absl::Time now,
                      Effects* effects);
-  v1::ResumeResponse AddResumed(const v1::JoinRequest& request,
-                                absl::Time now, Effects* effects);
+  v1::ResumeResponse AddResumed(const v1::JoinRequest& request, absl::Time now,
+                                Effects* effects);
   // Every member is back: the round runs as one this server closed.
   void FinishResuming(absl::Time now, Effects* effects);
   // The deadline passed with members missing: the round ends.
@@ -336,7 +336,7 @@ class Job {
   std::vector<std::string> last_members_;
   std::vector<v1::Peer> last_peers_;
   int world_size_ = 0;
-  int parked_ = 0;  // nodes waiting for a round (parked or polling)
+  int parked_ = 0;            // nodes waiting for a round (parked or polling)
   int64_t parked_calls_ = 0;  // nodes with a parked Join call
   int64_t polling_ = 0;       // nodes waiting by polling
   // Nodes whose decision (assignment, JobEnded, error) waits for their

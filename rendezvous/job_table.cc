@@ -137,10 +137,11 @@ absl::StatusOr<Job*> JobTable::FindOrCreate(const v1::JoinRequest& request,
           "max_jobs; job '%s' cannot start here until others end",
           jobs_.size(), request.run_id()));
     }
-    spdlog::info("job '{}' created by node '{}': nodes {}:{}, max_restarts {}{}",
-                 request.run_id(), request.node_id(), config.min_nodes(),
-                 config.max_nodes(), config.max_restarts(),
-                 request.has_record() ? " (from the node's record of it)" : "");
+    spdlog::info(
+        "job '{}' created by node '{}': nodes {}:{}, max_restarts {}{}",
+        request.run_id(), request.node_id(), config.min_nodes(),
+        config.max_nodes(), config.max_restarts(),
+        request.has_record() ? " (from the node's record of it)" : "");
     it = jobs_
              .emplace(request.run_id(),
                       std::make_unique<Job>(request.run_id(), config, now,
@@ -169,16 +170,15 @@ void JobTable::Join(const v1::JoinRequest& request, WaiterId waiter,
 }
 
 void JobTable::JoinBatch(const v1::JoinRequest& request,
-                         absl::Span<const WaiterId> waiters,
-                         Effects* effects) {
+                         absl::Span<const WaiterId> waiters, Effects* effects) {
   const int n = request.more_size() + 1;
   if (static_cast<int>(waiters.size()) != n) {
     // (A caller's bug: every node needs its waiter.)
     for (WaiterId waiter : waiters) {
       effects->joins.push_back(
-          {waiter, absl::InternalError(absl::StrFormat(
-                       "batched Join of %d nodes got %d waiters", n,
-                       waiters.size()))});
+          {waiter,
+           absl::InternalError(absl::StrFormat(
+               "batched Join of %d nodes got %d waiters", n, waiters.size()))});
     }
     return;
   }
@@ -190,8 +190,7 @@ void JobTable::JoinBatch(const v1::JoinRequest& request,
   }
   absl::Time now = clock_->Now();
   absl::MutexLock lock(&mu_);
-  JoinChecked(request, configs[0], waiters[0], /*in_batch=*/true, now,
-              effects);
+  JoinChecked(request, configs[0], waiters[0], /*in_batch=*/true, now, effects);
   for (int i = 1; i < n; ++i) {
     JoinChecked(request.more(i - 1), configs[i], waiters[i],
                 /*in_batch=*/true, now, effects);
@@ -264,8 +263,7 @@ absl::StatusOr<v1::HeartbeatResponse> JobTable::Heartbeat(
 }
 
 void JobTable::HeartbeatStreamEnded(const std::string& run_id,
-                                    const std::string& node_id,
-                                    int64_t round) {
+                                    const std::string& node_id, int64_t round) {
   absl::Time now = clock_->Now();
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(run_id);

@@ -115,9 +115,9 @@ class JobTable {
   // limit, or a config that differs from the job's.
   // One node's Join, its request checked (CheckJoin's `config`).
   void JoinChecked(const v1::JoinRequest& request,
-                   const absl::StatusOr<v1::JobConfig>& config,
-                   WaiterId waiter, bool in_batch, absl::Time now,
-                   Effects* effects) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                   const absl::StatusOr<v1::JobConfig>& config, WaiterId waiter,
+                   bool in_batch, absl::Time now, Effects* effects)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Job*> FindOrCreate(const v1::JoinRequest& request,
                                     const v1::JobConfig& config, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

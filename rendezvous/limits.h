@@ -17,7 +17,7 @@ struct Limits {
   int64_t max_key_bytes = 4096;
   int64_t max_value_bytes = 1 << 20;  // a store value
   int64_t max_keys_per_scope = 100000;
-  int64_t max_scopes = 100000;           // store scopes, all jobs together
+  int64_t max_scopes = 100000;  // store scopes, all jobs together
   // Store memory: what keys, values and parked Get/Wait calls hold (each
   // charged its bytes plus a fixed overhead), for all jobs together and per
   // job (a run_id, all its rounds). The defaults fit the 2 GiB the
@@ -31,12 +31,13 @@ struct Limits {
   // see: a store write that would take the server past it is refused
   // RESOURCE_EXHAUSTED. Sampled every tick and advanced by what the store
   // charged since. A job holding over half the store (and over a tenth of
-  // the bound) is refused at 90 % of it, so that the other jobs keep room: they may store up to that tenth
-  // (counted in their store bytes) even when the resident memory is at the
-  // bound, as a hog's requests in flight can take it there. So the resident
-  // memory stays within the bound plus a tenth. --max-memory-bytes; 0: no
-  // bound but the store caps. ddprun-rendezvous sets kDefaultMemoryBytes
-  // (its flag's default); an agent's in-process server keeps 0 (one job).
+  // the bound) is refused at 90 % of it, so that the other jobs keep room: they
+  // may store up to that tenth (counted in their store bytes) even when the
+  // resident memory is at the bound, as a hog's requests in flight can take it
+  // there. So the resident memory stays within the bound plus a tenth.
+  // --max-memory-bytes; 0: no bound but the store caps. ddprun-rendezvous sets
+  // kDefaultMemoryBytes (its flag's default); an agent's in-process server
+  // keeps 0 (one job).
   int64_t max_memory_bytes = 0;
   // Back-pressure on store writes (StoreWriteRate): the request bytes of
   // one job's Set, Add, CompareSet and DeleteKey calls, stored or refused

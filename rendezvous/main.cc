@@ -3,8 +3,8 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
-#include "common/credentials.h"
 #include "common/cli.h"
+#include "common/credentials.h"
 #include "common/logging.h"
 #include "rendezvous/job_token.h"
 #include "rendezvous/limits.h"
@@ -181,8 +181,8 @@ int main(int argc, char** argv) {
       ->required();
   job_token->add_option("--token-file", job_secret_file,
                         "the server's token file (default: $DDPRUN_TOKEN)");
-  if (std::optional<int> code = ddprun::common::ParseFlags(
-          app, argc, argv, "ddprun-rendezvous")) {
+  if (std::optional<int> code =
+          ddprun::common::ParseFlags(app, argc, argv, "ddprun-rendezvous")) {
     return *code;
   }
   if (*job_token) return PrintJobToken(job_run_id, job_secret_file);

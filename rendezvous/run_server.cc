@@ -5,7 +5,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
-
 #include "common/credentials.h"
 #include "common/endpoint.h"
 #include "common/metrics.h"

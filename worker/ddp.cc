@@ -1,11 +1,11 @@
 #include "worker/ddp.h"
 
-#include <chrono>
-#include <cstring>
-
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 #include <c10/util/Exception.h>
+
+#include <chrono>
+#include <cstring>
 
 #include "spdlog/spdlog.h"
 #include "worker/phase.h"
@@ -32,7 +32,8 @@ DataParallel::DataParallel(std::vector<at::Tensor> parameters,
       progress_fd_(group.progress_fd),
       options_(options) {
   ReportPhase(progress_fd_, common::Phase::kStep);
-  TORCH_CHECK(!parameters_.empty(), "DataParallel: the model has no parameters");
+  TORCH_CHECK(!parameters_.empty(),
+              "DataParallel: the model has no parameters");
   const int n = static_cast<int>(parameters_.size());
   bucket_of_.assign(n, -1);
   slot_of_.assign(n, -1);
@@ -44,16 +45,17 @@ DataParallel::DataParallel(std::vector<at::Tensor> parameters,
                    parameters_[0].scalar_type() == at::kFloat)) {
     direct_.reset();  // it binds float buffers in host memory only
   }
-  const int64_t cap_bytes =
-      std::max<int64_t>(1, static_cast<int64_t>(options_.bucket_mb * 1024 * 1024));
+  const int64_t cap_bytes = std::max<int64_t>(
+      1, static_cast<int64_t>(options_.bucket_mb * 1024 * 1024));
   // Reverse order: the last layers' gradients are computed first.
   Bucket current;
   int64_t numel = 0;
   auto close = [&] {
     if (current.params.empty()) return;
     if (!direct_) {  // the direct path reduces the gradients where they lie
-      current.flat = at::zeros({numel}, parameters_[current.params[0]].options()
-                                            .requires_grad(false));
+      current.flat = at::zeros(
+          {numel},
+          parameters_[current.params[0]].options().requires_grad(false));
     }
     current.pending = static_cast<int>(current.params.size());
     for (size_t slot = 0; slot < current.params.size(); ++slot) {
@@ -83,16 +85,16 @@ DataParallel::DataParallel(std::vector<at::Tensor> parameters,
 
   if (collectives_ && group.rank == 0) {
     // What carries this model's gradients, as the tests check it.
-    spdlog::info("gradient sync: {} bucket(s) through {}{}", buckets_.size(),
-                 GradientPathName(gradient_path()),
-                 arena_ != nullptr ? ", gradients allocated in shared memory"
-                                   : "");
+    spdlog::info(
+        "gradient sync: {} bucket(s) through {}{}", buckets_.size(),
+        GradientPathName(gradient_path()),
+        arena_ != nullptr ? ", gradients allocated in shared memory" : "");
   }
   if (collectives_ && !direct_) {
     hooks_.reserve(n);
     for (int i = 0; i < n; ++i) {
-      TORCH_CHECK(parameters_[i].requires_grad(), "DataParallel: parameter ",
-                  i, " does not require grad; pass only trained parameters");
+      TORCH_CHECK(parameters_[i].requires_grad(), "DataParallel: parameter ", i,
+                  " does not require grad; pass only trained parameters");
       hooks_.push_back(parameters_[i].register_hook(
           [this, i](const at::Tensor& grad) { OnGradient(i, grad); }));
     }
@@ -162,7 +164,8 @@ void DataParallel::BroadcastBuffers(const std::vector<at::Tensor>& buffers) {
   Broadcast(buffers);
 }
 
-void DataParallel::CopyIn(int param, const at::Tensor& grad, bool add_existing) {
+void DataParallel::CopyIn(int param, const at::Tensor& grad,
+                          bool add_existing) {
   Bucket& bucket = buckets_[bucket_of_[param]];
   const int slot = slot_of_[param];
   const at::Tensor& p = parameters_[param];
@@ -194,7 +197,8 @@ void DataParallel::OnGradient(int param, const at::Tensor& grad) {
 }
 
 void DataParallel::LaunchReady() {
-  while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
+  while (next_launch_ < buckets_.size() &&
+         buckets_[next_launch_].pending == 0) {
     std::vector<at::Tensor> tensors = {buckets_[next_launch_].flat};
     buckets_[next_launch_].work = collectives_->allreduce(tensors);
     ++next_launch_;
@@ -211,9 +215,9 @@ void DataParallel::FinishGradientSync() {
   } else {
     ReduceBuckets();
   }
-  sync_seconds_ += std::chrono::duration<double>(
-                       std::chrono::steady_clock::now() - start)
-                       .count();
+  sync_seconds_ +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
 }
 
 void DataParallel::ReduceBuckets() {

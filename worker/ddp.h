@@ -1,11 +1,11 @@
 #pragma once
 
+#include <ATen/core/Tensor.h>
+
 #include <atomic>
 #include <cstdint>
 #include <memory>
 #include <vector>
-
-#include <ATen/core/Tensor.h>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -82,8 +82,8 @@ class DataParallel {
   }
   // Buckets synced so far, by how (tests assert the fast path ran).
   struct GradientStats {
-    int64_t in_place = 0;       // summed where backward left them (shared memory)
-    int64_t copied = 0;         // copied through the shared segment
+    int64_t in_place = 0;  // summed where backward left them (shared memory)
+    int64_t copied = 0;    // copied through the shared segment
     int64_t process_group = 0;  // through the process group's allreduce
   };
   const GradientStats& gradient_stats() const { return gradient_stats_; }
@@ -111,11 +111,11 @@ class DataParallel {
 
  private:
   struct Bucket {
-    std::vector<int> params;      // indices into parameters_
+    std::vector<int> params;       // indices into parameters_
     std::vector<int64_t> offsets;  // each parameter's offset in flat
-    at::Tensor flat;              // the bucket's buffer, reduced in place
-                                  // (undefined on the shared-memory path)
-    int pending = 0;              // gradients not yet copied in this step
+    at::Tensor flat;               // the bucket's buffer, reduced in place
+                                   // (undefined on the shared-memory path)
+    int pending = 0;               // gradients not yet copied in this step
     c10::intrusive_ptr<::c10d::Work> work;  // in flight when set
   };
 
@@ -146,8 +146,8 @@ class DataParallel {
   DataParallelOptions options_;
 
   std::vector<Bucket> buckets_;
-  std::vector<int> bucket_of_;  // parameter index → bucket index
-  std::vector<int> slot_of_;    // parameter index → slot in its bucket
+  std::vector<int> bucket_of_;   // parameter index → bucket index
+  std::vector<int> slot_of_;     // parameter index → slot in its bucket
   std::vector<unsigned> hooks_;  // hook handles, per parameter
   absl::Mutex mu_;
   std::vector<char> ready_ ABSL_GUARDED_BY(mu_);  // per parameter, this step

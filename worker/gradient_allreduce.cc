@@ -1,12 +1,12 @@
 #include "worker/gradient_allreduce.h"
 
-#include <algorithm>
-#include <filesystem>
-#include <map>
-
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/from_blob.h>
 #include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include "absl/strings/match.h"
@@ -111,7 +111,7 @@ absl::StatusOr<std::unique_ptr<GradientAllreduce>> GradientAllreduce::Create(
   const int node_count = static_cast<int>(nodes.size());
   made->hierarchical_ = node_count > 1;
   made->slice_floats_ = made->hierarchical_ ? options.hierarchical_slice_floats
-                                           : options.slice_floats;
+                                            : options.slice_floats;
   made->path_ = made->hierarchical_ ? GradientPath::kHierarchical
                                     : GradientPath::kSharedMemory;
 
@@ -160,7 +160,8 @@ absl::StatusOr<std::unique_ptr<GradientAllreduce>> GradientAllreduce::Create(
     absl::StatusOr<c10::intrusive_ptr<Collectives>> leaders =
         options.make_leaders(leaders_store, my_node, node_count);
     if (!leaders.ok()) {
-      if (made->shm_) made->shm_->Abort(std::string(leaders.status().message()));
+      if (made->shm_)
+        made->shm_->Abort(std::string(leaders.status().message()));
       return leaders.status();
     }
     made->leaders_ = *leaders;
@@ -180,7 +181,8 @@ absl::StatusOr<std::unique_ptr<GradientAllreduce>> GradientAllreduce::Create(
 
 absl::Status GradientAllreduce::BetweenNodes(float* data, int64_t count) {
   try {
-    std::vector<at::Tensor> tensors = {at::from_blob(data, {count}, at::kFloat)};
+    std::vector<at::Tensor> tensors = {
+        at::from_blob(data, {count}, at::kFloat)};
     leaders_->allreduce(tensors)->wait();
     return absl::OkStatus();
   } catch (const std::exception& e) {
@@ -254,12 +256,14 @@ void GradientAllreduce::Run(absl::Span<const ShmAllreduce::Part> parts,
     }
     for (int64_t offset = 0; offset < count && status.ok();
          offset += slice_floats_) {
-      status = BetweenNodes(data + offset, std::min(slice_floats_, count - offset));
+      status =
+          BetweenNodes(data + offset, std::min(slice_floats_, count - offset));
     }
     if (divisor != 1.0f || !gathered.empty()) {
       int64_t at = 0;
       for (const ShmAllreduce::Part& p : parts) {
-        for (int64_t i = 0; i < p.count; ++i) p.data[i] = data[at + i] / divisor;
+        for (int64_t i = 0; i < p.count; ++i)
+          p.data[i] = data[at + i] / divisor;
         at += p.count;
       }
     }

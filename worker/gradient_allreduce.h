@@ -104,8 +104,8 @@ class GradientAllreduce {
 
   GradientPath path_ = GradientPath::kSharedMemory;
   std::string description_;
-  std::unique_ptr<ShmAllreduce> shm_;          // null: alone in the node
-  c10::intrusive_ptr<Collectives> leaders_;    // set on leaders, >1 node
+  std::unique_ptr<ShmAllreduce> shm_;        // null: alone in the node
+  c10::intrusive_ptr<Collectives> leaders_;  // set on leaders, >1 node
   bool hierarchical_ = false;
   int64_t slice_floats_ = 0;
   std::atomic<int64_t> runs_{0};

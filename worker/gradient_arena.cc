@@ -1,12 +1,12 @@
 #include "worker/gradient_arena.h"
 
-#include <atomic>
-#include <cstring>
-#include <utility>
-
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
 #include <torch/csrc/autograd/graph_task.h>
+
+#include <atomic>
+#include <cstring>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -75,7 +75,8 @@ class GradientArena::Allocator final : public c10::Allocator {
   c10::DeleterFnPtr raw_deleter() const override { return &RawDelete; }
 
 #if DDPRUN_ALLOCATOR_HAS_COPY_DATA
-  void copy_data(void* dest, const void* src, std::size_t count) const override {
+  void copy_data(void* dest, const void* src,
+                 std::size_t count) const override {
     default_copy_data(dest, src, count);
   }
 #endif
@@ -215,6 +216,8 @@ GradientArena::~GradientArena() {
   installed.store(nullptr);
 }
 
-GradientArena::Stats GradientArena::stats() const { return allocator_->stats(); }
+GradientArena::Stats GradientArena::stats() const {
+  return allocator_->stats();
+}
 
 }  // namespace ddprun::worker

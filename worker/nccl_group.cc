@@ -2,6 +2,7 @@
 #include "worker/nccl_group.h"
 
 #include <c10/cuda/CUDAFunctions.h>
+
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 
 #include "absl/status/status.h"
@@ -27,8 +28,8 @@ absl::StatusOr<c10::intrusive_ptr<Collectives>> CreateNcclCollectives(
     auto options = ::c10d::ProcessGroupNCCL::Options::create();
     options->timeout = timeout;
     return c10::intrusive_ptr<Collectives>(
-        c10::make_intrusive<::c10d::ProcessGroupNCCL>(
-            store, env.rank, env.world_size, options));
+        c10::make_intrusive<::c10d::ProcessGroupNCCL>(store, env.rank,
+                                                      env.world_size, options));
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrFormat(
         "cannot create the NCCL process group (rank %d of %d): %s", env.rank,

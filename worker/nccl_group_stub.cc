@@ -10,7 +10,8 @@ absl::StatusOr<c10::intrusive_ptr<Collectives>> CreateNcclCollectives(
     const WorkerEnv& /*env*/, std::chrono::milliseconds /*timeout*/) {
   return absl::FailedPreconditionError(
       "BackendKind::kNccl: this build of libddp has no NCCL (its LibTorch "
-      "has no CUDA); use BackendKind::kGloo, or rebuild against a CUDA LibTorch "
+      "has no CUDA); use BackendKind::kGloo, or rebuild against a CUDA "
+      "LibTorch "
       "(tests/gpu/run.sh shows how)");
 }
 

@@ -2,17 +2,16 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <torch/version.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <memory>
 #include <string>
-
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#include <torch/version.h>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
@@ -30,14 +29,16 @@ namespace {
 // and one built without libuv (Debian 13's 2.6) refuses ("use_libuv was
 // requested but PyTorch was build without libuv support"): there the classic
 // backend, which speaks the same protocol to torchrun's store, serves instead.
-c10::intrusive_ptr<::c10d::TCPStore> OpenTcpStore(const std::string& host,
-                                                  ::c10d::TCPStoreOptions options) {
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 2)
+c10::intrusive_ptr<::c10d::TCPStore> OpenTcpStore(
+    const std::string& host, ::c10d::TCPStoreOptions options) {
+#if TORCH_VERSION_MAJOR > 2 || \
+    (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 2)
   try {
     return c10::make_intrusive<::c10d::TCPStore>(host, options);
   } catch (const c10::Error& e) {
     if (!options.useLibUV ||
-        std::string(e.what_without_backtrace()).find("libuv") == std::string::npos) {
+        std::string(e.what_without_backtrace()).find("libuv") ==
+            std::string::npos) {
       throw;
     }
     options.useLibUV = false;
@@ -49,8 +50,10 @@ c10::intrusive_ptr<::c10d::TCPStore> OpenTcpStore(const std::string& host,
 absl::StatusOr<c10::intrusive_ptr<::c10d::Store>> CreateStore(
     const WorkerEnv& env, const ProcessGroupOptions& options) {
   try {
-    if (!env.distributed() && env.store_endpoint.empty() && env.master_addr.empty()) {
-      return c10::intrusive_ptr<::c10d::Store>(c10::make_intrusive<::c10d::HashStore>());
+    if (!env.distributed() && env.store_endpoint.empty() &&
+        env.master_addr.empty()) {
+      return c10::intrusive_ptr<::c10d::Store>(
+          c10::make_intrusive<::c10d::HashStore>());
     }
     if (!env.store_endpoint.empty()) {
       // The scope is (run, round): Gloo writes the same keys every round, and
@@ -71,12 +74,16 @@ absl::StatusOr<c10::intrusive_ptr<::c10d::Store>> CreateStore(
     tcp.waitWorkers = false;
     tcp.timeout = options.timeout;
     auto tcp_store = OpenTcpStore(env.master_addr, tcp);
-    return c10::intrusive_ptr<::c10d::Store>(c10::make_intrusive<::c10d::PrefixStore>(
-        absl::StrFormat("ddprun/attempt_%d", env.restart_count), tcp_store));
+    return c10::intrusive_ptr<::c10d::Store>(
+        c10::make_intrusive<::c10d::PrefixStore>(
+            absl::StrFormat("ddprun/attempt_%d", env.restart_count),
+            tcp_store));
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrFormat(
-        "cannot reach the store (%s): %s", env.store_endpoint.empty()
-            ? absl::StrFormat("MASTER_ADDR %s:%d", env.master_addr, env.master_port)
+        "cannot reach the store (%s): %s",
+        env.store_endpoint.empty()
+            ? absl::StrFormat("MASTER_ADDR %s:%d", env.master_addr,
+                              env.master_port)
             : absl::StrFormat("DDPRUN_STORE_ENDPOINT %s", env.store_endpoint),
         e.what()));
   }
@@ -85,15 +92,18 @@ absl::StatusOr<c10::intrusive_ptr<::c10d::Store>> CreateStore(
 absl::StatusOr<c10::intrusive_ptr<Collectives>> CreateGloo(
     const c10::intrusive_ptr<::c10d::Store>& store, const WorkerEnv& env,
     const ProcessGroupOptions& options) {
-  auto gloo_options = ::c10d::ProcessGroupGloo::Options::create(options.timeout);
+  auto gloo_options =
+      ::c10d::ProcessGroupGloo::Options::create(options.timeout);
   std::string where;
   try {
     const char* ifname = env.gloo_socket_ifname.c_str();
     if (ifname[0] != '\0') {
       where = absl::StrFormat("GLOO_SOCKET_IFNAME=%s", ifname);
-      for (absl::string_view name : absl::StrSplit(ifname, ',', absl::SkipEmpty())) {
+      for (absl::string_view name :
+           absl::StrSplit(ifname, ',', absl::SkipEmpty())) {
         gloo_options->devices.push_back(
-            ::c10d::ProcessGroupGloo::createDeviceForInterface(std::string(name)));
+            ::c10d::ProcessGroupGloo::createDeviceForInterface(
+                std::string(name)));
       }
     } else {
       std::string host = env.local_addr.empty() ? "127.0.0.1" : env.local_addr;
@@ -168,8 +178,8 @@ absl::StatusOr<BackendKind> ParseBackend(const std::string& name) {
   if (name == "auto") return BackendKind::kAuto;
   if (name == "gloo") return BackendKind::kGloo;
   if (name == "nccl") return BackendKind::kNccl;
-  return absl::InvalidArgumentError(absl::StrFormat(
-      "unknown backend '%s'; use auto, gloo or nccl", name));
+  return absl::InvalidArgumentError(
+      absl::StrFormat("unknown backend '%s'; use auto, gloo or nccl", name));
 }
 
 std::string BackendName(BackendKind kind) {
@@ -212,8 +222,8 @@ absl::StatusOr<ProcessGroup> CreateProcessGroup(
           "ProcessGroupOptions::backend is BackendKind::kNccl but no GPU is "
           "visible; use BackendKind::kAuto or kGloo");
     }
-    group.device = c10::Device(c10::kCUDA,
-                               static_cast<c10::DeviceIndex>(env.local_rank));
+    group.device =
+        c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank));
   }
   if (!env.distributed() && !options.force_collectives) return group;
 

@@ -1,11 +1,10 @@
 #pragma once
 
-#include <chrono>
-#include <string>
-
 #include <c10/core/Device.h>
 
+#include <chrono>
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "worker/gradient_allreduce.h"
@@ -37,7 +36,7 @@ struct ProcessGroupOptions {
 
 // The communication side of one worker for one round.
 struct ProcessGroup {
-  BackendKind backend = BackendKind::kGloo;  // what auto resolved to
+  BackendKind backend = BackendKind::kGloo;     // what auto resolved to
   c10::Device device = c10::Device(c10::kCPU);  // where tensors live
   c10::intrusive_ptr<::c10d::Store> store;      // null in a world of one
   c10::intrusive_ptr<Collectives> collectives;  // null in a world of one

@@ -1,5 +1,6 @@
 #include "worker/recovery.h"
 
+#include <ATen/ATen.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -8,8 +9,6 @@
 
 #include <map>
 #include <utility>
-
-#include <ATen/ATen.h>
 
 #include "absl/strings/str_format.h"
 #include "common/worker_env.h"
@@ -35,9 +34,10 @@ void WriteDeclaration(int progress_fd) {
               sizeof(kInPlaceDeclaration) - 1);
   } while (n < 0 && errno == EINTR);
   if (n < 0) {
-    spdlog::warn("cannot tell ddprun that this worker recovers in place ({}): "
-                 "a failure restarts every worker",
-                 strerror(errno));
+    spdlog::warn(
+        "cannot tell ddprun that this worker recovers in place ({}): "
+        "a failure restarts every worker",
+        strerror(errno));
   }
 }
 
@@ -124,14 +124,12 @@ absl::StatusOr<WorkerEnv> Membership::NextRound(const absl::Status& cause) {
     mu_.AwaitWithTimeout(absl::Condition(&arrived),
                          absl::FromChrono(options_.round_timeout));
     if (rounds_.empty()) {
-      return failed(closed_ ? absl::StrFormat(
-                                  "ddprun closed %s%s%s: no next round",
-                                  env::kControlFd,
-                                  channel_error_.empty() ? "" : ": ",
-                                  channel_error_)
-                            : absl::StrFormat(
-                                  "no next round from ddprun within %d ms",
-                                  options_.round_timeout.count()));
+      return failed(
+          closed_ ? absl::StrFormat(
+                        "ddprun closed %s%s%s: no next round", env::kControlFd,
+                        channel_error_.empty() ? "" : ": ", channel_error_)
+                  : absl::StrFormat("no next round from ddprun within %d ms",
+                                    options_.round_timeout.count()));
     }
     // Only the newest round counts: rounds that formed while this worker
     // was busy are already over.
@@ -181,9 +179,9 @@ absl::StatusOr<WorkerEnv> Membership::JoinNextRound(
     }
     spdlog::warn("round {} ended while it formed ({}); waiting for the next",
                  env->round, std::string(joined.message()));
-    cause = absl::Status(
-        joined.code(), absl::StrFormat("joining round %d failed: %s",
-                                       env->round, joined.message()));
+    cause = absl::Status(joined.code(),
+                         absl::StrFormat("joining round %d failed: %s",
+                                         env->round, joined.message()));
   }
 }
 
@@ -196,9 +194,9 @@ absl::StatusOr<int> SyncFromSurvivor(const ProcessGroup& group, bool has_state,
   if (!group.collectives) return has_state ? group.rank : -1;
   const int64_t world = group.world_size;
   // One allreduce(max) of a key that orders (has state, version, -rank).
-  const int64_t key =
-      has_state ? std::max<int64_t>(version, 0) * world + (world - 1 - group.rank)
-                : -1;
+  const int64_t key = has_state ? std::max<int64_t>(version, 0) * world +
+                                      (world - 1 - group.rank)
+                                : -1;
   std::vector<at::Tensor> keys = {
       at::tensor({key}, at::kLong).to(group.device)};
   ::c10d::AllreduceOptions max;

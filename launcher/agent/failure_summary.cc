@@ -4,8 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/strip.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/strip.h"
 #include "absl/time/time.h"
 #include "common/rendezvous_words.h"
 #include "google/protobuf/struct.pb.h"
@@ -93,9 +93,10 @@ void WriteAgentErrorFile(const std::string& path, const v1::JobEnded& ended) {
   std::ofstream out(path, std::ios::trunc);
   out << json << "\n";
   if (!out.flush()) {
-    spdlog::warn("cannot write the root cause to TORCHELASTIC_ERROR_FILE "
-                 "'{}'; check that its folder exists and is writable",
-                 path);
+    spdlog::warn(
+        "cannot write the root cause to TORCHELASTIC_ERROR_FILE "
+        "'{}'; check that its folder exists and is writable",
+        path);
   }
 }
 

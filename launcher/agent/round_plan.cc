@@ -64,10 +64,9 @@ RoundPlan BuildRoundPlan(const LaunchOptions& options,
     spec.shm_dir = context.shm_dir;
     spec.virtual_local_rank = options.virtual_local_rank;
     spec.torch = context.worker_torch;
-    spec.progress_fd =
-        local_rank < static_cast<int>(progress_fds.size())
-            ? progress_fds[local_rank]
-            : -1;
+    spec.progress_fd = local_rank < static_cast<int>(progress_fds.size())
+                           ? progress_fds[local_rank]
+                           : -1;
     spec.control_fd = local_rank < static_cast<int>(control_fds.size())
                           ? control_fds[local_rank]
                           : -1;
@@ -89,9 +88,8 @@ InPlaceSources PlanInPlaceSources(int nproc, const std::vector<int>& replace,
   sources.uses_standbys =
       !replace.empty() && standbys_waiting >= static_cast<int>(replace.size());
   for (int local_rank : replace) {
-    sources.by_local_rank[local_rank] = sources.uses_standbys
-                                            ? WorkerSource::kStandby
-                                            : WorkerSource::kFresh;
+    sources.by_local_rank[local_rank] =
+        sources.uses_standbys ? WorkerSource::kStandby : WorkerSource::kFresh;
   }
   int next_standby = 0;
   for (int i = 0; i < nproc; ++i) {

@@ -130,25 +130,26 @@ void StandbyPool::TopUp() {
 bool StandbyPool::StartZygote() {
   int sockets[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sockets) != 0) {
-    spdlog::warn("cannot start the standbys' zygote: socketpair failed: {}; "
-                 "starting each standby by exec",
-                 strerror(errno));
+    spdlog::warn(
+        "cannot start the standbys' zygote: socketpair failed: {}; "
+        "starting each standby by exec",
+        strerror(errno));
     return false;
   }
   SpawnRequest request;
   request.argv = argv_;
   request.env = env_;
   request.idle_priority = idle_start_;
-  request.env.push_back(
-      absl::StrCat(common::env::kZygoteFd, "=", sockets[1]));
+  request.env.push_back(absl::StrCat(common::env::kZygoteFd, "=", sockets[1]));
   request.inherit_fds = {sockets[1]};
   absl::StatusOr<pid_t> pid = control_.Spawn(request);
   close(sockets[1]);
   if (!pid.ok()) {
     close(sockets[0]);
-    spdlog::warn("cannot start the standbys' zygote: {}; starting each "
-                 "standby by exec",
-                 std::string(pid.status().message()));
+    spdlog::warn(
+        "cannot start the standbys' zygote: {}; starting each "
+        "standby by exec",
+        std::string(pid.status().message()));
     return false;
   }
   Zygote zygote;
@@ -261,11 +262,12 @@ void StandbyPool::OnZygoteMessage(const std::string& message) {
       }
     }
     TopUp();
-    spdlog::info("prewarmed workers fork from a zygote (pid {}), ready after "
-                 "{}: a few ms each instead of a process start",
-                 zygote_->pid,
-                 absl::FormatDuration(absl::Trunc(
-                     clock_.Now() - zygote_->started, absl::Milliseconds(1))));
+    spdlog::info(
+        "prewarmed workers fork from a zygote (pid {}), ready after "
+        "{}: a few ms each instead of a process start",
+        zygote_->pid,
+        absl::FormatDuration(absl::Trunc(clock_.Now() - zygote_->started,
+                                         absl::Milliseconds(1))));
     return;
   }
   if (kind == common::zygote::kRefused) {
@@ -308,9 +310,10 @@ void StandbyPool::OnZygoteMessage(const std::string& message) {
 
 void StandbyPool::DropZygote(const std::string& why) {
   if (!zygote_) return;
-  spdlog::warn("prewarmed workers start by exec from now on: the zygote "
-               "(pid {}) cannot fork them: {}",
-               zygote_->pid, why);
+  spdlog::warn(
+      "prewarmed workers start by exec from now on: the zygote "
+      "(pid {}) cannot fork them: {}",
+      zygote_->pid, why);
   control_.SignalGroup(zygote_->pid, SIGKILL);
   close(zygote_->socket);
   zygote_.reset();
@@ -341,8 +344,8 @@ absl::StatusOr<std::vector<pid_t>> StandbyPool::Activate(
     const Standby& s = standbys_[i];
     const pid_t pid = s.pid;
     // Back under the normal policy before it runs as a worker.
-    absl::Status restored = s.idle ? control_.RestoreNormalPriority(pid)
-                                   : absl::OkStatus();
+    absl::Status restored =
+        s.idle ? control_.RestoreNormalPriority(pid) : absl::OkStatus();
     bool told = restored.ok() && WriteAll(s.control_fd, EnvToJson(envs[i]));
     int err = errno;
     close(standbys_[i].control_fd);
@@ -356,9 +359,8 @@ absl::StatusOr<std::vector<pid_t>> StandbyPool::Activate(
       standbys_.erase(standbys_.begin(), standbys_.begin() + i + 1);
       Clear();
       if (!restored.ok()) return restored;
-      return absl::UnavailableError(
-          absl::StrFormat("prewarmed worker %d (pid %d) is gone (%s)", i, pid,
-                          strerror(err)));
+      return absl::UnavailableError(absl::StrFormat(
+          "prewarmed worker %d (pid %d) is gone (%s)", i, pid, strerror(err)));
     }
   }
   std::vector<pid_t> pids;
@@ -389,9 +391,10 @@ void StandbyPool::PromoteLate() {
     s.idle = false;
     absl::Status restored = control_.RestoreNormalPriority(s.pid);
     if (restored.ok()) {
-      spdlog::debug("prewarmed worker pid {} started idle {} ago: now at "
-                    "normal priority",
-                    s.pid, absl::FormatDuration(now - s.started));
+      spdlog::debug(
+          "prewarmed worker pid {} started idle {} ago: now at "
+          "normal priority",
+          s.pid, absl::FormatDuration(now - s.started));
     } else {
       // Activate tries again and, failing, starts a worker afresh.
       s.idle = true;

@@ -37,9 +37,9 @@ namespace ddprun::launcher {
 // beside the training, after every in-place activation). The zygote is
 // moved to the normal policy once it serves, before the pool asks it for
 // standbys: a fork is not delayed, and a standby (which inherits the
-// policy) does not work idle. A forked standby is the agent's child (the zygote double-forks;
-// the agent, a subreaper, adopts it): it is reaped, signalled by process
-// group and killed with the agent as any other. Answers arrive on the
+// policy) does not work idle. A forked standby is the agent's child (the zygote
+// double-forks; the agent, a subreaper, adopts it): it is reaped, signalled by
+// process group and killed with the agent as any other. Answers arrive on the
 // socket; PromoteLate and Fill collect them (a standby counts in size()
 // once its pid is known). When the zygote refuses (it runs threads), a fork
 // fails or the zygote ends, the pool logs why and starts standbys by exec

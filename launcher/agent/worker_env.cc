@@ -2,8 +2,8 @@
 
 #include <utility>
 
-#include "absl/strings/match.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/worker_env.h"
@@ -67,10 +67,10 @@ std::vector<std::string> BuildWorkerEnv(const WorkerEnvSpec& spec,
   // torchrun sets no USE_LIBUV, so it is set only where that torch may be
   // the one (a distribution's torch >= 2.4, or an unknown one); torch < 2.4
   // ignores it. A user's own USE_LIBUV wins.
-  bool may_lack_libuv =
-      !spec.torch.known() ||
-      (!spec.torch.bundled_libs &&
-       (spec.torch.major > 2 || (spec.torch.major == 2 && spec.torch.minor >= 4)));
+  bool may_lack_libuv = !spec.torch.known() ||
+                        (!spec.torch.bundled_libs &&
+                         (spec.torch.major > 2 ||
+                          (spec.torch.major == 2 && spec.torch.minor >= 4)));
   if (may_lack_libuv && vars.find("USE_LIBUV") == vars.end()) {
     set("USE_LIBUV", 0);
   }
@@ -78,11 +78,11 @@ std::vector<std::string> BuildWorkerEnv(const WorkerEnvSpec& spec,
     std::string device = absl::StrCat(spec.local_rank);
     auto visible = vars.find("CUDA_VISIBLE_DEVICES");
     if (visible != vars.end()) {
-      std::vector<std::string> devices =
-          absl::StrSplit(visible->second, ',');
+      std::vector<std::string> devices = absl::StrSplit(visible->second, ',');
       // The launch checked that the list has an entry per local rank.
       if (spec.local_rank < static_cast<int>(devices.size())) {
-        device = std::string(absl::StripAsciiWhitespace(devices[spec.local_rank]));
+        device =
+            std::string(absl::StripAsciiWhitespace(devices[spec.local_rank]));
       }
     }
     set(env::kLocalRank, 0);

@@ -43,9 +43,9 @@ struct WorkerEnvSpec {
   // The store's token file and TLS settings (absolute paths); empty fields
   // are not set (--standalone is plaintext without a token).
   common::Credentials credentials;
-  int progress_fd = -1;    // -1: not set
-  int control_fd = -1;     // DDPRUN_CONTROL_FD; -1: not set
-  std::string shm_dir;     // DDPRUN_SHM_DIR; empty: not set
+  int progress_fd = -1;  // -1: not set
+  int control_fd = -1;   // DDPRUN_CONTROL_FD; -1: not set
+  std::string shm_dir;   // DDPRUN_SHM_DIR; empty: not set
   // torchrun 2.x's --virtual-local-rank: LOCAL_RANK=0 and the local rank's
   // entry of the agent's CUDA_VISIBLE_DEVICES (or the local rank itself).
   bool virtual_local_rank = false;

@@ -21,8 +21,8 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "common/status_macros.h"
 #include "common/endpoint.h"
+#include "common/status_macros.h"
 #include "common/version.h"
 #include "launcher/cli/nproc.h"
 #include "launcher/cli/rdzv_conf.h"
@@ -150,11 +150,13 @@ struct RawLaunchFlags {
 // (--event-log-handler); ddprun always forwards SIGTERM, SIGINT, SIGHUP,
 // SIGQUIT, SIGUSR1 and SIGUSR2 (--signals-to-handle). --numa-binding is
 // refused in ParseLaunchValues: it would change where workers run.
-constexpr const char* kIgnoredValueFlags[] = {
-    "--start-method",      "--logs-specs",
-    "--event-log-handler", "--numa-binding",
-    "--signals-to-handle", "--duplicate-stdout-filters",
-    "--duplicate-stderr-filters"};
+constexpr const char* kIgnoredValueFlags[] = {"--start-method",
+                                              "--logs-specs",
+                                              "--event-log-handler",
+                                              "--numa-binding",
+                                              "--signals-to-handle",
+                                              "--duplicate-stdout-filters",
+                                              "--duplicate-stderr-filters"};
 constexpr const char* kIgnoredSwitches[] = {"--run-path"};
 
 // The launch flags, as torchrun spells them, into `o` and `raw`.
@@ -352,10 +354,10 @@ absl::Status ParseLaunchValues(const RawLaunchFlags& raw, LaunchOptions& o) {
   if (absl::Status s = ParseRdzvConf(raw.rdzv_conf, o.rdzv_conf); !s.ok()) {
     return s;
   }
-  DDPRUN_ASSIGN_OR_RETURN(
-      o.node_rank, ParseInt("--node-rank", raw.node_rank, -1, "0"));
-  DDPRUN_ASSIGN_OR_RETURN(
-      o.max_restarts, ParseInt("--max-restarts", raw.max_restarts, 0, "3"));
+  DDPRUN_ASSIGN_OR_RETURN(o.node_rank,
+                          ParseInt("--node-rank", raw.node_rank, -1, "0"));
+  DDPRUN_ASSIGN_OR_RETURN(o.max_restarts,
+                          ParseInt("--max-restarts", raw.max_restarts, 0, "3"));
   DDPRUN_ASSIGN_OR_RETURN(
       o.master_port, ParseInt("--master-port", raw.master_port, 0, "29500"));
   absl::StatusOr<int> metrics_port =
@@ -412,8 +414,8 @@ absl::Status ParseLaunchValues(const RawLaunchFlags& raw, LaunchOptions& o) {
         "--monitor-interval must be positive; write e.g. "
         "--monitor-interval 0.1");
   }
-  DDPRUN_ASSIGN_OR_RETURN(
-      o.redirects, ParsePerRankStreams("--redirects", raw.redirects));
+  DDPRUN_ASSIGN_OR_RETURN(o.redirects,
+                          ParsePerRankStreams("--redirects", raw.redirects));
   DDPRUN_ASSIGN_OR_RETURN(o.tee, ParsePerRankStreams("--tee", raw.tee));
   DDPRUN_ASSIGN_OR_RETURN(
       o.local_ranks_filter,
@@ -515,7 +517,8 @@ absl::Status DecideRendezvous(LaunchOptions& o) {
   absl::StatusOr<common::Endpoint> endpoint =
       common::ParseEndpoint(o.rdzv_endpoint, /*default_port=*/29400);
   if (!endpoint.ok()) {
-    return Usage(absl::StrCat("--rdzv-endpoint: ", endpoint.status().message()));
+    return Usage(
+        absl::StrCat("--rdzv-endpoint: ", endpoint.status().message()));
   }
   o.rdzv_endpoint = endpoint->ToString();
   if (endpoint->port == 0) {

@@ -19,16 +19,16 @@
 #include "common/metrics_http.h"
 #include "launcher/agent/agent.h"
 #include "launcher/agent/agent_metrics.h"
-#include "launcher/posix/local_address.h"
-#include "launcher/posix/orphan_guard.h"
-#include "launcher/posix/process_control.h"
+#include "launcher/agent/rendezvous_client.h"
+#include "launcher/agent/worker_env.h"
 #include "launcher/cli/program_command.h"
 #include "launcher/cli/python_module.h"
 #include "launcher/cli/worker_torch.h"
-#include "launcher/agent/rendezvous_client.h"
+#include "launcher/posix/local_address.h"
+#include "launcher/posix/orphan_guard.h"
+#include "launcher/posix/process_control.h"
 #include "launcher/posix/shm_dir.h"
 #include "launcher/posix/signal_watcher.h"
-#include "launcher/agent/worker_env.h"
 #include "rendezvous/server.h"
 #include "spdlog/spdlog.h"
 
@@ -71,8 +71,8 @@ class RunLogDir {
       std::filesystem::create_directories(base, ec);
       if (ec) {
         return absl::FailedPreconditionError(absl::StrFormat(
-            "--log-dir: cannot create '%s': %s; give a writable folder",
-            base, ec.message()));
+            "--log-dir: cannot create '%s': %s; give a writable folder", base,
+            ec.message()));
       }
       // Workers get absolute paths (TORCHELASTIC_ERROR_FILE), whatever
       // folder they change to.
@@ -157,12 +157,11 @@ absl::StatusOr<Rendezvous> FindRendezvous(const LaunchOptions& options,
       common::ParseEndpoint(endpoint, /*default_port=*/29400);
   if (!parsed.ok()) {
     exit_code = 2;
-    return absl::Status(parsed.status().code(),
-                        absl::StrCat("--rdzv-endpoint: ",
-                                     parsed.status().message()));
+    return absl::Status(
+        parsed.status().code(),
+        absl::StrCat("--rdzv-endpoint: ", parsed.status().message()));
   }
-  if (absl::Status resolves = CheckHostResolves(parsed->host);
-      !resolves.ok()) {
+  if (absl::Status resolves = CheckHostResolves(parsed->host); !resolves.ok()) {
     exit_code = 2;
     return resolves;
   }
@@ -228,11 +227,10 @@ void LogWorkerSettings(const LaunchOptions& options,
         "system; set it yourself to tune");
   }
   // torchrun says it too ("log directory set to: ...").
-  spdlog::log(LogsToFiles(options) || !options.log_dir.empty()
-                  ? spdlog::level::info
-                  : spdlog::level::debug,
-              "log directory set to: {} (attempt_<restart>/<local_rank>/)",
-              log_dir);
+  spdlog::log(
+      LogsToFiles(options) || !options.log_dir.empty() ? spdlog::level::info
+                                                       : spdlog::level::debug,
+      "log directory set to: {} (attempt_<restart>/<local_rank>/)", log_dir);
 }
 
 // What the agent knows of its node before any round.
@@ -248,8 +246,7 @@ AgentContext MakeContext(const LaunchOptions& options,
   context.credentials = channel.ForWorkers();
   context.base_env = CurrentEnvironment();
   // `import ddprun.progress` works in every worker (python/ddprun).
-  if (std::optional<std::string> dir =
-          FindPythonPackageDir("/proc/self/exe")) {
+  if (std::optional<std::string> dir = FindPythonPackageDir("/proc/self/exe")) {
     AppendToPythonPath(context.base_env, *dir);
   }
   if (const char* error_file = getenv("TORCHELASTIC_ERROR_FILE")) {
@@ -259,8 +256,10 @@ AgentContext MakeContext(const LaunchOptions& options,
   // workers' MASTER_PORT (elsewhere the rendezvous serves on it).
   if (options.rdzv_mode == LaunchOptions::RdzvMode::kStandalone &&
       options.master_port > 0) {
-    context.reserve_port = [port = options.master_port](const std::string&)
-        -> absl::StatusOr<int> { return port; };
+    context.reserve_port = [port = options.master_port](
+                               const std::string&) -> absl::StatusOr<int> {
+      return port;
+    };
   }
   return context;
 }
@@ -275,9 +274,9 @@ absl::StatusOr<std::unique_ptr<common::MetricsServer>> StartMetrics(
   absl::StatusOr<std::unique_ptr<common::MetricsServer>> started =
       common::MetricsServer::Start(metrics_options, &registry);
   if (!started.ok()) {
-    return absl::Status(started.status().code(),
-                        absl::StrCat("--metrics-port: ",
-                                     started.status().message()));
+    return absl::Status(
+        started.status().code(),
+        absl::StrCat("--metrics-port: ", started.status().message()));
   }
   spdlog::info("metrics on {}", (*started)->url());
   return started;
@@ -295,9 +294,10 @@ void LogIgnoredFlags(const LaunchOptions& options) {
     spdlog::info("{}: torchrun's flag, ignored (no meaning with ddprun)", flag);
   }
   for (const std::string& key : options.rdzv_conf.ignored) {
-    spdlog::info("--rdzv-conf {}: torchrun's key, ignored (no meaning with "
-                 "ddprun's rendezvous)",
-                 key);
+    spdlog::info(
+        "--rdzv-conf {}: torchrun's key, ignored (no meaning with "
+        "ddprun's rendezvous)",
+        key);
   }
 }
 
@@ -341,9 +341,8 @@ absl::Status GiveWorkersTokenFile(const common::ChannelOptions& channel,
   }
   std::string path = context.scratch_dir + "/token";
   int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  bool ok = fd >= 0 &&
-            write(fd, channel.token.data(), channel.token.size()) ==
-                static_cast<ssize_t>(channel.token.size());
+  bool ok = fd >= 0 && write(fd, channel.token.data(), channel.token.size()) ==
+                           static_cast<ssize_t>(channel.token.size());
   int error = errno;
   if (fd >= 0) close(fd);
   if (!ok) {
@@ -420,9 +419,10 @@ int RunLaunch(const LaunchOptions& options) {
   absl::StatusOr<std::unique_ptr<OrphanGuard>> guard =
       OrphanGuard::Start("/proc/self/exe");
   if (!guard.ok()) {
-    spdlog::warn("{}; a kill -9 of this agent may leave its workers' "
-                 "children and its folders behind",
-                 std::string(guard.status().message()));
+    spdlog::warn(
+        "{}; a kill -9 of this agent may leave its workers' "
+        "children and its folders behind",
+        std::string(guard.status().message()));
   }
   OrphanGuard* orphan_guard = guard.ok() ? guard->get() : nullptr;
   LogIgnoredFlags(options);
@@ -441,7 +441,8 @@ int RunLaunch(const LaunchOptions& options) {
       MakeChannelOptions(options.auth);
   if (!channel.ok()) return Fail(channel.status(), 2);
   int exit_code = 0;
-  absl::StatusOr<Rendezvous> rdzv = FindRendezvous(options, *channel, exit_code);
+  absl::StatusOr<Rendezvous> rdzv =
+      FindRendezvous(options, *channel, exit_code);
   if (!rdzv.ok()) return Fail(rdzv.status(), exit_code);
   absl::StatusOr<NodeSetUp> node =
       SetUpNode(options, rdzv->endpoint, *channel, orphan_guard);

@@ -105,7 +105,7 @@ struct LaunchOptions {
   // Static rendezvous: its port. Standalone (one node, torchrun's static
   // default form): the workers' MASTER_PORT; 0: a free port.
   int master_port = 0;
-  std::string local_addr;   // empty: derived from the endpoint
+  std::string local_addr;  // empty: derived from the endpoint
   std::string log_level = "info";
   // --metrics-port: serve Prometheus /metrics of this agent's workers
   // (restarts, workers running, last progress age); -1: off, 0: the kernel

@@ -112,13 +112,14 @@ WorkerTorch ProbeWorkerTorch(const std::string& python,
   }
   WorkerTorch torch = ParseWorkerTorch(output);
   if (torch.known()) {
-    spdlog::debug("the workers' torch: {}.{} ({})", torch.major, torch.minor,
-                  torch.bundled_libs ? "its own libraries"
-                                     : "the system's libraries");
+    spdlog::debug(
+        "the workers' torch: {}.{} ({})", torch.major, torch.minor,
+        torch.bundled_libs ? "its own libraries" : "the system's libraries");
   } else {
-    spdlog::debug("{} finds no torch; the workers get both generations' "
-                  "variables",
-                  python);
+    spdlog::debug(
+        "{} finds no torch; the workers get both generations' "
+        "variables",
+        python);
   }
   return torch;
 }

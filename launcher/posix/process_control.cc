@@ -234,8 +234,7 @@ absl::Status PosixProcessControl::RestoreNormalPriority(pid_t pid) {
         continue;
       }
       found_new = true;
-      if (sched_setscheduler(tid, SCHED_OTHER, &param) != 0 &&
-          errno != ESRCH) {
+      if (sched_setscheduler(tid, SCHED_OTHER, &param) != 0 && errno != ESRCH) {
         return absl::PermissionDeniedError(absl::StrFormat(
             "cannot move thread %d of pid %d off SCHED_IDLE: %s; ddprun "
             "needs CAP_SYS_NICE or an RLIMIT_NICE of 20 (ulimit -e) for that",

@@ -29,10 +29,16 @@ constexpr double kMinAccuracy = 0.85;
 std::string Rendezvous() { return BinaryPath("rendezvous/ddprun-rendezvous"); }
 
 std::vector<std::string> MnistArgs(const TempDir& dir) {
-  return {Mnist(),          "--epochs",       "1",
-          "--data-dir",     MnistDir(),       "--train-limit",
-          std::to_string(kTrainSamples),      "--summary-json",
-          dir.File("summary.json"),           "--save",
+  return {Mnist(),
+          "--epochs",
+          "1",
+          "--data-dir",
+          MnistDir(),
+          "--train-limit",
+          std::to_string(kTrainSamples),
+          "--summary-json",
+          dir.File("summary.json"),
+          "--save",
           dir.File("model.pt")};
 }
 
@@ -48,10 +54,10 @@ void ExpectTrained(const TempDir& dir, int world_size) {
 
 TEST(E2eTest, StandaloneTwoWorkersTrainMnist) {
   TempDir dir;
-  RunResult run = RunCommand(
-      Concat({Ddprun(), "--standalone", "--nproc-per-node", "2"},
-             MnistArgs(dir)),
-      absl::Minutes(5));
+  RunResult run =
+      RunCommand(Concat({Ddprun(), "--standalone", "--nproc-per-node", "2"},
+                        MnistArgs(dir)),
+                 absl::Minutes(5));
   ASSERT_FALSE(run.timed_out) << run.err;
   ASSERT_TRUE(run.exit.ok()) << run.exit.ToString() << "\n" << run.err;
   ExpectTrained(dir, 2);
@@ -86,8 +92,8 @@ TEST_P(WideMlpTest, TrainsOneEpochUnderDdprun) {
       absl::Minutes(8));
   ASSERT_FALSE(run.timed_out) << run.err;
   ASSERT_TRUE(run.exit.ok()) << run.exit.ToString() << "\n" << run.err;
-  std::string summary = ExpectTrainedSummary(dir.File("summary.json"), world,
-                                             kWideMinAccuracy);
+  std::string summary =
+      ExpectTrainedSummary(dir.File("summary.json"), world, kWideMinAccuracy);
   // nn.Linear(784, h) and nn.Linear(h, 10): weights and biases.
   EXPECT_EQ(SummaryNumber(summary, "parameters"),
             784.0 * kWideHidden + kWideHidden + kWideHidden * 10.0 + 10)
@@ -128,18 +134,37 @@ TEST_P(HundredMegabyteModelTest, SumsItsGradientInPlaceAsTheProcessGroupDoes) {
   for (const std::string mode : {"auto", "process-group"}) {
     SCOPED_TRACE(mode);
     TempDir dir;
-    RunResult run = RunCommand(
-        {Ddprun(), "--standalone", "--nproc-per-node", std::to_string(world),
-         Mnist(), "--hidden", "32768", "--epochs", "1", "--max-steps",
-         std::to_string(kSteps), "--data-dir", MnistDir(), "--train-limit",
-         "2048", "--test-limit", "100", "--summary-json",
-         dir.File("summary.json"), "--save", "", "--no-progress", "--gradient-sync", mode},
-        absl::Minutes(5));
+    RunResult run = RunCommand({Ddprun(),
+                                "--standalone",
+                                "--nproc-per-node",
+                                std::to_string(world),
+                                Mnist(),
+                                "--hidden",
+                                "32768",
+                                "--epochs",
+                                "1",
+                                "--max-steps",
+                                std::to_string(kSteps),
+                                "--data-dir",
+                                MnistDir(),
+                                "--train-limit",
+                                "2048",
+                                "--test-limit",
+                                "100",
+                                "--summary-json",
+                                dir.File("summary.json"),
+                                "--save",
+                                "",
+                                "--no-progress",
+                                "--gradient-sync",
+                                mode},
+                               absl::Minutes(5));
     ASSERT_FALSE(run.timed_out) << run.err;
     ASSERT_TRUE(run.exit.ok()) << run.exit.ToString() << "\n" << run.err;
     summaries[mode] = ReadFileOrEmpty(dir.File("summary.json"));
     const std::string& summary = summaries[mode];
-    EXPECT_EQ(SummaryNumber(summary, "parameters"), 784.0 * 32768 + 32768 + 327680 + 10)
+    EXPECT_EQ(SummaryNumber(summary, "parameters"),
+              784.0 * 32768 + 32768 + 327680 + 10)
         << summary;
     EXPECT_EQ(SummaryNumber(summary, "steps"), kSteps) << summary;
     // One bucket (the first layer's weights alone pass 25 MB).
@@ -196,12 +221,12 @@ TEST(E2eTest, TwoAgentsTrainTogetherThroughOneRendezvous) {
   for (int node = 0; node < 2; ++node) {
     TempDir* out_dir = &dir;
     SubprocessOptions options;
-    options.argv = Concat(
-        {Ddprun(), "--nnodes", "2", "--nproc-per-node", "1",
-         "--rdzv-endpoint", endpoint, "--rdzv-id", "e2e-two-agents"},
-        // Only rank 0 writes the summary and the model; both agents get the
-        // same arguments, as on a real cluster.
-        MnistArgs(*out_dir));
+    options.argv =
+        Concat({Ddprun(), "--nnodes", "2", "--nproc-per-node", "1",
+                "--rdzv-endpoint", endpoint, "--rdzv-id", "e2e-two-agents"},
+               // Only rank 0 writes the summary and the model; both agents get
+               // the same arguments, as on a real cluster.
+               MnistArgs(*out_dir));
     options.stdout_path = dir.File(absl::StrCat("agent", node, ".out"));
     options.stderr_path = dir.File(absl::StrCat("agent", node, ".err"));
     auto agent = Subprocess::Start(options);
@@ -220,10 +245,9 @@ TEST(E2eTest, TwoAgentsTrainTogetherThroughOneRendezvous) {
 
 TEST(E2eTest, MissingMnistIsOneClearErrorThroughDdprun) {
   TempDir dir;
-  RunResult run = RunCommand(
-      {Ddprun(), "--standalone", "--nproc-per-node", "2", Mnist(),
-       "--data-dir", dir.File("no-such-dir")},
-      absl::Minutes(2));
+  RunResult run = RunCommand({Ddprun(), "--standalone", "--nproc-per-node", "2",
+                              Mnist(), "--data-dir", dir.File("no-such-dir")},
+                             absl::Minutes(2));
   ASSERT_FALSE(run.timed_out) << "a missing data set must not hang";
   EXPECT_FALSE(run.exit.ok());
   // The worker's own line names the folder it looked in.

@@ -287,7 +287,7 @@ class FakeRendezvous final : public RendezvousApi {
   std::vector<v1::JoinRequest> join_requests;
   std::vector<v1::ReportFailureRequest> reports;
   std::vector<v1::LeaveRequest> leaves;
-  std::vector<int> resumes_at_leave;  // Resume calls made before each Leave
+  std::vector<int> resumes_at_leave;      // Resume calls made before each Leave
   std::deque<absl::Status> leave_errors;  // the first Leaves fail with these
   std::vector<v1::JoinRequest> resume_requests;
   absl::Status report_error;  // what ReportFailure fails with, when set
@@ -347,8 +347,7 @@ class AgentLifecycleTest : public ::testing::Test {
     context.worker_argv = {"train"};
     context.base_env = {"PATH=/usr/bin", "HOME=/root"};
     context.reserve_port = [](const std::string&) { return 29500; };
-    Agent agent(options_, std::move(context), rdzv_, control_, events_,
-                clock_);
+    Agent agent(options_, std::move(context), rdzv_, control_, events_, clock_);
     return agent.Run();
   }
 
@@ -608,7 +607,8 @@ TEST_F(AgentLifecycleTest, ScaleUpRejoinsIntoTheLargerWorld) {
 TEST_F(AgentLifecycleTest, InPlaceOnlyTheFailedWorkerIsReplaced) {
   control_.declare_in_place = true;
   ExpectJoins({Assigned(MakeAssignment(1, 0)), Assigned(MakeAssignment(2, 1))});
-  control_.exit_when = [this](const FakeWorker& w) -> std::optional<ExitStatus> {
+  control_.exit_when =
+      [this](const FakeWorker& w) -> std::optional<ExitStatus> {
     if (w.round == 1 && w.local_rank == 1) return ExitStatus::Signaled(SIGKILL);
     // Everyone ends well once the replacement runs.
     if (!control_.Round(2).empty()) return ExitStatus::Exited(0);
@@ -690,8 +690,9 @@ namespace {
 class ServerRestartTest : public AgentLifecycleTest {
  protected:
   void RestartServerAfterHeartbeats(int healthy) {
-    rdzv_.heartbeat = [this, healthy](const v1::HeartbeatRequest&, int call)
-        -> absl::StatusOr<v1::HeartbeatResponse> {
+    rdzv_.heartbeat = [this, healthy](
+                          const v1::HeartbeatRequest&,
+                          int call) -> absl::StatusOr<v1::HeartbeatResponse> {
       if (call < healthy || rdzv_.resume_count() > 0) return Running();
       return absl::NotFoundError("no job 'job' on this server");
     };
@@ -717,7 +718,8 @@ TEST_F(ServerRestartTest, TheRoundGoesOnAndNoWorkerRestarts) {
   EXPECT_EQ(RunAgent(), 0);
 
   EXPECT_THAT(control_.workers, SizeIs(kNproc)) << "no worker restarted";
-  for (const FakeWorker& w : control_.workers) EXPECT_THAT(w.signals, IsEmpty());
+  for (const FakeWorker& w : control_.workers)
+    EXPECT_THAT(w.signals, IsEmpty());
   EXPECT_THAT(rdzv_.join_requests, SizeIs(1));
   ASSERT_GE(rdzv_.resume_requests.size(), 1u);
   const v1::JoinRequest& resume = rdzv_.resume_requests[0];
@@ -767,7 +769,8 @@ TEST_F(ServerRestartTest, TheRecordCarriesTheCountAndAnUnheardFailure) {
                Assigned(MakeAssignment(3, 2))});
   // Round 1 fails and is reported (restart count 1 in the answer); round 2
   // fails while the server is down.
-  control_.exit_when = [this](const FakeWorker& w) -> std::optional<ExitStatus> {
+  control_.exit_when =
+      [this](const FakeWorker& w) -> std::optional<ExitStatus> {
     if (w.round == 3) return ExitStatus::Exited(0);
     if (w.local_rank != 0) return std::nullopt;
     if (w.round == 2) rdzv_.report_error = absl::UnavailableError("down");
@@ -896,8 +899,8 @@ TEST_F(ServerRestartTest, ASuccessTheServerNeverHearsEndsInBoundedTime) {
   for (int i = 0; i < 1000; ++i) {
     rdzv_.leave_errors.push_back(absl::UnavailableError("server down"));
   }
-  rdzv_.resume = [](const v1::JoinRequest&)
-      -> absl::StatusOr<v1::ResumeResponse> {
+  rdzv_.resume =
+      [](const v1::JoinRequest&) -> absl::StatusOr<v1::ResumeResponse> {
     return absl::UnavailableError("server down");
   };
   const absl::Time start = clock_.Now();
@@ -909,9 +912,9 @@ TEST_F(ServerRestartTest, ASuccessTheServerNeverHearsEndsInBoundedTime) {
   // --rdzv-conf close_timeout bounds it (torchrun's 60 s), plus the last
   // heartbeat interval's wait and the round itself (its output's last copy
   // waits up to a second).
-  EXPECT_LE(clock_.Now() - start,
-            options_.rdzv_conf.close_timeout +
-                options_.rdzv_conf.heartbeat_interval + absl::Seconds(1));
+  EXPECT_LE(clock_.Now() - start, options_.rdzv_conf.close_timeout +
+                                      options_.rdzv_conf.heartbeat_interval +
+                                      absl::Seconds(1));
 }
 
 }  // namespace

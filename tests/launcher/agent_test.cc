@@ -270,8 +270,7 @@ TEST_P(StopSignalTest, IsForwardedAndEndsEveryWorker) {
   job->agent.Signal(sig);
   std::optional<ExitInfo> exit = job->agent.Wait(absl::Seconds(10));
   ASSERT_TRUE(exit.has_value());
-  EXPECT_EQ(exit->exit_code, 1)
-      << ReadFileOrEmpty(dir.File("agent.err"));
+  EXPECT_EQ(exit->exit_code, 1) << ReadFileOrEmpty(dir.File("agent.err"));
   EXPECT_TRUE(WaitFor([&] { return AllGone(job->workers); }, absl::Seconds(2)));
 }
 
@@ -483,12 +482,7 @@ TEST_F(MultiAgentTest, AFailureOnOneNodeRestartsBothNodes) {
 
 TEST_F(MultiAgentTest, TheSurvivorOfAKilledAgentContinuesAlone) {
   std::vector<std::string> flags = {
-      "--nnodes",
-      "1:2",
-      "--nproc-per-node",
-      "1",
-      "--rdzv-id",
-      "survivor",
+      "--nnodes", "1:2", "--nproc-per-node", "1", "--rdzv-id", "survivor",
       "--rdzv-conf",
       // The last call waits long enough for the second agent to start on a
       // loaded machine (0.2 s let the first finish a round of its own).

@@ -164,7 +164,8 @@ TEST(FlagsTest, VersionIsTheProjectVersion) {
   auto c = Parse({"--version"});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->kind, CommandLine::Kind::kHelp);
-  EXPECT_THAT(c->help, testing::MatchesRegex("ddprun [0-9]+\\.[0-9]+\\.[0-9]+\n"));
+  EXPECT_THAT(c->help,
+              testing::MatchesRegex("ddprun [0-9]+\\.[0-9]+\\.[0-9]+\n"));
 }
 
 TEST(FlagsTest, OneNodeWithoutRendezvousFlagsIsStandalone) {
@@ -203,8 +204,8 @@ TEST(FlagsTest, StaticRendezvousNodeRankZeroServes) {
   ASSERT_TRUE(r0.ok()) << r0.status();
   EXPECT_EQ(r0->launch.rdzv_mode, Mode::kHost);
   EXPECT_EQ(r0->launch.rdzv_endpoint, "10.1.2.3:1234");
-  auto r1 = Parse({"--nnodes=2", "--node_rank=1", "--master_addr=10.1.2.3",
-                   "train.py"});
+  auto r1 = Parse(
+      {"--nnodes=2", "--node_rank=1", "--master_addr=10.1.2.3", "train.py"});
   ASSERT_TRUE(r1.ok()) << r1.status();
   EXPECT_EQ(r1->launch.rdzv_mode, Mode::kConnect);
   EXPECT_EQ(r1->launch.rdzv_endpoint, "10.1.2.3:29500");
@@ -230,9 +231,9 @@ TEST(FlagsTest, KubeflowPetVariablesAlone) {
 }
 
 TEST(FlagsTest, TorchrunFlagsWithoutMeaningAreAcceptedAndListed) {
-  auto c = Parse({"--start-method", "spawn", "--run_path", "--logs-specs",
-                  "x", "--event-log-handler", "console",
-                  "--signals-to-handle", "SIGTERM,SIGUSR1", "--rdzv-conf",
+  auto c = Parse({"--start-method", "spawn", "--run_path", "--logs-specs", "x",
+                  "--event-log-handler", "console", "--signals-to-handle",
+                  "SIGTERM,SIGUSR1", "--rdzv-conf",
                   "timeout=9,read_timeout=45,close_timeout=7,store_type=tcp,"
                   "use_libuv=1,keep_alive_interval=2,keep_alive_max_attempt=4",
                   "train.py"});
@@ -275,8 +276,8 @@ TEST(FlagsTest, TorchrunTwoDefaultsAndShutdownTimeout) {
 
 TEST(FlagsTest, MasterPortAloneIsTheStandaloneWorkersPort) {
   // torchrun's static default form: one node, --master-port only.
-  auto c = Parse({"--nproc-per-node", "1", "--master-port", "29613",
-                  "train.py"});
+  auto c =
+      Parse({"--nproc-per-node", "1", "--master-port", "29613", "train.py"});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->launch.rdzv_mode, Mode::kStandalone);
   EXPECT_EQ(c->launch.master_port, 29613);
@@ -288,13 +289,12 @@ TEST(FlagsTest, MasterPortAloneIsTheStandaloneWorkersPort) {
 }
 
 TEST(FlagsTest, VirtualLocalRankNeedsAGpuPerWorker) {
-  auto c = Parse({"--virtual-local-rank", "--nproc-per-node", "2",
-                  "train.py"});
+  auto c = Parse({"--virtual-local-rank", "--nproc-per-node", "2", "train.py"});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_TRUE(c->launch.virtual_local_rank);
   setenv("CUDA_VISIBLE_DEVICES", "3", 1);
-  auto short_list = Parse({"--virtual-local-rank", "--nproc-per-node", "2",
-                           "train.py"});
+  auto short_list =
+      Parse({"--virtual-local-rank", "--nproc-per-node", "2", "train.py"});
   unsetenv("CUDA_VISIBLE_DEVICES");
   ASSERT_FALSE(short_list.ok());
   EXPECT_THAT(short_list.status().message(),

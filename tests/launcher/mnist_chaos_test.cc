@@ -120,8 +120,8 @@ int NewRestarts(Fault fault) {
 
 struct PlannedFault {
   Fault kind;
-  int node;        // the node of the worker or agent it hits
-  int local_rank;  // the worker's, for worker faults
+  int node;         // the node of the worker or agent it hits
+  int local_rank;   // the worker's, for worker faults
   int after_steps;  // training steps past the previous recovery
 };
 
@@ -139,8 +139,7 @@ std::vector<PlannedFault> Plan(uint32_t seed) {
     PlannedFault fault;
     fault.kind = kind;
     fault.node = std::uniform_int_distribution<int>(0, kNodes - 1)(rng);
-    fault.local_rank =
-        std::uniform_int_distribution<int>(0, kPerNode - 1)(rng);
+    fault.local_rank = std::uniform_int_distribution<int>(0, kPerNode - 1)(rng);
     fault.after_steps =
         kCheckpointEvery * std::uniform_int_distribution<int>(1, 3)(rng);
     plan.push_back(fault);
@@ -151,8 +150,8 @@ std::vector<PlannedFault> Plan(uint32_t seed) {
 std::string Describe(const std::vector<PlannedFault>& plan, uint32_t seed) {
   std::string out = absl::StrCat("chaos plan of seed ", seed, ":");
   for (const PlannedFault& f : plan) {
-    absl::StrAppend(&out, "\n  after ", f.after_steps, " steps: ",
-                    FaultName(f.kind), " (node ", f.node);
+    absl::StrAppend(&out, "\n  after ", f.after_steps,
+                    " steps: ", FaultName(f.kind), " (node ", f.node);
     if (f.kind == Fault::kWorkerKill || f.kind == Fault::kWorkerHang) {
       absl::StrAppend(&out, ", local rank ", f.local_rank);
     }
@@ -160,7 +159,6 @@ std::string Describe(const std::vector<PlannedFault>& plan, uint32_t seed) {
   }
   return out;
 }
-
 
 // The survivors' "into round R ... stopped at step N, resuming at step M"
 // lines: round -> (N, M) of each survivor.
@@ -264,8 +262,9 @@ class MnistChaosTest : public ::testing::Test {
       std::optional<ExitInfo> exit = agents_[node]->Wait(kJobBound);
       ASSERT_TRUE(exit.has_value()) << "node " << node << " never ended\n"
                                     << Logs();
-      ASSERT_TRUE(exit->ok()) << "node " << node << ": " << exit->ToString()
-                              << "\n" << Logs();
+      ASSERT_TRUE(exit->ok())
+          << "node " << node << ": " << exit->ToString() << "\n"
+          << Logs();
     }
   }
 
@@ -301,8 +300,8 @@ TEST_F(MnistChaosTest, SeededFaultsOfEveryKindAreRecovered) {
 
   int64_t round = 0;
   int restarts = 0;
-  int64_t recovered_at = 0;        // the step of the last recovery
-  int in_place_recoveries = 0;     // faults that needed a new round
+  int64_t recovered_at = 0;     // the step of the last recovery
+  int in_place_recoveries = 0;  // faults that needed a new round
   for (const PlannedFault& fault : plan) {
     SCOPED_TRACE(FaultName(fault.kind));
     // The trigger: training reached the planned step.
@@ -310,7 +309,8 @@ TEST_F(MnistChaosTest, SeededFaultsOfEveryKindAreRecovered) {
         [&] { return NewestStep(job) >= recovered_at + fault.after_steps; },
         kRecoveryBound, absl::Milliseconds(10)))
         << "training stalled before step " << recovered_at + fault.after_steps
-        << "\n" << Logs();
+        << "\n"
+        << Logs();
     std::map<int, std::map<int, pid_t>> before;
     for (int node = 0; node < kNodes; ++node) before[node] = WorkersOf(node);
     const int64_t at_step = NewestStep(job);
@@ -323,9 +323,9 @@ TEST_F(MnistChaosTest, SeededFaultsOfEveryKindAreRecovered) {
         ASSERT_EQ(before[fault.node].size(), static_cast<size_t>(kPerNode))
             << Logs();
         victim = before[fault.node].at(fault.local_rank);
-        ASSERT_EQ(kill(victim, fault.kind == Fault::kWorkerKill ? SIGKILL
-                                                                : SIGSTOP),
-                  0);
+        ASSERT_EQ(
+            kill(victim, fault.kind == Fault::kWorkerKill ? SIGKILL : SIGSTOP),
+            0);
         break;
       case Fault::kAgentKill: {
         agents_[fault.node]->Signal(SIGKILL);
@@ -355,8 +355,8 @@ TEST_F(MnistChaosTest, SeededFaultsOfEveryKindAreRecovered) {
     // took.
     ASSERT_TRUE(
         server_.WaitForRunning(job, round, restarts, kNodes, kRecoveryBound))
-        << "expected round " << round << ", restart count " << restarts
-        << "\n" << Logs();
+        << "expected round " << round << ", restart count " << restarts << "\n"
+        << Logs();
     ASSERT_TRUE(WaitForAllWorkers()) << Logs();
     std::map<int, std::map<int, pid_t>> after;
     for (int node = 0; node < kNodes; ++node) after[node] = WorkersOf(node);
@@ -366,28 +366,32 @@ TEST_F(MnistChaosTest, SeededFaultsOfEveryKindAreRecovered) {
       const int other = 1 - fault.node;
       EXPECT_EQ(after[other], before[other])
           << "a worker of node " << other << ", which no fault touched, was "
-          << "restarted\n" << Logs();
+          << "restarted\n"
+          << Logs();
       for (const auto& [local_rank, pid] : before[fault.node]) {
         if (local_rank == fault.local_rank) {
           EXPECT_NE(after[fault.node].at(local_rank), pid);
           // (Killed by its agent, a stopped victim may take a moment to
           // go.)
-          EXPECT_TRUE(WaitFor([&] { return ProcessGone(victim); },
-                              absl::Seconds(30)))
+          EXPECT_TRUE(
+              WaitFor([&] { return ProcessGone(victim); }, absl::Seconds(30)))
               << victim;
         } else {
           EXPECT_EQ(after[fault.node].at(local_rank), pid)
-              << "node-mate of the victim restarted\n" << Logs();
+              << "node-mate of the victim restarted\n"
+              << Logs();
         }
       }
     } else if (fault.kind == Fault::kServerKill) {
       EXPECT_EQ(after, before) << "a worker restarted because the server "
-                               << "did\n" << Logs();
+                               << "did\n"
+                               << Logs();
     }
     // Training goes on past the fault.
     ASSERT_TRUE(WaitFor([&] { return NewestStep(job) > at_step; },
                         kRecoveryBound, absl::Milliseconds(10)))
-        << "no step after the fault\n" << Logs();
+        << "no step after the fault\n"
+        << Logs();
     recovered_at = NewestStep(job);
   }
 
@@ -416,7 +420,8 @@ TEST_F(MnistChaosTest, SeededFaultsOfEveryKindAreRecovered) {
     }
     for (const auto& [stopped, resumed] : survivors) {
       EXPECT_EQ(resumed, last_completed)
-          << "round " << resumed_round << " lost steps\n" << logs;
+          << "round " << resumed_round << " lost steps\n"
+          << logs;
     }
   }
 

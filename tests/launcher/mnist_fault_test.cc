@@ -38,20 +38,10 @@ constexpr int kEpochs = 4;
 constexpr double kMinAccuracy = 0.85;
 
 std::vector<std::string> MnistArgs(const TempDir& dir) {
-  return {Mnist(),
-          "--epochs",
-          std::to_string(kEpochs),
-          "--data-dir",
-          MnistDir(),
-          "--train-limit",
-          std::to_string(kTrainSamples),
-          "--checkpoint-dir",
-          dir.File("checkpoints"),
-          "--checkpoint-every",
-          "20",
-          "--summary-json",
-          dir.File("summary.json"),
-          "--save",
+  return {Mnist(), "--epochs", std::to_string(kEpochs), "--data-dir",
+          MnistDir(), "--train-limit", std::to_string(kTrainSamples),
+          "--checkpoint-dir", dir.File("checkpoints"), "--checkpoint-every",
+          "20", "--summary-json", dir.File("summary.json"), "--save",
           dir.File("model.pt"),
           // These tests are of restarts from a checkpoint (in-place
           // recovery: mnist_inplace_test.cc).
@@ -122,8 +112,8 @@ TEST(MnistFaultTest, AHungWorkerIsDetectedAndTheJobFinishes) {
                            "--max-restarts", "2", "--monitor-interval", "0.1",
                            // The test freezes the workers (SIGSTOP) to
                            // read the checkpoint they resume from.
-                           "--hang-bound", "stopped=0",
-                           "--worker-timeout", "2", "--shutdown-grace", "1"});
+                           "--hang-bound", "stopped=0", "--worker-timeout", "2",
+                           "--shutdown-grace", "1"});
   ASSERT_TRUE(WaitFor([&] { return HasCheckpoint(dir); }, absl::Minutes(2)))
       << job.err();
   std::vector<pid_t> workers = Children(job.agent.pid());

@@ -48,28 +48,36 @@ constexpr double kAccuracyTolerance = 0.005;
 
 std::vector<std::string> MnistArgs(const TempDir& dir,
                                    const std::string& summary) {
-  return {Mnist(),         "--epochs",      std::to_string(kEpochs),
-          "--data-dir",    MnistDir(),      "--train-limit",
-          std::to_string(kTrainSamples),   "--seed",
-          "7",             "--summary-json", dir.File(summary),
-          "--save",        dir.File(summary + ".pt"),
+  return {Mnist(),
+          "--epochs",
+          std::to_string(kEpochs),
+          "--data-dir",
+          MnistDir(),
+          "--train-limit",
+          std::to_string(kTrainSamples),
+          "--seed",
+          "7",
+          "--summary-json",
+          dir.File(summary),
+          "--save",
+          dir.File(summary + ".pt"),
           "--no-progress"};
 }
 
 // The args of a run of `samples` training samples, `epochs` epochs, its
 // summary at `summary` (no model saved).
 std::vector<std::string> SmallMnistArgs(const TempDir& dir,
-                                        const std::string& summary,
-                                        int samples, int epochs) {
-  return {Mnist(),         "--epochs",       std::to_string(epochs),
-          "--data-dir",    MnistDir(),       "--train-limit",
-          std::to_string(samples),           "--seed",
-          "7",             "--summary-json", dir.File(summary),
-          "--save",        "",               "--no-progress"};
+                                        const std::string& summary, int samples,
+                                        int epochs) {
+  return {Mnist(),    "--epochs",       std::to_string(epochs),  "--data-dir",
+          MnistDir(), "--train-limit",  std::to_string(samples), "--seed",
+          "7",        "--summary-json", dir.File(summary),       "--save",
+          "",         "--no-progress"};
 }
 
 // Runs `argv` to its end (bounded); its stderr.
-std::string RunToSuccess(const TempDir& dir, const std::vector<std::string>& argv,
+std::string RunToSuccess(const TempDir& dir,
+                         const std::vector<std::string>& argv,
                          const std::string& name) {
   SubprocessOptions options;
   options.argv = argv;
@@ -81,10 +89,10 @@ std::string RunToSuccess(const TempDir& dir, const std::vector<std::string>& arg
   std::optional<ExitInfo> exit = process->Wait(absl::Minutes(3));
   const std::string err = ReadFileOrEmpty(options.stderr_path);
   EXPECT_TRUE(exit.has_value() && exit->ok())
-      << (exit ? exit->ToString() : "still running") << "\n" << err;
+      << (exit ? exit->ToString() : "still running") << "\n"
+      << err;
   return err;
 }
-
 
 // The workers of the agent `agent`: the one of global rank `rank` (-1 when
 // none is) and the others.
@@ -110,7 +118,8 @@ void ExpectStillWorkers(pid_t agent, const std::set<pid_t>& kept,
   std::vector<pid_t> now = Children(agent);
   for (pid_t pid : kept) {
     EXPECT_NE(std::find(now.begin(), now.end(), pid), now.end())
-        << "worker " << pid << " was restarted\n" << log;
+        << "worker " << pid << " was restarted\n"
+        << log;
   }
 }
 
@@ -156,9 +165,8 @@ std::string RunFaultFree(const TempDir& dir,
 // The checks every in-place test makes of the faulty run's summary against
 // the fault-free one's.
 void ExpectExactInPlaceRun(const std::string& summary,
-                           const std::string& reference,
-                           const std::string& log, int world_size,
-                           int epochs = kEpochs) {
+                           const std::string& reference, const std::string& log,
+                           int world_size, int epochs = kEpochs) {
   ASSERT_FALSE(summary.empty()) << log;
   ASSERT_FALSE(reference.empty());
   EXPECT_EQ(SummaryNumber(summary, "world_size"), world_size);
@@ -196,26 +204,29 @@ TEST_P(MnistInPlaceTest, KillNineOfOneWorkerKeepsTheSurvivorsRunning) {
   // one killed: its replacement must carry the accounting on.
   const int victim_rank = nproc == 3 ? 0 : nproc - 1;
   TempDir dir;
-  const std::vector<std::string> flags = {
-      "--standalone", "--nproc-per-node", std::to_string(nproc),
-      "--max-restarts", "3", "--monitor-interval", "0.05"};
+  const std::vector<std::string> flags = {"--standalone",
+                                          "--nproc-per-node",
+                                          std::to_string(nproc),
+                                          "--max-restarts",
+                                          "3",
+                                          "--monitor-interval",
+                                          "0.05"};
   const std::string reference = RunFaultFree(dir, flags);
 
   Job job = StartJob(dir, flags, "agent", "summary.json");
   // Mid-training: after the first epoch's line.
-  ASSERT_TRUE(WaitFor([&] { return job.err().find("epoch 1/") !=
-                                   std::string::npos; },
-                      absl::Minutes(3)))
+  ASSERT_TRUE(
+      WaitFor([&] { return job.err().find("epoch 1/") != std::string::npos; },
+              absl::Minutes(3)))
       << job.err();
   Workers workers = SplitAt(job.agent.pid(), victim_rank);
-  ASSERT_EQ(workers.others.size() + 1, static_cast<size_t>(nproc))
-      << job.err();
+  ASSERT_EQ(workers.others.size() + 1, static_cast<size_t>(nproc)) << job.err();
   ASSERT_GT(workers.victim, 0);
   ASSERT_EQ(kill(workers.victim, SIGKILL), 0);
   // The survivors are still the same processes once the job goes on.
-  ASSERT_TRUE(WaitFor([&] { return job.err().find("resuming at step") !=
-                                   std::string::npos; },
-                      absl::Minutes(2)))
+  ASSERT_TRUE(WaitFor(
+      [&] { return job.err().find("resuming at step") != std::string::npos; },
+      absl::Minutes(2)))
       << job.err();
   ExpectStillWorkers(job.agent.pid(), workers.others, job.err());
   std::optional<ExitInfo> exit = job.agent.Wait(absl::Minutes(4));
@@ -246,9 +257,9 @@ TEST(MnistInPlacePrewarmTest, AKilledWorkerIsReplacedByAStandbyInPlace) {
   // forked by the node's zygote (children without a RANK, blocked on their
   // pipe), so that the short job cannot end first: the zygote starts only
   // now, on the CPU the training leaves.
-  ASSERT_TRUE(WaitFor(
-      [&] { return job.err().find("epoch 1/") != std::string::npos; },
-      absl::Minutes(3)))
+  ASSERT_TRUE(
+      WaitFor([&] { return job.err().find("epoch 1/") != std::string::npos; },
+              absl::Minutes(3)))
       << job.err();
   std::vector<pid_t> workers;
   for (pid_t pid : Children(job.agent.pid())) {
@@ -263,9 +274,9 @@ TEST(MnistInPlacePrewarmTest, AKilledWorkerIsReplacedByAStandbyInPlace) {
           if (RankOf(pid) < 0 &&
               ReadFileOrEmpty(absl::StrCat("/proc/", pid, "/comm")) !=
                   "ddprun-zygote\n" &&
-              absl::EndsWith(ReadFileOrEmpty(absl::StrCat("/proc/", pid,
-                                                          "/wchan")),
-                             "pipe_read")) {
+              absl::EndsWith(
+                  ReadFileOrEmpty(absl::StrCat("/proc/", pid, "/wchan")),
+                  "pipe_read")) {
             ++waiting;
           }
         }
@@ -283,9 +294,9 @@ TEST(MnistInPlacePrewarmTest, AKilledWorkerIsReplacedByAStandbyInPlace) {
   ASSERT_GT(victim, 0);
   ASSERT_GT(survivor, 0);
   ASSERT_EQ(kill(victim, SIGKILL), 0);
-  ASSERT_TRUE(WaitFor([&] { return job.err().find("resuming at step") !=
-                                   std::string::npos; },
-                      absl::Minutes(2)))
+  ASSERT_TRUE(WaitFor(
+      [&] { return job.err().find("resuming at step") != std::string::npos; },
+      absl::Minutes(2)))
       << job.err();
   std::vector<pid_t> after = Children(job.agent.pid());
   EXPECT_NE(std::find(after.begin(), after.end(), survivor), after.end())
@@ -308,28 +319,33 @@ TEST(MnistInPlacePrewarmTest, AKilledWorkerIsReplacedByAStandbyInPlace) {
 // kills and replaces only the stopped one, and the job goes on in place.
 TEST(MnistInPlaceHangTest, AStoppedWorkerIsReplacedAndItsPeersKept) {
   TempDir dir;
-  const std::vector<std::string> flags = {
-      "--standalone",     "--nproc-per-node", "3",   "--max-restarts", "3",
-      "--monitor-interval", "0.05",           "--worker-timeout", "2"};
+  const std::vector<std::string> flags = {"--standalone",
+                                          "--nproc-per-node",
+                                          "3",
+                                          "--max-restarts",
+                                          "3",
+                                          "--monitor-interval",
+                                          "0.05",
+                                          "--worker-timeout",
+                                          "2"};
   const std::string reference = RunFaultFree(dir, flags);
 
   Job job = StartJob(dir, flags, "agent", "summary.json");
-  ASSERT_TRUE(WaitFor([&] { return job.err().find("epoch 1/") !=
-                                   std::string::npos; },
-                      absl::Minutes(3)))
+  ASSERT_TRUE(
+      WaitFor([&] { return job.err().find("epoch 1/") != std::string::npos; },
+              absl::Minutes(3)))
       << job.err();
   Workers workers = SplitAt(job.agent.pid(), 1);
   ASSERT_EQ(workers.others.size(), 2u) << job.err();
   ASSERT_GT(workers.victim, 0);
   ASSERT_EQ(kill(workers.victim, SIGSTOP), 0);
-  ASSERT_TRUE(WaitFor([&] { return job.err().find("resuming at step") !=
-                                   std::string::npos; },
-                      absl::Minutes(2)))
+  ASSERT_TRUE(WaitFor(
+      [&] { return job.err().find("resuming at step") != std::string::npos; },
+      absl::Minutes(2)))
       << job.err();
   ExpectStillWorkers(job.agent.pid(), workers.others, job.err());
   std::vector<pid_t> after = Children(job.agent.pid());
-  EXPECT_EQ(std::find(after.begin(), after.end(), workers.victim),
-            after.end());
+  EXPECT_EQ(std::find(after.begin(), after.end(), workers.victim), after.end());
   std::optional<ExitInfo> exit = job.agent.Wait(absl::Minutes(4));
   ASSERT_TRUE(exit.has_value()) << job.err();
   ASSERT_TRUE(exit->ok()) << exit->ToString() << "\n" << job.err();
@@ -349,10 +365,21 @@ TEST(MnistInPlaceTwoAgentsTest, AWorkerOnTheOtherNodeKeepsItsPid) {
   TempDir dir;
   auto flags_of = [&](const std::string& run_id, int node_rank) {
     return std::vector<std::string>{
-        "--nnodes", "2", "--nproc-per-node", "2", "--rdzv-endpoint",
-        (*server)->endpoint(), "--rdzv-id", run_id, "--node-rank",
-        std::to_string(node_rank), "--monitor-interval", "0.05",
-        "--max-restarts", "3", "--rdzv-conf",
+        "--nnodes",
+        "2",
+        "--nproc-per-node",
+        "2",
+        "--rdzv-endpoint",
+        (*server)->endpoint(),
+        "--rdzv-id",
+        run_id,
+        "--node-rank",
+        std::to_string(node_rank),
+        "--monitor-interval",
+        "0.05",
+        "--max-restarts",
+        "3",
+        "--rdzv-conf",
         "heartbeat_interval=0.2,heartbeat_timeout=5,last_call_timeout=1"};
   };
   std::string reference;
@@ -367,9 +394,9 @@ TEST(MnistInPlaceTwoAgentsTest, AWorkerOnTheOtherNodeKeepsItsPid) {
   }
   Job node0 = StartJob(dir, flags_of("inplace", 0), "agent0", "summary.json");
   Job node1 = StartJob(dir, flags_of("inplace", 1), "agent1", "summary1.json");
-  ASSERT_TRUE(WaitFor([&] { return node0.err().find("epoch 1/") !=
-                                   std::string::npos; },
-                      absl::Minutes(3)))
+  ASSERT_TRUE(
+      WaitFor([&] { return node0.err().find("epoch 1/") != std::string::npos; },
+              absl::Minutes(3)))
       << node0.err() << node1.err();
   std::vector<pid_t> unaffected = Children(node0.agent.pid());
   std::vector<pid_t> failing = Children(node1.agent.pid());
@@ -382,9 +409,9 @@ TEST(MnistInPlaceTwoAgentsTest, AWorkerOnTheOtherNodeKeepsItsPid) {
   ASSERT_GT(victim, 0);
   ASSERT_GT(node1_survivor, 0);
   ASSERT_EQ(kill(victim, SIGKILL), 0);
-  ASSERT_TRUE(WaitFor([&] { return node0.err().find("resuming at step") !=
-                                   std::string::npos; },
-                      absl::Minutes(2)))
+  ASSERT_TRUE(WaitFor(
+      [&] { return node0.err().find("resuming at step") != std::string::npos; },
+      absl::Minutes(2)))
       << node0.err() << node1.err();
   std::vector<pid_t> after0 = Children(node0.agent.pid());
   EXPECT_EQ(after0, unaffected) << node0.err();
@@ -413,10 +440,15 @@ TEST(MnistInPlaceChaosTest, SeededKillsAndHangsAreEachRecoveredInPlace) {
   const uint32_t seed = 20261203;
   std::mt19937 rng(seed);
   TempDir dir;
-  const std::vector<std::string> flags = {
-      "--standalone",       "--nproc-per-node", "3",   "--max-restarts",
-      "5",                  "--monitor-interval", "0.05", "--worker-timeout",
-      "2"};
+  const std::vector<std::string> flags = {"--standalone",
+                                          "--nproc-per-node",
+                                          "3",
+                                          "--max-restarts",
+                                          "5",
+                                          "--monitor-interval",
+                                          "0.05",
+                                          "--worker-timeout",
+                                          "2"};
   auto with_epochs = [&](const std::string& summary) {
     std::vector<std::string> args = MnistArgs(dir, summary);
     args[2] = std::to_string(kChaosEpochs);
@@ -439,9 +471,9 @@ TEST(MnistInPlaceChaosTest, SeededKillsAndHangsAreEachRecoveredInPlace) {
     reference = ReadFileOrEmpty(dir.File("reference.json"));
   }
   Job job = start("agent", "summary.json");
-  ASSERT_TRUE(WaitFor([&] { return job.err().find("epoch 1/") !=
-                                   std::string::npos; },
-                      absl::Minutes(3)))
+  ASSERT_TRUE(
+      WaitFor([&] { return job.err().find("epoch 1/") != std::string::npos; },
+              absl::Minutes(3)))
       << job.err();
   std::set<pid_t> untouched;
   for (pid_t pid : Children(job.agent.pid())) untouched.insert(pid);
@@ -467,8 +499,8 @@ TEST(MnistInPlaceChaosTest, SeededKillsAndHangsAreEachRecoveredInPlace) {
         },
         absl::Minutes(2)))
         << job.err();
-    absl::SleepFor(absl::Milliseconds(
-        std::uniform_int_distribution<int>(50, 400)(rng)));
+    absl::SleepFor(
+        absl::Milliseconds(std::uniform_int_distribution<int>(50, 400)(rng)));
     std::vector<pid_t> workers = Children(job.agent.pid());
     ASSERT_EQ(workers.size(), 3u) << job.err();
     auto kept = std::find(workers.begin(), workers.end(), keeper);
@@ -491,7 +523,8 @@ TEST(MnistInPlaceChaosTest, SeededKillsAndHangsAreEachRecoveredInPlace) {
   ASSERT_TRUE(untouched.count(keeper));
   for (pid_t pid : untouched) {
     EXPECT_NE(std::find(running.begin(), running.end(), pid), running.end())
-        << "untouched worker " << pid << " was restarted\n" << job.err();
+        << "untouched worker " << pid << " was restarted\n"
+        << job.err();
   }
   std::optional<ExitInfo> exit = job.agent.Wait(absl::Minutes(6));
   ASSERT_TRUE(exit.has_value()) << job.err();
@@ -522,13 +555,20 @@ std::vector<std::string> NodeFlags(const std::string& endpoint,
                                    const std::string& nnodes, int node_rank,
                                    const std::string& last_call,
                                    int nproc = 1) {
-  return {"--nnodes",         nnodes,
-          "--nproc-per-node", std::to_string(nproc),
-          "--rdzv-endpoint",  endpoint,
-          "--rdzv-id",        run_id,
-          "--node-rank",      std::to_string(node_rank),
-          "--monitor-interval", "0.05",
-          "--max-restarts",   "3",
+  return {"--nnodes",
+          nnodes,
+          "--nproc-per-node",
+          std::to_string(nproc),
+          "--rdzv-endpoint",
+          endpoint,
+          "--rdzv-id",
+          run_id,
+          "--node-rank",
+          std::to_string(node_rank),
+          "--monitor-interval",
+          "0.05",
+          "--max-restarts",
+          "3",
           "--rdzv-conf",
           "heartbeat_interval=0.2,heartbeat_timeout=2,last_call_timeout=" +
               last_call};
@@ -541,9 +581,9 @@ std::string RunFaultFreeNodes(
     const std::vector<std::vector<std::string>>& flags) {
   std::vector<Job> jobs;
   for (size_t i = 0; i < flags.size(); ++i) {
-    jobs.push_back(StartJob(dir, flags[i], absl::StrCat(name, i),
-                            i == 0 ? name + ".json"
-                                   : absl::StrCat(name, "-", i, ".json")));
+    jobs.push_back(StartJob(
+        dir, flags[i], absl::StrCat(name, i),
+        i == 0 ? name + ".json" : absl::StrCat(name, "-", i, ".json")));
   }
   for (Job& job : jobs) {
     std::optional<ExitInfo> exit = job.agent.Wait(absl::Minutes(4));
@@ -595,24 +635,27 @@ TEST(MnistInPlaceTwoAgentsTest, ALostNodeShrinksTheWorldInPlace) {
   auto flags_of = [&](const std::string& run_id, int node_rank) {
     return NodeFlags((*server)->endpoint(), run_id, "1:2", node_rank, "30");
   };
-  const std::string reference2 = RunFaultFreeNodes(
-      dir, "reference2", {flags_of("reference2", 0), flags_of("reference2", 1)});
+  const std::string reference2 =
+      RunFaultFreeNodes(dir, "reference2",
+                        {flags_of("reference2", 0), flags_of("reference2", 1)});
   const std::string reference1 = RunFaultFreeNodes(
       dir, "reference1",
       {NodeFlags((*server)->endpoint(), "reference1", "1:2", 0, "0.5")});
   Job survivor = StartJob(dir, flags_of("shrink", 0), "agent0", "summary.json");
   Job victim = StartJob(dir, flags_of("shrink", 1), "agent1", "summary1.json");
-  ASSERT_TRUE(WaitFor([&] { return survivor.err().find("epoch 1/") !=
-                                   std::string::npos; },
-                      absl::Minutes(3)))
+  ASSERT_TRUE(WaitFor(
+      [&] { return survivor.err().find("epoch 1/") != std::string::npos; },
+      absl::Minutes(3)))
       << survivor.err() << victim.err();
   EXPECT_THAT(survivor.err(), HasSubstr("of 2, ranks 0..0 of 2"));
   std::vector<pid_t> workers = Children(survivor.agent.pid());
   ASSERT_EQ(workers.size(), 1u) << survivor.err();
   victim.agent.Signal(SIGKILL);
-  ASSERT_TRUE(WaitFor([&] { return survivor.err().find("resuming at step") !=
-                                   std::string::npos; },
-                      absl::Minutes(2)))
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return survivor.err().find("resuming at step") != std::string::npos;
+      },
+      absl::Minutes(2)))
       << survivor.err();
   EXPECT_EQ(Children(survivor.agent.pid()), workers) << survivor.err();
   std::optional<ExitInfo> exit = survivor.agent.Wait(absl::Minutes(4));
@@ -649,11 +692,11 @@ TEST(MnistInPlaceTwoAgentsTest, ALostNodeOfThreeShrinksToAnUnevenSplit) {
   TempDir dir;
   auto start = [&](int node_rank) {
     SubprocessOptions options;
-    options.argv = Concat(
-        Concat({Ddprun()}, NodeFlags((*server)->endpoint(), "shrink3", "2:3",
-                                     node_rank, "30")),
-        SmallMnistArgs(dir, absl::StrCat("summary", node_rank, ".json"),
-                       kSamples, kShrinkEpochs));
+    options.argv =
+        Concat(Concat({Ddprun()}, NodeFlags((*server)->endpoint(), "shrink3",
+                                            "2:3", node_rank, "30")),
+               SmallMnistArgs(dir, absl::StrCat("summary", node_rank, ".json"),
+                              kSamples, kShrinkEpochs));
     options.stderr_path = dir.File(absl::StrCat("agent", node_rank, ".err"));
     options.stdout_path = dir.File(absl::StrCat("agent", node_rank, ".out"));
     auto agent = Subprocess::Start(options);
@@ -663,9 +706,9 @@ TEST(MnistInPlaceTwoAgentsTest, ALostNodeOfThreeShrinksToAnUnevenSplit) {
   Job node0 = start(0);
   Job node1 = start(1);
   Job node2 = start(2);
-  ASSERT_TRUE(WaitFor([&] { return node0.err().find("epoch 1/") !=
-                                   std::string::npos; },
-                      absl::Minutes(3)))
+  ASSERT_TRUE(
+      WaitFor([&] { return node0.err().find("epoch 1/") != std::string::npos; },
+              absl::Minutes(3)))
       << node0.err() << node1.err() << node2.err();
   EXPECT_THAT(node0.err(), HasSubstr("of 3, ranks 0..0 of 3"));
   const std::vector<pid_t> workers0 = Children(node0.agent.pid());
@@ -717,21 +760,25 @@ TEST(MnistInPlaceTwoAgentsTest, ANodeLostWhileTheWorldGrowsKeepsTheSurvivor) {
   const std::string reference =
       RunFaultFreeNodes(dir, "reference", {flags_of("reference", 0)});
   Job survivor = StartJob(dir, flags_of("grow", 0), "agent0", "summary.json");
-  ASSERT_TRUE(WaitFor([&] { return survivor.err().find("epoch 1/") !=
-                                   std::string::npos; },
-                      absl::Minutes(3)))
+  ASSERT_TRUE(WaitFor(
+      [&] { return survivor.err().find("epoch 1/") != std::string::npos; },
+      absl::Minutes(3)))
       << survivor.err();
   std::vector<pid_t> workers = Children(survivor.agent.pid());
   ASSERT_EQ(workers.size(), 1u) << survivor.err();
   Job victim = StartJob(dir, flags_of("grow", 1), "agent1", "summary1.json");
-  ASSERT_TRUE(WaitFor([&] { return victim.err().find("started 1 workers") !=
-                                   std::string::npos; },
-                      absl::Minutes(2)))
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return victim.err().find("started 1 workers") != std::string::npos;
+      },
+      absl::Minutes(2)))
       << victim.err() << survivor.err();
   victim.agent.Signal(SIGKILL);
-  ASSERT_TRUE(WaitFor([&] { return survivor.err().find("resuming at step") !=
-                                   std::string::npos; },
-                      absl::Minutes(2)))
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return survivor.err().find("resuming at step") != std::string::npos;
+      },
+      absl::Minutes(2)))
       << survivor.err();
   std::optional<ExitInfo> exit = survivor.agent.Wait(absl::Minutes(4));
   ASSERT_TRUE(exit.has_value()) << survivor.err();
@@ -761,8 +808,9 @@ TEST(MnistInPlaceTwoAgentsTest, AThirdNodeJoinsARunningJobInPlace) {
   auto flags_of = [&](const std::string& run_id, int node_rank) {
     return NodeFlags((*server)->endpoint(), run_id, "2:3", node_rank, "0.5");
   };
-  const std::string reference2 = RunFaultFreeNodes(
-      dir, "reference2", {flags_of("reference2", 0), flags_of("reference2", 1)});
+  const std::string reference2 =
+      RunFaultFreeNodes(dir, "reference2",
+                        {flags_of("reference2", 0), flags_of("reference2", 1)});
   auto fixed = [&](int node_rank) {
     return NodeFlags((*server)->endpoint(), "reference3", "3", node_rank,
                      "0.5");
@@ -771,25 +819,27 @@ TEST(MnistInPlaceTwoAgentsTest, AThirdNodeJoinsARunningJobInPlace) {
       RunFaultFreeNodes(dir, "reference3", {fixed(0), fixed(1), fixed(2)});
   Job node0 = StartJob(dir, flags_of("grow", 0), "agent0", "summary.json");
   Job node1 = StartJob(dir, flags_of("grow", 1), "agent1", "summary1.json");
-  ASSERT_TRUE(WaitFor([&] { return node0.err().find("epoch 1/") !=
-                                   std::string::npos; },
-                      absl::Minutes(3)))
+  ASSERT_TRUE(
+      WaitFor([&] { return node0.err().find("epoch 1/") != std::string::npos; },
+              absl::Minutes(3)))
       << node0.err() << node1.err();
   const std::vector<pid_t> workers0 = Children(node0.agent.pid());
   const std::vector<pid_t> workers1 = Children(node1.agent.pid());
   ASSERT_EQ(workers0.size(), 1u) << node0.err();
   ASSERT_EQ(workers1.size(), 1u) << node1.err();
   Job node2 = StartJob(dir, flags_of("grow", 2), "agent2", "summary2.json");
-  ASSERT_TRUE(WaitFor([&] { return node2.err().find("joined the running job "
-                                                    "in place") !=
-                                   std::string::npos; },
-                      absl::Minutes(2)))
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return node2.err().find(
+                   "joined the running job "
+                   "in place") != std::string::npos;
+      },
+      absl::Minutes(2)))
       << node2.err() << node0.err();
   // The running workers are the same processes in the round of three.
-  ASSERT_TRUE(WaitFor([&] { return StoppedAndResumed(node0.err() +
-                                                     node1.err())
-                                       .size() == 2; },
-                      absl::Minutes(2)))
+  ASSERT_TRUE(WaitFor(
+      [&] { return StoppedAndResumed(node0.err() + node1.err()).size() == 2; },
+      absl::Minutes(2)))
       << node0.err() << node1.err();
   ExpectStillWorkers(node0.agent.pid(), {workers0[0]}, node0.err());
   ExpectStillWorkers(node1.agent.pid(), {workers1[0]}, node1.err());
@@ -818,7 +868,6 @@ TEST(MnistInPlaceTwoAgentsTest, AThirdNodeJoinsARunningJobInPlace) {
   EXPECT_EQ(SummaryList(summary, "resumed_at_steps")[0], std::stoll(m[1]));
 }
 
-
 // A checkpoint written by 2 ranks mid-epoch is resumed by 3 (the sampler
 // path every change of the world takes, in place too, made deterministic):
 // the rest of the epoch, 1921 of 2561 samples after 10 steps of 64, does
@@ -833,10 +882,10 @@ TEST(MnistWorldChangeTest, AnEpochResumedByMoreRanksIsSplitWithoutPadding) {
   TempDir dir;
   auto run = [&](int nproc, const std::vector<std::string>& extra,
                  const std::string& name) {
-    std::vector<std::string> argv = Concat(
-        {Ddprun(), "--standalone", "--nproc-per-node", std::to_string(nproc),
-         "--monitor-interval", "0.05"},
-        SmallMnistArgs(dir, name + ".json", kSamples, 2));
+    std::vector<std::string> argv =
+        Concat({Ddprun(), "--standalone", "--nproc-per-node",
+                std::to_string(nproc), "--monitor-interval", "0.05"},
+               SmallMnistArgs(dir, name + ".json", kSamples, 2));
     return RunToSuccess(
         dir,
         Concat(argv, Concat({"--checkpoint-dir", dir.File("checkpoints"),
@@ -899,8 +948,8 @@ SyncFault RunSyncFault(int nproc, const std::string& role,
        "--max-restarts", "3", "--monitor-interval", "0.05"},
       stop ? std::vector<std::string>{"--worker-timeout", "2"}
            : std::vector<std::string>{});
-  argv = Concat(argv,
-                SmallMnistArgs(dir, "summary.json", kTrainSamples, kEpochs));
+  argv =
+      Concat(argv, SmallMnistArgs(dir, "summary.json", kTrainSamples, kEpochs));
   const std::string hook = stop ? "--test-stop-in-sync" : "--test-die-in-sync";
   argv = Concat(argv, Concat({hook, role + ":" + marker}, extra));
   SubprocessOptions options;
@@ -914,8 +963,9 @@ SyncFault RunSyncFault(int nproc, const std::string& role,
   SyncFault fault;
   // Mid-training, rank 1 is killed: the first fault, which starts the
   // recovery the second one hits.
-  EXPECT_TRUE(WaitFor([&] { return err().find("epoch 1/") != std::string::npos; },
-                      absl::Minutes(3)))
+  EXPECT_TRUE(
+      WaitFor([&] { return err().find("epoch 1/") != std::string::npos; },
+              absl::Minutes(3)))
       << err();
   Workers workers = SplitAt(agent->pid(), 1);
   EXPECT_GT(workers.victim, 0) << err();
@@ -924,7 +974,8 @@ SyncFault RunSyncFault(int nproc, const std::string& role,
   std::optional<ExitInfo> exit = agent->Wait(absl::Minutes(4));
   fault.log = err();
   EXPECT_TRUE(exit.has_value() && exit->ok())
-      << (exit ? exit->ToString() : "still running") << "\n" << fault.log;
+      << (exit ? exit->ToString() : "still running") << "\n"
+      << fault.log;
   fault.summary = ReadFileOrEmpty(dir.File("summary.json"));
   fault.died_at = DiedInSyncAt(marker);
   EXPECT_GE(fault.died_at, 0) << "no worker died in the sync\n" << fault.log;
@@ -941,7 +992,8 @@ SyncFault RunSyncFault(int nproc, const std::string& role,
   EXPECT_EQ(SummaryNumber(fault.summary, "steps"),
             kEpochs * ((per_rank + 31) / 32))
       << fault.summary;
-  std::optional<double> accuracy = SummaryNumber(fault.summary, "test_accuracy");
+  std::optional<double> accuracy =
+      SummaryNumber(fault.summary, "test_accuracy");
   EXPECT_GE(accuracy.value_or(0), kMinAccuracy) << fault.summary;
   return fault;
 }
@@ -978,15 +1030,15 @@ TEST(MnistInPlaceSyncFaultTest, TheSurvivorSendingTheStateDiesInTheSync) {
 // new member that stayed).
 TEST(MnistInPlaceSyncFaultTest, TheOnlySurvivorDiesInTheSyncCheckpointResumes) {
   TempDir checkpoints;
-  SyncFault fault =
-      RunSyncFault(2, "source", {"--checkpoint-dir", checkpoints.path(),
-                                 "--checkpoint-every", "50"});
+  SyncFault fault = RunSyncFault(
+      2, "source",
+      {"--checkpoint-dir", checkpoints.path(), "--checkpoint-every", "50"});
   ASSERT_FALSE(fault.summary.empty()) << fault.log;
   // The newest checkpoint of a step the dead source had reached.
   int64_t newest = -1;
   std::regex saved("checkpoint of step ([0-9]+) saved");
-  for (auto it = std::sregex_iterator(fault.log.begin(), fault.log.end(),
-                                      saved);
+  for (auto it =
+           std::sregex_iterator(fault.log.begin(), fault.log.end(), saved);
        it != std::sregex_iterator(); ++it) {
     const int64_t step = std::stoll((*it)[1]);
     if (step <= fault.died_at) newest = std::max(newest, step);

@@ -36,15 +36,13 @@ std::string ReadProc(pid_t pid, const char* what) {
 }
 
 bool HasVariable(const std::string& environ, const std::string& name) {
-  return absl::StrContains(environ, absl::StrCat(std::string(1, '\0'), name,
-                                                 "=")) ||
+  return absl::StrContains(environ,
+                           absl::StrCat(std::string(1, '\0'), name, "=")) ||
          absl::StartsWith(environ, name + "=");
 }
 
 // The standbys' zygote (it names itself so): neither worker nor standby.
-bool IsZygote(pid_t pid) {
-  return ReadProc(pid, "comm") == "ddprun-zygote\n";
-}
+bool IsZygote(pid_t pid) { return ReadProc(pid, "comm") == "ddprun-zygote\n"; }
 
 // The direct children of `pid`: its workers, its standbys and the zygote.
 // A standby was started with DDPRUN_STANDBY_FD, or forked by the zygote,
@@ -72,32 +70,15 @@ bool HasCheckpoint(const TempDir& dir) {
 TEST(MnistPrewarmTest, AKilledWorkerIsReplacedByPrewarmedProcesses) {
   TempDir dir;
   SubprocessOptions options;
-  options.argv = {BinaryPath("launcher/ddprun"),
-                  "--prewarm",
-                  "--standalone",
-                  "--nproc-per-node",
-                  "2",
-                  "--max-restarts",
-                  "2",
-                  "--monitor-interval",
-                  "0.1",
+  options.argv = {BinaryPath("launcher/ddprun"), "--prewarm", "--standalone",
+                  "--nproc-per-node", "2", "--max-restarts", "2",
+                  "--monitor-interval", "0.1",
                   // The workers are held (SIGSTOP) while the standbys
                   // get ready.
-                  "--hang-bound",
-                  "stopped=0",
-                  BinaryPath("mnist/ddprun-mnist"),
-                  "--epochs",
-                  "4",
-                  "--data-dir",
-                  MnistDir(),
-                  "--checkpoint-dir",
-                  dir.File("checkpoints"),
-                  "--checkpoint-every",
-                  "50",
-                  "--summary-json",
-                  dir.File("summary.json"),
-                  "--save",
-                  "",
+                  "--hang-bound", "stopped=0", BinaryPath("mnist/ddprun-mnist"),
+                  "--epochs", "4", "--data-dir", MnistDir(), "--checkpoint-dir",
+                  dir.File("checkpoints"), "--checkpoint-every", "50",
+                  "--summary-json", dir.File("summary.json"), "--save", "",
                   // These tests are of restarts from a checkpoint (in-place
                   // recovery: mnist_inplace_test.cc).
                   "--no-in-place"};
@@ -190,17 +171,39 @@ TEST(MnistPrewarmTest, TwoNodesRestartWithTheirStandbys) {
   std::vector<Subprocess> agents;
   for (int node = 0; node < 2; ++node) {
     SubprocessOptions options;
-    options.argv = {BinaryPath("launcher/ddprun"), "--prewarm", "--nnodes", "2",
-                    "--nproc-per-node", "1", "--node-rank",
-                    std::to_string(node), "--rdzv-endpoint",
-                    (*server)->endpoint(), "--rdzv-id", "prewarm-2",
-                    "--max-restarts", "2", "--monitor-interval", "0.1",
-                    "--hang-bound", "stopped=0",  // workers held (SIGSTOP)
-                    "--rdzv-conf", "heartbeat_interval=0.2",
-                    BinaryPath("mnist/ddprun-mnist"), "--epochs", "4",
-                    "--data-dir", MnistDir(), "--checkpoint-dir",
-                    dir.File("checkpoints"), "--checkpoint-every", "50",
-                    "--summary-json", dir.File("summary.json"), "--save", "",
+    options.argv = {BinaryPath("launcher/ddprun"),
+                    "--prewarm",
+                    "--nnodes",
+                    "2",
+                    "--nproc-per-node",
+                    "1",
+                    "--node-rank",
+                    std::to_string(node),
+                    "--rdzv-endpoint",
+                    (*server)->endpoint(),
+                    "--rdzv-id",
+                    "prewarm-2",
+                    "--max-restarts",
+                    "2",
+                    "--monitor-interval",
+                    "0.1",
+                    "--hang-bound",
+                    "stopped=0",  // workers held (SIGSTOP)
+                    "--rdzv-conf",
+                    "heartbeat_interval=0.2",
+                    BinaryPath("mnist/ddprun-mnist"),
+                    "--epochs",
+                    "4",
+                    "--data-dir",
+                    MnistDir(),
+                    "--checkpoint-dir",
+                    dir.File("checkpoints"),
+                    "--checkpoint-every",
+                    "50",
+                    "--summary-json",
+                    dir.File("summary.json"),
+                    "--save",
+                    "",
                     "--no-in-place"};
     options.stderr_path = dir.File(absl::StrCat("agent", node, ".err"));
     auto agent = Subprocess::Start(options);

@@ -75,9 +75,9 @@ class RendezvousRestartTest : public ::testing::Test {
   std::string Logs() {
     std::string out = "--- rendezvous:\n" + server_.log();
     for (int i = 0; i < static_cast<int>(agents_.size()); ++i) {
-      absl::StrAppend(&out, "--- agent ", i, ":\n",
-                      ReadFileOrEmpty(dir_.File(absl::StrCat("agent", i,
-                                                             ".err"))));
+      absl::StrAppend(
+          &out, "--- agent ", i, ":\n",
+          ReadFileOrEmpty(dir_.File(absl::StrCat("agent", i, ".err"))));
     }
     return out;
   }
@@ -117,9 +117,12 @@ class RendezvousRestartTest : public ::testing::Test {
 // fault_worker: rank 0 fails once (restart count 0 -> 1), then every worker
 // runs until restart count 2, when they all exit 0.
 std::vector<std::string> FaultProgram(const TempDir& dir) {
-  return {FaultWorker(), "--exit", "7", "--fail-rank", "0",
-          "--fail-below-restart", "1", "--hang-below-restart", "2",
-          "--out-dir", dir.path()};
+  return {FaultWorker(), "--exit",
+          "7",           "--fail-rank",
+          "0",           "--fail-below-restart",
+          "1",           "--hang-below-restart",
+          "2",           "--out-dir",
+          dir.path()};
 }
 
 class BudgetTest : public RendezvousRestartTest,
@@ -145,10 +148,10 @@ TEST_P(BudgetTest, TheRoundAndTheRestartCountSurviveAServerRestart) {
   for (pid_t pid : workers) EXPECT_FALSE(ProcessGone(pid)) << pid;
   EXPECT_THAT(Logs(), HasSubstr("took round 1 back"));
   // `ddprun status` reads the same after the restart as before it.
-  RunResult table = RunCommand({Ddprun(), "status", "--rdzv-endpoint",
-                                server_.endpoint(), "--rdzv-id",
-                                "restart-budget"},
-                               absl::Seconds(10));
+  RunResult table =
+      RunCommand({Ddprun(), "status", "--rdzv-endpoint", server_.endpoint(),
+                  "--rdzv-id", "restart-budget"},
+                 absl::Seconds(10));
   ASSERT_TRUE(table.exit.ok()) << table.err;
   EXPECT_THAT(table.out,
               HasSubstr(absl::StrCat("job restart-budget: running, round 1, "
@@ -191,12 +194,23 @@ TEST_F(RendezvousRestartTest, ASuccessWhileTheServerIsDownIsNotLost) {
   ASSERT_TRUE(server_.Start(0)) << server_.log();
   for (int i = 0; i < 2; ++i) {
     SubprocessOptions options;
-    options.argv = {Ddprun(), "--rdzv-endpoint", server_.endpoint(),
-                    "--rdzv-id", "finished", "--nnodes", "2",
-                    "--nproc-per-node", "2", "--node-rank", absl::StrCat(i),
-                    "--monitor-interval", "0.05", "--rdzv-conf",
+    options.argv = {Ddprun(),
+                    "--rdzv-endpoint",
+                    server_.endpoint(),
+                    "--rdzv-id",
+                    "finished",
+                    "--nnodes",
+                    "2",
+                    "--nproc-per-node",
+                    "2",
+                    "--node-rank",
+                    absl::StrCat(i),
+                    "--monitor-interval",
+                    "0.05",
+                    "--rdzv-conf",
                     "heartbeat_interval=0.2,heartbeat_timeout=20,is_host=0",
-                    "/bin/sleep", i == 0 ? "20" : "3"};
+                    "/bin/sleep",
+                    i == 0 ? "20" : "3"};
     options.stdout_path = dir_.File(absl::StrCat("agent", i, ".out"));
     options.stderr_path = dir_.File(absl::StrCat("agent", i, ".err"));
     absl::StatusOr<Subprocess> agent = Subprocess::Start(options);
@@ -213,7 +227,8 @@ TEST_F(RendezvousRestartTest, ASuccessWhileTheServerIsDownIsNotLost) {
         return node0_workers.size() == 2;
       },
       absl::Seconds(30), absl::Milliseconds(10)))
-      << "node 0 has " << node0_workers.size() << " workers\n" << Logs();
+      << "node 0 has " << node0_workers.size() << " workers\n"
+      << Logs();
   const int port = server_.port();
   ASSERT_TRUE(server_.KillNine());
   // Node 1's workers succeed while the server is down: its Leave finds no
@@ -225,7 +240,8 @@ TEST_F(RendezvousRestartTest, ASuccessWhileTheServerIsDownIsNotLost) {
   std::optional<ExitInfo> exit1 = agents_[1].Wait(absl::Seconds(60));
   ASSERT_TRUE(exit1.has_value() && exit1->ok()) << Logs();
   EXPECT_EQ(Children(agents_[0].pid()), node0_workers)
-      << "node 0's workers were restarted\n" << Logs();
+      << "node 0's workers were restarted\n"
+      << Logs();
   std::optional<ExitInfo> exit0 = agents_[0].Wait(absl::Seconds(90));
   ASSERT_TRUE(exit0.has_value() && exit0->ok()) << Logs();
   EXPECT_THAT(Logs(), HasSubstr("heard that this node's workers succeeded"));
@@ -242,12 +258,12 @@ TEST_F(RendezvousRestartTest, ASuccessWhileTheServerIsDownIsNotLost) {
 // restart count, and the job completes with every rank's summary.
 TEST_F(RendezvousRestartTest, MnistTrainsThroughAServerRestart) {
   ASSERT_TRUE(server_.Start(0)) << server_.log();
-  StartAgents("restart-mnist", 1,
-              {DDPRUN_MNIST_BINARY, "--data-dir", MnistDir(), "--epochs", "3",
-               "--train-limit", "12000", "--checkpoint-dir",
-               dir_.File("checkpoints"), "--checkpoint-every", "10",
-               "--summary-json", dir_.File("summary.json"), "--save",
-               dir_.File("model.pt")});
+  StartAgents(
+      "restart-mnist", 1,
+      {DDPRUN_MNIST_BINARY, "--data-dir", MnistDir(), "--epochs", "3",
+       "--train-limit", "12000", "--checkpoint-dir", dir_.File("checkpoints"),
+       "--checkpoint-every", "10", "--summary-json", dir_.File("summary.json"),
+       "--save", dir_.File("model.pt")});
   ASSERT_TRUE(server_.WaitForRunning("restart-mnist", 0, 0, 2)) << Logs();
   std::set<pid_t> workers = WaitForWorkers(2);
   // Mid-training: a first checkpoint is written.

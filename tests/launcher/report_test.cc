@@ -11,8 +11,8 @@
 #include "launcher/agent/error_file.h"
 #include "launcher/agent/failure_report.h"
 #include "launcher/agent/failure_summary.h"
-#include "launcher/cli/program_command.h"
 #include "launcher/agent/worker_env.h"
+#include "launcher/cli/program_command.h"
 #include "launcher/cli/worker_torch.h"
 #include "tests/testing/temp_dir.h"
 
@@ -48,8 +48,7 @@ TEST(FailureReportTest, CarriesRanksCausesAndMessages) {
   FILE* f = fopen(error_file.c_str(), "w");
   fputs(R"({"message": {"message": "CUDA out of memory"}})", f);
   fclose(f);
-  FailureReportContext context{"job", "node-a", "10.0.0.7",
-                               3,     4};
+  FailureReportContext context{"job", "node-a", "10.0.0.7", 3, 4};
   absl::Time t = absl::FromUnixMillis(1700000000000);
   std::vector<LocalFailure> failures = {
       {1, ExitStatus::Exited(2), v1::FAILURE_CAUSE_EXITED, t},
@@ -74,7 +73,8 @@ TEST(FailureReportTest, CarriesRanksCausesAndMessages) {
   EXPECT_EQ(r.failures(1).message(), "the worker was killed by SIGKILL");
   EXPECT_EQ(r.failures(2).failure_cause(), v1::FAILURE_CAUSE_HUNG);
   EXPECT_EQ(r.failures(2).cause(), "hung") << "the word, for older servers";
-  EXPECT_THAT(r.failures(2).message(), HasSubstr("no progress for 30s in phase join"));
+  EXPECT_THAT(r.failures(2).message(),
+              HasSubstr("no progress for 30s in phase join"));
   v1::ReportFailureRequest spawn =
       BuildFailureReport(context, {}, {}, "cannot run 'x'", t);
   ASSERT_EQ(spawn.failures_size(), 1);

@@ -1,12 +1,13 @@
 // The job state machine driven through JobTable with a fake clock: every
 // transition, no sockets, no sleeps.
+#include "rendezvous/job.h"
+
 #include <map>
 #include <string>
 #include <vector>
 
 #include "common/clock.h"
 #include "gtest/gtest.h"
-#include "rendezvous/job.h"
 #include "rendezvous/job_table.h"
 #include "tests/rendezvous/scale_config.h"
 
@@ -587,8 +588,9 @@ TEST(HeartbeatBudgetTest, ALargeJobIsToldALongerIntervalAndTimeout) {
   // 500 ms timeout would have dropped them all; the lengthened one drops
   // only n9, once 2.5 s passed.
   Effects effects;
-  for (absl::Duration t : {absl::Milliseconds(500), absl::Milliseconds(1000),
-                           absl::Milliseconds(1500), absl::Milliseconds(2000)}) {
+  for (absl::Duration t :
+       {absl::Milliseconds(500), absl::Milliseconds(1000),
+        absl::Milliseconds(1500), absl::Milliseconds(2000)}) {
     for (int i = 0; i < 9; ++i) {
       v1::HeartbeatRequest beat;
       beat.set_node_id("n" + std::to_string(i));
@@ -618,7 +620,6 @@ TEST(HeartbeatBudgetTest, JobsWithinTheBudgetKeepTheirInterval) {
     EXPECT_EQ(a.heartbeat_timeout_ms(), 500);
   }
 }
-
 
 v1::HeartbeatRequest Beat(const std::string& node, int64_t round = 0) {
   v1::HeartbeatRequest beat;

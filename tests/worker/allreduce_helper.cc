@@ -20,7 +20,9 @@
 //     "buckets_copied", "buckets_process_group").
 // Writes <out-dir>/rank_<R>.txt: "path <name>", "size N exact E reference F
 // bits H" per size, "runs N", "pipelined_slices N" (slices copied in one
-// slice ahead of their sum: 2 local ranks, one node). Exits 1 with one line on stderr on any error.
+// slice ahead of their sum: 2 local ranks, one node). Exits 1 with one line on
+// stderr on any error.
+#include <ATen/ATen.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -33,8 +35,6 @@
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <ATen/ATen.h>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"

@@ -1,9 +1,8 @@
 // Data parallelism must not change the mathematics: after N steps, 2 ranks
 // with batch 32 hold the parameters one process holds with batch 64 over
 // the same samples. Real processes, real Gloo, real MNIST.
-#include <gtest/gtest.h>
-
 #include <ATen/ATen.h>
+#include <gtest/gtest.h>
 #include <torch/utils.h>
 
 #include <algorithm>
@@ -36,12 +35,25 @@ class DdpEquivalenceTest : public ::testing::Test {
   std::vector<std::string> Argv(const std::string& save, int batch,
                                 const std::vector<std::string>& extra,
                                 int steps = kSteps) {
-    std::vector<std::string> argv = {
-        BinaryPath("mnist/ddprun-mnist"), "--data-dir", MnistDir(),
-        "--epochs", "100", "--max-steps", std::to_string(steps),
-        "--train-limit", "1024", "--test-limit", "100", "--seed", "7",
-        "--batch-size", std::to_string(batch), "--backend", "gloo",
-        "--save", save};
+    std::vector<std::string> argv = {BinaryPath("mnist/ddprun-mnist"),
+                                     "--data-dir",
+                                     MnistDir(),
+                                     "--epochs",
+                                     "100",
+                                     "--max-steps",
+                                     std::to_string(steps),
+                                     "--train-limit",
+                                     "1024",
+                                     "--test-limit",
+                                     "100",
+                                     "--seed",
+                                     "7",
+                                     "--batch-size",
+                                     std::to_string(batch),
+                                     "--backend",
+                                     "gloo",
+                                     "--save",
+                                     save};
     if (std::find(extra.begin(), extra.end(), "--lr") == extra.end()) {
       argv.insert(argv.end(), {"--lr", "0.05"});
     }
@@ -55,7 +67,8 @@ class DdpEquivalenceTest : public ::testing::Test {
     std::string save = dir_.File("alone.pt");
     auto result = ::ddprun::testing::RunCommand(Argv(save, 64, extra),
                                                 absl::Seconds(120));
-    EXPECT_TRUE(result.exit.ok()) << result.exit.ToString() << "\n" << result.err;
+    EXPECT_TRUE(result.exit.ok()) << result.exit.ToString() << "\n"
+                                  << result.err;
     auto tensors = LoadStateDict(save);
     EXPECT_TRUE(tensors.ok()) << tensors.status();
     return tensors.ok() ? *tensors : std::map<std::string, at::Tensor>{};
@@ -76,7 +89,8 @@ class DdpEquivalenceTest : public ::testing::Test {
     for (int rank = 0; rank < 2; ++rank) {
       SubprocessOptions options;
       options.argv = Argv(save, 32, extra, steps);
-      options.env = testing::WorkerEnvFor(rank, 2, (*server)->endpoint(), run_id);
+      options.env =
+          testing::WorkerEnvFor(rank, 2, (*server)->endpoint(), run_id);
       if (!shm_dir.empty()) options.env["DDPRUN_SHM_DIR"] = shm_dir;
       options.stderr_path = dir_.File(absl::StrCat(run_id, ".err", rank));
       auto child = Subprocess::Start(options);
@@ -121,8 +135,9 @@ TEST_F(DdpEquivalenceTest, TwoRanksFlatAllreduceMatchOneProcess) {
   torch::manual_seed(7);
   auto initial = StateDict(*MakeMnistMlp());
   ASSERT_TRUE(alone.count("1.weight"));
-  EXPECT_GT((initial["1.weight"] - alone["1.weight"]).abs().max().item<double>(),
-            1e-3);
+  EXPECT_GT(
+      (initial["1.weight"] - alone["1.weight"]).abs().max().item<double>(),
+      1e-3);
 }
 
 TEST_F(DdpEquivalenceTest, TwoRanksBucketsFromHooksMatchOneProcess) {
@@ -134,8 +149,9 @@ TEST_F(DdpEquivalenceTest, TwoRanksBucketsFromHooksMatchOneProcess) {
 }
 
 TEST_F(DdpEquivalenceTest, SmallCnnWithBucketsFromHooksMatchesOneProcess) {
-  std::vector<std::string> cnn = {"--model", "cnn", "--gradient-sync",
-                                  "process-group", "--bucket-mb", "0.01"};
+  std::vector<std::string> cnn = {"--model",         "cnn",
+                                  "--gradient-sync", "process-group",
+                                  "--bucket-mb",     "0.01"};
   auto alone = TrainAlone(cnn);
   ExpectSame(alone, TrainTwoRanks(cnn, "cnn"));
   ASSERT_TRUE(alone.count("0.weight"));  // the convolution
@@ -143,9 +159,9 @@ TEST_F(DdpEquivalenceTest, SmallCnnWithBucketsFromHooksMatchesOneProcess) {
 
 TEST_F(DdpEquivalenceTest, NoSyncGradientAccumulationMatchesOneProcess) {
   // Two micro-batches per step; the first backward runs under NoSync.
-  std::vector<std::string> accumulate = {"--accumulate", "2",
+  std::vector<std::string> accumulate = {"--accumulate",    "2",
                                          "--gradient-sync", "process-group",
-                                         "--bucket-mb", "0.05"};
+                                         "--bucket-mb",     "0.05"};
   ExpectSame(TrainAlone(accumulate), TrainTwoRanks(accumulate, "accumulate"));
 }
 
@@ -157,12 +173,13 @@ TEST_F(DdpEquivalenceTest, SharedMemoryAllreduceMatchesOneProcess) {
   // so it trains at 0.01.)
   for (const std::string model : {"mlp", "cnn"}) {
     SCOPED_TRACE(model);
-    std::vector<std::string> direct = {"--model", model, "--gradient-sync", "auto",
-                                       "--bucket-mb", "0.01", "--accumulate", "2",
-                                       "--lr", "0.01"};
+    std::vector<std::string> direct = {
+        "--model",     model,  "--gradient-sync", "auto",
+        "--bucket-mb", "0.01", "--accumulate",    "2",
+        "--lr",        "0.01"};
     const std::string run_id = "direct-" + model;
-    ExpectSame(TrainAlone(direct),
-               TrainTwoRanks(direct, run_id, kSteps, dir_.File(run_id + ".shm")));
+    ExpectSame(TrainAlone(direct), TrainTwoRanks(direct, run_id, kSteps,
+                                                 dir_.File(run_id + ".shm")));
     // The path this test is about ran (rank 0 says which).
     EXPECT_TRUE(absl::StrContains(
         ReadFileOrEmpty(dir_.File(absl::StrCat(run_id, ".err0"))),

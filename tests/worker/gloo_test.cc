@@ -23,8 +23,8 @@ TEST(GlooThroughGrpcStoreTest, TwoProcessesAllreduceAndBroadcast) {
   for (int rank = 0; rank < 2; ++rank) {
     SubprocessOptions options;
     options.argv = {::ddprun::testing::BinaryPath("tests/worker/pg_helper")};
-    options.env = testing::WorkerEnvFor(rank, 2, (*server)->endpoint(),
-                                        "gloo-test");
+    options.env =
+        testing::WorkerEnvFor(rank, 2, (*server)->endpoint(), "gloo-test");
     options.stdout_path = dir.File(absl::StrCat("out", rank));
     options.stderr_path = dir.File(absl::StrCat("err", rank));
     auto child = Subprocess::Start(options);
@@ -36,11 +36,12 @@ TEST(GlooThroughGrpcStoreTest, TwoProcessesAllreduceAndBroadcast) {
     ASSERT_TRUE(exit.has_value()) << "rank " << rank << " did not finish";
     EXPECT_TRUE(exit->ok())
         << "rank " << rank << ": " << exit->ToString() << "\n"
-        << ::ddprun::testing::ReadFileOrEmpty(dir.File(absl::StrCat("err", rank)));
-    EXPECT_NE(::ddprun::testing::ReadFileOrEmpty(
-                  dir.File(absl::StrCat("out", rank)))
-                  .find(absl::StrCat("rank ", rank, " ok")),
-              std::string::npos);
+        << ::ddprun::testing::ReadFileOrEmpty(
+               dir.File(absl::StrCat("err", rank)));
+    EXPECT_NE(
+        ::ddprun::testing::ReadFileOrEmpty(dir.File(absl::StrCat("out", rank)))
+            .find(absl::StrCat("rank ", rank, " ok")),
+        std::string::npos);
   }
 }
 
@@ -62,9 +63,11 @@ TEST(GlooThroughGrpcStoreTest, AWorldOfOneUsesTheGrpcStore) {
   auto exit = child->Wait(absl::Seconds(60));
   ASSERT_TRUE(exit.has_value()) << "a world of one did not finish";
   EXPECT_TRUE(exit->ok()) << exit->ToString() << "\n"
-                          << ::ddprun::testing::ReadFileOrEmpty(dir.File("err"));
-  EXPECT_NE(::ddprun::testing::ReadFileOrEmpty(dir.File("out")).find("rank 0 ok"),
-            std::string::npos);
+                          << ::ddprun::testing::ReadFileOrEmpty(
+                                 dir.File("err"));
+  EXPECT_NE(
+      ::ddprun::testing::ReadFileOrEmpty(dir.File("out")).find("rank 0 ok"),
+      std::string::npos);
 }
 
 TEST(GlooThroughGrpcStoreTest, LonePeerFailsWithClearErrorInsteadOfHanging) {

@@ -8,6 +8,7 @@
 //   end with an error that names it, within the timeout, and leave no
 //   segment behind. These run the workers without an agent, as ddprun would
 //   itself stop the survivors of a dead worker at once.
+#include <gtest/gtest.h>
 #include <signal.h>
 
 #include <filesystem>
@@ -15,8 +16,6 @@
 #include <set>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -110,10 +109,9 @@ int RunUnderDdprun(const Layout& layout, const TempDir& dir,
     std::optional<ExitInfo> exit = agents[agent].Wait(absl::Seconds(240));
     EXPECT_TRUE(exit.has_value()) << "agent " << agent << " still runs";
     if (!exit.has_value()) return 0;
-    EXPECT_TRUE(exit->ok()) << "agent " << agent << ": " << exit->ToString()
-                            << "\n"
-                            << ReadFileOrEmpty(dir.File(
-                                   absl::StrCat("agent", agent, ".err")));
+    EXPECT_TRUE(exit->ok())
+        << "agent " << agent << ": " << exit->ToString() << "\n"
+        << ReadFileOrEmpty(dir.File(absl::StrCat("agent", agent, ".err")));
   }
   return world;
 }
@@ -146,7 +144,8 @@ void RunCheck(const Layout& layout, const std::vector<std::string>& flags,
   std::map<int64_t, std::set<std::string>> bits;
   for (int rank = 0; rank < world; ++rank) {
     SCOPED_TRACE(absl::StrCat("rank ", rank));
-    results->push_back(ReadResult(dir.File(absl::StrCat("rank_", rank, ".txt"))));
+    results->push_back(
+        ReadResult(dir.File(absl::StrCat("rank_", rank, ".txt"))));
     auto& result = results->back();
     EXPECT_EQ(result["path"], layout.path);
     for (int64_t n : kCheckSizes) {
@@ -158,9 +157,8 @@ void RunCheck(const Layout& layout, const std::vector<std::string>& flags,
     }
   }
   for (int64_t n : kCheckSizes) {
-    EXPECT_EQ(bits[n].size(), 1u)
-        << n << " floats: ranks hold different bits: "
-        << absl::StrJoin(bits[n], " ");
+    EXPECT_EQ(bits[n].size(), 1u) << n << " floats: ranks hold different bits: "
+                                  << absl::StrJoin(bits[n], " ");
   }
 }
 
@@ -179,10 +177,9 @@ TEST_P(UnderDdprunTest, EverySizeIsExactTheSameOnEveryRankAndTookItsPath) {
     EXPECT_EQ(result["gloo_formed"], lazy ? "2" : "1");
     EXPECT_EQ(result["after_release_sum_ok"], "1");
     // Two sums per size, all through the path named above.
-    EXPECT_EQ(result["runs"],
-              layout.path == "process-group"
-                  ? "0"
-                  : std::to_string(2 * sizes.size()));
+    EXPECT_EQ(result["runs"], layout.path == "process-group"
+                                  ? "0"
+                                  : std::to_string(2 * sizes.size()));
     // At 2 ranks in one node, calls of several 32 K-float slices (1 M and
     // 16 M floats) copy each slice in one slice ahead of its sum; 3+ local
     // ranks and the hierarchical path do not.
@@ -247,8 +244,9 @@ TEST_P(UnderDdprunTest, DataParallelSharedGradientsMatchTheProcessGroup) {
     EXPECT_EQ(result["in_place_fallbacks"], in_place ? "1" : "0");
     const bool group_path = layout.path == "process-group";
     EXPECT_EQ(result["buckets_in_place"], in_place ? "9" : "0");
-    EXPECT_EQ(result["buckets_copied"],
-              in_place ? "1" : group_path ? "0" : "10");
+    EXPECT_EQ(result["buckets_copied"], in_place     ? "1"
+                                        : group_path ? "0"
+                                                     : "10");
     EXPECT_EQ(result["buckets_process_group"], group_path ? "10" : "0");
   }
 }
@@ -263,7 +261,9 @@ INSTANTIATE_TEST_SUITE_P(
         Layout{"two_agents_1_1", {1, 1}, "process-group"},
         Layout{"two_agents_2_1", {2, 1}, "hierarchical"},
         Layout{"two_agents_2_2", {2, 2}, "hierarchical"}),
-    [](const ::testing::TestParamInfo<Layout>& info) { return info.param.name; });
+    [](const ::testing::TestParamInfo<Layout>& info) {
+      return info.param.name;
+    });
 
 // Workers started as ddprun starts them, nodes told apart by their
 // DDPRUN_SHM_DIR; one of them is killed or stopped while all loop.
@@ -283,9 +283,9 @@ class PeerFailureDuringAllreduceTest : public ::testing::Test {
       std::string shm = shm_.File(absl::StrCat("node", node));
       std::filesystem::create_directories(shm);
       SubprocessOptions options;
-      options.argv = {Helper(),      "--mode",       "loop",
-                      "--sizes",     "1048576",      "--out-dir",
-                      out_.path(),   "--timeout-ms", std::to_string(timeout_ms)};
+      options.argv = {Helper(),    "--mode",       "loop",
+                      "--sizes",   "1048576",      "--out-dir",
+                      out_.path(), "--timeout-ms", std::to_string(timeout_ms)};
       options.argv.insert(options.argv.end(), extra.begin(), extra.end());
       options.env = testing::WorkerEnvFor(rank, world, server_->endpoint(),
                                           "peer-failure");
@@ -319,11 +319,13 @@ class PeerFailureDuringAllreduceTest : public ::testing::Test {
       SCOPED_TRACE(absl::StrCat("rank ", rank));
       std::optional<ExitInfo> exit =
           ranks_[rank].Wait(std::max(deadline - absl::Now(), absl::Seconds(1)));
-      ASSERT_TRUE(exit.has_value()) << "hung after rank " << victim << " "
-                                    << why << "\n" << Err(rank);
+      ASSERT_TRUE(exit.has_value())
+          << "hung after rank " << victim << " " << why << "\n"
+          << Err(rank);
       EXPECT_EQ(exit->exit_code, 1) << exit->ToString();
       std::string err = Err(rank);
-      EXPECT_TRUE(absl::StrContains(err, "allreduce_helper: gradient allreduce"))
+      EXPECT_TRUE(
+          absl::StrContains(err, "allreduce_helper: gradient allreduce"))
           << err;
       if (node_of_rank[rank] == node_of_rank[victim]) {
         EXPECT_TRUE(absl::StrContains(err, why)) << err;
@@ -336,7 +338,8 @@ class PeerFailureDuringAllreduceTest : public ::testing::Test {
     ranks_[victim].Signal(SIGKILL);
     ASSERT_TRUE(ranks_[victim].Wait(absl::Seconds(30)).has_value());
     for (const auto& node : std::filesystem::directory_iterator(shm_.path())) {
-      for (const auto& file : std::filesystem::directory_iterator(node.path())) {
+      for (const auto& file :
+           std::filesystem::directory_iterator(node.path())) {
         ADD_FAILURE() << "left behind: " << file.path();
       }
     }

@@ -3,13 +3,13 @@
 // shm_allreduce_test and gradient_allreduce_test).
 #include "worker/gradient_arena.h"
 
-#include <cstdlib>
-#include <cstring>
-#include <memory>
-
 #include <ATen/ATen.h>
 #include <c10/core/CPUAllocator.h>
 #include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <memory>
 
 #include "absl/strings/match.h"
 
@@ -163,8 +163,8 @@ TEST(GradientArenaTest, OneArenaAtATimeAndBadBuffersAreClearErrors) {
   auto misaligned = GradientArena::Install(
       {static_cast<char*>(buffer.base) + 4, 4096, buffer.keep_alive, {kBytes}});
   EXPECT_EQ(misaligned.status().code(), absl::StatusCode::kInvalidArgument);
-  auto no_sizes =
-      GradientArena::Install({buffer.base, buffer.bytes, buffer.keep_alive, {}});
+  auto no_sizes = GradientArena::Install(
+      {buffer.base, buffer.bytes, buffer.keep_alive, {}});
   EXPECT_EQ(no_sizes.status().code(), absl::StatusCode::kInvalidArgument);
 }
 

@@ -2,10 +2,9 @@
 // error line and an error file for its agent, instead of hanging or
 // aborting.
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -33,14 +32,26 @@ TEST_P(PeerFailureTest, SurvivorExitsWithClearErrorAndErrorFile) {
   for (int rank = 0; rank < 2; ++rank) {
     ::ddprun::testing::SubprocessOptions options;
     options.argv = {::ddprun::testing::BinaryPath("mnist/ddprun-mnist"),
-                    "--data-dir", ::ddprun::testing::MnistDir(), "--epochs", "1000",
-                    "--train-limit", "6400", "--test-limit", "100", "--save", "",
-                    "--no-progress", "--gradient-sync", GetParam()};
+                    "--data-dir",
+                    ::ddprun::testing::MnistDir(),
+                    "--epochs",
+                    "1000",
+                    "--train-limit",
+                    "6400",
+                    "--test-limit",
+                    "100",
+                    "--save",
+                    "",
+                    "--no-progress",
+                    "--gradient-sync",
+                    GetParam()};
     options.env = testing::WorkerEnvFor(rank, 2, (*server)->endpoint(), "peer");
     // One node's folder, as ddprun gives it: the shared-memory path's.
     options.env["DDPRUN_SHM_DIR"] = dir.path();
-    options.env["TORCHELASTIC_ERROR_FILE"] = dir.File(absl::StrCat("error", rank));
-    if (rank == 1) options.env["DDPRUN_PROGRESS_FD"] = std::to_string(progress[1]);
+    options.env["TORCHELASTIC_ERROR_FILE"] =
+        dir.File(absl::StrCat("error", rank));
+    if (rank == 1)
+      options.env["DDPRUN_PROGRESS_FD"] = std::to_string(progress[1]);
     options.stderr_path = dir.File(absl::StrCat("err", rank));
     auto child = ::ddprun::testing::Subprocess::Start(options);
     ASSERT_TRUE(child.ok()) << child.status();
@@ -56,9 +67,8 @@ TEST_P(PeerFailureTest, SurvivorExitsWithClearErrorAndErrorFile) {
         if (n > 0) records.append(buffer, n);
         // libddp's record of a completed step (common/progress_record.h).
         size_t steps = 0;
-        for (size_t at = 0; (at = records.find("step\n", at)) !=
-                            std::string::npos;
-             at += 5) {
+        for (size_t at = 0;
+             (at = records.find("step\n", at)) != std::string::npos; at += 5) {
           if (at == 0 || records[at - 1] == '\n') ++steps;
         }
         return steps >= 5;
@@ -73,13 +83,13 @@ TEST_P(PeerFailureTest, SurvivorExitsWithClearErrorAndErrorFile) {
   std::string err = ReadFileOrEmpty(dir.File("err0"));
   EXPECT_TRUE(absl::StrContains(err, "ddprun-mnist: error: ")) << err;
   // The gradient path of this case ran.
-  EXPECT_TRUE(absl::StrContains(
-      err, std::string(GetParam()) == "auto"
-               ? "through shared-memory"
-               : "through process-group"))
+  EXPECT_TRUE(absl::StrContains(err, std::string(GetParam()) == "auto"
+                                         ? "through shared-memory"
+                                         : "through process-group"))
       << err;
   std::string error_file = ReadFileOrEmpty(dir.File("error0"));
-  EXPECT_TRUE(absl::StrContains(error_file, "\"message\": {\"message\": \"INTERNAL: "))
+  EXPECT_TRUE(
+      absl::StrContains(error_file, "\"message\": {\"message\": \"INTERNAL: "))
       << error_file;
 }
 

@@ -2,11 +2,10 @@
 #include "worker/progress.h"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
-
-#include <gtest/gtest.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
@@ -38,9 +37,19 @@ TEST(ProgressTest, WorkerWritesOneRecordPerStepToTheAgentsPipe) {
   ASSERT_EQ(pipe(fds), 0);
   ::ddprun::testing::TempDir dir;
   ::ddprun::testing::SubprocessOptions options;
-  options.argv = {BinaryPath("mnist/ddprun-mnist"), "--data-dir", MnistDir(),
-                  "--epochs", "1", "--max-steps", "25", "--train-limit",
-                  "3200", "--test-limit", "100", "--save", ""};
+  options.argv = {BinaryPath("mnist/ddprun-mnist"),
+                  "--data-dir",
+                  MnistDir(),
+                  "--epochs",
+                  "1",
+                  "--max-steps",
+                  "25",
+                  "--train-limit",
+                  "3200",
+                  "--test-limit",
+                  "100",
+                  "--save",
+                  ""};
   options.env = {{"DDPRUN_PROGRESS_FD", std::to_string(fds[1])}};
   options.stderr_path = dir.File("err");
   auto child = ::ddprun::testing::Subprocess::Start(options);
@@ -52,7 +61,8 @@ TEST(ProgressTest, WorkerWritesOneRecordPerStepToTheAgentsPipe) {
   std::string records;
   char buffer[4096];
   ssize_t n;
-  while ((n = read(fds[0], buffer, sizeof(buffer))) > 0) records.append(buffer, n);
+  while ((n = read(fds[0], buffer, sizeof(buffer))) > 0)
+    records.append(buffer, n);
   close(fds[0]);
   // One record a step (libddp's DataParallel), between the phases it and
   // the program report (common/progress_record.h).
@@ -67,8 +77,9 @@ TEST(ProgressTest, WorkerWritesOneRecordPerStepToTheAgentsPipe) {
       << records;
   EXPECT_EQ(lines.back(), "phase stop") << records;
   // Not a terminal: plain lines, the first one at the first step.
-  EXPECT_TRUE(absl::StrContains(::ddprun::testing::ReadFileOrEmpty(dir.File("err")),
-                                "epoch 1/1 step 1/100 loss"));
+  EXPECT_TRUE(
+      absl::StrContains(::ddprun::testing::ReadFileOrEmpty(dir.File("err")),
+                        "epoch 1/1 step 1/100 loss"));
 }
 
 TEST(ProgressTest, ClosedPipeDoesNotKillTheWorker) {
