@@ -234,6 +234,10 @@ class Job {
     // When its heartbeat stream ended in its running round (it is gone
     // unless it heartbeats again: HeartbeatStreamEnded).
     absl::Time stream_lost_at = absl::InfinitePast();
+    // False from its round's assignment until it is heard from in that
+    // round. An agent killed during a round change (after its Join was
+    // answered, before its first heartbeat) has no stream whose end tells.
+    bool heard_in_round = true;
     // Waits for its round by polling Join (holds no call).
     bool polling = false;
     // The decision its next poll collects (assignment, JobEnded, error).
@@ -298,6 +302,11 @@ class Job {
   // unary heartbeats at its next beat), never more than the heartbeat
   // timeout.
   absl::Duration StreamLossGrace() const;
+  // How long a member may take to send its first heartbeat of a round: four
+  // heartbeat intervals and at least two seconds (the agent beats one
+  // interval after it started or reached its workers), never more than the
+  // heartbeat timeout.
+  absl::Duration FirstBeatGrace() const;
   std::string JoinTimeoutMessage() const;
 
   // Re-registration after a server restart (the rules above).

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 
 #include "absl/cleanup/cleanup.h"
@@ -363,7 +364,12 @@ HeartbeatLoopOptions Agent::HeartbeatOptions(
 }
 
 Agent::RoundEnd Agent::Supervise(const RunningRound& round) {
-  HeartbeatLoop heartbeat(client_, HeartbeatOptions(round.assignment),
+  // Whether the workers may still use the round's store (the heartbeat
+  // thread asks after a rendezvous restart); updated at every look.
+  std::atomic<bool> forming{true};
+  HeartbeatLoopOptions heartbeat_options = HeartbeatOptions(round.assignment);
+  heartbeat_options.forming = [&forming] { return forming.load(); };
+  HeartbeatLoop heartbeat(client_, std::move(heartbeat_options),
                           [this] { events_.PostRejoin(); });
   SupervisorPolicyOptions policy_options;
   policy_options.num_workers = options_.nproc_per_node;
@@ -371,6 +377,7 @@ Agent::RoundEnd Agent::Supervise(const RunningRound& round) {
   policy_options.in_place = in_place_declared_;
   policy_options.survivors = round.survivors;
   SupervisorPolicy policy(policy_options, phase_bounds_, clock_);
+  forming.store(policy.Forming());
   AgentMetrics* metrics = context_.metrics;
   if (metrics != nullptr) {
     metrics->RoundStarted(round.assignment, options_.nproc_per_node);
@@ -386,6 +393,7 @@ Agent::RoundEnd Agent::Supervise(const RunningRound& round) {
       return StopOnSignal(round, *sig);
     }
     Observe(round, policy, exited);
+    forming.store(policy.Forming());
     if (standbys_ != nullptr) standbys_->PromoteLate();
     if (std::optional<RoundEnd> end = OnVerdict(round, policy)) return *end;
     if (events_.TakeRejoin()) return OnRoundOverElsewhere(round, policy);
