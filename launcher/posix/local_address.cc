@@ -69,6 +69,12 @@ std::string RouteSourceAddress(const common::Endpoint& to) {
 
 std::string DefaultLocalAddress(const common::Endpoint& rendezvous) {
   if (IsLoopback(rendezvous.host)) return "127.0.0.1";
+  // A wildcard (this agent serves on every interface) routes to loopback,
+  // which other nodes cannot dial: torchrun's default, the host name.
+  if (rendezvous.host == "0.0.0.0" || rendezvous.host == "::" ||
+      rendezvous.host.empty()) {
+    return HostName();
+  }
   std::string routed = RouteSourceAddress(rendezvous);
   if (!routed.empty()) return routed;
   return HostName();

@@ -11,7 +11,9 @@ namespace ddprun::launcher {
 
 // This node's address as its peers reach it: 127.0.0.1 when the rendezvous is
 // on loopback, else the address of the interface that routes to the
-// rendezvous, else the host name's address.
+// rendezvous, else the host name's address. A wildcard rendezvous host (this
+// agent serves on every interface) gives the host name, as torchrun's
+// default does.
 std::string DefaultLocalAddress(const common::Endpoint& rendezvous);
 
 // A TCP port the kernel chose on this node's address (MASTER_PORT for node
