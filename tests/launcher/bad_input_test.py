@@ -5,6 +5,7 @@ status other than 0 and a message that names the value and says what to
 write instead.
 
 Usage: bad_input_test.py --ddprun PATH --rendezvous PATH --relay PATH
+                         [--mnist PATH]
 """
 import argparse
 import os
@@ -27,6 +28,7 @@ def main():
     parser.add_argument("--ddprun", required=True)
     parser.add_argument("--rendezvous", required=True)
     parser.add_argument("--relay", required=True)
+    parser.add_argument("--mnist", help="ddprun-mnist, where it is built")
     args = parser.parse_args()
     failures = []
     with tempfile.TemporaryDirectory() as top:
@@ -68,6 +70,12 @@ def main():
             ([args.relay, "--upstream", "127.0.0.1:1", "--batch-window-ms",
               "nan"], 2, "'nan' is not a finite number"),
         ]
+        if args.mnist:
+            # A file where a folder belongs says so, not "does not exist".
+            a_file = os.path.join(top, "tokens", "not-a-folder")
+            open(a_file, "w").close()
+            cases.append(([args.mnist, "--data-dir", a_file, "--epochs", "1"],
+                          1, "is a file, not a folder"))
         for argv, code, says in cases:
             p, took = run(argv, cwd=work)
             shown = " ".join(a if len(a) < 40 else a[:37] + "..."
