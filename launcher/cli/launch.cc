@@ -187,8 +187,12 @@ absl::StatusOr<Rendezvous> FindRendezvous(const LaunchOptions& options,
       options.rdzv_mode == Mode::kHostOrConnect) {
     // Binding decides: the address is this host's and nothing listens
     // there yet (SO_REUSEPORT is off), so one agent wins, as c10d's is_host.
+    // A quiet probe first: gRPC logs raw errors for a bind that fails.
     absl::StatusOr<std::unique_ptr<rendezvous::Server>> started =
-        Serve(parsed->host, parsed->port, options.rdzv_id, channel);
+        options.rdzv_mode == Mode::kHostOrConnect && parsed->port != 0 &&
+                !CanListenOn(parsed->host, parsed->port)
+            ? absl::UnavailableError("the address is in use or not local")
+            : Serve(parsed->host, parsed->port, options.rdzv_id, channel);
     if (started.ok()) {
       found.server = std::move(*started);
       parsed->port = found.server->port();

@@ -159,6 +159,29 @@ void HeldPort::Release() {
   fd_ = -1;
 }
 
+bool CanListenOn(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* result = nullptr;
+  std::string port_text = std::to_string(port);
+  if (getaddrinfo(host.c_str(), port_text.c_str(), &hints, &result) != 0) {
+    return false;
+  }
+  bool can = false;
+  for (addrinfo* ai = result; ai != nullptr && !can; ai = ai->ai_next) {
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    can = bind(fd, ai->ai_addr, ai->ai_addrlen) == 0;
+    close(fd);
+  }
+  freeaddrinfo(result);
+  return can;
+}
+
 absl::StatusOr<int> ReservePort(const std::string& address) {
   absl::StatusOr<HeldPort> held = HeldPort::Bind(address);
   if (!held.ok()) return held.status();

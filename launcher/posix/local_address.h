@@ -45,6 +45,12 @@ class HeldPort {
   int port_ = -1;
 };
 
+// Whether this host could listen on host:port now: false when the address
+// is not this host's or something listens there (SO_REUSEADDR, as gRPC
+// binds: a port in TIME_WAIT counts as free). Decides torchrun's c10d
+// is_host without a gRPC server's failed bind, which logs raw errors.
+bool CanListenOn(const std::string& host, int port);
+
 // HeldPort::Bind, released at once: a port the kernel chose, for callers
 // that bind it themselves right away.
 absl::StatusOr<int> ReservePort(const std::string& address);

@@ -117,6 +117,11 @@ def main():
             if second.returncode != 0:
                 failures.append("the job's second node failed: rc %d %r" %
                                 (second.returncode, second.stdout))
+            # Finding the port taken is no error: no raw gRPC bind failure.
+            for p in (other, second):
+                if "chttp2_server" in p.stdout or "Address already" in p.stdout:
+                    failures.append("raw gRPC errors where the port was "
+                                    "served: %r" % p.stdout)
             if host.wait(timeout=60) != 0:
                 failures.append("the hosting agent failed: %r" %
                                 open(log_path).read())
