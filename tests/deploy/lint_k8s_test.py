@@ -384,7 +384,7 @@ def validate(value, schema, where):
             elif isinstance(schema.get("additionalProperties"), dict):
                 validate(item, schema["additionalProperties"], f"{where}.{key}")
             elif "properties" in schema:
-                c.check(False, f"{where}: unknown field {key} (JobSet's API has "
+                c.check(False, f"{where}: unknown field {key} (the API has "
                         f"{sorted(props)})")
             # (no properties: a free-form object, as metadata)
     if kind == "array":
@@ -459,6 +459,57 @@ if "rendezvous" in rjobs and "agents" in rjobs:
         c.check(spec.get("restartPolicy") in ("Never", "OnFailure"),
                 f"JobSet {name}: a Job's pods restart Never or OnFailure")
     check_shm(apod_js, "JobSet agents")
+
+# ---- the Kubeflow Trainer v2 example, against the Trainer's API -------------
+# tests/deploy/trainer_v1alpha1_{trainjob,trainingruntime}_schema.json are the
+# Trainer's CRD schemas (kubeflow/trainer manifests/base/crds at 8c0f5059b)
+# without descriptions and CEL rules; pod specs are left to the pod checks.
+trainer_schemas = {}
+for kind, name in (("TrainJob", "trainjob"), ("TrainingRuntime", "trainingruntime")):
+    with open(c.path("tests", "deploy", f"trainer_v1alpha1_{name}_schema.json")) as f:
+        trainer_schemas[kind] = json.load(f)
+trainer_docs = {d["kind"]: d for d in c.load_yaml("deploy", "k8s", "examples", "trainjob.yaml")}
+c.check(set(trainer_docs) == {"TrainJob", "TrainingRuntime"},
+        f"Trainer example: a TrainingRuntime and a TrainJob, not {sorted(trainer_docs)}")
+for kind, doc in trainer_docs.items():
+    c.check(doc.get("apiVersion") == "trainer.kubeflow.org/v1alpha1",
+            f"Trainer example {kind}: apiVersion {doc.get('apiVersion')}")
+    if kind in trainer_schemas:
+        validate(doc, trainer_schemas[kind], kind)
+tj, tr = trainer_docs.get("TrainJob"), trainer_docs.get("TrainingRuntime")
+if tj and tr:
+    ref = tj["spec"]["runtimeRef"]
+    c.check(ref.get("name") == tr["metadata"]["name"] and
+            ref.get("kind") == "TrainingRuntime",
+            f"TrainJob: runtimeRef {ref} must name the TrainingRuntime")
+    c.check("torch" in tr["spec"].get("mlPolicy", {}),
+            "TrainingRuntime: mlPolicy.torch: the Trainer then sets torchrun's PET_* variables")
+    # The Trainer's torch plugin finds the container named node in the
+    # replicated job labelled trainjob-ancestor-step: trainer.
+    (rj,) = tr["spec"]["template"]["spec"]["replicatedJobs"]
+    c.check(rj["template"]["metadata"]["labels"].get(
+        "trainer.kubeflow.org/trainjob-ancestor-step") == "trainer",
+        "TrainingRuntime: the replicated job needs trainjob-ancestor-step: trainer")
+    tpod = rj["template"]["spec"]["template"]["spec"]
+    (tc,) = tpod["containers"]
+    c.check(tc["name"] == "node", "TrainingRuntime: the Trainer needs the container named node")
+    trainer = tj["spec"]["trainer"]
+    c.check_command(trainer["command"], "TrainJob command")
+    tenv = env_of(tc)
+    c.check_pet_env(tenv, "TrainingRuntime node")
+    c.check(tenv.get("PET_RDZV_ENDPOINT") == endpoint,
+            f"TrainingRuntime: PET_RDZV_ENDPOINT must be the rendezvous Service {endpoint}")
+    tfiles = check_pod(tpod, "TrainingRuntime node")
+    check_job_credentials({**tc, "command": trainer["command"]}, tfiles, "TrainingRuntime node")
+    check_conventions(tpod, "TrainingRuntime node")
+    check_shm(tpod, "TrainingRuntime node")
+    c.check(str(tc["resources"]["limits"].get("nvidia.com/gpu")) ==
+            str(trainer.get("numProcPerNode")),
+            "TrainJob: numProcPerNode must equal the node's GPUs")
+    trules = rj["template"]["spec"].get("podFailurePolicy", {}).get("rules", [])
+    c.check([r["action"] for r in trules] == ["Ignore", "Count", "FailJob"] and
+            all(r["onExitCodes"]["containerName"] == "node" for r in trules[1:]),
+            f"TrainingRuntime: podFailurePolicy as the base Job's: {trules}")
 
 # ---- kustomize: the base and every overlay build ---------------------------
 kubectl = shutil.which("kubectl")
