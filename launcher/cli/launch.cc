@@ -183,8 +183,28 @@ absl::StatusOr<Rendezvous> FindRendezvous(const LaunchOptions& options,
     exit_code = 2;
     return resolves;
   }
-  if (options.rdzv_mode == Mode::kHost ||
-      options.rdzv_mode == Mode::kHostOrConnect) {
+  // An agent serves no TLS: with --tls-ca-file the rendezvous is a TLS
+  // ddprun-rendezvous, waited for if it is not up yet, never a plaintext one
+  // served here (the other agents could not reach it).
+  if (options.rdzv_mode == Mode::kHost && !channel.tls_ca_file.empty()) {
+    exit_code = 2;
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--rdzv-conf is_host=1 with --tls-ca-file: an agent serves the "
+        "rendezvous in plaintext only; run ddprun-rendezvous with "
+        "--tls-cert-file and --tls-key-file at %s, or drop is_host=1",
+        parsed->ToString()));
+  }
+  const bool may_host = options.rdzv_mode == Mode::kHost ||
+                        (options.rdzv_mode == Mode::kHostOrConnect &&
+                         channel.tls_ca_file.empty());
+  if (options.rdzv_mode == Mode::kHostOrConnect && !may_host) {
+    spdlog::info(
+        "rendezvous at {}: with --tls-ca-file this agent joins a TLS "
+        "ddprun-rendezvous there (waiting for it up to read_timeout) and "
+        "never serves one itself",
+        parsed->ToString());
+  }
+  if (may_host) {
     // Binding decides: the address is this host's and nothing listens
     // there yet (SO_REUSEPORT is off), so one agent wins, as c10d's is_host.
     // A quiet probe first: gRPC logs raw errors for a bind that fails.

@@ -39,6 +39,8 @@ def main():
         program = ["--no-python", "sh", "-c", "touch " + marker]
         token_dir = os.path.join(top, "tokens")
         os.makedirs(token_dir)
+        ca_file = os.path.join(token_dir, "ca.crt")
+        open(ca_file, "w").close()
         cases = [
             # (argv, exit status, what the message must say)
             ([args.ddprun, "--log-dir", logs, "--rdzv-id", "../../escaped"]
@@ -57,6 +59,14 @@ def main():
             ([args.ddprun, "--token-file", token_dir, "--nnodes", "2",
               "--rdzv-endpoint", "127.0.0.1:1"] + program, 2,
              "is a folder; give the path of the file inside it"),
+            # An agent serves no TLS: with --tls-ca-file it never hosts a
+            # plaintext rendezvous, it waits for the TLS one (then 75).
+            ([args.ddprun, "--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:1",
+              "--tls-ca-file", ca_file, "--rdzv-conf", "is_host=1"] + program,
+             2, "an agent serves the rendezvous in plaintext only"),
+            ([args.ddprun, "--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:1",
+              "--tls-ca-file", ca_file, "--rdzv-conf", "read_timeout=1"]
+             + program, 75, "never serves one itself"),
             ([args.rendezvous, "--port", "0", "--max-value-bytes", "-5"], 2,
              "--max-value-bytes -5: must be at least 1"),
             ([args.rendezvous, "--port", "0", "--max-jobs", "0"], 2,
