@@ -7,8 +7,12 @@ deploy/local/netns_cluster.sh; `ddprun-rendezvous` (the Service) resolves to
 the rendezvous' namespace. One change from the manifest: one worker per pod
 instead of one per GPU (PET_NPROC_PER_NODE), as this machine has none.
 Both pods must finish the job (MNIST) with exit 0, and the rendezvous'
-/metrics answers on its pod's loopback and not from another pod. Root only
-(77 = skipped; under CI=true a failure)."""
+/metrics answers on its pod's loopback and not from another pod. Start
+order: the agents start first, as Kubernetes may start them; the
+rendezvous' pod refuses their connections (counted: its namespace's TCP
+resets) and they must wait for it (read_timeout), not fail the Job. The
+agents get the job token of Secret ddprun-job, as the README makes it.
+Root only (77 = skipped; under CI=true a failure)."""
 
 import base64
 import glob
@@ -116,6 +120,15 @@ try:
     (rc,) = deployment["spec"]["template"]["spec"]["containers"]
     rmap = pod_root("rendezvous", deployment["spec"]["template"]["spec"]["volumes"],
                     rc.get("volumeMounts", []))
+    def rdzv_resets():
+        """TCP resets the rendezvous' namespace sent: refused connections."""
+        snmp = subprocess.run(["ip", "netns", "exec", f"{name}-rdzv", "cat",
+                               "/proc/net/snmp"], capture_output=True, text=True).stdout
+        header, values = [line.split() for line in snmp.splitlines()
+                          if line.startswith("Tcp:")][:2]
+        return int(values[header.index("OutRsts")])
+
+    resets_before = rdzv_resets()
     pod_spec = job["spec"]["template"]["spec"]
     (ac,) = pod_spec["containers"]
     agents = []
@@ -140,16 +153,17 @@ try:
         env["JOB_COMPLETION_INDEX"] = str(index)
         agents.append(start(host, ac, amap, env, f"pod{index}.log"))
         procs.append(agents[-1])
-    # Start order: the agents came first, as Kubernetes may start them; they
-    # wait for the rendezvous (read_timeout) instead of failing the Job.
+    # Start order: the agents came first, as Kubernetes may start them; the
+    # rendezvous' address refuses them (TCP resets from its namespace) and
+    # they wait for it (read_timeout) instead of failing the Job.
     def log_of(index):
         return open(os.path.join(work, f"pod{index}.log")).read()
     deadline = time.time() + 30
-    while time.time() < deadline and not all("joining job" in log_of(i)
-                                              for i in range(len(agents))):
+    while time.time() < deadline and rdzv_resets() < resets_before + 2 * len(agents):
         time.sleep(0.05)
-    c.check(all("joining job" in log_of(i) for i in range(len(agents))) and
-            all(a.poll() is None for a in agents),
+    c.check(rdzv_resets() >= resets_before + 2 * len(agents),
+            "the agents never tried the rendezvous before it started")
+    c.check(all(a.poll() is None for a in agents),
             "the agents did not wait for a rendezvous that is not up yet: " +
             " | ".join(log_of(i)[-500:] for i in range(len(agents))))
     procs.append(start("rdzv", rc, rmap, {}, "rendezvous.log"))
