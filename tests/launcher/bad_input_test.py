@@ -67,6 +67,11 @@ def main():
             ([args.ddprun, "--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:1",
               "--tls-ca-file", ca_file, "--rdzv-conf", "read_timeout=1"]
              + program, 75, "never serves one itself"),
+            # No rendezvous within read_timeout: 75 (start me later), said.
+            ([args.ddprun, "--nnodes", "2", "--rdzv-endpoint",
+              "192.0.2.77:29400", "--rdzv-conf", "read_timeout=1"] + program,
+             75, "exit 75, start the rendezvous first or raise --rdzv-conf "
+             "read_timeout"),
             ([args.rendezvous, "--port", "0", "--max-value-bytes", "-5"], 2,
              "--max-value-bytes -5: must be at least 1"),
             ([args.rendezvous, "--port", "0", "--max-jobs", "0"], 2,
