@@ -180,11 +180,19 @@ Agent::Joined Agent::JoinNextRound(int64_t last_round) {
     return {.exit_code = 128 + *sig};
   }
   if (!joined.ok()) {
+    if (joined.status().code() == absl::StatusCode::kUnavailable) {
+      // A supervisor restarts on this status (systemd's
+      // RestartForceExitStatus, the Job's podFailurePolicy Count rule).
+      spdlog::error(
+          "{}; gave up after read_timeout ({}): exit {}, start the "
+          "rendezvous first or raise --rdzv-conf read_timeout",
+          std::string(joined.status().message()),
+          absl::FormatDuration(std::min(conf.join_timeout, conf.read_timeout)),
+          kExitRendezvousUnreachable);
+      return {.exit_code = kExitRendezvousUnreachable};
+    }
     spdlog::error("{}", std::string(joined.status().message()));
-    return {.exit_code =
-                joined.status().code() == absl::StatusCode::kUnavailable
-                    ? kExitRendezvousUnreachable
-                    : 1};
+    return {.exit_code = 1};
   }
   if (joined->has_ended()) {
     const v1::JobEnded& ended = joined->ended();
