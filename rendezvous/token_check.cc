@@ -2,8 +2,8 @@
 
 #include <openssl/crypto.h>
 
-#include "absl/strings/strip.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 #include "common/credentials.h"
 #include "spdlog/spdlog.h"
 
@@ -15,7 +15,8 @@ constexpr absl::string_view kBearer = "Bearer ";
 // Constant time in the content; a length mismatch returns at once, which
 // tells a guesser only the length of a valid token (public for job tokens).
 bool SameSecret(absl::string_view a, absl::string_view b) {
-  return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+  return a.size() == b.size() &&
+         CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
 }  // namespace
@@ -32,9 +33,8 @@ TokenCheck::TokenCheck(std::string secret) : secret_(std::move(secret)) {
   }
 }
 
-TokenCheck::Verdict TokenCheck::Judge(
-    const grpc::ServerContextBase& context,
-    const absl::string_view* run_id) const {
+TokenCheck::Verdict TokenCheck::Judge(const grpc::ServerContextBase& context,
+                                      const absl::string_view* run_id) const {
   if (secret_.empty()) return Verdict::kAdmitted;
   Verdict verdict = Verdict::kNoToken;
   std::string job_token;  // derived on first need

@@ -143,14 +143,30 @@ class EnvJsonParser {
       if (pos_ >= s_.size()) return false;
       char e = s_[pos_++];
       switch (e) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
+        case '"':
+          out += '"';
+          break;
+        case '\\':
+          out += '\\';
+          break;
+        case '/':
+          out += '/';
+          break;
+        case 'b':
+          out += '\b';
+          break;
+        case 'f':
+          out += '\f';
+          break;
+        case 'n':
+          out += '\n';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case 't':
+          out += '\t';
+          break;
         case 'u': {
           uint32_t cp = 0;
           if (!Hex4(cp)) return false;
@@ -174,7 +190,6 @@ class EnvJsonParser {
   const std::string& s_;
   size_t pos_ = 0;
 };
-
 
 // --- The zygote (DDPRUN_ZYGOTE_FD) -----------------------------------------
 //
@@ -440,9 +455,7 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ParseEnvJson(
   return EnvJsonParser(text).Parse();
 }
 
-bool ServesStandbys() {
-  return common::ProcessEnv(env::kZygoteFd).has_value();
-}
+bool ServesStandbys() { return common::ProcessEnv(env::kZygoteFd).has_value(); }
 
 bool ForkedByZygote() { return forked_by_zygote != 0; }
 
@@ -471,9 +484,9 @@ absl::Status AwaitActivation() {
     if (n < 0) {
       int err = errno;
       close(fd);
-      return absl::UnavailableError(absl::StrFormat(
-          "cannot read the round's environment from %s=%d: %s", env::kStandbyFd,
-          fd, strerror(err)));
+      return absl::UnavailableError(
+          absl::StrFormat("cannot read the round's environment from %s=%d: %s",
+                          env::kStandbyFd, fd, strerror(err)));
     }
     if (n == 0) break;
     data.append(buffer, static_cast<size_t>(n));
@@ -501,13 +514,13 @@ absl::Status AwaitActivation() {
                       std::chrono::steady_clock::now() - waiting_since)
                       .count();
   // Only for the log line: RANK as given, whatever the rest holds.
-  spdlog::info("prewarmed process {} activated as rank {} after {:.1f} s in "
-               "standby{}",
-               getpid(), common::ProcessEnv(env::kRank).value_or("?"), waited,
-               forked_by_zygote != 0
-                   ? absl::StrFormat(" (forked by the zygote, pid %d)",
-                                     forked_by_zygote)
-                   : std::string());
+  spdlog::info(
+      "prewarmed process {} activated as rank {} after {:.1f} s in "
+      "standby{}",
+      getpid(), common::ProcessEnv(env::kRank).value_or("?"), waited,
+      forked_by_zygote != 0
+          ? absl::StrFormat(" (forked by the zygote, pid %d)", forked_by_zygote)
+          : std::string());
   return absl::OkStatus();
 }
 

@@ -98,8 +98,8 @@ absl::StatusOr<std::unique_ptr<StoreClient>> StoreClient::Create(
   absl::StatusOr<common::Endpoint> endpoint =
       common::ParseEndpoint(options.endpoint);
   if (!endpoint.ok()) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "store endpoint: %s", endpoint.status().message()));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("store endpoint: %s", endpoint.status().message()));
   }
   // The shared channel helper attaches the token to every call; TLS is on
   // when tls_ca_file is set (the agent passes its own --tls-* settings).
@@ -108,15 +108,15 @@ absl::StatusOr<std::unique_ptr<StoreClient>> StoreClient::Create(
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
       common::CreateChannel(endpoint->ToString(), channel_options);
   if (!channel.ok()) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "store channel to %s: %s", options.endpoint, channel.status().message()));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("store channel to %s: %s", options.endpoint,
+                        channel.status().message()));
   }
   return std::unique_ptr<StoreClient>(new StoreClient(
       options, std::make_unique<Impl>(options, std::move(*channel))));
 }
 
-StoreClient::StoreClient(StoreClientOptions options,
-                         std::unique_ptr<Impl> impl)
+StoreClient::StoreClient(StoreClientOptions options, std::unique_ptr<Impl> impl)
     : options_(std::move(options)), impl_(std::move(impl)) {}
 
 StoreClient::~StoreClient() = default;
@@ -152,11 +152,11 @@ absl::StatusOr<std::string> StoreClient::Get(const std::string& key,
   request.set_timeout_ms(std::max<int64_t>(1, ToMillis(chunk)));
   ddprun::v1::GetResponse response;
   while (true) {
-    absl::Status status = impl_->Call(
-        "Get", KeyName(key), chunk + options_.deadline_slack,
-        [&](grpc::ClientContext* c) {
-          return impl_->stub().Get(c, request, &response);
-        });
+    absl::Status status =
+        impl_->Call("Get", KeyName(key), chunk + options_.deadline_slack,
+                    [&](grpc::ClientContext* c) {
+                      return impl_->stub().Get(c, request, &response);
+                    });
     if (forever && absl::IsDeadlineExceeded(status)) continue;
     if (!status.ok()) return status;
     return std::move(*response.mutable_value());
@@ -171,8 +171,7 @@ absl::StatusOr<int64_t> StoreClient::Add(const std::string& key,
   request.set_delta(delta);
   ddprun::v1::AddResponse response;
   absl::Status status = impl_->Call(
-      "Add", KeyName(key), options_.call_timeout,
-      [&](grpc::ClientContext* c) {
+      "Add", KeyName(key), options_.call_timeout, [&](grpc::ClientContext* c) {
         return impl_->stub().Add(c, request, &response);
       });
   if (!status.ok()) return status;
@@ -188,11 +187,11 @@ absl::StatusOr<std::string> StoreClient::CompareSet(
   request.set_expected(expected);
   request.set_desired(desired);
   ddprun::v1::CompareSetResponse response;
-  absl::Status status = impl_->Call(
-      "CompareSet", KeyName(key), options_.call_timeout,
-      [&](grpc::ClientContext* c) {
-        return impl_->stub().CompareSet(c, request, &response);
-      });
+  absl::Status status =
+      impl_->Call("CompareSet", KeyName(key), options_.call_timeout,
+                  [&](grpc::ClientContext* c) {
+                    return impl_->stub().CompareSet(c, request, &response);
+                  });
   if (!status.ok()) return status;
   return std::move(*response.mutable_value());
 }
@@ -202,11 +201,11 @@ absl::StatusOr<bool> StoreClient::Check(const std::vector<std::string>& keys) {
   *request.mutable_scope() = impl_->scope();
   for (const auto& key : keys) request.add_keys(key);
   ddprun::v1::CheckResponse response;
-  absl::Status status = impl_->Call(
-      "Check", KeysName(keys), options_.call_timeout,
-      [&](grpc::ClientContext* c) {
-        return impl_->stub().Check(c, request, &response);
-      });
+  absl::Status status =
+      impl_->Call("Check", KeysName(keys), options_.call_timeout,
+                  [&](grpc::ClientContext* c) {
+                    return impl_->stub().Check(c, request, &response);
+                  });
   if (!status.ok()) return status;
   return response.ready();
 }
@@ -221,11 +220,11 @@ absl::Status StoreClient::Wait(const std::vector<std::string>& keys,
   request.set_timeout_ms(std::max<int64_t>(1, ToMillis(chunk)));
   ddprun::v1::WaitResponse response;
   while (true) {
-    absl::Status status = impl_->Call(
-        "Wait", KeysName(keys), chunk + options_.deadline_slack,
-        [&](grpc::ClientContext* c) {
-          return impl_->stub().Wait(c, request, &response);
-        });
+    absl::Status status =
+        impl_->Call("Wait", KeysName(keys), chunk + options_.deadline_slack,
+                    [&](grpc::ClientContext* c) {
+                      return impl_->stub().Wait(c, request, &response);
+                    });
     if (forever && absl::IsDeadlineExceeded(status)) continue;
     return status;
   }
@@ -236,11 +235,11 @@ absl::StatusOr<bool> StoreClient::DeleteKey(const std::string& key) {
   *request.mutable_scope() = impl_->scope();
   request.set_key(key);
   ddprun::v1::DeleteKeyResponse response;
-  absl::Status status = impl_->Call(
-      "DeleteKey", KeyName(key), options_.call_timeout,
-      [&](grpc::ClientContext* c) {
-        return impl_->stub().DeleteKey(c, request, &response);
-      });
+  absl::Status status =
+      impl_->Call("DeleteKey", KeyName(key), options_.call_timeout,
+                  [&](grpc::ClientContext* c) {
+                    return impl_->stub().DeleteKey(c, request, &response);
+                  });
   if (!status.ok()) return status;
   return response.deleted();
 }
@@ -249,11 +248,11 @@ absl::StatusOr<int64_t> StoreClient::NumKeys() {
   ddprun::v1::NumKeysRequest request;
   *request.mutable_scope() = impl_->scope();
   ddprun::v1::NumKeysResponse response;
-  absl::Status status = impl_->Call(
-      "NumKeys", "the scope", options_.call_timeout,
-      [&](grpc::ClientContext* c) {
-        return impl_->stub().NumKeys(c, request, &response);
-      });
+  absl::Status status =
+      impl_->Call("NumKeys", "the scope", options_.call_timeout,
+                  [&](grpc::ClientContext* c) {
+                    return impl_->stub().NumKeys(c, request, &response);
+                  });
   if (!status.ok()) return status;
   return response.num_keys();
 }

@@ -91,8 +91,8 @@ void HeartbeatLoop::Run() {
     // A job that succeeded elsewhere does not stop workers still running
     // here; they finish and Leave.
     if (response->rejoin() || response->state() == v1::JOB_STATE_FAILED) {
-      spdlog::info("round {} is over (job round now {})",
-                   options_.round, response->round());
+      spdlog::info("round {} is over (job round now {})", options_.round,
+                   response->round());
       on_round_over_();
       return;
     }
@@ -186,10 +186,10 @@ HeartbeatLoop::Resumed HeartbeatLoop::Resume() {
       resumed->ended().state() == v1::JOB_STATE_SUCCEEDED) {
     return Resumed::kYes;  // workers still running here finish and Leave
   }
-  spdlog::info("rendezvous {} restarted and round {} cannot go on: {}",
-               client_.endpoint(), options_.round,
-               resumed->has_ended() ? resumed->ended().message()
-                                    : resumed->rejoin());
+  spdlog::info(
+      "rendezvous {} restarted and round {} cannot go on: {}",
+      client_.endpoint(), options_.round,
+      resumed->has_ended() ? resumed->ended().message() : resumed->rejoin());
   return Resumed::kRoundOver;
 }
 

@@ -58,9 +58,9 @@ absl::Status ControlChannel::Send(const std::string& line) {
     ssize_t n = write(write_fd_, data.data() + done, data.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      return absl::UnavailableError(absl::StrFormat(
-          "cannot tell the worker its next round: %s",
-          n < 0 ? strerror(errno) : "short write"));
+      return absl::UnavailableError(
+          absl::StrFormat("cannot tell the worker its next round: %s",
+                          n < 0 ? strerror(errno) : "short write"));
     }
     done += static_cast<size_t>(n);
   }

@@ -67,15 +67,15 @@ absl::StatusOr<std::unique_ptr<WorkerOutput>> WorkerOutput::Open(
       bool tee = options.tee.For(i) & bit;
       // torchrun's <attempt>/<local_rank>/stdout.log and stderr.log.
       std::string folder = absl::StrFormat("%s/%d", options.attempt_dir, i);
-      std::string path = absl::StrFormat("%s/%s.log", folder,
-                                         s == 0 ? "stdout" : "stderr");
+      std::string path =
+          absl::StrFormat("%s/%s.log", folder, s == 0 ? "stdout" : "stderr");
       if (redirect || tee) {
         std::error_code ec;
         std::filesystem::create_directories(folder, ec);
         if (ec) {
           return absl::FailedPreconditionError(absl::StrFormat(
-              "cannot create the log folder '%s': %s; check --log-dir",
-              folder, ec.message()));
+              "cannot create the log folder '%s': %s; check --log-dir", folder,
+              ec.message()));
         }
         int file =
             open(path.c_str(),

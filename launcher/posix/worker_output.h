@@ -37,8 +37,8 @@ std::string LinePrefix(const WorkerOutputOptions& options, int local_rank);
 // --redirects/--tee/--local-ranks-filter say: inherited from the agent
 // (console), a file <local_rank>/stdout.log|stderr.log (torchrun's names),
 // both (the agent copies a pipe to the file and to the console, each line
-// prefixed "[default0]:"), or nowhere (filtered out of the console). Owned by the agent's thread; the copying
-// runs on a thread of its own.
+// prefixed "[default0]:"), or nowhere (filtered out of the console). Owned by
+// the agent's thread; the copying runs on a thread of its own.
 class WorkerOutput {
  public:
   static absl::StatusOr<std::unique_ptr<WorkerOutput>> Open(

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "gmock/gmock.h"
 #include "common/clock.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "launcher/agent/standby_pool.h"
 #include "launcher/agent/worker_env.h"
@@ -158,7 +158,8 @@ TEST(ProcessControlTest, IdlePriorityAppliesToEveryThreadUntilRestored) {
   ASSERT_TRUE(pid.ok()) << pid.status();
   ASSERT_TRUE(testing::WaitFor([&] { return Threads(*pid).size() == 2; },
                                absl::Seconds(30)));
-  for (pid_t tid : Threads(*pid)) EXPECT_EQ(sched_getscheduler(tid), SCHED_IDLE);
+  for (pid_t tid : Threads(*pid))
+    EXPECT_EQ(sched_getscheduler(tid), SCHED_IDLE);
 
   absl::Status restored = control.RestoreNormalPriority(*pid);
 
@@ -203,8 +204,7 @@ TEST(StandbyPoolTest, AStandbyWaitsIdleAndWorksAtNormalPriority) {
           return !children.empty();
         },
         absl::Seconds(10)));
-    EXPECT_EQ(sched_getscheduler(children[0]),
-              idle ? SCHED_IDLE : SCHED_OTHER);
+    EXPECT_EQ(sched_getscheduler(children[0]), idle ? SCHED_IDLE : SCHED_OTHER);
 
     auto activated = pool.Activate({{"RANK=0"}}, progress);
 

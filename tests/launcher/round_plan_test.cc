@@ -149,26 +149,23 @@ TEST(RoundPlanTest, StandbysGetTheSharedFolderAndOneThread) {
 TEST(RoundPlanTest, InPlaceSourcesKeepSurvivorsAndUseStandbysOnlyForAll) {
   InPlaceSources with = PlanInPlaceSources(4, {3, 1}, 2);
   EXPECT_TRUE(with.uses_standbys);
-  EXPECT_THAT(with.by_local_rank,
-              ::testing::ElementsAre(WorkerSource::kSurvivor,
-                                     WorkerSource::kStandby,
-                                     WorkerSource::kSurvivor,
-                                     WorkerSource::kStandby));
+  EXPECT_THAT(
+      with.by_local_rank,
+      ::testing::ElementsAre(WorkerSource::kSurvivor, WorkerSource::kStandby,
+                             WorkerSource::kSurvivor, WorkerSource::kStandby));
   EXPECT_THAT(with.standby_index, ::testing::ElementsAre(-1, 0, -1, 1));
 
   InPlaceSources short_of_one = PlanInPlaceSources(4, {3, 1}, 1);
   EXPECT_FALSE(short_of_one.uses_standbys);
-  EXPECT_THAT(short_of_one.by_local_rank,
-              ::testing::ElementsAre(WorkerSource::kSurvivor,
-                                     WorkerSource::kFresh,
-                                     WorkerSource::kSurvivor,
-                                     WorkerSource::kFresh));
+  EXPECT_THAT(
+      short_of_one.by_local_rank,
+      ::testing::ElementsAre(WorkerSource::kSurvivor, WorkerSource::kFresh,
+                             WorkerSource::kSurvivor, WorkerSource::kFresh));
 
   // Another node failed: nothing to replace here.
   InPlaceSources none = PlanInPlaceSources(2, {}, 2);
   EXPECT_FALSE(none.uses_standbys);
-  EXPECT_THAT(none.by_local_rank,
-              ::testing::Each(WorkerSource::kSurvivor));
+  EXPECT_THAT(none.by_local_rank, ::testing::Each(WorkerSource::kSurvivor));
 }
 
 }  // namespace

@@ -2,12 +2,12 @@
 // server on a kernel-chosen port, in this process.
 #include "worker/grpc_store.h"
 
+#include <c10/util/Exception.h>
+#include <gtest/gtest.h>
+
 #include <atomic>
 #include <chrono>
 #include <thread>
-
-#include <c10/util/Exception.h>
-#include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -35,9 +35,9 @@ class GrpcStoreTest : public ::testing::Test {
   }
 
   // A store in a free-standing scope (no rendezvous job has this run id).
-  c10::intrusive_ptr<GrpcStore> MakeStore(const std::string& run_id,
-                                          int64_t round = 0,
-                                          milliseconds timeout = milliseconds(10000)) {
+  c10::intrusive_ptr<GrpcStore> MakeStore(
+      const std::string& run_id, int64_t round = 0,
+      milliseconds timeout = milliseconds(10000)) {
     StoreClientOptions options;
     options.endpoint = server_->endpoint();
     options.run_id = run_id;
