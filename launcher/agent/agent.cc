@@ -10,6 +10,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/worker_protocol.h"
 #include "launcher/agent/failure_report.h"
 #include "launcher/agent/failure_summary.h"
 #include "launcher/agent/heartbeat_loop.h"
@@ -614,7 +615,8 @@ void Agent::SendRoundToSurvivors(const RoundPlan& plan,
                                  std::vector<ControlChannel>& controls) {
   for (int i = 0; i < options_.nproc_per_node; ++i) {
     if (sources.by_local_rank[i] != WorkerSource::kSurvivor) continue;
-    absl::Status sent = controls[i].Send(EnvToJson(plan.workers[i].env));
+    absl::Status sent =
+        controls[i].Send(common::EncodeWorkerEnv(plan.workers[i].env));
     if (!sent.ok()) {
       spdlog::warn("local rank {}: {}", i, std::string(sent.message()));
     }

@@ -17,6 +17,7 @@
 #include "absl/strings/strip.h"
 #include "common/json_string.h"
 #include "common/worker_env.h"
+#include "common/worker_protocol.h"
 #include "common/zygote_protocol.h"
 #include "launcher/agent/python_standby.h"
 #include "spdlog/spdlog.h"
@@ -61,19 +62,6 @@ bool SendWithFds(int socket, const std::string& message,
 }
 
 }  // namespace
-
-std::string EnvToJson(const std::vector<std::string>& env) {
-  std::string out = "{";
-  for (const std::string& entry : env) {
-    size_t eq = entry.find('=');
-    if (eq == std::string::npos) continue;
-    if (out.size() > 1) out += ",";
-    common::AppendJsonString(out, absl::string_view(entry).substr(0, eq));
-    out += ":";
-    common::AppendJsonString(out, absl::string_view(entry).substr(eq + 1));
-  }
-  return out + "}";
-}
 
 StandbyPool::StandbyPool(ProcessControl& control, const common::Clock& clock,
                          std::vector<std::string> argv,
@@ -340,8 +328,8 @@ absl::StatusOr<std::vector<pid_t>> StandbyPool::Activate(
     // Back under the normal policy before it runs as a worker.
     absl::Status restored =
         s.idle ? control_.RestoreNormalPriority(pid) : absl::OkStatus();
-    bool told =
-        restored.ok() && WriteAll(s.control_fd.get(), EnvToJson(envs[i]));
+    bool told = restored.ok() &&
+                WriteAll(s.control_fd.get(), common::EncodeWorkerEnv(envs[i]));
     int err = errno;
     standbys_[i].control_fd.Reset();
     if (!told) {

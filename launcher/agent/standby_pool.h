@@ -152,7 +152,4 @@ class StandbyPool {
   int execed_ = 0;
 };
 
-// {"NAME": "value", ...} for "NAME=value" entries.
-std::string EnvToJson(const std::vector<std::string>& env);
-
 }  // namespace ddprun::launcher
