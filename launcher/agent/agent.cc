@@ -47,16 +47,16 @@ void RouteOutput(const WorkerOutput& output, RoundPlan& plan) {
 
 }  // namespace
 
-Agent::Agent(const LaunchOptions& options, AgentContext context,
-             RendezvousApi& client, ProcessControl& control,
-             AgentEvents& events, const common::Clock& clock)
-    : options_(options),
+Agent::Agent(AgentOptions options, AgentContext context, RendezvousApi& client,
+             ProcessControl& control, AgentEvents& events,
+             const common::Clock& clock)
+    : options_(std::move(options)),
       context_(std::move(context)),
       client_(client),
       control_(control),
       events_(events),
       clock_(clock),
-      phase_bounds_(options.hang_bounds) {
+      phase_bounds_(options_.hang_bounds) {
   if (!context_.reserve_port) {
     context_.reserve_port =
         [this](const std::string& address) -> absl::StatusOr<int> {

@@ -12,13 +12,13 @@
 #include "launcher/agent/agent_context.h"
 #include "launcher/agent/agent_events.h"
 #include "launcher/agent/agent_metrics.h"
+#include "launcher/agent/agent_options.h"
 #include "launcher/agent/heartbeat_loop.h"
 #include "launcher/agent/phase_bounds.h"
 #include "launcher/agent/rendezvous_api.h"
 #include "launcher/agent/round_plan.h"
 #include "launcher/agent/standby_pool.h"
 #include "launcher/agent/supervisor_policy.h"
-#include "launcher/cli/launch_options.h"
 #include "launcher/posix/control_channel.h"
 #include "launcher/posix/local_address.h"
 #include "launcher/posix/process_control.h"
@@ -46,8 +46,8 @@ inline constexpr int kExitRendezvousUnreachable = 75;
 // AgentEvents.
 class Agent {
  public:
-  Agent(const LaunchOptions& options, AgentContext context,
-        RendezvousApi& client, ProcessControl& control, AgentEvents& events,
+  Agent(AgentOptions options, AgentContext context, RendezvousApi& client,
+        ProcessControl& control, AgentEvents& events,
         const common::Clock& clock);
 
   // Runs the job to its end; returns ddprun's exit code: 0 when this node's
@@ -177,7 +177,7 @@ class Agent {
   // The Resume request for the remembered round (HeartbeatLoop sends it).
   v1::JoinRequest MakeResumeRequest() const;
 
-  const LaunchOptions& options_;
+  const AgentOptions options_;
   AgentContext context_;
   RendezvousApi& client_;
   ProcessControl& control_;

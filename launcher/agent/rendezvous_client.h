@@ -11,7 +11,6 @@
 #include "ddprun/v1/rendezvous.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "launcher/agent/rendezvous_api.h"
-#include "launcher/cli/launch_options.h"
 
 namespace ddprun::launcher {
 

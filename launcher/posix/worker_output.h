@@ -2,6 +2,7 @@
 
 #include <array>
 #include <atomic>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -9,9 +10,19 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "launcher/cli/launch_options.h"
 
 namespace ddprun::launcher {
+
+// Which of a worker's streams go to files (torchrun's Std: 0 none, 1 stdout,
+// 2 stderr, 3 both), for every local rank or per local rank ("0:1,1:2").
+struct PerRankStreams {
+  int all = 0;
+  std::map<int, int> by_local_rank;
+  int For(int local_rank) const {
+    auto it = by_local_rank.find(local_rank);
+    return it == by_local_rank.end() ? all : it->second;
+  }
+};
 
 struct WorkerOutputOptions {
   // Where the attempt's files go (<run log folder>/attempt_<n>): each

@@ -367,7 +367,7 @@ class AgentLifecycleTest : public ::testing::Test {
   SteppedEvents events_;
   FakeProcessControl control_;
   FakeRendezvous rdzv_;
-  LaunchOptions options_;
+  AgentOptions options_;
   testing::TempDir scratch_;
 };
 
@@ -602,7 +602,8 @@ TEST_F(AgentLifecycleTest, ScaleUpRejoinsIntoTheLargerWorld) {
   EXPECT_EQ(round2[1]->env.at("TORCHELASTIC_RESTART_COUNT"), "0");
 }
 
-// In-place recovery (issue 13): workers that declared it are not stopped.
+// In-place recovery: workers that declared it are not stopped, so a fault
+// costs the job one worker's restart, not every worker's.
 
 TEST_F(AgentLifecycleTest, InPlaceOnlyTheFailedWorkerIsReplaced) {
   control_.declare_in_place = true;

@@ -49,7 +49,7 @@ struct Fixture {
     assignment.set_restart_count(2);
     assignment.set_max_restarts(3);
   }
-  LaunchOptions options;
+  AgentOptions options;
   AgentContext context;
   v1::Assignment assignment;
 };
@@ -116,8 +116,8 @@ TEST(RoundPlanTest, AttemptFilesFollowTheRestartCount) {
   EXPECT_EQ(AsMap(scratch.workers[0].env).count("DDPRUN_PROGRESS_FD"), 0u);
   EXPECT_THAT(scratch.workers[0].inherit_fds, IsEmpty());
 
-  // The run's log folder (under --log-dir or not) is the context's.
-  f.options.log_dir = "/var/log/train";
+  // The run's log folder (under --log-dir or not) is the context's: the
+  // agent's options do not name it.
   f.options.tee.all = 3;
   f.context.scratch_dir = "/var/log/train/job7_a1b2c3";
   RoundPlan logged = BuildRoundPlan(f.options, f.context, f.assignment, {});
