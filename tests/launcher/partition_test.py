@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Issue 4's network fault test: a host cut off from the network.
+"""A network fault: a host cut off from the network.
 
 The rendezvous and two hosts h1, h2 each live in a network namespace of their
 own (deploy/local/netns_cluster.sh), wired to one bridge. Both hosts run
