@@ -37,9 +37,11 @@ inline constexpr int kExitRendezvousUnreachable = 75;
 // The node agent's round lifecycle: join -> plan -> start -> supervise ->
 // report -> stop or rejoin -> leave, until the job ends for this node.
 // It talks to the rendezvous through RendezvousApi and to the operating
-// system through ProcessControl; time comes from the injected clock, and it
-// sleeps only in AgentEvents::Wait. So tests drive every transition with
-// fakes (tests/launcher/agent_lifecycle_test.cc), as job_test.cc drives Job.
+// system through ProcessControl; its round decisions take time from the
+// injected clock and it waits in AgentEvents::Wait, so tests drive every
+// transition with fakes (tests/launcher/agent_lifecycle_test.cc), as
+// job_test.cc drives Job. (A Join parked on the server, and the retries of
+// an unreachable one, wait on the wall clock inside RendezvousApi.)
 //
 // Everything runs on the thread that calls Run (it forks the workers, so it
 // must live as long as they do); the heartbeat and signal threads only post
