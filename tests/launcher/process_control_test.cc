@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "launcher/agent/standby_pool.h"
 #include "launcher/agent/worker_env.h"
+#include "tests/testing/fake_process_control.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/wait_for.h"
 
@@ -218,50 +219,30 @@ TEST(StandbyPoolTest, AStandbyWaitsIdleAndWorksAtNormalPriority) {
   WaitForExit(control, *pid);
 }
 
-// The spawner seam of StandbyPool: records what it was asked.
-class RecordingControl final : public ProcessControl {
- public:
-  absl::StatusOr<pid_t> Spawn(const SpawnRequest& request) override {
-    idle_spawns.push_back(request.idle_priority);
-    return next_pid++;
-  }
-  void SignalGroup(pid_t, int) override {}
-  std::optional<std::pair<pid_t, ExitStatus>> ReapAny() override {
-    return std::nullopt;
-  }
-  void AwaitChildEvent(absl::Duration) override {}
-  bool CanRestoreNormalPriority() override { return true; }
-  absl::Status RestoreNormalPriority(pid_t pid) override {
-    restored.push_back(pid);
-    return absl::OkStatus();
-  }
-
-  pid_t next_pid = 1000;
-  std::vector<bool> idle_spawns;
-  std::vector<pid_t> restored;
-};
-
 // A standby the training leaves no idle CPU to start in is moved to the
 // normal policy after the grace, once.
 TEST(StandbyPoolTest, AStandbyStillIdleAfterTheGraceIsPromotedOnce) {
-  RecordingControl control;
   common::FakeClock clock;
+  ::ddprun::testing::FakeProcessControl control(&clock);
+  control.can_restore_normal_priority = true;
   StandbyPoolOptions options;
   options.idle_grace = absl::Seconds(5);
   StandbyPool pool(control, clock, {"train"}, {}, options);
   pool.Fill(2);
   ASSERT_EQ(pool.size(), 2);
-  EXPECT_THAT(control.idle_spawns, ::testing::ElementsAre(true, true));
+  ASSERT_EQ(control.processes().size(), 2u);
+  EXPECT_TRUE(control.processes()[0].request.idle_priority);
+  EXPECT_TRUE(control.processes()[1].request.idle_priority);
 
   pool.PromoteLate();
   clock.Advance(absl::Seconds(4));
   pool.PromoteLate();
-  EXPECT_THAT(control.restored, ::testing::IsEmpty());
+  EXPECT_THAT(control.restored(), ::testing::IsEmpty());
 
   clock.Advance(absl::Seconds(2));
   pool.PromoteLate();
   pool.PromoteLate();
-  EXPECT_THAT(control.restored, ::testing::ElementsAre(1000, 1001));
+  EXPECT_THAT(control.restored(), ::testing::ElementsAre(1000, 1001));
 }
 
 }  // namespace
