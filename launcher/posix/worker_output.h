@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/unique_fd.h"
 
 namespace ddprun::launcher {
 
@@ -90,7 +91,7 @@ class WorkerOutput {
 
   std::vector<std::array<Stream, 2>> streams_;
   std::thread copier_;
-  int stop_pipe_[2] = {-1, -1};  // wakes the copier to finish
+  common::PipeEnds stop_pipe_;  // wakes the copier to finish
   // Set by Finish before it wakes the copier.
   std::atomic<int64_t> finish_deadline_unix_ns_{0};
 };
