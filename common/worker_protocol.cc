@@ -36,8 +36,10 @@ DecodeWorkerEnv(absl::string_view json) {
     return error("expected '{'");
   }
   google::protobuf::Struct object;
-  const auto parsed = google::protobuf::util::JsonStringToMessage(
-      google::protobuf::StringPiece(json.data(), json.size()), &object);
+  // A std::string: protobuf's string type for this argument differs
+  // between versions (StringPiece, absl::string_view).
+  const auto parsed =
+      google::protobuf::util::JsonStringToMessage(std::string(json), &object);
   if (!parsed.ok()) return error(parsed.ToString());
   std::vector<std::pair<std::string, std::string>> vars;
   for (const auto& [name, value] : object.fields()) {
