@@ -36,8 +36,7 @@ absl::StatusOr<Endpoint> ParseEndpoint(absl::string_view text,
     }
   } else {
     size_t colon = text.rfind(':');
-    if (colon != absl::string_view::npos &&
-        text.find(':') != colon) {
+    if (colon != absl::string_view::npos && text.find(':') != colon) {
       return bad("an IPv6 address needs brackets");
     }
     if (colon == absl::string_view::npos) {

@@ -133,35 +133,38 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
     int yes = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
     if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, 64) == 0) {
-      self->listen_fd_ = fd;
+      self->listen_fd_.Reset(fd);
       break;
     }
     error = strerror(errno);
     close(fd);
   }
   freeaddrinfo(addresses);
-  if (self->listen_fd_ < 0) return unavailable(error);
+  if (!self->listen_fd_.valid()) return unavailable(error);
 
   sockaddr_storage bound{};
   socklen_t length = sizeof(bound);
-  if (getsockname(self->listen_fd_, reinterpret_cast<sockaddr*>(&bound),
+  if (getsockname(self->listen_fd_.get(), reinterpret_cast<sockaddr*>(&bound),
                   &length) != 0) {
     return unavailable(strerror(errno));
   }
   self->port_ = bound.ss_family == AF_INET6
                     ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
                     : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
-  if (pipe2(self->wake_fds_, O_CLOEXEC) != 0) {
-    return absl::InternalError(absl::StrCat(
-        "cannot make the metrics server's pipe: ", strerror(errno)));
+  absl::StatusOr<PipeEnds> wake = MakePipe(O_CLOEXEC);
+  if (!wake.ok()) {
+    return absl::InternalError(
+        absl::StrCat("the metrics server: ", wake.status().message()));
   }
+  self->wake_ = std::move(*wake);
   MetricsServer* server = self.get();
   self->thread_ = std::thread([server] { server->Serve(); });
   return self;
 }
 
 void MetricsServer::Serve() {
-  pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_fds_[0], POLLIN, 0}};
+  pollfd fds[2] = {{listen_fd_.get(), POLLIN, 0},
+                   {wake_.read.get(), POLLIN, 0}};
   while (true) {
     if (poll(fds, 2, -1) < 0) {
       if (errno == EINTR) continue;
@@ -169,7 +172,7 @@ void MetricsServer::Serve() {
     }
     if (fds[1].revents != 0) return;  // Shutdown
     if ((fds[0].revents & POLLIN) == 0) continue;
-    int client = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    int client = accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC);
     if (client < 0) continue;
     Answer(client, path_, *registry_);
     close(client);
@@ -187,14 +190,12 @@ std::string MetricsServer::url() const {
 void MetricsServer::Shutdown() {
   if (thread_.joinable()) {
     char wake = 0;
-    while (write(wake_fds_[1], &wake, 1) < 0 && errno == EINTR) {
+    while (write(wake_.write.get(), &wake, 1) < 0 && errno == EINTR) {
     }
     thread_.join();
   }
-  for (int* fd : {&listen_fd_, &wake_fds_[0], &wake_fds_[1]}) {
-    if (*fd >= 0) close(*fd);
-    *fd = -1;
-  }
+  listen_fd_.Reset();
+  wake_ = {};
 }
 
 }  // namespace ddprun::common

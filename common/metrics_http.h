@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/metrics.h"
+#include "common/unique_fd.h"
 
 namespace ddprun::common {
 
@@ -47,9 +48,9 @@ class MetricsServer {
   void Serve();
 
   const MetricsRegistry* registry_ = nullptr;
-  int listen_fd_ = -1;
-  // Shutdown writes to wake_fds_[1] to end Serve's poll.
-  int wake_fds_[2] = {-1, -1};
+  UniqueFd listen_fd_;
+  // Shutdown writes to its write end to end Serve's poll.
+  PipeEnds wake_;
   std::thread thread_;
   std::string host_;
   std::string path_;

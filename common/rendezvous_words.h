@@ -3,7 +3,6 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
-
 #include "ddprun/v1/rendezvous.pb.h"
 
 namespace ddprun::common {

@@ -32,8 +32,7 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> StartAnnouncedMetrics(
   absl::StatusOr<std::unique_ptr<MetricsServer>> started =
       MetricsServer::Start(options, registry);
   if (!started.ok()) return started.status();
-  std::printf("%s metrics on %s\n", program.c_str(),
-              (*started)->url().c_str());
+  std::printf("%s metrics on %s\n", program.c_str(), (*started)->url().c_str());
   std::fflush(stdout);
   return started;
 }

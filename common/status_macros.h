@@ -8,10 +8,10 @@
 
 // Returns the absl::Status of `expr` from the enclosing function unless it
 // is OK.
-#define DDPRUN_RETURN_IF_ERROR(expr)                              \
-  do {                                                            \
+#define DDPRUN_RETURN_IF_ERROR(expr)                                \
+  do {                                                              \
     if (absl::Status ddprun_status_ = (expr); !ddprun_status_.ok()) \
-      return ddprun_status_;                                      \
+      return ddprun_status_;                                        \
   } while (0)
 
 // Evaluates `expr` (an absl::StatusOr<T>); returns its status unless it is

@@ -1,9 +1,9 @@
 #pragma once
 
+#include <ATen/core/Tensor.h>
+
 #include <cstdint>
 #include <string>
-
-#include <ATen/core/Tensor.h>
 
 #include "absl/status/statusor.h"
 
@@ -41,9 +41,9 @@ struct MnistOptions {
   std::string cache_dir;
 };
 
-// Validates the four IDX files (or their .gz) (magic numbers 2051/2049, image and label
-// counts that agree, 28x28, file sizes) and loads them normalized like
-// torchvision (mean 0.1307, std 0.3081 for MNIST). A missing, truncated or
+// Validates the four IDX files (or their .gz) (magic numbers 2051/2049, image
+// and label counts that agree, 28x28, file sizes) and loads them normalized
+// like torchvision (mean 0.1307, std 0.3081 for MNIST). A missing, truncated or
 // corrupt file is one error line that names the file and the fix.
 absl::StatusOr<MnistData> LoadMnist(const MnistOptions& options);
 

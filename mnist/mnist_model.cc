@@ -18,9 +18,8 @@ at::Tensor MnistLinearImpl::forward(const at::Tensor& input) {
 }
 
 torch::nn::Sequential MakeMnistMlp(int hidden) {
-  return torch::nn::Sequential(torch::nn::Flatten(),
-                               MnistLinear(784, hidden), torch::nn::ReLU(),
-                               MnistLinear(hidden, 10));
+  return torch::nn::Sequential(torch::nn::Flatten(), MnistLinear(784, hidden),
+                               torch::nn::ReLU(), MnistLinear(hidden, 10));
 }
 
 torch::nn::Sequential MakeMnistCnn() {

@@ -1,10 +1,10 @@
 #pragma once
 
-#include <string>
-
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
+
+#include <string>
 
 #include "absl/status/statusor.h"
 

@@ -813,6 +813,17 @@ absl::Status Finish(Training& t) {
     if (!saved.ok()) return saved;
     spdlog::info("saved the model to {}", options.save_path);
   }
+  if (!options.summary_json.empty()) {
+    // The model's exact bits, which the summary's rounded figures hide.
+    uint64_t digest = kFnv1a64Offset;
+    for (const auto& item : t.model->named_parameters()) {
+      const at::Tensor p = item.value().detach().cpu().contiguous();
+      digest = Fnv1a64(absl::string_view(static_cast<const char*>(p.data_ptr()),
+                                         p.numel() * p.element_size()),
+                       digest);
+    }
+    t.summary.parameters_fnv1a64 = digest;
+  }
   t.summary.wall_seconds = SecondsSinceProcessStart();
   if (!options.summary_json.empty()) {
     absl::Status written = WriteTrainSummary(options.summary_json, t.summary);

@@ -8,6 +8,14 @@
 
 namespace ddprun::worker {
 
+uint64_t Fnv1a64(absl::string_view bytes, uint64_t hash) {
+  for (unsigned char c : bytes) {
+    hash ^= c;
+    hash *= 0x100000001b3ull;
+  }
+  return hash;
+}
+
 absl::Status WriteTrainSummary(const std::string& path, const TrainSummary& s) {
   std::ofstream out(path);
   out << absl::StrFormat(
@@ -15,7 +23,9 @@ absl::Status WriteTrainSummary(const std::string& path, const TrainSummary& s) {
       "\"parameters\": %d, "
       "\"samples_per_sec\": %.1f, \"test_accuracy\": %.6f, "
       "\"wall_seconds\": %.3f, \"time_to_first_step_seconds\": %.3f, "
-      "\"final_loss\": %.6f, \"allreduce_seconds_per_step\": %.6f, "
+      "\"final_loss\": %.6f, \"final_loss_hex\": \"%a\", "
+      "\"parameters_fnv1a64\": \"%016x\", "
+      "\"allreduce_seconds_per_step\": %.6f, "
       "\"allreduces_in_place\": %d, \"allreduces_in_place_fallbacks\": %d, "
       "\"resumed_from_step\": %d, \"first_step_unix_seconds\": %.3f, "
       "\"epoch_samples\": [%s], \"epoch_size\": %d, "
@@ -23,7 +33,8 @@ absl::Status WriteTrainSummary(const std::string& path, const TrainSummary& s) {
       "\"resumed_step_unix_seconds\": [%s]}\n",
       s.world_size, s.epochs, s.steps, s.parameters, s.samples_per_sec,
       s.test_accuracy, s.wall_seconds, s.time_to_first_step_seconds,
-      s.final_loss, s.allreduce_seconds_per_step, s.allreduces_in_place,
+      s.final_loss, s.final_loss, s.parameters_fnv1a64,
+      s.allreduce_seconds_per_step, s.allreduces_in_place,
       s.allreduces_in_place_fallbacks, s.resumed_from_step,
       s.first_step_unix_seconds, absl::StrJoin(s.epoch_samples, ", "),
       s.epoch_size, s.resumed_at_steps.size(),

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 
 namespace ddprun::worker {
 
@@ -21,7 +22,13 @@ struct TrainSummary {
   // Wall-clock time (Unix seconds) when the first step finished, so that a
   // benchmark can measure from its own launch of the whole command.
   double first_step_unix_seconds = 0;
+  // Printed rounded (%.6f) for people; final_loss_hex in the JSON holds
+  // its exact bits (a hex float, "%a"), for comparisons "bit for bit".
   double final_loss = 0;
+  // Fnv1a64 over the raw bytes of the final model's parameters, in the
+  // order of named_parameters(): a bit that differs changes it (barring a
+  // one-in-2^64 collision), whatever the summary's figures round away.
+  uint64_t parameters_fnv1a64 = 0;
   double allreduce_seconds_per_step = 0;  // waiting for gradient sync
   // Gradient allreduces (rank 0's) summed where backward placed the
   // gradients, in shared memory (the shared-memory gradient path),
@@ -40,6 +47,12 @@ struct TrainSummary {
   // When the first step after each of them completed (Unix seconds).
   std::vector<double> resumed_step_unix_seconds;
 };
+
+inline constexpr uint64_t kFnv1a64Offset = 0xcbf29ce484222325ull;
+
+// FNV-1a (64 bits) of `bytes`, continuing from `hash`: chain the calls to
+// digest several buffers as one.
+uint64_t Fnv1a64(absl::string_view bytes, uint64_t hash = kFnv1a64Offset);
 
 // Writes the summary as one JSON object.
 absl::Status WriteTrainSummary(const std::string& path, const TrainSummary& s);

@@ -50,8 +50,8 @@ class BeatState : public BeatSink,
     absl::MutexLock lock(&mu_);
     writing_ = false;
     if (!ok && !finish_status_.has_value()) {
-      finish_status_ = grpc::Status(grpc::StatusCode::CANCELLED,
-                                    "the caller went away");
+      finish_status_ =
+          grpc::Status(grpc::StatusCode::CANCELLED, "the caller went away");
     }
     Step();
   }

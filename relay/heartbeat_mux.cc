@@ -18,7 +18,8 @@ class HeartbeatMux::Upstream
     : public grpc::ClientBidiReactor<v1::HeartbeatRequest,
                                      v1::HeartbeatResponse> {
  public:
-  Upstream(HeartbeatMux* mux, std::string key, const ForwardedMetadata& metadata)
+  Upstream(HeartbeatMux* mux, std::string key,
+           const ForwardedMetadata& metadata)
       : mux_(mux),
         key_(std::move(key)),
         context_(std::make_shared<grpc::ClientContext>()) {
@@ -266,8 +267,7 @@ void HeartbeatMux::OnAnswer(Upstream* stream,
     }
     std::vector<Entry> sent = std::move(it->second.in_flight.front());
     it->second.in_flight.pop_front();
-    Split(it->first, it->second, std::move(sent), response, &answers,
-          &actions);
+    Split(it->first, it->second, std::move(sent), response, &answers, &actions);
   }
   for (auto& [sink, answer] : answers) sink->OnAnswer(answer);
   Run(std::move(actions));
@@ -408,9 +408,10 @@ void HeartbeatMux::OnEnded(Upstream* stream, const grpc::Status& status) {
                               options_.upstream +
                               " ended the heartbeat stream; beat again");
   }
-  spdlog::info("ddprun-relay: heartbeat stream to {} ended: {} ({} beats "
-               "failed)",
-               options_.upstream, status.error_message(), failed.size());
+  spdlog::info(
+      "ddprun-relay: heartbeat stream to {} ended: {} ({} beats "
+      "failed)",
+      options_.upstream, status.error_message(), failed.size());
   // One error per caller, even if it had several beats waiting.
   std::sort(failed.begin(), failed.end());
   failed.erase(std::unique(failed.begin(), failed.end()), failed.end());

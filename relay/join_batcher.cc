@@ -93,10 +93,9 @@ void JoinBatcher::Add(std::shared_ptr<JoinWaiter> waiter) {
     }
   }
   if (refused) {
-    waiter->TryAnswer(
-        grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                     "ddprun-relay is shutting down; join again"),
-        {});
+    waiter->TryAnswer(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                   "ddprun-relay is shutting down; join again"),
+                      {});
     return;
   }
   if (superseded != nullptr) {
@@ -195,18 +194,16 @@ void JoinBatcher::Send(std::vector<std::shared_ptr<JoinWaiter>> waiters) {
   }
   counters_->upstream_join_calls.Increment();
   SentBatch* sent = batch.release();
-  stub_->async()->Join(sent->context.get(), &sent->request, &sent->response,
-                       [this, sent](grpc::Status status) {
-                         OnAnswer(sent, status);
-                       });
+  stub_->async()->Join(
+      sent->context.get(), &sent->request, &sent->response,
+      [this, sent](grpc::Status status) { OnAnswer(sent, status); });
 }
 
 void JoinBatcher::OnAnswer(SentBatch* sent, const grpc::Status& status) {
   std::unique_ptr<SentBatch> batch(sent);
-  std::vector<JoinOutcome> outcomes =
-      SplitJoinAnswer(status, batch->response,
-                      static_cast<int>(batch->waiters.size()),
-                      options_.upstream);
+  std::vector<JoinOutcome> outcomes = SplitJoinAnswer(
+      status, batch->response, static_cast<int>(batch->waiters.size()),
+      options_.upstream);
   for (size_t i = 0; i < outcomes.size(); ++i) {
     JoinWaiter& waiter = *batch->waiters[i];
     const JoinOutcome& outcome = outcomes[i];

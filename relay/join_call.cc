@@ -46,8 +46,7 @@ class JoinCall : public grpc::ServerGenericBidiReactor {
     }
     counters_->joins.Increment();
     auto waiter = std::make_shared<JoinWaiter>(
-        std::move(request), MetadataToForward(*context_),
-        context_->deadline(),
+        std::move(request), MetadataToForward(*context_), context_->deadline(),
         [this](const grpc::Status& status, const v1::JoinResponse& response) {
           Answer(status, response);
         });
@@ -112,17 +111,16 @@ class JoinCall : public grpc::ServerGenericBidiReactor {
       cancelled = cancelled_;
     }
     if (cancelled) upstream_context_.TryCancel();
-    generic_->UnaryCall(&upstream_context_, context_->method(),
-                        grpc::StubOptions(), &request_bytes_,
-                        &response_bytes_, [this](grpc::Status status) {
-                          if (!status.ok()) {
-                            Finish(FromUpstream(status, upstream_));
-                            return;
-                          }
-                          StartWriteAndFinish(&response_bytes_,
-                                              grpc::WriteOptions(),
-                                              grpc::Status::OK);
-                        });
+    generic_->UnaryCall(
+        &upstream_context_, context_->method(), grpc::StubOptions(),
+        &request_bytes_, &response_bytes_, [this](grpc::Status status) {
+          if (!status.ok()) {
+            Finish(FromUpstream(status, upstream_));
+            return;
+          }
+          StartWriteAndFinish(&response_bytes_, grpc::WriteOptions(),
+                              grpc::Status::OK);
+        });
   }
 
   grpc::GenericCallbackServerContext* const context_;

@@ -10,8 +10,8 @@ namespace ddprun::relay {
 
 // What one caller of a batched Join gets.
 struct JoinOutcome {
-  grpc::Status status;          // the call's status
-  v1::JoinResponse response;    // its answer when status is OK
+  grpc::Status status;        // the call's status
+  v1::JoinResponse response;  // its answer when status is OK
 };
 
 // How the answer to an upstream Join of `nodes` nodes (the request's own

@@ -9,8 +9,7 @@ namespace ddprun::relay {
 // `buffer` is consumed.
 template <typename Message>
 bool ParseMessage(grpc::ByteBuffer* buffer, Message* message) {
-  return grpc::SerializationTraits<Message>::Deserialize(buffer, message)
-      .ok();
+  return grpc::SerializationTraits<Message>::Deserialize(buffer, message).ok();
 }
 
 // `message` as bytes for the generic API.

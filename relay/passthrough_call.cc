@@ -55,8 +55,8 @@ class PassthroughCall : public grpc::ServerGenericBidiReactor {
   void OnDone() override { Release(); }
 
  private:
-  class Upstream : public grpc::ClientBidiReactor<grpc::ByteBuffer,
-                                                  grpc::ByteBuffer> {
+  class Upstream
+      : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
    public:
     explicit Upstream(PassthroughCall* call) : call_(call) {}
     void OnWriteDone(bool ok) override {

@@ -93,10 +93,10 @@ absl::StatusOr<std::unique_ptr<Relay>> Relay::Start(
   relay->channel_ = *std::move(channel);
   relay->stub_ = v1::Rendezvous::NewStub(relay->channel_);
   relay->generic_ = std::make_unique<grpc::GenericStub>(relay->channel_);
-  relay->batcher_ = std::make_unique<JoinBatcher>(
-      options, relay->stub_.get(), &relay->counters_);
-  relay->beats_ = std::make_unique<HeartbeatMux>(
-      options, relay->stub_.get(), &relay->counters_);
+  relay->batcher_ = std::make_unique<JoinBatcher>(options, relay->stub_.get(),
+                                                  &relay->counters_);
+  relay->beats_ = std::make_unique<HeartbeatMux>(options, relay->stub_.get(),
+                                                 &relay->counters_);
   relay->service_ = std::make_unique<Service>(relay.get());
 
   grpc::ServerBuilder builder;
@@ -107,8 +107,7 @@ absl::StatusOr<std::unique_ptr<Relay>> Relay::Start(
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
-  std::string address =
-      common::Endpoint{options.host, options.port}.ToString();
+  std::string address = common::Endpoint{options.host, options.port}.ToString();
   builder.AddListeningPort(address, *credentials, &relay->port_);
   builder.RegisterCallbackGenericService(relay->service_.get());
   relay->server_ = builder.BuildAndStart();
@@ -119,13 +118,12 @@ absl::StatusOr<std::unique_ptr<Relay>> Relay::Start(
         "another --host/--port (port 0 lets the kernel pick)",
         address));
   }
-  spdlog::info("ddprun-relay listening on {} ({}), upstream {}",
-               relay->endpoint(),
-               options.tls.cert_file.empty()
-                   ? "plaintext"
-                   : (options.tls.client_ca_file.empty() ? "TLS"
-                                                         : "mutual TLS"),
-               options.upstream);
+  spdlog::info(
+      "ddprun-relay listening on {} ({}), upstream {}", relay->endpoint(),
+      options.tls.cert_file.empty()
+          ? "plaintext"
+          : (options.tls.client_ca_file.empty() ? "TLS" : "mutual TLS"),
+      options.upstream);
   return relay;
 }
 

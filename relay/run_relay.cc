@@ -47,8 +47,7 @@ int RunRelayUntilSignal(const RunRelayOptions& options) {
   std::fflush(stdout);
   absl::StatusOr<std::unique_ptr<common::MetricsServer>> metrics =
       common::StartAnnouncedMetrics("ddprun-relay", options.metrics_host,
-                                    options.metrics_port,
-                                    &(*relay)->metrics());
+                                    options.metrics_port, &(*relay)->metrics());
   if (!metrics.ok()) {
     spdlog::error("ddprun-relay: {}", metrics.status().ToString());
     return 1;

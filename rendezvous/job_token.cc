@@ -52,11 +52,11 @@ std::string JobTokens::For(absl::string_view run_id) const {
   unsigned char out[EVP_MAX_MD_SIZE];
   size_t len = 0;
   EVP_MAC_CTX* ctx = EVP_MAC_CTX_dup(keyed_->ctx);
-  bool ok = ctx != nullptr &&
-            EVP_MAC_update(ctx,
-                           reinterpret_cast<const unsigned char*>(run_id.data()),
-                           run_id.size()) == 1 &&
-            EVP_MAC_final(ctx, out, &len, sizeof(out)) == 1;
+  bool ok =
+      ctx != nullptr &&
+      EVP_MAC_update(ctx, reinterpret_cast<const unsigned char*>(run_id.data()),
+                     run_id.size()) == 1 &&
+      EVP_MAC_final(ctx, out, &len, sizeof(out)) == 1;
   EVP_MAC_CTX_free(ctx);
   // Only an allocation failure gets here: no token then matches, so every
   // job-token call is refused rather than admitted.

@@ -45,8 +45,7 @@ struct FanOutState {
 // (answers still being sent).
 class MemoryReturn {
  public:
-  explicit MemoryReturn(MemoryReturnOptions options = {})
-      : options_(options) {}
+  explicit MemoryReturn(MemoryReturnOptions options = {}) : options_(options) {}
 
   // Called on every tick. True: trim now.
   bool Tick(absl::Time now, const FanOutState& state);

@@ -78,8 +78,8 @@ Server::Server(const ServerOptions& options)
           .secret = options.token,
           .only_run_id = options.only_run_id,
           .status_without_secret = options.status_without_token}),
-      jobs_(clock_, TableOptions(options,
-                                 [this](absl::Time t) { ticker_.WakeBy(t); })),
+      jobs_(clock_,
+            TableOptions(options, [this](absl::Time t) { ticker_.WakeBy(t); })),
       store_(clock_, options.limits),
       store_service_(&jobs_, &store_, &token_check_, options.limits, clock_),
       rendezvous_service_(&jobs_, &store_service_, &token_check_,
@@ -159,8 +159,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
 Server::~Server() { Shutdown(); }
 
 absl::Time Server::Tick() {
-  absl::Time next =
-      std::min(rendezvous_service_.Tick(), store_service_.Tick());
+  absl::Time next = std::min(rendezvous_service_.Tick(), store_service_.Tick());
   // MemoryReturn's windows are seconds long: the ticker's max_sleep serves
   // it.
   MaybeReturnMemory();
@@ -182,9 +181,8 @@ void Server::MaybeReturnMemory() {
   state.join_calls = rendezvous_service_.join_calls();
   // (One lock of the job table per tick, only between a fan-out and its
   // first trim.)
-  state.answers_for_poll = memory_return_.wants_answers_for_poll()
-                               ? jobs_.AnswersForPoll()
-                               : 0;
+  state.answers_for_poll =
+      memory_return_.wants_answers_for_poll() ? jobs_.AnswersForPoll() : 0;
   if (!memory_return_.Tick(clock_->Now(), state)) return;
 #ifdef __GLIBC__
   malloc_trim(0);
@@ -217,46 +215,47 @@ void Server::AddJobMetrics(common::MetricsRegistry* registry) {
       "ddprun_rendezvous_jobs", "Jobs the server holds, by state", {"state"});
   common::GaugeFamily& round = registry->AddGauge(
       "ddprun_rendezvous_round", "Each job's current round", {"run_id"});
-  common::GaugeFamily& nodes = registry->AddGauge(
-      "ddprun_rendezvous_nodes", "Each job's nodes, by state",
-      {"run_id", "state"});
+  common::GaugeFamily& nodes =
+      registry->AddGauge("ddprun_rendezvous_nodes",
+                         "Each job's nodes, by state", {"run_id", "state"});
   common::GaugeFamily& restarts = registry->AddGauge(
-      "ddprun_rendezvous_restarts", "Restarts each job has used",
-      {"run_id"});
+      "ddprun_rendezvous_restarts", "Restarts each job has used", {"run_id"});
   common::GaugeFamily& failures = registry->AddGauge(
-      "ddprun_rendezvous_failures", "Worker failures each job recorded, by cause",
-      {"run_id", "cause"});
+      "ddprun_rendezvous_failures",
+      "Worker failures each job recorded, by cause", {"run_id", "cause"});
   common::GaugeFamily& heartbeat_age = registry->AddGauge(
       "ddprun_rendezvous_heartbeat_age_seconds",
       "Age of the oldest last heartbeat among each job's nodes", {"run_id"});
-  registry->AddCollectHook([this, &jobs, &round, &nodes, &restarts, &failures,
-                            &heartbeat_age] {
-    absl::StatusOr<v1::StatusResponse> status =
-        jobs_.Status(v1::StatusRequest());
-    if (!status.ok()) return;
-    for (common::GaugeFamily* family :
-         {&jobs, &round, &nodes, &restarts, &failures, &heartbeat_age}) {
-      family->Clear();
-    }
-    for (const v1::JobStatus& job : status->jobs()) {
-      jobs.WithLabels({v1::JobState_Name(job.state())}).Add(1);
-      round.WithLabels({job.run_id()}).Set(job.round());
-      restarts.WithLabels({job.run_id()}).Set(job.restart_count());
-      int64_t oldest_ms = 0;
-      for (const v1::NodeStatus& node : job.nodes()) {
-        nodes.WithLabels({job.run_id(), common::NodeStateWord(node.node_state())})
-            .Add(1);
-        oldest_ms = std::max(oldest_ms, node.last_heartbeat_age_ms());
-      }
-      heartbeat_age.WithLabels({job.run_id()}).Set(oldest_ms / 1000.0);
-      for (const v1::WorkerFailure& failure : job.failures()) {
-        failures
-            .WithLabels({job.run_id(),
-                         common::FailureCauseWord(failure.failure_cause())})
-            .Add(1);
-      }
-    }
-  });
+  registry->AddCollectHook(
+      [this, &jobs, &round, &nodes, &restarts, &failures, &heartbeat_age] {
+        absl::StatusOr<v1::StatusResponse> status =
+            jobs_.Status(v1::StatusRequest());
+        if (!status.ok()) return;
+        for (common::GaugeFamily* family :
+             {&jobs, &round, &nodes, &restarts, &failures, &heartbeat_age}) {
+          family->Clear();
+        }
+        for (const v1::JobStatus& job : status->jobs()) {
+          jobs.WithLabels({v1::JobState_Name(job.state())}).Add(1);
+          round.WithLabels({job.run_id()}).Set(job.round());
+          restarts.WithLabels({job.run_id()}).Set(job.restart_count());
+          int64_t oldest_ms = 0;
+          for (const v1::NodeStatus& node : job.nodes()) {
+            nodes
+                .WithLabels(
+                    {job.run_id(), common::NodeStateWord(node.node_state())})
+                .Add(1);
+            oldest_ms = std::max(oldest_ms, node.last_heartbeat_age_ms());
+          }
+          heartbeat_age.WithLabels({job.run_id()}).Set(oldest_ms / 1000.0);
+          for (const v1::WorkerFailure& failure : job.failures()) {
+            failures
+                .WithLabels({job.run_id(),
+                             common::FailureCauseWord(failure.failure_cause())})
+                .Add(1);
+          }
+        }
+      });
 }
 
 void Server::AddHeartbeatStreamMetrics(common::MetricsRegistry* registry) {

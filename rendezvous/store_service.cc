@@ -101,8 +101,8 @@ grpc::ServerUnaryReactor* StoreService::Throttle(
   });
   // Parked before its due time is queued: ReleaseWrites skips ids it
   // cannot take.
-  writes_.Add(id, {reactor, std::move(apply), run_id,
-                   refused ? 0 : bytes, refused});
+  writes_.Add(
+      id, {reactor, std::move(apply), run_id, refused ? 0 : bytes, refused});
   {
     absl::MutexLock lock(&rate_mu_);
     due_.emplace(decision.release_at, id);
@@ -256,19 +256,18 @@ grpc::ServerUnaryReactor* StoreService::Set(
   if (absl::Status ok = AdmitWriter(*context, request->scope()); !ok.ok()) {
     return FinishNow(context, ok);
   }
-  return Throttle(
-      context, request->scope().run_id(), request, [this, request] {
-        if (absl::Status ok = CheckWrite(request->scope(), request->key(),
-                                         request->value().size());
-            !ok.ok()) {
-          return ok;
-        }
-        std::vector<StoreCompletion> done;
-        absl::Status status = store_->Set(request->scope(), request->key(),
-                                          request->value(), &done);
-        Complete(std::move(done));
-        return status;
-      });
+  return Throttle(context, request->scope().run_id(), request, [this, request] {
+    if (absl::Status ok = CheckWrite(request->scope(), request->key(),
+                                     request->value().size());
+        !ok.ok()) {
+      return ok;
+    }
+    std::vector<StoreCompletion> done;
+    absl::Status status =
+        store_->Set(request->scope(), request->key(), request->value(), &done);
+    Complete(std::move(done));
+    return status;
+  });
 }
 
 grpc::ServerUnaryReactor* StoreService::Get(

@@ -71,7 +71,8 @@ absl::Status StoreState::Charge(Run& run, const std::string& run_id,
   }
   if (bytes > 0 && limits_.max_memory_bytes > 0) {
     const int64_t resident =
-        resident_bytes_ + std::max<int64_t>(0, num_bytes_ - num_bytes_at_sample_);
+        resident_bytes_ +
+        std::max<int64_t>(0, num_bytes_ - num_bytes_at_sample_);
     // A job holding over half the store is refused a tenth of the bound
     // earlier, so that one hog cannot take the room every other job needs
     // to form its rounds.
@@ -125,7 +126,8 @@ int64_t StoreState::BytesOfJobsButTheDominant(int64_t tenth) const {
   // would refuse, which is rare: no index of the largest job is kept on
   // every charge for it.
   int64_t largest = 0;
-  for (const auto& [run_id, run] : runs_) largest = std::max(largest, run.bytes);
+  for (const auto& [run_id, run] : runs_)
+    largest = std::max(largest, run.bytes);
   const bool dominant = 2 * largest > num_bytes_ && largest > tenth;
   return dominant ? num_bytes_ - largest : num_bytes_;
 }

@@ -98,8 +98,8 @@ absl::Status WriteFileAtomically(const std::string& path,
   // The rename is durable only once the folder is on disk.
   absl::Status synced = SyncFolder(dir, sync);
   if (!synced.ok()) {
-    return absl::DataLossError(absl::StrFormat(
-        "wrote %s, but %s", path, synced.message()));
+    return absl::DataLossError(
+        absl::StrFormat("wrote %s, but %s", path, synced.message()));
   }
   return absl::OkStatus();
 }

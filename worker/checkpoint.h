@@ -1,14 +1,14 @@
 #pragma once
 
+#include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
+#include <torch/nn/module.h>
+
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <ATen/core/Tensor.h>
-#include <ATen/core/ivalue.h>
-#include <torch/nn/module.h>
 
 #include "absl/status/statusor.h"
 #include "worker/atomic_file.h"
@@ -42,7 +42,7 @@ absl::StatusOr<std::map<std::string, at::Tensor>> LoadStateDict(
 struct TrainingCheckpoint {
   std::map<std::string, at::Tensor> model;  // state dict, CPU
   double lr = 0;                            // SGD, no momentum: no state
-  int64_t epoch = 0;           // the epoch to continue (0-based)
+  int64_t epoch = 0;                        // the epoch to continue (0-based)
   int64_t epoch_position = 0;  // samples of it trained, all ranks together
   int64_t step = 0;            // global steps done
   uint64_t seed = 0;           // the sampler's (and init's) seed

@@ -1,15 +1,14 @@
 #include "worker/distributed_sampler.h"
 
-#include <algorithm>
-
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
+
 namespace ddprun::worker {
 
-DistributedSampler::DistributedSampler(
-    const DistributedSamplerOptions& options)
+DistributedSampler::DistributedSampler(const DistributedSamplerOptions& options)
     : options_(options) {
   TORCH_CHECK(options_.world_size >= 1 && options_.rank >= 0 &&
                   options_.rank < options_.world_size,
@@ -62,9 +61,8 @@ void DistributedSampler::SetEpoch(int64_t epoch, int64_t consumed) {
 }
 
 int64_t DistributedSampler::position(int64_t local_end) const {
-  return consumed_ +
-         std::min(handed_out_, std::max<int64_t>(local_end, 0) *
-                                   options_.world_size);
+  return consumed_ + std::min(handed_out_, std::max<int64_t>(local_end, 0) *
+                                               options_.world_size);
 }
 
 int64_t DistributedSampler::samples_between(int64_t local_begin,

@@ -52,8 +52,8 @@ class DistributedSampler {
  private:
   DistributedSamplerOptions options_;
   int64_t num_samples_ = 0;
-  int64_t consumed_ = 0;     // positions left out of this epoch
-  int64_t handed_out_ = 0;   // positions split over the ranks this epoch
+  int64_t consumed_ = 0;    // positions left out of this epoch
+  int64_t handed_out_ = 0;  // positions split over the ranks this epoch
   int64_t max_indices_ = 0;
   std::vector<int64_t> indices_;
 };

@@ -26,7 +26,6 @@ namespace {
 char g_path[4096];
 volatile sig_atomic_t g_written = 0;
 
-
 std::string Demangle(const char* name) {
   int status = 0;
   char* demangled = abi::__cxa_demangle(name, nullptr, nullptr, &status);
@@ -141,7 +140,8 @@ std::string ErrorFileJson(const std::string& message, long long unix_seconds) {
 absl::Status WriteErrorFile(const std::string& path,
                             const std::string& message) {
   if (path.empty()) return absl::OkStatus();
-  std::string json = ErrorFileJson(message, static_cast<long long>(time(nullptr)));
+  std::string json =
+      ErrorFileJson(message, static_cast<long long>(time(nullptr)));
   int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
     return absl::PermissionDeniedError(absl::StrFormat(
@@ -182,9 +182,9 @@ int RunWorkerMain(const std::string& program,
   }
   std::string message = std::string(status.message());
   std::cerr << program << ": error: " << message << std::endl;
-  (void)WriteErrorFile(error_file,
-                       absl::StrCat(absl::StatusCodeToString(status.code()),
-                                    ": ", message));
+  (void)WriteErrorFile(
+      error_file,
+      absl::StrCat(absl::StatusCodeToString(status.code()), ": ", message));
   g_written = 1;
   return 1;
 }

@@ -14,7 +14,8 @@ namespace ddprun::worker {
 std::string ErrorFileJson(const std::string& message, long long unix_seconds);
 
 // Writes ErrorFileJson(message, now) to `path`; an empty path does nothing.
-absl::Status WriteErrorFile(const std::string& path, const std::string& message);
+absl::Status WriteErrorFile(const std::string& path,
+                            const std::string& message);
 
 // From here on, an uncaught exception ("<type>: <what>") or a fatal signal
 // (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT: "Signal SIGSEGV (11) received")

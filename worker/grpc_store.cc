@@ -39,8 +39,7 @@ GrpcStore::GrpcStore(const StoreClientOptions& options,
 
 GrpcStore::~GrpcStore() = default;
 
-void GrpcStore::set(const std::string& key,
-                    const std::vector<uint8_t>& value) {
+void GrpcStore::set(const std::string& key, const std::vector<uint8_t>& value) {
   OkOrThrow(client_->Set(key, ToString(value)));
 }
 

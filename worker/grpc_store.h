@@ -25,9 +25,9 @@ class GrpcStore : public ::c10d::Store {
   ~GrpcStore() override;
 
   void set(const std::string& key, const std::vector<uint8_t>& value) override;
-  std::vector<uint8_t> compareSet(
-      const std::string& key, const std::vector<uint8_t>& expected,
-      const std::vector<uint8_t>& desired) override;
+  std::vector<uint8_t> compareSet(const std::string& key,
+                                  const std::vector<uint8_t>& expected,
+                                  const std::vector<uint8_t>& desired) override;
   std::vector<uint8_t> get(const std::string& key) override;
   int64_t add(const std::string& key, int64_t value) override;
   bool deleteKey(const std::string& key) override;

@@ -1,8 +1,7 @@
 #include "worker/lazy_collectives.h"
 
-#include <utility>
-
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <utility>
 
 #include "absl/strings/str_format.h"
 

@@ -33,9 +33,7 @@ absl::StatusOr<std::shared_ptr<const MappedBytes>> MapReadOnly(
 
 }  // namespace
 
-MappedBytes::~MappedBytes() {
-  munmap(const_cast<void*>(data_), size_);
-}
+MappedBytes::~MappedBytes() { munmap(const_cast<void*>(data_), size_); }
 
 absl::StatusOr<std::shared_ptr<const MappedBytes>> MapOrBuild(
     const std::string& dir, const std::string& name, size_t size,
@@ -76,8 +74,10 @@ absl::StatusOr<std::shared_ptr<const MappedBytes>> MapOrBuild(
   absl::Cleanup remove_temp = [&] {
     if (!published) unlink(temp.c_str());
   };
-  if (int error = posix_fallocate(fd, 0, static_cast<off_t>(size)); error != 0) {
-    return Unavailable(absl::StrFormat("reserve %d bytes for", size), temp, error);
+  if (int error = posix_fallocate(fd, 0, static_cast<off_t>(size));
+      error != 0) {
+    return Unavailable(absl::StrFormat("reserve %d bytes for", size), temp,
+                       error);
   }
   void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) return Unavailable("map", temp, errno);

@@ -47,15 +47,15 @@ std::string ProgressReporter::Record(const StepProgress& p) {
 
 std::string ProgressReporter::Line(const StepProgress& p) {
   std::string line = absl::StrFormat(
-      "epoch %d/%d step %d/%d loss %.4f %.0f samples/s", p.epoch + 1,
-      p.epochs, p.step_in_epoch, p.steps_per_epoch, p.loss, p.samples_per_sec);
+      "epoch %d/%d step %d/%d loss %.4f %.0f samples/s", p.epoch + 1, p.epochs,
+      p.step_in_epoch, p.steps_per_epoch, p.loss, p.samples_per_sec);
   if (p.samples_per_sec > 0 && p.samples_per_step > 0) {
     double steps_left =
         static_cast<double>(p.steps_per_epoch - p.step_in_epoch) +
         static_cast<double>(p.epochs - p.epoch - 1) * p.steps_per_epoch;
-    absl::StrAppend(&line, " ETA ",
-                    FormatDuration(steps_left * p.samples_per_step /
-                                   p.samples_per_sec));
+    absl::StrAppend(
+        &line, " ETA ",
+        FormatDuration(steps_left * p.samples_per_step / p.samples_per_sec));
   }
   return line;
 }

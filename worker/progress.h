@@ -9,13 +9,13 @@ namespace ddprun::worker {
 
 // One training step as reported.
 struct StepProgress {
-  int epoch = 0;           // 0-based
+  int epoch = 0;  // 0-based
   int epochs = 1;
-  int64_t step = 0;        // global steps done, 1-based after the first
+  int64_t step = 0;  // global steps done, 1-based after the first
   int64_t steps_per_epoch = 0;
   int64_t step_in_epoch = 0;
   double loss = 0;
-  double samples_per_sec = 0;  // all ranks together, over the epoch so far
+  double samples_per_sec = 0;    // all ranks together, over the epoch so far
   int64_t samples_per_step = 0;  // all ranks together
 };
 

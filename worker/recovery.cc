@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "common/progress_record.h"
 #include "common/worker_env.h"
 #include "spdlog/spdlog.h"
 #include "worker/collective_abort.h"
@@ -22,16 +23,14 @@ namespace ddprun::worker {
 namespace env = ::ddprun::common::env;
 namespace {
 
-// What the agent's progress-channel reader looks for
-// (launcher/posix/progress_channel.cc): this program recovers in place.
-constexpr char kInPlaceDeclaration[] = "inplace\n";
-
+// Tells the agent (common/progress_record.h's kInPlaceLine) that this
+// program recovers in place.
 void WriteDeclaration(int progress_fd) {
   if (progress_fd < 0) return;
   ssize_t n;
   do {
-    n = write(progress_fd, kInPlaceDeclaration,
-              sizeof(kInPlaceDeclaration) - 1);
+    n = write(progress_fd, common::kInPlaceLine,
+              sizeof(common::kInPlaceLine) - 1);
   } while (n < 0 && errno == EINTR);
   if (n < 0) {
     spdlog::warn(

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <ATen/core/Tensor.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -9,8 +11,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <ATen/core/Tensor.h>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -99,7 +99,7 @@ class Membership {
   std::atomic<bool> pending_{false};
   absl::Mutex mu_;
   std::deque<std::string> rounds_ ABSL_GUARDED_BY(mu_);  // JSON envs
-  bool closed_ ABSL_GUARDED_BY(mu_) = false;              // agent went away
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;             // agent went away
   std::string channel_error_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -205,8 +205,8 @@ class ShmAllreduce {
   void CopyIn(const Pieces& mine, int64_t n, uint64_t seq);
   absl::Status SumAll(const Pieces& mine, int64_t n, uint64_t seq,
                       float divisor);
-  absl::Status SliceResident(int64_t at, int64_t n, uint64_t seq,
-                             float divisor, const BetweenNodes& between_nodes);
+  absl::Status SliceResident(int64_t at, int64_t n, uint64_t seq, float divisor,
+                             const BetweenNodes& between_nodes);
   absl::Status SliceScattered(const Pieces& mine, int64_t n, uint64_t seq,
                               float divisor, const BetweenNodes& between_nodes);
   void Signal();

@@ -58,8 +58,8 @@ bool ServesStandbys();
 bool ForkedByZygote();
 
 // Parses what the agent writes on DDPRUN_STANDBY_FD and DDPRUN_CONTROL_FD
-// (launcher/agent/standby_pool.cc's EnvToJson): one flat JSON object of
-// strings, as (name, value) pairs in order. Errors name the byte.
+// (common/worker_protocol.h's EncodeWorkerEnv): one flat JSON object of
+// strings, as (name, value) pairs sorted by name.
 absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ParseEnvJson(
     const std::string& text);
 

@@ -1,6 +1,5 @@
 #include "worker/worker_env.h"
 
-
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
@@ -22,8 +21,8 @@ class Reader {
   }
 
   // An integer variable in [min, max]; `fallback` when unset.
-  absl::StatusOr<int64_t> Int(const char* name, int64_t fallback,
-                              int64_t min, int64_t max) {
+  absl::StatusOr<int64_t> Int(const char* name, int64_t fallback, int64_t min,
+                              int64_t max) {
     std::optional<std::string> text = String(name);
     if (!text.has_value()) return fallback;
     int64_t value = 0;
@@ -64,17 +63,19 @@ absl::StatusOr<WorkerEnv> ReadWorkerEnvFrom(const EnvLookup& lookup) {
         "the worker environment",
         env::kStandbyFd, *standby));
   }
-  DDPRUN_ASSIGN_OR_RETURN(e.world_size, r.Int(env::kWorldSize, 1, 1, kMaxWorld));
+  DDPRUN_ASSIGN_OR_RETURN(e.world_size,
+                          r.Int(env::kWorldSize, 1, 1, kMaxWorld));
   DDPRUN_ASSIGN_OR_RETURN(e.rank, r.Int(env::kRank, 0, 0, e.world_size - 1));
   DDPRUN_ASSIGN_OR_RETURN(e.local_world_size,
                           r.Int(env::kLocalWorldSize, 1, 1, e.world_size));
-  DDPRUN_ASSIGN_OR_RETURN(
-      e.local_rank, r.Int(env::kLocalRank, 0, 0, e.local_world_size - 1));
+  DDPRUN_ASSIGN_OR_RETURN(e.local_rank,
+                          r.Int(env::kLocalRank, 0, 0, e.local_world_size - 1));
   DDPRUN_ASSIGN_OR_RETURN(e.master_port, r.Int(env::kMasterPort, 0, 0, 65535));
   DDPRUN_ASSIGN_OR_RETURN(e.restart_count,
                           r.Int(env::kRestartCount, 0, 0, 1 << 30));
   DDPRUN_ASSIGN_OR_RETURN(e.round, r.Int(env::kRound, 0, 0, INT64_MAX));
-  DDPRUN_ASSIGN_OR_RETURN(e.progress_fd, r.Int(env::kProgressFd, -1, 0, 1 << 20));
+  DDPRUN_ASSIGN_OR_RETURN(e.progress_fd,
+                          r.Int(env::kProgressFd, -1, 0, 1 << 20));
   DDPRUN_ASSIGN_OR_RETURN(e.control_fd, r.Int(env::kControlFd, -1, 0, 1 << 20));
   e.master_addr = r.String(env::kMasterAddr).value_or("");
   e.error_file = r.String(env::kErrorFile).value_or("");

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One command for issue 11's figures: builds ddprun, ddprun-mnist and
+# One command for the collectives' figures: builds ddprun, ddprun-mnist and
 # ddprun-allreduce-bench (in DDPRUN_BUILD_DIR, default build/), then
 #   1. allreduce latency and bandwidth, 4 KB ... 256 MB, world 2 and 4, one
 #      node: libddp, ProcessGroupGloo (C++), torch.distributed (Python),

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 24's soak: the fault harness (tests/fault/fault_harness.py) for 30
+# The soak: the fault harness (tests/fault/fault_harness.py) for 30
 # minutes, faulted run after faulted run with successive seeds, hundreds of
 # faults of every kind, each run checked against the fault-free reference
 # (bit-identical model, no stall, no lost step, nothing left behind). Prints

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What a kill -9 of one worker costs (issue 13): ddprun-mnist recovering
+"""What a kill -9 of one worker costs: ddprun-mnist recovering
 in place (the default: survivors keep running, only the lost rank is
 replaced) and restarting everything (`ddprun-mnist --no-in-place`, every
 worker restarts from the newest checkpoint), and torchrun (Debian's 1.13)

@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -112,9 +112,8 @@ double SumRelayCounter(const std::vector<ServerProcess>& relays,
 // (or one each through `relays` ddprun-relay processes): one table row.
 // False when a measurement failed.
 bool MeasureOne(const BenchOptions& options, const std::string& label,
-                const std::string& binary,
-                const std::vector<std::string>& args, int n, long cores,
-                int join_batch, int relays = 0) {
+                const std::string& binary, const std::vector<std::string>& args,
+                int n, long cores, int join_batch, int relays = 0) {
   auto server = ServerProcess::Start(binary, args);
   if (!server.ok()) {
     std::fprintf(stderr, "%s\n", server.status().ToString().c_str());
@@ -124,8 +123,8 @@ bool MeasureOne(const BenchOptions& options, const std::string& label,
   agents_options.endpoint = server->endpoint();
   std::vector<ServerProcess> relay_processes;
   for (int i = 0; i < relays; ++i) {
-    std::vector<std::string> relay_args = {
-        "--upstream", server->endpoint(), "--metrics-port", "0"};
+    std::vector<std::string> relay_args = {"--upstream", server->endpoint(),
+                                           "--metrics-port", "0"};
     relay_args.insert(relay_args.end(), options.relay_args.begin(),
                       options.relay_args.end());
     auto relay = ServerProcess::Start(options.relay_binary, relay_args,
@@ -157,13 +156,13 @@ bool MeasureOne(const BenchOptions& options, const std::string& label,
     return false;
   }
   if (options.join_only) {
-    std::printf("%8d %-5s %12.1fms %12.1fms %12.1fms %8lld %10.1f %10s %10.1f\n",
-                n, label.c_str(),
-                absl::ToDoubleMilliseconds(joined.last_to_all),
-                absl::ToDoubleMilliseconds(joined.first_to_all),
-                absl::ToDoubleMilliseconds(joined.close_to_all),
-                static_cast<long long>(joined.waiting_answers), rss / 1024.0,
-                "-", server->PeakRssKib() / 1024.0);
+    std::printf(
+        "%8d %-5s %12.1fms %12.1fms %12.1fms %8lld %10.1f %10s %10.1f\n", n,
+        label.c_str(), absl::ToDoubleMilliseconds(joined.last_to_all),
+        absl::ToDoubleMilliseconds(joined.first_to_all),
+        absl::ToDoubleMilliseconds(joined.close_to_all),
+        static_cast<long long>(joined.waiting_answers), rss / 1024.0, "-",
+        server->PeakRssKib() / 1024.0);
     PrintAccounting(joined, n, cores);
     if (relays > 0) {
       double relay_cpu = 0;
@@ -224,9 +223,9 @@ bool MeasureOne(const BenchOptions& options, const std::string& label,
   if (!streamed.error.empty() || streamed.beats == 0) {
     streamed_cells = absl::StrFormat("%12s %10s %12s %10s", "-", "-", "-", "-");
   } else {
-    streamed_cells = absl::StrFormat(
-        "%12.0f %10.2f %12.0f %10.1f", streamed.per_second, stream_cpu_us,
-        1e6 / stream_cpu_us, rss_streams / 1024.0);
+    streamed_cells = absl::StrFormat("%12.0f %10.2f %12.0f %10.1f",
+                                     streamed.per_second, stream_cpu_us,
+                                     1e6 / stream_cpu_us, rss_streams / 1024.0);
   }
   std::printf(
       "%8d %-5s %12.1fms %12.1fms %12.1fms %8lld %10.1f %10.1f %10.1f %12.0f "
@@ -242,9 +241,9 @@ bool MeasureOne(const BenchOptions& options, const std::string& label,
       absl::ToDoubleMilliseconds(detected.first_knows),
       absl::ToDoubleMilliseconds(detected.all_know),
       detected.complete ? "" : " (detection incomplete)",
-      streamed.error.empty() ? ""
-                             : absl::StrCat(" (streams: ", streamed.error, ")")
-                                   .c_str());
+      streamed.error.empty()
+          ? ""
+          : absl::StrCat(" (streams: ", streamed.error, ")").c_str());
   PrintAccounting(joined, n, cores);
   std::fflush(stdout);
   return detected.complete;
@@ -265,11 +264,11 @@ int RunRendezvousBench(const BenchOptions& options) {
       options.idle_streams ? ", and one open stream per node" : "",
       options.beats_per_message,
       absl::StrJoin(options.join_batches, ",").c_str());
-  std::printf("server: %s%s\n", options.server_binary.c_str(),
-              options.server_args.empty()
-                  ? ""
-                  : absl::StrCat(" ", absl::StrJoin(options.server_args, " "))
-                        .c_str());
+  std::printf(
+      "server: %s%s\n", options.server_binary.c_str(),
+      options.server_args.empty()
+          ? ""
+          : absl::StrCat(" ", absl::StrJoin(options.server_args, " ")).c_str());
   if (!options.baseline_binary.empty()) {
     std::printf("base:   %s\n", options.baseline_binary.c_str());
   }
@@ -278,8 +277,7 @@ int RunRendezvousBench(const BenchOptions& options) {
       "%8s %-5s %14s %14s %14s %8s %10s %10s %10s %12s %10s %12s %12s %12s "
       "%10s %12s %10s %14s %12s %12s\n",
       "nodes", "srv", "last_join->all", "first->all", "rank1->all", "waits",
-      "rss_MiB",
-      "rss_hb_MiB", "peak_MiB", "heartbeats/s", "hb_cpu_us",
+      "rss_MiB", "rss_hb_MiB", "peak_MiB", "heartbeats/s", "hb_cpu_us",
       absl::StrFormat("hb_cap_%ldc/s", cores).c_str(), "hb_per_core",
       "stream_hb/s", "st_cpu_us", "st_per_core", "rss_st_MiB", "given_hb_ms",
       "detect_1st", "detect_all");

@@ -62,8 +62,8 @@ int RunHostileBench(const HostileOptions& options) {
   std::ofstream(secret_file) << kSecret << "\n";
   chmod(secret_file.c_str(), 0600);
   const std::string cap = absl::StrCat(options.store_cap_bytes);
-  std::vector<std::string> args = {"--token-file", secret_file,
-                                   "--max-store-bytes", cap,
+  std::vector<std::string> args = {"--token-file",          secret_file,
+                                   "--max-store-bytes",     cap,
                                    "--max-job-store-bytes", cap};
   if (options.memory_bound) {
     args.push_back("--max-memory-bytes");
@@ -86,7 +86,8 @@ int RunHostileBench(const HostileOptions& options) {
   agents_options.run_id = "victim";
   agents_options.nodes = options.victim_nodes;
   agents_options.channels = options.victim_nodes;
-  agents_options.max_restarts = 2 * options.blocks * options.rounds_per_block + 1;
+  agents_options.max_restarts =
+      2 * options.blocks * options.rounds_per_block + 1;
   agents_options.token = victim_token;
   SimulatedAgents victim(agents_options);
   auto victim_store = StoreStub(server->endpoint(), 1000);
@@ -177,7 +178,8 @@ int RunHostileBench(const HostileOptions& options) {
       double ms = run_round();
       if (ms < 0) break;
       (hostile ? hostile_ms : quiet_ms).push_back(ms);
-      if (hostile) hostile_rss_kib = std::max(hostile_rss_kib, server->RssKib());
+      if (hostile)
+        hostile_rss_kib = std::max(hostile_rss_kib, server->RssKib());
     }
   }
   stop.store(true);
@@ -205,11 +207,12 @@ int RunHostileBench(const HostileOptions& options) {
               Percentile(hostile_ms, 0.5), hostile_p99);
   std::printf("p99 hostile / quiet: %.2fx (goal <= 2x)\n",
               quiet_p99 > 0 ? hostile_p99 / quiet_p99 : 0.0);
-  std::printf("hog Sets: %lld stored, %lld refused RESOURCE_EXHAUSTED, %lld "
-              "other errors\n",
-              static_cast<long long>(hog_ok.load()),
-              static_cast<long long>(hog_refused.load()),
-              static_cast<long long>(hog_other.load()));
+  std::printf(
+      "hog Sets: %lld stored, %lld refused RESOURCE_EXHAUSTED, %lld "
+      "other errors\n",
+      static_cast<long long>(hog_ok.load()),
+      static_cast<long long>(hog_refused.load()),
+      static_cast<long long>(hog_other.load()));
   std::printf(
       "server RSS under the hog: max %.1f MiB, peak (VmHWM) %.1f MiB; cap + "
       "10%% = %.1f MiB\n",

@@ -41,8 +41,8 @@ absl::StatusOr<ServerProcess> ServerProcess::Start(
   if (rc != 0) {
     close(out[0]);
     return absl::NotFoundError(absl::StrFormat(
-        "cannot start '%s' (error %d); build %s or give its path",
-        binary, rc, program));
+        "cannot start '%s' (error %d); build %s or give its path", binary, rc,
+        program));
   }
   ServerProcess process(pid, "");
   FILE* stream = fdopen(out[0], "r");

@@ -40,9 +40,8 @@ struct StreamsShared {
 // ... in turn, at most `window` unanswered, until `stop`, then closes its
 // side; with max_beats it stops after that many and stays open until
 // cancelled. gRPC is never called with mu_ held.
-class BeatStream final
-    : public grpc::ClientBidiReactor<v1::HeartbeatRequest,
-                                     v1::HeartbeatResponse> {
+class BeatStream final : public grpc::ClientBidiReactor<v1::HeartbeatRequest,
+                                                        v1::HeartbeatResponse> {
  public:
   BeatStream(StreamsShared* shared, const std::vector<std::string>* node_ids,
              int first, int stride, int window, int64_t max_beats,
@@ -108,8 +107,8 @@ class BeatStream final
     absl::MutexLock lock(&shared_->mu);
     if (!status.ok() && status.error_code() != grpc::StatusCode::CANCELLED &&
         shared_->error.empty()) {
-      shared_->error = absl::StrCat(status.error_code(), ": ",
-                                    status.error_message());
+      shared_->error =
+          absl::StrCat(status.error_code(), ": ", status.error_message());
     }
     --shared_->running;
   }
@@ -176,9 +175,8 @@ void MachineCpu(double* busy, double* idle) {
   FILE* f = std::fopen("/proc/stat", "r");
   if (f == nullptr) return;
   unsigned long long v[8] = {0};
-  int got = std::fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu",
-                        &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6],
-                        &v[7]);
+  int got = std::fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0],
+                        &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]);
   std::fclose(f);
   if (got < 5) return;
   const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
@@ -289,9 +287,9 @@ void SimulatedAgents::FillJoin(int i, absl::Duration timeout,
       absl::ToInt64Milliseconds(options_.heartbeat_timeout));
 }
 
-void SimulatedAgents::SendJoin(
-    int i, absl::Duration timeout,
-    const std::function<void(JoinCall*)>* answered, bool poll, int count) {
+void SimulatedAgents::SendJoin(int i, absl::Duration timeout,
+                               const std::function<void(JoinCall*)>* answered,
+                               bool poll, int count) {
   auto* call = new JoinCall;
   call->answered = answered;
   call->node = i;
@@ -331,8 +329,7 @@ JoinResult SimulatedAgents::JoinAll(absl::Duration timeout) {
   // One node's answer (a single Join's, or its slot of a batch's); mu held.
   auto node_answered = [&](int node, bool poll, const grpc::Status& status,
                            const v1::JoinResponse& response) {
-    if (options_.poll &&
-        status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    if (options_.poll && status.error_code() == grpc::StatusCode::UNAVAILABLE) {
       // As the agent's RendezvousClient: an unreachable server is retried
       // (a batch's nodes one by one).
       polls.emplace(absl::Now() + absl::Seconds(1), node);
@@ -342,7 +339,8 @@ JoinResult SimulatedAgents::JoinAll(absl::Duration timeout) {
       ++waiting_answers;
       if (closed) ++result.waits_after_close;
       const absl::Time due =
-          absl::Now() + absl::Milliseconds(response.waiting().poll_interval_ms());
+          absl::Now() +
+          absl::Milliseconds(response.waiting().poll_interval_ms());
       last_due = std::max(last_due, due);
       polls.emplace(due, node);
       return;
@@ -528,14 +526,10 @@ double SimulatedAgents::HeartbeatThroughput(absl::Duration duration,
          absl::ToDoubleSeconds(absl::Now() - start);
 }
 
-StreamedResult SimulatedAgents::StreamedHeartbeats(absl::Duration duration,
-                                                  int streams, int window,
-                                                  int idle_streams,
-                                                  int per_message,
-                                                  const std::function<void()>&
-                                                      before,
-                                                  const std::function<void()>&
-                                                      after) {
+StreamedResult SimulatedAgents::StreamedHeartbeats(
+    absl::Duration duration, int streams, int window, int idle_streams,
+    int per_message, const std::function<void()>& before,
+    const std::function<void()>& after) {
   StreamedResult result;
   std::vector<std::string> ids;
   ids.reserve(options_.nodes);
@@ -568,8 +562,7 @@ StreamedResult SimulatedAgents::StreamedHeartbeats(absl::Duration duration,
     const absl::Time start = absl::Now();
     for (int i = 0; i < streams; ++i) {
       active.push_back(std::make_unique<BeatStream>(
-          &shared, &ids, i, streams, window, 0, start + duration,
-          per_message));
+          &shared, &ids, i, streams, window, 0, start + duration, per_message));
       active.back()->Start(&Stub(i), options_.token, options_.run_id, round_);
     }
     absl::MutexLock lock(&shared.mu);

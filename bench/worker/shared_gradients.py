@@ -4,8 +4,8 @@ the node's shared memory and summed there) against --gradient-sync process-group
 same build, interleaved (on, off, off, on, ...), at each --hidden width and
 world size. Medians of samples/s and of the sync's time per step, and the
 ratio on/off per pair of neighbouring runs (the VM's slow minutes cancel in
-them). Both must train to the same final loss, bit for bit: the script
-fails if they do not.
+them). Both must train to the same final loss and parameters, bit for bit
+(final_loss_hex and parameters_fnv1a64): the script fails if they do not.
 
   /usr/bin/python3 bench/worker/shared_gradients.py [--runs 5]
       [--hidden 128,8192] [--worlds 2] [--max-steps 300]
@@ -60,9 +60,13 @@ def main():
                         sys.exit(f"failed: {' '.join(command)}\n{done.stdout[-3000:]}")
                     with open(summary) as f:
                         results[mode].append(json.load(f))
-            losses = {r["final_loss"] for r in results["on"] + results["off"]}
-            if len(losses) != 1:
-                sys.exit(f"hidden {hidden} world {world}: final losses differ: {losses}")
+            # The exact bits: the loss as a hex float, the parameters as a
+            # digest of their raw bytes (final_loss itself is rounded).
+            bits = {(r["final_loss_hex"], r["parameters_fnv1a64"])
+                    for r in results["on"] + results["off"]}
+            if len(bits) != 1:
+                sys.exit(f"hidden {hidden} world {world}: final models differ "
+                         f"(loss bits, parameter digest): {bits}")
             on, off = results["on"], results["off"]
             ratios = [a["samples_per_sec"] / b["samples_per_sec"] for a, b in zip(on, off)]
 

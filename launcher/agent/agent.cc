@@ -11,6 +11,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/worker_protocol.h"
 #include "launcher/agent/failure_report.h"
 #include "launcher/agent/failure_summary.h"
 #include "launcher/agent/heartbeat_loop.h"
@@ -47,16 +48,16 @@ void RouteOutput(const WorkerOutput& output, RoundPlan& plan) {
 
 }  // namespace
 
-Agent::Agent(const LaunchOptions& options, AgentContext context,
-             RendezvousApi& client, ProcessControl& control,
-             AgentEvents& events, const common::Clock& clock)
-    : options_(options),
+Agent::Agent(AgentOptions options, AgentContext context, RendezvousApi& client,
+             ProcessControl& control, AgentEvents& events,
+             const common::Clock& clock)
+    : options_(std::move(options)),
       context_(std::move(context)),
       client_(client),
       control_(control),
       events_(events),
       clock_(clock),
-      phase_bounds_(options.hang_bounds) {
+      phase_bounds_(options_.hang_bounds) {
   if (!context_.reserve_port) {
     context_.reserve_port =
         [this](const std::string& address) -> absl::StatusOr<int> {
@@ -630,7 +631,8 @@ void Agent::SendRoundToSurvivors(const RoundPlan& plan,
                                  std::vector<ControlChannel>& controls) {
   for (int i = 0; i < options_.nproc_per_node; ++i) {
     if (sources.by_local_rank[i] != WorkerSource::kSurvivor) continue;
-    absl::Status sent = controls[i].Send(EnvToJson(plan.workers[i].env));
+    absl::Status sent =
+        controls[i].Send(common::EncodeWorkerEnv(plan.workers[i].env));
     if (!sent.ok()) {
       spdlog::warn("local rank {}: {}", i, std::string(sent.message()));
     }

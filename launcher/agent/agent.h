@@ -12,13 +12,13 @@
 #include "launcher/agent/agent_context.h"
 #include "launcher/agent/agent_events.h"
 #include "launcher/agent/agent_metrics.h"
+#include "launcher/agent/agent_options.h"
 #include "launcher/agent/heartbeat_loop.h"
 #include "launcher/agent/phase_bounds.h"
 #include "launcher/agent/rendezvous_api.h"
 #include "launcher/agent/round_plan.h"
 #include "launcher/agent/standby_pool.h"
 #include "launcher/agent/supervisor_policy.h"
-#include "launcher/cli/launch_options.h"
 #include "launcher/posix/control_channel.h"
 #include "launcher/posix/local_address.h"
 #include "launcher/posix/process_control.h"
@@ -37,17 +37,19 @@ inline constexpr int kExitRendezvousUnreachable = 75;
 // The node agent's round lifecycle: join -> plan -> start -> supervise ->
 // report -> stop or rejoin -> leave, until the job ends for this node.
 // It talks to the rendezvous through RendezvousApi and to the operating
-// system through ProcessControl; time comes from the injected clock, and it
-// sleeps only in AgentEvents::Wait. So tests drive every transition with
-// fakes (tests/launcher/agent_lifecycle_test.cc), as job_test.cc drives Job.
+// system through ProcessControl; its round decisions take time from the
+// injected clock and it waits in AgentEvents::Wait, so tests drive every
+// transition with fakes (tests/launcher/agent_lifecycle_test.cc), as
+// job_test.cc drives Job. (A Join parked on the server, and the retries of
+// an unreachable one, wait on the wall clock inside RendezvousApi.)
 //
 // Everything runs on the thread that calls Run (it forks the workers, so it
 // must live as long as they do); the heartbeat and signal threads only post
 // AgentEvents.
 class Agent {
  public:
-  Agent(const LaunchOptions& options, AgentContext context,
-        RendezvousApi& client, ProcessControl& control, AgentEvents& events,
+  Agent(AgentOptions options, AgentContext context, RendezvousApi& client,
+        ProcessControl& control, AgentEvents& events,
         const common::Clock& clock);
 
   // Runs the job to its end; returns ddprun's exit code: 0 when this node's
@@ -177,7 +179,7 @@ class Agent {
   // The Resume request for the remembered round (HeartbeatLoop sends it).
   v1::JoinRequest MakeResumeRequest() const;
 
-  const LaunchOptions& options_;
+  const AgentOptions options_;
   AgentContext context_;
   RendezvousApi& client_;
   ProcessControl& control_;

@@ -102,12 +102,11 @@ absl::StatusOr<v1::JoinResponse> RendezvousClient::Join(
     {
       absl::Mutex done_mu;
       bool done = false;
-      stub_->async()->Join(&context, &request, &response,
-                           [&](grpc::Status s) {
-                             absl::MutexLock lock(&done_mu);
-                             status = std::move(s);
-                             done = true;
-                           });
+      stub_->async()->Join(&context, &request, &response, [&](grpc::Status s) {
+        absl::MutexLock lock(&done_mu);
+        status = std::move(s);
+        done = true;
+      });
       absl::MutexLock lock(&done_mu);
       if (!done_mu.AwaitWithTimeout(absl::Condition(&done),
                                     join_timeout + absl::Seconds(5))) {
@@ -126,9 +125,9 @@ absl::StatusOr<v1::JoinResponse> RendezvousClient::Join(
     if (timed_out && !status.ok()) {
       status = grpc::Status(
           grpc::StatusCode::DEADLINE_EXCEEDED,
-          absl::StrFormat("no answer within join_timeout + 5 s (%s)",
-                          absl::FormatDuration(join_timeout +
-                                               absl::Seconds(5))));
+          absl::StrFormat(
+              "no answer within join_timeout + 5 s (%s)",
+              absl::FormatDuration(join_timeout + absl::Seconds(5))));
     }
     if (status.ok() && response.has_waiting()) {
       // The round is not decided yet: poll again after the interval (an
@@ -253,7 +252,7 @@ class RendezvousClient::Stream final
 
   const RendezvousClient* const client_;
   grpc::ClientContext context_;
-  v1::HeartbeatRequest outgoing_;  // the write in flight (gRPC reads it)
+  v1::HeartbeatRequest outgoing_;   // the write in flight (gRPC reads it)
   v1::HeartbeatResponse incoming_;  // the read in flight (gRPC writes it)
   mutable absl::Mutex mu_;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;

@@ -11,7 +11,6 @@
 #include "ddprun/v1/rendezvous.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "launcher/agent/rendezvous_api.h"
-#include "launcher/cli/launch_options.h"
 
 namespace ddprun::launcher {
 
@@ -43,10 +42,9 @@ class RendezvousClient final : public RendezvousApi {
   // A server that cannot be reached is retried with backoff for up to
   // `unreachable_timeout`; the parked call itself may take up to
   // `join_timeout`. CANCELLED after CancelJoin().
-  absl::StatusOr<v1::JoinResponse> Join(const v1::JoinRequest& request,
-                                        absl::Duration join_timeout,
-                                        absl::Duration unreachable_timeout)
-      override;
+  absl::StatusOr<v1::JoinResponse> Join(
+      const v1::JoinRequest& request, absl::Duration join_timeout,
+      absl::Duration unreachable_timeout) override;
   // Makes a Join in progress (and the next ones) return CANCELLED; used when
   // the agent is told to stop while it waits. Any thread.
   void CancelJoin();

@@ -14,7 +14,7 @@ std::string AttemptDir(const AgentContext& context, int restart_count) {
 
 }  // namespace
 
-RoundPlan BuildRoundPlan(const LaunchOptions& options,
+RoundPlan BuildRoundPlan(const AgentOptions& options,
                          const AgentContext& context,
                          const v1::Assignment& assignment,
                          const std::vector<int>& progress_fds,

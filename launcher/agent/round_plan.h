@@ -5,7 +5,7 @@
 
 #include "ddprun/v1/rendezvous.pb.h"
 #include "launcher/agent/agent_context.h"
-#include "launcher/cli/launch_options.h"
+#include "launcher/agent/agent_options.h"
 #include "launcher/posix/process_control.h"
 #include "launcher/posix/worker_output.h"
 
@@ -33,7 +33,7 @@ struct RoundPlan {
 // ones prewarmed workers already hold. `control_fds[local_rank]` likewise
 // is the read end of its control pipe (DDPRUN_CONTROL_FD, in-place
 // recovery; -1 or absent: none). Pure: touches no file.
-RoundPlan BuildRoundPlan(const LaunchOptions& options,
+RoundPlan BuildRoundPlan(const AgentOptions& options,
                          const AgentContext& context,
                          const v1::Assignment& assignment,
                          const std::vector<int>& progress_fds,

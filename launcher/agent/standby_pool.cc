@@ -17,6 +17,7 @@
 #include "absl/strings/strip.h"
 #include "common/json_string.h"
 #include "common/worker_env.h"
+#include "common/worker_protocol.h"
 #include "common/zygote_protocol.h"
 #include "launcher/agent/python_standby.h"
 #include "spdlog/spdlog.h"
@@ -62,19 +63,6 @@ bool SendWithFds(int socket, const std::string& message,
 
 }  // namespace
 
-std::string EnvToJson(const std::vector<std::string>& env) {
-  std::string out = "{";
-  for (const std::string& entry : env) {
-    size_t eq = entry.find('=');
-    if (eq == std::string::npos) continue;
-    if (out.size() > 1) out += ",";
-    common::AppendJsonString(out, absl::string_view(entry).substr(0, eq));
-    out += ":";
-    common::AppendJsonString(out, absl::string_view(entry).substr(eq + 1));
-  }
-  return out + "}";
-}
-
 StandbyPool::StandbyPool(ProcessControl& control, const common::Clock& clock,
                          std::vector<std::string> argv,
                          std::vector<std::string> env,
@@ -93,12 +81,10 @@ StandbyPool::~StandbyPool() {
   Clear();
   // Pending standbys read end of file on their pipe and exit; the zygote
   // ends with its socket (and is killed, should it not).
-  for (Standby& s : pending_) close(s.control_fd);
-  pending_.clear();
+  pending_.clear();  // closes their pipes
   if (zygote_) {
     control_.SignalGroup(zygote_->pid, SIGKILL);
-    close(zygote_->socket);
-    zygote_.reset();
+    zygote_.reset();  // closes its socket
   }
 }
 
@@ -144,8 +130,8 @@ bool StandbyPool::StartZygote() {
   request.inherit_fds = {sockets[1]};
   absl::StatusOr<pid_t> pid = control_.Spawn(request);
   close(sockets[1]);
+  common::UniqueFd agent_end(sockets[0]);
   if (!pid.ok()) {
-    close(sockets[0]);
     spdlog::warn(
         "cannot start the standbys' zygote: {}; starting each "
         "standby by exec",
@@ -154,21 +140,21 @@ bool StandbyPool::StartZygote() {
   }
   Zygote zygote;
   zygote.pid = *pid;
-  zygote.socket = sockets[0];
+  zygote.socket = std::move(agent_end);
   zygote.idle = idle_start_;
   zygote.started = clock_.Now();
-  zygote_ = zygote;
+  zygote_ = std::move(zygote);
   spdlog::debug("started the standbys' zygote, pid {}", *pid);
   return true;
 }
 
 bool StandbyPool::RequestFork() {
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) return false;
+  absl::StatusOr<common::PipeEnds> pipe = common::MakePipe(O_CLOEXEC);
+  if (!pipe.ok()) return false;
   Standby standby;
-  standby.control_fd = fds[1];
+  standby.control_fd = std::move(pipe->write);
   std::string message = common::zygote::kFork;
-  std::vector<int> passed = {fds[0]};
+  std::vector<int> passed = {pipe->read.get()};
   if (standby.progress.write_fd() >= 0) {
     message += absl::StrCat(" ", common::zygote::kWithProgress);
     passed.push_back(standby.progress.write_fd());
@@ -177,33 +163,32 @@ bool StandbyPool::RequestFork() {
     message += absl::StrCat(" ", common::zygote::kWithControl);
     passed.push_back(standby.control.child_fd());
   }
-  const bool sent = SendWithFds(zygote_->socket, message, passed);
-  close(fds[0]);
+  const bool sent = SendWithFds(zygote_->socket.get(), message, passed);
+  pipe->read.Reset();
   standby.progress.CloseWriteEnd();
   standby.control.CloseReadEnd();
-  if (!sent) {
-    close(fds[1]);
-    return false;
-  }
+  if (!sent) return false;
   standby.started = clock_.Now();
   pending_.push_back(std::move(standby));
   return true;
 }
 
 bool StandbyPool::Spawn() {
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) {
-    spdlog::warn("cannot prewarm a worker: pipe failed: {}", strerror(errno));
+  absl::StatusOr<common::PipeEnds> pipe = common::MakePipe(O_CLOEXEC);
+  if (!pipe.ok()) {
+    spdlog::warn("cannot prewarm a worker: {}",
+                 std::string(pipe.status().message()));
     return false;
   }
+  const int standby_fd = pipe->read.get();
   Standby standby;
-  standby.control_fd = fds[1];
+  standby.control_fd = std::move(pipe->write);
   SpawnRequest request;
   request.argv = argv_;
   request.env = env_;
   request.idle_priority = idle_start_;
-  request.env.push_back(absl::StrCat(common::env::kStandbyFd, "=", fds[0]));
-  request.inherit_fds = {fds[0]};
+  request.env.push_back(absl::StrCat(common::env::kStandbyFd, "=", standby_fd));
+  request.inherit_fds = {standby_fd};
   if (standby.progress.write_fd() >= 0) {
     request.inherit_fds.push_back(standby.progress.write_fd());
   }
@@ -211,11 +196,10 @@ bool StandbyPool::Spawn() {
     request.inherit_fds.push_back(standby.control.child_fd());
   }
   absl::StatusOr<pid_t> pid = control_.Spawn(request);
-  close(fds[0]);
+  pipe->read.Reset();
   standby.progress.CloseWriteEnd();
   standby.control.CloseReadEnd();
   if (!pid.ok()) {
-    close(fds[1]);
     spdlog::warn("cannot prewarm a worker: {}",
                  std::string(pid.status().message()));
     return false;
@@ -233,7 +217,7 @@ void StandbyPool::Collect() {
     char buffer[common::zygote::kMaxMessage];
     ssize_t n;
     do {
-      n = recv(zygote_->socket, buffer, sizeof(buffer), MSG_DONTWAIT);
+      n = recv(zygote_->socket.get(), buffer, sizeof(buffer), MSG_DONTWAIT);
     } while (n < 0 && errno == EINTR);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
     if (n <= 0) {
@@ -288,7 +272,7 @@ void StandbyPool::OnZygoteMessage(const std::string& message) {
     parsed = absl::SimpleAtoi(words[i + 1], &fds[i]);
   }
   if (!parsed) {
-    close(standby.control_fd);
+    standby.control_fd.Reset();
     DropZygote(absl::StrCat("a fork failed: ", message));
     return;
   }
@@ -315,11 +299,9 @@ void StandbyPool::DropZygote(const std::string& why) {
       "(pid {}) cannot fork them: {}",
       zygote_->pid, why);
   control_.SignalGroup(zygote_->pid, SIGKILL);
-  close(zygote_->socket);
-  zygote_.reset();
+  zygote_.reset();  // closes its socket
   use_zygote_ = false;
-  for (Standby& s : pending_) close(s.control_fd);
-  pending_.clear();
+  pending_.clear();  // closes their pipes
   TopUp();
 }
 
@@ -346,10 +328,10 @@ absl::StatusOr<std::vector<pid_t>> StandbyPool::Activate(
     // Back under the normal policy before it runs as a worker.
     absl::Status restored =
         s.idle ? control_.RestoreNormalPriority(pid) : absl::OkStatus();
-    bool told = restored.ok() && WriteAll(s.control_fd, EnvToJson(envs[i]));
+    bool told = restored.ok() &&
+                WriteAll(s.control_fd.get(), common::EncodeWorkerEnv(envs[i]));
     int err = errno;
-    close(standbys_[i].control_fd);
-    standbys_[i].control_fd = -1;
+    standbys_[i].control_fd.Reset();
     if (!told) {
       // Those told already run as workers of a group that cannot be
       // completed: end them too.
@@ -407,9 +389,8 @@ void StandbyPool::PromoteLate() {
 void StandbyPool::Clear() {
   for (Standby& s : standbys_) {
     control_.SignalGroup(s.pid, SIGKILL);
-    if (s.control_fd >= 0) close(s.control_fd);
   }
-  standbys_.clear();
+  standbys_.clear();  // closes their pipes
 }
 
 }  // namespace ddprun::launcher

@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/unique_fd.h"
 #include "launcher/posix/control_channel.h"
 #include "launcher/posix/process_control.h"
 #include "launcher/posix/progress_channel.h"
@@ -105,7 +106,7 @@ class StandbyPool {
  private:
   struct Standby {
     pid_t pid = -1;
-    int control_fd = -1;  // write end; the standby reads the other
+    common::UniqueFd control_fd;  // write end; the standby reads the other
     // Their child_fd() is the descriptor's number in the standby.
     ProgressChannel progress;
     ControlChannel control;  // the rounds after activation
@@ -114,7 +115,7 @@ class StandbyPool {
   };
   struct Zygote {
     pid_t pid = -1;
-    int socket = -1;  // the agent's end
+    common::UniqueFd socket;  // the agent's end
     bool ready = false;
     bool idle = false;
     absl::Time started;
@@ -150,8 +151,5 @@ class StandbyPool {
   int forked_ = 0;
   int execed_ = 0;
 };
-
-// {"NAME": "value", ...} for "NAME=value" entries.
-std::string EnvToJson(const std::vector<std::string>& env);
 
 }  // namespace ddprun::launcher

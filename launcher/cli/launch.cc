@@ -445,14 +445,34 @@ int RunAgent(const LaunchOptions& options, AgentContext context,
       StartMetrics(options, registry);
   if (!metrics_server.ok()) return Fail(metrics_server.status(), 2);
   PosixProcessControl control(guard);
-  Agent agent(options, std::move(context), client, control, events,
-              common::RealClock::Get());
+  Agent agent(MakeAgentOptions(options), std::move(context), client, control,
+              events, common::RealClock::Get());
   int code = agent.Run();
   if (*metrics_server != nullptr) (*metrics_server)->Shutdown();
   return code;
 }
 
 }  // namespace
+
+AgentOptions MakeAgentOptions(const LaunchOptions& options) {
+  AgentOptions agent;
+  agent.rdzv_id = options.rdzv_id;
+  agent.min_nodes = options.min_nodes;
+  agent.max_nodes = options.max_nodes;
+  agent.nproc_per_node = options.nproc_per_node;
+  agent.node_rank = options.node_rank;
+  agent.max_restarts = options.max_restarts;
+  agent.rdzv_conf = options.rdzv_conf;
+  agent.monitor_interval = options.monitor_interval;
+  agent.hang_bounds = options.hang_bounds;
+  agent.shutdown_grace = options.shutdown_grace;
+  agent.role = options.role;
+  agent.virtual_local_rank = options.virtual_local_rank;
+  agent.redirects = options.redirects;
+  agent.tee = options.tee;
+  agent.local_ranks_filter = options.local_ranks_filter;
+  return agent;
+}
 
 int RunLaunch(const LaunchOptions& options) {
   SignalWatcher::BlockSignals();

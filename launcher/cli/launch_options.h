@@ -7,50 +7,11 @@
 
 #include "absl/time/time.h"
 #include "common/auth.h"
+#include "launcher/agent/agent_options.h"
 #include "launcher/agent/phase_bounds.h"
+#include "launcher/posix/worker_output.h"
 
 namespace ddprun::launcher {
-
-// Rendezvous settings from --rdzv-conf (seconds in the flag, as torchrun).
-struct RdzvConf {
-  // Once MIN nodes joined, wait this long for more before closing a round.
-  absl::Duration last_call_timeout = absl::Seconds(30);
-  // How long a Join may wait for its round to close (torchrun: 600 s).
-  absl::Duration join_timeout = absl::Seconds(600);
-  // torchrun: how long closing the rendezvous may take. Here: how long an
-  // agent whose workers succeeded keeps telling an unreachable rendezvous
-  // so (bounded by join_timeout).
-  absl::Duration close_timeout = absl::Seconds(60);
-  // torchrun: the c10d store client's timeout, which is how long an agent
-  // waits for a rendezvous that does not answer yet (torchrun: 60 s). Here
-  // the same: how long a Join (or a Leave) retries an unreachable
-  // rendezvous (bounded by join_timeout) before the agent exits 1.
-  absl::Duration read_timeout = absl::Seconds(60);
-  // Also how soon a node hears that its round ended elsewhere (the answer
-  // to its next beat): a quarter second keeps that out of the way of an
-  // in-place recovery. Large jobs are told a longer one by the server
-  // (ddprun-rendezvous --heartbeat-budget).
-  absl::Duration heartbeat_interval = absl::Milliseconds(250);
-  // A node silent this long is dropped from the job by the server.
-  absl::Duration heartbeat_timeout = absl::Seconds(10);
-  // c10d's is_host: whether this agent serves the rendezvous at
-  // --rdzv-endpoint; unset: it does when the endpoint is its own address
-  // and nothing listens there yet.
-  std::optional<bool> is_host;
-  // torchrun keys without a meaning here ("key=value"), logged once.
-  std::vector<std::string> ignored;
-};
-
-// Which of a worker's streams go to files (torchrun's Std: 0 none, 1 stdout,
-// 2 stderr, 3 both), for every local rank or per local rank ("0:1,1:2").
-struct PerRankStreams {
-  int all = 0;
-  std::map<int, int> by_local_rank;
-  int For(int local_rank) const {
-    auto it = by_local_rank.find(local_rank);
-    return it == by_local_rank.end() ? all : it->second;
-  }
-};
 
 // Everything `ddprun` (the launch command) was asked to do. Filled by
 // ParseCommandLine; read-only afterwards.
@@ -121,6 +82,10 @@ struct LaunchOptions {
   // The training program and its arguments, untouched.
   std::vector<std::string> program;
 };
+
+// The part of `options` the agent reads (cli/ on agent/: the agent never
+// sees LaunchOptions).
+AgentOptions MakeAgentOptions(const LaunchOptions& options);
 
 // `ddprun status`: prints what the rendezvous server knows.
 struct StatusOptions {

@@ -11,6 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/unique_fd.h"
 #include "spdlog/spdlog.h"
 
 namespace ddprun::launcher {
@@ -62,8 +63,8 @@ WorkerTorch ParseWorkerTorch(absl::string_view output) {
 
 WorkerTorch ProbeWorkerTorch(const std::string& python,
                              const std::vector<std::string>& env) {
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) return {};
+  absl::StatusOr<common::PipeEnds> pipe = common::MakePipe(O_CLOEXEC);
+  if (!pipe.ok()) return {};
   std::vector<char*> argv = {const_cast<char*>(python.c_str()),
                              const_cast<char*>("-c"),
                              const_cast<char*>(kProbeScript), nullptr};
@@ -72,7 +73,7 @@ WorkerTorch ProbeWorkerTorch(const std::string& python,
   envp.push_back(nullptr);
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, pipe->write.get(), STDOUT_FILENO);
   posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null",
                                    O_WRONLY, 0);
   posix_spawnattr_t attr;
@@ -88,24 +89,21 @@ WorkerTorch ProbeWorkerTorch(const std::string& python,
                         envp.data());
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
-  close(fds[1]);
-  if (rc != 0) {
-    close(fds[0]);
-    return {};
-  }
+  pipe->write.Reset();
+  if (rc != 0) return {};
   std::string output;
   const absl::Time deadline = absl::Now() + kProbeTimeout;
   while (true) {
     int64_t left_ms = absl::ToInt64Milliseconds(deadline - absl::Now());
     if (left_ms <= 0) break;
-    pollfd p{fds[0], POLLIN, 0};
+    pollfd p{pipe->read.get(), POLLIN, 0};
     if (poll(&p, 1, static_cast<int>(left_ms)) <= 0) break;
     char buf[256];
-    ssize_t n = read(fds[0], buf, sizeof(buf));
+    ssize_t n = read(pipe->read.get(), buf, sizeof(buf));
     if (n <= 0) break;
     output.append(buf, n);
   }
-  close(fds[0]);
+  pipe->read.Reset();
   kill(pid, SIGKILL);  // harmless when it has exited: not reaped yet
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "launcher/posix/worker_pipe.h"
 
 namespace ddprun::launcher {
 
@@ -15,30 +16,21 @@ namespace ddprun::launcher {
 class ControlChannel {
  public:
   ControlChannel();
-  ~ControlChannel();
-  ControlChannel(ControlChannel&& other) noexcept;
-  ControlChannel& operator=(ControlChannel&& other) noexcept;
-  ControlChannel(const ControlChannel&) = delete;
-  ControlChannel& operator=(const ControlChannel&) = delete;
 
   // The read end's number, in the agent and (inherited) in the worker; -1
   // when the pipe could not be made (the worker then gets no channel).
-  int child_fd() const { return child_fd_; }
+  int child_fd() const { return pipe_.child_fd(); }
   // The read end's number in a worker that got it otherwise than by
   // inheritance at the same number (a zygote's fork: passed over a socket).
-  void set_child_fd(int fd) { child_fd_ = fd; }
+  void set_child_fd(int fd) { pipe_.set_child_fd(fd); }
   // After the worker is spawned: the worker holds the only read end.
-  void CloseReadEnd();
+  void CloseReadEnd() { pipe_.CloseWorkerEnd(); }
   // Writes `line` and a newline without blocking. Errors: no channel, the
   // worker is gone, or it does not read (the pipe is full).
   absl::Status Send(const std::string& line);
 
  private:
-  void Close();
-
-  int read_fd_ = -1;
-  int write_fd_ = -1;
-  int child_fd_ = -1;
+  WorkerPipe pipe_{WorkerPipe::WorkerEnd::kRead};
 };
 
 }  // namespace ddprun::launcher

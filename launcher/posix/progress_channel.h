@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "common/progress_record.h"
+#include "launcher/posix/worker_pipe.h"
 
 namespace ddprun::launcher {
 
@@ -15,22 +16,17 @@ namespace ddprun::launcher {
 class ProgressChannel {
  public:
   ProgressChannel();
-  ~ProgressChannel();
-  ProgressChannel(ProgressChannel&& other) noexcept;
-  ProgressChannel& operator=(ProgressChannel&& other) noexcept;
-  ProgressChannel(const ProgressChannel&) = delete;
-  ProgressChannel& operator=(const ProgressChannel&) = delete;
 
   // -1 when the pipe could not be made (the worker then gets no channel).
-  int write_fd() const { return write_fd_; }
+  int write_fd() const { return pipe_.worker_fd(); }
   // The write end's number in the worker (still valid there after
   // CloseWriteEnd); -1 when there is no channel.
-  int child_fd() const { return child_fd_; }
+  int child_fd() const { return pipe_.child_fd(); }
   // The write end's number in a worker that got it otherwise than by
   // inheritance at the same number (a zygote's fork: passed over a socket).
-  void set_child_fd(int fd) { child_fd_ = fd; }
+  void set_child_fd(int fd) { pipe_.set_child_fd(fd); }
   // After the worker is spawned: the worker holds the only write end.
-  void CloseWriteEnd();
+  void CloseWriteEnd() { pipe_.CloseWorkerEnd(); }
   // Reads what is there and returns its complete lines, parsed, oldest
   // first (a line split across reads comes whole at the next Drain).
   std::vector<common::ProgressRecord> Drain();
@@ -38,11 +34,7 @@ class ProgressChannel {
   bool declared_in_place() const { return in_place_; }
 
  private:
-  void Close();
-
-  int read_fd_ = -1;
-  int write_fd_ = -1;
-  int child_fd_ = -1;
+  WorkerPipe pipe_{WorkerPipe::WorkerEnd::kWrite};
   bool in_place_ = false;
   std::string partial_;  // a line not yet ended
 };

@@ -82,9 +82,9 @@ bool RemoveAt(int parent_fd, const std::string& name) {
 // The folder's lock, taken without waiting; -1 when another process holds
 // it, or when it is no regular file of `owner` (not ours to judge).
 int TryLockAt(int dir_fd, bool create, uid_t owner) {
-  int fd = openat(dir_fd, kShmDirLockFile,
-                  O_RDWR | O_CLOEXEC | O_NOFOLLOW | (create ? O_CREAT : 0),
-                  0600);
+  int fd =
+      openat(dir_fd, kShmDirLockFile,
+             O_RDWR | O_CLOEXEC | O_NOFOLLOW | (create ? O_CREAT : 0), 0600);
   if (fd < 0) return -1;
   struct stat st;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != owner ||
@@ -143,7 +143,8 @@ int RemoveAbandonedShmDirs(const std::string& parent) {
   return removed;
 }
 
-absl::StatusOr<std::unique_ptr<ShmDir>> ShmDir::Create(const std::string& parent) {
+absl::StatusOr<std::unique_ptr<ShmDir>> ShmDir::Create(
+    const std::string& parent) {
   if (access(parent.c_str(), W_OK | X_OK) != 0) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "%s is not a writable folder (%s); workers will not share memory",
@@ -156,7 +157,8 @@ absl::StatusOr<std::unique_ptr<ShmDir>> ShmDir::Create(const std::string& parent
         "cannot create a folder in %s: %s", parent, std::strerror(errno)));
   }
   Fd dir(open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  int fd = dir.get() < 0 ? -1 : TryLockAt(dir.get(), /*create=*/true, geteuid());
+  int fd =
+      dir.get() < 0 ? -1 : TryLockAt(dir.get(), /*create=*/true, geteuid());
   if (fd < 0) {
     RemovePath(path);
     return absl::FailedPreconditionError(

@@ -28,7 +28,8 @@ class ShmDir {
   const std::string& path() const { return path_; }
 
  private:
-  ShmDir(std::string path, int lock_fd) : path_(std::move(path)), lock_fd_(lock_fd) {}
+  ShmDir(std::string path, int lock_fd)
+      : path_(std::move(path)), lock_fd_(lock_fd) {}
 
   std::string path_;
   int lock_fd_;

@@ -67,15 +67,15 @@ absl::StatusOr<std::unique_ptr<WorkerOutput>> WorkerOutput::Open(
       bool tee = options.tee.For(i) & bit;
       // torchrun's <attempt>/<local_rank>/stdout.log and stderr.log.
       std::string folder = absl::StrFormat("%s/%d", options.attempt_dir, i);
-      std::string path = absl::StrFormat("%s/%s.log", folder,
-                                         s == 0 ? "stdout" : "stderr");
+      std::string path =
+          absl::StrFormat("%s/%s.log", folder, s == 0 ? "stdout" : "stderr");
       if (redirect || tee) {
         std::error_code ec;
         std::filesystem::create_directories(folder, ec);
         if (ec) {
           return absl::FailedPreconditionError(absl::StrFormat(
-              "cannot create the log folder '%s': %s; check --log-dir",
-              folder, ec.message()));
+              "cannot create the log folder '%s': %s; check --log-dir", folder,
+              ec.message()));
         }
         int file =
             open(path.c_str(),
@@ -90,15 +90,15 @@ absl::StatusOr<std::unique_ptr<WorkerOutput>> WorkerOutput::Open(
           stream.owns_child_fd = true;
           continue;
         }
-        int fds[2];
-        if (pipe2(fds, O_CLOEXEC) != 0) {
+        absl::StatusOr<common::PipeEnds> pipe = common::MakePipe(O_CLOEXEC);
+        if (!pipe.ok()) {
           close(file);
-          return absl::ResourceExhaustedError(
-              absl::StrFormat("cannot make a pipe for rank %d's output: %s",
-                              rank, strerror(errno)));
+          return absl::ResourceExhaustedError(absl::StrFormat(
+              "for rank %d's output: %s", rank, pipe.status().message()));
         }
-        stream.pipe_fd = fds[0];
-        stream.child_fd = fds[1];
+        // The streams own their descriptors from here (CloseAll).
+        stream.pipe_fd = pipe->read.Release();
+        stream.child_fd = pipe->write.Release();
         stream.owns_child_fd = true;
         stream.file_fd = file;
         stream.console_fd =
@@ -124,7 +124,10 @@ void WorkerOutput::StartCopying() {
       any_pipe |= s.pipe_fd >= 0;
     }
   }
-  if (!any_pipe || pipe2(stop_pipe_, O_CLOEXEC) != 0) return;
+  if (!any_pipe) return;
+  absl::StatusOr<common::PipeEnds> stop = common::MakePipe(O_CLOEXEC);
+  if (!stop.ok()) return;
+  stop_pipe_ = std::move(*stop);
   copier_ = std::thread([this] { Copy(); });
 }
 
@@ -134,7 +137,7 @@ void WorkerOutput::Finish(absl::Duration max_wait) {
     // gives the rest `max_wait`.
     finish_deadline_unix_ns_ = absl::ToUnixNanos(absl::Now() + max_wait);
     char byte = 0;
-    WriteAll(stop_pipe_[1], &byte, 1);
+    WriteAll(stop_pipe_.write.get(), &byte, 1);
     copier_.join();
   }
   CloseAll();
@@ -155,7 +158,7 @@ void WorkerOutput::Copy() {
       }
     }
     if (fds.empty()) break;
-    if (!stopping) fds.push_back({stop_pipe_[0], POLLIN, 0});
+    if (!stopping) fds.push_back({stop_pipe_.read.get(), POLLIN, 0});
     int timeout_ms = -1;
     if (stopping) {
       timeout_ms = static_cast<int>(std::max<int64_t>(
@@ -189,7 +192,8 @@ void WorkerOutput::Copy() {
       // Whole lines in one write, so that ranks do not interleave mid-line.
       if (!lines.empty()) WriteAll(s.console_fd, lines.data(), lines.size());
     }
-    if (!stopping && fds.back().fd == stop_pipe_[0] && fds.back().revents) {
+    if (!stopping && fds.back().fd == stop_pipe_.read.get() &&
+        fds.back().revents) {
       stopping = true;
       deadline = absl::FromUnixNanos(finish_deadline_unix_ns_.load());
     }
@@ -214,10 +218,7 @@ void WorkerOutput::CloseAll() {
       s = Stream{};
     }
   }
-  for (int& fd : stop_pipe_) {
-    if (fd >= 0) close(fd);
-    fd = -1;
-  }
+  stop_pipe_ = {};
 }
 
 }  // namespace ddprun::launcher

@@ -2,6 +2,7 @@
 
 #include <array>
 #include <atomic>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -9,9 +10,20 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "launcher/cli/launch_options.h"
+#include "common/unique_fd.h"
 
 namespace ddprun::launcher {
+
+// Which of a worker's streams go to files (torchrun's Std: 0 none, 1 stdout,
+// 2 stderr, 3 both), for every local rank or per local rank ("0:1,1:2").
+struct PerRankStreams {
+  int all = 0;
+  std::map<int, int> by_local_rank;
+  int For(int local_rank) const {
+    auto it = by_local_rank.find(local_rank);
+    return it == by_local_rank.end() ? all : it->second;
+  }
+};
 
 struct WorkerOutputOptions {
   // Where the attempt's files go (<run log folder>/attempt_<n>): each
@@ -37,8 +49,8 @@ std::string LinePrefix(const WorkerOutputOptions& options, int local_rank);
 // --redirects/--tee/--local-ranks-filter say: inherited from the agent
 // (console), a file <local_rank>/stdout.log|stderr.log (torchrun's names),
 // both (the agent copies a pipe to the file and to the console, each line
-// prefixed "[default0]:"), or nowhere (filtered out of the console). Owned by the agent's thread; the copying
-// runs on a thread of its own.
+// prefixed "[default0]:"), or nowhere (filtered out of the console). Owned by
+// the agent's thread; the copying runs on a thread of its own.
 class WorkerOutput {
  public:
   static absl::StatusOr<std::unique_ptr<WorkerOutput>> Open(
@@ -79,7 +91,7 @@ class WorkerOutput {
 
   std::vector<std::array<Stream, 2>> streams_;
   std::thread copier_;
-  int stop_pipe_[2] = {-1, -1};  // wakes the copier to finish
+  common::PipeEnds stop_pipe_;  // wakes the copier to finish
   // Set by Finish before it wakes the copier.
   std::atomic<int64_t> finish_deadline_unix_ns_{0};
 };

@@ -1,12 +1,11 @@
 #include "tests/e2e/summary_json.h"
 
 #include <dirent.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 
 #include <cstdlib>
 #include <regex>
-
-#include <gtest/gtest.h>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -116,8 +115,8 @@ void ExpectResumedFrom(const std::string& path, int64_t step) {
   EXPECT_GT(step, 0);
   EXPECT_EQ(SummaryNumber(summary, "resumed_from_step"),
             static_cast<double>(step))
-      << "the job did not resume from its checkpoint of step " << step
-      << ": " << summary;
+      << "the job did not resume from its checkpoint of step " << step << ": "
+      << summary;
 }
 
 }  // namespace ddprun::testing

@@ -19,12 +19,14 @@
 #include "absl/strings/numbers.h"
 #include "absl/synchronization/mutex.h"
 #include "common/clock.h"
+#include "common/progress_record.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "launcher/agent/agent.h"
 #include "launcher/agent/agent_events.h"
 #include "launcher/agent/rendezvous_api.h"
 #include "launcher/posix/process_control.h"
+#include "tests/testing/fake_process_control.h"
 #include "tests/testing/temp_dir.h"
 
 namespace ddprun::launcher {
@@ -57,7 +59,6 @@ struct FakeWorker {
   int64_t round = 0;
   std::map<std::string, std::string> env;
   std::vector<int> signals;
-  bool alive = true;
   // A read end of its control pipe (DDPRUN_CONTROL_FD), kept by the fake as
   // the worker would; -1 when it has none.
   int control_fd = -1;
@@ -83,9 +84,21 @@ std::vector<std::string> ControlLines(const FakeWorker& w) {
   return lines;
 }
 
-class FakeProcessControl final : public ProcessControl {
+// The shared fake of the ProcessControl seam with the workers as these
+// tests look at them: their environment, their pipes, the signals each got.
+// Every signal ends a worker.
+class LifecycleControl final : public ::ddprun::testing::FakeProcessControl {
  public:
-  explicit FakeProcessControl(common::FakeClock& clock) : clock_(clock) {}
+  explicit LifecycleControl(common::FakeClock& clock)
+      : FakeProcessControl(&clock) {
+    ends_on = [](const Process&, int) { return true; };
+    on_spawn = [this](Process& p) { AddWorker(p); };
+    // The base's hook asks this class's, which takes the worker.
+    FakeProcessControl::exit_when =
+        [this](const Process& p) -> std::optional<ExitStatus> {
+      return exit_when(*Worker(p.pid));
+    };
+  }
 
   // Asked about each running worker whenever the agent reaps: how it ends
   // now, or nullopt while it runs on. Default: it runs until signalled.
@@ -97,9 +110,33 @@ class FakeProcessControl final : public ProcessControl {
   // when it starts.
   bool declare_in_place = false;
 
-  absl::StatusOr<pid_t> Spawn(const SpawnRequest& request) override {
+  void SignalGroup(pid_t pgid, int sig) override {
+    FakeProcessControl::SignalGroup(pgid, sig);
+    if (FakeWorker* w = Worker(pgid)) w->signals = Find(pgid)->signals;
+  }
+
+  // The workers of `round`, by local rank.
+  std::vector<const FakeWorker*> Round(int64_t round) const {
+    std::vector<const FakeWorker*> out;
+    for (const FakeWorker& w : workers) {
+      if (w.round == round) out.push_back(&w);
+    }
+    return out;
+  }
+
+  ~LifecycleControl() {
+    for (FakeWorker& w : workers) {
+      if (w.control_fd >= 0) close(w.control_fd);
+    }
+  }
+
+  std::vector<FakeWorker> workers;
+
+ private:
+  void AddWorker(const Process& p) {
+    const SpawnRequest& request = p.request;
     FakeWorker w;
-    w.pid = next_pid_++;
+    w.pid = p.pid;
     for (const std::string& entry : request.env) {
       size_t eq = entry.find('=');
       w.env[entry.substr(0, eq)] = entry.substr(eq + 1);
@@ -112,70 +149,23 @@ class FakeProcessControl final : public ProcessControl {
       EXPECT_EQ(write(request.inherit_fds[0], "step\n", 5), 5);
     }
     if (declare_in_place) {
-      EXPECT_EQ(write(request.inherit_fds[0], "inplace\n", 8), 8);
+      const std::string line = common::kInPlaceLine;
+      EXPECT_EQ(write(request.inherit_fds[0], line.data(), line.size()),
+                static_cast<ssize_t>(line.size()));
     }
     if (request.inherit_fds.size() == 2) {
       w.control_fd = dup(request.inherit_fds[1]);
       fcntl(w.control_fd, F_SETFL, fcntl(w.control_fd, F_GETFL) | O_NONBLOCK);
     }
     workers.push_back(std::move(w));
-    return workers.back().pid;
   }
 
-  void SignalGroup(pid_t pgid, int sig) override {
-    FakeWorker* w = Find(pgid);
-    if (w == nullptr || !w->alive) return;
-    w->signals.push_back(sig);
-    End(*w, ExitStatus::Signaled(sig));
-  }
-
-  std::optional<std::pair<pid_t, ExitStatus>> ReapAny() override {
-    for (FakeWorker& w : workers) {
-      if (!w.alive) continue;
-      if (std::optional<ExitStatus> exit = exit_when(w)) End(w, *exit);
-    }
-    if (ended_.empty()) return std::nullopt;
-    auto front = ended_.front();
-    ended_.pop_front();
-    return front;
-  }
-
-  void AwaitChildEvent(absl::Duration max) override {
-    if (ended_.empty()) clock_.Advance(max);
-  }
-
-  // The workers of `round`, by local rank.
-  std::vector<const FakeWorker*> Round(int64_t round) const {
-    std::vector<const FakeWorker*> out;
-    for (const FakeWorker& w : workers) {
-      if (w.round == round) out.push_back(&w);
-    }
-    return out;
-  }
-
-  ~FakeProcessControl() {
-    for (FakeWorker& w : workers) {
-      if (w.control_fd >= 0) close(w.control_fd);
-    }
-  }
-
-  std::vector<FakeWorker> workers;
-
- private:
-  FakeWorker* Find(pid_t pid) {
+  FakeWorker* Worker(pid_t pid) {
     for (FakeWorker& w : workers) {
       if (w.pid == pid) return &w;
     }
     return nullptr;
   }
-  void End(FakeWorker& w, ExitStatus status) {
-    w.alive = false;
-    ended_.emplace_back(w.pid, status);
-  }
-
-  common::FakeClock& clock_;
-  pid_t next_pid_ = 1000;
-  std::deque<std::pair<pid_t, ExitStatus>> ended_;
 };
 
 v1::Assignment MakeAssignment(int64_t round, int restart_count,
@@ -365,9 +355,9 @@ class AgentLifecycleTest : public ::testing::Test {
 
   common::FakeClock clock_;
   SteppedEvents events_;
-  FakeProcessControl control_;
+  LifecycleControl control_;
   FakeRendezvous rdzv_;
-  LaunchOptions options_;
+  AgentOptions options_;
   testing::TempDir scratch_;
 };
 
@@ -602,7 +592,8 @@ TEST_F(AgentLifecycleTest, ScaleUpRejoinsIntoTheLargerWorld) {
   EXPECT_EQ(round2[1]->env.at("TORCHELASTIC_RESTART_COUNT"), "0");
 }
 
-// In-place recovery (issue 13): workers that declared it are not stopped.
+// In-place recovery: workers that declared it are not stopped, so a fault
+// costs the job one worker's restart, not every worker's.
 
 TEST_F(AgentLifecycleTest, InPlaceOnlyTheFailedWorkerIsReplaced) {
   control_.declare_in_place = true;

@@ -601,7 +601,7 @@ TEST_F(MultiAgentTest, StatusOfAnUnreachableServerIsOneClearLine) {
       << r.err;
 }
 
-// Issue 4: an unmodified torch.distributed script (env://, Gloo) under two
+// An unmodified torch.distributed script (env://, Gloo) under two
 // agents with two workers each, as under torchrun.
 TEST_F(MultiAgentTest, UnmodifiedTorchDistributedScriptRuns) {
   const char* python = std::getenv("DDPRUN_TEST_PYTHON");

@@ -56,10 +56,10 @@ int FreePort() {
 
 TEST(DropinTest, PlainSingleNodeLineIsStandalone) {
   TempDir dir;
-  RunResult r = RunCommand({Ddprun(), "--nproc-per-node", "2",
-                            "--monitor-interval", "0.05", FaultWorker(),
-                            "--out-dir", dir.path()},
-                           absl::Seconds(60));
+  RunResult r =
+      RunCommand({Ddprun(), "--nproc-per-node", "2", "--monitor-interval",
+                  "0.05", FaultWorker(), "--out-dir", dir.path()},
+                 absl::Seconds(60));
   ASSERT_TRUE(r.exit.ok()) << r.exit.ToString() << "\n" << r.err;
   EXPECT_THAT(r.err, HasSubstr("standalone rendezvous"));
   EXPECT_EQ(ReadEnv(dir.File("rank_1.env.json"))["WORLD_SIZE"], "2");
@@ -78,17 +78,15 @@ TEST(DropinTest, StackedSingleNodeOnPortZero) {
 }
 
 TEST(DropinTest, TorchrunsLinePrefixAndItsTemplate) {
-  std::vector<std::string> line = {Ddprun(),  "--nproc-per-node", "2",
-                                   "--tee",   "3",
-                                   "--role",  "trainer",
-                                   FaultWorker(), "--print", "hi"};
+  std::vector<std::string> line = {
+      Ddprun(), "--nproc-per-node", "2",           "--tee",   "3",
+      "--role", "trainer",          FaultWorker(), "--print", "hi"};
   RunResult plain = RunCommand(line, absl::Seconds(60));
   ASSERT_TRUE(plain.exit.ok()) << plain.err;
   EXPECT_THAT(plain.out, HasSubstr("[trainer1]:hi\n"));
-  RunResult templated =
-      RunCommand(line, absl::Seconds(60),
-                 {{"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE",
-                   "${role_name}-${rank}-${local_rank}> "}});
+  RunResult templated = RunCommand(line, absl::Seconds(60),
+                                   {{"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE",
+                                     "${role_name}-${rank}-${local_rank}> "}});
   ASSERT_TRUE(templated.exit.ok()) << templated.err;
   EXPECT_THAT(templated.out, HasSubstr("trainer-1-1> hi\n"));
 }
@@ -110,16 +108,16 @@ struct Agents {
   }
   std::string Err(int i) { return dir.File(absl::StrCat("agent", i, ".err")); }
   std::map<std::string, std::string> Env(int agent, int rank) {
-    return ReadEnv(dir.File(absl::StrCat("out", agent, "/rank_", rank,
-                                         ".env.json")));
+    return ReadEnv(
+        dir.File(absl::StrCat("out", agent, "/rank_", rank, ".env.json")));
   }
   void ExpectAllSucceed() {
     for (size_t i = 0; i < procs.size(); ++i) {
       std::optional<ExitInfo> exit = procs[i].Wait(absl::Seconds(90));
       ASSERT_TRUE(exit.has_value()) << "agent " << i << " still running";
-      EXPECT_TRUE(exit->ok()) << "agent " << i << ": " << exit->ToString()
-                              << "\n"
-                              << ReadFileOrEmpty(Err(i));
+      EXPECT_TRUE(exit->ok())
+          << "agent " << i << ": " << exit->ToString() << "\n"
+          << ReadFileOrEmpty(Err(i));
     }
   }
 };
@@ -168,8 +166,7 @@ TEST(DropinTest, StaticTwoNodesOnLoopback) {
   // Node rank R holds global ranks 2R and 2R+1, as torchrun's static form.
   for (int node : {0, 1}) {
     for (int local : {0, 1}) {
-      std::map<std::string, std::string> e =
-          agents.Env(node, 2 * node + local);
+      std::map<std::string, std::string> e = agents.Env(node, 2 * node + local);
       SCOPED_TRACE(absl::StrCat("node ", node, " local ", local));
       EXPECT_EQ(e["GROUP_RANK"], std::to_string(node));
       EXPECT_EQ(e["LOCAL_RANK"], std::to_string(local));

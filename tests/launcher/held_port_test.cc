@@ -64,9 +64,7 @@ TEST(HeldPortTest, MovingHandsTheSocketOver) {
   EXPECT_FALSE(held->held());
   EXPECT_TRUE(moved.held());
   EXPECT_EQ(BindLoopback(port, /*reuse_address=*/false), EADDRINUSE);
-  {
-    HeldPort gone = std::move(moved);
-  }  // destroyed: released
+  { HeldPort gone = std::move(moved); }  // destroyed: released
   EXPECT_EQ(BindLoopback(port, /*reuse_address=*/false), 0);
 }
 

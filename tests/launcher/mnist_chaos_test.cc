@@ -1,4 +1,4 @@
-// Issue 13's seeded chaos test, with real processes only: ddprun-rendezvous
+// The seeded chaos test, with real processes only: ddprun-rendezvous
 // on a kernel-chosen port, two ddprun agents (two nodes on this host) with
 // two ddprun-mnist workers each, real MNIST, in-place recovery on and
 // checkpoints on. A seeded plan injects each kind of fault once, in a
@@ -56,7 +56,8 @@ constexpr int kCheckpointEvery = 10;
 constexpr int kNodes = 2;
 constexpr int kPerNode = 2;
 constexpr int kMaxRestarts = 9;
-// Issue 13: within half a point of the fault-free run with the same seed.
+// Within half a point of the fault-free run with the same seed: recovery
+// may reorder a few sums, never lose or repeat samples.
 constexpr double kAccuracyTolerance = 0.005;
 constexpr uint32_t kDefaultSeed = 20261203;
 // Generous bounds for a loaded machine; the waits end as soon as their

@@ -1,4 +1,4 @@
-// Issue 4's fault tests with the real trainer: ddprun-mnist on real MNIST,
+// Faults with the real trainer: ddprun-mnist on real MNIST,
 // something breaks mid-training, and the job still finishes with a good
 // accuracy, resuming from its checkpoint. Before each fault the workers are
 // frozen (SIGSTOP), so that the test knows the newest checkpoint and checks

@@ -1,4 +1,4 @@
-// Issue 13's in-place recovery with the real trainer: ddprun-mnist on real
+// In-place recovery with the real trainer: ddprun-mnist on real
 // MNIST, one worker is killed (kill -9) mid-training, and the survivors are
 // not restarted: they keep their pids, the agent replaces only the lost
 // worker, the new member takes the state of a survivor over the new group,
@@ -43,7 +43,8 @@ using ::testing::Not;
 constexpr int kTrainSamples = 12000;
 constexpr int kEpochs = 4;
 constexpr double kMinAccuracy = 0.85;
-// Issue 13: within half a point of the fault-free run with the same seed.
+// Within half a point of the fault-free run with the same seed: recovery
+// may reorder a few sums, never lose or repeat samples.
 constexpr double kAccuracyTolerance = 0.005;
 
 std::vector<std::string> MnistArgs(const TempDir& dir,
@@ -924,7 +925,7 @@ int64_t DiedInSyncAt(const std::string& marker) {
   return step;
 }
 
-// A second fault in the middle of a recovery (issue 13): the survivor
+// A second fault in the middle of a recovery: the survivor
 // sending its state (--test-die-in-sync source:) dies after it sent the
 // record and before the model. The survivors and the new member receiving
 // it abort that sync (their group fails), wait for the next round and

@@ -33,18 +33,33 @@ class MnistTlsTest : public ::testing::Test {
   // result. The summary shows that both ranks formed one group.
   RunResult Train(const rendezvous::Server& server, const std::string& id,
                   const std::vector<std::string>& tls) {
-    std::vector<std::string> argv = {
-        Ddprun(),        "--rdzv-endpoint", server.endpoint(),
-        "--rdzv-id",     id,                "--nproc-per-node",
-        "2",             "--rdzv-conf",     "join_timeout=20",
-        "--token-file",  certs_.File("token")};
+    std::vector<std::string> argv = {Ddprun(),
+                                     "--rdzv-endpoint",
+                                     server.endpoint(),
+                                     "--rdzv-id",
+                                     id,
+                                     "--nproc-per-node",
+                                     "2",
+                                     "--rdzv-conf",
+                                     "join_timeout=20",
+                                     "--token-file",
+                                     certs_.File("token")};
     argv.insert(argv.end(), tls.begin(), tls.end());
-    std::vector<std::string> program = {
-        Mnist(),         "--epochs",      "1",
-        "--data-dir",    MnistDir(),      "--train-limit",
-        "2000",          "--test-limit",  "500",
-        "--max-steps",   "5",             "--save",
-        "",              "--summary-json", dir_.File(id + ".json")};
+    std::vector<std::string> program = {Mnist(),
+                                        "--epochs",
+                                        "1",
+                                        "--data-dir",
+                                        MnistDir(),
+                                        "--train-limit",
+                                        "2000",
+                                        "--test-limit",
+                                        "500",
+                                        "--max-steps",
+                                        "5",
+                                        "--save",
+                                        "",
+                                        "--summary-json",
+                                        dir_.File(id + ".json")};
     argv.insert(argv.end(), program.begin(), program.end());
     return RunCommand(argv, absl::Minutes(2));
   }
@@ -72,7 +87,8 @@ class MnistTlsTest : public ::testing::Test {
 TEST_F(MnistTlsTest, WorkersReachTheStoreThroughTls) {
   auto server = rendezvous::Server::Start(MakeServerOptions(/*mutual=*/false));
   ASSERT_TRUE(server.ok()) << server.status();
-  RunResult r = Train(**server, "tls", {"--tls-ca-file", certs_.File("ca.crt")});
+  RunResult r =
+      Train(**server, "tls", {"--tls-ca-file", certs_.File("ca.crt")});
   ASSERT_TRUE(r.exit.ok()) << r.exit.ToString() << "\n" << r.err;
   ExpectTwoRanksTrained("tls");
 }
@@ -80,10 +96,10 @@ TEST_F(MnistTlsTest, WorkersReachTheStoreThroughTls) {
 TEST_F(MnistTlsTest, WorkersReachTheStoreThroughMutualTls) {
   auto server = rendezvous::Server::Start(MakeServerOptions(/*mutual=*/true));
   ASSERT_TRUE(server.ok()) << server.status();
-  RunResult r = Train(**server, "mtls",
-                      {"--tls-ca-file", certs_.File("ca.crt"),
-                       "--tls-cert-file", certs_.File("client.crt"),
-                       "--tls-key-file", certs_.File("client.key")});
+  RunResult r = Train(
+      **server, "mtls",
+      {"--tls-ca-file", certs_.File("ca.crt"), "--tls-cert-file",
+       certs_.File("client.crt"), "--tls-key-file", certs_.File("client.key")});
   ASSERT_TRUE(r.exit.ok()) << r.exit.ToString() << "\n" << r.err;
   ExpectTwoRanksTrained("mtls");
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Issue 4's network fault test: a host cut off from the network.
+"""A network fault: a host cut off from the network.
 
 The rendezvous and two hosts h1, h2 each live in a network namespace of their
 own (deploy/local/netns_cluster.sh), wired to one bridge. Both hosts run
@@ -19,7 +19,8 @@ switch port dies. Then, each within a bound:
 
 The namespaces exist only while the test runs: they are removed on every
 exit (and ones left by a killed earlier run are removed at the start).
-Needs root and iproute2; without them it exits 77 (ctest: skipped).
+Needs root and iproute2; without them it exits 77 (ctest: skipped), or
+fails under CI=true, where nothing may skip.
 
 usage: partition_test.py --ddprun BIN --rendezvous BIN --mnist BIN
                          --cluster deploy/local/netns_cluster.sh --data-dir DIR
@@ -355,6 +356,9 @@ def main():
 
     reason = skip_reason()
     if reason:
+        if os.environ.get("CI") == "true":
+            log(f"FAIL: {reason} (CI=true: a skip is a failure)")
+            return 1
         log(f"SKIP: {reason}")
         return SKIP
     remove_stale_clusters(args.cluster)

@@ -13,11 +13,12 @@
 #include <string>
 #include <vector>
 
-#include "gmock/gmock.h"
 #include "common/clock.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "launcher/agent/standby_pool.h"
 #include "launcher/agent/worker_env.h"
+#include "tests/testing/fake_process_control.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/wait_for.h"
 
@@ -158,7 +159,8 @@ TEST(ProcessControlTest, IdlePriorityAppliesToEveryThreadUntilRestored) {
   ASSERT_TRUE(pid.ok()) << pid.status();
   ASSERT_TRUE(testing::WaitFor([&] { return Threads(*pid).size() == 2; },
                                absl::Seconds(30)));
-  for (pid_t tid : Threads(*pid)) EXPECT_EQ(sched_getscheduler(tid), SCHED_IDLE);
+  for (pid_t tid : Threads(*pid))
+    EXPECT_EQ(sched_getscheduler(tid), SCHED_IDLE);
 
   absl::Status restored = control.RestoreNormalPriority(*pid);
 
@@ -203,8 +205,7 @@ TEST(StandbyPoolTest, AStandbyWaitsIdleAndWorksAtNormalPriority) {
           return !children.empty();
         },
         absl::Seconds(10)));
-    EXPECT_EQ(sched_getscheduler(children[0]),
-              idle ? SCHED_IDLE : SCHED_OTHER);
+    EXPECT_EQ(sched_getscheduler(children[0]), idle ? SCHED_IDLE : SCHED_OTHER);
 
     auto activated = pool.Activate({{"RANK=0"}}, progress);
 
@@ -218,50 +219,30 @@ TEST(StandbyPoolTest, AStandbyWaitsIdleAndWorksAtNormalPriority) {
   WaitForExit(control, *pid);
 }
 
-// The spawner seam of StandbyPool: records what it was asked.
-class RecordingControl final : public ProcessControl {
- public:
-  absl::StatusOr<pid_t> Spawn(const SpawnRequest& request) override {
-    idle_spawns.push_back(request.idle_priority);
-    return next_pid++;
-  }
-  void SignalGroup(pid_t, int) override {}
-  std::optional<std::pair<pid_t, ExitStatus>> ReapAny() override {
-    return std::nullopt;
-  }
-  void AwaitChildEvent(absl::Duration) override {}
-  bool CanRestoreNormalPriority() override { return true; }
-  absl::Status RestoreNormalPriority(pid_t pid) override {
-    restored.push_back(pid);
-    return absl::OkStatus();
-  }
-
-  pid_t next_pid = 1000;
-  std::vector<bool> idle_spawns;
-  std::vector<pid_t> restored;
-};
-
 // A standby the training leaves no idle CPU to start in is moved to the
 // normal policy after the grace, once.
 TEST(StandbyPoolTest, AStandbyStillIdleAfterTheGraceIsPromotedOnce) {
-  RecordingControl control;
   common::FakeClock clock;
+  ::ddprun::testing::FakeProcessControl control(&clock);
+  control.can_restore_normal_priority = true;
   StandbyPoolOptions options;
   options.idle_grace = absl::Seconds(5);
   StandbyPool pool(control, clock, {"train"}, {}, options);
   pool.Fill(2);
   ASSERT_EQ(pool.size(), 2);
-  EXPECT_THAT(control.idle_spawns, ::testing::ElementsAre(true, true));
+  ASSERT_EQ(control.processes().size(), 2u);
+  EXPECT_TRUE(control.processes()[0].request.idle_priority);
+  EXPECT_TRUE(control.processes()[1].request.idle_priority);
 
   pool.PromoteLate();
   clock.Advance(absl::Seconds(4));
   pool.PromoteLate();
-  EXPECT_THAT(control.restored, ::testing::IsEmpty());
+  EXPECT_THAT(control.restored(), ::testing::IsEmpty());
 
   clock.Advance(absl::Seconds(2));
   pool.PromoteLate();
   pool.PromoteLate();
-  EXPECT_THAT(control.restored, ::testing::ElementsAre(1000, 1001));
+  EXPECT_THAT(control.restored(), ::testing::ElementsAre(1000, 1001));
 }
 
 }  // namespace

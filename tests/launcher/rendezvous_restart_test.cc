@@ -1,4 +1,4 @@
-// Issue 13's "a rendezvous restart loses nothing", with real processes: the
+// A rendezvous restart loses nothing, shown with real processes: the
 // ddprun-rendezvous binary on a kernel-chosen port, two ddprun agents with
 // two workers each; the server is killed (SIGKILL) mid-round and started
 // again on the same port. The agents resume the round from their records:

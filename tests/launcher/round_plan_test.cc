@@ -49,7 +49,7 @@ struct Fixture {
     assignment.set_restart_count(2);
     assignment.set_max_restarts(3);
   }
-  LaunchOptions options;
+  AgentOptions options;
   AgentContext context;
   v1::Assignment assignment;
 };
@@ -116,8 +116,8 @@ TEST(RoundPlanTest, AttemptFilesFollowTheRestartCount) {
   EXPECT_EQ(AsMap(scratch.workers[0].env).count("DDPRUN_PROGRESS_FD"), 0u);
   EXPECT_THAT(scratch.workers[0].inherit_fds, IsEmpty());
 
-  // The run's log folder (under --log-dir or not) is the context's.
-  f.options.log_dir = "/var/log/train";
+  // The run's log folder (under --log-dir or not) is the context's: the
+  // agent's options do not name it.
   f.options.tee.all = 3;
   f.context.scratch_dir = "/var/log/train/job7_a1b2c3";
   RoundPlan logged = BuildRoundPlan(f.options, f.context, f.assignment, {});
@@ -149,26 +149,23 @@ TEST(RoundPlanTest, StandbysGetTheSharedFolderAndOneThread) {
 TEST(RoundPlanTest, InPlaceSourcesKeepSurvivorsAndUseStandbysOnlyForAll) {
   InPlaceSources with = PlanInPlaceSources(4, {3, 1}, 2);
   EXPECT_TRUE(with.uses_standbys);
-  EXPECT_THAT(with.by_local_rank,
-              ::testing::ElementsAre(WorkerSource::kSurvivor,
-                                     WorkerSource::kStandby,
-                                     WorkerSource::kSurvivor,
-                                     WorkerSource::kStandby));
+  EXPECT_THAT(
+      with.by_local_rank,
+      ::testing::ElementsAre(WorkerSource::kSurvivor, WorkerSource::kStandby,
+                             WorkerSource::kSurvivor, WorkerSource::kStandby));
   EXPECT_THAT(with.standby_index, ::testing::ElementsAre(-1, 0, -1, 1));
 
   InPlaceSources short_of_one = PlanInPlaceSources(4, {3, 1}, 1);
   EXPECT_FALSE(short_of_one.uses_standbys);
-  EXPECT_THAT(short_of_one.by_local_rank,
-              ::testing::ElementsAre(WorkerSource::kSurvivor,
-                                     WorkerSource::kFresh,
-                                     WorkerSource::kSurvivor,
-                                     WorkerSource::kFresh));
+  EXPECT_THAT(
+      short_of_one.by_local_rank,
+      ::testing::ElementsAre(WorkerSource::kSurvivor, WorkerSource::kFresh,
+                             WorkerSource::kSurvivor, WorkerSource::kFresh));
 
   // Another node failed: nothing to replace here.
   InPlaceSources none = PlanInPlaceSources(2, {}, 2);
   EXPECT_FALSE(none.uses_standbys);
-  EXPECT_THAT(none.by_local_rank,
-              ::testing::Each(WorkerSource::kSurvivor));
+  EXPECT_THAT(none.by_local_rank, ::testing::Each(WorkerSource::kSurvivor));
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // another user's folder, never through a symbolic link.
 #include "launcher/posix/shm_dir.h"
 
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,8 +11,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include <gtest/gtest.h>
-
+#include "tests/testing/ci.h"
 #include "tests/testing/temp_dir.h"
 
 namespace ddprun::launcher {
@@ -84,7 +84,8 @@ TEST(ShmDirTest, ALinkAtTheNameIsNeverFollowed) {
   EXPECT_FALSE(std::filesystem::exists(parent.File("ddprun-dead")));
   EXPECT_TRUE(std::filesystem::is_symlink(parent.File("ddprun-planted")));
   EXPECT_TRUE(std::filesystem::exists(victim.File("precious/cached.f32")));
-  EXPECT_TRUE(std::filesystem::exists(victim.File("precious/") + kShmDirLockFile));
+  EXPECT_TRUE(
+      std::filesystem::exists(victim.File("precious/") + kShmDirLockFile));
 }
 
 TEST(ShmDirTest, LinksInsideAnAbandonedFolderAreRemovedNotFollowed) {
@@ -95,8 +96,8 @@ TEST(ShmDirTest, LinksInsideAnAbandonedFolderAreRemovedNotFollowed) {
   std::ofstream(victim.File("tree/keep")) << "not the agent's";
   MakeAbandoned(parent.File("ddprun-dead"));
   std::filesystem::create_directory(parent.File("ddprun-dead/sub"));
-  std::filesystem::create_directory_symlink(victim.path(),
-                                            parent.File("ddprun-dead/sub/link"));
+  std::filesystem::create_directory_symlink(
+      victim.path(), parent.File("ddprun-dead/sub/link"));
   std::filesystem::create_symlink(victim.File("keep"),
                                   parent.File("ddprun-dead/file-link"));
 
@@ -122,23 +123,22 @@ TEST(ShmDirTest, ALockFileThatIsALinkIsNotOurs) {
 TEST(ShmDirTest, AnotherUsersFolderIsLeftAlone) {
   // Needs root to give a folder to another user (the tests run as root).
   if (geteuid() != 0) {
-    const char* ci = std::getenv("CI");
-    ASSERT_FALSE(ci != nullptr && std::string(ci) == "true")
-        << "chown to another uid needs root; under CI=true nothing may skip";
-    GTEST_SKIP() << "chown to another uid needs root";
+    DDPRUN_SKIP_UNLESS_CI("chown to another uid needs root");
   }
   TempDir parent;
   const uid_t other = 54321;
   std::string theirs = parent.File("ddprun-theirs");
   MakeAbandoned(theirs);
   for (const char* file : {"", "/agent.lock", "/cached.f32"}) {
-    ASSERT_EQ(lchown((theirs + file).c_str(), other, other), 0) << theirs + file;
+    ASSERT_EQ(lchown((theirs + file).c_str(), other, other), 0)
+        << theirs + file;
   }
   // Ours, abandoned too, beside it: removed.
   MakeAbandoned(parent.File("ddprun-ours"));
   // Ours, with another user's lock file in it: not an agent's of ours.
   MakeAbandoned(parent.File("ddprun-mixed"));
-  ASSERT_EQ(lchown(parent.File("ddprun-mixed/agent.lock").c_str(), other, other), 0);
+  ASSERT_EQ(
+      lchown(parent.File("ddprun-mixed/agent.lock").c_str(), other, other), 0);
 
   EXPECT_EQ(RemoveAbandonedShmDirs(parent.path()), 1);
   EXPECT_FALSE(std::filesystem::exists(parent.File("ddprun-ours")));

@@ -78,8 +78,7 @@ pid_t ParentOf(pid_t pid) {
       testing::ReadFileOrEmpty(absl::StrCat("/proc/", pid, "/stat"));
   const size_t close = stat.rfind(')');
   if (close == std::string::npos) return -1;
-  std::vector<std::string> fields =
-      absl::StrSplit(stat.substr(close + 2), ' ');
+  std::vector<std::string> fields = absl::StrSplit(stat.substr(close + 2), ' ');
   pid_t parent = -1;
   if (fields.size() < 2 || !absl::SimpleAtoi(fields[1], &parent)) return -1;
   return parent;
@@ -131,10 +130,10 @@ TEST_F(StandbyZygoteTest, StandbysAreForkedByTheZygoteAndAdoptedByTheAgent) {
 
     std::vector<ProgressChannel> progress;
     std::vector<ControlChannel> controls;
-    absl::StatusOr<std::vector<pid_t>> activated = pool.Activate(
-        {{"RANK=0", "STANDBY_HELPER_OUT=" + dir.File("0")},
-         {"RANK=1", "STANDBY_HELPER_OUT=" + dir.File("1")}},
-        progress, &controls);
+    absl::StatusOr<std::vector<pid_t>> activated =
+        pool.Activate({{"RANK=0", "STANDBY_HELPER_OUT=" + dir.File("0")},
+                       {"RANK=1", "STANDBY_HELPER_OUT=" + dir.File("1")}},
+                      progress, &controls);
     ASSERT_TRUE(activated.ok()) << activated.status();
     pids = *activated;
     EXPECT_EQ(std::set<pid_t>(pids.begin(), pids.end()), standbys);
@@ -146,8 +145,8 @@ TEST_F(StandbyZygoteTest, StandbysAreForkedByTheZygoteAndAdoptedByTheAgent) {
     std::optional<ExitStatus> status = reaper.Until(pids[rank]);
     ASSERT_TRUE(status.has_value()) << "standby " << pids[rank];
     EXPECT_TRUE(status->success()) << status->ToString();
-    const std::string out = testing::ReadFileOrEmpty(dir.File(
-        std::to_string(rank)));
+    const std::string out =
+        testing::ReadFileOrEmpty(dir.File(std::to_string(rank)));
     EXPECT_THAT(out, HasSubstr(absl::StrCat("RANK=", rank, "\n")));
     EXPECT_THAT(out, HasSubstr("forked=1\n"));
     EXPECT_THAT(out, HasSubstr(absl::StrCat("pid=", pids[rank], "\n")));
@@ -222,10 +221,23 @@ TEST(StandbyZygoteNoSubreaperTest, WithoutASubreaperStandbysAreExeced) {
 TEST(StandbyZygoteAgentTest, NothingOutlivesAKilledAgent) {
   testing::TempDir dir;
   testing::SubprocessOptions options;
-  options.argv = {testing::Ddprun(), "--standalone", "--nproc-per-node", "1",
-                  "--prewarm", "--monitor-interval", "0.05", testing::Mnist(),
-                  "--epochs", "100", "--train-limit", "3000", "--data-dir",
-                  testing::MnistDir(), "--save", "", "--no-progress"};
+  options.argv = {testing::Ddprun(),
+                  "--standalone",
+                  "--nproc-per-node",
+                  "1",
+                  "--prewarm",
+                  "--monitor-interval",
+                  "0.05",
+                  testing::Mnist(),
+                  "--epochs",
+                  "100",
+                  "--train-limit",
+                  "3000",
+                  "--data-dir",
+                  testing::MnistDir(),
+                  "--save",
+                  "",
+                  "--no-progress"};
   options.stderr_path = dir.File("agent.err");
   options.stdout_path = dir.File("agent.out");
   auto agent = testing::Subprocess::Start(options);
@@ -243,8 +255,8 @@ TEST(StandbyZygoteAgentTest, NothingOutlivesAKilledAgent) {
           if (Comm(pid) == "ddprun-zygote\n") {
             ++zygotes;
           } else if (testing::RankOf(pid) < 0 &&
-                     absl::EndsWith(testing::ReadFileOrEmpty(absl::StrCat(
-                                        "/proc/", pid, "/wchan")),
+                     absl::EndsWith(testing::ReadFileOrEmpty(
+                                        absl::StrCat("/proc/", pid, "/wchan")),
                                     "pipe_read")) {
             ++waiting;
           }

@@ -100,7 +100,8 @@ TEST_F(SupervisorPolicyTest, HangDetectionOffWithInfiniteBounds) {
   EXPECT_FALSE(policy.NextHangDeadline().has_value());
 }
 
-// In-place recovery (issue 13): the decision to keep the survivors.
+// In-place recovery: the decision to keep the survivors, so that a
+// program that declared it loses one worker's step, not every worker's.
 
 TEST_F(SupervisorPolicyTest, AKilledWorkerOfADeclaredGroupIsReplacedInPlace) {
   common::FakeClock clock;
@@ -272,7 +273,9 @@ TEST_F(SupervisorPolicyTest,
   EXPECT_FALSE(exited.AwaitsRemoteCause(2)) << "an exit here is the cause";
 }
 
-// Issue 24: hangs in every phase, with bounds that adapt.
+// Hangs in every phase of a worker's life, with bounds that adapt to what
+// each phase took so far: one fixed timeout is either too long for a step
+// or too short for a first step.
 
 TEST(PhaseBoundsTest, ABoundIsAMultipleOfTheLongestSeenAndNeverBelowItsFloor) {
   PhaseBoundsOptions options;
@@ -350,7 +353,8 @@ TEST_F(SupervisorPolicyTest, ACheckpointIsBoundedAsACheckpoint) {
   EXPECT_EQ(policy.failures()[0].phase, Phase::kCheckpoint);
 }
 
-// The stall of issue 24: a survivor stopped while the round changes never
+// A stall seen in the fault harness: a survivor stopped while the round
+// changes never
 // reports in the new round. It is expected to (it starts in the join
 // phase), and stopped, it is hung within the stopped bound.
 TEST_F(SupervisorPolicyTest, ASurvivorStoppedAtARoundChangeIsHung) {

@@ -20,43 +20,17 @@ TEST(TorchrunTest, ALibddpProgramTrainsAtWorldTwoUnderTorchrun) {
   // and --tee.
   // torchrun_baseline.py: torchrun itself, made to start on a torch
   // without libuv (Debian 13's 2.6) too.
-  std::vector<std::string> argv = {"/usr/bin/python3",
-                                   TORCHRUN_BASELINE,
-                                   // Not --standalone: it takes the fixed
-                                   // port 29400, which another torchrun on
-                                   // the machine may hold.
-                                   "--rdzv_backend",
-                                   "c10d",
-                                   "--rdzv_endpoint",
-                                   "localhost:0",
-                                   "--rdzv_id",
-                                   "libddp-under-torchrun",
-                                   "--nnodes",
-                                   "1",
-                                   "--nproc_per_node",
-                                   "2",
-                                   "--redirects",
-                                   "1",
-                                   "--tee",
-                                   "1",
-                                   "--log_dir",
-                                   dir.File("logs"),
-                                   "--no_python",
-                                   DDPRUN_MNIST_BINARY,
-                                   "--epochs",
-                                   "1",
-                                   "--data-dir",
-                                   MnistDir(),
-                                   "--train-limit",
-                                   "2000",
-                                   "--test-limit",
-                                   "500",
-                                   "--max-steps",
-                                   "5",
-                                   "--save",
-                                   "",
-                                   "--summary-json",
-                                   dir.File("summary.json")};
+  std::vector<std::string> argv = {
+      "/usr/bin/python3", TORCHRUN_BASELINE,
+      // Not --standalone: it takes the fixed
+      // port 29400, which another torchrun on
+      // the machine may hold.
+      "--rdzv_backend", "c10d", "--rdzv_endpoint", "localhost:0", "--rdzv_id",
+      "libddp-under-torchrun", "--nnodes", "1", "--nproc_per_node", "2",
+      "--redirects", "1", "--tee", "1", "--log_dir", dir.File("logs"),
+      "--no_python", DDPRUN_MNIST_BINARY, "--epochs", "1", "--data-dir",
+      MnistDir(), "--train-limit", "2000", "--test-limit", "500", "--max-steps",
+      "5", "--save", "", "--summary-json", dir.File("summary.json")};
   RunResult run = RunCommand(argv, absl::Minutes(3));
   ASSERT_FALSE(run.timed_out) << "torchrun did not finish:\n" << run.err;
   ASSERT_TRUE(run.exit.ok()) << run.exit.ToString() << "\n" << run.err;

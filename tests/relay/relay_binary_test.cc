@@ -44,15 +44,14 @@ TEST(RelayBinaryTest, ListensCarriesACallAndEndsOnSigterm) {
         size_t at = text.find(prefix);
         size_t eol = text.find('\n', at);
         return at != std::string::npos && eol != std::string::npos &&
-               absl::SimpleAtoi(text.substr(at + prefix.size(),
-                                            eol - at - prefix.size()),
-                                &port);
+               absl::SimpleAtoi(
+                   text.substr(at + prefix.size(), eol - at - prefix.size()),
+                   &port);
       },
       absl::Seconds(20)))
       << ReadFileOrEmpty(options.stderr_path);
   auto stub = v1::Rendezvous::NewStub(grpc::CreateChannel(
-      "127.0.0.1:" + std::to_string(port),
-      grpc::InsecureChannelCredentials()));
+      "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
   v1::StatusResponse response;
   auto context = testing::BoundedContext();
   grpc::Status status =
@@ -68,10 +67,10 @@ TEST(RelayBinaryTest, ListensCarriesACallAndEndsOnSigterm) {
 }
 
 TEST(RelayBinaryTest, RefusesANonLoopbackBindWithoutMutualTls) {
-  auto result = testing::RunCommand(
-      {BinaryPath("relay/ddprun-relay"), "--upstream", "127.0.0.1:1",
-       "--host", "0.0.0.0"},
-      absl::Seconds(20));
+  auto result =
+      testing::RunCommand({BinaryPath("relay/ddprun-relay"), "--upstream",
+                           "127.0.0.1:1", "--host", "0.0.0.0"},
+                          absl::Seconds(20));
   ASSERT_FALSE(result.timed_out);
   EXPECT_EQ(result.exit.exit_code, 1);
   EXPECT_NE(result.err.find("--insecure"), std::string::npos) << result.err;
@@ -80,10 +79,10 @@ TEST(RelayBinaryTest, RefusesANonLoopbackBindWithoutMutualTls) {
 }
 
 TEST(RelayBinaryTest, RefusesATooLargeBatch) {
-  auto result = testing::RunCommand(
-      {BinaryPath("relay/ddprun-relay"), "--upstream", "127.0.0.1:1",
-       "--max-batch", "2000"},
-      absl::Seconds(20));
+  auto result =
+      testing::RunCommand({BinaryPath("relay/ddprun-relay"), "--upstream",
+                           "127.0.0.1:1", "--max-batch", "2000"},
+                          absl::Seconds(20));
   ASSERT_FALSE(result.timed_out);
   EXPECT_EQ(result.exit.exit_code, 2);
   EXPECT_NE(result.err.find("--max-batch"), std::string::npos) << result.err;

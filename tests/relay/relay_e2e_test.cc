@@ -59,8 +59,8 @@ TEST(RelayE2eTest, TwoAgentsTrainMnistThroughTheRelay) {
   server_options.stderr_path = dir.File("server.err");
   auto server = Subprocess::Start(server_options);
   ASSERT_TRUE(server.ok()) << server.status();
-  std::string upstream = WaitForLine(dir.File("server.out"),
-                                     "ddprun-rendezvous listening on ");
+  std::string upstream =
+      WaitForLine(dir.File("server.out"), "ddprun-rendezvous listening on ");
   ASSERT_FALSE(upstream.empty()) << ReadFileOrEmpty(dir.File("server.err"));
 
   SubprocessOptions relay_options;
@@ -82,12 +82,12 @@ TEST(RelayE2eTest, TwoAgentsTrainMnistThroughTheRelay) {
   std::vector<Subprocess> agents;
   for (int node = 0; node < 2; ++node) {
     SubprocessOptions options;
-    options.argv = Concat(
-        {Ddprun(), "--nnodes", "2", "--nproc-per-node", "1",
-         "--rdzv-endpoint", endpoint, "--rdzv-id", "relay-e2e"},
-        {Mnist(), "--epochs", "1", "--data-dir", MnistDir(), "--train-limit",
-         "20000", "--summary-json", dir.File("summary.json"), "--save",
-         dir.File("model.pt")});
+    options.argv =
+        Concat({Ddprun(), "--nnodes", "2", "--nproc-per-node", "1",
+                "--rdzv-endpoint", endpoint, "--rdzv-id", "relay-e2e"},
+               {Mnist(), "--epochs", "1", "--data-dir", MnistDir(),
+                "--train-limit", "20000", "--summary-json",
+                dir.File("summary.json"), "--save", dir.File("model.pt")});
     options.stdout_path = dir.File(absl::StrCat("agent", node, ".out"));
     options.stderr_path = dir.File(absl::StrCat("agent", node, ".err"));
     auto agent = Subprocess::Start(options);
@@ -124,8 +124,7 @@ TEST(RelayE2eTest, TwoAgentsTrainMnistThroughTheRelay) {
   EXPECT_LT(join_calls, joins) << "the agents' Joins were not batched\n"
                                << page;
   EXPECT_GT(CounterValue(page, "ddprun_relay_beats_total"), 0) << page;
-  EXPECT_GT(CounterValue(page, "ddprun_relay_upstream_beat_messages_total"),
-            0)
+  EXPECT_GT(CounterValue(page, "ddprun_relay_upstream_beat_messages_total"), 0)
       << page;
   // Leaves, and the workers' store calls.
   EXPECT_GT(CounterValue(page, "ddprun_relay_passthrough_calls_total"), 2)

@@ -3,6 +3,8 @@
 // through the relay keep nodes alive (and a silent one is lost), store calls
 // and their token checks pass through, cancellation before and after a
 // batch is sent, and an upstream that is not listening.
+#include "relay/relay.h"
+
 #include <atomic>
 #include <memory>
 #include <set>
@@ -19,7 +21,6 @@
 #include "grpcpp/server_builder.h"
 #include "gtest/gtest.h"
 #include "relay/join_fanout.h"
-#include "relay/relay.h"
 #include "rendezvous/job_token.h"
 #include "rendezvous/server.h"
 #include "tests/testing/client_context.h"
@@ -144,8 +145,7 @@ TEST_F(RelayTest, JoinsThroughTheRelayRankAsDirectJoinsInFewerCalls) {
     direct.push_back(NodeJoin("direct", absl::StrCat("n", i), kNodes));
   }
   std::set<int> via_relay = CheckRound(JoinAll(stub_.get(), relayed), kNodes);
-  std::set<int> via_server =
-      CheckRound(JoinAll(direct_.get(), direct), kNodes);
+  std::set<int> via_server = CheckRound(JoinAll(direct_.get(), direct), kNodes);
   EXPECT_EQ(via_relay.size(), static_cast<size_t>(kNodes));
   EXPECT_EQ(via_relay, via_server);
   EXPECT_EQ(Counter(relay_->counters().joins), kNodes);
@@ -264,8 +264,8 @@ class Beaters {
     std::string node;
     int64_t round = 0;
     grpc::ClientContext context;
-    std::unique_ptr<grpc::ClientReaderWriter<v1::HeartbeatRequest,
-                                             v1::HeartbeatResponse>>
+    std::unique_ptr<
+        grpc::ClientReaderWriter<v1::HeartbeatRequest, v1::HeartbeatResponse>>
         rw;
     bool stopped = false;
     bool rejoin = false;
@@ -438,8 +438,8 @@ TEST_F(RelayTest, ACallerCancelledBeforeTheFlushNeverJoins) {
   StartRelay(/*max_batch=*/2, absl::Minutes(5));
   {
     grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() +
-                                            absl::Milliseconds(300)));
+    context.set_deadline(
+        absl::ToChronoTime(absl::Now() + absl::Milliseconds(300)));
     v1::JoinResponse response;
     grpc::Status status =
         stub_->Join(&context, NodeJoin("cancel", "gone", 2), &response);
@@ -450,9 +450,8 @@ TEST_F(RelayTest, ACallerCancelledBeforeTheFlushNeverJoins) {
                       absl::Seconds(10)));
   EXPECT_EQ(Counter(relay_->counters().joins), 1);  // it reached the relay
   // Had "gone" stayed in the group, it would have been sent with "a".
-  std::vector<v1::JoinResponse> answers =
-      JoinAll(stub_.get(), {NodeJoin("cancel", "a", 2),
-                            NodeJoin("cancel", "b", 2)});
+  std::vector<v1::JoinResponse> answers = JoinAll(
+      stub_.get(), {NodeJoin("cancel", "a", 2), NodeJoin("cancel", "b", 2)});
   CheckRound(answers, 2);
   auto job = Job("cancel");
   ASSERT_TRUE(job.has_value());
@@ -658,9 +657,10 @@ TEST_F(RelayTest, AnOldServerGetsTheRestOneByOne) {
 // A server older than the Heartbeats stream (and than `more`).
 class NoStreamServer : public v1::Rendezvous::CallbackService {
  public:
-  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context,
-                                      const v1::HeartbeatRequest* /*request*/,
-                                      v1::HeartbeatResponse* response) override {
+  grpc::ServerUnaryReactor* Heartbeat(
+      grpc::CallbackServerContext* context,
+      const v1::HeartbeatRequest* /*request*/,
+      v1::HeartbeatResponse* response) override {
     calls_.fetch_add(1);
     response->set_round(7);
     auto* reactor = context->DefaultReactor();
@@ -685,8 +685,7 @@ TEST_F(RelayTest, WithoutAnUpstreamStreamTheRelayBeatsUnary) {
       [&] {
         v1::HeartbeatResponse response;
         auto context = BoundedContext();
-        grpc::Status status =
-            stub_->Heartbeat(context.get(), beat, &response);
+        grpc::Status status = stub_->Heartbeat(context.get(), beat, &response);
         EXPECT_TRUE(status.ok() ||
                     status.error_code() == grpc::StatusCode::UNAVAILABLE)
             << status.error_message();

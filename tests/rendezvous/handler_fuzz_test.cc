@@ -239,8 +239,8 @@ TEST(HandlerFuzzTest, RandomRequestsToEveryMethod) {
     {
       absl::MutexLock lock(&mu);
       auto room = [&] { return in_flight < kMaxInFlight; };
-      ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(&room),
-                                      absl::Seconds(30)))
+      ASSERT_TRUE(
+          mu.AwaitWithTimeout(absl::Condition(&room), absl::Seconds(30)))
           << "calls stopped being answered";
       ++in_flight;
       calls.push_back(std::make_unique<FuzzCall>());
@@ -268,8 +268,8 @@ TEST(HandlerFuzzTest, RandomRequestsToEveryMethod) {
     absl::MutexLock lock(&mu);
     sending_done = true;
     auto drained = [&] { return in_flight == 0; };
-    bool all = mu.AwaitWithTimeout(absl::Condition(&drained),
-                                   absl::Seconds(60));
+    bool all =
+        mu.AwaitWithTimeout(absl::Condition(&drained), absl::Seconds(60));
     if (!all) {
       for (auto& call : calls) {
         if (!call->answered) {
@@ -292,8 +292,8 @@ TEST(HandlerFuzzTest, RandomRequestsToEveryMethod) {
   for (const auto& call : calls) {
     if (call->cancelled_by_us && !call->status.ok()) {
       EXPECT_TRUE(parkable(call->method))
-          << methods[call->method]->name()
-          << " was not answered within " << kGiveUp;
+          << methods[call->method]->name() << " was not answered within "
+          << kGiveUp;
       ++given_up;
       continue;
     }
@@ -302,17 +302,17 @@ TEST(HandlerFuzzTest, RandomRequestsToEveryMethod) {
     reached[call->method] += FromHandler(*call);
   }
   for (size_t m = 0; m < methods.size(); ++m) {
-    EXPECT_GE(reached[m], 20) << methods[m]->name() << " was reached "
-                              << reached[m] << " times";
+    EXPECT_GE(reached[m], 20)
+        << methods[m]->name() << " was reached " << reached[m] << " times";
   }
   EXPECT_GT(ok, 0) << "some random requests must be valid";
   EXPECT_GT(refused, 0) << "and some must be refused";
   EXPECT_GT(given_up, 0) << "some calls were parked";
 
   // No parked call leaked: every one the client gave up on was released.
-  EXPECT_TRUE(testing::WaitFor(
-      [&] { return (*server)->NumParkedCallsForTest() == 0; },
-      absl::Seconds(10)))
+  EXPECT_TRUE(
+      testing::WaitFor([&] { return (*server)->NumParkedCallsForTest() == 0; },
+                       absl::Seconds(10)))
       << (*server)->NumParkedCallsForTest() << " parked calls leaked";
   EXPECT_EQ((*server)->NumStoreWaitersForTest(), 0u);
 

@@ -2,6 +2,8 @@
 // as a unary Heartbeat would be and counts as the node's sign of life; a node
 // whose stream stops sending is lost though the stream stays open; the token
 // is checked when the stream opens; a cancelled stream leaves nothing behind.
+#include "rendezvous/heartbeat_stream.h"
+
 #include <memory>
 #include <string>
 #include <thread>
@@ -12,7 +14,6 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
-#include "rendezvous/heartbeat_stream.h"
 #include "rendezvous/job_token.h"
 #include "rendezvous/server.h"
 #include "tests/testing/client_context.h"
@@ -64,10 +65,9 @@ class HeartbeatStreamTest : public ::testing::Test {
     std::vector<grpc::Status> statuses(nodes);
     for (int i = 0; i < nodes; ++i) {
       threads.emplace_back([&, i] {
-        statuses[i] = stub_->Join(BoundedContext(token).get(),
-                                  JoinRequest(run_id, "n" + std::to_string(i),
-                                              nodes),
-                                  &responses[i]);
+        statuses[i] = stub_->Join(
+            BoundedContext(token).get(),
+            JoinRequest(run_id, "n" + std::to_string(i), nodes), &responses[i]);
       });
     }
     for (std::thread& t : threads) t.join();
@@ -106,9 +106,9 @@ TEST_F(HeartbeatStreamTest, EachBeatIsAnsweredAsAUnaryHeartbeatWouldBe) {
   ASSERT_TRUE(stream->WritesDone());
   grpc::Status status = stream->Finish();
   EXPECT_TRUE(status.ok()) << status.error_message();
-  EXPECT_TRUE(WaitFor(
-      [&] { return server_->OpenHeartbeatStreamsForTest() == 0; },
-      absl::Seconds(10)));
+  EXPECT_TRUE(
+      WaitFor([&] { return server_->OpenHeartbeatStreamsForTest() == 0; },
+              absl::Seconds(10)));
 }
 
 TEST_F(HeartbeatStreamTest, ANodeWhoseStreamStopsSendingIsLost) {
@@ -141,9 +141,9 @@ TEST_F(HeartbeatStreamTest, ANodeWhoseStreamStopsSendingIsLost) {
   EXPECT_TRUE(answer.rejoin());
   silent_context->TryCancel();
   live_context->TryCancel();
-  EXPECT_TRUE(WaitFor(
-      [&] { return server_->OpenHeartbeatStreamsForTest() == 0; },
-      absl::Seconds(10)));
+  EXPECT_TRUE(
+      WaitFor([&] { return server_->OpenHeartbeatStreamsForTest() == 0; },
+              absl::Seconds(10)));
 }
 
 TEST_F(HeartbeatStreamTest, AnUnknownJobEndsTheStreamNotFound) {
@@ -178,8 +178,8 @@ TEST_F(HeartbeatStreamTest, TheTokenIsCheckedWhenTheStreamOpens) {
     std::unique_ptr<BeatStream> stream = stub_->Heartbeats(context.get());
     ASSERT_TRUE(stream->Write(Beat("job-a", "n0", round)));
     v1::HeartbeatResponse answer;
-    EXPECT_FALSE(stream->Read(&answer)) << "admitted with '" << attempt.token
-                                        << "'";
+    EXPECT_FALSE(stream->Read(&answer))
+        << "admitted with '" << attempt.token << "'";
     grpc::Status status = stream->Finish();
     EXPECT_EQ(status.error_code(), attempt.code) << status.error_message();
   }
@@ -199,9 +199,9 @@ TEST_F(HeartbeatStreamTest, TheTokenIsCheckedWhenTheStreamOpens) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED)
       << status.error_message();
   EXPECT_EQ(server_->StreamedHeartbeatsForTest(), 1);
-  EXPECT_TRUE(WaitFor(
-      [&] { return server_->OpenHeartbeatStreamsForTest() == 0; },
-      absl::Seconds(10)));
+  EXPECT_TRUE(
+      WaitFor([&] { return server_->OpenHeartbeatStreamsForTest() == 0; },
+              absl::Seconds(10)));
 }
 
 TEST_F(HeartbeatStreamTest, CancelledStreamsLeaveNothingBehind) {
@@ -226,9 +226,9 @@ TEST_F(HeartbeatStreamTest, CancelledStreamsLeaveNothingBehind) {
   for (auto& stream : streams) {
     EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::CANCELLED);
   }
-  EXPECT_TRUE(WaitFor(
-      [&] { return server_->OpenHeartbeatStreamsForTest() == 0; },
-      absl::Seconds(10)))
+  EXPECT_TRUE(
+      WaitFor([&] { return server_->OpenHeartbeatStreamsForTest() == 0; },
+              absl::Seconds(10)))
       << server_->OpenHeartbeatStreamsForTest() << " streams still open";
 }
 
@@ -306,9 +306,9 @@ TEST_F(HeartbeatStreamTest, StreamsPastTheCapAreRefusedResourceExhausted) {
   // A stream that closes makes room for another.
   contexts[0]->TryCancel();
   streams[0]->Finish();
-  ASSERT_TRUE(WaitFor(
-      [&] { return server_->OpenHeartbeatStreamsForTest() == 1; },
-      absl::Seconds(10)));
+  ASSERT_TRUE(
+      WaitFor([&] { return server_->OpenHeartbeatStreamsForTest() == 1; },
+              absl::Seconds(10)));
   auto fourth_context = BoundedContext();
   std::unique_ptr<BeatStream> fourth = stub_->Heartbeats(fourth_context.get());
   ASSERT_TRUE(fourth->Write(Beat("capped", "n0", round)));

@@ -10,13 +10,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/credentials.h"
 #include "ddprun/v1/rendezvous.grpc.pb.h"
 #include "ddprun/v1/store.grpc.pb.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
-#include "common/credentials.h"
 #include "rendezvous/job_token.h"
 #include "rendezvous/server.h"
 #include "tests/testing/wait_for.h"
@@ -410,7 +410,8 @@ TEST(HostileLoadTest, AStoreHogIsRefusedWhileAnotherJobFormsRounds) {
           ++hog_ok;
         } else if (status.error_code() ==
                    grpc::StatusCode::RESOURCE_EXHAUSTED) {
-          if (refusals.size() < 1000) refusals.push_back(status.error_message());
+          if (refusals.size() < 1000)
+            refusals.push_back(status.error_message());
         } else {
           other_errors.push_back(status.error_message());
         }
@@ -420,8 +421,8 @@ TEST(HostileLoadTest, AStoreHogIsRefusedWhileAnotherJobFormsRounds) {
   {
     absl::MutexLock lock(&mu);
     auto refused = [&] { return refusals.size() >= 20; };
-    ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(&refused),
-                                    absl::Seconds(60)))
+    ASSERT_TRUE(
+        mu.AwaitWithTimeout(absl::Condition(&refused), absl::Seconds(60)))
         << "the hogs were never refused";
   }
 
@@ -433,8 +434,8 @@ TEST(HostileLoadTest, AStoreHogIsRefusedWhileAnotherJobFormsRounds) {
   constexpr int kRounds = 15;
   for (int r = 0; r < kRounds; ++r) {
     int64_t round = -1;
-    grpc::Status status = VictimRound(rendezvous.get(), store.get(), kRounds,
-                                      64 << 10, &round);
+    grpc::Status status =
+        VictimRound(rendezvous.get(), store.get(), kRounds, 64 << 10, &round);
     ASSERT_TRUE(status.ok()) << "round " << r << ": " << status.error_message();
     EXPECT_EQ(round, r);
   }
@@ -502,9 +503,8 @@ class StoreHog {
 
   StoreHog(const std::string& endpoint, int calls, size_t value_bytes) {
     for (int h = 0; h < calls; ++h) {
-      threads_.emplace_back([this, endpoint, value_bytes, h] {
-        Run(endpoint, value_bytes, h);
-      });
+      threads_.emplace_back(
+          [this, endpoint, value_bytes, h] { Run(endpoint, value_bytes, h); });
     }
   }
   ~StoreHog() { Stop(); }
@@ -582,21 +582,19 @@ TEST(HostileLoadTest, ResidentMemoryStaysWithinTheServersBound) {
         max_resident = std::max(max_resident, ResidentBytes());
         StoreHog::Answers answers = hog.answers();
         return answers.memory_refusals >= 50 ||
-               !answers.other_refusals.empty() ||
-               !answers.other_errors.empty();
+               !answers.other_refusals.empty() || !answers.other_errors.empty();
       },
       absl::Seconds(60), absl::Milliseconds(2));
   hog.Stop();
   const StoreHog::Answers answers = hog.answers();
   max_resident = std::max(max_resident, ResidentBytes());
   EXPECT_TRUE(answers.other_errors.empty()) << answers.other_errors.front();
-  EXPECT_TRUE(answers.other_refusals.empty())
-      << answers.other_refusals.front();
+  EXPECT_TRUE(answers.other_refusals.empty()) << answers.other_refusals.front();
   EXPECT_GE(answers.memory_refusals, 50)
       << "the hogs were never refused at the bound";
   EXPECT_LE(max_resident, bound + bound / 10)
-      << "resident " << (max_resident >> 20) << " MiB, bound "
-      << (bound >> 20) << " MiB";
+      << "resident " << (max_resident >> 20) << " MiB, bound " << (bound >> 20)
+      << " MiB";
   // The bound, not a store cap, stopped them, after they stored most of
   // what it leaves room for.
   EXPECT_GT(server->StoreBytesForTest(), 24 << 20);
@@ -609,7 +607,8 @@ TEST(HostileLoadTest, ResidentMemoryStaysWithinTheServersBound) {
 // and another job's small writes are never refused by the bound. Before
 // both, the victim's 256-byte Set was refused: the hog's requests in flight
 // filled the tenth of the bound kept for other jobs.
-TEST(HostileLoadTest, AHogWithManyCallsInFlightNeitherSpinsNorCrowdsOutAnother) {
+TEST(HostileLoadTest,
+     AHogWithManyCallsInFlightNeitherSpinsNorCrowdsOutAnother) {
   std::unique_ptr<Server> server = StartBoundedServer(48 << 20);
   ASSERT_NE(server, nullptr);
   auto channel = grpc::CreateChannel(server->endpoint(),

@@ -280,12 +280,12 @@ TEST_F(JobAuthTest, EveryOperationOnAnotherJobIsRefused) {
     grpc::Status status = attempt.call();
     EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED)
         << attempt.name << ": " << status.error_message();
-    EXPECT_NE(status.error_message().find(
-                  attempt.name == "Status of every job" ? "server's own token"
-                                                        : "job-token"),
+    EXPECT_NE(status.error_message().find(attempt.name == "Status of every job"
+                                              ? "server's own token"
+                                              : "job-token"),
               std::string::npos)
-        << attempt.name << ": the message says what to do: "
-        << status.error_message();
+        << attempt.name
+        << ": the message says what to do: " << status.error_message();
     EXPECT_EQ(status.error_message().find(kSecret), std::string::npos);
   }
 
@@ -321,9 +321,8 @@ TEST_F(JobAuthTest, EveryOperationOnAnotherJobIsRefused) {
   // A token that is neither kind is UNAUTHENTICATED, as before.
   Client stranger = ClientWith("not-a-token");
   v1::StatusResponse none;
-  EXPECT_EQ(
-      stranger.rendezvous->Status(Context().get(), q, &none).error_code(),
-      grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(stranger.rendezvous->Status(Context().get(), q, &none).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
 }
 
 TEST(JobTokenBinaryTest, PrintsTheJobToken) {

@@ -76,9 +76,8 @@ class JobResumeTest : public ::testing::Test {
 
   v1::ResumeResponse Resume(const std::string& node,
                             const v1::RoundRecord& record) {
-    v1::JoinRequest request =
-        Request(node, local_world_size_.count(node) ? local_world_size_[node]
-                                                    : 1);
+    v1::JoinRequest request = Request(
+        node, local_world_size_.count(node) ? local_world_size_[node] : 1);
     *request.mutable_record() = record;
     Effects effects;
     absl::StatusOr<v1::ResumeResponse> response =
@@ -257,7 +256,7 @@ TEST_F(JobResumeTest, JoinsWithRecordsContinueTheRoundsAndTheCount) {
   RunUntilRoundOneAfterAFailure();
   ASSERT_EQ(Fail("a", 1).restart_count(), 2);
   v1::RoundRecord ra = Record("a");
-  ra.set_restart_count(2);  // the ReportFailure's answer
+  ra.set_restart_count(2);           // the ReportFailure's answer
   v1::RoundRecord rb = Record("b");  // b heard only of round 1's count
   RestartServer();
   WaiterId b2 = Join("b", 1, &rb);
@@ -307,8 +306,7 @@ TEST_F(JobResumeTest, ADisagreeingRecordIsToldToRejoin) {
   ASSERT_TRUE(Resume("a", Record("a")).has_assignment());
   // c claims a's node rank in round 1.
   v1::ResumeResponse taken = Resume("c", Record("a"));
-  EXPECT_NE(taken.rejoin().find("already held by node 'a'"),
-            std::string::npos)
+  EXPECT_NE(taken.rejoin().find("already held by node 'a'"), std::string::npos)
       << taken.rejoin();
   // b's record disagrees on the size of the round.
   v1::RoundRecord other = Record("b");

@@ -131,8 +131,8 @@ TEST_F(JoinBatchTest, ABatchGetsTheAssignmentsSingleJoinsGet) {
   auto nodes_of = [&](const std::string& run_id) {
     std::vector<v1::JoinRequest> nodes;
     for (int i = 0; i < n; ++i) {
-      nodes.push_back(NodeJoin(run_id, "n" + std::to_string(i), n,
-                               local_world_sizes[i]));
+      nodes.push_back(
+          NodeJoin(run_id, "n" + std::to_string(i), n, local_world_sizes[i]));
     }
     return nodes;
   };
@@ -153,7 +153,8 @@ TEST_F(JoinBatchTest, ABatchGetsTheAssignmentsSingleJoinsGet) {
   std::vector<v1::JoinResponse> slots = Slots(batched);
   ASSERT_EQ(slots.size(), static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) {
-    ASSERT_TRUE(pending[i]->status().ok()) << pending[i]->status().error_message();
+    ASSERT_TRUE(pending[i]->status().ok())
+        << pending[i]->status().error_message();
     ASSERT_TRUE(slots[i].has_assignment()) << slots[i].DebugString();
     const v1::Assignment& single = pending[i]->response().assignment();
     EXPECT_TRUE(MessageDifferencer::Equals(slots[i].assignment(), single))
@@ -165,7 +166,8 @@ TEST_F(JoinBatchTest, ABatchGetsTheAssignmentsSingleJoinsGet) {
   EXPECT_EQ(slots[0].assignment().world_size(), 6);
 }
 
-TEST_F(JoinBatchTest, ABatchIsAnsweredWhenTheRoundItFormsWithSingleJoinsCloses) {
+TEST_F(JoinBatchTest,
+       ABatchIsAnsweredWhenTheRoundItFormsWithSingleJoinsCloses) {
   StartServer();
   PendingJoin batch(stub_.get(), Batch({NodeJoin("mixed", "b0", 3),
                                         NodeJoin("mixed", "b1", 3)}));
@@ -198,9 +200,9 @@ TEST_F(JoinBatchTest, ANodeRefusedIsAnsweredInItsSlotAndTheOthersJoin) {
   v1::JoinRequest bad = NodeJoin("slots", "e1", 2);
   bad.set_local_world_size(0);
   v1::JoinResponse response;
-  grpc::Status status = Join(
-      Batch({NodeJoin("slots", "e0", 2), bad, NodeJoin("slots", "e2", 2)}),
-      &response);
+  grpc::Status status =
+      Join(Batch({NodeJoin("slots", "e0", 2), bad, NodeJoin("slots", "e2", 2)}),
+           &response);
   ASSERT_TRUE(status.ok()) << status.error_message();
   std::vector<v1::JoinResponse> slots = Slots(response);
   ASSERT_EQ(slots.size(), 3u);
@@ -252,7 +254,8 @@ TEST_F(JoinBatchTest, ANodeOfAnotherJobRefusesTheWholeBatch) {
       << status.error_message();
   // Nothing of it joined: neither job exists.
   v1::StatusResponse all;
-  status = stub_->Status(BoundedContext(kSecret).get(), v1::StatusRequest(), &all);
+  status =
+      stub_->Status(BoundedContext(kSecret).get(), v1::StatusRequest(), &all);
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_EQ(all.jobs_size(), 0) << all.DebugString();
   // The same batch with job A's nodes only is admitted.
@@ -296,8 +299,8 @@ TEST_F(JoinBatchTest, MalformedBatchesAreRefusedWholeAndNothingJoins) {
   EXPECT_TRUE(Nodes("bad").empty());
   EXPECT_EQ(server_->NumParkedCallsForTest(), 0u);
   // Resume takes one node per call.
-  v1::JoinRequest resume = Batch({NodeJoin("bad", "r0", 2),
-                                  NodeJoin("bad", "r1", 2)});
+  v1::JoinRequest resume =
+      Batch({NodeJoin("bad", "r0", 2), NodeJoin("bad", "r1", 2)});
   resume.mutable_record()->mutable_assignment()->set_round(0);
   v1::ResumeResponse resumed;
   status = stub_->Resume(BoundedContext().get(), resume, &resumed);

@@ -94,8 +94,8 @@ TEST_F(MemoryReturnTest, CountsAnswersForPollOnlyWhileItWaitsForTheEnd) {
 
 TEST_F(MemoryReturnTest, NeverWhenOff) {
   MemoryReturn off(MemoryReturnOptions{.large_fan_out = 0});
-  EXPECT_FALSE(off.Tick(now_, FanOutState{.parked = 100000,
-                                          .peak_parked = 100000}));
+  EXPECT_FALSE(
+      off.Tick(now_, FanOutState{.parked = 100000, .peak_parked = 100000}));
   EXPECT_FALSE(off.Tick(now_ + absl::Seconds(60), FanOutState{}));
 }
 

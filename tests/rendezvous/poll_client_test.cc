@@ -10,9 +10,9 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "gtest/gtest.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
+#include "gtest/gtest.h"
 #include "launcher/agent/rendezvous_client.h"
 #include "rendezvous/server.h"
 #include "tests/testing/wait_for.h"
@@ -72,8 +72,7 @@ TEST(PollClientTest, NodesPastTheParkedCapReachTheirRoundByPolling) {
   auto stub = v1::Rendezvous::NewStub(
       grpc::CreateChannel(endpoint, grpc::InsecureChannelCredentials()));
   grpc::ClientContext old_context;
-  old_context.set_deadline(
-      absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+  old_context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
   v1::JoinResponse old_answer;
   absl::Mutex mu;
   std::optional<grpc::Status> old_status;
@@ -114,9 +113,9 @@ TEST(PollClientTest, NodesPastTheParkedCapReachTheirRoundByPolling) {
   std::thread a_thread([&] {
     a_answer = a->Join(JoinOf("a"), absl::Seconds(60), absl::Seconds(10));
   });
-  ASSERT_TRUE(WaitFor(
-      [&] { return StateOf(*probe, "a") == v1::NODE_STATE_JOINING; },
-      absl::Seconds(30)));
+  ASSERT_TRUE(
+      WaitFor([&] { return StateOf(*probe, "a") == v1::NODE_STATE_JOINING; },
+              absl::Seconds(30)));
   absl::StatusOr<v1::JoinResponse> b_answer =
       b->Join(JoinOf("b"), absl::Seconds(60), absl::Seconds(10));
   a_thread.join();
@@ -127,8 +126,8 @@ TEST(PollClientTest, NodesPastTheParkedCapReachTheirRoundByPolling) {
   {
     absl::MutexLock lock(&mu);
     auto answered = [&] { return old_status.has_value(); };
-    ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(&answered),
-                                    absl::Seconds(30)));
+    ASSERT_TRUE(
+        mu.AwaitWithTimeout(absl::Condition(&answered), absl::Seconds(30)));
     ASSERT_TRUE(old_status->ok()) << old_status->error_message();
   }
   ASSERT_TRUE(old_answer.has_assignment());
@@ -169,9 +168,9 @@ TEST(PollClientTest, AWaitingNodeIsToldToPollRightAfterTheLastCall) {
     a_answer = a->Join(join_of("a"), absl::Seconds(60), absl::Seconds(10));
   });
   std::unique_ptr<RendezvousClient> probe = Client(endpoint);
-  ASSERT_TRUE(WaitFor(
-      [&] { return StateOf(*probe, "a") == v1::NODE_STATE_JOINING; },
-      absl::Seconds(30)));
+  ASSERT_TRUE(
+      WaitFor([&] { return StateOf(*probe, "a") == v1::NODE_STATE_JOINING; },
+              absl::Seconds(30)));
 
   // Node "b" brings the job to min_nodes: the last call ends 1.5 s later,
   // and that is when it is told to poll (within one poll interval after).

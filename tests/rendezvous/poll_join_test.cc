@@ -59,8 +59,7 @@ class PollJoinTest : public ::testing::Test {
   bool Answered(WaiterId id) const { return answers_.count(id) > 0; }
   bool Waiting(WaiterId id) const {
     auto it = answers_.find(id);
-    return it != answers_.end() && it->second.ok() &&
-           it->second->has_waiting();
+    return it != answers_.end() && it->second.ok() && it->second->has_waiting();
   }
   const v1::Assignment& AssignmentOf(WaiterId id) {
     auto& r = answers_.at(id);
@@ -322,7 +321,8 @@ TEST_F(PollJoinTest, AWaitingNodePollsRightAfterTheLastCall) {
   EXPECT_GE(answers_.at(n0_poll)->waiting().poll_interval_ms(), 2850);
   // Both poll when told, without a tick in between: the first poll past
   // the last call closes the round, and each collects its assignment.
-  now_ += absl::Milliseconds(answers_.at(n0_poll)->waiting().poll_interval_ms());
+  now_ +=
+      absl::Milliseconds(answers_.at(n0_poll)->waiting().poll_interval_ms());
   EXPECT_EQ(AssignmentOf(Join("n0")).num_nodes(), 2);
   now_ = absl::UnixEpoch() + absl::Milliseconds(100 + w.poll_interval_ms());
   EXPECT_EQ(AssignmentOf(Join("n1")).num_nodes(), 2);

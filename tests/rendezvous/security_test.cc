@@ -1,6 +1,5 @@
 // Token, TLS and mutual TLS on a real server; token loading.
 #include <sys/stat.h>
-
 #include <unistd.h>
 
 #include <algorithm>
@@ -406,10 +405,10 @@ TEST(LoadTokenTest, ATokenFileOthersCanReadOrChangeIsAClearError) {
 }
 
 TEST(SecureDefaultsTest, NoTokenBeyondLoopbackIsRefusedWithBothFixes) {
-  testing::RunResult result = testing::RunCommand(
-      {testing::BinaryPath("rendezvous/ddprun-rendezvous"), "--host",
-       "0.0.0.0", "--port", "0"},
-      absl::Seconds(20), {{"DDPRUN_TOKEN", ""}});
+  testing::RunResult result =
+      testing::RunCommand({testing::BinaryPath("rendezvous/ddprun-rendezvous"),
+                           "--host", "0.0.0.0", "--port", "0"},
+                          absl::Seconds(20), {{"DDPRUN_TOKEN", ""}});
   ASSERT_FALSE(result.timed_out);
   EXPECT_NE(result.exit.exit_code, 0);
   EXPECT_NE(result.err.find("0.0.0.0"), std::string::npos) << result.err;

@@ -279,9 +279,9 @@ TEST(ServerTickTest, JoinTimeoutFiresAfterAnIdlePeriod) {
   ASSERT_TRUE(testing::WaitFor([&] { return (*server)->TicksForTest() >= 1; },
                                absl::Seconds(10)));
   const int64_t idle_ticks = (*server)->TicksForTest();
-  EXPECT_FALSE(testing::WaitFor(
-      [&] { return (*server)->TicksForTest() > idle_ticks; },
-      absl::Milliseconds(300)))
+  EXPECT_FALSE(
+      testing::WaitFor([&] { return (*server)->TicksForTest() > idle_ticks; },
+                       absl::Milliseconds(300)))
       << "an idle server ticked while nothing was due";
   auto stub = v1::Rendezvous::NewStub(grpc::CreateChannel(
       (*server)->endpoint(), grpc::InsecureChannelCredentials()));

@@ -166,7 +166,8 @@ TEST_F(StoreBackPressureTest, AParkedWriteCancelledIsNeverApplied) {
 // Past its parked share a write is refused, but answered only when the
 // job's rate has paid for it: a client with more calls in flight than the
 // share still slows down to the rate.
-TEST_F(StoreBackPressureTest, PastItsParkedShareAWriteIsRefusedWhenItsRateHasPaid) {
+TEST_F(StoreBackPressureTest,
+       PastItsParkedShareAWriteIsRefusedWhenItsRateHasPaid) {
   SpendBurst();
   ASSERT_NO_FATAL_FAILURE(ParkTwoWrites());
   grpc::Status refused = grpc::Status(grpc::StatusCode::UNKNOWN, "no answer");

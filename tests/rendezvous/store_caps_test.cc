@@ -195,8 +195,7 @@ TEST_F(MemoryBoundTest, OtherJobsKeepATenthWhenAHogTookTheMemory) {
   store_.SetResidentBytes(kBound - (kBound / 10) - (4 << 10));
   const absl::Status hog = Set("hog", "more", 8 << 10);
   EXPECT_EQ(hog.code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_NE(hog.message().find("tenth kept for other jobs"),
-            std::string::npos)
+  EXPECT_NE(hog.message().find("tenth kept for other jobs"), std::string::npos)
       << hog;
 
   // Its requests in flight take the resident memory past the bound.
@@ -204,8 +203,8 @@ TEST_F(MemoryBoundTest, OtherJobsKeepATenthWhenAHogTookTheMemory) {
   int64_t stored = 0;
   absl::Status victim = absl::OkStatus();
   for (int i = 0; victim.ok(); ++i) {
-    victim = Set(i % 2 == 0 ? "victim" : "other", absl::StrCat("k", i),
-                 64 << 10);
+    victim =
+        Set(i % 2 == 0 ? "victim" : "other", absl::StrCat("k", i), 64 << 10);
     if (victim.ok()) stored += 64 << 10;
   }
   EXPECT_EQ(victim.code(), absl::StatusCode::kResourceExhausted);

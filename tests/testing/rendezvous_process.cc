@@ -72,9 +72,9 @@ std::optional<v1::JobStatus> RendezvousProcess::Job(const std::string& run_id) {
   return status->jobs(0);
 }
 
-bool RendezvousProcess::WaitForRunning(const std::string& run_id,
-                                       int64_t round, int restart_count,
-                                       int nodes, absl::Duration timeout) {
+bool RendezvousProcess::WaitForRunning(const std::string& run_id, int64_t round,
+                                       int restart_count, int nodes,
+                                       absl::Duration timeout) {
   return WaitFor(
       [&] {
         std::optional<v1::JobStatus> job = Job(run_id);

@@ -6,12 +6,13 @@
 //     ProcessGroupGloo's (the reference), then sums non-integer floats
 //     (rounding differs by order) and prints a hash of the result's bits;
 //   --mode loop: sums --sizes' first size forever, one line per iteration
-//     (the peer-failure tests kill or stop a rank meanwhile);
+//     (the peer-failure tests kill or stop a rank meanwhile); with
+//     --in-place, "in_place_calls N in_place_fallbacks F" before each;
 //   --in-place (check, loop): the buffers are allocated by LibTorch while a
 //     GradientArena serves their sizes from the resident buffer (as
 //     DataParallel's shared gradients are) and summed where they lie
-//     (GradientAllreduce::RunInPlace); prints "in_place_calls",
-//     "in_place_fallbacks" and "arena_served";
+//     (GradientAllreduce::RunInPlace); check prints "in_place_calls",
+//     "in_place_fallbacks" and "arena_served", loop the first two;
 //   --mode ddp-shared: DataParallel with its defaults (the group's path)
 //     against DataParallel on the process group, over a few steps (dropped
 //     grads, a NoSync accumulation) plus one whose gradients a program
@@ -275,6 +276,11 @@ int Run(int argc, char** argv) {
     for (int64_t iteration = 1;; ++iteration) {
       for (int64_t i = 0; i < sizes[0]; ++i) data[i] = IntegerValue(i, rank);
       reduce(data, sizes[0]);
+      if (in_place && group->direct) {
+        const auto& stats = group->direct->shm_stats();
+        out << "in_place_calls " << stats.in_place_calls
+            << " in_place_fallbacks " << stats.in_place_fallbacks << "\n";
+      }
       out << "iteration " << iteration << std::endl;
     }
   }

@@ -2,13 +2,14 @@
 // (checked against Debian's python3-torch), and partitions each epoch.
 #include "worker/distributed_sampler.h"
 
-#include <set>
-
 #include <gtest/gtest.h>
+
+#include <set>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "tests/testing/ci.h"
 #include "tests/testing/subprocess.h"
 
 namespace ddprun::worker {
@@ -65,7 +66,8 @@ TEST(DistributedSamplerTest, ResumeWithSameWorldContinuesAtTheNextSample) {
     DistributedSampler resumed = Make(201, rank, 3, 8);
     whole.SetEpoch(2);
     resumed.SetEpoch(2, /*consumed=*/60);
-    std::vector<int64_t> rest(whole.indices().begin() + 20, whole.indices().end());
+    std::vector<int64_t> rest(whole.indices().begin() + 20,
+                              whole.indices().end());
     EXPECT_EQ(resumed.indices(), rest) << "rank " << rank;
   }
 }
@@ -78,7 +80,8 @@ TEST(DistributedSamplerTest, ResumeWithOtherWorldLosesAndRepeatsNothing) {
   old0.SetEpoch(1);
   old1.SetEpoch(1);
   EXPECT_EQ(old0.position(24), 48);
-  std::multiset<int64_t> seen(old0.indices().begin(), old0.indices().begin() + 24);
+  std::multiset<int64_t> seen(old0.indices().begin(),
+                              old0.indices().begin() + 24);
   seen.insert(old1.indices().begin(), old1.indices().begin() + 24);
   std::multiset<int64_t> rest;
   std::vector<size_t> counts;
@@ -154,11 +157,12 @@ TEST(DistributedSamplerTest, SameIndicesAsPythonTorch) {
       "shuffle=True, seed=11)\n"
       "s.set_epoch(4)\n"
       "print(' '.join(str(i) for i in s))\n";
-  auto result = ::ddprun::testing::RunCommand({"/usr/bin/python3", "-c", script},
-                                              absl::Seconds(120));
+  auto result = ::ddprun::testing::RunCommand(
+      {"/usr/bin/python3", "-c", script}, absl::Seconds(120));
   if (result.exit.exit_code != 0 &&
       result.err.find("No module named 'torch'") != std::string::npos) {
-    GTEST_SKIP() << "python3-torch is not installed";
+    DDPRUN_SKIP_UNLESS_CI(
+        "python3-torch is not installed (scripts/setup.sh installs it)");
   }
   ASSERT_TRUE(result.exit.ok()) << result.err;
   std::vector<int64_t> python;

@@ -25,8 +25,8 @@ absl::Status FailAfterANewRound(const std::string& error_file) {
   auto membership = ddprun::worker::Membership::Start(env);
   if (!membership.ok()) return membership.status();
   const std::string round =
-      "{\"DDPRUN_ROUND\":\"2\",\"TORCHELASTIC_ERROR_FILE\":\"" +
-      error_file + "\"}\n";
+      "{\"DDPRUN_ROUND\":\"2\",\"TORCHELASTIC_ERROR_FILE\":\"" + error_file +
+      "\"}\n";
   if (write(fds[1], round.data(), round.size()) !=
       static_cast<ssize_t>(round.size())) {
     return absl::InternalError("write");
@@ -40,11 +40,13 @@ absl::Status FailAfterANewRound(const std::string& error_file) {
 
 int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "ok";
-  return ddprun::worker::RunWorkerMain("error_file_helper", [&]() -> absl::Status {
-    if (mode == "throw") throw std::runtime_error("the \"model\" exploded");
-    if (mode == "segv") std::raise(SIGSEGV);
-    if (mode == "status") return absl::NotFoundError("no data here");
-    if (mode == "next-round") return FailAfterANewRound(argc > 2 ? argv[2] : "");
-    return absl::OkStatus();
-  });
+  return ddprun::worker::RunWorkerMain(
+      "error_file_helper", [&]() -> absl::Status {
+        if (mode == "throw") throw std::runtime_error("the \"model\" exploded");
+        if (mode == "segv") std::raise(SIGSEGV);
+        if (mode == "status") return absl::NotFoundError("no data here");
+        if (mode == "next-round")
+          return FailAfterANewRound(argc > 2 ? argv[2] : "");
+        return absl::OkStatus();
+      });
 }

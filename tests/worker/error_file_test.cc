@@ -1,12 +1,13 @@
 // A failing worker leaves torchrun's error-file JSON for its agent.
-#include <csignal>
+#include "worker/error_file.h"
 
 #include <gtest/gtest.h>
+
+#include <csignal>
 
 #include "absl/strings/match.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/temp_dir.h"
-#include "worker/error_file.h"
 
 namespace ddprun::worker {
 namespace {
@@ -18,15 +19,16 @@ using ::ddprun::testing::TempDir;
 
 // The message as Python's json module reads it from the file.
 std::string MessageByPython(const std::string& path) {
-  auto result = RunCommand(
-      {"/usr/bin/python3", "-c",
-       "import json, sys\n"
-       "d = json.load(open(sys.argv[1]))\n"
-       "assert d['message']['extraInfo']['timestamp'].isdigit()\n"
-       "print(d['message']['message'])\n",
-       path},
-      absl::Seconds(60));
-  EXPECT_TRUE(result.exit.ok()) << result.err << "\nfile: " << ReadFileOrEmpty(path);
+  auto result =
+      RunCommand({"/usr/bin/python3", "-c",
+                  "import json, sys\n"
+                  "d = json.load(open(sys.argv[1]))\n"
+                  "assert d['message']['extraInfo']['timestamp'].isdigit()\n"
+                  "print(d['message']['message'])\n",
+                  path},
+                 absl::Seconds(60));
+  EXPECT_TRUE(result.exit.ok())
+      << result.err << "\nfile: " << ReadFileOrEmpty(path);
   return result.out;
 }
 
@@ -91,9 +93,10 @@ TEST(ErrorFileTest, SuccessWritesNothing) {
 }
 
 TEST(ErrorFileTest, JsonEscapesControlCharacters) {
-  EXPECT_EQ(ErrorFileJson("a\"b\\c\nd\x01", 42),
-            "{\"message\": {\"message\": \"a\\\"b\\\\c\\nd\\u0001\", "
-            "\"extraInfo\": {\"py_callstack\": \"\", \"timestamp\": \"42\"}}}\n");
+  EXPECT_EQ(
+      ErrorFileJson("a\"b\\c\nd\x01", 42),
+      "{\"message\": {\"message\": \"a\\\"b\\\\c\\nd\\u0001\", "
+      "\"extraInfo\": {\"py_callstack\": \"\", \"timestamp\": \"42\"}}}\n");
 }
 
 }  // namespace

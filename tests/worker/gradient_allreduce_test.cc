@@ -305,6 +305,18 @@ class PeerFailureDuringAllreduceTest : public ::testing::Test {
         absl::StrCat("iteration ", iterations, "\n"));
   }
 
+  // `rank`'s first `iterations` sums were all summed in place (its loop
+  // writes the counters before each "iteration N" line).
+  void ExpectSummedInPlace(int rank, int iterations) {
+    const std::string out =
+        ReadFileOrEmpty(out_.File(absl::StrCat("rank_", rank, ".txt")));
+    EXPECT_TRUE(absl::StrContains(
+        out,
+        absl::StrCat("in_place_calls ", iterations,
+                     " in_place_fallbacks 0\niteration ", iterations, "\n")))
+        << out;
+  }
+
   std::string Err(int rank) {
     return ReadFileOrEmpty(out_.File(absl::StrCat("err", rank)));
   }
@@ -388,13 +400,16 @@ TEST_F(PeerFailureDuringAllreduceTest, SigstopInOneNodeIsATimeoutNamingIt) {
 }
 
 // The same for buffers summed where they lie (DataParallel's shared
-// gradients): the victim's buffer is read and written by the others.
+// gradients): the victim's buffer is read and written by the others. The
+// victim's in-place counter shows that each of its sums took that path
+// (none fell back to copies) before it was killed or stopped.
 TEST_F(PeerFailureDuringAllreduceTest, KillNineDuringAnInPlaceSum) {
   const std::vector<int> nodes = {0, 0, 0};
   Start(nodes, /*timeout_ms=*/120000, {"--in-place"});
   ASSERT_TRUE(::ddprun::testing::WaitFor([&] { return Iterated(1, 3); },
                                          absl::Seconds(120)))
       << Err(0) << Err(1) << Err(2);
+  ExpectSummedInPlace(1, 3);
   ranks_[1].Signal(SIGKILL);
   ExpectSurvivorsFail(1, nodes, absl::Seconds(60), "local rank 1");
   EXPECT_TRUE(absl::StrContains(Err(0) + Err(2), "died")) << Err(0) << Err(2);
@@ -407,6 +422,7 @@ TEST_F(PeerFailureDuringAllreduceTest, SigstopDuringAnInPlaceSum) {
   ASSERT_TRUE(::ddprun::testing::WaitFor([&] { return Iterated(1, 3); },
                                          absl::Seconds(120)))
       << Err(0) << Err(1);
+  ExpectSummedInPlace(1, 3);
   ranks_[1].Signal(SIGSTOP);
   ExpectSurvivorsFail(1, nodes, absl::Seconds(60), "stopped");
   ExpectNothingLeft(1);

@@ -1,13 +1,14 @@
 // A missing or corrupt MNIST file ends ddprun-mnist quickly with one clear
 // error line naming the file and the fix, and a non-zero exit.
+#include <gtest/gtest.h>
+
 #include <fstream>
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
+#include "tests/testing/ci.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/temp_dir.h"
 
@@ -20,8 +21,9 @@ using ::ddprun::testing::ReadFileOrEmpty;
 using ::ddprun::testing::RunCommand;
 using ::ddprun::testing::TempDir;
 
-const char* const kFiles[] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
-                              "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};
+const char* const kFiles[] = {
+    "train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+    "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};
 
 // A copy of the real data set that a test may break.
 void CopyMnist(const TempDir& dir) {
@@ -39,7 +41,8 @@ std::vector<std::string> ErrorLines(const std::string& err) {
   return lines;
 }
 
-void ExpectOneClearError(const std::string& data_dir, const std::string& names) {
+void ExpectOneClearError(const std::string& data_dir,
+                         const std::string& names) {
   auto result = RunCommand({BinaryPath("mnist/ddprun-mnist"), "--data-dir",
                             data_dir, "--epochs", "1", "--save", ""},
                            absl::Seconds(60));
@@ -79,7 +82,8 @@ TEST(MnistBadInputTest, WrongMagicNumber) {
   CopyMnist(dir);
   std::string labels = ReadFileOrEmpty(dir.File("train-labels-idx1-ubyte"));
   labels[3] = 0x03;  // 2049 → 2051, the images' magic
-  std::ofstream(dir.File("train-labels-idx1-ubyte"), std::ios::binary) << labels;
+  std::ofstream(dir.File("train-labels-idx1-ubyte"), std::ios::binary)
+      << labels;
   ExpectOneClearError(dir.path(), dir.File("train-labels-idx1-ubyte"));
 }
 
@@ -141,12 +145,14 @@ namespace {
 TEST(MnistDatasetTest, FashionMnistFromDebiansGzippedFiles) {
   const std::string dir = "/usr/share/datasets/fashion-mnist";
   if (ReadFileOrEmpty(dir + "/t10k-labels-idx1-ubyte.gz").empty()) {
-    GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+    DDPRUN_SKIP_UNLESS_CI(
+        "dataset-fashion-mnist is not installed (scripts/setup.sh installs "
+        "it)");
   }
-  auto result = RunCommand({BinaryPath("mnist/ddprun-mnist"), "--dataset",
-                            "fashion-mnist", "--epochs", "1", "--train-limit",
-                            "6400", "--save", "", "--no-progress"},
-                           absl::Seconds(120));
+  auto result = RunCommand(
+      {BinaryPath("mnist/ddprun-mnist"), "--dataset", "fashion-mnist",
+       "--epochs", "1", "--train-limit", "6400", "--save", "", "--no-progress"},
+      absl::Seconds(120));
   ASSERT_TRUE(result.exit.ok()) << result.err;
   // 10 classes of clothes: far above chance (10%) after 200 steps.
   EXPECT_TRUE(absl::StrContains(result.err, "test accuracy")) << result.err;

@@ -2,10 +2,10 @@
 // environment (as ddprun sets it), then allreduces and broadcasts known
 // values and checks them. Exit 0 only when every check held; otherwise one
 // line on stderr says which.
+#include <ATen/ATen.h>
+
 #include <cstdlib>
 #include <iostream>
-
-#include <ATen/ATen.h>
 
 #include "worker/grpc_store.h"
 #include "worker/process_group.h"
@@ -43,12 +43,15 @@ int Run() {
   const bool expect_store = std::getenv("PG_HELPER_EXPECT_STORE") != nullptr;
   if (expect_store &&
       dynamic_cast<ddprun::worker::GrpcStore*>(group->store.get()) == nullptr) {
-    return Fail("the group's store is not the gRPC store (DDPRUN_STORE_ENDPOINT unset?)");
+    return Fail(
+        "the group's store is not the gRPC store (DDPRUN_STORE_ENDPOINT "
+        "unset?)");
   }
   const int64_t keys_made = group->store ? group->store->getNumKeys() : 0;
 
   // allreduce(sum) of rank+1 everywhere: 1 + 2 + ... + world.
-  const at::TensorOptions on = at::TensorOptions(at::kFloat).device(group->device);
+  const at::TensorOptions on =
+      at::TensorOptions(at::kFloat).device(group->device);
   std::vector<at::Tensor> sum = {at::full({1000}, rank + 1.0f, on)};
   group->collectives->allreduce(sum)->wait();
   const float expected = world * (world + 1) / 2.0f;
@@ -74,8 +77,8 @@ int Run() {
               << " after the group was made, " << keys_used
               << " after the collectives" << std::endl;
   }
-  std::cout << "rank " << rank << " ok (" << ddprun::worker::BackendName(group->backend)
-            << ")" << std::endl;
+  std::cout << "rank " << rank << " ok ("
+            << ddprun::worker::BackendName(group->backend) << ")" << std::endl;
   return 0;
 }
 

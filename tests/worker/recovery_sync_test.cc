@@ -32,8 +32,8 @@ Outcome RunSync(bool source_dies) {
   for (int rank = 0; rank < 2; ++rank) {
     SubprocessOptions options;
     options.argv = {::ddprun::testing::BinaryPath("tests/worker/sync_helper")};
-    options.env = testing::WorkerEnvFor(rank, 2, (*server)->endpoint(),
-                                        "sync-test");
+    options.env =
+        testing::WorkerEnvFor(rank, 2, (*server)->endpoint(), "sync-test");
     if (source_dies) options.env["SYNC_HELPER_SOURCE_DIES"] = "1";
     options.stdout_path = dir.File(absl::StrCat("out", rank));
     options.stderr_path = dir.File(absl::StrCat("err", rank));
@@ -56,10 +56,10 @@ TEST(SyncFromSurvivorTest, TheNewestStateReachesEveryRank) {
   Outcome o = RunSync(/*source_dies=*/false);
   for (int rank = 0; rank < 2; ++rank) {
     ASSERT_TRUE(o.exit[rank].has_value() && o.exit[rank]->ok()) << o.out[rank];
-    EXPECT_NE(o.out[rank].find(absl::StrCat(
-                  "rank ", rank,
-                  " synced from 0: record 9,90,900, tensors 9-9 9-9")),
-              std::string::npos)
+    EXPECT_NE(
+        o.out[rank].find(absl::StrCat(
+            "rank ", rank, " synced from 0: record 9,90,900, tensors 9-9 9-9")),
+        std::string::npos)
         << o.out[rank];
   }
 }

@@ -71,8 +71,8 @@ TEST(MembershipTest, DeclaresInPlaceAndDeliversTheNextRound) {
       "{\"RANK\":\"2\",\"WORLD_SIZE\":\"3\",\"LOCAL_RANK\":\"0\","
       "\"LOCAL_WORLD_SIZE\":\"1\",\"DDPRUN_ROUND\":\"7\","
       "\"DDPRUN_STORE_ENDPOINT\":\"127.0.0.1:1\"}\n");
-  ASSERT_TRUE(testing::WaitFor([&] { return (*m)->changed(); },
-                               absl::Seconds(30)));
+  ASSERT_TRUE(
+      testing::WaitFor([&] { return (*m)->changed(); }, absl::Seconds(30)));
   // The shared-memory allreduce's waits end at once.
   EXPECT_TRUE(CollectiveAbortRequested());
   absl::StatusOr<WorkerEnv> next = (*m)->NextRound(absl::OkStatus());
@@ -89,8 +89,8 @@ TEST(MembershipTest, OnlyTheNewestOfSeveralRoundsCounts) {
   auto m = Membership::Start(UnderDdprun(control.fds[0], -1));
   ASSERT_TRUE(m.ok()) << m.status();
   control.Write("{\"DDPRUN_ROUND\":\"3\"}\n{\"DDPRUN_ROUND\":\"4\"}\n");
-  ASSERT_TRUE(testing::WaitFor([&] { return (*m)->changed(); },
-                               absl::Seconds(30)));
+  ASSERT_TRUE(
+      testing::WaitFor([&] { return (*m)->changed(); }, absl::Seconds(30)));
   // Both lines were written at once; give the watcher the second too.
   absl::StatusOr<WorkerEnv> next;
   ASSERT_TRUE(testing::WaitFor(

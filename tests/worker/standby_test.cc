@@ -20,19 +20,18 @@ using ::testing::Not;
 // Runs standby_helper with descriptor 3 reading `input`.
 RunResult RunStandby(const TempDir& dir, const std::string& input) {
   std::ofstream(dir.File("input")) << input;
-  return RunCommand({"/bin/sh", "-c", "exec \"$0\" 3<\"$1\"",
-                     BinaryPath("tests/worker/standby_helper"),
-                     dir.File("input")},
-                    absl::Seconds(60),
-                    {{"DDPRUN_STANDBY_FD", "3"}, {"BEFORE_ACTIVATION", "1"}});
+  return RunCommand(
+      {"/bin/sh", "-c", "exec \"$0\" 3<\"$1\"",
+       BinaryPath("tests/worker/standby_helper"), dir.File("input")},
+      absl::Seconds(60),
+      {{"DDPRUN_STANDBY_FD", "3"}, {"BEFORE_ACTIVATION", "1"}});
 }
 
 TEST(StandbyTest, TheRoundsEnvironmentReplacesTheWholeEnvironment) {
   TempDir dir;
   RunResult r = RunStandby(
-      dir,
-      R"({"RANK":"1","WORLD_SIZE":"2","Q":"a \"b\" c\\d","NL":"x\ny",)"
-      R"("U":"\u00e9\u0001","EMPTY":""})");
+      dir, R"({"RANK":"1","WORLD_SIZE":"2","Q":"a \"b\" c\\d","NL":"x\ny",)"
+           R"("U":"\u00e9\u0001","EMPTY":""})");
   ASSERT_TRUE(r.exit.ok()) << r.exit.ToString() << "\n" << r.err;
   EXPECT_EQ(r.out,
             "EMPTY=\n"

@@ -6,14 +6,13 @@
 // is sent, before the tensors. Every rank that lives prints one line with
 // what it holds afterwards: "rank R synced from S: record ..., tensors A B"
 // or "rank R failed (...): record ..., tensors A B", and exits 0.
+#include <ATen/ATen.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <iostream>
 #include <string>
 #include <vector>
-
-#include <ATen/ATen.h>
 
 #include "absl/strings/str_join.h"
 #include "worker/process_group.h"

@@ -1,10 +1,10 @@
 #include "worker/worker_env.h"
 
+#include <gtest/gtest.h>
+
 #include <filesystem>
 #include <fstream>
 #include <map>
-
-#include <gtest/gtest.h>
 
 #include "absl/strings/match.h"
 #include "tests/testing/temp_dir.h"
@@ -30,14 +30,21 @@ TEST(WorkerEnvTest, NothingSetIsAWorldOfOne) {
 }
 
 TEST(WorkerEnvTest, ReadsWhatDdprunSets) {
-  auto env = Read({{"RANK", "3"}, {"LOCAL_RANK", "1"}, {"WORLD_SIZE", "4"},
-                   {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "10.0.0.1"},
-                   {"MASTER_PORT", "29500"}, {"TORCHELASTIC_RESTART_COUNT", "2"},
+  auto env = Read({{"RANK", "3"},
+                   {"LOCAL_RANK", "1"},
+                   {"WORLD_SIZE", "4"},
+                   {"LOCAL_WORLD_SIZE", "2"},
+                   {"MASTER_ADDR", "10.0.0.1"},
+                   {"MASTER_PORT", "29500"},
+                   {"TORCHELASTIC_RESTART_COUNT", "2"},
                    {"TORCHELASTIC_ERROR_FILE", "/tmp/e.json"},
                    {"DDPRUN_STORE_ENDPOINT", "10.0.0.9:29400"},
-                   {"DDPRUN_STORE_RUN_ID", "job"}, {"DDPRUN_ROUND", "7"},
-                   {"DDPRUN_LOCAL_ADDR", "10.0.0.2"}, {"DDPRUN_TOKEN", "secret"},
-                   {"DDPRUN_PROGRESS_FD", "9"}, {"DDPRUN_CONTROL_FD", "11"}});
+                   {"DDPRUN_STORE_RUN_ID", "job"},
+                   {"DDPRUN_ROUND", "7"},
+                   {"DDPRUN_LOCAL_ADDR", "10.0.0.2"},
+                   {"DDPRUN_TOKEN", "secret"},
+                   {"DDPRUN_PROGRESS_FD", "9"},
+                   {"DDPRUN_CONTROL_FD", "11"}});
   ASSERT_TRUE(env.ok()) << env.status();
   EXPECT_EQ(env->rank, 3);
   EXPECT_EQ(env->local_rank, 1);
@@ -58,16 +65,19 @@ TEST(WorkerEnvTest, ReadsWhatDdprunSets) {
 TEST(WorkerEnvTest, BadValuesNameTheVariable) {
   auto not_number = Read({{"WORLD_SIZE", "two"}});
   ASSERT_FALSE(not_number.ok());
-  EXPECT_TRUE(absl::StrContains(not_number.status().message(), "WORLD_SIZE='two'"))
+  EXPECT_TRUE(
+      absl::StrContains(not_number.status().message(), "WORLD_SIZE='two'"))
       << not_number.status();
-  auto outside = Read({{"WORLD_SIZE", "2"}, {"RANK", "2"},
+  auto outside = Read({{"WORLD_SIZE", "2"},
+                       {"RANK", "2"},
                        {"DDPRUN_STORE_ENDPOINT", "127.0.0.1:1"}});
   ASSERT_FALSE(outside.ok());
   EXPECT_TRUE(absl::StrContains(outside.status().message(), "RANK='2'"))
       << outside.status();
   auto nowhere = Read({{"WORLD_SIZE", "2"}, {"RANK", "1"}});
   ASSERT_FALSE(nowhere.ok());
-  EXPECT_TRUE(absl::StrContains(nowhere.status().message(), "DDPRUN_STORE_ENDPOINT"))
+  EXPECT_TRUE(
+      absl::StrContains(nowhere.status().message(), "DDPRUN_STORE_ENDPOINT"))
       << nowhere.status();
 }
 
@@ -92,17 +102,19 @@ TEST(WorkerEnvTest, OnlyTrueMeansTheAgentServesTheStore) {
   // torchrun sets TORCHELASTIC_USE_AGENT_STORE=False when rank 0 is to
   // serve the TCPStore itself.
   EXPECT_FALSE(Read({})->use_agent_store);
-  EXPECT_FALSE(Read({{"TORCHELASTIC_USE_AGENT_STORE", "False"}})->use_agent_store);
-  EXPECT_TRUE(Read({{"TORCHELASTIC_USE_AGENT_STORE", "True"}})->use_agent_store);
+  EXPECT_FALSE(
+      Read({{"TORCHELASTIC_USE_AGENT_STORE", "False"}})->use_agent_store);
+  EXPECT_TRUE(
+      Read({{"TORCHELASTIC_USE_AGENT_STORE", "True"}})->use_agent_store);
 }
 
 TEST(WorkerEnvTest, CredentialsTheAgentWroteReadBack) {
   testing::TempDir dir;
   std::ofstream(dir.File("token")) << "  s3cret \n";
   // Token files must be private (common/secret_file.h).
-  std::filesystem::permissions(dir.File("token"),
-                               std::filesystem::perms::owner_read |
-                                   std::filesystem::perms::owner_write);
+  std::filesystem::permissions(
+      dir.File("token"),
+      std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
   common::Credentials given;
   given.token_file = dir.File("token");
   given.tls_ca_file = "/etc/ca.crt";

@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""Checks that every folder includes only from the layers below it.
+
+    scripts/check-layers.py [ROOT]
+
+Each production folder's .h and .cc files may include the project's headers
+of the folders ALLOWED names for it, and no other: a lower layer never
+includes a higher one. Headers outside the project (absl/, grpcpp/, the
+generated ddprun/v1/ protocol, ...) are not layers and are not checked,
+except LibTorch's, which only worker/ and mnist/ may include. Exits 1,
+listing each include that breaks a rule as FILE:LINE, and prints one line
+per folder otherwise. The layering of docs/ARCHITECTURE.md, checked.
+"""
+import os
+import re
+import sys
+
+# folder -> the project folders its files may include (itself included).
+ALLOWED = {
+    "common": {"common"},
+    "launcher/posix": {"common", "launcher/posix"},
+    "launcher/agent": {"common", "launcher/posix", "launcher/agent"},
+    # --standalone runs the rendezvous server in-process.
+    "launcher/cli": {"common", "launcher/posix", "launcher/agent",
+                     "launcher/cli", "rendezvous"},
+    "rendezvous": {"common", "rendezvous"},
+    "relay": {"common", "relay", "rendezvous"},
+    "worker": {"common", "worker"},
+    "mnist": {"common", "worker", "mnist"},
+}
+# The project's top-level folders: an include starting with one of these is
+# a project header.
+PROJECT = {"common", "launcher", "rendezvous", "relay", "worker", "mnist",
+           "tests", "bench", "deploy", "examples"}
+TORCH = re.compile(r"^(torch|ATen|c10|caffe2)/")
+INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]')
+
+
+def layer_of(path):
+    """The ALLOWED key a header path (an include) or a file belongs to."""
+    parts = path.split("/")
+    if parts[0] == "launcher" and len(parts) > 2:
+        return "/".join(parts[:2])
+    return parts[0]
+
+
+def main():
+    root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..")
+    broken = []
+    counts = {}
+    for folder, allowed in sorted(ALLOWED.items()):
+        files = 0
+        for base, dirs, names in os.walk(os.path.join(root, folder)):
+            rel_base = os.path.relpath(base, root)
+            if rel_base != folder and layer_of(rel_base + "/x") != folder:
+                dirs[:] = []
+                continue
+            for name in sorted(names):
+                if not name.endswith((".h", ".cc", ".h.in", ".cc.in")):
+                    continue
+                files += 1
+                rel = os.path.join(rel_base, name)
+                with open(os.path.join(root, rel), encoding="utf-8") as f:
+                    for number, line in enumerate(f, 1):
+                        m = INCLUDE.match(line)
+                        if not m:
+                            continue
+                        target = m.group(1)
+                        if TORCH.match(target):
+                            if folder not in ("worker", "mnist"):
+                                broken.append(f"{rel}:{number}: includes "
+                                              f"LibTorch ({target}); torch "
+                                              f"stays in worker/ and mnist/")
+                            continue
+                        if target.split("/")[0] not in PROJECT:
+                            continue
+                        layer = layer_of(target)
+                        if layer not in allowed:
+                            broken.append(
+                                f"{rel}:{number}: includes {target}: "
+                                f"{folder}/ may include only "
+                                f"{', '.join(sorted(allowed))}")
+        counts[folder] = files
+    for line in broken:
+        print(f"[layers] {line}", file=sys.stderr)
+    if broken:
+        print(f"[layers] FAIL: {len(broken)} includes cross the layers "
+              "upward (scripts/check-layers.py's ALLOWED table)",
+              file=sys.stderr)
+        return 1
+    for folder, files in counts.items():
+        print(f"[layers] {folder}/ ({files} files) includes only "
+              f"{', '.join(sorted(ALLOWED[folder]))}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
