@@ -121,8 +121,7 @@ TEST(TokenTest, AnAgentHostedServerServesItsOwnJobOnly) {
   EXPECT_TRUE(TrySet(channel).ok());
   grpc::Status other = TryHeartbeat(channel);  // run id "none"
   EXPECT_EQ(other.error_code(), grpc::StatusCode::PERMISSION_DENIED);
-  EXPECT_NE(other.error_message().find("--rdzv-id security"),
-            std::string::npos)
+  EXPECT_NE(other.error_message().find("--rdzv-id security"), std::string::npos)
       << other.error_message();
   for (const std::string& run_id : {"security", "", "none"}) {
     grpc::Status status = TryStatus(channel, run_id);
