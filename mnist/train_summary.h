@@ -23,9 +23,9 @@ struct TrainSummary {
   double first_step_unix_seconds = 0;
   double final_loss = 0;
   double allreduce_seconds_per_step = 0;  // waiting for gradient sync
-  // Gradient allreduces (rank 0's) summed where backward placed the
-  // gradients, in shared memory (the shared-memory gradient path),
-  // and those that copied them there because some rank's were not.
+  // Gradient buckets (rank 0's) summed where backward placed the gradients,
+  // in shared memory (the shared-memory gradient path), and those copied
+  // through the segment instead (DataParallel::GradientStats).
   int64_t allreduces_in_place = 0;
   int64_t allreduces_in_place_fallbacks = 0;
   int64_t resumed_from_step = -1;  // -1: started fresh
