@@ -1,7 +1,13 @@
 #include "worker/checkpoint.h"
 
+#include <ATen/core/Dict.h>
+#include <ATen/ops/scalar_tensor.h>
+#include <ATen/ops/tensor.h>
+#include <caffe2/serialize/inline_container.h>
 #include <dirent.h>
 #include <sys/stat.h>
+#include <torch/csrc/jit/serialization/pickle.h>
+#include <torch/csrc/jit/serialization/pickler.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -10,16 +16,9 @@
 #include <iterator>
 #include <vector>
 
-#include <ATen/core/Dict.h>
-#include <ATen/ops/scalar_tensor.h>
-#include <ATen/ops/tensor.h>
-#include <caffe2/serialize/inline_container.h>
-#include <torch/csrc/jit/serialization/pickle.h>
-#include <torch/csrc/jit/serialization/pickler.h>
-
 #include "absl/strings/numbers.h"
-#include "absl/strings/strip.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 #include "spdlog/spdlog.h"
 #include "worker/atomic_file.h"
 
@@ -78,18 +77,19 @@ absl::Status SaveStateDict(const std::string& path,
   try {
     bytes = PickleForTorchLoad(c10::IValue(dict));
   } catch (const std::exception& e) {
-    return absl::InternalError(
-        absl::StrFormat("cannot serialize the model for %s: %s", path, e.what()));
+    return absl::InternalError(absl::StrFormat(
+        "cannot serialize the model for %s: %s", path, e.what()));
   }
-  return WriteFileAtomically(path, absl::string_view(bytes.data(), bytes.size()));
+  return WriteFileAtomically(path,
+                             absl::string_view(bytes.data(), bytes.size()));
 }
 
 absl::StatusOr<std::map<std::string, at::Tensor>> LoadStateDict(
     const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    return absl::NotFoundError(absl::StrFormat(
-        "cannot read the model file %s; check the path", path));
+    return absl::NotFoundError(
+        absl::StrFormat("cannot read the model file %s; check the path", path));
   }
   std::vector<char> bytes((std::istreambuf_iterator<char>(in)),
                           std::istreambuf_iterator<char>());
@@ -144,8 +144,8 @@ absl::Status MakeDirs(const std::string& dir, const SyncOptions& sync) {
       if (mkdir(partial.c_str(), 0777) != 0) {
         if (errno == EEXIST) continue;
         return absl::PermissionDeniedError(absl::StrFormat(
-            "cannot create the checkpoint folder %s: %s; choose a writable "
-            "--checkpoint-dir",
+            "cannot create the checkpoint folder %s: %s; pass SaveCheckpoint "
+            "a folder this process can write",
             partial, std::strerror(errno)));
       }
       const size_t slash = partial.rfind('/');
@@ -154,9 +154,9 @@ absl::Status MakeDirs(const std::string& dir, const SyncOptions& sync) {
         parent = slash == 0 ? "/" : partial.substr(0, slash);
       }
       if (absl::Status synced = SyncFolder(parent, sync); !synced.ok()) {
-        return absl::DataLossError(absl::StrFormat(
-            "created the checkpoint folder %s, but %s", partial,
-            synced.message()));
+        return absl::DataLossError(
+            absl::StrFormat("created the checkpoint folder %s, but %s", partial,
+                            synced.message()));
       }
     }
   }
@@ -174,7 +174,8 @@ absl::StatusOr<TrainingCheckpoint> ReadCheckpoint(const std::string& path) {
                           std::istreambuf_iterator<char>());
   TrainingCheckpoint c;
   try {
-    c10::impl::GenericDict dict = torch::jit::pickle_load(bytes).toGenericDict();
+    c10::impl::GenericDict dict =
+        torch::jit::pickle_load(bytes).toGenericDict();
     for (const auto& entry : dict.at("model").toGenericDict()) {
       c.model[entry.key().toStringRef()] = entry.value().toTensor();
     }
@@ -195,8 +196,8 @@ absl::StatusOr<TrainingCheckpoint> ReadCheckpoint(const std::string& path) {
       c.epoch_samples.assign(v, v + samples.numel());
     }
   } catch (const std::exception& e) {
-    return absl::DataLossError(absl::StrFormat(
-        "checkpoint %s does not read: %s", path, e.what()));
+    return absl::DataLossError(
+        absl::StrFormat("checkpoint %s does not read: %s", path, e.what()));
   }
   return c;
 }
@@ -209,10 +210,13 @@ absl::Status SaveCheckpoint(const std::string& dir,
   absl::Status made = MakeDirs(dir, sync);
   if (!made.ok()) return made;
   c10::impl::GenericDict model = NewDict();
-  for (const auto& [name, tensor] : checkpoint.model) model.insert(name, tensor);
+  for (const auto& [name, tensor] : checkpoint.model)
+    model.insert(name, tensor);
   // Floats as 0-dim float64 tensors: the weights_only unpickler of PyTorch
   // 1.13 knows no float opcode (2.x reads either).
-  auto real = [](double value) { return at::scalar_tensor(value, at::kDouble); };
+  auto real = [](double value) {
+    return at::scalar_tensor(value, at::kDouble);
+  };
   c10::impl::GenericDict group = NewDict();
   group.insert("lr", real(checkpoint.lr));
   group.insert("momentum", real(0.0));
@@ -234,14 +238,16 @@ absl::Status SaveCheckpoint(const std::string& dir,
   dict.insert("world_size", static_cast<int64_t>(checkpoint.world_size));
   if (!checkpoint.epoch_samples.empty()) {
     // A tensor, as the floats above: read under weights_only everywhere.
-    dict.insert("epoch_samples", at::tensor(checkpoint.epoch_samples, at::kLong));
+    dict.insert("epoch_samples",
+                at::tensor(checkpoint.epoch_samples, at::kLong));
   }
   std::vector<char> bytes;
   try {
     bytes = PickleForTorchLoad(c10::IValue(dict));
   } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrFormat(
-        "cannot serialize the checkpoint of step %d: %s", checkpoint.step, e.what()));
+    return absl::InternalError(
+        absl::StrFormat("cannot serialize the checkpoint of step %d: %s",
+                        checkpoint.step, e.what()));
   }
   absl::Status written =
       WriteFileAtomically(CheckpointPath(dir, checkpoint.step),
@@ -257,7 +263,8 @@ absl::Status SaveCheckpoint(const std::string& dir,
 absl::StatusOr<std::optional<TrainingCheckpoint>> LoadNewestCheckpoint(
     const std::string& dir) {
   for (int64_t step : ListCheckpoints(dir)) {
-    absl::StatusOr<TrainingCheckpoint> c = ReadCheckpoint(CheckpointPath(dir, step));
+    absl::StatusOr<TrainingCheckpoint> c =
+        ReadCheckpoint(CheckpointPath(dir, step));
     if (c.ok()) return std::optional<TrainingCheckpoint>(std::move(*c));
     spdlog::warn("skipping checkpoint: {}", std::string(c.status().message()));
   }
