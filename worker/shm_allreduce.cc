@@ -72,10 +72,11 @@ inline void CpuRelax() {
 #endif
 }
 
-absl::Status Errno(const std::string& what, const std::string& path, int error) {
-  return absl::UnavailableError(absl::StrFormat(
-      "shared-memory allreduce: cannot %s %s: %s", what, path,
-      std::strerror(error)));
+absl::Status Errno(const std::string& what, const std::string& path,
+                   int error) {
+  return absl::UnavailableError(
+      absl::StrFormat("shared-memory allreduce: cannot %s %s: %s", what, path,
+                      std::strerror(error)));
 }
 
 // The state of process `pid` as /proc shows it ('R', 'S', 'T' stopped, ...).
@@ -109,8 +110,10 @@ enum class Scale { kNone, kMultiply, kDivide };
 // inputs, so that the loop carries no per-block decision; returns how far
 // it got (a multiple of 32 floats).
 template <Scale kScale, int kInputs>
-__attribute__((always_inline)) inline int64_t SumBlocks(
-    float* out, const float* const* in, int inputs, int64_t n, float factor) {
+__attribute__((always_inline)) inline int64_t SumBlocks(float* out,
+                                                        const float* const* in,
+                                                        int inputs, int64_t n,
+                                                        float factor) {
   if (kInputs > 0) inputs = kInputs;
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
@@ -256,8 +259,8 @@ constexpr size_t HeaderBytes() {
 // up to whole_call_floats.
 static int64_t BufferFloats(const ShmAllreduceOptions& o) {
   if (o.local_size > kEachSumsAllMaxRanks) return o.slice_floats;
-  const int64_t whole = (o.whole_call_floats + kAlignFloats - 1) /
-                        kAlignFloats * kAlignFloats;
+  const int64_t whole =
+      (o.whole_call_floats + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
   return std::max(o.slice_floats, whole);
 }
 
@@ -317,9 +320,10 @@ absl::StatusOr<std::unique_ptr<ShmAllreduce>> ShmAllreduce::Create(
     unlink(temp.c_str());
     return status;
   };
-  if (int error = posix_fallocate(fd, 0, static_cast<off_t>(size)); error != 0) {
-    return give_up(Errno(absl::StrFormat("reserve %d bytes for", size), temp,
-                         error));
+  if (int error = posix_fallocate(fd, 0, static_cast<off_t>(size));
+      error != 0) {
+    return give_up(
+        Errno(absl::StrFormat("reserve %d bytes for", size), temp, error));
   }
   void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (base == MAP_FAILED) return give_up(Errno("map", temp, errno));
@@ -406,8 +410,9 @@ absl::Status ShmAllreduce::Join() {
   lock.l_start = options_.local_rank;
   lock.l_len = 1;
   if (fcntl(fd_, F_OFD_SETLK, &lock) != 0) {
-    return Errno(absl::StrFormat("lock (local rank %d) in", options_.local_rank),
-                 path_, errno);
+    return Errno(
+        absl::StrFormat("lock (local rank %d) in", options_.local_rank), path_,
+        errno);
   }
   header_->pid[options_.local_rank] = static_cast<int32_t>(getpid());
   header_->present[options_.local_rank].store(1, std::memory_order_release);
@@ -452,7 +457,8 @@ absl::Status ShmAllreduce::Fail(absl::Status status) {
   int32_t none = 0;
   if (header_->failed.compare_exchange_strong(none, options_.local_rank + 1)) {
     std::string message(status.message());
-    std::strncpy(header_->failure, message.c_str(), sizeof(header_->failure) - 1);
+    std::strncpy(header_->failure, message.c_str(),
+                 sizeof(header_->failure) - 1);
     Signal();
   }
   return failed_;
@@ -501,8 +507,8 @@ absl::Status ShmAllreduce::WaitFor(absl::FunctionRef<int()> laggard,
       if (!failed_.ok()) return failed_;
       failed_ = absl::AbortedError(absl::StrFormat(
           "gradient allreduce: local rank %d failed: %s", who - 1,
-          std::string(header_->failure, strnlen(header_->failure,
-                                                sizeof(header_->failure)))));
+          std::string(header_->failure,
+                      strnlen(header_->failure, sizeof(header_->failure)))));
       return failed_;
     }
     for (int peer = 0; peer < options_.local_size; ++peer) {
@@ -536,8 +542,9 @@ absl::Status ShmAllreduce::WaitFor(absl::FunctionRef<int()> laggard,
     const auto nap = std::min<Clock::duration>(kLivenessPeriod, deadline - now);
     struct timespec ts;
     ts.tv_sec = std::chrono::duration_cast<std::chrono::seconds>(nap).count();
-    ts.tv_nsec = std::chrono::duration_cast<std::chrono::nanoseconds>(nap).count() %
-                 1000000000;
+    ts.tv_nsec =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(nap).count() %
+        1000000000;
     // Announce the sleep, then look once more (see Signal): a rank that
     // signals after this sees the announcement and bumps `generation`.
     header_->sleepers.fetch_add(1);
@@ -552,7 +559,8 @@ absl::Status ShmAllreduce::WaitFor(absl::FunctionRef<int()> laggard,
 }
 
 float* ShmAllreduce::Input(int buffer, int local_rank) const {
-  auto* data = reinterpret_cast<float*>(static_cast<char*>(base_) + HeaderBytes());
+  auto* data =
+      reinterpret_cast<float*>(static_cast<char*>(base_) + HeaderBytes());
   return data + (static_cast<int64_t>(buffer) * (options_.local_size + 1) +
                  local_rank) *
                     buffer_floats_;
@@ -563,8 +571,8 @@ float* ShmAllreduce::Output(int buffer) const {
 }
 
 ShmAllreduce::PartTable* ShmAllreduce::Table(int local_rank) const {
-  char* tables = static_cast<char*>(base_) + HeaderBytes() +
-                 BuffersBytes(options_);
+  char* tables =
+      static_cast<char*>(base_) + HeaderBytes() + BuffersBytes(options_);
   return reinterpret_cast<PartTable*>(tables + local_rank * TableBytes());
 }
 
@@ -774,8 +782,8 @@ absl::Status ShmAllreduce::SumInPlace(absl::Span<const Part> parts,
   Header& h = *header_;
   const int size = options_.local_size;
   const int me = options_.local_rank;
-  const int64_t chunk =
-      ((count + size - 1) / size + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
+  const int64_t chunk = ((count + size - 1) / size + kAlignFloats - 1) /
+                        kAlignFloats * kAlignFloats;
   const int64_t lo = std::min(count, chunk * me);
   const int64_t hi = std::min(count, lo + chunk);
   const PartTable* tables[kMaxLocal];
@@ -847,7 +855,8 @@ absl::StatusOr<float*> ShmAllreduce::MapResident(int64_t floats) {
   {
     const std::string mine = file(me);
     int fd = open(mine.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    int error = fd < 0 ? errno : posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+    int error =
+        fd < 0 ? errno : posix_fallocate(fd, 0, static_cast<off_t>(bytes));
     void* map = error != 0 ? MAP_FAILED
                            : mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
                                   MAP_SHARED, fd, 0);
@@ -862,9 +871,9 @@ absl::StatusOr<float*> ShmAllreduce::MapResident(int64_t floats) {
   }
   // Every rank says whether it has its buffer; one that could not (a full
   // tmpfs) makes every rank return an error and leaves the group usable.
-  header_->resident[me].value.store(reserved.ok() ? kResidentCreated
-                                                  : kResidentRefused,
-                                    std::memory_order_release);
+  header_->resident[me].value.store(
+      reserved.ok() ? kResidentCreated : kResidentRefused,
+      std::memory_order_release);
   Signal();
   absl::Status created =
       WaitFor([&] { return FirstBelow(header_->resident, kResidentCreated); },
@@ -886,7 +895,7 @@ absl::StatusOr<float*> ShmAllreduce::MapResident(int64_t floats) {
     }
   }
   // The others' buffers, writable: this rank reads its chunk of theirs and
-  // writes its summed chunk back into them (SliceResident).
+  // writes its summed chunk back into them (SumInPlace).
   for (int r = 0; r < size; ++r) {
     if (r == me) continue;
     const std::string theirs = file(r);
@@ -920,133 +929,6 @@ absl::StatusOr<float*> ShmAllreduce::MapResident(int64_t floats) {
   own_resident_ = std::shared_ptr<void>(
       residents_[me], [bytes](void* buffer) { munmap(buffer, bytes); });
   return residents_[me];
-}
-
-absl::Status ShmAllreduce::AllreduceResident(int64_t offset, int64_t count,
-                                             float divisor,
-                                             const BetweenNodes& between_nodes) {
-  if (!failed_.ok()) return failed_;
-  if (offset < 0 || count < 0 || offset + count > resident_floats_) {
-    return Fail(absl::InvalidArgumentError(absl::StrFormat(
-        "shared-memory allreduce: floats [%d, %d) are outside the resident "
-        "buffer of %d floats (MapResident first)",
-        offset, offset + count, resident_floats_)));
-  }
-  if (count == 0) return absl::OkStatus();  // the same on every rank
-  ++stats_.resident_calls;
-  const int me = options_.local_rank;
-  float* mine = residents_[me] + offset;
-  if (options_.local_size == 1 && !between_nodes) {
-    if (divisor != 1.0f) CopyDivided(mine, mine, count, divisor);
-    return absl::OkStatus();
-  }
-  // No buffer bounds a slice here: slices only keep what a rank reads from
-  // the others in cache while it is still there. Between nodes, the slices
-  // of Allreduce: every node leader's Gloo call has the same size, whether
-  // its node reduces resident buffers or copied ones or it is alone.
-  const int64_t slice =
-      between_nodes ? options_.slice_floats
-                    : std::max(options_.slice_floats, options_.whole_call_floats);
-  const uint64_t last = seq_ + static_cast<uint64_t>((count + slice - 1) / slice);
-  Header& h = *header_;
-  // Every rank's buffer holds its input (and every rank is done with the
-  // calls before).
-  h.in_ready[me].value.store(last, std::memory_order_release);
-  Signal();
-  absl::Status ready = WaitFor([&] { return FirstBelow(h.in_ready, last); },
-                               "for the others' resident inputs");
-  if (!ready.ok()) return ready;
-  for (int64_t at = offset; at < offset + count; at += slice) {
-    absl::Status done = SliceResident(
-        at, std::min(slice, offset + count - at), ++seq_, divisor, between_nodes);
-    if (!done.ok()) return done;
-  }
-  // Inside the node every rank wrote its summed chunk into every buffer
-  // before it said so (SliceResident): nobody reads or writes this rank's
-  // buffer any more, and the caller may write it (the next backward). The
-  // counter still moves: copied-path calls after this one wait on it for
-  // their buffer sets (these slices used none).
-  if (!between_nodes) {
-    h.copied[me].value.store(last, std::memory_order_release);
-    Signal();
-    return absl::OkStatus();
-  }
-  // Between nodes the others still copy local rank 0's result out of its
-  // buffer: the caller may write it only once they are done.
-  h.copied[me].value.store(last, std::memory_order_release);
-  Signal();
-  return WaitFor([&] { return FirstBelow(h.copied, last); },
-                 "for the others to read this rank's result");
-}
-
-absl::Status ShmAllreduce::SliceResident(int64_t at, int64_t n, uint64_t seq,
-                                         float divisor,
-                                         const BetweenNodes& between_nodes) {
-  // Local rank r sums chunk r of every rank's buffer into its own (nobody
-  // else reads that chunk of it now) and, inside the node, writes it into
-  // the others' buffers; between nodes local rank 0 copies chunk s from
-  // rank s instead, and the others copy its result once the nodes summed.
-  Header& h = *header_;
-  const int size = options_.local_size;
-  const int me = options_.local_rank;
-  const int64_t chunk =
-      ((n + size - 1) / size + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
-  auto bounds = [&](int r) {
-    const int64_t lo = std::min(n, chunk * r);
-    return std::make_pair(lo, std::min(n, lo + chunk));
-  };
-  float* mine = residents_[me] + at;
-  const auto [lo, hi] = bounds(me);
-  if (lo < hi) {
-    const float* inputs[kMaxLocal];
-    for (int r = 0; r < size; ++r) inputs[r] = residents_[r] + at + lo;
-    SumInto(mine + lo, inputs, size, hi - lo, between_nodes ? 1.0f : divisor);
-    // Inside the node the sum goes to the others at once, written into
-    // their buffers (chunk `me` of theirs is read by this rank only, and
-    // it just did): once every rank says it reduced, every buffer holds
-    // the whole result and nobody touches another's buffer any more, so
-    // a call waits twice (inputs ready, chunks summed), not three times
-    // (and done reading).
-    if (!between_nodes) {
-      for (int r = 0; r < size; ++r) {
-        if (r != me) {
-          std::memcpy(residents_[r] + at + lo, mine + lo,
-                      (hi - lo) * sizeof(float));
-        }
-      }
-    }
-  }
-  h.reduced[me].value.store(seq, std::memory_order_release);
-  Signal();
-  absl::Status reduced = WaitFor([&] { return FirstBelow(h.reduced, seq); },
-                                 "for its chunk of the sum");
-  if (!reduced.ok()) return reduced;
-  if (!between_nodes) return absl::OkStatus();
-  if (me == 0) {
-    for (int r = 0; r < size; ++r) {
-      const auto [rlo, rhi] = bounds(r);
-      if (r != me && rlo < rhi) {
-        std::memcpy(mine + rlo, residents_[r] + at + rlo,
-                    (rhi - rlo) * sizeof(float));
-      }
-    }
-  }
-  if (me == 0) {
-    absl::Status across = between_nodes(mine, n);
-    if (!across.ok()) return Fail(across);
-    if (divisor != 1.0f) CopyDivided(mine, mine, n, divisor);
-    h.final.value.store(seq, std::memory_order_release);
-    Signal();
-    return absl::OkStatus();
-  }
-  absl::Status across = WaitFor(
-      [&h, seq] {
-        return h.final.value.load(std::memory_order_acquire) < seq ? 0 : -1;
-      },
-      "for the sum over the nodes");
-  if (!across.ok()) return across;
-  std::memcpy(mine, residents_[0] + at, n * sizeof(float));
-  return absl::OkStatus();
 }
 
 int ShmAllreduce::FirstBelow(const Counter* counters, uint64_t target) const {
@@ -1086,7 +968,8 @@ absl::Status ShmAllreduce::SumAll(const Pieces& mine, int64_t n, uint64_t seq,
   if (!ready.ok()) return ready;
   mine.ForRange(0, n, [&](float* d, int64_t at, int64_t k) {
     const float* inputs[kMaxLocal];
-    for (int r = 0; r < size; ++r) inputs[r] = r == me ? d : Input(buffer, r) + at;
+    for (int r = 0; r < size; ++r)
+      inputs[r] = r == me ? d : Input(buffer, r) + at;
     SumInto(d, inputs, size, k, divisor);
   });
   h.copied[me].value.store(seq, std::memory_order_release);
@@ -1123,7 +1006,8 @@ absl::Status ShmAllreduce::SliceScattered(const Pieces& mine, int64_t n,
   if (!ready.ok()) return ready;
   mine.ForRange(lo, hi, [&](float* d, int64_t at, int64_t k) {
     const float* inputs[kMaxLocal];
-    for (int r = 0; r < size; ++r) inputs[r] = r == me ? d : Input(buffer, r) + at;
+    for (int r = 0; r < size; ++r)
+      inputs[r] = r == me ? d : Input(buffer, r) + at;
     SumInto(out + at, inputs, size, k, 1.0f);
   });
   auto copy_out = [out, divisor](float* d, int64_t at, int64_t k) {
@@ -1135,8 +1019,8 @@ absl::Status ShmAllreduce::SliceScattered(const Pieces& mine, int64_t n,
   Signal();
 
   if (between_nodes && me == 0) {
-    absl::Status local =
-        WaitFor([&] { return FirstBelow(h.reduced, seq); }, "for its chunk of the sum");
+    absl::Status local = WaitFor([&] { return FirstBelow(h.reduced, seq); },
+                                 "for its chunk of the sum");
     if (!local.ok()) return local;
     absl::Status across = between_nodes(out, n);
     if (!across.ok()) return Fail(across);
@@ -1150,8 +1034,8 @@ absl::Status ShmAllreduce::SliceScattered(const Pieces& mine, int64_t n,
         "for the sum over the nodes");
     if (!across.ok()) return across;
   } else {
-    absl::Status local =
-        WaitFor([&] { return FirstBelow(h.reduced, seq); }, "for its chunk of the sum");
+    absl::Status local = WaitFor([&] { return FirstBelow(h.reduced, seq); },
+                                 "for its chunk of the sum");
     if (!local.ok()) return local;
   }
   if (between_nodes) {

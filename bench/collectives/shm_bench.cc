@@ -5,9 +5,10 @@
 // says nothing but instruction counts do:
 //   ddprun-shm-allreduce-bench --floats 102400 --ops 3000 [--world 2]
 //       [--divisor 2] [--dir /dev/shm] [--resident]
-// --resident: the buffer lives in the segment (MapResident, what
-// DataParallel's gradient views use) and is summed in place
-// (AllreduceResident): no copy in or out.
+// --resident: the buffer lives in the segment (MapResident; what PyTorch
+// DDP's gradient_as_bucket_view would keep there, a path libddp measured
+// slower and dropped) and is summed where it lies (AllreduceInPlace): no
+// copy in or out.
 // --flat: a private buffer is copied into a resident one, summed there in
 // place and copied back (PyTorch DDP's default bucket, in shared memory).
 // --histogram: the per-call times in log2 buckets. Every line also gives
@@ -97,7 +98,8 @@ int Rank(const ShmAllreduceOptions& options, int64_t floats, int ops,
   if (resident || flat || in_place) {
     absl::StatusOr<float*> mapped = (*shm)->MapResident(floats);
     if (!mapped.ok()) {
-      std::cerr << "ddprun-shm-allreduce-bench: " << mapped.status() << std::endl;
+      std::cerr << "ddprun-shm-allreduce-bench: " << mapped.status()
+                << std::endl;
       return 1;
     }
     data = *mapped;
@@ -133,13 +135,12 @@ int Rank(const ShmAllreduceOptions& options, int64_t floats, int ops,
       // copy is the copy in, the sum in place, the unflattening the copy
       // out.
       std::memcpy(data, flat_grad.data(), floats * sizeof(float));
-      status = (*shm)->AllreduceResident(0, floats, divisor);
+      status = (*shm)->AllreduceInPlace({{data, floats}}, divisor);
       std::memcpy(flat_grad.data(), data, floats * sizeof(float));
     } else {
       const ShmAllreduce::Part part{data, floats};
-      status = resident   ? (*shm)->AllreduceResident(0, floats, divisor)
-               : in_place ? (*shm)->AllreduceInPlace({part}, divisor)
-                          : (*shm)->Allreduce({part}, divisor);
+      status = resident || in_place ? (*shm)->AllreduceInPlace({part}, divisor)
+                                    : (*shm)->Allreduce({part}, divisor);
     }
     micros.push_back(std::chrono::duration<double, std::micro>(
                          std::chrono::steady_clock::now() - timed)
@@ -175,22 +176,22 @@ int Rank(const ShmAllreduceOptions& options, int64_t floats, int ops,
     const ShmAllreduce::Stats& st = (*shm)->stats();
     std::vector<double> sorted = micros;
     std::sort(sorted.begin(), sorted.end());
-    std::cout << absl::StrFormat(
-                     "world %d, %d floats (%d bytes)%s%s%s%s, %d calls: p10 %.1f "
-                     "us, p50 %.1f us, p90 %.1f us, p99 %.1f us, max %.1f us, "
-                     "mean %.1f us; waits per call: %.2f spun, %.2f yielded, "
-                     "%.3f slept; calls that slept: %d (mean %.1f us)",
-                     options.local_size, floats, floats * 4,
-                     resident ? " resident" : "", flat ? " flat" : "",
-                     in_place ? " in place" : "",
-                     step ? " step" : "", ops, sorted[ops / 10],
-                     sorted[ops / 2], sorted[ops * 9 / 10],
-                     sorted[std::min(ops - 1, ops * 99 / 100)], sorted.back(),
-                     total / ops, static_cast<double>(st.waits_spun) / ops,
-                     static_cast<double>(st.waits_yielded) / ops,
-                     static_cast<double>(st.waits_slept) / ops, calls_slept,
-                     calls_slept ? total_slept / calls_slept : 0.0)
-              << std::endl;
+    std::cout
+        << absl::StrFormat(
+               "world %d, %d floats (%d bytes)%s%s%s%s, %d calls: p10 %.1f "
+               "us, p50 %.1f us, p90 %.1f us, p99 %.1f us, max %.1f us, "
+               "mean %.1f us; waits per call: %.2f spun, %.2f yielded, "
+               "%.3f slept; calls that slept: %d (mean %.1f us)",
+               options.local_size, floats, floats * 4,
+               resident ? " resident" : "", flat ? " flat" : "",
+               in_place ? " in place" : "", step ? " step" : "", ops,
+               sorted[ops / 10], sorted[ops / 2], sorted[ops * 9 / 10],
+               sorted[std::min(ops - 1, ops * 99 / 100)], sorted.back(),
+               total / ops, static_cast<double>(st.waits_spun) / ops,
+               static_cast<double>(st.waits_yielded) / ops,
+               static_cast<double>(st.waits_slept) / ops, calls_slept,
+               calls_slept ? total_slept / calls_slept : 0.0)
+        << std::endl;
     if (histogram) {
       // Log2 buckets of the per-call time.
       std::vector<int> buckets(32, 0);
@@ -260,9 +261,10 @@ int Run(int argc, char** argv) {
       std::swap(from, to);
     }
     std::sort(micros.begin(), micros.end());
-    std::cout << absl::StrFormat("memcpy of %d bytes alone: p10 %.1f us, p50 %.1f us",
-                                 floats * 4, micros[micros.size() / 10],
-                                 micros[micros.size() / 2])
+    std::cout << absl::StrFormat(
+                     "memcpy of %d bytes alone: p10 %.1f us, p50 %.1f us",
+                     floats * 4, micros[micros.size() / 10],
+                     micros[micros.size() / 2])
               << std::endl;
   }
 
@@ -277,7 +279,9 @@ int Run(int argc, char** argv) {
   std::vector<pid_t> children;
   int status = 0;
   pid_t first = fork();
-  if (first == 0) _exit(Rank(options, floats, ops, divisor, resident, step, flat, histogram, in_place));
+  if (first == 0)
+    _exit(Rank(options, floats, ops, divisor, resident, step, flat, histogram,
+               in_place));
   children.push_back(first);
   // Rank 0 creates the file; wait until it exists before forking the rest.
   const std::string path = dir + "/" + options.name;
@@ -288,7 +292,8 @@ int Run(int argc, char** argv) {
     pid_t child = fork();
     if (child == 0) {
       options.local_rank = r;
-      _exit(Rank(options, floats, ops, divisor, resident, step, flat, histogram, in_place));
+      _exit(Rank(options, floats, ops, divisor, resident, step, flat, histogram,
+                 in_place));
     }
     children.push_back(child);
   }

@@ -3,6 +3,7 @@
 // that dies. The whole path under ddprun is gradient_allreduce_test.
 #include "worker/shm_allreduce.h"
 
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,8 +13,6 @@
 #include <filesystem>
 #include <functional>
 #include <thread>
-
-#include <gtest/gtest.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -34,14 +33,15 @@ float NoisyValue(int64_t i, int rank) {
          7919.0f;
 }
 
-ShmAllreduceOptions Options(const TempDir& dir, int local_rank, int local_size) {
+ShmAllreduceOptions Options(const TempDir& dir, int local_rank,
+                            int local_size) {
   ShmAllreduceOptions o;
   o.dir = dir.path();
   o.name = "segment";
   o.local_rank = local_rank;
   o.local_size = local_size;
   o.timeout = std::chrono::seconds(20);
-  o.slice_floats = 64;  // small, so that buffers span many slices
+  o.slice_floats = 64;      // small, so that buffers span many slices
   o.whole_call_floats = 0;  // slices at 2 ranks too (see WholeCalls below)
   return o;
 }
@@ -76,8 +76,7 @@ void AsTunedLocalRanks(const TempDir& dir, int size,
 
 void AsLocalRanks(const TempDir& dir, int size,
                   const std::function<void(int, ShmAllreduce&)>& body,
-                  int64_t slice_floats = 64,
-                  int64_t whole_call_floats = 0) {
+                  int64_t slice_floats = 64, int64_t whole_call_floats = 0) {
   AsTunedLocalRanks(
       dir, size,
       [&](ShmAllreduceOptions& o) {
@@ -102,7 +101,8 @@ TEST(ShmAllreduceTest, EveryCountAndLocalSizeSumsExactlyWithTheSameBits) {
         for (int64_t i = 0; i < n; ++i) {
           float sum = 0;
           for (int k = 0; k < size; ++k) sum += IntegerValue(i, k);
-          ASSERT_EQ(data[i], sum) << "rank " << r << " count " << n << " i " << i;
+          ASSERT_EQ(data[i], sum)
+              << "rank " << r << " count " << n << " i " << i;
         }
         for (int64_t i = 0; i < n; ++i) data[i] = NoisyValue(i, r);
         ASSERT_TRUE(shm.Allreduce(data.data(), n).ok());
@@ -191,7 +191,8 @@ TEST(ShmAllreduceTest, AtTwoRanksACallOfUpToWholeCallFloatsIsOneSlice) {
           for (int64_t i = 0; i < n; ++i) data[i] = IntegerValue(i, r);
           const int64_t cut = std::min<int64_t>(n, 7 + 300 * r);
           std::vector<ShmAllreduce::Part> parts = {
-              {data.data(), cut}, {data.data() + cut, 0},
+              {data.data(), cut},
+              {data.data() + cut, 0},
               {data.data() + cut, n - cut}};
           ASSERT_TRUE(shm.Allreduce(parts, 2.0f).ok());
           for (int64_t i = 0; i < n; ++i) {
@@ -213,13 +214,12 @@ TEST(ShmAllreduceTest, AtTwoRanksACallOfUpToWholeCallFloatsIsOneSlice) {
         EXPECT_EQ(shm.stats().scattered_slices, 0);
       },
       /*slice_floats=*/64, whole);
-  EXPECT_EQ(std::memcmp(noisy[0].data(), noisy[1].data(), whole * sizeof(float)),
-            0);
+  EXPECT_EQ(
+      std::memcmp(noisy[0].data(), noisy[1].data(), whole * sizeof(float)), 0);
   for (int64_t i = 0; i < whole; ++i) {
     ASSERT_EQ(noisy[0][i], NoisyValue(i, 0) + NoisyValue(i, 1)) << i;
   }
 }
-
 
 TEST(ShmAllreduceTest, PipelinedSlicesGiveTheBitsOfLockstepOnes) {
   // At 2 ranks a call of several slices copies slice s+1 in before it sums
@@ -243,10 +243,12 @@ TEST(ShmAllreduceTest, PipelinedSlicesGiveTheBitsOfLockstepOnes) {
           EXPECT_EQ(shm.stats().each_sums_all_slices, 10);
           EXPECT_EQ(shm.stats().pipelined_slices, pipeline ? 10 : 0);
         });
-    EXPECT_EQ(std::memcmp(noisy[0].data(), noisy[1].data(), n * sizeof(float)), 0);
+    EXPECT_EQ(std::memcmp(noisy[0].data(), noisy[1].data(), n * sizeof(float)),
+              0);
     results.push_back(noisy[0]);
   }
-  EXPECT_EQ(std::memcmp(results[0].data(), results[1].data(), n * sizeof(float)), 0);
+  EXPECT_EQ(
+      std::memcmp(results[0].data(), results[1].data(), n * sizeof(float)), 0);
   for (int64_t i = 0; i < n; ++i) {
     ASSERT_EQ(results[0][i], (NoisyValue(i, 0) + NoisyValue(i, 1)) / 2.0f) << i;
   }
@@ -272,9 +274,9 @@ TEST(ShmAllreduceTest, WholeCallsAreForTwoRanksOnly) {
             ASSERT_TRUE(shm.Allreduce(data.data(), 500, between).ok());
             for (float v : data) ASSERT_EQ(v, static_cast<float>(size));
             EXPECT_EQ(shm.stats().whole_calls, 0);
-            EXPECT_EQ(shm.stats().each_sums_all_slices +
-                          shm.stats().scattered_slices,
-                      8);  // 500 floats in slices of 64
+            EXPECT_EQ(
+                shm.stats().each_sums_all_slices + shm.stats().scattered_slices,
+                8);  // 500 floats in slices of 64
           },
           /*slice_floats=*/64, /*whole_call_floats=*/1000);
     }
@@ -295,7 +297,8 @@ TEST(ShmAllreduceTest, PartsWithDifferentBoundariesAreSummedAndDividedInPlace) {
       AsLocalRanks(dir, size, [&](int r, ShmAllreduce& shm) {
         std::vector<float> data(total);
         for (int64_t i = 0; i < total; ++i) data[i] = NoisyValue(i, r);
-        const std::vector<int64_t> cuts = {0, 7 + 13 * r, 64, 64, 200 - r, total};
+        const std::vector<int64_t> cuts = {0,  7 + 13 * r, 64,
+                                           64, 200 - r,    total};
         std::vector<ShmAllreduce::Part> parts;
         for (size_t k = 0; k + 1 < cuts.size(); ++k) {
           parts.push_back({data.data() + cuts[k], cuts[k + 1] - cuts[k]});
@@ -329,10 +332,14 @@ TEST(ShmAllreduceTest, EveryDivisorGivesTheBitsOfSumThenDivide) {
   const int64_t n = 1000;
   auto value = [](int64_t i, int r) {
     switch (i % 7) {
-      case 0: return 1e-38f * static_cast<float>(r + 1);  // subnormal / 2^k
-      case 1: return -3e38f;                               // overflows to -inf
-      case 2: return i == 2 && r == 1 ? std::nanf("") : 1.0f;
-      default: return NoisyValue(i, r);
+      case 0:
+        return 1e-38f * static_cast<float>(r + 1);  // subnormal / 2^k
+      case 1:
+        return -3e38f;  // overflows to -inf
+      case 2:
+        return i == 2 && r == 1 ? std::nanf("") : 1.0f;
+      default:
+        return NoisyValue(i, r);
     }
   };
   for (float divisor : {2.0f, 4.0f, 1024.0f, 0.5f, 3.0f, -2.0f, 1.0f}) {
@@ -383,110 +390,11 @@ TEST(ShmAllreduceTest, AFailureBetweenNodesReachesEveryLocalRank) {
     std::vector<float> data(10, 1.0f);
     absl::Status status = shm.Allreduce(data.data(), 10, between);
     EXPECT_FALSE(status.ok());
-    EXPECT_TRUE(absl::StrContains(status.message(), "the other node's leader is gone"))
+    EXPECT_TRUE(
+        absl::StrContains(status.message(), "the other node's leader is gone"))
         << "rank " << r << ": " << status;
     // Sticky: later calls fail at once.
     EXPECT_FALSE(shm.Allreduce(data.data(), 10, between).ok());
-  });
-}
-
-TEST(ShmAllreduceTest, ResidentBuffersAreSummedInPlaceWithNoCopyIn) {
-  // gradient_as_bucket_view's path: each rank writes its input straight
-  // into its resident buffer in the node's shared memory, and the sum reads
-  // the others' buffers where they lie. Ranges at offsets, slices with
-  // ragged ends, 1 to 8 ranks; exact integer sums, the bits of the copied
-  // path (sum in local-rank order, then divide) on every rank, and the
-  // counters say that no slice went through the copied schedules.
-  const int64_t total = 64 * 9 + 5;
-  const std::vector<std::pair<int64_t, int64_t>> ranges = {
-      {0, 1}, {3, 15}, {17, 64}, {0, 65}, {100, 300}, {0, total}};
-  for (int size : {1, 2, 3, 4, 5, 8}) {
-    for (bool hierarchical : {false, true}) {
-      SCOPED_TRACE(absl::StrCat(size, hierarchical ? " hierarchical" : ""));
-      TempDir dir;
-      std::vector<std::vector<float>> noisy(size);
-      std::vector<std::vector<float>> copied(size);
-      AsLocalRanks(dir, size, [&](int r, ShmAllreduce& shm) {
-        absl::StatusOr<float*> mapped = shm.MapResident(total);
-        ASSERT_TRUE(mapped.ok()) << mapped.status();
-        float* buffer = *mapped;
-        ASSERT_EQ(buffer, shm.resident());
-        int between_calls = 0;
-        ShmAllreduce::BetweenNodes between;
-        if (hierarchical) {
-          between = [&](float*, int64_t) {
-            ++between_calls;
-            return absl::OkStatus();
-          };
-        }
-        for (const auto& [offset, n] : ranges) {
-          for (int64_t i = 0; i < total; ++i) buffer[i] = -99.0f;
-          for (int64_t i = 0; i < n; ++i) buffer[offset + i] = IntegerValue(i, r);
-          ASSERT_TRUE(shm.AllreduceResident(offset, n, 1.0f, between).ok());
-          for (int64_t i = 0; i < n; ++i) {
-            float sum = 0;
-            for (int k = 0; k < size; ++k) sum += IntegerValue(i, k);
-            ASSERT_EQ(buffer[offset + i], sum)
-                << "rank " << r << " range " << offset << "+" << n << " i " << i;
-          }
-          // Nothing outside the range changed.
-          for (int64_t i = 0; i < total; ++i) {
-            if (i < offset || i >= offset + n) ASSERT_EQ(buffer[i], -99.0f) << i;
-          }
-        }
-        // Noisy values, divided: the bits of the copied path.
-        for (int64_t i = 0; i < total; ++i) buffer[i] = NoisyValue(i, r);
-        ASSERT_TRUE(shm.AllreduceResident(0, total, static_cast<float>(size),
-                                          between)
-                        .ok());
-        noisy[r].assign(buffer, buffer + total);
-        copied[r].resize(total);
-        for (int64_t i = 0; i < total; ++i) copied[r][i] = NoisyValue(i, r);
-        ASSERT_TRUE(shm.Allreduce({{copied[r].data(), total}},
-                                  static_cast<float>(size), between)
-                        .ok());
-        EXPECT_EQ(shm.stats().resident_calls,
-                  static_cast<int64_t>(ranges.size()) + 1);
-        if (size > 1 && hierarchical && r == 0) EXPECT_GT(between_calls, 0);
-      });
-      for (int r = 0; r < size; ++r) {
-        ASSERT_EQ(noisy[r].size(), static_cast<size_t>(total)) << r;
-        EXPECT_EQ(std::memcmp(noisy[r].data(), noisy[0].data(),
-                              total * sizeof(float)),
-                  0)
-            << "rank " << r << " differs from rank 0";
-        EXPECT_EQ(std::memcmp(noisy[r].data(), copied[r].data(),
-                              total * sizeof(float)),
-                  0)
-            << "rank " << r << ": the resident sum differs from the copied one";
-      }
-      // Every resident file's name is gone once every rank mapped it.
-      for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
-        ADD_FAILURE() << "left behind: " << entry.path();
-      }
-    }
-  }
-}
-
-TEST(ShmAllreduceTest, ResidentCallsCountOnlyResidentCalls) {
-  // The counter a test of DataParallel's fast path relies on: a copied
-  // call does not count, a resident one does, and a resident buffer is
-  // needed first (a clear error that every local rank sees).
-  TempDir dir;
-  AsLocalRanks(dir, 2, [](int r, ShmAllreduce& shm) {
-    std::vector<float> data(100, 1.0f);
-    ASSERT_TRUE(shm.Allreduce(data.data(), 100).ok());
-    EXPECT_EQ(shm.stats().resident_calls, 0);
-    if (r == 0) {
-      absl::Status none = shm.AllreduceResident(0, 10, 1.0f);
-      EXPECT_EQ(none.code(), absl::StatusCode::kInvalidArgument) << none;
-      EXPECT_TRUE(absl::StrContains(none.message(), "MapResident")) << none;
-    } else {
-      // Rank 0's error ends this rank's wait instead of the timeout.
-      ASSERT_TRUE(shm.MapResident(100).status().code() !=
-                  absl::StatusCode::kOk);
-    }
-    EXPECT_EQ(shm.stats().resident_calls, 0);
   });
 }
 
@@ -508,7 +416,8 @@ std::vector<int64_t> PartOffsets(const std::vector<int64_t>& lengths, int r) {
 void FillParts(const std::vector<ShmAllreduce::Part>& parts, int r) {
   int64_t at = 0;
   for (const ShmAllreduce::Part& part : parts) {
-    for (int64_t i = 0; i < part.count; ++i) part.data[i] = IntegerValue(at + i, r);
+    for (int64_t i = 0; i < part.count; ++i)
+      part.data[i] = IntegerValue(at + i, r);
     at += part.count;
   }
 }
@@ -583,7 +492,6 @@ TEST(ShmAllreduceTest, PartsInResidentBuffersAreSummedWhereTheyLie) {
       EXPECT_EQ(shm.stats().in_place_calls,
                 2 * static_cast<int64_t>(layouts.size()));
       EXPECT_EQ(shm.stats().in_place_fallbacks, 0);
-      EXPECT_EQ(shm.stats().resident_calls, 0);
     });
     for (int r = 0; r < size; ++r) {
       ASSERT_EQ(noisy[r].size(), layouts.size()) << r;
@@ -623,7 +531,8 @@ TEST(ShmAllreduceTest, InPlaceCallsCopyWhenAnyRanksPartsAreNotResident) {
     expect_sums(parts);
     EXPECT_EQ(shm.stats().in_place_fallbacks, 1);
     // Different boundaries: rank 0 cuts 100 floats as 40 + 60.
-    parts = r == 0 ? std::vector<ShmAllreduce::Part>{{buffer, 40}, {buffer + 50, 60}}
+    parts = r == 0 ? std::vector<ShmAllreduce::Part>{{buffer, 40},
+                                                     {buffer + 50, 60}}
                    : std::vector<ShmAllreduce::Part>{{buffer + 16, 100}};
     fill(parts);
     ASSERT_TRUE(shm.AllreduceInPlace(parts, 1.0f).ok());
@@ -649,7 +558,8 @@ TEST(ShmAllreduceTest, InPlaceCallsCopyWhenAnyRanksPartsAreNotResident) {
   });
 }
 
-TEST(ShmAllreduceTest, AResidentBufferOneRankCannotReserveLeavesTheGroupUsable) {
+TEST(ShmAllreduceTest,
+     AResidentBufferOneRankCannotReserveLeavesTheGroupUsable) {
   // Local rank 1 cannot create its resident buffer's file (a directory
   // holds its name; a full tmpfs fails the same way): every rank gets an
   // error naming it instead of a failed group, copied and in-place calls
@@ -762,23 +672,19 @@ TEST(ShmAllreduceTest, ADeadPeerIsNamedLongBeforeTheTimeout) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(30));
 }
 
-TEST(ShmAllreduceTest, ADeadPeerEndsAResidentCallAndItsFilesGo) {
-  ExpectADeadPeerNamedIn([](ShmAllreduce& shm, float*) {
-    return shm.AllreduceResident(0, 1000, 2.0f);
-  });
-}
-
 TEST(ShmAllreduceTest, BadOptionsAreClearErrors) {
   TempDir dir;
   ShmAllreduceOptions o = Options(dir, 2, 2);
   auto bad_rank = ShmAllreduce::Create(o);
   ASSERT_FALSE(bad_rank.ok());
-  EXPECT_TRUE(absl::StrContains(bad_rank.status().message(), "local rank 2 of 2"));
+  EXPECT_TRUE(
+      absl::StrContains(bad_rank.status().message(), "local rank 2 of 2"));
   o = Options(dir, 0, 2);
   o.dir = dir.File("missing");
   auto no_dir = ShmAllreduce::Create(o);
   ASSERT_FALSE(no_dir.ok());
-  EXPECT_TRUE(absl::StrContains(no_dir.status().message(), dir.File("missing")));
+  EXPECT_TRUE(
+      absl::StrContains(no_dir.status().message(), dir.File("missing")));
 }
 
 }  // namespace
