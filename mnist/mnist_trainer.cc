@@ -806,6 +806,7 @@ absl::Status Finish(Training& t) {
   const int64_t steps_here = t.step - t.start.step;
   t.summary.allreduce_seconds_per_step =
       steps_here > 0 ? t.ddp->sync_seconds() / steps_here : 0.0;
+  t.summary.intra_op_threads = at::get_num_threads();
   t.summary.allreduces_in_place = t.ddp->gradient_stats().in_place;
   t.summary.allreduces_in_place_fallbacks = t.ddp->gradient_stats().copied;
   if (!t.lead) return absl::OkStatus();

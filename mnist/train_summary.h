@@ -29,6 +29,10 @@ struct TrainSummary {
   int64_t allreduces_in_place = 0;
   int64_t allreduces_in_place_fallbacks = 0;
   int64_t resumed_from_step = -1;  // -1: started fresh
+  // LibTorch's intra-op threads while training: OMP_NUM_THREADS when set
+  // (ddprun sets 1 when a node runs several workers and the user set none),
+  // else LibTorch's default; ddprun-mnist sets none itself.
+  int intra_op_threads = 0;
   // Distinct samples (all ranks, padding left out) of the completed steps
   // of each epoch reached; each equals epoch_size (the data set's size)
   // when no sample was skipped or trained twice, in-place recoveries and
