@@ -85,6 +85,9 @@ def main():
                         help="skip torchrun (Python DDP) runs")
     parser.add_argument("--independent", action="store_true",
                         help="with world 2: two world-1 jobs at once, the ceiling")
+    parser.add_argument("--one-thread-world1", action="store_true",
+                        help="also world 1 with OMP_NUM_THREADS=1 (ddprun's default "
+                             "gives world 1 every core)")
     args = parser.parse_args()
     ddprun, mnist = built_programs()
     worlds = [int(w) for w in args.worlds.split(",")]
@@ -130,11 +133,16 @@ def main():
     independent = args.independent and 2 in worlds
     results = {(name, w): [] for w in worlds for name in names}
     results[("independent", 2)] = []
+    one_thread = args.one_thread_world1 and 1 in worlds
+    results[("ddprun-1-thread", 1)] = []
+    env_one_thread = dict(env, OMP_NUM_THREADS="1")
     for i in range(args.runs):
         for world in worlds:
             order = names[i % len(names):] + names[:i % len(names)]  # rotates per run
             if independent and world == 2:
                 order.insert(i % (len(order) + 1), "independent")
+            if one_thread and world == 1:
+                order.insert(i % (len(order) + 1), "ddprun-1-thread")
             for name in order:
                 summary = os.path.join(out, f"{name}-{world}-{i}.json")
                 if name == "independent":
@@ -150,6 +158,9 @@ def main():
                     s["pair_min"] = min(p["samples_per_sec"] for p in pair)
                     s["pair_max"] = max(p["samples_per_sec"] for p in pair)
                     s["test_accuracy"] = min(p["test_accuracy"] for p in pair)
+                elif name == "ddprun-1-thread":
+                    s = one_run(commands(world, summary)["ddprun"], summary,
+                                env_one_thread, args.timeout)
                 else:
                     s = one_run(commands(world, summary)[name], summary, env, args.timeout)
                 results[(name, world)].append(s)
@@ -157,7 +168,8 @@ def main():
                       f"{s['samples_per_sec']:8.0f} samples/s, first step "
                       f"{s['launch_to_first_step_seconds']:.2f} s, wall "
                       f"{s['command_wall_seconds']:.2f} s, accuracy "
-                      f"{100 * s['test_accuracy']:.2f}%", flush=True)
+                      f"{100 * s['test_accuracy']:.2f}%, intra-op threads "
+                      f"{s.get('intra_op_threads', '?')}", flush=True)
 
     def med(name, world, key):
         return statistics.median(r[key] for r in results[(name, world)])
@@ -219,7 +231,15 @@ def main():
                 a["samples_per_sec"] / b["samples_per_sec"]
                 for a, b in zip(results[("ddprun", 2)], results[("ddprun", 1)]))
             print(f"goal: world 2 >= 1.6x the samples/s of world 1: {paired:.2f}x "
-                  f"({'met' if paired >= 1.6 else 'NOT met'})")
+                  f"({'met' if paired >= 1.6 else 'NOT met'}; both at ddprun's defaults: "
+                  f"world 1 has every core, world 2 one thread per rank)")
+            if one_thread:
+                single = statistics.median(
+                    a["samples_per_sec"] / b["samples_per_sec"]
+                    for a, b in zip(results[("ddprun", 2)], results[("ddprun-1-thread", 1)]))
+                print(f"world 2 against world 1 with OMP_NUM_THREADS=1: {single:.2f}x "
+                      f"(median of per-run ratios); world 1 with every core against "
+                      f"one thread: {statistics.median(a['samples_per_sec'] / b['samples_per_sec'] for a, b in zip(results[('ddprun', 1)], results[('ddprun-1-thread', 1)])):.2f}x")
             if independent:
                 # The ceiling: two world-1 jobs at once, no gradient
                 # exchange, paired with the same run's world 1.
