@@ -273,7 +273,10 @@ absl::StatusOr<ProcessGroup> CreateProcessGroup(
 }
 
 void ReleaseIdleCollectives(ProcessGroup& group) {
-  if (group.lazy) group.lazy->Release();
+  // Only while `collectives` still owns it (a program may have replaced it).
+  if (group.lazy && group.collectives.get() == group.lazy) {
+    group.lazy->Release();
+  }
 }
 
 }  // namespace ddprun::worker
