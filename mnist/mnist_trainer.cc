@@ -18,6 +18,7 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/worker_env.h"
 #include "mnist/mnist_data.h"
@@ -619,7 +620,8 @@ absl::Status SaveProgress(const Training& t, int64_t epoch, int64_t position) {
   c.world_size = t.world;
   c.epoch_samples = t.epoch_samples;
   if (absl::Status s = SaveCheckpoint(t.options.checkpoint_dir, c); !s.ok()) {
-    return s;
+    return absl::Status(s.code(),
+                        absl::StrCat(s.message(), " (--checkpoint-dir)"));
   }
   // What a restart resumes from (tests/launcher/partition_test.py).
   spdlog::info("checkpoint of step {} saved (epoch {}, sample {}) in round {}",
@@ -804,9 +806,9 @@ absl::Status Finish(Training& t) {
   const int64_t steps_here = t.step - t.start.step;
   t.summary.allreduce_seconds_per_step =
       steps_here > 0 ? t.ddp->sync_seconds() / steps_here : 0.0;
-  t.summary.allreduces_in_place = t.ddp->shm_stats().in_place_calls;
-  t.summary.allreduces_in_place_fallbacks =
-      t.ddp->shm_stats().in_place_fallbacks;
+  t.summary.intra_op_threads = at::get_num_threads();
+  t.summary.allreduces_in_place = t.ddp->gradient_stats().in_place;
+  t.summary.allreduces_in_place_fallbacks = t.ddp->gradient_stats().copied;
   if (!t.lead) return absl::OkStatus();
   if (!options.save_path.empty()) {
     absl::Status saved = SaveStateDict(options.save_path, StateDict(*t.model));

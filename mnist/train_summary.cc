@@ -27,7 +27,8 @@ absl::Status WriteTrainSummary(const std::string& path, const TrainSummary& s) {
       "\"parameters_fnv1a64\": \"%016x\", "
       "\"allreduce_seconds_per_step\": %.6f, "
       "\"allreduces_in_place\": %d, \"allreduces_in_place_fallbacks\": %d, "
-      "\"resumed_from_step\": %d, \"first_step_unix_seconds\": %.3f, "
+      "\"resumed_from_step\": %d, \"intra_op_threads\": %d, "
+      "\"first_step_unix_seconds\": %.3f, "
       "\"epoch_samples\": [%s], \"epoch_size\": %d, "
       "\"in_place_recoveries\": %d, \"resumed_at_steps\": [%s], "
       "\"resumed_step_unix_seconds\": [%s]}\n",
@@ -35,7 +36,7 @@ absl::Status WriteTrainSummary(const std::string& path, const TrainSummary& s) {
       s.test_accuracy, s.wall_seconds, s.time_to_first_step_seconds,
       s.final_loss, s.final_loss, s.parameters_fnv1a64,
       s.allreduce_seconds_per_step, s.allreduces_in_place,
-      s.allreduces_in_place_fallbacks, s.resumed_from_step,
+      s.allreduces_in_place_fallbacks, s.resumed_from_step, s.intra_op_threads,
       s.first_step_unix_seconds, absl::StrJoin(s.epoch_samples, ", "),
       s.epoch_size, s.resumed_at_steps.size(),
       absl::StrJoin(s.resumed_at_steps, ", "),

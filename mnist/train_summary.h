@@ -30,12 +30,16 @@ struct TrainSummary {
   // one-in-2^64 collision), whatever the summary's figures round away.
   uint64_t parameters_fnv1a64 = 0;
   double allreduce_seconds_per_step = 0;  // waiting for gradient sync
-  // Gradient allreduces (rank 0's) summed where backward placed the
-  // gradients, in shared memory (the shared-memory gradient path),
-  // and those that copied them there because some rank's were not.
+  // Gradient buckets (rank 0's) summed where backward placed the gradients,
+  // in shared memory (the shared-memory gradient path), and those copied
+  // through the segment instead (DataParallel::GradientStats).
   int64_t allreduces_in_place = 0;
   int64_t allreduces_in_place_fallbacks = 0;
   int64_t resumed_from_step = -1;  // -1: started fresh
+  // LibTorch's intra-op threads while training: OMP_NUM_THREADS when set
+  // (ddprun sets 1 when a node runs several workers and the user set none),
+  // else LibTorch's default; ddprun-mnist sets none itself.
+  int intra_op_threads = 0;
   // Distinct samples (all ranks, padding left out) of the completed steps
   // of each epoch reached; each equals epoch_size (the data set's size)
   // when no sample was skipped or trained twice, in-place recoveries and

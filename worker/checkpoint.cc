@@ -144,8 +144,8 @@ absl::Status MakeDirs(const std::string& dir, const SyncOptions& sync) {
       if (mkdir(partial.c_str(), 0777) != 0) {
         if (errno == EEXIST) continue;
         return absl::PermissionDeniedError(absl::StrFormat(
-            "cannot create the checkpoint folder %s: %s; choose a writable "
-            "--checkpoint-dir",
+            "cannot create the checkpoint folder %s: %s; pass SaveCheckpoint "
+            "a folder this process can write",
             partial, std::strerror(errno)));
       }
       const size_t slash = partial.rfind('/');

@@ -8,6 +8,8 @@
 #include <cstring>
 
 #include "spdlog/spdlog.h"
+#include "worker/gradient_allreduce.h"
+#include "worker/gradient_arena.h"
 #include "worker/phase.h"
 
 namespace ddprun::worker {
@@ -294,6 +296,10 @@ void DataParallel::ReduceGradientsInPlace() {
           arena.served, arena.declined);
     }
   }
+}
+
+GradientPath DataParallel::gradient_path() const {
+  return direct_ ? direct_->path() : GradientPath::kProcessGroup;
 }
 
 void DataParallel::ResetStep() {

@@ -9,10 +9,11 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "worker/gradient_arena.h"
 #include "worker/process_group.h"
 
 namespace ddprun::worker {
+
+class GradientArena;  // internal (worker/gradient_arena.h)
 
 struct DataParallelOptions {
   // Gradients are reduced in buckets of about this size, filled in reverse
@@ -76,10 +77,6 @@ class DataParallel {
   // them anew, in shared memory on that path.
   void ZeroGrad();
 
-  // The node's shared-memory allreduce's counters (zero on other paths).
-  ShmAllreduce::Stats shm_stats() const {
-    return direct_ ? direct_->shm_stats() : ShmAllreduce::Stats();
-  }
   // Buckets synced so far, by how (tests assert the fast path ran).
   struct GradientStats {
     int64_t in_place = 0;  // summed where backward left them (shared memory)
@@ -102,9 +99,7 @@ class DataParallel {
   int num_buckets() const { return static_cast<int>(buckets_.size()); }
   // What carries the gradients: the group's GradientAllreduce path, or the
   // process group.
-  GradientPath gradient_path() const {
-    return direct_ ? direct_->path() : GradientPath::kProcessGroup;
-  }
+  GradientPath gradient_path() const;
   // Time spent in FinishGradientSync (launching and waiting), summed; for
   // the benchmark's "time in allreduce per step".
   double sync_seconds() const { return sync_seconds_; }

@@ -17,7 +17,9 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "spdlog/spdlog.h"
+#include "worker/gradient_allreduce.h"
 #include "worker/grpc_store.h"
+#include "worker/lazy_collectives.h"
 #include "worker/nccl_group.h"
 #include "worker/phase.h"
 #include "worker/process_start.h"
@@ -250,12 +252,13 @@ absl::StatusOr<ProcessGroup> CreateProcessGroup(
     }
   }
   if (group.gradient_path == GradientPath::kSharedMemory) {
-    group.lazy = c10::make_intrusive<LazyCollectives>(
+    auto lazy = c10::make_intrusive<LazyCollectives>(
         group.store, env.rank, env.world_size, "gloo",
         [env, options](c10::intrusive_ptr<::c10d::Store> store) {
           return CreateGloo(store, env, options);
         });
-    group.collectives = group.lazy;
+    group.lazy = lazy.get();
+    group.collectives = std::move(lazy);
     return group;
   }
   absl::StatusOr<c10::intrusive_ptr<Collectives>> collectives =
@@ -270,7 +273,10 @@ absl::StatusOr<ProcessGroup> CreateProcessGroup(
 }
 
 void ReleaseIdleCollectives(ProcessGroup& group) {
-  if (group.lazy) group.lazy->Release();
+  // Only while `collectives` still owns it (a program may have replaced it).
+  if (group.lazy && group.collectives.get() == group.lazy) {
+    group.lazy->Release();
+  }
 }
 
 }  // namespace ddprun::worker

@@ -7,12 +7,15 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "worker/gradient_allreduce.h"
-#include "worker/lazy_collectives.h"
-#include "worker/torch_compat.h"
+#include "worker/collectives.h"
+#include "worker/gradient_path.h"
 #include "worker/worker_env.h"
 
 namespace ddprun::worker {
+
+// libddp's internals behind ProcessGroup (not installed: worker/README.md).
+class GradientAllreduce;
+class LazyCollectives;
 
 // The process group's backend. kAuto picks NCCL when LibTorch has CUDA and
 // a GPU is visible, Gloo otherwise.
@@ -45,9 +48,10 @@ struct ProcessGroup {
   std::shared_ptr<GradientAllreduce> direct;
   // When every rank shares one node and gradients go through shared
   // memory: `collectives` is this, a Gloo group formed on its first
-  // collective (not at creation) and dropped by ReleaseIdleCollectives.
-  // Null otherwise (the group is formed at creation and kept).
-  c10::intrusive_ptr<LazyCollectives> lazy;
+  // collective (not at creation) and dropped by ReleaseIdleCollectives;
+  // owned by `collectives`. Null otherwise (the group is formed at creation
+  // and kept).
+  LazyCollectives* lazy = nullptr;
   GradientPath gradient_path = GradientPath::kProcessGroup;
   int rank = 0;
   int world_size = 1;

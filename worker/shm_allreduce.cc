@@ -895,7 +895,7 @@ absl::StatusOr<float*> ShmAllreduce::MapResident(int64_t floats) {
     }
   }
   // The others' buffers, writable: this rank reads its chunk of theirs and
-  // writes its summed chunk back into them (SliceResident).
+  // writes its summed chunk back into them (SumInPlace).
   for (int r = 0; r < size; ++r) {
     if (r == me) continue;
     const std::string theirs = file(r);
@@ -929,134 +929,6 @@ absl::StatusOr<float*> ShmAllreduce::MapResident(int64_t floats) {
   own_resident_ = std::shared_ptr<void>(
       residents_[me], [bytes](void* buffer) { munmap(buffer, bytes); });
   return residents_[me];
-}
-
-absl::Status ShmAllreduce::AllreduceResident(
-    int64_t offset, int64_t count, float divisor,
-    const BetweenNodes& between_nodes) {
-  if (!failed_.ok()) return failed_;
-  if (offset < 0 || count < 0 || offset + count > resident_floats_) {
-    return Fail(absl::InvalidArgumentError(absl::StrFormat(
-        "shared-memory allreduce: floats [%d, %d) are outside the resident "
-        "buffer of %d floats (MapResident first)",
-        offset, offset + count, resident_floats_)));
-  }
-  if (count == 0) return absl::OkStatus();  // the same on every rank
-  ++stats_.resident_calls;
-  const int me = options_.local_rank;
-  float* mine = residents_[me] + offset;
-  if (options_.local_size == 1 && !between_nodes) {
-    if (divisor != 1.0f) CopyDivided(mine, mine, count, divisor);
-    return absl::OkStatus();
-  }
-  // No buffer bounds a slice here: slices only keep what a rank reads from
-  // the others in cache while it is still there. Between nodes, the slices
-  // of Allreduce: every node leader's Gloo call has the same size, whether
-  // its node reduces resident buffers or copied ones or it is alone.
-  const int64_t slice = between_nodes ? options_.slice_floats
-                                      : std::max(options_.slice_floats,
-                                                 options_.whole_call_floats);
-  const uint64_t last =
-      seq_ + static_cast<uint64_t>((count + slice - 1) / slice);
-  Header& h = *header_;
-  // Every rank's buffer holds its input (and every rank is done with the
-  // calls before).
-  h.in_ready[me].value.store(last, std::memory_order_release);
-  Signal();
-  absl::Status ready = WaitFor([&] { return FirstBelow(h.in_ready, last); },
-                               "for the others' resident inputs");
-  if (!ready.ok()) return ready;
-  for (int64_t at = offset; at < offset + count; at += slice) {
-    absl::Status done = SliceResident(at, std::min(slice, offset + count - at),
-                                      ++seq_, divisor, between_nodes);
-    if (!done.ok()) return done;
-  }
-  // Inside the node every rank wrote its summed chunk into every buffer
-  // before it said so (SliceResident): nobody reads or writes this rank's
-  // buffer any more, and the caller may write it (the next backward). The
-  // counter still moves: copied-path calls after this one wait on it for
-  // their buffer sets (these slices used none).
-  if (!between_nodes) {
-    h.copied[me].value.store(last, std::memory_order_release);
-    Signal();
-    return absl::OkStatus();
-  }
-  // Between nodes the others still copy local rank 0's result out of its
-  // buffer: the caller may write it only once they are done.
-  h.copied[me].value.store(last, std::memory_order_release);
-  Signal();
-  return WaitFor([&] { return FirstBelow(h.copied, last); },
-                 "for the others to read this rank's result");
-}
-
-absl::Status ShmAllreduce::SliceResident(int64_t at, int64_t n, uint64_t seq,
-                                         float divisor,
-                                         const BetweenNodes& between_nodes) {
-  // Local rank r sums chunk r of every rank's buffer into its own (nobody
-  // else reads that chunk of it now) and, inside the node, writes it into
-  // the others' buffers; between nodes local rank 0 copies chunk s from
-  // rank s instead, and the others copy its result once the nodes summed.
-  Header& h = *header_;
-  const int size = options_.local_size;
-  const int me = options_.local_rank;
-  const int64_t chunk =
-      ((n + size - 1) / size + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
-  auto bounds = [&](int r) {
-    const int64_t lo = std::min(n, chunk * r);
-    return std::make_pair(lo, std::min(n, lo + chunk));
-  };
-  float* mine = residents_[me] + at;
-  const auto [lo, hi] = bounds(me);
-  if (lo < hi) {
-    const float* inputs[kMaxLocal];
-    for (int r = 0; r < size; ++r) inputs[r] = residents_[r] + at + lo;
-    SumInto(mine + lo, inputs, size, hi - lo, between_nodes ? 1.0f : divisor);
-    // Inside the node the sum goes to the others at once, written into
-    // their buffers (chunk `me` of theirs is read by this rank only, and
-    // it just did): once every rank says it reduced, every buffer holds
-    // the whole result and nobody touches another's buffer any more, so
-    // a call waits twice (inputs ready, chunks summed), not three times
-    // (and done reading).
-    if (!between_nodes) {
-      for (int r = 0; r < size; ++r) {
-        if (r != me) {
-          std::memcpy(residents_[r] + at + lo, mine + lo,
-                      (hi - lo) * sizeof(float));
-        }
-      }
-    }
-  }
-  h.reduced[me].value.store(seq, std::memory_order_release);
-  Signal();
-  absl::Status reduced = WaitFor([&] { return FirstBelow(h.reduced, seq); },
-                                 "for its chunk of the sum");
-  if (!reduced.ok()) return reduced;
-  if (!between_nodes) return absl::OkStatus();
-  if (me == 0) {
-    for (int r = 0; r < size; ++r) {
-      const auto [rlo, rhi] = bounds(r);
-      if (r != me && rlo < rhi) {
-        std::memcpy(mine + rlo, residents_[r] + at + rlo,
-                    (rhi - rlo) * sizeof(float));
-      }
-    }
-  }
-  if (me == 0) {
-    absl::Status across = between_nodes(mine, n);
-    if (!across.ok()) return Fail(across);
-    if (divisor != 1.0f) CopyDivided(mine, mine, n, divisor);
-    h.final.value.store(seq, std::memory_order_release);
-    Signal();
-    return absl::OkStatus();
-  }
-  absl::Status across = WaitFor(
-      [&h, seq] {
-        return h.final.value.load(std::memory_order_acquire) < seq ? 0 : -1;
-      },
-      "for the sum over the nodes");
-  if (!across.ok()) return across;
-  std::memcpy(mine, residents_[0] + at, n * sizeof(float));
-  return absl::OkStatus();
 }
 
 int ShmAllreduce::FirstBelow(const Counter* counters, uint64_t target) const {

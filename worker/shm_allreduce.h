@@ -113,28 +113,13 @@ class ShmAllreduce {
   // cannot reserve its buffer (a full tmpfs), every rank returns an error
   // and the object stays usable for the other calls.
   absl::StatusOr<float*> MapResident(int64_t floats);
-  float* resident() const {
-    return residents_.empty() ? nullptr : residents_[options_.local_rank];
-  }
-  int64_t resident_floats() const { return resident_floats_; }
-  // Sums floats [offset, offset + count) of every local rank's resident
-  // buffer in place (each element becomes sum / divisor, the same bits on
-  // every rank): per slice, local rank r sums the r-th chunk over all
-  // buffers into its own and writes it into the others' (reduce-scatter,
-  // all-gather by push: two waits per call, inputs ready and chunks
-  // summed). Returns once no other local rank reads or writes this one's
-  // buffer: the caller may write it again at once. With `between_nodes`,
-  // local rank 0 hands each summed slice to it before the others copy it.
-  absl::Status AllreduceResident(int64_t offset, int64_t count, float divisor,
-                                 const BetweenNodes& between_nodes = nullptr);
-
   // Allreduce(parts, divisor) for parts that may lie in the ranks' resident
   // buffers (MapResident), e.g. gradients a GradientArena allocated there:
   // when every rank's parts all do, with the same counts, they are summed
-  // where they lie, as AllreduceResident sums its range (local rank r sums
-  // chunk r of every rank's parts and writes it into the others': two waits
-  // per call, no copy in or out). Otherwise (a part elsewhere on some rank,
-  // counts that differ, more than kMaxTableParts parts) every rank goes
+  // where they lie (local rank r sums chunk r of every rank's parts and
+  // writes it into the others': reduce-scatter, all-gather by push, two
+  // waits per call, no copy in or out). Otherwise (a part elsewhere on some
+  // rank, counts that differ, more than kMaxTableParts parts) every rank goes
   // through Allreduce's copies, one wait later. The ranks agree through a
   // table of each one's part offsets in the segment. Inside one node only;
   // `parts` must not overlap.
@@ -160,8 +145,6 @@ class ShmAllreduce {
     // Each-sums-all slices summed one slice behind their copy-in
     // (ShmAllreduceOptions::pipeline); also counted in each_sums_all_slices.
     int64_t pipelined_slices = 0;
-    // AllreduceResident calls (no copy in or out).
-    int64_t resident_calls = 0;
     // AllreduceInPlace calls summed where the parts lie, and those that
     // fell back to copies (some rank's parts were not all resident).
     int64_t in_place_calls = 0;
@@ -205,8 +188,6 @@ class ShmAllreduce {
   void CopyIn(const Pieces& mine, int64_t n, uint64_t seq);
   absl::Status SumAll(const Pieces& mine, int64_t n, uint64_t seq,
                       float divisor);
-  absl::Status SliceResident(int64_t at, int64_t n, uint64_t seq, float divisor,
-                             const BetweenNodes& between_nodes);
   absl::Status SliceScattered(const Pieces& mine, int64_t n, uint64_t seq,
                               float divisor, const BetweenNodes& between_nodes);
   void Signal();

@@ -37,6 +37,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_format.h"
+#include "worker/gradient_allreduce.h"
 #include "worker/gradient_arena.h"
 #include "worker/process_group.h"
 #include "worker/worker_env.h"

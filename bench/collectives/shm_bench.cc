@@ -5,9 +5,10 @@
 // says nothing but instruction counts do:
 //   ddprun-shm-allreduce-bench --floats 102400 --ops 3000 [--world 2]
 //       [--divisor 2] [--dir /dev/shm] [--resident]
-// --resident: the buffer lives in the segment (MapResident, what
-// DataParallel's gradient views use) and is summed in place
-// (AllreduceResident): no copy in or out.
+// --resident: the buffer lives in the segment (MapResident; what PyTorch
+// DDP's gradient_as_bucket_view would keep there, a path libddp measured
+// slower and dropped) and is summed where it lies (AllreduceInPlace): no
+// copy in or out.
 // --flat: a private buffer is copied into a resident one, summed there in
 // place and copied back (PyTorch DDP's default bucket, in shared memory).
 // --histogram: the per-call times in log2 buckets. Every line also gives
@@ -134,13 +135,12 @@ int Rank(const ShmAllreduceOptions& options, int64_t floats, int ops,
       // copy is the copy in, the sum in place, the unflattening the copy
       // out.
       std::memcpy(data, flat_grad.data(), floats * sizeof(float));
-      status = (*shm)->AllreduceResident(0, floats, divisor);
+      status = (*shm)->AllreduceInPlace({{data, floats}}, divisor);
       std::memcpy(flat_grad.data(), data, floats * sizeof(float));
     } else {
       const ShmAllreduce::Part part{data, floats};
-      status = resident   ? (*shm)->AllreduceResident(0, floats, divisor)
-               : in_place ? (*shm)->AllreduceInPlace({part}, divisor)
-                          : (*shm)->Allreduce({part}, divisor);
+      status = resident || in_place ? (*shm)->AllreduceInPlace({part}, divisor)
+                                    : (*shm)->Allreduce({part}, divisor);
     }
     micros.push_back(std::chrono::duration<double, std::micro>(
                          std::chrono::steady_clock::now() - timed)

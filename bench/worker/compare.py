@@ -18,6 +18,10 @@ whole of world 1's job, no gradient exchange), their samples/s added: what
 two ranks can train on this machine with cores, memory bandwidth and caches
 shared and no synchronisation, the ceiling of DDP's world-2 scaling here.
 
+--world1-all-cores: also world 1 with OMP_NUM_THREADS set to every core
+(ddprun sets none at world 1, so it trains at LibTorch's default, which on
+some VMs is one thread), interleaved, against world 1 and world 2.
+
 --baseline: also runs OTHER_BUILD_DIR's ddprun-mnist (e.g. a build of main)
 in the same rotation, under OTHER_BUILD_DIR's own ddprun where it has one
 (so that agent-side changes count too; else this build's), and prints its
@@ -85,6 +89,9 @@ def main():
                         help="skip torchrun (Python DDP) runs")
     parser.add_argument("--independent", action="store_true",
                         help="with world 2: two world-1 jobs at once, the ceiling")
+    parser.add_argument("--world1-all-cores", action="store_true",
+                        help="also world 1 with OMP_NUM_THREADS=<cores> (ddprun sets "
+                             "none at world 1: LibTorch's default, which may be fewer)")
     args = parser.parse_args()
     ddprun, mnist = built_programs()
     worlds = [int(w) for w in args.worlds.split(",")]
@@ -130,11 +137,16 @@ def main():
     independent = args.independent and 2 in worlds
     results = {(name, w): [] for w in worlds for name in names}
     results[("independent", 2)] = []
+    all_cores = args.world1_all_cores and 1 in worlds
+    results[("ddprun-all-cores", 1)] = []
+    env_all_cores = dict(env, OMP_NUM_THREADS=str(os.cpu_count()))
     for i in range(args.runs):
         for world in worlds:
             order = names[i % len(names):] + names[:i % len(names)]  # rotates per run
             if independent and world == 2:
                 order.insert(i % (len(order) + 1), "independent")
+            if all_cores and world == 1:
+                order.insert(i % (len(order) + 1), "ddprun-all-cores")
             for name in order:
                 summary = os.path.join(out, f"{name}-{world}-{i}.json")
                 if name == "independent":
@@ -150,6 +162,9 @@ def main():
                     s["pair_min"] = min(p["samples_per_sec"] for p in pair)
                     s["pair_max"] = max(p["samples_per_sec"] for p in pair)
                     s["test_accuracy"] = min(p["test_accuracy"] for p in pair)
+                elif name == "ddprun-all-cores":
+                    s = one_run(commands(world, summary)["ddprun"], summary,
+                                env_all_cores, args.timeout)
                 else:
                     s = one_run(commands(world, summary)[name], summary, env, args.timeout)
                 results[(name, world)].append(s)
@@ -157,7 +172,8 @@ def main():
                       f"{s['samples_per_sec']:8.0f} samples/s, first step "
                       f"{s['launch_to_first_step_seconds']:.2f} s, wall "
                       f"{s['command_wall_seconds']:.2f} s, accuracy "
-                      f"{100 * s['test_accuracy']:.2f}%", flush=True)
+                      f"{100 * s['test_accuracy']:.2f}%, intra-op threads "
+                      f"{s.get('intra_op_threads', '?')}", flush=True)
 
     def med(name, world, key):
         return statistics.median(r[key] for r in results[(name, world)])
@@ -219,7 +235,18 @@ def main():
                 a["samples_per_sec"] / b["samples_per_sec"]
                 for a, b in zip(results[("ddprun", 2)], results[("ddprun", 1)]))
             print(f"goal: world 2 >= 1.6x the samples/s of world 1: {paired:.2f}x "
-                  f"({'met' if paired >= 1.6 else 'NOT met'})")
+                  f"({'met' if paired >= 1.6 else 'NOT met'}; both at ddprun's defaults: "
+                  f"world 1 LibTorch's own thread count, world 2 one thread per rank)")
+            if all_cores:
+                against = statistics.median(
+                    a["samples_per_sec"] / b["samples_per_sec"]
+                    for a, b in zip(results[("ddprun", 2)], results[("ddprun-all-cores", 1)]))
+                gain = statistics.median(
+                    a["samples_per_sec"] / b["samples_per_sec"]
+                    for a, b in zip(results[("ddprun-all-cores", 1)], results[("ddprun", 1)]))
+                print(f"world 2 against world 1 with OMP_NUM_THREADS={os.cpu_count()}: "
+                      f"{against:.2f}x; world 1 with every core against its default: "
+                      f"{gain:.2f}x (medians of per-run ratios)")
             if independent:
                 # The ceiling: two world-1 jobs at once, no gradient
                 # exchange, paired with the same run's world 1.

@@ -73,15 +73,15 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/common/
   DESTINATION ${DDP_INCLUDE_ROOT}/common COMPONENT dev
   FILES_MATCHING PATTERN "*.h")
 if(TARGET libddp)
-  # libddp's API (the first line) and what those headers include (the
-  # rest: internals a program does not call, installed only because the
-  # public headers name their types). The store client, gRPC store, NCCL
-  # seam, error file, node cache and process helpers stay inside.
+  # libddp's API, exactly: what a program includes, and nothing these
+  # headers need beyond it (tests/deploy/install_consumer_test.sh compiles
+  # each alone against the install). The gradient allreduce, its arena,
+  # shared memory, the lazy group, the store client, gRPC store, NCCL seam,
+  # error file, node cache and process helpers stay inside (worker/README.md).
   set(ddp_public_headers
-    ddp.h process_group.h worker_env.h distributed_sampler.h standby.h
-    checkpoint.h recovery.h progress.h gradient_path.h
-    gradient_allreduce.h gradient_arena.h shm_allreduce.h lazy_collectives.h
-    torch_compat.h atomic_file.h)
+    ddp.h process_group.h collectives.h gradient_path.h worker_env.h
+    distributed_sampler.h checkpoint.h atomic_file.h recovery.h standby.h
+    progress.h phase.h)
   list(TRANSFORM ddp_public_headers PREPEND ${PROJECT_SOURCE_DIR}/worker/)
   install(FILES ${ddp_public_headers}
     DESTINATION ${DDP_INCLUDE_ROOT}/worker COMPONENT dev)

@@ -41,7 +41,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "worker/ddp.h"
+#include "worker/gradient_allreduce.h"
 #include "worker/gradient_arena.h"
+#include "worker/lazy_collectives.h"
 #include "worker/process_group.h"
 #include "worker/worker_env.h"
 
@@ -186,9 +188,12 @@ int CheckSharedDataParallel(const ddprun::worker::ProcessGroup& group,
   out << "buckets_copied " << ddp.gradient_stats().copied << std::endl;
   out << "buckets_process_group " << ddp.gradient_stats().process_group
       << std::endl;
-  out << "in_place_calls " << ddp.shm_stats().in_place_calls << std::endl;
-  out << "in_place_fallbacks " << ddp.shm_stats().in_place_fallbacks
-      << std::endl;
+  // The group's shared-memory allreduce is the one DataParallel used.
+  const ddprun::worker::ShmAllreduce::Stats shm =
+      group.direct ? group.direct->shm_stats()
+                   : ddprun::worker::ShmAllreduce::Stats();
+  out << "in_place_calls " << shm.in_place_calls << std::endl;
+  out << "in_place_fallbacks " << shm.in_place_fallbacks << std::endl;
   // The arena goes with its DataParallel: the grads in it keep their
   // values (the buffer stays mapped while they live), and later
   // allocations are LibTorch's own again.

@@ -206,6 +206,28 @@ TEST_F(DdpEquivalenceTest, SharedMemoryAllreduceMatchesOneProcess) {
   }
 }
 
+TEST_F(DdpEquivalenceTest, IntraOpThreadsFollowOmpNumThreads) {
+  // ddprun-mnist pins no thread count: LibTorch's intra-op threads are what
+  // OMP_NUM_THREADS says (ddprun sets it only for several workers a node).
+  for (const std::string threads : {"1", "3"}) {
+    SCOPED_TRACE(threads);
+    const std::string summary = dir_.File("threads" + threads + ".json");
+    SubprocessOptions options;
+    options.argv = Argv(dir_.File("threads.pt"), 64,
+                        {"--summary-json", summary}, /*steps=*/2);
+    options.env["OMP_NUM_THREADS"] = threads;
+    options.stderr_path = summary + ".err";
+    auto child = Subprocess::Start(options);
+    ASSERT_TRUE(child.ok()) << child.status();
+    auto exit = child->Wait(absl::Seconds(120));
+    ASSERT_TRUE(exit.has_value() && exit->ok())
+        << ReadFileOrEmpty(summary + ".err");
+    EXPECT_TRUE(absl::StrContains(ReadFileOrEmpty(summary),
+                                  "\"intra_op_threads\": " + threads + ","))
+        << ReadFileOrEmpty(summary);
+  }
+}
+
 TEST_F(DdpEquivalenceTest, ResumeContinuesAtTheExactSample) {
   // 1024 samples / (2 ranks x 32) = 16 steps per epoch; 40 steps cross two
   // epoch ends. The interrupted run stops at step 29 with its newest

@@ -398,110 +398,6 @@ TEST(ShmAllreduceTest, AFailureBetweenNodesReachesEveryLocalRank) {
   });
 }
 
-TEST(ShmAllreduceTest, ResidentBuffersAreSummedInPlaceWithNoCopyIn) {
-  // gradient_as_bucket_view's path: each rank writes its input straight
-  // into its resident buffer in the node's shared memory, and the sum reads
-  // the others' buffers where they lie. Ranges at offsets, slices with
-  // ragged ends, 1 to 8 ranks; exact integer sums, the bits of the copied
-  // path (sum in local-rank order, then divide) on every rank, and the
-  // counters say that no slice went through the copied schedules.
-  const int64_t total = 64 * 9 + 5;
-  const std::vector<std::pair<int64_t, int64_t>> ranges = {
-      {0, 1}, {3, 15}, {17, 64}, {0, 65}, {100, 300}, {0, total}};
-  for (int size : {1, 2, 3, 4, 5, 8}) {
-    for (bool hierarchical : {false, true}) {
-      SCOPED_TRACE(absl::StrCat(size, hierarchical ? " hierarchical" : ""));
-      TempDir dir;
-      std::vector<std::vector<float>> noisy(size);
-      std::vector<std::vector<float>> copied(size);
-      AsLocalRanks(dir, size, [&](int r, ShmAllreduce& shm) {
-        absl::StatusOr<float*> mapped = shm.MapResident(total);
-        ASSERT_TRUE(mapped.ok()) << mapped.status();
-        float* buffer = *mapped;
-        ASSERT_EQ(buffer, shm.resident());
-        int between_calls = 0;
-        ShmAllreduce::BetweenNodes between;
-        if (hierarchical) {
-          between = [&](float*, int64_t) {
-            ++between_calls;
-            return absl::OkStatus();
-          };
-        }
-        for (const auto& [offset, n] : ranges) {
-          for (int64_t i = 0; i < total; ++i) buffer[i] = -99.0f;
-          for (int64_t i = 0; i < n; ++i)
-            buffer[offset + i] = IntegerValue(i, r);
-          ASSERT_TRUE(shm.AllreduceResident(offset, n, 1.0f, between).ok());
-          for (int64_t i = 0; i < n; ++i) {
-            float sum = 0;
-            for (int k = 0; k < size; ++k) sum += IntegerValue(i, k);
-            ASSERT_EQ(buffer[offset + i], sum)
-                << "rank " << r << " range " << offset << "+" << n << " i "
-                << i;
-          }
-          // Nothing outside the range changed.
-          for (int64_t i = 0; i < total; ++i) {
-            if (i < offset || i >= offset + n)
-              ASSERT_EQ(buffer[i], -99.0f) << i;
-          }
-        }
-        // Noisy values, divided: the bits of the copied path.
-        for (int64_t i = 0; i < total; ++i) buffer[i] = NoisyValue(i, r);
-        ASSERT_TRUE(
-            shm.AllreduceResident(0, total, static_cast<float>(size), between)
-                .ok());
-        noisy[r].assign(buffer, buffer + total);
-        copied[r].resize(total);
-        for (int64_t i = 0; i < total; ++i) copied[r][i] = NoisyValue(i, r);
-        ASSERT_TRUE(shm.Allreduce({{copied[r].data(), total}},
-                                  static_cast<float>(size), between)
-                        .ok());
-        EXPECT_EQ(shm.stats().resident_calls,
-                  static_cast<int64_t>(ranges.size()) + 1);
-        if (size > 1 && hierarchical && r == 0) EXPECT_GT(between_calls, 0);
-      });
-      for (int r = 0; r < size; ++r) {
-        ASSERT_EQ(noisy[r].size(), static_cast<size_t>(total)) << r;
-        EXPECT_EQ(std::memcmp(noisy[r].data(), noisy[0].data(),
-                              total * sizeof(float)),
-                  0)
-            << "rank " << r << " differs from rank 0";
-        EXPECT_EQ(std::memcmp(noisy[r].data(), copied[r].data(),
-                              total * sizeof(float)),
-                  0)
-            << "rank " << r << ": the resident sum differs from the copied one";
-      }
-      // Every resident file's name is gone once every rank mapped it.
-      for (const auto& entry :
-           std::filesystem::directory_iterator(dir.path())) {
-        ADD_FAILURE() << "left behind: " << entry.path();
-      }
-    }
-  }
-}
-
-TEST(ShmAllreduceTest, ResidentCallsCountOnlyResidentCalls) {
-  // The counter a test of DataParallel's fast path relies on: a copied
-  // call does not count, a resident one does, and a resident buffer is
-  // needed first (a clear error that every local rank sees).
-  TempDir dir;
-  AsLocalRanks(dir, 2, [](int r, ShmAllreduce& shm) {
-    std::vector<float> data(100, 1.0f);
-    ASSERT_TRUE(shm.Allreduce(data.data(), 100).ok());
-    EXPECT_EQ(shm.stats().resident_calls, 0);
-    if (r == 0) {
-      absl::Status none = shm.AllreduceResident(0, 10, 1.0f);
-      EXPECT_EQ(none.code(), absl::StatusCode::kInvalidArgument) << none;
-      EXPECT_TRUE(absl::StrContains(none.message(), "MapResident")) << none;
-    } else {
-      // Rank 0's error ends this rank's wait instead of the timeout.
-      ASSERT_TRUE(shm.MapResident(100).status().code() !=
-                  absl::StatusCode::kOk);
-    }
-    EXPECT_EQ(shm.stats().resident_calls, 0);
-  });
-}
-
 // Where rank r places part p of a call in its resident buffer: each rank
 // its own order and gaps, so that no two ranks share an offset.
 std::vector<int64_t> PartOffsets(const std::vector<int64_t>& lengths, int r) {
@@ -596,7 +492,6 @@ TEST(ShmAllreduceTest, PartsInResidentBuffersAreSummedWhereTheyLie) {
       EXPECT_EQ(shm.stats().in_place_calls,
                 2 * static_cast<int64_t>(layouts.size()));
       EXPECT_EQ(shm.stats().in_place_fallbacks, 0);
-      EXPECT_EQ(shm.stats().resident_calls, 0);
     });
     for (int r = 0; r < size; ++r) {
       ASSERT_EQ(noisy[r].size(), layouts.size()) << r;
@@ -775,12 +670,6 @@ TEST(ShmAllreduceTest, ADeadPeerIsNamedLongBeforeTheTimeout) {
   EXPECT_TRUE(absl::StrContains(result.message(), "local rank 1")) << result;
   EXPECT_TRUE(absl::StrContains(result.message(), "died")) << result;
   EXPECT_LT(absl::Now() - start, absl::Seconds(30));
-}
-
-TEST(ShmAllreduceTest, ADeadPeerEndsAResidentCallAndItsFilesGo) {
-  ExpectADeadPeerNamedIn([](ShmAllreduce& shm, float*) {
-    return shm.AllreduceResident(0, 1000, 2.0f);
-  });
 }
 
 TEST(ShmAllreduceTest, BadOptionsAreClearErrors) {

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The README's snippet in a user's CNN (examples/dist_cnn, built out of tree
+# against this build installed in a temporary prefix, as a user would) at
+# world 2 under `ddprun --standalone`: libddp's default path (no option set)
+# against the same program on its own process-group path
+# (`--gradient-sync process-group`, GradientSync::kProcessGroup). Runs are
+# interleaved pairs (default, process group, default, ...) so that load from
+# elsewhere hits both alike; prints each pair's samples/s and the median of
+# the per-pair ratios.
+#
+#   bench/examples/cnn_paths.sh [PAIRS] [STEPS]     (default 7 pairs, 300 steps)
+#
+# Needs the install targets built in DDPRUN_BUILD_DIR (default build/):
+#   cmake --build build --target ddprun ddprun-rendezvous ddprun-relay ddprun-mnist libddp
+set -euo pipefail
+unset OMP_NUM_THREADS  # ddprun's defaults: 1 per worker when a node runs several
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+build="${DDPRUN_BUILD_DIR:-$root/build}"
+mnist_dir="${DDPRUN_MNIST_DIR:-$root/data/mnist}"
+pairs="${1:-7}"
+steps="${2:-300}"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+prefix=$work/prefix
+
+cmake --install "$build" --prefix "$prefix" >"$work/install.log"
+launcher=$(sed -n 's/^CMAKE_CXX_COMPILER_LAUNCHER:[A-Z]*=//p' "$build/CMakeCache.txt")
+cmake -S "$root/examples/dist_cnn" -B "$work/cnn" -G Ninja \
+  -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_CXX_COMPILER_LAUNCHER="$launcher" >"$work/configure.log"
+cmake --build "$work/cnn" >"$work/build.log"
+
+# one PATH_ARGS...: samples/s of one world-2 run (ddprun's defaults).
+one() {
+  "$prefix/bin/ddprun" --standalone --nproc-per-node 2 "$work/cnn/dist-cnn" \
+    --data-dir "$mnist_dir" --steps "$steps" "$@" >"$work/out" 2>"$work/err" ||
+    { cat "$work/out" "$work/err" >&2; exit 1; }
+  grep -q '^gradient path' "$work/out"
+  sed -n 's/^samples_per_sec //p' "$work/out"
+}
+
+echo "examples/dist_cnn, world 2, $steps steps of 64 per rank, $pairs interleaved pairs ($(date -u +%H:%M) UTC, load $(cut -d' ' -f1-3 /proc/loadavg))"
+ratios=()
+for i in $(seq 1 "$pairs"); do
+  fast=$(one)
+  slow=$(one --gradient-sync process-group)
+  ratio=$(awk -v a="$fast" -v b="$slow" 'BEGIN { printf "%.3f", a / b }')
+  ratios+=("$ratio")
+  printf '  pair %d: default %.0f  process group %.0f samples/s  ratio %s\n' \
+    "$i" "$fast" "$slow" "$ratio"
+done
+printf '%s\n' "${ratios[@]}" | sort -g | awk '
+  { r[NR] = $1 } END {
+    m = NR % 2 ? r[(NR + 1) / 2] : (r[NR / 2] + r[NR / 2 + 1]) / 2
+    printf "median default / process group: %.2fx (min %.2fx, max %.2fx)\n", m, r[1], r[NR] }'
