@@ -121,11 +121,12 @@ void SupervisorPolicy::MarkHung(int local_rank, absl::Time now) {
 
 RecoveryDecision SupervisorPolicy::DecideRecovery() const {
   RecoveryDecision decision;
+  bool some_declared = false;
   for (const Worker& w : workers_) {
-    if (!w.in_place) return decision;
     if (w.exit && w.exit->success()) return decision;
+    some_declared |= w.in_place;
   }
-  decision.in_place = true;
+  if (!some_declared) return decision;
   bool some_stopped = false;
   for (const LocalFailure& f : failures_) {
     if (f.cause == v1::FAILURE_CAUSE_HUNG && workers_[f.local_rank].stopped)
@@ -145,6 +146,19 @@ RecoveryDecision SupervisorPolicy::DecideRecovery() const {
   }
   std::sort(decision.replace.begin(), decision.replace.end());
   std::sort(decision.kill.begin(), decision.kill.end());
+  // Every worker kept must recover in place. One that has not declared it
+  // yet is fine only when it is replaced: a replacement that failed before
+  // it got that far (stopped or killed in its start-up). Restarting the
+  // whole node for it would throw away its survivors' state and start its
+  // workers afresh beside the other nodes' survivors.
+  for (int i = 0; i < static_cast<int>(workers_.size()); ++i) {
+    if (!workers_[i].in_place &&
+        !std::binary_search(decision.replace.begin(), decision.replace.end(),
+                            i)) {
+      return RecoveryDecision{};
+    }
+  }
+  decision.in_place = true;
   return decision;
 }
 

@@ -98,8 +98,9 @@ class SupervisorPolicy {
   // or less when a worker could become hung sooner (never negative).
   absl::Duration WaitBefore(absl::Duration monitor_interval) const;
 
-  // In place only when every local worker declared it and none has ended
-  // well (a worker that finished cannot take a new round): then the failed
+  // In place only when every local worker declared it (or, not yet, is
+  // replaced: a replacement lost in its start-up) and none has ended well
+  // (a worker that finished cannot take a new round): then the failed
   // ones (after Evaluate said kFailed; none for another node's failure) are
   // replaced and the hung ones among them killed first. A hang replaces only
   // the stopped workers when there are any (the rest wait for them in a

@@ -126,6 +126,33 @@ TEST_F(SupervisorPolicyTest, AWorkerThatDidNotDeclareMeansRestartAll) {
   EXPECT_TRUE(decision.replace.empty());
 }
 
+// A replacement stopped or killed in its start-up, before it could declare
+// in-place recovery, is replaced again; its declared peer keeps its state.
+// (Restarting the whole node for it left fresh workers beside the other
+// nodes' survivors, and the round stalled until the join bound.)
+TEST_F(SupervisorPolicyTest,
+       AReplacementLostBeforeItDeclaredIsReplacedInPlace) {
+  common::FakeClock clock;
+  SupervisorPolicy policy({.num_workers = 2,
+                           .expect_reports = {true, true},
+                           .in_place = {false, true}},
+                          Adaptive(), clock);
+  policy.OnProcessState(0, /*stopped=*/true);
+  clock.Advance(absl::Milliseconds(300));
+  policy.OnProcessState(0, /*stopped=*/true);
+  ASSERT_EQ(policy.Evaluate(), Verdict::kFailed);
+  RecoveryDecision decision = policy.DecideRecovery();
+  EXPECT_TRUE(decision.in_place);
+  EXPECT_EQ(decision.replace, std::vector<int>{0});
+  EXPECT_EQ(decision.kill, std::vector<int>{0});
+  // Whereas a running worker that never declared still restarts the node.
+  SupervisorPolicy other({.num_workers = 2, .in_place = {false, true}},
+                         Adaptive(), clock);
+  other.OnExit(1, ExitStatus::Signaled(9));
+  ASSERT_EQ(other.Evaluate(), Verdict::kFailed);
+  EXPECT_FALSE(other.DecideRecovery().in_place);
+}
+
 TEST_F(SupervisorPolicyTest, AHungDeclaredWorkerIsKilledAndReplaced) {
   common::FakeClock clock;
   SupervisorPolicy policy({.num_workers = 2}, Fixed(absl::Seconds(2)), clock);
