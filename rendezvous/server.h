@@ -79,6 +79,9 @@ struct ServerOptions {
   // memory gRPC held for them is given back to the system once the Join
   // traffic calmed (MemoryReturn). 0: never.
   size_t return_memory_after_parked = 10000;
+  // Who is named a straggler: a rank whose compute time per step stays
+  // above `factor` times the other ranks' median for `windows` windows.
+  StragglerOptions straggler;
   // The time source; nullptr: the real clock. Must outlive the server.
   const common::Clock* clock = nullptr;
   // Prometheus metrics: every RPC by method and code with its latency, and

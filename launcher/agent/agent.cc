@@ -13,6 +13,7 @@
 #include "launcher/agent/failure_report.h"
 #include "launcher/agent/failure_summary.h"
 #include "launcher/agent/heartbeat_loop.h"
+#include "launcher/agent/rank_figures.h"
 #include "launcher/posix/local_address.h"
 #include "spdlog/spdlog.h"
 
@@ -363,7 +364,13 @@ HeartbeatLoopOptions Agent::HeartbeatOptions(
 }
 
 Agent::RoundEnd Agent::Supervise(const RunningRound& round) {
-  HeartbeatLoop heartbeat(client_, HeartbeatOptions(round.assignment),
+  // Declared before the heartbeat loop, which reads it.
+  RankFigures figures(options_.nproc_per_node, clock_.Now());
+  HeartbeatLoopOptions heartbeat_options = HeartbeatOptions(round.assignment);
+  heartbeat_options.figures = [this, &figures] {
+    return figures.Summary(clock_.Now());
+  };
+  HeartbeatLoop heartbeat(client_, std::move(heartbeat_options),
                           [this] { events_.PostRejoin(); });
   SupervisorPolicyOptions policy_options;
   policy_options.num_workers = options_.nproc_per_node;
@@ -385,7 +392,7 @@ Agent::RoundEnd Agent::Supervise(const RunningRound& round) {
     if (std::optional<int> sig = events_.stop_signal()) {
       return StopOnSignal(round, *sig);
     }
-    Observe(round, policy, exited);
+    Observe(round, policy, figures, exited);
     if (standbys_ != nullptr) standbys_->PromoteLate();
     if (std::optional<RoundEnd> end = OnVerdict(round, policy)) return *end;
     if (events_.TakeRejoin()) return OnRoundOverElsewhere(round, policy);
@@ -442,7 +449,7 @@ Agent::RoundEnd Agent::OnRoundOverElsewhere(const RunningRound& round,
 }
 
 void Agent::Observe(const RunningRound& round, SupervisorPolicy& policy,
-                    int& exited) {
+                    RankFigures& figures, int& exited) {
   const int n = options_.nproc_per_node;
   AgentMetrics* metrics = context_.metrics;
   for (const auto& [local_rank, status] : round.group.Reap()) {
@@ -453,14 +460,18 @@ void Agent::Observe(const RunningRound& round, SupervisorPolicy& policy,
                    status.ToString());
     }
     policy.OnExit(local_rank, status);
+    figures.SetExited(local_rank);
   }
   const std::vector<pid_t> pids = round.group.pids();
   for (int i = 0; i < n; ++i) {
     const std::vector<common::ProgressRecord> records =
         round.progress[i].Drain();
+    const absl::Time now = clock_.Now();
     for (const common::ProgressRecord& record : records) {
       policy.OnRecord(i, record);
+      figures.OnRecord(i, record, now);
     }
+    figures.SetPhase(i, policy.phase(i));
     if (!records.empty()) {
       if (static_cast<int>(workers_report_.size()) <= i) {
         workers_report_.resize(i + 1, false);

@@ -43,6 +43,12 @@ void HeartbeatLoop::Run() {
   absl::Time last_heard = absl::Now();
   while (!stop_.WaitForNotificationWithTimeout(options_.interval)) {
     absl::Time sent = absl::Now();
+    if (options_.figures) {
+      request.clear_ranks();
+      for (v1::RankFigures& f : options_.figures()) {
+        *request.add_ranks() = std::move(f);
+      }
+    }
     absl::StatusOr<v1::HeartbeatResponse> response = Beat(request);
     if (!response.ok() &&
         response.status().code() == absl::StatusCode::kNotFound) {
@@ -91,8 +97,8 @@ void HeartbeatLoop::Run() {
     // A job that succeeded elsewhere does not stop workers still running
     // here; they finish and Leave.
     if (response->rejoin() || response->state() == v1::JOB_STATE_FAILED) {
-      spdlog::info("round {} is over (job round now {})",
-                   options_.round, response->round());
+      spdlog::info("round {} is over (job round now {})", options_.round,
+                   response->round());
       on_round_over_();
       return;
     }
@@ -186,10 +192,10 @@ HeartbeatLoop::Resumed HeartbeatLoop::Resume() {
       resumed->ended().state() == v1::JOB_STATE_SUCCEEDED) {
     return Resumed::kYes;  // workers still running here finish and Leave
   }
-  spdlog::info("rendezvous {} restarted and round {} cannot go on: {}",
-               client_.endpoint(), options_.round,
-               resumed->has_ended() ? resumed->ended().message()
-                                    : resumed->rejoin());
+  spdlog::info(
+      "rendezvous {} restarted and round {} cannot go on: {}",
+      client_.endpoint(), options_.round,
+      resumed->has_ended() ? resumed->ended().message() : resumed->rejoin());
   return Resumed::kRoundOver;
 }
 

@@ -588,6 +588,9 @@ absl::StatusOr<CommandLine> ParseStatus(int argc, const char* const* argv) {
       ->required();
   AddString(app, "--rdzv-id", &o.rdzv_id, "only this job (default: all)");
   AddFlag(app, "--json", &o.json, "print JSON instead of a table");
+  AddFlag(app, "--events", &o.events,
+          "print each job's events (rounds, failures, restarts, stragglers); "
+          "with --json as JSON lines");
   AddAuthFlags(app, o.auth);
   AddString(app, "--timeout", &timeout, "seconds to wait for the answer");
   try {

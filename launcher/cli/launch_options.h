@@ -127,6 +127,9 @@ struct StatusOptions {
   std::string rdzv_endpoint;
   std::string rdzv_id;  // empty: every job
   bool json = false;
+  // The jobs' event logs: as text, or with `json` as JSON lines (one event
+  // a line, its job's run_id added).
+  bool events = false;
   common::Credentials auth;
   absl::Duration timeout = absl::Seconds(5);
 };
