@@ -180,6 +180,7 @@ int main(int argc, char** argv) {
                "listen beyond loopback without a token: only on a network "
                "that just trusted hosts reach");
   ddprun::common::AddLogLevelFlag(app, &logging.level);
+  ddprun::common::AddLogFormatFlag(app, &logging.format);
   ddprun::common::AddVersionFlag(app, "ddprun-rendezvous");
   std::string job_run_id;
   std::string job_secret_file;
