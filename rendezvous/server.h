@@ -103,6 +103,11 @@ class Server {
   Server& operator=(const Server&) = delete;
 
   int port() const { return port_; }
+  // What Rendezvous.Status answers (for the job pages, job_page.h).
+  absl::StatusOr<v1::StatusResponse> JobStatus(
+      const v1::StatusRequest& request) const {
+    return jobs_.Status(request);
+  }
   // "host:port" a client can dial; a wildcard host becomes loopback.
   std::string endpoint() const;
   // Idempotent; the destructor calls it. Parked calls are answered
