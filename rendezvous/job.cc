@@ -664,6 +664,13 @@ v1::HeartbeatResponse Job::Heartbeat(const v1::HeartbeatRequest& request,
   } else {
     response.set_rejoin(request.round() != round_ ||
                         state_ != v1::JOB_STATE_RUNNING || !member);
+    if (!response.rejoin()) {
+      for (const StragglerDetector::Straggler& s : stragglers_.stragglers()) {
+        if (s.sample.node_id == request.node_id()) {
+          response.add_straggler_local_ranks(s.sample.local_rank);
+        }
+      }
+    }
   }
   return response;
 }

@@ -29,6 +29,7 @@ void StragglerDetector::Report(int rank, const RankSample& sample,
 void StragglerDetector::Reset() {
   ranks_.clear();
   job_median_s_ = 0;
+  named_.clear();
 }
 
 std::vector<StragglerDetector::Change> StragglerDetector::Evaluate(
@@ -83,22 +84,18 @@ std::vector<StragglerDetector::Change> StragglerDetector::Evaluate(
       }
     }
   }
-  return changes;
-}
-
-std::vector<StragglerDetector::Straggler> StragglerDetector::stragglers()
-    const {
-  std::vector<Straggler> out;
+  named_.clear();
   for (const auto& [rank, r] : ranks_) {
-    if (r.named.has_value()) out.push_back(*r.named);
+    if (r.named.has_value()) named_.push_back(*r.named);
   }
-  std::sort(out.begin(), out.end(), [](const Straggler& a, const Straggler& b) {
-    return a.ratio != b.ratio ? a.ratio > b.ratio : a.rank < b.rank;
-  });
-  if (static_cast<int>(out.size()) > options_.max_reported) {
-    out.resize(options_.max_reported);
+  std::sort(named_.begin(), named_.end(),
+            [](const Straggler& a, const Straggler& b) {
+              return a.ratio != b.ratio ? a.ratio > b.ratio : a.rank < b.rank;
+            });
+  if (static_cast<int>(named_.size()) > options_.max_reported) {
+    named_.resize(options_.max_reported);
   }
-  return out;
+  return changes;
 }
 
 }  // namespace ddprun::rendezvous

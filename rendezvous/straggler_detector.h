@@ -77,8 +77,10 @@ class StragglerDetector {
     Straggler straggler;
   };
   std::vector<Change> Evaluate(absl::Time now);
-  // Named now, slowest (highest ratio) first, at most max_reported.
-  std::vector<Straggler> stragglers() const;
+  // Named now, slowest (highest ratio) first, at most max_reported. Kept
+  // from the last Evaluate: reading it costs no scan of the ranks (a
+  // heartbeat reads it).
+  const std::vector<Straggler>& stragglers() const { return named_; }
   // The median compute time per step across ranks at the last window; 0
   // before one had figures.
   double job_median_s() const { return job_median_s_; }
@@ -97,6 +99,7 @@ class StragglerDetector {
   absl::flat_hash_map<int, Rank> ranks_;
   absl::Time next_window_ = absl::InfinitePast();
   double job_median_s_ = 0;
+  std::vector<Straggler> named_;
 };
 
 }  // namespace ddprun::rendezvous

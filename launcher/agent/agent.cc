@@ -370,6 +370,13 @@ Agent::RoundEnd Agent::Supervise(const RunningRound& round) {
   heartbeat_options.figures = [this, &figures] {
     return figures.Summary(clock_.Now());
   };
+  // Stragglers the server names, for the agent's thread (Observe).
+  StragglerInbox stragglers;
+  if (options_.replace_stragglers) {
+    heartbeat_options.on_stragglers = [&stragglers](std::vector<int> ranks) {
+      stragglers.Post(std::move(ranks));
+    };
+  }
   HeartbeatLoop heartbeat(client_, std::move(heartbeat_options),
                           [this] { events_.PostRejoin(); });
   SupervisorPolicyOptions policy_options;
@@ -393,6 +400,13 @@ Agent::RoundEnd Agent::Supervise(const RunningRound& round) {
       return StopOnSignal(round, *sig);
     }
     Observe(round, policy, figures, exited);
+    for (int local_rank : stragglers.Take()) {
+      spdlog::warn(
+          "worker rank {} (local {}) is a persistent straggler: replacing it "
+          "(--straggler-policy replace)",
+          round.assignment.rank_offset() + local_rank, local_rank);
+      policy.OnStraggler(local_rank);
+    }
     if (standbys_ != nullptr) standbys_->PromoteLate();
     if (std::optional<RoundEnd> end = OnVerdict(round, policy)) return *end;
     if (events_.TakeRejoin()) return OnRoundOverElsewhere(round, policy);
@@ -507,7 +521,10 @@ Agent::RoundEnd Agent::OnWorkersFailed(const RunningRound& round,
   // A hung worker cannot use a grace period (a checkpoint on SIGTERM); the
   // others get it.
   for (const LocalFailure& f : failures) {
-    if (f.cause == v1::FAILURE_CAUSE_HUNG) round.group.Kill(f.local_rank);
+    if (f.cause == v1::FAILURE_CAUSE_HUNG ||
+        f.cause == v1::FAILURE_CAUSE_STRAGGLER) {
+      round.group.Kill(f.local_rank);
+    }
   }
   round.group.Stop(options_.shutdown_grace);
   return RoundEnd::kRejoin;

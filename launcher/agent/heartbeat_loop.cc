@@ -50,6 +50,12 @@ void HeartbeatLoop::Run() {
       }
     }
     absl::StatusOr<v1::HeartbeatResponse> response = Beat(request);
+    if (response.ok() && options_.on_stragglers &&
+        !response->straggler_local_ranks().empty()) {
+      options_.on_stragglers(
+          std::vector<int>(response->straggler_local_ranks().begin(),
+                           response->straggler_local_ranks().end()));
+    }
     if (!response.ok() &&
         response.status().code() == absl::StatusCode::kNotFound) {
       // The server does not know the job: it restarted.

@@ -39,6 +39,9 @@ struct HeartbeatLoopOptions {
   // The node's local ranks' figures, sent with every heartbeat (called on
   // the loop's thread). Unset: none.
   std::function<std::vector<v1::RankFigures>()> figures;
+  // Called (on the loop's thread) with this node's local ranks that the
+  // server names stragglers, whenever an answer names any. Unset: ignored.
+  std::function<void(std::vector<int>)> on_stragglers;
 };
 
 // Heartbeats the rendezvous for one round on a thread of its own, so that a

@@ -58,4 +58,24 @@ class RankFigures {
   std::vector<Rank> ranks_ ABSL_GUARDED_BY(mu_);
 };
 
+// The local ranks the server names stragglers, handed from the heartbeat
+// thread (Post) to the agent's (Take). Thread-safe.
+class StragglerInbox {
+ public:
+  void Post(std::vector<int> local_ranks) {
+    absl::MutexLock lock(&mu_);
+    for (int r : local_ranks) ranks_.push_back(r);
+  }
+  std::vector<int> Take() {
+    absl::MutexLock lock(&mu_);
+    std::vector<int> out;
+    out.swap(ranks_);
+    return out;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<int> ranks_ ABSL_GUARDED_BY(mu_);
+};
+
 }  // namespace ddprun::launcher

@@ -828,6 +828,11 @@ TEST_F(JobTest, HeartbeatFiguresNameAStragglerInStatusAndEvents) {
   ASSERT_EQ(status.nodes(1).ranks_size(), 1);
   EXPECT_EQ(status.nodes(1).ranks(0).phase(), "step");
   EXPECT_EQ(status.events_size(), 0) << "only when asked";
+  // Its agent hears it in the heartbeat's answer; the other's does not.
+  v1::HeartbeatResponse b_answer = Heartbeat("b", 0);
+  ASSERT_EQ(b_answer.straggler_local_ranks_size(), 1);
+  EXPECT_EQ(b_answer.straggler_local_ranks(0), 0);
+  EXPECT_EQ(Heartbeat("a", 0).straggler_local_ranks_size(), 0);
 
   Fail("a", 0, 0);
   v1::StatusRequest request;
