@@ -9,7 +9,10 @@ stop/continue duty cycle (SIGSTOP for 100 ms, SIGCONT for 100 ms). Within
 straggler (and only it), /metrics must carry its
 ddprun_rendezvous_straggler_ratio, and `ddprun status --events --json` a
 "straggler" event for it. The same job without the throttle, watched for
-as long, must name nobody, in status or in its events.
+as long, must name nobody, in status or in its events. With
+`ddprun --straggler-policy replace`, the throttled rank is killed as a
+straggler (the failure's cause says so) and replaced in place, and the job
+steps on in its next round.
 
 The agent runs with --hang-bound stopped=0: a worker stopped this often is
 otherwise a hang by the default rule (stopped 250 ms), which is right for a
@@ -57,7 +60,7 @@ def wait_for(condition, timeout_s, poll_s=0.1):
 class Cluster:
     """A rendezvous server and one agent running MNIST workers."""
 
-    def __init__(self, args, tmp, run_id):
+    def __init__(self, args, tmp, run_id, agent_flags=()):
         self.args = args
         self.run_id = run_id
         self.procs = []
@@ -84,8 +87,8 @@ class Cluster:
         self.agent = subprocess.Popen(
             [args.ddprun, "--nnodes", "1", "--nproc-per-node", str(NPROC),
              "--rdzv-backend", "c10d", "--rdzv-endpoint", self.endpoint,
-             "--rdzv-id", run_id, "--hang-bound", "stopped=0",
-             args.mnist, "--data-dir", args.data_dir, "--epochs", "100",
+             "--rdzv-id", run_id, "--hang-bound", "stopped=0"] +
+            list(agent_flags) + [args.mnist, "--data-dir", args.data_dir, "--epochs", "100",
              "--save", "", "--test-limit", "100"] + MODEL_FLAGS,
             stdout=self.agent_log, stderr=subprocess.STDOUT,
             start_new_session=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
@@ -224,6 +227,45 @@ def throttled_run(args, tmp):
         cluster.close()
 
 
+def replaced_run(args, tmp):
+    """--straggler-policy replace: the named rank is killed and replaced in
+    place; the job goes on, the failure's cause says straggler."""
+    cluster = Cluster(args, tmp, "replaced",
+                      ["--straggler-policy", "replace", "--max-restarts", "1"])
+    throttle = None
+    try:
+        check(wait_for(lambda: cluster.stepping_ranks() == set(range(NPROC)),
+                       120), "the ranks did not all report steps", cluster)
+        pid = cluster.worker_pid(1)
+        check(pid, "no worker with RANK=1 under the agent", cluster)
+        throttle = Throttle(pid)
+        throttle.start()
+
+        def replaced():
+            job = cluster.status()
+            if not job or not job.get("failures"):
+                return None
+            return job
+
+        job = wait_for(replaced, 60, poll_s=0.25)
+        check(job, "the straggler was not replaced", cluster)
+        failure = job["failures"][0]
+        check(failure.get("failure_cause") == "FAILURE_CAUSE_STRAGGLER" and
+              failure.get("rank") == 1, "failure: %s" % failure, cluster)
+        throttle.stop()
+        check(wait_for(lambda: (cluster.status() or {}).get("round") == "1" and
+                       cluster.stepping_ranks() == set(range(NPROC)), 120),
+              "the job did not go on in round 1", cluster)
+        check(cluster.worker_pid(1) != pid, "rank 1 was not replaced",
+              cluster)
+        check(cluster.worker_pid(0) is not None, "rank 0 is gone", cluster)
+        print("replaced: rank 1 killed as a straggler, round 1 steps")
+    finally:
+        if throttle:
+            throttle.stop()
+        cluster.close()
+
+
 def clean_run(args, tmp):
     cluster = Cluster(args, tmp, "clean")
     try:
@@ -253,13 +295,15 @@ def main():
     parser.add_argument("--rendezvous", required=True)
     parser.add_argument("--mnist", required=True)
     parser.add_argument("--data-dir", required=True)
-    parser.add_argument("--only", choices=["throttled", "clean"])
+    parser.add_argument("--only", choices=["throttled", "clean", "replaced"])
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        if args.only != "clean":
+        if args.only in (None, "throttled"):
             throttled_run(args, tmp)
-        if args.only != "throttled":
+        if args.only in (None, "clean"):
             clean_run(args, tmp)
+        if args.only in (None, "replaced"):
+            replaced_run(args, tmp)
     print("PASS")
 
 
