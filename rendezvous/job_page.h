@@ -20,8 +20,10 @@ using StatusSource =
 //                           rate, the slowest ranks and stragglers,
 //                           restarts, the event timeline, a steps-per-second
 //                           plot; self-contained (inline CSS, SVG and a
-//                           little JavaScript that polls the JSON below
-//                           every second)
+//                           little JavaScript that polls page.json every
+//                           second)
+//   /jobs/<run_id>/page.json    what the page shows, bounded (64 ranks, the
+//                               8 slowest, 100 events) for any job size
 //   /jobs/<run_id>/status.json  Rendezvous.Status for the job, with events
 // nullopt for any other target (404). No gRPC here: `status` answers.
 std::optional<common::HttpPage> JobPage(const std::string& target,
