@@ -62,14 +62,18 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(
   std::shared_ptr<grpc::ChannelCredentials> credentials;
   grpc::ChannelArguments args;
   if (options.reconnect_backoff_initial_ms > 0) {
+    // Not GRPC_ARG_MIN_RECONNECT_BACKOFF_MS: gRPC takes that as the shortest
+    // connect deadline, and at tens of milliseconds a connect on a loaded
+    // host is cut off ("tcp handshaker shutdown") again and again.
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
-                options.reconnect_backoff_initial_ms);
-    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
                 options.reconnect_backoff_initial_ms);
   }
   if (options.reconnect_backoff_max_ms > 0) {
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
                 options.reconnect_backoff_max_ms);
+  }
+  if (options.private_subchannels) {
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   }
   if (options.tls_ca_file.empty()) {
     if (!options.tls_cert_file.empty() || !options.tls_key_file.empty()) {

@@ -29,6 +29,9 @@ struct ChannelOptions : Credentials {
   // rendezvous server that starts after it within its join retries.
   int reconnect_backoff_initial_ms = 0;
   int reconnect_backoff_max_ms = 0;
+  // The channel's own connections, not gRPC's process-wide subchannel
+  // pool shared by every channel to the same target with the same settings.
+  bool private_subchannels = false;
 };
 
 // A channel to `endpoint` ("host:port") that attaches the token to every

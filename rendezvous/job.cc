@@ -508,6 +508,7 @@ void Job::Close(absl::Time now, Effects* effects) {
     a->set_node_rank(node.previous_rank);
     a->set_rank_offset(node.rank_offset);
     node.last_seen = now;  // the heartbeat clock starts with the round
+    node.heard_in_round = false;
     Answer(node, std::move(response), effects);
   }
   spdlog::info(
@@ -609,6 +610,7 @@ v1::ReportFailureResponse Job::ReportFailure(
   last_activity_ = now;
   if (auto it = nodes_.find(request.node_id()); it != nodes_.end()) {
     it->second.last_seen = now;
+    it->second.heard_in_round = true;
   }
   if (!ended() && state_ == v1::JOB_STATE_RUNNING &&
       request.round() == round_) {
@@ -646,6 +648,7 @@ v1::HeartbeatResponse Job::Heartbeat(const v1::HeartbeatRequest& request,
   bool member = false;
   if (auto it = nodes_.find(request.node_id()); it != nodes_.end()) {
     it->second.last_seen = now;
+    it->second.heard_in_round = true;
     member = it->second.member;
     if (member && !request.ranks().empty() && request.round() == round_ &&
         state_ == v1::JOB_STATE_RUNNING) {
@@ -727,6 +730,12 @@ void Job::HeartbeatStreamEnded(const std::string& node_id, int64_t round,
   }
   it->second.stream_lost_at = now;
   next_scan_ = std::min(next_scan_, now + StreamLossGrace());
+}
+
+absl::Duration Job::FirstBeatGrace() const {
+  return std::min(std::max(absl::Milliseconds(4 * heartbeat_interval_ms_),
+                           absl::Seconds(2)),
+                  absl::Milliseconds(heartbeat_timeout_ms_));
 }
 
 absl::Duration Job::StreamLossGrace() const {
@@ -873,6 +882,11 @@ void Job::Tick(absl::Time now, Effects* effects) {
       if (node.member && node.stream_lost_at >= node.last_seen) {
         deadline = std::min(deadline, node.stream_lost_at + StreamLossGrace());
       }
+      if (node.member && !node.heard_in_round) {
+        deadline = std::min(deadline,
+                            std::max(node.last_seen, heartbeat_clock_start_) +
+                                FirstBeatGrace());
+      }
       if (now >= deadline) {
         silent.push_back(id);
       } else {
@@ -908,7 +922,8 @@ void Job::Tick(absl::Time now, Effects* effects) {
                  id, absl::ToInt64Milliseconds(now - node.last_seen),
                  node.stream_lost_at >= node.last_seen
                      ? " since its heartbeat stream ended"
-                     : "",
+                 : !node.heard_in_round ? " since its round began"
+                                        : "",
                  member ? absl::StrFormat(", round %d ends", round_) : "");
     lost_member |= member;
     if (member) {

@@ -241,6 +241,10 @@ class Job {
     // When its heartbeat stream ended in its running round (it is gone
     // unless it heartbeats again: HeartbeatStreamEnded).
     absl::Time stream_lost_at = absl::InfinitePast();
+    // False from its round's assignment until it is heard from in that
+    // round. An agent killed during a round change (after its Join was
+    // answered, before its first heartbeat) has no stream whose end tells.
+    bool heard_in_round = true;
     // Its local ranks' figures from its latest heartbeat of the running
     // round that carried them.
     google::protobuf::RepeatedPtrField<v1::RankFigures> ranks;
@@ -308,6 +312,11 @@ class Job {
   // unary heartbeats at its next beat), never more than the heartbeat
   // timeout.
   absl::Duration StreamLossGrace() const;
+  // How long a member may take to send its first heartbeat of a round: four
+  // heartbeat intervals and at least two seconds (the agent beats one
+  // interval after it started or reached its workers), never more than the
+  // heartbeat timeout.
+  absl::Duration FirstBeatGrace() const;
   std::string JoinTimeoutMessage() const;
   // A member's heartbeat of the running round carried rank figures: keeps
   // them, hands them to the straggler detector and logs what it decides.

@@ -327,10 +327,7 @@ grpc::ServerUnaryReactor* RendezvousService::Resume(
 grpc::ServerUnaryReactor* RendezvousService::Status(
     grpc::CallbackServerContext* context, const v1::StatusRequest* request,
     v1::StatusResponse* response) {
-  absl::Status ok =
-      request->run_id().empty()
-          ? token_->CheckAdmin(*context, "Status of every job")
-          : token_->Check(*context, request->run_id());
+  absl::Status ok = token_->CheckStatus(*context, request->run_id());
   if (!ok.ok()) return FinishNow(context, ok);
   return FinishWith(context, jobs_->Status(*request), response);
 }

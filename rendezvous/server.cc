@@ -77,7 +77,10 @@ Server::Server(const ServerOptions& options)
       clock_(options.clock != nullptr ? options.clock
                                       : &common::RealClock::Get()),
       ticker_(clock_, TickOptions(options)),
-      token_check_(options.token),
+      token_check_(TokenCheckOptions{
+          .secret = options.token,
+          .only_run_id = options.only_run_id,
+          .status_without_secret = options.status_without_token}),
       jobs_(clock_, TableOptions(options,
                                  [this](absl::Time t) { ticker_.WakeBy(t); })),
       store_(clock_, options.limits),
@@ -148,7 +151,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
   Server* raw = server.get();
   server->ticker_.Start([raw] { return raw->Tick(); });
   spdlog::info(
-      "rendezvous server listening on {} ({}, {})", server->endpoint(),
+      "rendezvous server listening on {} ({}, {})", server->listen_address(),
       options.tls.cert_file.empty()
           ? "plaintext"
           : (options.tls.client_ca_file.empty() ? "TLS" : "mutual TLS"),
@@ -405,6 +408,15 @@ std::string Server::endpoint() const {
   if (host == "0.0.0.0" || host.empty()) host = "127.0.0.1";
   if (host == "::" || host == "[::]") host = "::1";
   return common::Endpoint{host, port_}.ToString();
+}
+
+std::string Server::listen_address() const {
+  const std::string& host = options_.host;
+  bool wildcard =
+      host.empty() || host == "0.0.0.0" || host == "::" || host == "[::]";
+  std::string bound =
+      common::Endpoint{host.empty() ? "0.0.0.0" : host, port_}.ToString();
+  return wildcard ? bound + " (all interfaces)" : bound;
 }
 
 void Server::Shutdown() {

@@ -29,6 +29,13 @@ struct ServerOptions {
   // Every Rendezvous and Store call must carry it (metadata
   // "authorization: Bearer <token>"); empty: no token check.
   std::string token;
+  // When set, the server serves this one job: calls on another run id are
+  // refused. The rendezvous a ddprun agent hosts serves its own job only.
+  std::string only_run_id;
+  // Without a token, whether any caller may read Status. The rendezvous an
+  // agent hosts off loopback answers it only with a token: an open one
+  // gives no more than torchrun's c10d store would.
+  bool status_without_token = true;
   // TLS when tls.cert_file is set; mutual TLS when tls.client_ca_file is too.
   common::ServerTlsOptions tls;
   Limits limits;
@@ -110,6 +117,9 @@ class Server {
   }
   // "host:port" a client can dial; a wildcard host becomes loopback.
   std::string endpoint() const;
+  // Where it listens: "host:port" as bound, with "(all interfaces)" after a
+  // wildcard host.
+  std::string listen_address() const;
   // Idempotent; the destructor calls it. Parked calls are answered
   // UNAVAILABLE, then the server stops.
   void Shutdown();

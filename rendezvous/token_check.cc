@@ -2,8 +2,8 @@
 
 #include <openssl/crypto.h>
 
-#include "absl/strings/strip.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 #include "common/credentials.h"
 #include "spdlog/spdlog.h"
 
@@ -15,12 +15,16 @@ constexpr absl::string_view kBearer = "Bearer ";
 // Constant time in the content; a length mismatch returns at once, which
 // tells a guesser only the length of a valid token (public for job tokens).
 bool SameSecret(absl::string_view a, absl::string_view b) {
-  return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+  return a.size() == b.size() &&
+         CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
 }  // namespace
 
-TokenCheck::TokenCheck(std::string secret) : secret_(std::move(secret)) {
+TokenCheck::TokenCheck(TokenCheckOptions options)
+    : secret_(std::move(options.secret)),
+      only_run_id_(std::move(options.only_run_id)),
+      status_without_secret_(options.status_without_secret) {
   if (secret_.empty()) return;
   absl::StatusOr<std::unique_ptr<JobTokens>> tokens =
       JobTokens::Create(secret_);
@@ -32,9 +36,8 @@ TokenCheck::TokenCheck(std::string secret) : secret_(std::move(secret)) {
   }
 }
 
-TokenCheck::Verdict TokenCheck::Judge(
-    const grpc::ServerContextBase& context,
-    const absl::string_view* run_id) const {
+TokenCheck::Verdict TokenCheck::Judge(const grpc::ServerContextBase& context,
+                                      const absl::string_view* run_id) const {
   if (secret_.empty()) return Verdict::kAdmitted;
   Verdict verdict = Verdict::kNoToken;
   std::string job_token;  // derived on first need
@@ -53,11 +56,20 @@ TokenCheck::Verdict TokenCheck::Judge(
   return verdict;
 }
 
+absl::Status TokenCheck::CheckServedJob(absl::string_view run_id) const {
+  if (only_run_id_.empty() || run_id == only_run_id_) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrFormat(
+      "this rendezvous is served by the ddprun agent of job '%s' and serves "
+      "no other run id (the call named '%s'); give --rdzv-id %s, or run "
+      "ddprun-rendezvous to serve several jobs",
+      only_run_id_, run_id, only_run_id_));
+}
+
 absl::Status TokenCheck::Check(const grpc::ServerContextBase& context,
                                absl::string_view run_id) const {
   switch (Judge(context, &run_id)) {
     case Verdict::kAdmitted:
-      return absl::OkStatus();
+      return CheckServedJob(run_id);
     case Verdict::kOtherJob:
       return absl::PermissionDeniedError(absl::StrFormat(
           "the call's token does not admit job '%s': it is neither this "
@@ -93,6 +105,19 @@ absl::Status TokenCheck::CheckAdmin(const grpc::ServerContextBase& context,
       "%s: the call carries no valid token; give the server's --token-file "
       "(or DDPRUN_TOKEN)",
       what));
+}
+
+absl::Status TokenCheck::CheckStatus(const grpc::ServerContextBase& context,
+                                     absl::string_view run_id) const {
+  if (secret_.empty() && !status_without_secret_) {
+    return absl::PermissionDeniedError(
+        "this rendezvous is hosted by a ddprun agent without a token: like "
+        "torchrun's c10d store it answers the job's own rendezvous and store "
+        "calls, not Status; start the agents with --token-file (or "
+        "DDPRUN_TOKEN) to read the job's status");
+  }
+  if (run_id.empty()) return CheckAdmin(context, "Status of every job");
+  return Check(context, run_id);
 }
 
 }  // namespace ddprun::rendezvous

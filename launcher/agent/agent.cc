@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 
 #include "absl/cleanup/cleanup.h"
@@ -180,11 +181,19 @@ Agent::Joined Agent::JoinNextRound(int64_t last_round) {
     return {.exit_code = 128 + *sig};
   }
   if (!joined.ok()) {
+    if (joined.status().code() == absl::StatusCode::kUnavailable) {
+      // A supervisor restarts on this status (systemd's
+      // RestartForceExitStatus, the Job's podFailurePolicy Count rule).
+      spdlog::error(
+          "{}; gave up after read_timeout ({}): exit {}, start the "
+          "rendezvous first or raise --rdzv-conf read_timeout",
+          std::string(joined.status().message()),
+          absl::FormatDuration(std::min(conf.join_timeout, conf.read_timeout)),
+          kExitRendezvousUnreachable);
+      return {.exit_code = kExitRendezvousUnreachable};
+    }
     spdlog::error("{}", std::string(joined.status().message()));
-    return {.exit_code =
-                joined.status().code() == absl::StatusCode::kUnavailable
-                    ? kExitRendezvousUnreachable
-                    : 1};
+    return {.exit_code = 1};
   }
   if (joined->has_ended()) {
     const v1::JobEnded& ended = joined->ended();
@@ -364,9 +373,13 @@ HeartbeatLoopOptions Agent::HeartbeatOptions(
 }
 
 Agent::RoundEnd Agent::Supervise(const RunningRound& round) {
+  // Whether the workers may still use the round's store (the heartbeat
+  // thread asks after a rendezvous restart); updated at every look.
+  std::atomic<bool> forming{true};
   // Declared before the heartbeat loop, which reads it.
   RankFigures figures(options_.nproc_per_node, clock_.Now());
   HeartbeatLoopOptions heartbeat_options = HeartbeatOptions(round.assignment);
+  heartbeat_options.forming = [&forming] { return forming.load(); };
   heartbeat_options.figures = [this, &figures] {
     return figures.Summary(clock_.Now());
   };
@@ -385,6 +398,7 @@ Agent::RoundEnd Agent::Supervise(const RunningRound& round) {
   policy_options.in_place = in_place_declared_;
   policy_options.survivors = round.survivors;
   SupervisorPolicy policy(policy_options, phase_bounds_, clock_);
+  forming.store(policy.Forming());
   AgentMetrics* metrics = context_.metrics;
   if (metrics != nullptr) {
     metrics->RoundStarted(round.assignment, options_.nproc_per_node);
@@ -400,6 +414,7 @@ Agent::RoundEnd Agent::Supervise(const RunningRound& round) {
       return StopOnSignal(round, *sig);
     }
     Observe(round, policy, figures, exited);
+    forming.store(policy.Forming());
     for (int local_rank : stragglers.Take()) {
       spdlog::warn(
           "worker rank {} (local {}) is a persistent straggler: replacing it "

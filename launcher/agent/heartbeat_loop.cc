@@ -187,6 +187,13 @@ HeartbeatLoop::Resumed HeartbeatLoop::Resume() {
   }
   if (resumed->has_assignment() &&
       resumed->assignment().round() == options_.round) {
+    if (options_.forming && options_.forming()) {
+      spdlog::info(
+          "rendezvous {} restarted while round {} formed here: the keys its "
+          "workers exchanged are lost with it, so the round forms again",
+          client_.endpoint(), options_.round);
+      return Resumed::kRoundOver;
+    }
     spdlog::info(
         "rendezvous {} restarted; it took round {} back from this node's "
         "record (restart count {}): the workers go on",

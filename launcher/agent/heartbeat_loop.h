@@ -29,6 +29,12 @@ struct HeartbeatLoopOptions {
   // restarted) or asks for it (HeartbeatResponse.resume), so that the round
   // goes on without stopping the workers. Unset: never sent.
   std::optional<v1::JoinRequest> resume;
+  // Asked (from the loop's thread) once a restarted server took the round
+  // back: true while this node's workers may still be exchanging keys
+  // through the round's store (forming their group, syncing state). The
+  // server lost those keys, so such a round cannot complete: it is over,
+  // and the next one forms from scratch. Unset: never.
+  std::function<bool()> forming;
   // Heartbeat on one long-lived stream (Rendezvous.Heartbeats), which costs
   // the server less per heartbeat than a unary call. A server that answers
   // UNIMPLEMENTED (older than the stream) or RESOURCE_EXHAUSTED (it holds

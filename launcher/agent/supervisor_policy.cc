@@ -202,6 +202,17 @@ absl::Duration SupervisorPolicy::WaitBefore(
                   std::min(monitor_interval, *hang - clock_.Now()));
 }
 
+bool SupervisorPolicy::Forming() const {
+  for (const Worker& w : workers_) {
+    if (w.exit.has_value() || w.hung || !w.reports) continue;
+    if (w.phase == common::Phase::kStart || w.phase == common::Phase::kJoin ||
+        w.phase == common::Phase::kSync) {
+      return true;
+    }
+  }
+  return false;
+}
+
 bool SupervisorPolicy::AwaitsRemoteCause(int num_nodes) const {
   if (num_nodes <= 1 || failures_.empty()) return false;
   for (const LocalFailure& f : failures_) {

@@ -118,6 +118,11 @@ class SupervisorPolicy {
   bool AwaitsRemoteCause(int num_nodes) const;
   // By local rank, for the next round of the same processes.
   std::vector<bool> in_place_declared() const;
+  // True while a running worker that reports may be exchanging keys
+  // through the round's store: it is starting, joining the round, or
+  // syncing state. Programs that never report are not counted (they show
+  // no phase; under ddprun they use the store only at start-up).
+  bool Forming() const;
 
  private:
   struct Worker {

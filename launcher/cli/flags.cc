@@ -421,6 +421,16 @@ absl::Status ParseLaunchValues(const RawLaunchFlags& raw, LaunchOptions& o) {
     DDPRUN_ASSIGN_OR_RETURN(o.shutdown_grace,
                             ParseSeconds(shutdown_flag, shutdown_timeout));
   }
+  // torchrun 2.x's file timer hands workers TORCHELASTIC_TIMER_FILE for
+  // torch.distributed.elastic.timer's expires(); ddprun serves none, so such
+  // workers would fail at their first expires(): refused, with what to use.
+  if (const char* timer = getenv("TORCHELASTIC_ENABLE_FILE_TIMER");
+      timer != nullptr && std::string(timer) == "1") {
+    return Usage(
+        "TORCHELASTIC_ENABLE_FILE_TIMER=1: ddprun serves no file timer "
+        "(torch.distributed.elastic.timer); unset it, and bound hung workers "
+        "with --worker-timeout or --hang-bound instead");
+  }
   if (o.monitor_interval <= absl::ZeroDuration()) {
     return Usage(
         "--monitor-interval must be positive; write e.g. "

@@ -118,17 +118,35 @@ struct Rendezvous {
   common::Endpoint endpoint;
 };
 
-// Starts the in-process rendezvous server on host:port.
+// Starts the in-process rendezvous server on host:port. `only_run_id`
+// (torchrun's agent-hosted form) makes it serve that job alone; off
+// loopback without a token it then answers no Status either, and warns: a
+// torchrun c10d store is as open, no more.
 absl::StatusOr<std::unique_ptr<rendezvous::Server>> Serve(
-    const std::string& host, int port, common::ChannelOptions& channel) {
+    const std::string& host, int port, const std::string& only_run_id,
+    common::ChannelOptions& channel) {
   // A token (if any) guards it; it serves no TLS.
   rendezvous::ServerOptions server_options;
   server_options.host = host;
   server_options.port = port;
   server_options.token = channel.token;
+  server_options.only_run_id = only_run_id;
+  const bool open_network =
+      channel.token.empty() && !common::IsLoopbackHost(host);
+  server_options.status_without_token = !open_network || only_run_id.empty();
   absl::StatusOr<std::unique_ptr<rendezvous::Server>> started =
       rendezvous::Server::Start(server_options);
-  if (started.ok()) channel.ClearTls();
+  if (!started.ok()) return started;
+  channel.ClearTls();
+  if (open_network) {
+    spdlog::warn(
+        "the rendezvous this agent serves on {} takes no token: any host "
+        "that reaches the port can join job '{}' and read or write its store "
+        "(as with torchrun's c10d store). Give every agent the same "
+        "--token-file (or DDPRUN_TOKEN), or give --rdzv-endpoint an address "
+        "only trusted hosts reach",
+        (*started)->listen_address(), only_run_id);
+  }
   return started;
 }
 
@@ -141,7 +159,7 @@ absl::StatusOr<Rendezvous> FindRendezvous(const LaunchOptions& options,
   std::string endpoint = options.rdzv_endpoint;
   if (options.rdzv_mode == Mode::kStandalone) {
     absl::StatusOr<std::unique_ptr<rendezvous::Server>> started =
-        Serve("127.0.0.1", 0, channel);
+        Serve("127.0.0.1", 0, /*only_run_id=*/"", channel);
     if (!started.ok()) {
       exit_code = 1;
       return absl::Status(started.status().code(),
@@ -166,19 +184,43 @@ absl::StatusOr<Rendezvous> FindRendezvous(const LaunchOptions& options,
     exit_code = 2;
     return resolves;
   }
-  if (options.rdzv_mode == Mode::kHost ||
-      options.rdzv_mode == Mode::kHostOrConnect) {
+  // An agent serves no TLS: with --tls-ca-file the rendezvous is a TLS
+  // ddprun-rendezvous, waited for if it is not up yet, never a plaintext one
+  // served here (the other agents could not reach it).
+  if (options.rdzv_mode == Mode::kHost && !channel.tls_ca_file.empty()) {
+    exit_code = 2;
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--rdzv-conf is_host=1 with --tls-ca-file: an agent serves the "
+        "rendezvous in plaintext only; run ddprun-rendezvous with "
+        "--tls-cert-file and --tls-key-file at %s, or drop is_host=1",
+        parsed->ToString()));
+  }
+  const bool may_host = options.rdzv_mode == Mode::kHost ||
+                        (options.rdzv_mode == Mode::kHostOrConnect &&
+                         channel.tls_ca_file.empty());
+  if (options.rdzv_mode == Mode::kHostOrConnect && !may_host) {
+    spdlog::info(
+        "rendezvous at {}: with --tls-ca-file this agent joins a TLS "
+        "ddprun-rendezvous there (waiting for it up to read_timeout) and "
+        "never serves one itself",
+        parsed->ToString());
+  }
+  if (may_host) {
     // Binding decides: the address is this host's and nothing listens
     // there yet (SO_REUSEPORT is off), so one agent wins, as c10d's is_host.
+    // A quiet probe first: gRPC logs raw errors for a bind that fails.
     absl::StatusOr<std::unique_ptr<rendezvous::Server>> started =
-        Serve(parsed->host, parsed->port, channel);
+        options.rdzv_mode == Mode::kHostOrConnect && parsed->port != 0 &&
+                !CanListenOn(parsed->host, parsed->port)
+            ? absl::UnavailableError("the address is in use or not local")
+            : Serve(parsed->host, parsed->port, options.rdzv_id, channel);
     if (started.ok()) {
       found.server = std::move(*started);
       parsed->port = found.server->port();
       spdlog::info(
           "serving the rendezvous on {} for this job (run id {}); it ends "
           "with this agent: a separate ddprun-rendezvous outlives any node",
-          parsed->ToString(), options.rdzv_id);
+          found.server->listen_address(), options.rdzv_id);
     } else if (options.rdzv_mode == Mode::kHost) {
       exit_code = 1;
       return absl::Status(

@@ -69,6 +69,12 @@ std::string RouteSourceAddress(const common::Endpoint& to) {
 
 std::string DefaultLocalAddress(const common::Endpoint& rendezvous) {
   if (IsLoopback(rendezvous.host)) return "127.0.0.1";
+  // A wildcard (this agent serves on every interface) routes to loopback,
+  // which other nodes cannot dial: torchrun's default, the host name.
+  if (rendezvous.host == "0.0.0.0" || rendezvous.host == "::" ||
+      rendezvous.host.empty()) {
+    return HostName();
+  }
   std::string routed = RouteSourceAddress(rendezvous);
   if (!routed.empty()) return routed;
   return HostName();
@@ -151,6 +157,29 @@ HeldPort& HeldPort::operator=(HeldPort&& other) noexcept {
 void HeldPort::Release() {
   if (fd_ >= 0) close(fd_);
   fd_ = -1;
+}
+
+bool CanListenOn(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* result = nullptr;
+  std::string port_text = std::to_string(port);
+  if (getaddrinfo(host.c_str(), port_text.c_str(), &hints, &result) != 0) {
+    return false;
+  }
+  bool can = false;
+  for (addrinfo* ai = result; ai != nullptr && !can; ai = ai->ai_next) {
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    can = bind(fd, ai->ai_addr, ai->ai_addrlen) == 0;
+    close(fd);
+  }
+  freeaddrinfo(result);
+  return can;
 }
 
 absl::StatusOr<int> ReservePort(const std::string& address) {

@@ -11,7 +11,9 @@ namespace ddprun::launcher {
 
 // This node's address as its peers reach it: 127.0.0.1 when the rendezvous is
 // on loopback, else the address of the interface that routes to the
-// rendezvous, else the host name's address.
+// rendezvous, else the host name's address. A wildcard rendezvous host (this
+// agent serves on every interface) gives the host name, as torchrun's
+// default does.
 std::string DefaultLocalAddress(const common::Endpoint& rendezvous);
 
 // A TCP port the kernel chose on this node's address (MASTER_PORT for node
@@ -42,6 +44,12 @@ class HeldPort {
   int fd_ = -1;
   int port_ = -1;
 };
+
+// Whether this host could listen on host:port now: false when the address
+// is not this host's or something listens there (SO_REUSEADDR, as gRPC
+// binds: a port in TIME_WAIT counts as free). Decides torchrun's c10d
+// is_host without a gRPC server's failed bind, which logs raw errors.
+bool CanListenOn(const std::string& host, int port);
 
 // HeldPort::Bind, released at once: a port the kernel chose, for callers
 // that bind it themselves right away.

@@ -4,8 +4,11 @@ agents each in a network namespace of deploy/local/netns_cluster.sh, with
 what Docker would provide put in place (the service name `rendezvous`
 resolved to its namespace's address, the secret file, the data volume, the
 programs on PATH). Checks the healthcheck command turns healthy and both
-agents train MNIST to exit 0. Root only (77 = skipped; under CI=true a
-failure)."""
+agents train MNIST to exit 0. Every service runs as the image's user (uid
+10001, as Docker would) and the token file is made as the compose file's
+recipe says (0600, chowned to 10001): the user must be able to read it. The
+job-token service runs first and the agents read its job token, never the
+server's. Root only (77 = skipped; under CI=true a failure)."""
 
 import os
 import re
@@ -28,11 +31,23 @@ bindir = os.path.join(work, "bin")
 os.makedirs(bindir)
 for program, binary in c.binaries.items():
     os.symlink(os.path.abspath(binary), os.path.join(bindir, program))
+IMAGE_UID = 10001  # deploy/docker/Dockerfile's useradd
+os.chmod(work, 0o755)
 secrets = os.path.join(work, "secrets")
 os.makedirs(secrets)
-with open(os.path.join(secrets, "ddprun_token"), "w") as f:
+# The recipe: (umask 077; head ... > deploy/docker/token); chown 10001:10001.
+with open(os.open(os.path.join(secrets, "ddprun_token"), os.O_WRONLY | os.O_CREAT, 0o600),
+          "w") as f:
     f.write("compose-token\n")
-os.chmod(os.path.join(secrets, "ddprun_token"), 0o600)  # must be private
+os.chown(os.path.join(secrets, "ddprun_token"), IMAGE_UID, IMAGE_UID)
+# The job-token volume: a fresh volume takes the image's /work/job (0700,
+# the image's user's); the container's working folder is the user's home.
+job_volume = os.path.join(work, "volume-job-token")
+os.makedirs(job_volume, mode=0o700)
+os.chown(job_volume, IMAGE_UID, IMAGE_UID)
+home = os.path.join(work, "home")
+os.makedirs(home)
+os.chown(home, IMAGE_UID, IMAGE_UID)
 data = c.path("data", "mnist")
 rdzv_addr = "10.253.0.1"
 
@@ -43,16 +58,18 @@ def as_docker_would(word):
     word = re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*):-([^}]*)\}",
                   lambda m: os.environ.get(m.group(1)) or m.group(2), word)
     return (word.replace("/run/secrets/", secrets + "/")
+                .replace("/work/job", job_volume)
                 .replace("/data/mnist", data)
                 .replace("rendezvous:", rdzv_addr + ":"))
 
 
 def run_in(node, argv, env, **kwargs):
-    full_env = {"PATH": f"{bindir}:/usr/bin:/bin", "HOME": work}
+    full_env = {"PATH": f"{bindir}:/usr/bin:/bin", "HOME": home}
     full_env.update({k: as_docker_would(str(v)) for k, v in env.items()})
     return subprocess.Popen(
-        ["nsenter", f"--net=/run/netns/{name}-{node}"] +
-        [as_docker_would(w) for w in argv], env=full_env, cwd=work, **kwargs)
+        ["nsenter", f"--net=/run/netns/{name}-{node}", "setpriv",
+         f"--reuid={IMAGE_UID}", f"--regid={IMAGE_UID}", "--clear-groups"] +
+        [as_docker_would(w) for w in argv], env=full_env, cwd=home, **kwargs)
 
 
 procs = []
@@ -74,6 +91,17 @@ try:
             time.sleep(0.2)
     c.check(healthy, "the compose healthcheck never passed: " +
             open(os.path.join(work, "rendezvous.log")).read())
+
+    # depends_on: the job-token service completed successfully first.
+    jt = services["job-token"]
+    made = run_in("rdzv", jt["command"], jt.get("environment", {}),
+                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    out, _ = made.communicate(timeout=60)
+    c.check(made.returncode == 0, f"compose job-token exited {made.returncode}: {out!r}")
+    job_token = os.path.join(job_volume, "token")
+    c.check(os.path.exists(job_token) and os.stat(job_token).st_mode & 0o077 == 0 and
+            os.stat(job_token).st_uid == IMAGE_UID,
+            "the job token must be the image user's, 0600")
 
     agents = sorted(n for n in services if n.startswith("agent"))
     outputs = {}

@@ -7,8 +7,12 @@ deploy/local/netns_cluster.sh; `ddprun-rendezvous` (the Service) resolves to
 the rendezvous' namespace. One change from the manifest: one worker per pod
 instead of one per GPU (PET_NPROC_PER_NODE), as this machine has none.
 Both pods must finish the job (MNIST) with exit 0, and the rendezvous'
-/metrics answers on its pod's loopback and not from another pod. Root only
-(77 = skipped; under CI=true a failure)."""
+/metrics answers on its pod's loopback and not from another pod. Start
+order: the agents start first, as Kubernetes may start them; the
+rendezvous' pod refuses their connections (counted: its namespace's TCP
+resets) and they must wait for it (read_timeout), not fail the Job. The
+agents get the job token of Secret ddprun-job, as the README makes it.
+Root only (77 = skipped; under CI=true a failure)."""
 
 import base64
 import glob
@@ -30,9 +34,22 @@ for path in glob.glob(c.path("deploy", "k8s", "base", "*.yaml")):
 deployment = objects[("Deployment", "ddprun-rendezvous")]
 service = objects[("Service", "ddprun-rendezvous")]
 (job,) = [d for (k, _), d in objects.items() if k == "Job"]
-# The Secrets the README's `kubectl create secret` commands make.
-secrets = {("Secret", "ddprun-token"): {
-    "token": base64.b64encode(os.urandom(32)).decode() + "\n"}}
+# The Secrets the README's `kubectl create secret` commands make: the
+# server's token, and a run id with its job token (`ddprun-rendezvous
+# job-token`, from a 0600 copy of the server's token).
+server_token = base64.b64encode(os.urandom(32)).decode() + "\n"
+run_id = f"k8s-run-{os.getpid()}"
+with tempfile.TemporaryDirectory() as keep:
+    token_path = os.path.join(keep, "ddprun.token")
+    with open(os.open(token_path, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+        f.write(server_token)
+    made = subprocess.run([c.binaries["ddprun-rendezvous"], "job-token", "--run-id", run_id,
+                           "--token-file", token_path],
+                          capture_output=True, text=True, timeout=30)
+c.check(made.returncode == 0 and made.stdout.strip(),
+        f"ddprun-rendezvous job-token failed: {made.stderr}")
+secrets = {("Secret", "ddprun-token"): {"token": server_token},
+           ("Secret", "ddprun-job"): {"run-id": run_id, "token": made.stdout}}
 
 netns = c.path("deploy", "local", "netns_cluster.sh")
 name = f"ddpk{os.getpid()}"
@@ -103,16 +120,15 @@ try:
     (rc,) = deployment["spec"]["template"]["spec"]["containers"]
     rmap = pod_root("rendezvous", deployment["spec"]["template"]["spec"]["volumes"],
                     rc.get("volumeMounts", []))
-    procs.append(start("rdzv", rc, rmap, {}, "rendezvous.log"))
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        if "listening on" in open(os.path.join(work, "rendezvous.log")).read():
-            break
-        time.sleep(0.05)
-    c.check("listening on" in open(os.path.join(work, "rendezvous.log")).read(),
-            "rendezvous container did not start: " +
-            open(os.path.join(work, "rendezvous.log")).read())
+    def rdzv_resets():
+        """TCP resets the rendezvous' namespace sent: refused connections."""
+        snmp = subprocess.run(["ip", "netns", "exec", f"{name}-rdzv", "cat",
+                               "/proc/net/snmp"], capture_output=True, text=True).stdout
+        header, values = [line.split() for line in snmp.splitlines()
+                          if line.startswith("Tcp:")][:2]
+        return int(values[header.index("OutRsts")])
 
+    resets_before = rdzv_resets()
     pod_spec = job["spec"]["template"]["spec"]
     (ac,) = pod_spec["containers"]
     agents = []
@@ -123,6 +139,10 @@ try:
         for e in ac["env"]:
             if "value" in e:
                 env[e["name"]] = e["value"]
+            elif "secretKeyRef" in e["valueFrom"]:
+                ref = e["valueFrom"]["secretKeyRef"]
+                env[e["name"]] = secrets.get(("Secret", ref["name"]), {}).get(ref["key"], "")
+                c.check(env[e["name"]] != "", f"no Secret key {ref} for {e['name']}")
             else:
                 field = e["valueFrom"]["fieldRef"]["fieldPath"]
                 env[e["name"]] = {
@@ -133,6 +153,20 @@ try:
         env["JOB_COMPLETION_INDEX"] = str(index)
         agents.append(start(host, ac, amap, env, f"pod{index}.log"))
         procs.append(agents[-1])
+    # Start order: the agents came first, as Kubernetes may start them; the
+    # rendezvous' address refuses them (TCP resets from its namespace) and
+    # they wait for it (read_timeout) instead of failing the Job.
+    def log_of(index):
+        return open(os.path.join(work, f"pod{index}.log")).read()
+    deadline = time.time() + 30
+    while time.time() < deadline and rdzv_resets() < resets_before + 2 * len(agents):
+        time.sleep(0.05)
+    c.check(rdzv_resets() >= resets_before + 2 * len(agents),
+            "the agents never tried the rendezvous before it started")
+    c.check(all(a.poll() is None for a in agents),
+            "the agents did not wait for a rendezvous that is not up yet: " +
+            " | ".join(log_of(i)[-500:] for i in range(len(agents))))
+    procs.append(start("rdzv", rc, rmap, {}, "rendezvous.log"))
     for index, agent in enumerate(agents):
         try:
             code = agent.wait(timeout=300)

@@ -214,7 +214,32 @@ for name, agent in agents.items():
     c.check(env.get("PET_NNODES") == str(len(agents)),
             f"compose: {name} PET_NNODES={env.get('PET_NNODES')} but {len(agents)} agents")
     c.check_command(agent.get("command", []), f"compose {name} command")
-    check_secrets(name, agent, ["--token-file", env.get("PET_TOKEN_FILE", "")])
+    # A job token, never the server's: the job-token service writes it, for
+    # this run id, into a volume the agent mounts read-only.
+    c.check(not agent.get("secrets"), f"compose: {name} must not get the server's token")
+    jt = services.get("job-token", {})
+    jt_cmd = shlex.split(jt.get("command", ["", "", ""])[2]) if jt.get("command") else []
+    if c.binaries.get("ddprun-rendezvous") and jt_cmd[3:5] == ["ddprun-rendezvous",
+                                                                "job-token"]:
+        usage = subprocess.run([c.binaries["ddprun-rendezvous"], "job-token", "--help"],
+                               capture_output=True, text=True, timeout=60).stdout
+        for word in jt_cmd[5:-2]:
+            if word.startswith("-"):
+                c.check(word in usage, f"compose job-token: {word} is not a flag of "
+                        "`ddprun-rendezvous job-token`")
+    c.check(jt_cmd[:3] == ["umask", "077", "&&"] and "job-token" in jt_cmd and
+            jt_cmd[jt_cmd.index("--run-id") + 1] == env.get("PET_RDZV_ID") and
+            jt_cmd[-2:] == [">", env.get("PET_TOKEN_FILE")],
+            f"compose: the job-token service must write the job token of run id "
+            f"{env.get('PET_RDZV_ID')} to {env.get('PET_TOKEN_FILE')} (umask 077): {jt_cmd}")
+    check_secrets("job-token", jt, jt_cmd)
+    token_dir = os.path.dirname(env.get("PET_TOKEN_FILE", "/x/y"))
+    c.check(f"job-token:{token_dir}:ro" in agent.get("volumes", []) and
+            f"job-token:{token_dir}" in jt.get("volumes", []),
+            f"compose: {name} must mount the job-token volume at {token_dir} read-only")
+    c.check(agent.get("depends_on", {}).get("job-token", {}).get("condition") ==
+            "service_completed_successfully",
+            f"compose: {name} must wait for its job token")
     cond = agent.get("depends_on", {}).get("rendezvous", {}).get("condition")
     c.check(cond == "service_healthy", f"compose: {name} must wait for a healthy rendezvous")
     c.check(agent.get("image") == rdzv.get("image"), f"compose: {name} uses another image")

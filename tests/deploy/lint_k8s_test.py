@@ -87,7 +87,12 @@ def readme_secrets():
 
 secrets = readme_secrets()
 c.check("ddprun-token" in secrets and secrets["ddprun-token"]["keys"] == {"token"},
-        f"README: no `kubectl create secret generic ddprun-token --from-literal=token=...`: {secrets}")
+        f"README: no `kubectl create secret generic ddprun-token` with key token: {secrets}")
+# The agents' Secret: a run id and its job token (`ddprun-rendezvous
+# job-token`), never the server's own token, which user code would read.
+c.check(secrets.get("ddprun-job", {}).get("keys") == {"run-id", "token"},
+        f"README: no `kubectl create secret generic ddprun-job` with keys run-id and token: "
+        f"{secrets}")
 pvcs = {n for (k, n) in objects if k == "PersistentVolumeClaim"}
 
 
@@ -161,6 +166,29 @@ def check_shm(pod, where):
 
 def env_of(container):
     return {e["name"]: e.get("value") for e in container.get("env", [])}
+
+
+def check_job_credentials(container, files, where):
+    """The run id and the token file are the job Secret's pair; the server's
+    token is nowhere in the pod; agents wait for the rendezvous up to the
+    join timeout (read_timeout); checkpoints go to the shared claim."""
+    (rdzv_id,) = [e for e in container["env"] if e["name"] == "PET_RDZV_ID"]
+    ref = rdzv_id.get("valueFrom", {}).get("secretKeyRef", {})
+    c.check(ref.get("name") == "ddprun-job" and ref.get("key") == "run-id",
+            f"{where}: PET_RDZV_ID must come from Secret ddprun-job, key run-id "
+            f"(the run id its job token admits), not {rdzv_id}")
+    env = env_of(container)
+    c.check(files.get(env.get("PET_TOKEN_FILE")) == ("ddprun-job", "token"),
+            f"{where}: PET_TOKEN_FILE={env.get('PET_TOKEN_FILE')} must be the job token "
+            "(Secret ddprun-job, key token)")
+    c.check(all(secret != "ddprun-token" for secret, _ in files.values()),
+            f"{where}: mounts the server's token; give the agents the job token")
+    c.check("read_timeout=600" in (env.get("PET_RDZV_CONF") or ""),
+            f"{where}: PET_RDZV_CONF must hold read_timeout=600: agents started before the "
+            "rendezvous wait for it up to the join timeout")
+    c.check(flag_value(container["command"], "--checkpoint-dir") is not None,
+            f"{where}: the program needs --checkpoint-dir on the shared claim: a restart "
+            "resumes from it")
 
 
 # ---- rendezvous ------------------------------------------------------------
@@ -246,8 +274,7 @@ c.check(gpus is not None and str(gpus) == env.get("PET_NPROC_PER_NODE"),
 c.check(env.get("PET_RDZV_ENDPOINT") == endpoint,
         f"k8s: PET_RDZV_ENDPOINT={env.get('PET_RDZV_ENDPOINT')}, the Service is {endpoint}")
 afiles = check_pod(apod, "k8s agents Job")
-c.check(afiles.get(env.get("PET_TOKEN_FILE"), (None,))[0] == "ddprun-token",
-        f"k8s: PET_TOKEN_FILE={env.get('PET_TOKEN_FILE')} is not the token Secret's file")
+check_job_credentials(agent, afiles, "k8s agents Job")
 rules = spec.get("podFailurePolicy", {}).get("rules", [])
 fail_rule = [r for r in rules if r["action"] == "FailJob" and "onExitCodes" in r]
 c.check(fail_rule and fail_rule[0]["onExitCodes"]["containerName"] == agent["name"] and
@@ -299,15 +326,190 @@ for role, replica in ptj["spec"]["pytorchReplicaSpecs"].items():
             f"PyTorchJob {role}: GPUs must equal nprocPerNode")
     check_conventions(replica["template"]["spec"], f"PyTorchJob {role}")
     check_shm(replica["template"]["spec"], f"PyTorchJob {role}")
-    # One run id per submission: the job's generated name, which the
-    # operator puts on every replica's pod as a label.
-    (rdzv_id,) = [e for e in container["env"] if e["name"] == "PET_RDZV_ID"]
-    field = rdzv_id.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath", "")
-    c.check(field == "metadata.labels['training.kubeflow.org/job-name']",
-            f"PyTorchJob {role}: PET_RDZV_ID must be the job's name label, not {rdzv_id}")
+    check_job_credentials(container, pfiles, f"PyTorchJob {role}")
+    # ddprun restarts its workers; the container is restarted on a non-zero
+    # exit such as 75 (no rendezvous yet), bounded by runPolicy.backoffLimit.
+    c.check(replica.get("restartPolicy") == "OnFailure",
+            f"PyTorchJob {role}: restartPolicy OnFailure")
+c.check("backoffLimit" in ptj["spec"].get("runPolicy", {}),
+        "PyTorchJob: runPolicy.backoffLimit bounds the OnFailure restarts")
 c.check("generateName" in ptj["metadata"] and "name" not in ptj["metadata"],
-        "PyTorchJob: metadata.generateName (a new name, so a new run id, per "
-        "`kubectl create`); a fixed name makes a resubmission exit at once")
+        "PyTorchJob: metadata.generateName (a new name per `kubectl create`)")
+
+# ---- first use: an image from a registry, a claim every node can share ----
+(kustomization,) = c.load_yaml("deploy", "k8s", "base", "kustomization.yaml")
+(image,) = kustomization["images"]
+c.check("/" in image.get("newName", ""),
+        f"k8s base: image {image.get('newName')} names no registry; nodes cannot pull a "
+        "local tag (write registry.example.com/ddprun and say so)")
+for (kind, name), d in objects.items():
+    if kind == "PersistentVolumeClaim" and "ReadWriteMany" in d["spec"]["accessModes"]:
+        c.check(d["spec"].get("storageClassName"),
+                f"k8s {name}: a ReadWriteMany claim needs a storageClassName that offers it "
+                "(default classes are mostly ReadWriteOnce: the claim stays Pending)")
+
+# ---- the JobSet example, against JobSet's API ------------------------------
+# tests/deploy/jobset_v1alpha2_schema.json is JobSet's CRD schema
+# (kubernetes-sigs/jobset config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml
+# at 08dfbdfd, v0.13 development) without descriptions and CEL rules; the
+# Jobs' pod templates are left to the pod checks above.
+import json
+
+
+def validate(value, schema, where):
+    """A structural schema as the API server applies it: types, enums,
+    required fields, and no unknown field (it would be pruned silently)."""
+    if schema.get("x-kubernetes-preserve-unknown-fields"):
+        return
+    if schema.get("x-kubernetes-int-or-string"):
+        c.check(isinstance(value, (int, str)) and not isinstance(value, bool),
+                f"{where}: must be an integer or a string")
+        return
+    kind = schema.get("type")
+    types = {"object": dict, "array": list, "string": str, "boolean": bool,
+             "integer": int, "number": (int, float)}
+    if kind and not c.check(isinstance(value, types[kind]) and
+                            (kind in ("boolean",) or not isinstance(value, bool)),
+                            f"{where}: {value!r} is not of type {kind}"):
+        return
+    if "enum" in schema:
+        c.check(value in schema["enum"], f"{where}: {value!r} is not one of {schema['enum']}")
+    if kind == "object":
+        props = schema.get("properties", {})
+        for field in schema.get("required", []):
+            c.check(field in value, f"{where}: required field {field} missing")
+        for key, item in value.items():
+            if key in props:
+                validate(item, props[key], f"{where}.{key}")
+            elif isinstance(schema.get("additionalProperties"), dict):
+                validate(item, schema["additionalProperties"], f"{where}.{key}")
+            elif "properties" in schema:
+                c.check(False, f"{where}: unknown field {key} (the API has "
+                        f"{sorted(props)})")
+            # (no properties: a free-form object, as metadata)
+    if kind == "array":
+        if "maxItems" in schema:
+            c.check(len(value) <= schema["maxItems"], f"{where}: more than "
+                    f"{schema['maxItems']} items")
+        for i, item in enumerate(value):
+            validate(item, schema.get("items", {}), f"{where}[{i}]")
+
+
+with open(c.path("tests", "deploy", "jobset_v1alpha2_schema.json")) as f:
+    jobset_schema = json.load(f)
+(jobset,) = c.load_yaml("deploy", "k8s", "examples", "jobset.yaml")
+c.check(jobset.get("apiVersion") == "jobset.x-k8s.io/v1alpha2" and
+        jobset.get("kind") == "JobSet", "JobSet example: apiVersion/kind")
+validate(jobset, jobset_schema, "JobSet")
+# The schema checker finds what it must: an unknown field and a bad enum.
+probe = Checker("jobset_schema_probe")
+saved, c.check = c.check, probe.check
+validate({"spec": {"replicatedJobs": [{"name": "x", "tempalte": {}}],
+                   "startupPolicy": {"startupPolicyOrder": "Sometimes"}}},
+         jobset_schema, "probe")
+c.check = saved
+c.check(any("unknown field tempalte" in f for f in probe.failures) and
+        any("'Sometimes' is not one of" in f for f in probe.failures) and
+        any("required field template missing" in f for f in probe.failures),
+        f"the JobSet schema check missed a defect: {probe.failures}")
+jspec = jobset["spec"]
+c.check(jspec.get("startupPolicy", {}).get("startupPolicyOrder") == "InOrder",
+        "JobSet: startupPolicy InOrder: the agents start once the rendezvous is ready")
+rjobs = {r["name"]: r for r in jspec["replicatedJobs"]}
+c.check(list(rjobs) == ["rendezvous", "agents"],
+        f"JobSet: replicatedJobs rendezvous, then agents (InOrder): {list(rjobs)}")
+c.check(jspec.get("successPolicy", {}).get("targetReplicatedJobs") == ["agents"],
+        "JobSet: the set succeeds when the agents do (the rendezvous never ends by itself)")
+if "rendezvous" in rjobs and "agents" in rjobs:
+    rpod = rjobs["rendezvous"]["template"]["spec"]["template"]["spec"]
+    (rc,) = rpod["containers"]
+    c.check_command(rc["command"], "JobSet rendezvous command")
+    rfiles = check_pod(rpod, "JobSet rendezvous")
+    c.check(rfiles.get(flag_value(rc["command"], "--token-file")) == ("ddprun-token", "token"),
+            "JobSet rendezvous: --token-file must be the server's token Secret")
+    c.check(rc.get("readinessProbe", {}).get("grpc", {}).get("port") ==
+            int(flag_value(rc["command"], "--port")),
+            "JobSet rendezvous: a gRPC readiness probe on its port (InOrder waits for Ready)")
+    ajob = rjobs["agents"]["template"]["spec"]
+    apod_js = ajob["template"]["spec"]
+    (ac,) = apod_js["containers"]
+    c.check_command(ac["command"], "JobSet agents command")
+    jenv = env_of(ac)
+    c.check_pet_env(jenv, "JobSet agents")
+    jfiles = check_pod(apod_js, "JobSet agents")
+    check_job_credentials(ac, jfiles, "JobSet agents")
+    subdomain = jspec.get("network", {}).get("subdomain", jobset["metadata"]["name"])
+    want = (f"{jobset['metadata']['name']}-rendezvous-0-0.{subdomain}:"
+            f"{flag_value(rc['command'], '--port')}")
+    c.check(jspec.get("network", {}).get("enableDNSHostnames") is True and
+            jenv.get("PET_RDZV_ENDPOINT") == want,
+            f"JobSet agents: PET_RDZV_ENDPOINT {jenv.get('PET_RDZV_ENDPOINT')} must be the "
+            f"rendezvous pod's DNS name {want} (network.enableDNSHostnames)")
+    c.check(ajob.get("completionMode") == "Indexed" and
+            ajob.get("completions") == ajob.get("parallelism") ==
+            int(jenv.get("PET_NNODES", "0:0").split(":")[-1]),
+            "JobSet agents: an Indexed Job, one pod per node (MAX of PET_NNODES)")
+    arules = ajob.get("podFailurePolicy", {}).get("rules", [])
+    c.check([r["action"] for r in arules] == ["Ignore", "Count", "FailJob"],
+            f"JobSet agents: podFailurePolicy as the base Job's: {arules}")
+    c.check(jspec.get("failurePolicy", {}).get("maxRestarts", 0) == 0,
+            "JobSet: ddprun restarts its workers itself; the set must not recreate its jobs")
+    for name, spec in (("rendezvous", rpod), ("agents", apod_js)):
+        check_conventions(spec, f"JobSet {name}")
+        c.check(spec.get("restartPolicy") in ("Never", "OnFailure"),
+                f"JobSet {name}: a Job's pods restart Never or OnFailure")
+    check_shm(apod_js, "JobSet agents")
+
+# ---- the Kubeflow Trainer v2 example, against the Trainer's API -------------
+# tests/deploy/trainer_v1alpha1_{trainjob,trainingruntime}_schema.json are the
+# Trainer's CRD schemas (kubeflow/trainer manifests/base/crds at 8c0f5059b)
+# without descriptions and CEL rules; pod specs are left to the pod checks.
+trainer_schemas = {}
+for kind, name in (("TrainJob", "trainjob"), ("TrainingRuntime", "trainingruntime")):
+    with open(c.path("tests", "deploy", f"trainer_v1alpha1_{name}_schema.json")) as f:
+        trainer_schemas[kind] = json.load(f)
+trainer_docs = {d["kind"]: d for d in c.load_yaml("deploy", "k8s", "examples", "trainjob.yaml")}
+c.check(set(trainer_docs) == {"TrainJob", "TrainingRuntime"},
+        f"Trainer example: a TrainingRuntime and a TrainJob, not {sorted(trainer_docs)}")
+for kind, doc in trainer_docs.items():
+    c.check(doc.get("apiVersion") == "trainer.kubeflow.org/v1alpha1",
+            f"Trainer example {kind}: apiVersion {doc.get('apiVersion')}")
+    if kind in trainer_schemas:
+        validate(doc, trainer_schemas[kind], kind)
+tj, tr = trainer_docs.get("TrainJob"), trainer_docs.get("TrainingRuntime")
+if tj and tr:
+    ref = tj["spec"]["runtimeRef"]
+    c.check(ref.get("name") == tr["metadata"]["name"] and
+            ref.get("kind") == "TrainingRuntime",
+            f"TrainJob: runtimeRef {ref} must name the TrainingRuntime")
+    c.check("torch" in tr["spec"].get("mlPolicy", {}),
+            "TrainingRuntime: mlPolicy.torch: the Trainer then sets torchrun's PET_* variables")
+    # The Trainer's torch plugin finds the container named node in the
+    # replicated job labelled trainjob-ancestor-step: trainer.
+    (rj,) = tr["spec"]["template"]["spec"]["replicatedJobs"]
+    c.check(rj["template"]["metadata"]["labels"].get(
+        "trainer.kubeflow.org/trainjob-ancestor-step") == "trainer",
+        "TrainingRuntime: the replicated job needs trainjob-ancestor-step: trainer")
+    tpod = rj["template"]["spec"]["template"]["spec"]
+    (tc,) = tpod["containers"]
+    c.check(tc["name"] == "node", "TrainingRuntime: the Trainer needs the container named node")
+    trainer = tj["spec"]["trainer"]
+    c.check_command(trainer["command"], "TrainJob command")
+    tenv = env_of(tc)
+    c.check_pet_env(tenv, "TrainingRuntime node")
+    c.check(tenv.get("PET_RDZV_ENDPOINT") == endpoint,
+            f"TrainingRuntime: PET_RDZV_ENDPOINT must be the rendezvous Service {endpoint}")
+    tfiles = check_pod(tpod, "TrainingRuntime node")
+    check_job_credentials({**tc, "command": trainer["command"]}, tfiles, "TrainingRuntime node")
+    check_conventions(tpod, "TrainingRuntime node")
+    check_shm(tpod, "TrainingRuntime node")
+    c.check(str(tc["resources"]["limits"].get("nvidia.com/gpu")) ==
+            str(trainer.get("numProcPerNode")),
+            "TrainJob: numProcPerNode must equal the node's GPUs")
+    trules = rj["template"]["spec"].get("podFailurePolicy", {}).get("rules", [])
+    c.check([r["action"] for r in trules] == ["Ignore", "Count", "FailJob"] and
+            all(r["onExitCodes"]["containerName"] == "node" for r in trules[1:]),
+            f"TrainingRuntime: podFailurePolicy as the base Job's: {trules}")
 
 # ---- kustomize: the base and every overlay build ---------------------------
 kubectl = shutil.which("kubectl")

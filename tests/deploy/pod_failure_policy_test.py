@@ -4,6 +4,8 @@ against the failed pods a cluster produces:
   - a node drained or a pod preempted: the pod carries the DisruptionTarget
     condition, and ddprun exits 143 on the SIGTERM (137 when the kubelet
     killed it after the grace period): Ignore (replaced, not counted);
+  - the rendezvous did not serve within read_timeout (exit 75): Count
+    (retried within backoffLimit);
   - ddprun's own restarts spent (exit 1), or the agent killed with no
     disruption behind it: FailJob, at once.
 The Job of deploy/k8s/base and of every overlay's build is checked; the
@@ -77,6 +79,8 @@ def check_job(job, where):
          failed_pod(name, 143, "PreemptionByScheduler"), "Ignore"),
         ("node drained, ddprun killed after the grace period (137)",
          failed_pod(name, 137, "EvictionByEvictionAPI"), "Ignore"),
+        ("no rendezvous within read_timeout: exit 75 (EX_TEMPFAIL), retried",
+         failed_pod(name, 75), "Count"),
         ("ddprun's restarts spent: exit 1", failed_pod(name, 1), "FailJob"),
         ("ddprun killed with no disruption (143)", failed_pod(name, 143), "FailJob"),
     ]

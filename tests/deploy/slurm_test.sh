@@ -137,13 +137,18 @@ wait_until 60 "slurm nodes node1 and node2 idle" nodes_idle
 cat >"$work/worker.sh" <<'WORKER'
 #!/bin/sh
 # Workers get the job's token as a file (DDPRUN_TOKEN_FILE), never the
-# variable.
+# variable; it is the job token (this job's Status, not every job's), not
+# the server's.
 if [ -n "$DDPRUN_TOKEN_FILE" ] && [ -z "$DDPRUN_TOKEN" ] &&
     ! env -u DDPRUN_TOKEN -u DDPRUN_TOKEN_FILE "$DDPRUN" status \
-    --rdzv-endpoint "$DDPRUN_STORE_ENDPOINT" --timeout 5 >/dev/null 2>&1 &&
+    --rdzv-endpoint "$DDPRUN_STORE_ENDPOINT" --rdzv-id "$TORCHELASTIC_RUN_ID" \
+    --timeout 5 >/dev/null 2>&1 &&
     "$DDPRUN" status --token-file "$DDPRUN_TOKEN_FILE" \
+    --rdzv-endpoint "$DDPRUN_STORE_ENDPOINT" --rdzv-id "$TORCHELASTIC_RUN_ID" \
+    --timeout 5 >/dev/null 2>&1 &&
+    ! "$DDPRUN" status --token-file "$DDPRUN_TOKEN_FILE" \
     --rdzv-endpoint "$DDPRUN_STORE_ENDPOINT" --timeout 5 >/dev/null 2>&1; then
-  auth=token-required
+  auth=job-token
 else
   auth=open
 fi
@@ -184,8 +189,9 @@ $(grep 'worker' "$work/job.out")"
 done
 [[ $(grep -c '^[01]: worker rank=[01] world=2 ' "$work/job.out") == 2 ]] ||
   fail "expected ranks 0 and 1 once each: $(grep 'worker' "$work/job.out")"
-[[ $(grep -c ' auth=token-required ' "$work/job.out") == 2 ]] ||
-  fail "the job's rendezvous must require the job's random token: $(grep 'worker' "$work/job.out")"
+[[ $(grep -c ' auth=job-token ' "$work/job.out") == 2 ]] ||
+  fail "the job's rendezvous must require a token, and the workers must hold the job token, \
+not the server's: $(grep 'worker' "$work/job.out")"
 # Nothing of the job may outlive it.
 if pgrep -f -- "--rdzv-id slurm-" >/dev/null; then
   fail "processes of the job are still running: $(pgrep -af -- '--rdzv-id slurm-')"

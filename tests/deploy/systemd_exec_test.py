@@ -51,6 +51,22 @@ def unit_lines(*paths):
     return pairs
 
 
+def job_credentials(work, server_token, run_id):
+    """An agent's credentials folder as the README makes it: the job token
+    of `run_id` (`ddprun-rendezvous job-token`), 0400, never the server's."""
+    folder = os.path.join(work, f"creds-{run_id}")
+    os.makedirs(folder)
+    made = subprocess.run([rendezvous, "job-token", "--run-id", run_id,
+                           "--token-file", server_token],
+                          capture_output=True, text=True, timeout=30)
+    c.check(made.returncode == 0, f"job-token failed: {made.stderr}")
+    path = os.path.join(folder, "token")
+    with open(path, "w") as f:
+        f.write(made.stdout)
+    os.chmod(path, 0o400)
+    return folder
+
+
 def service_command(paths, env_file_text, specifiers, creds):
     """The argv and environment systemd would give ExecStart."""
     env = {"CREDENTIALS_DIRECTORY": creds}
@@ -146,9 +162,11 @@ try:
         job_env = (f"PET_NNODES=1\nPET_NPROC_PER_NODE=2\n"
                    f"PET_RDZV_ENDPOINT={endpoint}\nPET_RDZV_ID=job1\n"
                    f"PET_MAX_RESTARTS=0\nDDPRUN_PROGRAM={worker} first-arg\n")
+        # The agent gets its job's token, not the server's (README).
+        job1_creds = job_credentials(work, token, "job1")
         argv, env = service_command(
             [os.path.join(units, "ddprun-agent@.service.in")], job_env,
-            {"%i": "job1", "%S": state, "%d": creds}, creds)
+            {"%i": "job1", "%S": state, "%d": job1_creds}, job1_creds)
         agent = start(argv, env, os.path.join(work, "agent.out"))
         try:
             code = agent.wait(timeout=120)

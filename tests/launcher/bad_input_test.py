@@ -5,6 +5,7 @@ status other than 0 and a message that names the value and says what to
 write instead.
 
 Usage: bad_input_test.py --ddprun PATH --rendezvous PATH --relay PATH
+                         [--mnist PATH]
 """
 import argparse
 import os
@@ -27,6 +28,7 @@ def main():
     parser.add_argument("--ddprun", required=True)
     parser.add_argument("--rendezvous", required=True)
     parser.add_argument("--relay", required=True)
+    parser.add_argument("--mnist", help="ddprun-mnist, where it is built")
     args = parser.parse_args()
     failures = []
     with tempfile.TemporaryDirectory() as top:
@@ -37,6 +39,8 @@ def main():
         program = ["--no-python", "sh", "-c", "touch " + marker]
         token_dir = os.path.join(top, "tokens")
         os.makedirs(token_dir)
+        ca_file = os.path.join(token_dir, "ca.crt")
+        open(ca_file, "w").close()
         cases = [
             # (argv, exit status, what the message must say)
             ([args.ddprun, "--log-dir", logs, "--rdzv-id", "../../escaped"]
@@ -55,6 +59,19 @@ def main():
             ([args.ddprun, "--token-file", token_dir, "--nnodes", "2",
               "--rdzv-endpoint", "127.0.0.1:1"] + program, 2,
              "is a folder; give the path of the file inside it"),
+            # An agent serves no TLS: with --tls-ca-file it never hosts a
+            # plaintext rendezvous, it waits for the TLS one (then 75).
+            ([args.ddprun, "--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:1",
+              "--tls-ca-file", ca_file, "--rdzv-conf", "is_host=1"] + program,
+             2, "an agent serves the rendezvous in plaintext only"),
+            ([args.ddprun, "--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:1",
+              "--tls-ca-file", ca_file, "--rdzv-conf", "read_timeout=1"]
+             + program, 75, "never serves one itself"),
+            # No rendezvous within read_timeout: 75 (start me later), said.
+            ([args.ddprun, "--nnodes", "2", "--rdzv-endpoint",
+              "192.0.2.77:29400", "--rdzv-conf", "read_timeout=1"] + program,
+             75, "exit 75, start the rendezvous first or raise --rdzv-conf "
+             "read_timeout"),
             ([args.rendezvous, "--port", "0", "--max-value-bytes", "-5"], 2,
              "--max-value-bytes -5: must be at least 1"),
             ([args.rendezvous, "--port", "0", "--max-jobs", "0"], 2,
@@ -68,6 +85,12 @@ def main():
             ([args.relay, "--upstream", "127.0.0.1:1", "--batch-window-ms",
               "nan"], 2, "'nan' is not a finite number"),
         ]
+        if args.mnist:
+            # A file where a folder belongs says so, not "does not exist".
+            a_file = os.path.join(top, "tokens", "not-a-folder")
+            open(a_file, "w").close()
+            cases.append(([args.mnist, "--data-dir", a_file, "--epochs", "1"],
+                          1, "is a file, not a folder"))
         for argv, code, says in cases:
             p, took = run(argv, cwd=work)
             shown = " ".join(a if len(a) < 40 else a[:37] + "..."

@@ -119,9 +119,8 @@ TEST(HeartbeatLoopTest, AnsweredHeartbeatsKeepTheRoundPastTheTimeout) {
       client->Join(join, absl::Seconds(10), absl::Seconds(10));
   ASSERT_TRUE(joined.ok()) << joined.status();
   ASSERT_TRUE(joined->has_assignment());
-  HeartbeatLoopOptions options =
-      LoopOptions("alive", joined->assignment().round(),
-                  absl::Milliseconds(50));
+  HeartbeatLoopOptions options = LoopOptions(
+      "alive", joined->assignment().round(), absl::Milliseconds(50));
   options.timeout = absl::Milliseconds(300);
   std::atomic<int> calls = 0;
   HeartbeatLoop loop(*client, options, [&] { ++calls; });
@@ -169,26 +168,25 @@ TEST(HeartbeatLoopTest, HeartbeatsGoOnTheStream) {
   {
     HeartbeatLoop loop(*client, options, [&] { ++calls; });
     // The fast path ran: the server counted beats on a stream, one stream.
-    EXPECT_TRUE(WaitFor(
-        [&] { return (*server)->StreamedHeartbeatsForTest() >= 5; },
-        absl::Seconds(20)));
+    EXPECT_TRUE(
+        WaitFor([&] { return (*server)->StreamedHeartbeatsForTest() >= 5; },
+                absl::Seconds(20)));
     EXPECT_EQ((*server)->OpenHeartbeatStreamsForTest(), 1);
   }
   EXPECT_EQ(calls, 0);
   // The loop's end closed its stream.
-  EXPECT_TRUE(WaitFor(
-      [&] { return (*server)->OpenHeartbeatStreamsForTest() == 0; },
-      absl::Seconds(10)));
+  EXPECT_TRUE(
+      WaitFor([&] { return (*server)->OpenHeartbeatStreamsForTest() == 0; },
+              absl::Seconds(10)));
 }
 
 // A server older than Rendezvous.Heartbeats: the generated service answers
 // the stream UNIMPLEMENTED; it counts the attempts and the unary beats.
 class OldServer : public v1::Rendezvous::CallbackService {
  public:
-  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context,
-                                      const v1::HeartbeatRequest* request,
-                                      v1::HeartbeatResponse* response)
-      override {
+  grpc::ServerUnaryReactor* Heartbeat(
+      grpc::CallbackServerContext* context, const v1::HeartbeatRequest* request,
+      v1::HeartbeatResponse* response) override {
     response->set_round(request->round());
     response->set_state(v1::JOB_STATE_RUNNING);
     ++unary;
@@ -216,8 +214,7 @@ TEST(HeartbeatLoopTest, AServerWithoutTheStreamGetsUnaryHeartbeats) {
   ASSERT_NE(server, nullptr);
   std::unique_ptr<RendezvousClient> client =
       Client(absl::StrCat("127.0.0.1:", port));
-  HeartbeatLoopOptions options =
-      LoopOptions("old", 1, absl::Milliseconds(20));
+  HeartbeatLoopOptions options = LoopOptions("old", 1, absl::Milliseconds(20));
   std::atomic<int> calls = 0;
   {
     HeartbeatLoop loop(*client, options, [&] { ++calls; });
@@ -247,9 +244,9 @@ TEST(HeartbeatLoopTest, AServerThatTakesNoMoreStreamsGetsUnaryHeartbeats) {
   HeartbeatLoop loop(*client, options, [&] { ++calls; });
   // Refused once; then unary beats keep the node alive (the job's status
   // shows it heard from lately) for longer than the loop's timeout.
-  ASSERT_TRUE(WaitFor(
-      [&] { return (*server)->RefusedHeartbeatStreamsForTest() == 1; },
-      absl::Seconds(20)));
+  ASSERT_TRUE(
+      WaitFor([&] { return (*server)->RefusedHeartbeatStreamsForTest() == 1; },
+              absl::Seconds(20)));
   EXPECT_FALSE(WaitFor([&] { return calls > 0; }, absl::Seconds(3)));
   EXPECT_EQ((*server)->RefusedHeartbeatStreamsForTest(), 1);
   EXPECT_EQ((*server)->StreamedHeartbeatsForTest(), 0);
@@ -279,8 +276,9 @@ TEST(HeartbeatLoopTest, AStalledStreamEndsTheRoundAfterTheTimeout) {
   options.timeout = absl::Seconds(1);
   std::atomic<int> calls = 0;
   HeartbeatLoop loop(*client, options, [&] { ++calls; });
-  ASSERT_TRUE(WaitFor([&] { return (*server)->StreamedHeartbeatsForTest() >= 2; },
-                      absl::Seconds(20)));
+  ASSERT_TRUE(
+      WaitFor([&] { return (*server)->StreamedHeartbeatsForTest() >= 2; },
+              absl::Seconds(20)));
   proxy.Freeze();
   EXPECT_TRUE(WaitFor([&] { return calls > 0; }, absl::Seconds(30)));
   EXPECT_EQ(calls, 1);
@@ -301,8 +299,9 @@ TEST(HeartbeatLoopTest, ARestartedServerGetsTheRoundBackAndANewStream) {
   options.resume = join;
   std::atomic<int> calls = 0;
   HeartbeatLoop loop(*client, options, [&] { ++calls; });
-  ASSERT_TRUE(WaitFor([&] { return (*first)->StreamedHeartbeatsForTest() >= 2; },
-                      absl::Seconds(20)));
+  ASSERT_TRUE(
+      WaitFor([&] { return (*first)->StreamedHeartbeatsForTest() >= 2; },
+              absl::Seconds(20)));
   (*first)->Shutdown();
   first->reset();
   // The same port (the agent's endpoint); the kernel may hold it a moment.
@@ -318,10 +317,56 @@ TEST(HeartbeatLoopTest, ARestartedServerGetsTheRoundBackAndANewStream) {
       << second.status();
   // The stream broke; the node resumed its round on the new server and
   // streams there.
-  EXPECT_TRUE(WaitFor(
-      [&] { return (*second)->StreamedHeartbeatsForTest() >= 2; },
-      absl::Seconds(20)));
+  EXPECT_TRUE(
+      WaitFor([&] { return (*second)->StreamedHeartbeatsForTest() >= 2; },
+              absl::Seconds(20)));
   EXPECT_EQ(calls, 0) << "the round ended instead of resuming";
+}
+
+// A server that restarts while the node's workers form their group (they
+// exchange keys through the round's store) lost those keys: the round is
+// taken back, and then over, so that it forms again.
+TEST(HeartbeatLoopTest, ARestartWhileTheRoundFormsEndsTheRound) {
+  absl::StatusOr<std::unique_ptr<rendezvous::Server>> first =
+      rendezvous::Server::Start(rendezvous::ServerOptions{});
+  ASSERT_TRUE(first.ok()) << first.status();
+  const int port = (*first)->port();
+  std::unique_ptr<RendezvousClient> client = Client((*first)->endpoint());
+  v1::JoinRequest join;
+  absl::StatusOr<v1::Assignment> assignment =
+      JoinAlone(*client, "forming", &join);
+  ASSERT_TRUE(assignment.ok()) << assignment.status();
+  HeartbeatLoopOptions options =
+      LoopOptions("forming", assignment->round(), absl::Milliseconds(20));
+  options.resume = join;
+  std::atomic<bool> forming = true;
+  std::atomic<int> asked = 0;
+  options.forming = [&] {
+    ++asked;
+    return forming.load();
+  };
+  std::atomic<int> calls = 0;
+  HeartbeatLoop loop(*client, options, [&] { ++calls; });
+  ASSERT_TRUE(
+      WaitFor([&] { return (*first)->StreamedHeartbeatsForTest() >= 2; },
+              absl::Seconds(20)));
+  EXPECT_EQ(asked, 0) << "asked without a restart";
+  (*first)->Shutdown();
+  first->reset();
+  rendezvous::ServerOptions same_port;
+  same_port.port = port;
+  absl::StatusOr<std::unique_ptr<rendezvous::Server>> second;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        second = rendezvous::Server::Start(same_port);
+        return second.ok();
+      },
+      absl::Seconds(10)))
+      << second.status();
+  EXPECT_TRUE(WaitFor([&] { return calls > 0; }, absl::Seconds(20)))
+      << "the round went on without the keys its workers exchanged";
+  EXPECT_EQ(calls, 1);
+  EXPECT_GE(asked, 1);
 }
 
 }  // namespace

@@ -382,6 +382,30 @@ TEST_F(SupervisorPolicyTest, ASilentSurvivorIsHungPastTheJoinBound) {
   EXPECT_EQ(policy.failures()[0].phase, Phase::kJoin);
 }
 
+// Forming: some reporting worker may be using the round's store (starting,
+// joining, syncing state); a worker that never reported is not counted.
+TEST_F(SupervisorPolicyTest, FormingUntilEveryReportingWorkerSteps) {
+  common::FakeClock clock;
+  SupervisorPolicy policy(
+      {.num_workers = 3, .expect_reports = {true, false, false}}, Adaptive(),
+      clock);
+  EXPECT_TRUE(policy.Forming()) << "local rank 0 is starting";
+  policy.OnRecord(0, PhaseRecord(Phase::kJoin));
+  policy.OnRecord(1, PhaseRecord(Phase::kJoin));
+  EXPECT_TRUE(policy.Forming());
+  policy.OnRecord(0, PhaseRecord(Phase::kSync));
+  policy.OnRecord(1, PhaseRecord(Phase::kStep));
+  EXPECT_TRUE(policy.Forming()) << "local rank 0 syncs state";
+  policy.OnRecord(0, PhaseRecord(Phase::kStep));
+  EXPECT_FALSE(policy.Forming())
+      << "local rank 2 never reported: it shows no phase";
+  SupervisorPolicy survivors({.num_workers = 1, .survivors = {true}},
+                             Adaptive(), clock);
+  EXPECT_TRUE(survivors.Forming()) << "a survivor starts the round joining";
+  survivors.OnExit(0, ExitStatus::Exited(0));
+  EXPECT_FALSE(survivors.Forming());
+}
+
 // A program that reported in an earlier round must report in this one: a
 // fresh worker silent past the start-up bound is hung. One that never
 // reported is left alone, as torchrun would.

@@ -584,10 +584,13 @@ TEST(HeartbeatBudgetTest, ALargeJobIsToldALongerIntervalAndTimeout) {
     EXPECT_EQ(a.heartbeat_interval_ms(), 500) << "10 nodes / 20 per s";
     EXPECT_EQ(a.heartbeat_timeout_ms(), 2500) << "in proportion: 5 x 500 ms";
   }
-  // Nine nodes beat at the longer interval; n9 stays silent. The job's own
-  // 500 ms timeout would have dropped them all; the lengthened one drops
-  // only n9, once 2.5 s passed.
+  // Nine nodes beat at the longer interval; n9 beats once as the round
+  // starts and is silent after it. The job's own 500 ms timeout would have
+  // dropped them all; the lengthened one drops only n9, once 2.5 s passed.
   Effects effects;
+  v1::HeartbeatRequest once;
+  once.set_node_id("n9");
+  job.Heartbeat(once, now);
   for (absl::Duration t :
        {absl::Milliseconds(500), absl::Milliseconds(1000),
         absl::Milliseconds(1500), absl::Milliseconds(2000)}) {
@@ -602,6 +605,48 @@ TEST(HeartbeatBudgetTest, ALargeJobIsToldALongerIntervalAndTimeout) {
   EXPECT_EQ(job.round(), 0) << "no live node was declared lost";
   job.Tick(now + absl::Milliseconds(2600), &effects);
   EXPECT_EQ(job.round(), 1) << "the silent node is lost after 2.5 s";
+}
+
+// A member never heard from in its round (its agent died after its Join
+// was answered, before its first heartbeat: no stream whose end tells) is
+// dropped after the first-beat grace (4 intervals, at least 2 s), not after
+// the whole heartbeat timeout.
+TEST(HeartbeatTimeoutTest, AMemberNeverHeardInItsRoundIsDroppedSooner) {
+  absl::Time now = absl::UnixEpoch();
+  v1::JobConfig config = ScaleConfig(2);
+  config.set_heartbeat_interval_ms(250);
+  config.set_heartbeat_timeout_ms(10000);
+  Job job("first-beat", config, now, JobOptions{});
+  ASSERT_EQ(FormRound(job, 2, now).size(), 2u);
+  Effects effects;
+  for (int ms = 250; ms <= 1750; ms += 250) {
+    v1::HeartbeatRequest beat;
+    beat.set_node_id("n0");
+    beat.set_round(job.round());
+    job.Heartbeat(beat, now + absl::Milliseconds(ms));
+    job.Tick(now + absl::Milliseconds(ms), &effects);
+  }
+  EXPECT_EQ(job.round(), 0) << "within the grace";
+  v1::HeartbeatRequest beat;
+  beat.set_node_id("n0");
+  job.Heartbeat(beat, now + absl::Milliseconds(2000));
+  job.Tick(now + absl::Milliseconds(2000), &effects);
+  EXPECT_EQ(job.round(), 1) << "n1 was never heard in round 0: dropped at 2 s";
+  // A member heard once in its round waits out the heartbeat timeout.
+  Job heard("heard", config, now, JobOptions{});
+  ASSERT_EQ(FormRound(heard, 2, now).size(), 2u);
+  for (const char* id : {"n0", "n1"}) {
+    v1::HeartbeatRequest first;
+    first.set_node_id(id);
+    heard.Heartbeat(first, now + absl::Milliseconds(250));
+  }
+  for (int ms = 500; ms <= 9000; ms += 500) {
+    v1::HeartbeatRequest alive;
+    alive.set_node_id("n0");
+    heard.Heartbeat(alive, now + absl::Milliseconds(ms));
+    heard.Tick(now + absl::Milliseconds(ms), &effects);
+  }
+  EXPECT_EQ(heard.round(), 0) << "n1 was heard: the 10 s timeout applies";
 }
 
 TEST(HeartbeatBudgetTest, JobsWithinTheBudgetKeepTheirInterval) {

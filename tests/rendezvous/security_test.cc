@@ -100,6 +100,69 @@ TEST(TokenTest, CallsWithoutTheTokenAreRefused) {
   EXPECT_TRUE(TrySet(Channel(endpoint, {}), "s3cret-token").ok());
 }
 
+grpc::Status TryStatus(const std::shared_ptr<grpc::Channel>& channel,
+                       const std::string& run_id) {
+  auto stub = v1::Rendezvous::NewStub(channel);
+  v1::StatusRequest request;
+  request.set_run_id(run_id);
+  v1::StatusResponse response;
+  return stub->Status(Context().get(), request, &response);
+}
+
+// The rendezvous an agent hosts without a token (torchrun's agent-hosted
+// form) gives a caller what torchrun's c10d store would: the job's own
+// store and rendezvous, no other run id, no Status.
+TEST(TokenTest, AnAgentHostedServerServesItsOwnJobOnly) {
+  ServerOptions options;
+  options.only_run_id = "security";
+  options.status_without_token = false;
+  auto server = Server::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto channel = Channel((*server)->endpoint(), {});
+  EXPECT_TRUE(TrySet(channel).ok());
+  grpc::Status other = TryHeartbeat(channel);  // run id "none"
+  EXPECT_EQ(other.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(other.error_message().find("--rdzv-id security"),
+            std::string::npos)
+      << other.error_message();
+  for (const std::string& run_id : {"security", "", "none"}) {
+    grpc::Status status = TryStatus(channel, run_id);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED)
+        << run_id;
+    EXPECT_NE(status.error_message().find("--token-file"), std::string::npos)
+        << status.error_message();
+  }
+  // With a token the job's Status answers (NOT_FOUND: nobody joined yet);
+  // another run id is still refused.
+  options.token = "s3cret-token";
+  auto guarded = Server::Start(options);
+  ASSERT_TRUE(guarded.ok()) << guarded.status();
+  common::ChannelOptions right;
+  right.token = "s3cret-token";
+  auto with_token = Channel((*guarded)->endpoint(), right);
+  EXPECT_EQ(TryStatus(with_token, "security").error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(TryHeartbeat(with_token).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+}
+
+// A wildcard host listens on every interface, and says so.
+TEST(ListenTest, AWildcardHostListensOnEveryInterface) {
+  ServerOptions options;
+  options.host = "0.0.0.0";
+  auto server = Server::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->port();
+  EXPECT_EQ((*server)->listen_address(),
+            "0.0.0.0:" + std::to_string(port) + " (all interfaces)");
+  EXPECT_EQ((*server)->endpoint(), "127.0.0.1:" + std::to_string(port));
+  ServerOptions loopback;
+  auto local = Server::Start(loopback);
+  ASSERT_TRUE(local.ok()) << local.status();
+  EXPECT_EQ((*local)->listen_address(),
+            "127.0.0.1:" + std::to_string((*local)->port()));
+}
+
 class TlsTest : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -2,12 +2,15 @@
 // server on a kernel-chosen port, in this process.
 #include "worker/grpc_store.h"
 
+#include <c10/util/Exception.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <thread>
-
-#include <c10/util/Exception.h>
-#include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -35,9 +38,9 @@ class GrpcStoreTest : public ::testing::Test {
   }
 
   // A store in a free-standing scope (no rendezvous job has this run id).
-  c10::intrusive_ptr<GrpcStore> MakeStore(const std::string& run_id,
-                                          int64_t round = 0,
-                                          milliseconds timeout = milliseconds(10000)) {
+  c10::intrusive_ptr<GrpcStore> MakeStore(
+      const std::string& run_id, int64_t round = 0,
+      milliseconds timeout = milliseconds(10000)) {
     StoreClientOptions options;
     options.endpoint = server_->endpoint();
     options.run_id = run_id;
@@ -203,6 +206,42 @@ TEST(GrpcStoreNoServerTest, UnreachableServerFailsBoundedAndSaysSo) {
     EXPECT_NE(what.find("'k'"), std::string::npos) << what;
   }
   EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+}
+
+// A rendezvous restart: the client's connects were refused while the server
+// was down, and a server is back on the same port. The next call reaches it
+// within its retry budget (gRPC's own channel, once its connect failed, kept
+// failing calls for seconds after the server was up: a worker forming its
+// group waited out all of it).
+TEST(GrpcStoreNoServerTest, AServerThatIsBackIsReachedWithinTheRetryBudget) {
+  // A loopback port that refuses connections (bound, not listening).
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const int port = ntohs(addr.sin_port);
+  StoreClientOptions options;
+  options.endpoint = absl::StrCat("127.0.0.1:", port);
+  options.run_id = "restarted";
+  options.retry_unavailable_for = absl::Seconds(1);
+  absl::StatusOr<std::unique_ptr<StoreClient>> client =
+      StoreClient::Create(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  EXPECT_EQ((*client)->Set("k", "v").code(), absl::StatusCode::kUnavailable)
+      << "nothing listens yet";
+  close(fd);
+  rendezvous::ServerOptions server_options;
+  server_options.host = "127.0.0.1";
+  server_options.port = port;
+  absl::StatusOr<std::unique_ptr<rendezvous::Server>> server =
+      rendezvous::Server::Start(server_options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_TRUE((*client)->Set("k", "v").ok())
+      << "the server is back, but the client did not reach it";
 }
 
 }  // namespace
