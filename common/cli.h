@@ -32,6 +32,16 @@ inline CLI::Option* AddLogLevelFlag(CLI::App& app, std::string* level) {
       ->check(CLI::IsMember(LogLevels()));
 }
 
+// --log-format text|json (common/logging.h; default: DDPRUN_LOG_FORMAT, else
+// text).
+inline CLI::Option* AddLogFormatFlag(CLI::App& app, std::string* format) {
+  return app
+      .add_option("--log-format", *format,
+                  "text or json (one JSON object a line); default: "
+                  "DDPRUN_LOG_FORMAT, else text")
+      ->check(CLI::IsMember({"text", "json"}));
+}
+
 // A number of seconds or milliseconds: finite and >= 0. CLI11's
 // NonNegativeNumber lets "nan" and "inf" through (NaN fails no comparison).
 inline CLI::Validator FiniteNonNegative() {

@@ -47,8 +47,11 @@ std::string Response(absl::string_view status, absl::string_view content_type,
 }
 
 // Reads one request's head from `fd` and answers it: GET or HEAD of `path`
-// is the registry, any other path 404, any other method 405.
-void Answer(int fd, const std::string& path, const MetricsRegistry& registry) {
+// is the registry, of another path what `pages` gives for it, else 404; any
+// other method 405.
+void Answer(
+    int fd, const std::string& path, const MetricsRegistry& registry,
+    const std::function<std::optional<HttpPage>(const std::string&)>& pages) {
   timeval timeout{kClientTimeoutS, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
@@ -71,7 +74,13 @@ void Answer(int fd, const std::string& path, const MetricsRegistry& registry) {
   absl::string_view method = request_line[0];
   absl::string_view target = request_line[1];
   target = target.substr(0, target.find('?'));
-  if (target != path) {
+  if (target != path && pages && (method == "GET" || method == "HEAD")) {
+    std::optional<HttpPage> page = pages(std::string(target));
+    WriteAll(fd, page.has_value() ? Response("200 OK", page->content_type,
+                                             page->body, method == "GET")
+                                  : Response("404 Not Found", "text/plain",
+                                             "not found\n", true));
+  } else if (target != path) {
     WriteAll(fd, Response("404 Not Found", "text/plain", "not found\n", true));
   } else if (method != "GET" && method != "HEAD") {
     WriteAll(fd, Response("405 Method Not Allowed", "text/plain", "use GET\n",
@@ -98,6 +107,7 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
   self->registry_ = registry;
   self->host_ = options.host;
   self->path_ = options.path;
+  self->pages_ = options.pages;
   self->port_ = options.port;
   auto unavailable = [&](absl::string_view why) {
     return absl::UnavailableError(absl::StrCat(
@@ -174,7 +184,7 @@ void MetricsServer::Serve() {
     if ((fds[0].revents & POLLIN) == 0) continue;
     int client = accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC);
     if (client < 0) continue;
-    Answer(client, path_, *registry_);
+    Answer(client, path_, *registry_, pages_);
     close(client);
   }
 }

@@ -5,7 +5,9 @@
 // request and one answer, so the server is a few POSIX calls of its own: it
 // needs no HTTP library, and the programs that serve it link statically.
 
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -15,11 +17,21 @@
 
 namespace ddprun::common {
 
+// A read-only page served next to /metrics (e.g. a job's live page).
+struct HttpPage {
+  std::string content_type;  // e.g. "text/html; charset=utf-8"
+  std::string body;
+};
+
 struct MetricsServerOptions {
   // "0.0.0.0" / "::" to be scraped from other machines.
   std::string host = "127.0.0.1";
   int port = 0;  // 0: the kernel picks one; read it back with port()
   std::string path = "/metrics";
+  // Other GET paths (the query string cut off): the page, or nullopt for
+  // 404. Called on the server's thread; set: the same listener, so the same
+  // reach (host) as /metrics. Unset: only `path`.
+  std::function<std::optional<HttpPage>(const std::string& target)> pages;
 };
 
 // Owns one listening socket and the one thread that accepts and answers
@@ -54,6 +66,7 @@ class MetricsServer {
   std::thread thread_;
   std::string host_;
   std::string path_;
+  std::function<std::optional<HttpPage>(const std::string&)> pages_;
   int port_ = 0;
 };
 

@@ -1,9 +1,13 @@
 #include "common/progress_record.h"
 
 #include <array>
+#include <cmath>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 
 namespace ddprun::common {
@@ -32,6 +36,15 @@ ProgressRecord ParseProgressRecord(absl::string_view line) {
     record.kind = ProgressRecord::Kind::kInPlace;
   } else if (line == "step" || absl::StartsWith(line, "step ")) {
     record.kind = ProgressRecord::Kind::kStep;
+    for (absl::string_view word :
+         absl::StrSplit(line, ' ', absl::SkipEmpty())) {
+      double seconds = 0;
+      if (absl::ConsumePrefix(&word, "compute=") &&
+          absl::SimpleAtod(word, &seconds) && std::isfinite(seconds) &&
+          seconds >= 0) {
+        record.compute_seconds = seconds;
+      }
+    }
   } else if (absl::ConsumePrefix(&line, "phase ")) {
     std::optional<Phase> phase = ParsePhase(absl::StripAsciiWhitespace(line));
     // "phase step" enters stepping: no step is done yet.
@@ -48,6 +61,13 @@ std::string PhaseLine(Phase phase) {
   // The first step is the agent's notion; a worker just starts stepping.
   if (phase == Phase::kFirstStep) phase = Phase::kStep;
   return absl::StrCat("phase ", PhaseName(phase), "\n");
+}
+
+std::string StepLine(double compute_seconds) {
+  if (!(compute_seconds >= 0) || !std::isfinite(compute_seconds)) {
+    return kStepLine;
+  }
+  return absl::StrFormat("step compute=%.6f\n", compute_seconds);
 }
 
 }  // namespace ddprun::common

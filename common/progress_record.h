@@ -14,8 +14,11 @@ namespace ddprun::common {
 // write it; the agent parses it.
 //
 //   phase <name>       the worker enters a phase of its life (below)
-//   step ...           one training step done (what follows is free text:
-//                      libddp writes "step", ddprun-mnist "step N epoch E")
+//   step ...           one training step done. What follows is free text,
+//                      except a `compute=SECONDS` word: the time this rank
+//                      computed for the step, its wait in the gradient sync
+//                      left out (libddp writes "step compute=0.012345", older
+//                      workers "step"; a step without it carries no figure)
 //   inplace            the program recovers in place (worker/recovery.h)
 //
 // Any other line counts as a sign of life and nothing more, so that a newer
@@ -45,6 +48,9 @@ struct ProgressRecord {
   enum class Kind { kPhase, kStep, kInPlace, kOther };
   Kind kind = Kind::kOther;
   Phase phase = Phase::kStart;  // for kPhase
+  // For kStep: the rank's own compute time for the step (the straggler
+  // figure); nullopt when the record carries none or a malformed one.
+  std::optional<double> compute_seconds;
 };
 
 // Parses one line (without its newline).
@@ -55,6 +61,8 @@ ProgressRecord ParseProgressRecord(absl::string_view line);
 // until the first StepLine.
 std::string PhaseLine(Phase phase);
 inline constexpr char kStepLine[] = "step\n";
+// A step record with the rank's compute time (negative: none, as kStepLine).
+std::string StepLine(double compute_seconds);
 inline constexpr char kInPlaceLine[] = "inplace\n";
 
 }  // namespace ddprun::common

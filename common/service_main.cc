@@ -24,9 +24,11 @@ void StopSignals::Wait(const std::string& program) {
 
 absl::StatusOr<std::unique_ptr<MetricsServer>> StartAnnouncedMetrics(
     const std::string& program, const std::string& host, int port,
-    const MetricsRegistry* registry) {
+    const MetricsRegistry* registry,
+    std::function<std::optional<HttpPage>(const std::string&)> pages) {
   if (port < 0) return nullptr;
   MetricsServerOptions options;
+  options.pages = std::move(pages);
   options.host = host;
   options.port = port;
   absl::StatusOr<std::unique_ptr<MetricsServer>> started =

@@ -30,8 +30,10 @@ class StopSignals {
 // With `port` >= 0: serves `registry` on http://host:port/metrics and prints
 // "<program> metrics on URL" to stdout (flushed), the line tests and
 // operators read the port from. With `port` < 0: nullptr, nothing started.
+// `pages`: more read-only pages on the same port (MetricsServerOptions).
 absl::StatusOr<std::unique_ptr<MetricsServer>> StartAnnouncedMetrics(
     const std::string& program, const std::string& host, int port,
-    const MetricsRegistry* registry);
+    const MetricsRegistry* registry,
+    std::function<std::optional<HttpPage>(const std::string&)> pages = {});
 
 }  // namespace ddprun::common

@@ -27,6 +27,7 @@ absl::StatusOr<v1::HeartbeatResponse> AnswerHeartbeat(
   for (const v1::NodeBeat& beat : request.more()) {
     one.set_node_id(beat.node_id());
     one.set_round(beat.round());
+    *one.mutable_ranks() = beat.ranks();
     absl::StatusOr<v1::HeartbeatResponse> each = jobs->Heartbeat(one);
     if (!each.ok()) return each.status();
     *answer->add_more() = *std::move(each);

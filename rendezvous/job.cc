@@ -21,7 +21,9 @@ Job::Job(std::string run_id, v1::JobConfig config, absl::Time now,
       options_(options),
       heartbeat_interval_ms_(config_.heartbeat_interval_ms()),
       heartbeat_timeout_ms_(config_.heartbeat_timeout_ms()),
-      last_activity_(now) {}
+      last_activity_(now),
+      stragglers_(options_.straggler),
+      events_(options_.max_events) {}
 
 void Job::ScaleHeartbeats(int64_t nodes) {
   heartbeat_interval_ms_ = config_.heartbeat_interval_ms();
@@ -454,7 +456,9 @@ void Job::Close(absl::Time now, Effects* effects) {
     node.member = false;
     node.previous_rank = -1;
     node.rank_offset = -1;
+    node.ranks.Clear();
   }
+  stragglers_.Reset();  // ranks move between rounds
   last_members_.clear();
   last_peers_.clear();
   int offset = 0;
@@ -520,6 +524,9 @@ void Job::Close(absl::Time now, Effects* effects) {
                 *told_close_ >= now ? "later" : "earlier")
           : std::string());
   told_close_.reset();
+  events_.Add(now, "round", round_, -1,
+              absl::StrFormat("round %d closed with %d nodes, world size %d",
+                              round_, ordered.size(), world_size_));
 }
 
 void Job::EndRound(absl::Time now, Effects* effects) {
@@ -542,6 +549,7 @@ void Job::Finish(v1::JobState state, absl::Time now, Effects* effects) {
   }
   effects->released.push_back({run_id_, round_ + 1});
   spdlog::info("job '{}' ended: {}", run_id_, Ended().message());
+  events_.Add(now, "ended", round_, -1, Ended().message());
 }
 
 void Job::DropNode(const std::string& node_id, absl::Time now) {
@@ -559,6 +567,7 @@ void Job::ClearAnswerForPoll(Node& node) {
 }
 
 void Job::AddFailures(const v1::ReportFailureRequest& request, absl::Time now) {
+  const size_t first_new = failures_.size();
   auto add = [&](v1::WorkerFailure failure) {
     if (static_cast<int>(failures_.size()) >= options_.max_failures_kept) {
       return;
@@ -585,6 +594,15 @@ void Job::AddFailures(const v1::ReportFailureRequest& request, absl::Time now) {
     add(std::move(failure));
   }
   for (const auto& f : request.failures()) add(f);
+  // Each failure in the event log too, with its cause.
+  for (size_t i = first_new; i < failures_.size(); ++i) {
+    const v1::WorkerFailure& f = failures_[i];
+    events_.Add(now, "failure", f.round(), f.rank(),
+                absl::StrFormat("rank %d (node '%s', local rank %d) %s: %s",
+                                f.rank(), f.node_id(), f.local_rank(),
+                                common::FailureCauseWord(f.failure_cause()),
+                                f.message()));
+  }
 }
 
 v1::ReportFailureResponse Job::ReportFailure(
@@ -599,6 +617,11 @@ v1::ReportFailureResponse Job::ReportFailure(
     AddFailures(request, now);
     failed_round_ = round_;
     ++restart_count_;
+    if (restart_count_ <= config_.max_restarts()) {
+      events_.Add(now, "restart", round_, -1,
+                  absl::StrFormat("round %d ends: restart %d of %d", round_,
+                                  restart_count_, config_.max_restarts()));
+    }
     spdlog::info(
         "job '{}': node '{}' reported a failure in round {} "
         "(restart {} of {})",
@@ -627,6 +650,10 @@ v1::HeartbeatResponse Job::Heartbeat(const v1::HeartbeatRequest& request,
     it->second.last_seen = now;
     it->second.heard_in_round = true;
     member = it->second.member;
+    if (member && !request.ranks().empty() && request.round() == round_ &&
+        state_ == v1::JOB_STATE_RUNNING) {
+      TakeFigures(it->second, request, now);
+    }
   }
   v1::HeartbeatResponse response;
   response.set_round(round_);
@@ -640,8 +667,58 @@ v1::HeartbeatResponse Job::Heartbeat(const v1::HeartbeatRequest& request,
   } else {
     response.set_rejoin(request.round() != round_ ||
                         state_ != v1::JOB_STATE_RUNNING || !member);
+    if (!response.rejoin()) {
+      for (const StragglerDetector::Straggler& s : stragglers_.stragglers()) {
+        if (s.sample.node_id == request.node_id()) {
+          response.add_straggler_local_ranks(s.sample.local_rank);
+        }
+      }
+    }
   }
   return response;
+}
+
+void Job::TakeFigures(Node& node, const v1::HeartbeatRequest& request,
+                      absl::Time now) {
+  // At most the node's local world size, so that a confused agent cannot
+  // make the server hold more than its ranks.
+  const int n = std::min(request.ranks_size(), node.join.local_world_size());
+  node.ranks.Clear();
+  for (int i = 0; i < n; ++i) {
+    const v1::RankFigures& figures = request.ranks(i);
+    if (figures.local_rank() < 0 ||
+        figures.local_rank() >= node.join.local_world_size()) {
+      continue;
+    }
+    *node.ranks.Add() = figures;
+    RankSample sample;
+    sample.node_id = request.node_id();
+    sample.local_rank = figures.local_rank();
+    sample.samples = figures.samples();
+    sample.compute_s = figures.compute_mean_s();
+    stragglers_.Report(node.rank_offset + figures.local_rank(), sample, now);
+  }
+  for (const StragglerDetector::Change& change : stragglers_.Evaluate(now)) {
+    const StragglerDetector::Straggler& s = change.straggler;
+    std::string message =
+        change.named
+            ? absl::StrFormat(
+                  "rank %d (node '%s', local rank %d) is a straggler: %.1f ms "
+                  "of compute per step, %.2fx the other ranks' median %.1f ms",
+                  s.rank, s.sample.node_id, s.sample.local_rank,
+                  s.sample.compute_s * 1e3, s.ratio, s.job_median_s * 1e3)
+            : absl::StrFormat(
+                  "rank %d (node '%s', local rank %d) keeps pace "
+                  "again",
+                  s.rank, s.sample.node_id, s.sample.local_rank);
+    if (change.named) {
+      spdlog::warn("job '{}': {}", run_id_, message);
+    } else {
+      spdlog::info("job '{}': {}", run_id_, message);
+    }
+    events_.Add(now, change.named ? "straggler" : "straggler-cleared", round_,
+                s.rank, std::move(message));
+  }
 }
 
 void Job::HeartbeatStreamEnded(const std::string& node_id, int64_t round,
@@ -849,6 +926,12 @@ void Job::Tick(absl::Time now, Effects* effects) {
                                         : "",
                  member ? absl::StrFormat(", round %d ends", round_) : "");
     lost_member |= member;
+    if (member) {
+      events_.Add(now, "node-lost", round_, -1,
+                  absl::StrFormat(
+                      "node '%s' silent for %d ms; round %d ends", id,
+                      absl::ToInt64Milliseconds(now - node.last_seen), round_));
+    }
     DropNode(id, now);
   }
   if (lost_member) {
@@ -876,7 +959,7 @@ void Job::CancelAllJoins(const absl::Status& status, Effects* effects) {
   }
 }
 
-v1::JobStatus Job::Status(absl::Time now) const {
+v1::JobStatus Job::Status(absl::Time now, bool events) const {
   v1::JobStatus status;
   status.set_run_id(run_id_);
   status.set_round(round_);
@@ -915,6 +998,25 @@ v1::JobStatus Job::Status(absl::Time now) const {
     }
     n->set_node_state(state);
     n->set_state(common::NodeStateWord(state));
+    if (node.member && state_ == v1::JOB_STATE_RUNNING) {
+      *n->mutable_ranks() = node.ranks;
+    }
+  }
+  if (state_ == v1::JOB_STATE_RUNNING) {
+    status.set_compute_median_s(stragglers_.job_median_s());
+    for (const StragglerDetector::Straggler& s : stragglers_.stragglers()) {
+      v1::Straggler* out = status.add_stragglers();
+      out->set_rank(s.rank);
+      out->set_node_id(s.sample.node_id);
+      out->set_local_rank(s.sample.local_rank);
+      out->set_compute_s(s.sample.compute_s);
+      out->set_job_median_s(s.job_median_s);
+      out->set_ratio(s.ratio);
+      out->set_since_unix_ms(absl::ToUnixMillis(s.since));
+    }
+  }
+  if (events) {
+    for (const v1::JobEvent& e : events_.events()) *status.add_events() = e;
   }
   return status;
 }

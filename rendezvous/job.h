@@ -11,6 +11,8 @@
 #include "absl/types/span.h"
 #include "ddprun/v1/rendezvous.pb.h"
 #include "rendezvous/effects.h"
+#include "rendezvous/job_events.h"
+#include "rendezvous/straggler_detector.h"
 
 namespace ddprun::rendezvous {
 
@@ -62,6 +64,10 @@ struct JobOptions {
   // at most this long from now: a node polls while nothing can have
   // changed for it only when the close comes later than expected.
   absl::Duration max_poll_delay = absl::Seconds(10);
+  // Who is named a straggler (StragglerDetector's rules).
+  StragglerOptions straggler;
+  // The events each job keeps (JobEvents).
+  int max_events = 512;
 };
 
 // The rendezvous state machine of one job: rounds, membership, ranks,
@@ -212,7 +218,8 @@ class Job {
   // Answers every parked Join with `status` (server shutdown).
   void CancelAllJoins(const absl::Status& status, Effects* effects);
 
-  v1::JobStatus Status(absl::Time now) const;
+  // `events`: with the job's event log.
+  v1::JobStatus Status(absl::Time now, bool events = false) const;
 
  private:
   struct Node {
@@ -238,6 +245,9 @@ class Job {
     // round. An agent killed during a round change (after its Join was
     // answered, before its first heartbeat) has no stream whose end tells.
     bool heard_in_round = true;
+    // Its local ranks' figures from its latest heartbeat of the running
+    // round that carried them.
+    google::protobuf::RepeatedPtrField<v1::RankFigures> ranks;
     // Waits for its round by polling Join (holds no call).
     bool polling = false;
     // The decision its next poll collects (assignment, JobEnded, error).
@@ -308,6 +318,10 @@ class Job {
   // heartbeat timeout.
   absl::Duration FirstBeatGrace() const;
   std::string JoinTimeoutMessage() const;
+  // A member's heartbeat of the running round carried rank figures: keeps
+  // them, hands them to the straggler detector and logs what it decides.
+  void TakeFigures(Node& node, const v1::HeartbeatRequest& request,
+                   absl::Time now);
 
   // Re-registration after a server restart (the rules above).
   struct Resuming {
@@ -382,6 +396,8 @@ class Job {
   // round.
   bool round_decided_here_ = false;
   std::optional<Resuming> resuming_;
+  StragglerDetector stragglers_;
+  JobEvents events_;
 };
 
 }  // namespace ddprun::rendezvous

@@ -306,7 +306,7 @@ absl::StatusOr<v1::StatusResponse> JobTable::Status(
   if (!request.run_id().empty()) {
     auto it = jobs_.find(request.run_id());
     if (it == jobs_.end()) return NotFound(request.run_id());
-    *response.add_jobs() = it->second->Status(now);
+    *response.add_jobs() = it->second->Status(now, request.events());
     return response;
   }
   std::vector<const Job*> sorted;
@@ -314,7 +314,8 @@ absl::StatusOr<v1::StatusResponse> JobTable::Status(
   std::sort(sorted.begin(), sorted.end(), [](const Job* a, const Job* b) {
     return a->run_id() < b->run_id();
   });
-  for (const Job* job : sorted) *response.add_jobs() = job->Status(now);
+  for (const Job* job : sorted)
+    *response.add_jobs() = job->Status(now, request.events());
   return response;
 }
 

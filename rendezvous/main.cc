@@ -122,6 +122,17 @@ int main(int argc, char** argv) {
   app.add_option("--max-job-store-keys", server.limits.max_job_store_keys,
                  "keys the store may hold for one job, all its rounds")
       ->capture_default_str();
+  app.add_option("--straggler-factor", server.straggler.factor,
+                 "a rank whose own compute time per step stays above this "
+                 "many times the other ranks' median is named a straggler "
+                 "(status, /metrics, the job page); 0: never")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--straggler-windows", server.straggler.windows,
+                 "one-second windows in a row a rank must be that slow to be "
+                 "named (and fine to be cleared)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--heartbeat-budget", server.heartbeat_budget_per_s,
                  "heartbeats per second one job may send: a larger job's "
                  "nodes are told a longer interval (and timeout, in "
@@ -169,6 +180,7 @@ int main(int argc, char** argv) {
                "listen beyond loopback without a token: only on a network "
                "that just trusted hosts reach");
   ddprun::common::AddLogLevelFlag(app, &logging.level);
+  ddprun::common::AddLogFormatFlag(app, &logging.format);
   ddprun::common::AddVersionFlag(app, "ddprun-rendezvous");
   std::string job_run_id;
   std::string job_secret_file;

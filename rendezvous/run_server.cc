@@ -10,6 +10,7 @@
 #include "common/metrics.h"
 #include "common/service_main.h"
 #include "common/worker_env.h"
+#include "rendezvous/job_page.h"
 #include "rendezvous/limits.h"
 #include "spdlog/spdlog.h"
 
@@ -80,8 +81,13 @@ int RunServerUntilSignal(const RunServerOptions& options) {
         common::env::kToken);
   }
   absl::StatusOr<std::unique_ptr<common::MetricsServer>> metrics =
-      common::StartAnnouncedMetrics("ddprun-rendezvous", options.metrics_host,
-                                    options.metrics_port, &registry);
+      common::StartAnnouncedMetrics(
+          "ddprun-rendezvous", options.metrics_host, options.metrics_port,
+          &registry, [raw = server->get()](const std::string& target) {
+            return JobPage(target, [raw](const v1::StatusRequest& request) {
+              return raw->JobStatus(request);
+            });
+          });
   if (!metrics.ok()) {
     spdlog::error("ddprun-rendezvous: {}", metrics.status().ToString());
     return 1;

@@ -6,10 +6,12 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/endpoint.h"
 #include "common/metrics_grpc.h"
@@ -63,6 +65,7 @@ JobTableOptions TableOptions(const ServerOptions& options,
   table.job.poll_budget_per_s = options.poll_budget_per_s;
   table.job.max_poll_delay = options.max_poll_delay;
   table.job.forgive_stalls_over = options.forgive_stalls_over;
+  table.job.straggler = options.straggler;
   table.limits = options.limits;
   return table;
 }
@@ -210,6 +213,52 @@ void Server::SampleMemory() {
   store_.SetResidentBytes(resident);
 }
 
+namespace {
+
+// A job's straggler and compute-time gauges. Bounded per job: the named
+// stragglers (StragglerOptions::max_reported) and the 8 slowest ranks, so
+// that a 1,000-node job does not make 8,000 series.
+void AddRankGauges(const v1::JobStatus& job, common::GaugeFamily& stragglers,
+                   common::GaugeFamily& straggler_ratio,
+                   common::GaugeFamily& compute_median,
+                   common::GaugeFamily& rank_compute,
+                   common::GaugeFamily& steps_rate) {
+  if (job.state() != v1::JOB_STATE_RUNNING) return;
+  stragglers.WithLabels({job.run_id()}).Set(job.stragglers_size());
+  for (const v1::Straggler& s : job.stragglers()) {
+    straggler_ratio.WithLabels({job.run_id(), absl::StrCat(s.rank())})
+        .Set(s.ratio());
+  }
+  std::vector<std::pair<double, int>> slowest;  // compute, rank
+  std::vector<double> rates;
+  for (const v1::NodeStatus& node : job.nodes()) {
+    for (const v1::RankFigures& r : node.ranks()) {
+      rates.push_back(r.steps_per_s());
+      if (r.samples() > 0) {
+        slowest.push_back(
+            {r.compute_mean_s(), node.rank_offset() + r.local_rank()});
+      }
+    }
+  }
+  if (slowest.empty() && rates.empty()) return;
+  compute_median.WithLabels({job.run_id()}).Set(job.compute_median_s());
+  constexpr size_t kSlowest = 8;
+  const size_t n = std::min(kSlowest, slowest.size());
+  std::partial_sort(slowest.begin(), slowest.begin() + n, slowest.end(),
+                    std::greater<>());
+  for (size_t i = 0; i < n; ++i) {
+    rank_compute.WithLabels({job.run_id(), absl::StrCat(slowest[i].second)})
+        .Set(slowest[i].first);
+  }
+  if (!rates.empty()) {
+    std::nth_element(rates.begin(), rates.begin() + rates.size() / 2,
+                     rates.end());
+    steps_rate.WithLabels({job.run_id()}).Set(rates[rates.size() / 2]);
+  }
+}
+
+}  // namespace
+
 void Server::AddJobMetrics(common::MetricsRegistry* registry) {
   common::GaugeFamily& jobs = registry->AddGauge(
       "ddprun_rendezvous_jobs", "Jobs the server holds, by state", {"state"});
@@ -226,36 +275,60 @@ void Server::AddJobMetrics(common::MetricsRegistry* registry) {
   common::GaugeFamily& heartbeat_age = registry->AddGauge(
       "ddprun_rendezvous_heartbeat_age_seconds",
       "Age of the oldest last heartbeat among each job's nodes", {"run_id"});
-  registry->AddCollectHook(
-      [this, &jobs, &round, &nodes, &restarts, &failures, &heartbeat_age] {
-        absl::StatusOr<v1::StatusResponse> status =
-            jobs_.Status(v1::StatusRequest());
-        if (!status.ok()) return;
-        for (common::GaugeFamily* family :
-             {&jobs, &round, &nodes, &restarts, &failures, &heartbeat_age}) {
-          family->Clear();
-        }
-        for (const v1::JobStatus& job : status->jobs()) {
-          jobs.WithLabels({v1::JobState_Name(job.state())}).Add(1);
-          round.WithLabels({job.run_id()}).Set(job.round());
-          restarts.WithLabels({job.run_id()}).Set(job.restart_count());
-          int64_t oldest_ms = 0;
-          for (const v1::NodeStatus& node : job.nodes()) {
-            nodes
-                .WithLabels(
-                    {job.run_id(), common::NodeStateWord(node.node_state())})
-                .Add(1);
-            oldest_ms = std::max(oldest_ms, node.last_heartbeat_age_ms());
-          }
-          heartbeat_age.WithLabels({job.run_id()}).Set(oldest_ms / 1000.0);
-          for (const v1::WorkerFailure& failure : job.failures()) {
-            failures
-                .WithLabels({job.run_id(),
-                             common::FailureCauseWord(failure.failure_cause())})
-                .Add(1);
-          }
-        }
-      });
+  common::GaugeFamily& stragglers = registry->AddGauge(
+      "ddprun_rendezvous_stragglers",
+      "Ranks each job names stragglers now (--straggler-factor)", {"run_id"});
+  common::GaugeFamily& straggler_ratio = registry->AddGauge(
+      "ddprun_rendezvous_straggler_ratio",
+      "Each straggler's compute time per step over the other ranks' median "
+      "(at most 16 per job)",
+      {"run_id", "rank"});
+  common::GaugeFamily& compute_median = registry->AddGauge(
+      "ddprun_rendezvous_compute_median_seconds",
+      "Median across each job's ranks of their own compute time per step",
+      {"run_id"});
+  common::GaugeFamily& rank_compute = registry->AddGauge(
+      "ddprun_rendezvous_rank_compute_seconds",
+      "Compute time per step of each job's slowest ranks (at most 8 per job)",
+      {"run_id", "rank"});
+  common::GaugeFamily& steps_rate = registry->AddGauge(
+      "ddprun_rendezvous_steps_per_second",
+      "Each job's training steps per second (the median rank's)", {"run_id"});
+  registry->AddCollectHook([this, &jobs, &round, &nodes, &restarts, &failures,
+                            &heartbeat_age, &stragglers, &straggler_ratio,
+                            &compute_median, &rank_compute, &steps_rate] {
+    absl::StatusOr<v1::StatusResponse> status =
+        jobs_.Status(v1::StatusRequest());
+    if (!status.ok()) return;
+    for (common::GaugeFamily* family :
+         {&jobs, &round, &nodes, &restarts, &failures, &heartbeat_age,
+          &stragglers, &straggler_ratio, &compute_median, &rank_compute,
+          &steps_rate}) {
+      family->Clear();
+    }
+    for (const v1::JobStatus& job : status->jobs()) {
+      jobs.WithLabels({v1::JobState_Name(job.state())}).Add(1);
+      round.WithLabels({job.run_id()}).Set(job.round());
+      restarts.WithLabels({job.run_id()}).Set(job.restart_count());
+      int64_t oldest_ms = 0;
+      for (const v1::NodeStatus& node : job.nodes()) {
+        nodes
+            .WithLabels(
+                {job.run_id(), common::NodeStateWord(node.node_state())})
+            .Add(1);
+        oldest_ms = std::max(oldest_ms, node.last_heartbeat_age_ms());
+      }
+      heartbeat_age.WithLabels({job.run_id()}).Set(oldest_ms / 1000.0);
+      AddRankGauges(job, stragglers, straggler_ratio, compute_median,
+                    rank_compute, steps_rate);
+      for (const v1::WorkerFailure& failure : job.failures()) {
+        failures
+            .WithLabels({job.run_id(),
+                         common::FailureCauseWord(failure.failure_cause())})
+            .Add(1);
+      }
+    }
+  });
 }
 
 void Server::AddHeartbeatStreamMetrics(common::MetricsRegistry* registry) {

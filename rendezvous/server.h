@@ -86,6 +86,9 @@ struct ServerOptions {
   // memory gRPC held for them is given back to the system once the Join
   // traffic calmed (MemoryReturn). 0: never.
   size_t return_memory_after_parked = 10000;
+  // Who is named a straggler: a rank whose compute time per step stays
+  // above `factor` times the other ranks' median for `windows` windows.
+  StragglerOptions straggler;
   // The time source; nullptr: the real clock. Must outlive the server.
   const common::Clock* clock = nullptr;
   // Prometheus metrics: every RPC by method and code with its latency, and
@@ -107,6 +110,11 @@ class Server {
   Server& operator=(const Server&) = delete;
 
   int port() const { return port_; }
+  // What Rendezvous.Status answers (for the job pages, job_page.h).
+  absl::StatusOr<v1::StatusResponse> JobStatus(
+      const v1::StatusRequest& request) const {
+    return jobs_.Status(request);
+  }
   // "host:port" a client can dial; a wildcard host becomes loopback.
   std::string endpoint() const;
   // Where it listens: "host:port" as bound, with "(all interfaces)" after a

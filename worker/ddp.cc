@@ -208,18 +208,30 @@ void DataParallel::LaunchReady() {
 }
 
 void DataParallel::FinishGradientSync() {
-  // The step's compute is done: the agent's sign of life for this rank.
-  if (sync_) ReportStep(progress_fd_);
-  if (!collectives_ || !sync_) return;
+  // The step's compute is done: the agent's sign of life for this rank,
+  // with the time this rank computed since its last sync ended (its wait
+  // for the slowest peer left out: the straggler figure).
   auto start = std::chrono::steady_clock::now();
-  if (direct_) {
-    ReduceGradientsInPlace();
-  } else {
-    ReduceBuckets();
+  if (sync_) {
+    const double compute_seconds =
+        last_sync_end_.has_value()
+            ? std::chrono::duration<double>(start - *last_sync_end_).count()
+            : -1;
+    ReportStep(progress_fd_, compute_seconds);
   }
-  sync_seconds_ +=
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-          .count();
+  if (!sync_) return;
+  if (collectives_) {
+    if (direct_) {
+      ReduceGradientsInPlace();
+    } else {
+      ReduceBuckets();
+    }
+  }
+  const auto end = std::chrono::steady_clock::now();
+  if (collectives_) {
+    sync_seconds_ += std::chrono::duration<double>(end - start).count();
+  }
+  last_sync_end_ = end;
 }
 
 void DataParallel::ReduceBuckets() {

@@ -3,8 +3,10 @@
 #include <ATen/core/Tensor.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -153,6 +155,8 @@ class DataParallel {
   GradientStats gradient_stats_;
   std::atomic<bool> sync_{true};
   double sync_seconds_ = 0;
+  // When the last gradient sync ended: a step's compute time runs from it.
+  std::optional<std::chrono::steady_clock::time_point> last_sync_end_;
 };
 
 }  // namespace ddprun::worker

@@ -25,8 +25,10 @@ void ReportPhase(int progress_fd, common::Phase phase) {
   WriteRecord(progress_fd, line.data(), line.size());
 }
 
-void ReportStep(int progress_fd) {
-  WriteRecord(progress_fd, common::kStepLine, sizeof(common::kStepLine) - 1);
+void ReportStep(int progress_fd, double compute_seconds) {
+  if (progress_fd < 0) return;
+  const std::string line = common::StepLine(compute_seconds);
+  WriteRecord(progress_fd, line.data(), line.size());
 }
 
 }  // namespace ddprun::worker

@@ -16,7 +16,9 @@ namespace ddprun::worker {
 // Non-blocking and async-signal-safe: a full pipe drops the record (the
 // agent is behind; the next one counts), a closed one or fd -1 is ignored.
 void ReportPhase(int progress_fd, common::Phase phase);
-// One training step completed.
-void ReportStep(int progress_fd);
+// One training step completed; `compute_seconds`: the rank's own compute
+// time for it (the step less its wait in the gradient sync), negative when
+// unknown (the first step).
+void ReportStep(int progress_fd, double compute_seconds = -1);
 
 }  // namespace ddprun::worker

@@ -15,6 +15,7 @@
 #include "launcher/agent/failure_report.h"
 #include "launcher/agent/failure_summary.h"
 #include "launcher/agent/heartbeat_loop.h"
+#include "launcher/agent/rank_figures.h"
 #include "launcher/posix/local_address.h"
 #include "spdlog/spdlog.h"
 
@@ -376,8 +377,20 @@ Agent::RoundEnd Agent::Supervise(const RunningRound& round) {
   // Whether the workers may still use the round's store (the heartbeat
   // thread asks after a rendezvous restart); updated at every look.
   std::atomic<bool> forming{true};
+  // Declared before the heartbeat loop, which reads it.
+  RankFigures figures(options_.nproc_per_node, clock_.Now());
   HeartbeatLoopOptions heartbeat_options = HeartbeatOptions(round.assignment);
   heartbeat_options.forming = [&forming] { return forming.load(); };
+  heartbeat_options.figures = [this, &figures] {
+    return figures.Summary(clock_.Now());
+  };
+  // Stragglers the server names, for the agent's thread (Observe).
+  StragglerInbox stragglers;
+  if (options_.replace_stragglers) {
+    heartbeat_options.on_stragglers = [&stragglers](std::vector<int> ranks) {
+      stragglers.Post(std::move(ranks));
+    };
+  }
   HeartbeatLoop heartbeat(client_, std::move(heartbeat_options),
                           [this] { events_.PostRejoin(); });
   SupervisorPolicyOptions policy_options;
@@ -401,8 +414,15 @@ Agent::RoundEnd Agent::Supervise(const RunningRound& round) {
     if (std::optional<int> sig = events_.stop_signal()) {
       return StopOnSignal(round, *sig);
     }
-    Observe(round, policy, exited);
+    Observe(round, policy, figures, exited);
     forming.store(policy.Forming());
+    for (int local_rank : stragglers.Take()) {
+      spdlog::warn(
+          "worker rank {} (local {}) is a persistent straggler: replacing it "
+          "(--straggler-policy replace)",
+          round.assignment.rank_offset() + local_rank, local_rank);
+      policy.OnStraggler(local_rank);
+    }
     if (standbys_ != nullptr) standbys_->PromoteLate();
     if (std::optional<RoundEnd> end = OnVerdict(round, policy)) return *end;
     if (events_.TakeRejoin()) return OnRoundOverElsewhere(round, policy);
@@ -459,7 +479,7 @@ Agent::RoundEnd Agent::OnRoundOverElsewhere(const RunningRound& round,
 }
 
 void Agent::Observe(const RunningRound& round, SupervisorPolicy& policy,
-                    int& exited) {
+                    RankFigures& figures, int& exited) {
   const int n = options_.nproc_per_node;
   AgentMetrics* metrics = context_.metrics;
   for (const auto& [local_rank, status] : round.group.Reap()) {
@@ -470,14 +490,18 @@ void Agent::Observe(const RunningRound& round, SupervisorPolicy& policy,
                    status.ToString());
     }
     policy.OnExit(local_rank, status);
+    figures.SetExited(local_rank);
   }
   const std::vector<pid_t> pids = round.group.pids();
   for (int i = 0; i < n; ++i) {
     const std::vector<common::ProgressRecord> records =
         round.progress[i].Drain();
+    const absl::Time now = clock_.Now();
     for (const common::ProgressRecord& record : records) {
       policy.OnRecord(i, record);
+      figures.OnRecord(i, record, now);
     }
+    figures.SetPhase(i, policy.phase(i));
     if (!records.empty()) {
       if (static_cast<int>(workers_report_.size()) <= i) {
         workers_report_.resize(i + 1, false);
@@ -513,7 +537,10 @@ Agent::RoundEnd Agent::OnWorkersFailed(const RunningRound& round,
   // A hung worker cannot use a grace period (a checkpoint on SIGTERM); the
   // others get it.
   for (const LocalFailure& f : failures) {
-    if (f.cause == v1::FAILURE_CAUSE_HUNG) round.group.Kill(f.local_rank);
+    if (f.cause == v1::FAILURE_CAUSE_HUNG ||
+        f.cause == v1::FAILURE_CAUSE_STRAGGLER) {
+      round.group.Kill(f.local_rank);
+    }
   }
   round.group.Stop(options_.shutdown_grace);
   return RoundEnd::kRejoin;

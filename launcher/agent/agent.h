@@ -15,6 +15,7 @@
 #include "launcher/agent/agent_options.h"
 #include "launcher/agent/heartbeat_loop.h"
 #include "launcher/agent/phase_bounds.h"
+#include "launcher/agent/rank_figures.h"
 #include "launcher/agent/rendezvous_api.h"
 #include "launcher/agent/round_plan.h"
 #include "launcher/agent/standby_pool.h"
@@ -125,7 +126,7 @@ class Agent {
   // Reaps, drains progress and looks at which workers are stopped; tells
   // the policy and the metrics.
   void Observe(const RunningRound& round, SupervisorPolicy& policy,
-               int& exited);
+               RankFigures& figures, int& exited);
   RoundEnd OnWorkersFailed(const RunningRound& round,
                            const SupervisorPolicy& policy);
   // In-place recovery (libddp programs, worker/recovery.h). The policy

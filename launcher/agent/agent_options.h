@@ -54,6 +54,10 @@ struct AgentOptions {
   absl::Duration monitor_interval = absl::Milliseconds(100);
   // How long a worker may stay in each phase of its life, and stopped.
   PhaseBoundsOptions hang_bounds;
+  // A local rank the server names a straggler is treated as failed and
+  // killed, so that in-place recovery replaces it (--straggler-policy
+  // replace); false: it is only reported.
+  bool replace_stragglers = false;
   // Between SIGTERM and SIGKILL when stopping workers; one shared deadline.
   absl::Duration shutdown_grace = absl::Seconds(30);
   // What each worker is told and where its output goes (BuildRoundPlan).

@@ -51,6 +51,13 @@ v1::ReportFailureRequest BuildFailureReport(
     f->set_failure_cause(failure.cause);
     common::NormalizeFailureCause(*f);
     f->set_time_unix_ms(absl::ToUnixMillis(failure.time));
+    if (failure.cause == v1::FAILURE_CAUSE_STRAGGLER) {
+      f->set_exit_code(-1);
+      f->set_message(
+          "named a persistent straggler by the rendezvous server; the agent "
+          "killed it to be replaced (--straggler-policy replace)");
+      continue;
+    }
     if (failure.cause == v1::FAILURE_CAUSE_HUNG) {
       f->set_exit_code(-1);
       f->set_message(

@@ -43,7 +43,19 @@ void HeartbeatLoop::Run() {
   absl::Time last_heard = absl::Now();
   while (!stop_.WaitForNotificationWithTimeout(options_.interval)) {
     absl::Time sent = absl::Now();
+    if (options_.figures) {
+      request.clear_ranks();
+      for (v1::RankFigures& f : options_.figures()) {
+        *request.add_ranks() = std::move(f);
+      }
+    }
     absl::StatusOr<v1::HeartbeatResponse> response = Beat(request);
+    if (response.ok() && options_.on_stragglers &&
+        !response->straggler_local_ranks().empty()) {
+      options_.on_stragglers(
+          std::vector<int>(response->straggler_local_ranks().begin(),
+                           response->straggler_local_ranks().end()));
+    }
     if (!response.ok() &&
         response.status().code() == absl::StatusCode::kNotFound) {
       // The server does not know the job: it restarted.

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
@@ -41,6 +42,12 @@ struct HeartbeatLoopOptions {
   // round; a broken stream is reopened with backoff, and unary Heartbeats
   // go meanwhile. False: unary only.
   bool stream = true;
+  // The node's local ranks' figures, sent with every heartbeat (called on
+  // the loop's thread). Unset: none.
+  std::function<std::vector<v1::RankFigures>()> figures;
+  // Called (on the loop's thread) with this node's local ranks that the
+  // server names stragglers, whenever an answer names any. Unset: ignored.
+  std::function<void(std::vector<int>)> on_stragglers;
 };
 
 // Heartbeats the rendezvous for one round on a thread of its own, so that a

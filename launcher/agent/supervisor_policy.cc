@@ -89,6 +89,16 @@ void SupervisorPolicy::OnProcessState(int local_rank, bool stopped) {
   }
 }
 
+void SupervisorPolicy::OnStraggler(int local_rank) {
+  if (local_rank < 0 || local_rank >= static_cast<int>(workers_.size())) return;
+  Worker& w = workers_[local_rank];
+  if (w.exit || w.hung) return;
+  // Killed by us, as a hung worker is: its exit is not news.
+  w.hung = true;
+  failures_.push_back(
+      {local_rank, ExitStatus{}, v1::FAILURE_CAUSE_STRAGGLER, clock_.Now()});
+}
+
 std::optional<absl::Time> SupervisorPolicy::HangDeadline(
     const Worker& w) const {
   if (w.exit || w.hung) return std::nullopt;

@@ -80,6 +80,10 @@ class SupervisorPolicy {
   // workers are stopped, the others that went silent with them are waiting
   // for them, not hung themselves (DecideRecovery).
   void OnProcessState(int local_rank, bool stopped);
+  // The server names the worker a persistent straggler and the agent
+  // replaces stragglers (--straggler-policy replace): it is a failure
+  // (FAILURE_CAUSE_STRAGGLER), killed and replaced as a hung one is.
+  void OnStraggler(int local_rank);
 
   // Also turns a worker silent past its phase's bound, or stopped past the
   // stopped bound, into a "hung" failure.

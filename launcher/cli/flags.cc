@@ -125,6 +125,7 @@ struct RawLaunchFlags {
   std::string worker_timeout = "0";
   std::string hang_bound;
   std::string hang_factor = "5";
+  std::string straggler_policy = "report";
   // torchrun 2.x waits 30 s between SIGTERM and SIGKILL (its
   // shutdown_timeout); checkpoint-on-SIGTERM code is written for that.
   std::string shutdown_grace = "30";
@@ -189,6 +190,10 @@ void AddLaunchFlags(CLI::App& app, LaunchOptions& o, RawLaunchFlags& raw) {
             "first-step, step, checkpoint, stop, stopped; 0: never hung "
             "there); unset phases adapt: --hang-factor x the longest seen, "
             "at least a floor (docs/ARCHITECTURE.md, 'Hangs')");
+  AddString(app, "--straggler-policy", &raw.straggler_policy,
+            "report: a rank the server names a straggler is only reported; "
+            "replace: it is treated as failed and killed, so that in-place "
+            "recovery replaces it (a restart for programs without it)");
   AddString(app, "--hang-factor", &raw.hang_factor,
             "adaptive hang bounds are this multiple of a phase's longest "
             "observed duration");
@@ -390,6 +395,13 @@ absl::Status ParseLaunchValues(const RawLaunchFlags& raw, LaunchOptions& o) {
         raw.signal_exit_code));
   }
   o.signal_exit_code_shell = raw.signal_exit_code == "shell";
+  if (raw.straggler_policy != "report" && raw.straggler_policy != "replace") {
+    return Usage(absl::StrFormat(
+        "--straggler-policy: '%s' is not report or replace; write e.g. "
+        "--straggler-policy replace",
+        raw.straggler_policy));
+  }
+  o.replace_stragglers = raw.straggler_policy == "replace";
   if (absl::Status s = ParseHangBounds(raw.hang_bound, raw.hang_factor,
                                        o.worker_timeout, o.hang_bounds);
       !s.ok()) {
@@ -598,6 +610,9 @@ absl::StatusOr<CommandLine> ParseStatus(int argc, const char* const* argv) {
       ->required();
   AddString(app, "--rdzv-id", &o.rdzv_id, "only this job (default: all)");
   AddFlag(app, "--json", &o.json, "print JSON instead of a table");
+  AddFlag(app, "--events", &o.events,
+          "print each job's events (rounds, failures, restarts, stragglers); "
+          "with --json as JSON lines");
   AddAuthFlags(app, o.auth);
   AddString(app, "--timeout", &timeout, "seconds to wait for the answer");
   try {

@@ -29,6 +29,7 @@
 #include "launcher/posix/process_control.h"
 #include "launcher/posix/shm_dir.h"
 #include "launcher/posix/signal_watcher.h"
+#include "rendezvous/job_page.h"
 #include "rendezvous/server.h"
 #include "spdlog/spdlog.h"
 
@@ -306,11 +307,22 @@ AgentContext MakeContext(const LaunchOptions& options,
   return context;
 }
 
-// --metrics-port: the registry's /metrics endpoint; null when off.
+// --metrics-port: the registry's /metrics endpoint; null when off. When
+// this agent hosts the rendezvous (`hosted`), the job pages too
+// (rendezvous/job_page.h).
 absl::StatusOr<std::unique_ptr<common::MetricsServer>> StartMetrics(
-    const LaunchOptions& options, common::MetricsRegistry& registry) {
+    const LaunchOptions& options, common::MetricsRegistry& registry,
+    const rendezvous::Server* hosted) {
   if (options.metrics_port < 0) return nullptr;
   common::MetricsServerOptions metrics_options;
+  if (hosted != nullptr) {
+    metrics_options.pages = [hosted](const std::string& target) {
+      return rendezvous::JobPage(target,
+                                 [hosted](const v1::StatusRequest& request) {
+                                   return hosted->JobStatus(request);
+                                 });
+    };
+  }
   metrics_options.host = options.metrics_host;
   metrics_options.port = options.metrics_port;
   absl::StatusOr<std::unique_ptr<common::MetricsServer>> started =
@@ -432,8 +444,8 @@ absl::StatusOr<NodeSetUp> SetUpNode(const LaunchOptions& options,
 
 // Runs the agent to the job's end, with /metrics when --metrics-port asks.
 int RunAgent(const LaunchOptions& options, AgentContext context,
-             RendezvousClient& client, AgentEvents& events,
-             OrphanGuard* guard) {
+             RendezvousClient& client, AgentEvents& events, OrphanGuard* guard,
+             const rendezvous::Server* hosted) {
   // Declared before the agent that updates them; the server stops first.
   common::MetricsRegistry registry;
   std::unique_ptr<AgentMetrics> metrics;
@@ -442,7 +454,7 @@ int RunAgent(const LaunchOptions& options, AgentContext context,
     context.metrics = metrics.get();
   }
   absl::StatusOr<std::unique_ptr<common::MetricsServer>> metrics_server =
-      StartMetrics(options, registry);
+      StartMetrics(options, registry, hosted);
   if (!metrics_server.ok()) return Fail(metrics_server.status(), 2);
   PosixProcessControl control(guard);
   Agent agent(MakeAgentOptions(options), std::move(context), client, control,
@@ -465,6 +477,7 @@ AgentOptions MakeAgentOptions(const LaunchOptions& options) {
   agent.rdzv_conf = options.rdzv_conf;
   agent.monitor_interval = options.monitor_interval;
   agent.hang_bounds = options.hang_bounds;
+  agent.replace_stragglers = options.replace_stragglers;
   agent.shutdown_grace = options.shutdown_grace;
   agent.role = options.role;
   agent.virtual_local_rank = options.virtual_local_rank;
@@ -518,7 +531,7 @@ int RunLaunch(const LaunchOptions& options) {
   if (!client.ok()) return Fail(client.status(), 2);
   router.SetClient(client->get());
   int code = RunAgent(options, std::move(node->context), **client, events,
-                      orphan_guard);
+                      orphan_guard, rdzv->server.get());
   router.SetClient(nullptr);
   // torchrun ends with its SignalException, exit status 1, whatever the
   // signal; schedulers and wrappers written for it read 1 as "stopped".

@@ -41,6 +41,11 @@ struct LaunchOptions {
   // How long a worker may stay in each phase of its life, and stopped
   // (--hang-bound, --hang-factor, --worker-timeout).
   PhaseBoundsOptions hang_bounds;
+  // --straggler-policy replace: a local rank the server names a straggler
+  // (ddprun-rendezvous --straggler-factor) is treated as failed and killed,
+  // so that in-place recovery replaces it (with --prewarm, by a standby);
+  // false (report): it is only reported.
+  bool replace_stragglers = false;
   // Between SIGTERM and SIGKILL when stopping workers; one shared deadline.
   // torchrun 2.x's shutdown_timeout and default.
   absl::Duration shutdown_grace = absl::Seconds(30);
@@ -92,6 +97,9 @@ struct StatusOptions {
   std::string rdzv_endpoint;
   std::string rdzv_id;  // empty: every job
   bool json = false;
+  // The jobs' event logs: as text, or with `json` as JSON lines (one event
+  // a line, its job's run_id added).
+  bool events = false;
   common::Credentials auth;
   absl::Duration timeout = absl::Seconds(5);
 };

@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "common/endpoint.h"
+#include "common/json_string.h"
 #include "common/rendezvous_words.h"
 #include "google/protobuf/util/json_util.h"
 #include "launcher/agent/failure_summary.h"
@@ -56,8 +57,63 @@ std::string FormatStatus(const v1::StatusResponse& response) {
           node.address(), node.node_rank(), ranks, node.local_world_size(),
           node.last_heartbeat_age_ms() / 1000.0, NodeStateOf(node));
     }
+    // The ranks' figures from the agents' heartbeats.
+    bool header = false;
+    for (const v1::NodeStatus& node : job.nodes()) {
+      for (const v1::RankFigures& r : node.ranks()) {
+        if (!header) {
+          absl::StrAppendFormat(&out, "  %-6s %-40s %-10s %8s %8s %12s %10s\n",
+                                "RANK", "NODE", "PHASE", "STEPS", "STEPS/S",
+                                "COMPUTE_MS", "P99_MS");
+          header = true;
+        }
+        absl::StrAppendFormat(
+            &out, "  %-6d %-40s %-10s %8d %8.1f %12s %10s\n",
+            node.rank_offset() + r.local_rank(), node.node_id(), r.phase(),
+            r.steps(), r.steps_per_s(),
+            r.samples() > 0 ? absl::StrFormat("%.2f", r.compute_mean_s() * 1e3)
+                            : "-",
+            r.samples() > 0 ? absl::StrFormat("%.2f", r.compute_p99_s() * 1e3)
+                            : "-");
+      }
+    }
+    for (const v1::Straggler& s : job.stragglers()) {
+      absl::StrAppendFormat(
+          &out,
+          "  straggler: rank %d (node %s, local rank %d): %.2f ms of compute "
+          "per step, %.2fx the other ranks' median %.2f ms\n",
+          s.rank(), s.node_id(), s.local_rank(), s.compute_s() * 1e3, s.ratio(),
+          s.job_median_s() * 1e3);
+    }
     for (const v1::WorkerFailure& failure : job.failures()) {
       absl::StrAppend(&out, "  failure: ", FormatFailure(failure), "\n");
+    }
+  }
+  return out;
+}
+
+std::string FormatEvents(const v1::StatusResponse& response, bool json) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions print;
+  print.preserve_proto_field_names = true;
+  print.always_print_primitive_fields = true;
+  for (const v1::JobStatus& job : response.jobs()) {
+    for (const v1::JobEvent& event : job.events()) {
+      if (json) {
+        std::string line;
+        (void)google::protobuf::util::MessageToJsonString(event, &line, print);
+        // {"run_id":"...", then the event's own fields.
+        std::string prefix = "{\"run_id\":";
+        common::AppendJsonString(prefix, job.run_id());
+        absl::StrAppend(&out, prefix, ",", line.substr(1), "\n");
+      } else {
+        absl::StrAppendFormat(
+            &out, "%s %s round %d %-17s %s\n",
+            absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ",
+                             absl::FromUnixMillis(event.time_unix_ms()),
+                             absl::UTCTimeZone()),
+            job.run_id(), event.round(), event.kind(), event.message());
+      }
     }
   }
   return out;
@@ -87,13 +143,16 @@ int RunStatus(const StatusOptions& options) {
   }
   v1::StatusRequest request;
   request.set_run_id(options.rdzv_id);
+  request.set_events(options.events);
   absl::StatusOr<v1::StatusResponse> response = (*client)->Status(request);
   if (!response.ok()) {
     std::fprintf(stderr, "ddprun: error: %s\n",
                  std::string(response.status().message()).c_str());
     return 1;
   }
-  if (options.json) {
+  if (options.events) {
+    std::fputs(FormatEvents(*response, options.json).c_str(), stdout);
+  } else if (options.json) {
     std::string json;
     google::protobuf::util::JsonPrintOptions print;
     print.add_whitespace = true;

@@ -13,5 +13,8 @@ int RunStatus(const StatusOptions& options);
 
 // The human-readable table RunStatus prints.
 std::string FormatStatus(const v1::StatusResponse& response);
+// `ddprun status --events`: one line per event, as text or (json) as JSON
+// lines with the job's run_id added.
+std::string FormatEvents(const v1::StatusResponse& response, bool json);
 
 }  // namespace ddprun::launcher

@@ -496,5 +496,26 @@ TEST_F(SupervisorPolicyTest, StoppedDetectionOffWithAnInfiniteBound) {
   EXPECT_EQ(policy.Evaluate(), Verdict::kRunning);
 }
 
+// --straggler-policy replace: a named straggler is killed and replaced.
+TEST_F(SupervisorPolicyTest, ANamedStragglerIsKilledAndReplacedInPlace) {
+  common::FakeClock clock;
+  SupervisorPolicy policy({.num_workers = 3}, Adaptive(), clock);
+  for (int i = 0; i < 3; ++i) policy.OnInPlaceDeclared(i);
+  ASSERT_EQ(policy.Evaluate(), Verdict::kRunning);
+  policy.OnStraggler(2);
+  ASSERT_EQ(policy.Evaluate(), Verdict::kFailed);
+  ASSERT_EQ(policy.failures().size(), 1u);
+  EXPECT_EQ(policy.failures()[0].cause, v1::FAILURE_CAUSE_STRAGGLER);
+  EXPECT_FALSE(policy.AwaitsRemoteCause(2));
+  RecoveryDecision decision = policy.DecideRecovery();
+  EXPECT_TRUE(decision.in_place);
+  EXPECT_EQ(decision.replace, std::vector<int>{2});
+  EXPECT_EQ(decision.kill, std::vector<int>{2});
+  // Its exit after the kill is not a second failure.
+  policy.OnExit(2, ExitStatus::Signaled(9));
+  policy.OnStraggler(2);
+  EXPECT_EQ(policy.failures().size(), 1u);
+}
+
 }  // namespace
 }  // namespace ddprun::launcher

@@ -327,12 +327,21 @@ TEST_F(RelayTest, UnaryHeartbeatGoesThroughTheMux) {
   request.set_run_id("unary");
   request.set_node_id("n0");
   request.set_round(answers[0].assignment().round());
+  v1::RankFigures* figures = request.add_ranks();
+  figures->set_phase("step");
+  figures->set_steps(7);
   v1::HeartbeatResponse response;
   auto context = BoundedContext();
   grpc::Status status = stub_->Heartbeat(context.get(), request, &response);
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_FALSE(response.rejoin());
   EXPECT_EQ(response.state(), v1::JOB_STATE_RUNNING);
+  // The node's rank figures went through with its beat.
+  auto job = Job("unary");
+  ASSERT_TRUE(job.has_value());
+  ASSERT_EQ(job->nodes_size(), 1);
+  ASSERT_EQ(job->nodes(0).ranks_size(), 1);
+  EXPECT_EQ(job->nodes(0).ranks(0).steps(), 7);
   EXPECT_EQ(Counter(relay_->counters().beats), 1);
   EXPECT_EQ(Counter(relay_->counters().upstream_beat_messages), 1);
   // A job the server does not know: the server's NOT_FOUND, as is.

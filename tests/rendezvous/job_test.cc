@@ -839,3 +839,75 @@ TEST(HeartbeatClockTest, TheServersOwnStallIsNotCountedAsSilence) {
 
 }  // namespace
 }  // namespace ddprun::rendezvous
+
+namespace ddprun::rendezvous {
+namespace {
+
+// Rank figures in heartbeats name a straggler in Status, and the job's
+// events tell the round, the straggler and a failure with its cause.
+TEST_F(JobTest, HeartbeatFiguresNameAStragglerInStatusAndEvents) {
+  FormFirstRound();
+  auto beat = [&](const std::string& node, double compute_s) {
+    v1::HeartbeatRequest request;
+    request.set_run_id("job");
+    request.set_node_id(node);
+    request.set_round(0);
+    v1::RankFigures* r = request.add_ranks();
+    r->set_local_rank(0);
+    r->set_phase("step");
+    r->set_steps(100);
+    r->set_samples(20);
+    r->set_compute_mean_s(compute_s);
+    ASSERT_TRUE(table_.Heartbeat(request).ok());
+  };
+  for (int i = 0; i < 5; ++i) {
+    beat("a", 0.010);
+    beat("b", 0.030);
+    clock_.Advance(absl::Seconds(1));
+  }
+  v1::JobStatus status = Status();
+  ASSERT_EQ(status.stragglers_size(), 1);
+  EXPECT_EQ(status.stragglers(0).node_id(), "b");
+  EXPECT_EQ(status.stragglers(0).rank(), 1);
+  EXPECT_NEAR(status.stragglers(0).ratio(), 3, 1e-9);
+  ASSERT_EQ(status.nodes(1).ranks_size(), 1);
+  EXPECT_EQ(status.nodes(1).ranks(0).phase(), "step");
+  EXPECT_EQ(status.events_size(), 0) << "only when asked";
+  // Its agent hears it in the heartbeat's answer; the other's does not.
+  v1::HeartbeatResponse b_answer = Heartbeat("b", 0);
+  ASSERT_EQ(b_answer.straggler_local_ranks_size(), 1);
+  EXPECT_EQ(b_answer.straggler_local_ranks(0), 0);
+  EXPECT_EQ(Heartbeat("a", 0).straggler_local_ranks_size(), 0);
+
+  Fail("a", 0, 0);
+  v1::StatusRequest request;
+  request.set_run_id("job");
+  request.set_events(true);
+  auto response = table_.Status(request);
+  ASSERT_TRUE(response.ok());
+  std::vector<std::string> kinds;
+  for (const v1::JobEvent& e : response->jobs(0).events()) {
+    kinds.push_back(e.kind());
+  }
+  EXPECT_EQ(kinds, (std::vector<std::string>{"round", "straggler", "failure",
+                                             "restart"}));
+  EXPECT_EQ(response->jobs(0).events(2).rank(), 0);
+  EXPECT_NE(response->jobs(0).events(2).message().find("exited"),
+            std::string::npos);
+  EXPECT_EQ(response->jobs(0).stragglers_size(), 0) << "the round ended";
+}
+
+TEST(JobEventsTest, KeepsTheFirstAndTheLatest) {
+  JobEvents events(/*max_events=*/4, /*keep_first=*/1);
+  for (int i = 0; i < 10; ++i) {
+    events.Add(absl::UnixEpoch(), "round", i, -1, "");
+  }
+  ASSERT_EQ(events.events().size(), 4u);
+  EXPECT_EQ(events.events()[0].round(), 0);
+  EXPECT_EQ(events.events()[1].round(), 7);
+  EXPECT_EQ(events.events()[3].round(), 9);
+  EXPECT_EQ(events.dropped(), 6);
+}
+
+}  // namespace
+}  // namespace ddprun::rendezvous

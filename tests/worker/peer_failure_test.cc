@@ -8,6 +8,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/progress_record.h"
 #include "rendezvous/server.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/temp_dir.h"
@@ -65,11 +67,13 @@ TEST_P(PeerFailureTest, SurvivorExitsWithClearErrorAndErrorFile) {
         char buffer[256];
         ssize_t n = read(progress[0], buffer, sizeof(buffer));
         if (n > 0) records.append(buffer, n);
-        // libddp's record of a completed step (common/progress_record.h).
+        // libddp's records of completed steps (common/progress_record.h:
+        // "step" or "step compute=...").
         size_t steps = 0;
-        for (size_t at = 0;
-             (at = records.find("step\n", at)) != std::string::npos; at += 5) {
-          if (at == 0 || records[at - 1] == '\n') ++steps;
+        for (absl::string_view line :
+             absl::StrSplit(records, '\n', absl::SkipEmpty())) {
+          steps += common::ParseProgressRecord(line).kind ==
+                   common::ProgressRecord::Kind::kStep;
         }
         return steps >= 5;
       },

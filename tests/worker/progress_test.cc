@@ -9,6 +9,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
+#include "common/progress_record.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/temp_dir.h"
 
@@ -69,8 +70,27 @@ TEST(ProgressTest, WorkerWritesOneRecordPerStepToTheAgentsPipe) {
   std::vector<std::string> lines =
       absl::StrSplit(records, '\n', absl::SkipEmpty());
   ASSERT_FALSE(lines.empty()) << records;
-  EXPECT_EQ(std::count(lines.begin(), lines.end(), "step"), 25) << records;
-  auto first_step = std::find(lines.begin(), lines.end(), "step");
+  auto is_step = [](const std::string& line) {
+    return common::ParseProgressRecord(line).kind ==
+           common::ProgressRecord::Kind::kStep;
+  };
+  EXPECT_EQ(std::count_if(lines.begin(), lines.end(), is_step), 25) << records;
+  auto first_step = std::find_if(lines.begin(), lines.end(), is_step);
+  // Every step after the first carries the rank's compute time (the first
+  // has no previous sync to count from).
+  ASSERT_NE(first_step, lines.end());
+  EXPECT_EQ(*first_step, "step") << records;
+  int with_figure = 0;
+  for (const std::string& line : lines) {
+    std::optional<double> compute =
+        common::ParseProgressRecord(line).compute_seconds;
+    if (compute.has_value()) {
+      EXPECT_GT(*compute, 0) << line;
+      EXPECT_LT(*compute, 30) << line;
+      ++with_figure;
+    }
+  }
+  EXPECT_EQ(with_figure, 24) << records;
   EXPECT_NE(std::find(lines.begin(), first_step, "phase join"), first_step)
       << records;
   EXPECT_NE(std::find(lines.begin(), first_step, "phase step"), first_step)

@@ -1,0 +1,81 @@
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/progress_record.h"
+#include "ddprun/v1/rendezvous.pb.h"
+
+namespace ddprun::launcher {
+
+struct RankFiguresOptions {
+  // Figures summarise the step records of this last stretch of time: long
+  // enough for a few dozen steps, short enough that a straggler shows
+  // within seconds.
+  absl::Duration window = absl::Seconds(2);
+  // Records kept per rank within the window (the oldest go first).
+  int max_samples = 1024;
+};
+
+// One round's local ranks as the heartbeats report them (v1::RankFigures):
+// phase, steps, step rate and compute time per step (mean, median, p99)
+// over the window. Thread-safe: the agent's thread records what its
+// workers report, the heartbeat thread takes the summary.
+class RankFigures {
+ public:
+  RankFigures(int num_ranks, absl::Time round_start,
+              RankFiguresOptions options = {});
+
+  void OnRecord(int local_rank, const common::ProgressRecord& record,
+                absl::Time now);
+  // The phase the supervisor sees the rank in.
+  void SetPhase(int local_rank, common::Phase phase);
+  // The worker ended: its phase reads "exited" from now on.
+  void SetExited(int local_rank);
+
+  std::vector<v1::RankFigures> Summary(absl::Time now) const;
+
+ private:
+  struct Sample {
+    absl::Time time;
+    double compute_s = -1;  // negative: the record carried none
+  };
+  struct Rank {
+    std::string phase = "start";
+    bool exited = false;
+    int64_t steps = 0;
+    std::deque<Sample> samples;
+  };
+
+  const RankFiguresOptions options_;
+  const absl::Time round_start_;
+  mutable absl::Mutex mu_;
+  std::vector<Rank> ranks_ ABSL_GUARDED_BY(mu_);
+};
+
+// The local ranks the server names stragglers, handed from the heartbeat
+// thread (Post) to the agent's (Take). Thread-safe.
+class StragglerInbox {
+ public:
+  void Post(std::vector<int> local_ranks) {
+    absl::MutexLock lock(&mu_);
+    for (int r : local_ranks) ranks_.push_back(r);
+  }
+  std::vector<int> Take() {
+    absl::MutexLock lock(&mu_);
+    std::vector<int> out;
+    out.swap(ranks_);
+    return out;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<int> ranks_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace ddprun::launcher

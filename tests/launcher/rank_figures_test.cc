@@ -1,0 +1,76 @@
+// What an agent's heartbeats say of its ranks: phases, steps, rates and
+// compute-time figures over the window.
+#include "launcher/agent/rank_figures.h"
+
+#include <gtest/gtest.h>
+
+namespace ddprun::launcher {
+namespace {
+
+common::ProgressRecord Step(std::optional<double> compute_s) {
+  common::ProgressRecord record;
+  record.kind = common::ProgressRecord::Kind::kStep;
+  record.compute_seconds = compute_s;
+  return record;
+}
+
+TEST(RankFiguresTest, SummarisesTheWindowPerRank) {
+  const absl::Time start = absl::UnixEpoch() + absl::Hours(1);
+  RankFigures figures(2, start);
+  absl::Time now = start;
+  // Rank 0: 100 steps of 10 ms and one of 500 ms (a burst of throttling).
+  for (int i = 0; i < 100; ++i) {
+    now += absl::Milliseconds(10);
+    figures.OnRecord(0, Step(0.010), now);
+  }
+  figures.OnRecord(0, Step(0.5), now);
+  figures.OnRecord(1, Step(std::nullopt), now);  // an older worker
+  figures.SetPhase(0, common::Phase::kStep);
+  figures.SetPhase(1, common::Phase::kCheckpoint);
+  std::vector<v1::RankFigures> summary = figures.Summary(now);
+  ASSERT_EQ(summary.size(), 2u);
+  EXPECT_EQ(summary[0].local_rank(), 0);
+  EXPECT_EQ(summary[0].phase(), "step");
+  EXPECT_EQ(summary[0].steps(), 101);
+  EXPECT_EQ(summary[0].samples(), 101);
+  EXPECT_DOUBLE_EQ(summary[0].compute_median_s(), 0.010);
+  EXPECT_DOUBLE_EQ(summary[0].compute_p99_s(), 0.010);
+  EXPECT_NEAR(summary[0].compute_mean_s(), (1.0 + 0.5) / 101, 1e-12);
+  // 101 steps in the round's first second.
+  EXPECT_NEAR(summary[0].steps_per_s(), 101, 1e-9);
+  EXPECT_EQ(summary[1].phase(), "checkpoint");
+  EXPECT_EQ(summary[1].steps(), 1);
+  EXPECT_EQ(summary[1].samples(), 0);
+  EXPECT_EQ(summary[1].compute_mean_s(), 0);
+}
+
+TEST(RankFiguresTest, OldRecordsLeaveTheWindow) {
+  const absl::Time start = absl::UnixEpoch();
+  RankFiguresOptions options;
+  options.window = absl::Seconds(2);
+  RankFigures figures(1, start, options);
+  figures.OnRecord(0, Step(1.0), start + absl::Seconds(1));
+  for (int i = 0; i < 4; ++i) {
+    figures.OnRecord(0, Step(0.1), start + absl::Seconds(4));
+  }
+  std::vector<v1::RankFigures> summary =
+      figures.Summary(start + absl::Seconds(4));
+  EXPECT_EQ(summary[0].steps(), 5);
+  EXPECT_EQ(summary[0].samples(), 4);
+  EXPECT_DOUBLE_EQ(summary[0].compute_p99_s(), 0.1);
+  EXPECT_NEAR(summary[0].steps_per_s(), 2, 1e-9);  // 4 steps in 2 s
+  // Nothing for longer than the window: no rate, no figures.
+  summary = figures.Summary(start + absl::Seconds(10));
+  EXPECT_EQ(summary[0].steps_per_s(), 0);
+  EXPECT_EQ(summary[0].samples(), 0);
+}
+
+TEST(RankFiguresTest, AnExitedRankStaysExited) {
+  RankFigures figures(1, absl::UnixEpoch());
+  figures.SetExited(0);
+  figures.SetPhase(0, common::Phase::kStep);
+  EXPECT_EQ(figures.Summary(absl::UnixEpoch())[0].phase(), "exited");
+}
+
+}  // namespace
+}  // namespace ddprun::launcher
