@@ -10,6 +10,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
+#include <thread>
+#include <vector>
 
 #include "tests/testing/ci.h"
 #include "tests/testing/temp_dir.h"
@@ -32,6 +35,33 @@ TEST(ShmDirTest, LivesAsLongAsTheObject) {
     std::ofstream(path + "/cached.f32") << "data";
   }
   EXPECT_FALSE(std::filesystem::exists(path));
+}
+
+// Agents that start together each clean up abandoned folders while the
+// others create theirs: none may take another's new folder for abandoned.
+TEST(ShmDirTest, AgentsStartingTogetherKeepEachOthersFolders) {
+  TempDir parent;
+  constexpr int kAgents = 8;
+  constexpr int kRounds = 500;
+  for (int round = 0; round < kRounds; ++round) {
+    std::vector<std::unique_ptr<ShmDir>> dirs(kAgents);
+    std::vector<std::thread> agents;
+    for (int i = 0; i < kAgents; ++i) {
+      agents.emplace_back([&dirs, &parent, i] {
+        absl::StatusOr<std::unique_ptr<ShmDir>> made =
+            ShmDir::Create(parent.path());
+        if (made.ok()) dirs[i] = std::move(*made);
+      });
+    }
+    for (std::thread& t : agents) t.join();
+    for (int i = 0; i < kAgents; ++i) {
+      ASSERT_NE(dirs[i], nullptr) << "round " << round << ", agent " << i;
+      ASSERT_TRUE(std::filesystem::exists(
+          std::filesystem::path(dirs[i]->path()) / kShmDirLockFile))
+          << dirs[i]->path() << " was removed under its agent (round " << round
+          << ")";
+    }
+  }
 }
 
 TEST(ShmDirTest, AFolderWhoseAgentDiedIsRemovedAndALiveOneKept) {
