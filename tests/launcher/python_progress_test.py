@@ -23,7 +23,9 @@ progress.step()                      # measured by compute()
 if sys.argv[1] == "ddp":
     import torch, torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[2])
+    # USE_LIBUV=0: Debian 13's torch 2.6 has no libuv, and env:// asks for it.
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[2],
+                      USE_LIBUV="0")
     dist.init_process_group("gloo", rank=0, world_size=1)
     model = progress.watch(DDP(torch.nn.Linear(8, 2)))
     progress.step()
