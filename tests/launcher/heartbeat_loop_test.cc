@@ -284,11 +284,29 @@ TEST(HeartbeatLoopTest, AStalledStreamEndsTheRoundAfterTheTimeout) {
   EXPECT_EQ(calls, 1);
 }
 
+// Stops `server` and starts a new one on its port (the agent's endpoint);
+// the kernel may hold the port a moment, so the start is retried for 10 s.
+absl::StatusOr<std::unique_ptr<rendezvous::Server>> Restart(
+    std::unique_ptr<rendezvous::Server>& server) {
+  rendezvous::ServerOptions same_port;
+  same_port.port = server->port();
+  server->Shutdown();
+  server.reset();
+  absl::StatusOr<std::unique_ptr<rendezvous::Server>> next =
+      absl::UnavailableError("not started");
+  WaitFor(
+      [&] {
+        next = rendezvous::Server::Start(same_port);
+        return next.ok();
+      },
+      absl::Seconds(10));
+  return next;
+}
+
 TEST(HeartbeatLoopTest, ARestartedServerGetsTheRoundBackAndANewStream) {
   absl::StatusOr<std::unique_ptr<rendezvous::Server>> first =
       rendezvous::Server::Start(rendezvous::ServerOptions{});
   ASSERT_TRUE(first.ok()) << first.status();
-  const int port = (*first)->port();
   std::unique_ptr<RendezvousClient> client = Client((*first)->endpoint());
   v1::JoinRequest join;
   absl::StatusOr<v1::Assignment> assignment =
@@ -302,19 +320,8 @@ TEST(HeartbeatLoopTest, ARestartedServerGetsTheRoundBackAndANewStream) {
   ASSERT_TRUE(
       WaitFor([&] { return (*first)->StreamedHeartbeatsForTest() >= 2; },
               absl::Seconds(20)));
-  (*first)->Shutdown();
-  first->reset();
-  // The same port (the agent's endpoint); the kernel may hold it a moment.
-  rendezvous::ServerOptions same_port;
-  same_port.port = port;
-  absl::StatusOr<std::unique_ptr<rendezvous::Server>> second;
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        second = rendezvous::Server::Start(same_port);
-        return second.ok();
-      },
-      absl::Seconds(10)))
-      << second.status();
+  absl::StatusOr<std::unique_ptr<rendezvous::Server>> second = Restart(*first);
+  ASSERT_TRUE(second.ok()) << second.status();
   // The stream broke; the node resumed its round on the new server and
   // streams there.
   EXPECT_TRUE(
@@ -330,7 +337,6 @@ TEST(HeartbeatLoopTest, ARestartWhileTheRoundFormsEndsTheRound) {
   absl::StatusOr<std::unique_ptr<rendezvous::Server>> first =
       rendezvous::Server::Start(rendezvous::ServerOptions{});
   ASSERT_TRUE(first.ok()) << first.status();
-  const int port = (*first)->port();
   std::unique_ptr<RendezvousClient> client = Client((*first)->endpoint());
   v1::JoinRequest join;
   absl::StatusOr<v1::Assignment> assignment =
@@ -351,18 +357,8 @@ TEST(HeartbeatLoopTest, ARestartWhileTheRoundFormsEndsTheRound) {
       WaitFor([&] { return (*first)->StreamedHeartbeatsForTest() >= 2; },
               absl::Seconds(20)));
   EXPECT_EQ(asked, 0) << "asked without a restart";
-  (*first)->Shutdown();
-  first->reset();
-  rendezvous::ServerOptions same_port;
-  same_port.port = port;
-  absl::StatusOr<std::unique_ptr<rendezvous::Server>> second;
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        second = rendezvous::Server::Start(same_port);
-        return second.ok();
-      },
-      absl::Seconds(10)))
-      << second.status();
+  absl::StatusOr<std::unique_ptr<rendezvous::Server>> second = Restart(*first);
+  ASSERT_TRUE(second.ok()) << second.status();
   EXPECT_TRUE(WaitFor([&] { return calls > 0; }, absl::Seconds(20)))
       << "the round went on without the keys its workers exchanged";
   EXPECT_EQ(calls, 1);
