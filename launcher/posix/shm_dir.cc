@@ -14,27 +14,13 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
+#include "common/unique_fd.h"
 #include "spdlog/spdlog.h"
 
 namespace ddprun::launcher {
 namespace {
 
 constexpr char kPrefix[] = "ddprun-";
-
-// Closes a descriptor when it goes out of scope.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 // The names in the folder open at `dir_fd` (without . and ..).
 std::vector<std::string> Names(int dir_fd) {
@@ -68,8 +54,8 @@ bool RemoveAt(int parent_fd, const std::string& name) {
   if (!S_ISDIR(st.st_mode)) {
     return unlinkat(parent_fd, name.c_str(), 0) == 0 || errno == ENOENT;
   }
-  Fd dir(openat(parent_fd, name.c_str(),
-                O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  common::UniqueFd dir(openat(parent_fd, name.c_str(),
+                              O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (dir.get() < 0) return false;
   bool all = true;
   for (const std::string& child : Names(dir.get())) {
@@ -99,7 +85,8 @@ void RemovePath(const std::string& path) {
   std::string::size_type slash = path.rfind('/');
   std::string parent = slash == std::string::npos ? "." : path.substr(0, slash);
   if (parent.empty()) parent = "/";
-  Fd parent_fd(open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  common::UniqueFd parent_fd(
+      open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (parent_fd.get() < 0 ||
       !RemoveAt(parent_fd.get(), path.substr(slash + 1))) {
     spdlog::warn("could not remove all of {}", path);
@@ -109,7 +96,8 @@ void RemovePath(const std::string& path) {
 }  // namespace
 
 int RemoveAbandonedShmDirs(const std::string& parent) {
-  Fd parent_fd(open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  common::UniqueFd parent_fd(
+      open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (parent_fd.get() < 0) return 0;
   const uid_t self = geteuid();
   int removed = 0;
@@ -122,8 +110,9 @@ int RemoveAbandonedShmDirs(const std::string& parent) {
         !S_ISDIR(st.st_mode) || st.st_uid != self) {
       continue;
     }
-    Fd dir(openat(parent_fd.get(), name.c_str(),
-                  O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    common::UniqueFd dir(
+        openat(parent_fd.get(), name.c_str(),
+               O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     struct stat opened;
     if (dir.get() < 0 || fstat(dir.get(), &opened) != 0 ||
         opened.st_dev != st.st_dev || opened.st_ino != st.st_ino) {
@@ -131,7 +120,7 @@ int RemoveAbandonedShmDirs(const std::string& parent) {
     }
     // Only folders with a lock file are ddprun agents' (one being created
     // has no lock file for a moment: leave it).
-    Fd lock(TryLockAt(dir.get(), self));
+    common::UniqueFd lock(TryLockAt(dir.get(), self));
     if (lock.get() < 0) continue;
     if (RemoveAt(parent_fd.get(), name)) {
       ++removed;
@@ -155,7 +144,8 @@ absl::StatusOr<std::unique_ptr<ShmDir>> ShmDir::Create(
     return absl::FailedPreconditionError(absl::StrFormat(
         "cannot create a folder in %s: %s", parent, std::strerror(errno)));
   }
-  Fd dir(open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  common::UniqueFd dir(
+      open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   // The lock file appears already locked: locked under another name, then
   // renamed. Created and locked at its own name, another agent starting at
   // the same moment could open it in between, find it free, take this
