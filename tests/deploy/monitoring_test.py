@@ -19,25 +19,18 @@ import re
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 
 import yaml
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "testing"))
+from waits import wait_for  # noqa: E402
 
 
 def fail(what):
     sys.stderr.write("FAIL: %s\n" % what)
     sys.exit(1)
-
-
-def wait_for(condition, timeout_s):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    return None
 
 
 def scrape_running_server(args, tmp):

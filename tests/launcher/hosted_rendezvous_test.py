@@ -13,7 +13,10 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "testing"))
+from waits import wait_for  # noqa: E402
 
 
 def free_port():
@@ -24,13 +27,9 @@ def free_port():
         return s.getsockname()[1]
 
 
-def wait_for(predicate, what, bound=30):
-    deadline = time.monotonic() + bound
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError("timed out waiting for " + what)
+def wait_until(predicate, what, bound=30):
+    if not wait_for(predicate, bound):
+        raise AssertionError("timed out waiting for " + what)
 
 
 def other_addresses():
@@ -60,7 +59,7 @@ def main():
                  "hosted", "--no-python", "true"],
                 stdout=log, stderr=subprocess.STDOUT, env=env, cwd=work)
             try:
-                wait_for(lambda: "serving the rendezvous" in open(
+                wait_until(lambda: "serving the rendezvous" in open(
                     log_path).read() or host.poll() is not None,
                     "the agent to serve")
             except AssertionError:

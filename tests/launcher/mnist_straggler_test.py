@@ -34,6 +34,10 @@ import threading
 import time
 import urllib.request
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "testing"))
+from waits import wait_for  # noqa: E402
+
 NAMED_WITHIN_S = 10.0
 # Two workers on this 2-core machine: each has a core, so the fault-free
 # run's figures differ only by noise.
@@ -44,17 +48,6 @@ NPROC = 2
 # where no rank's figure can tell whose it was.
 MODEL_FLAGS = ["--batch-size", "256", "--hidden", "1024"]
 WATCH_CLEAN_S = 15.0
-
-
-def wait_for(condition, timeout_s, poll_s=0.1):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            return None
-        time.sleep(poll_s)
 
 
 class Cluster:
