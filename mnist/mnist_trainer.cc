@@ -448,8 +448,10 @@ absl::StatusOr<BeforeRound> PrepareBeforeRound(
       });
   if (zygote) prepared.loading.wait();  // runs it now
   // CUDA's runtime starts in the first device query (a large part of a
-  // GPU worker's start): done here, it is done before the round too.
-  if (*backend != BackendKind::kGloo) (void)NcclUsable();
+  // GPU worker's start): done here, it is done before the round too. Not
+  // in the zygote: CUDA's threads would stop it forking (its standbys
+  // start CUDA after their fork, which is safe).
+  if (*backend != BackendKind::kGloo && !zygote) (void)NcclUsable();
   return prepared;
 }
 

@@ -31,4 +31,9 @@ void ReportStep(int progress_fd, double compute_seconds) {
   WriteRecord(progress_fd, line.data(), line.size());
 }
 
+void ReportActivates(int progress_fd) {
+  WriteRecord(progress_fd, common::kActivatesLine,
+              sizeof(common::kActivatesLine) - 1);
+}
+
 }  // namespace ddprun::worker

@@ -72,10 +72,32 @@ Agent::Agent(AgentOptions options, AgentContext context, RendezvousApi& client,
       return held_master_port_->port();
     };
   }
-  if (!context_.standby_argv.empty()) {
+  if (!context_.standby_argv.empty() && !context_.prewarm_once_program_awaits) {
     standbys_ = std::make_unique<StandbyPool>(
         control_, clock_, context_.standby_argv, BuildStandbyPlanEnv(context_));
   }
+}
+
+void Agent::OnProgramAwaitsActivation() {
+  if (standbys_ != nullptr || context_.standby_argv.empty()) return;
+  // Forked standbys need the agent to adopt them; exec'd ones would cost
+  // a process start each, which only --prewarm asks for.
+  if (!control_.AdoptsOrphans()) {
+    spdlog::debug(
+        "the program waits for its round, but this agent cannot adopt "
+        "forked standbys: no prewarming (--prewarm starts them by exec)");
+    context_.standby_argv.clear();
+    return;
+  }
+  spdlog::info(
+      "the program waits for its round (AwaitActivation): prewarming the "
+      "next round's workers, forked from a zygote (--no-prewarm: off)");
+  StandbyPoolOptions pool_options;
+  pool_options.exec = false;
+  standbys_ = std::make_unique<StandbyPool>(
+      control_, clock_, context_.standby_argv, BuildStandbyPlanEnv(context_),
+      pool_options);
+  standbys_->Fill(options_.nproc_per_node);
 }
 
 v1::JoinRequest Agent::MakeJoinRequest(int master_port) const {
@@ -500,6 +522,9 @@ void Agent::Observe(const RunningRound& round, SupervisorPolicy& policy,
     for (const common::ProgressRecord& record : records) {
       policy.OnRecord(i, record);
       figures.OnRecord(i, record, now);
+      if (record.kind == common::ProgressRecord::Kind::kActivates) {
+        OnProgramAwaitsActivation();
+      }
     }
     figures.SetPhase(i, policy.phase(i));
     if (!records.empty()) {

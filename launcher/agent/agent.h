@@ -127,6 +127,10 @@ class Agent {
   // the policy and the metrics.
   void Observe(const RunningRound& round, SupervisorPolicy& policy,
                RankFigures& figures, int& exited);
+  // A worker said its program waits for its round (libddp's
+  // AwaitActivation): the default prewarming starts (a zygote of the
+  // program), unless it is off or already on.
+  void OnProgramAwaitsActivation();
   RoundEnd OnWorkersFailed(const RunningRound& round,
                            const SupervisorPolicy& policy);
   // In-place recovery (libddp programs, worker/recovery.h). The policy

@@ -26,8 +26,14 @@ struct AgentContext {
   // The node's shared-memory folder (DDPRUN_SHM_DIR) for workers and
   // standbys; empty: none (the variable is left as the agent has it).
   std::string shm_dir;
-  // --prewarm: the command of a standby worker; empty: no prewarming.
+  // The command of a standby worker (--prewarm, or the default for a
+  // program that is not Python); empty: no prewarming.
   std::vector<std::string> standby_argv;
+  // Prewarm only once a worker says its program waits for its round
+  // (common::kActivatesLine), and only with standbys forked by a zygote
+  // (StandbyPoolOptions::exec false): the default. False: from the start,
+  // as --prewarm asks.
+  bool prewarm_once_program_awaits = false;
   // Whether global rank 0 of a prewarmed round listens on MASTER_PORT (a
   // Python program: torch's env:// TCPStore), so that the other ranks are
   // activated once it does. libddp programs use the rendezvous store.

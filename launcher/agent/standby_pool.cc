@@ -100,6 +100,7 @@ void StandbyPool::TopUp() {
       use_zygote_ = false;
     }
   }
+  if (!zygote_ && !options_.exec) return;
   while (size() + static_cast<int>(pending_.size()) < wanted_) {
     if (zygote_) {
       // Only once it serves, and after it left SCHED_IDLE: a standby
@@ -294,10 +295,17 @@ void StandbyPool::OnZygoteMessage(const std::string& message) {
 
 void StandbyPool::DropZygote(const std::string& why) {
   if (!zygote_) return;
-  spdlog::warn(
-      "prewarmed workers start by exec from now on: the zygote "
-      "(pid {}) cannot fork them: {}",
-      zygote_->pid, why);
+  if (options_.exec) {
+    spdlog::warn(
+        "prewarmed workers start by exec from now on: the zygote "
+        "(pid {}) cannot fork them: {}",
+        zygote_->pid, why);
+  } else {
+    spdlog::info(
+        "no workers are prewarmed from now on: the zygote (pid {}) cannot "
+        "fork them: {} (--prewarm starts them by exec instead)",
+        zygote_->pid, why);
+  }
   control_.SignalGroup(zygote_->pid, SIGKILL);
   zygote_.reset();  // closes its socket
   use_zygote_ = false;

@@ -52,6 +52,10 @@ struct StandbyPoolOptions {
   absl::Duration idle_grace = absl::Seconds(5);
   // Fork standbys from a zygote where possible (above); false: exec each.
   bool zygote = true;
+  // Start standbys by exec where no zygote serves (it refused, failed, or
+  // cannot be used); false: then there are none (ddprun's default
+  // prewarming, which is on only where it is cheap).
+  bool exec = true;
 };
 
 class StandbyPool {

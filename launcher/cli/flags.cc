@@ -136,6 +136,8 @@ struct RawLaunchFlags {
   std::string redirects = "0";
   std::string tee = "0";
   std::string local_ranks_filter;
+  bool prewarm = false;
+  bool no_prewarm = false;
   std::string master_port = "0";
   std::string metrics_port = "-1";
   // torchrun's flags that mean nothing here, by name: their values.
@@ -225,11 +227,14 @@ void AddLaunchFlags(CLI::App& app, LaunchOptions& o, RawLaunchFlags& raw) {
   AddFlag(app, "--no-python", &o.no_python,
           "run the program directly, not under python");
   AddFlag(app, "-m,--module", &o.run_module, "run the program as python -m");
-  AddFlag(app, "--prewarm", &o.prewarm,
-          "start the next round's workers ahead so that restarts are quick: "
-          "Python programs up to 'import torch'; any other program must "
-          "call ddprun::worker::AwaitActivation() (libddp, e.g. "
-          "ddprun-mnist) before it reads its environment");
+  AddFlag(app, "--prewarm", &raw.prewarm,
+          "start the next round's workers ahead so that restarts are quick, "
+          "also for Python programs (up to 'import torch'); a program that "
+          "is not Python must call ddprun::worker::AwaitActivation() "
+          "(libddp, e.g. ddprun-mnist) before it reads its environment. "
+          "Default: on for programs that call it, once they do");
+  AddFlag(app, "--no-prewarm", &raw.no_prewarm,
+          "never start workers ahead: each restart starts its processes");
   AddString(app, "--master-addr", &o.master_addr,
             "static rendezvous (without --rdzv-endpoint): node rank 0 serves "
             "it here");
@@ -325,6 +330,11 @@ absl::Status ParseHangBounds(const std::string& text,
 
 // The flags given as strings, parsed and range-checked.
 absl::Status ParseLaunchValues(const RawLaunchFlags& raw, LaunchOptions& o) {
+  if (raw.prewarm && raw.no_prewarm) {
+    return Usage("--prewarm and --no-prewarm contradict; drop one of them");
+  }
+  if (raw.prewarm) o.prewarm = LaunchOptions::Prewarm::kOn;
+  if (raw.no_prewarm) o.prewarm = LaunchOptions::Prewarm::kOff;
   if (absl::Status s = ParseNnodes(raw.nnodes, o.min_nodes, o.max_nodes);
       !s.ok()) {
     return s;
@@ -584,12 +594,8 @@ absl::Status CheckLaunchOptions(LaunchOptions& o) {
         "error, off",
         o.log_level));
   }
-  if (o.prewarm) {
-    bool plain_output = o.redirects.all == 0 && o.tee.all == 0 &&
-                        o.redirects.by_local_rank.empty() &&
-                        o.tee.by_local_rank.empty() &&
-                        o.local_ranks_filter.empty();
-    if (!plain_output) {
+  if (o.prewarm == LaunchOptions::Prewarm::kOn) {
+    if (!o.PlainConsole()) {
       return Usage(
           "--prewarm cannot be combined with --redirects, --tee or "
           "--local-ranks-filter yet; drop one of them");

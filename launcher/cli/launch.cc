@@ -248,9 +248,21 @@ absl::Status SetCommands(const LaunchOptions& options, AgentContext& context) {
     if (n > 0) python_exec = PythonBeside(std::string(self, n));
   }
   context.worker_argv = BuildProgramArgv(options, python_exec);
-  if (options.prewarm) {
-    context.standby_argv = BuildStandbyArgv(options, python_exec);
-    context.rank0_listens_on_master_port = RunsUnderPython(options);
+  switch (options.prewarm) {
+    case LaunchOptions::Prewarm::kOn:
+      context.standby_argv = BuildStandbyArgv(options, python_exec);
+      context.rank0_listens_on_master_port = RunsUnderPython(options);
+      break;
+    case LaunchOptions::Prewarm::kAuto:
+      // Only forked from a zygote, once the program says it waits for its
+      // round: cheap, and safe for a program that does not.
+      if (!RunsUnderPython(options) && options.PlainConsole()) {
+        context.standby_argv = BuildStandbyArgv(options, python_exec);
+        context.prewarm_once_program_awaits = true;
+      }
+      break;
+    case LaunchOptions::Prewarm::kOff:
+      break;
   }
   absl::Status resolved =
       ResolveProgram(context.worker_argv[0], context.base_env).status();

@@ -64,9 +64,27 @@ struct LaunchOptions {
   std::string role = "default";
   bool no_python = false;
   bool run_module = false;  // -m: `python -m program`
-  // Start the next round's Python workers ahead of time, up to their
-  // imports, so that a restart skips interpreter and torch start-up.
-  bool prewarm = false;
+  // Whether the next round's workers start ahead, while a round trains, so
+  // that a restart skips the process start (LaunchOptions::Prewarm).
+  enum class Prewarm {
+    // The default: once a worker says its program waits for its round
+    // (libddp's AwaitActivation), standbys fork from a zygote of it, which
+    // costs one more process per node and a few ms of CPU per standby.
+    // Python programs and consoles split by --redirects, --tee or
+    // --local-ranks-filter are not prewarmed.
+    kAuto,
+    kOn,   // --prewarm: Python programs too, and by exec without a zygote
+    kOff,  // --no-prewarm
+  };
+  Prewarm prewarm = Prewarm::kAuto;
+
+  // Whether every worker writes to the agent's console as it is (no
+  // --redirects, --tee or --local-ranks-filter), as standbys must.
+  bool PlainConsole() const {
+    return redirects.all == 0 && tee.all == 0 &&
+           redirects.by_local_rank.empty() && tee.by_local_rank.empty() &&
+           local_ranks_filter.empty();
+  }
   std::string master_addr;  // static rendezvous: where node rank 0 serves it
   // Static rendezvous: its port. Standalone (one node, torchrun's static
   // default form): the workers' MASTER_PORT; 0: a free port.

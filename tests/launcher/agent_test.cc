@@ -177,6 +177,23 @@ TEST(AgentTest, RestartsAfterAFailureAndThenSucceeds) {
   }
 }
 
+// The default prewarms only programs that say they wait for their round
+// (libddp's AwaitActivation): this one never does, so its standbys would
+// run before their round. Every restart starts it afresh.
+TEST(AgentTest, AProgramThatNeverAwaitsItsRoundIsNotPrewarmedByDefault) {
+  TempDir dir;
+  RunResult r = RunCommand(
+      Concat(Standalone(2), {"--max-restarts", "2", FaultWorker(), "--exit",
+                             "5", "--fail-rank", "0", "--fail-below-restart",
+                             "2", "--sleep", "0.5", "--out-dir", dir.path()}),
+      absl::Seconds(60));
+  ASSERT_FALSE(r.timed_out);
+  EXPECT_EQ(r.exit.exit_code, 0) << r.err;
+  EXPECT_EQ(CountLinesWith(r.err, "started 2 workers"), 3) << r.err;
+  EXPECT_THAT(r.err, Not(HasSubstr("prewarm"))) << r.err;
+  EXPECT_THAT(r.err, Not(HasSubstr("zygote"))) << r.err;
+}
+
 TEST(AgentTest, RestartsRunOutThenTheJobFails) {
   RunResult r = RunCommand(
       Concat(Standalone(1), {"--max-restarts", "2", FaultWorker(), "--exit",
@@ -790,6 +807,31 @@ TEST(AgentTest, PrewarmedPythonWorkersGetTheirRoundsEnvironment) {
     EXPECT_EQ(env.at("WORLD_SIZE").string_value(), "2");
     EXPECT_EQ(env.count("DDPRUN_STANDBY_FD"), 0u);
     EXPECT_EQ(env.at("OMP_NUM_THREADS").string_value(), "1");
+  }
+}
+
+// Python programs are prewarmed only when asked (--prewarm): a standby is
+// an interpreter with torch imported, per local rank.
+TEST(AgentTest, PythonWorkersAreNotPrewarmedByDefault) {
+  const char* python = std::getenv("DDPRUN_TEST_PYTHON");
+  std::string python_exec = python != nullptr ? python : "/usr/bin/python3";
+  TempDir dir;
+  RunResult r = RunCommand(
+      Concat(Standalone(2),
+             {"--max-restarts", "1",
+              SourcePath("tests/launcher/prewarm_check.py"), dir.path()}),
+      absl::Seconds(240), {{"PYTHON_EXEC", python_exec}});
+  ASSERT_FALSE(r.timed_out);
+  ASSERT_TRUE(r.exit.ok()) << r.exit.ToString() << "\n" << r.err;
+  EXPECT_EQ(CountLinesWith(r.err, "started 2 workers"), 2) << r.err;
+  EXPECT_THAT(r.err, Not(HasSubstr("prewarm"))) << r.err;
+  for (int rank = 0; rank < 2; ++rank) {
+    google::protobuf::Struct record;
+    std::string text = ReadFileOrEmpty(
+        dir.File(absl::StrCat("rank_", rank, "_restart_1.json")));
+    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(text, &record).ok())
+        << "'" << text << "'";
+    EXPECT_FALSE(record.fields().at("torch_preloaded").bool_value());
   }
 }
 

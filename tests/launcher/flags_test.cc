@@ -84,12 +84,29 @@ TEST(FlagsTest, RedirectsTeeAndFilter) {
   EXPECT_THAT(c->launch.local_ranks_filter, ElementsAre(0, 2));
 }
 
+// Prewarming is on by default where it is cheap (the agent decides, once
+// the program says it waits for its round); --no-prewarm turns it off.
+TEST(FlagsTest, PrewarmIsAutomaticUnlessTurnedOnOrOff) {
+  auto c = Parse({"--standalone", "./train"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->launch.prewarm, LaunchOptions::Prewarm::kAuto);
+  auto off = Parse({"--standalone", "--no-prewarm", "./train"});
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_EQ(off->launch.prewarm, LaunchOptions::Prewarm::kOff);
+  // The default stays quietly off where standbys cannot run: a split
+  // console is no usage error unless --prewarm was asked for.
+  auto tee = Parse({"--standalone", "--tee", "3", "./train"});
+  ASSERT_TRUE(tee.ok()) << tee.status();
+  EXPECT_EQ(tee->launch.prewarm, LaunchOptions::Prewarm::kAuto);
+  EXPECT_FALSE(tee->launch.PlainConsole());
+}
+
 // --prewarm: Python programs run the standby shim; any other program runs as
 // it is and waits for its round itself (libddp's AwaitActivation).
 TEST(FlagsTest, PrewarmRunsANonPythonProgramAsItIs) {
   auto c = Parse({"--standalone", "--prewarm", "./train", "--lr", "0.1"});
   ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_TRUE(c->launch.prewarm);
+  EXPECT_EQ(c->launch.prewarm, LaunchOptions::Prewarm::kOn);
   EXPECT_THAT(BuildStandbyArgv(c->launch, ""),
               ElementsAre("./train", "--lr", "0.1"));
   auto py = Parse({"--standalone", "--prewarm", "train.py", "--lr", "0.1"});
@@ -156,6 +173,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{{"--standalone", "--nnodes"}, "--nnodes"},
         BadInput{{"--standalone", "--prewarm", "--tee", "3", "x.py"},
                  "--prewarm cannot be combined"},
+        BadInput{{"--standalone", "--prewarm", "--no-prewarm", "x.py"},
+                 "--prewarm and --no-prewarm contradict"},
         BadInput{{"status"}, "--rdzv-endpoint"}));
 
 using Mode = LaunchOptions::RdzvMode;

@@ -242,15 +242,21 @@ TEST_P(MnistInPlaceTest, KillNineOfOneWorkerKeepsTheSurvivorsRunning) {
 
 INSTANTIATE_TEST_SUITE_P(Workers, MnistInPlaceTest, ::testing::Values(2, 3));
 
-// With --prewarm the lost rank is replaced by a waiting standby, which
-// takes the survivor's state as any new member does.
-TEST(MnistInPlacePrewarmTest, AKilledWorkerIsReplacedByAStandbyInPlace) {
+// The lost rank is replaced by a waiting standby, which takes the
+// survivor's state as any new member does: by default (ddprun-mnist says
+// it waits for its round, so the agent starts prewarming then), and with
+// --prewarm (from the start).
+class MnistInPlacePrewarmTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(MnistInPlacePrewarmTest, AKilledWorkerIsReplacedByAStandbyInPlace) {
   TempDir dir;
-  const std::vector<std::string> flags = {
+  const bool asked = GetParam();
+  std::vector<std::string> flags = {
       "--standalone", "--nproc-per-node", "2", "--max-restarts", "3",
-      "--monitor-interval", "0.05", "--prewarm",
+      "--monitor-interval", "0.05",
       // The workers are held (SIGSTOP) while the standbys get ready.
       "--hang-bound", "stopped=0"};
+  if (asked) flags.push_back("--prewarm");
   const std::string reference = RunFaultFree(dir, flags);
 
   Job job = StartJob(dir, flags, "agent", "summary.json");
@@ -311,9 +317,21 @@ TEST(MnistInPlacePrewarmTest, AKilledWorkerIsReplacedByAStandbyInPlace) {
   EXPECT_THAT(job.err(), HasSubstr("prewarmed workers fork from a zygote"));
   EXPECT_THAT(job.err(), HasSubstr("(forked by the zygote, pid"));
   EXPECT_THAT(job.err(), Not(HasSubstr("start by exec from now on")));
+  // By default the agent started prewarming once the program said it
+  // waits for its round; asked, from the start.
+  EXPECT_EQ(job.err().find("prewarming the next round's workers") !=
+                std::string::npos,
+            !asked)
+      << job.err();
   ExpectExactInPlaceRun(ReadFileOrEmpty(dir.File("summary.json")), reference,
                         job.err(), 2);
 }
+
+INSTANTIATE_TEST_SUITE_P(ByDefaultAndAsked, MnistInPlacePrewarmTest,
+                         ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "Asked" : "ByDefault";
+                         });
 
 // A hang: one of three workers is stopped (SIGSTOP). Its peers go silent
 // with it (they wait for it in the allreduce); the agent tells them apart,
