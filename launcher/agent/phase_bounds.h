@@ -50,8 +50,11 @@ struct PhaseBoundsOptions {
   std::array<std::optional<absl::Duration>, common::kNumPhases> fixed;
   // A worker stopped (state T: SIGSTOP, SIGTSTP) this long is hung, in any
   // phase and whether or not it reports; InfiniteDuration: never. A process
-  // held by a debugger (state t) is not stopped in this sense.
-  absl::Duration stopped = absl::Milliseconds(250);
+  // held by a debugger (state t) is not stopped in this sense. Nothing
+  // stops a healthy worker (it leads its own process group, so a
+  // terminal's Ctrl-Z stops only ddprun): one monitor interval (0.1 s) is
+  // enough to tell a stop from a passing state.
+  absl::Duration stopped = absl::Milliseconds(100);
 };
 
 // Learns phase durations and answers each phase's bound. Owned by the

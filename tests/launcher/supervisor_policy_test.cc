@@ -180,7 +180,7 @@ TEST_F(SupervisorPolicyTest, AStoppedWorkerIsTheHangAndItsPeersAreKept) {
   // Rank 1 is stopped; 0 and 2 then wait for it in a collective: all three
   // go silent together, and the stopped one is found by its state first.
   policy.OnProcessState(1, true);
-  clock.Advance(absl::Milliseconds(249));
+  clock.Advance(PhaseBoundsOptions{}.stopped - absl::Milliseconds(1));
   EXPECT_EQ(policy.Evaluate(), Verdict::kRunning);
   clock.Advance(absl::Milliseconds(1));
   ASSERT_EQ(policy.Evaluate(), Verdict::kFailed);
@@ -392,7 +392,7 @@ TEST_F(SupervisorPolicyTest, ASurvivorStoppedAtARoundChangeIsHung) {
   EXPECT_EQ(policy.phase(0), Phase::kJoin);
   policy.OnRecord(1, PhaseRecord(Phase::kJoin));
   policy.OnProcessState(0, true);
-  clock.Advance(absl::Milliseconds(250));
+  clock.Advance(PhaseBoundsOptions{}.stopped);
   ASSERT_EQ(policy.Evaluate(), Verdict::kFailed);
   ASSERT_EQ(policy.failures().size(), 1u);
   EXPECT_EQ(policy.failures()[0].local_rank, 0);
@@ -464,8 +464,9 @@ TEST_F(SupervisorPolicyTest, AStoppedWorkerIsHungEvenIfItNeverReports) {
   common::FakeClock clock;
   SupervisorPolicy policy({.num_workers = 2}, Adaptive(), clock);
   policy.OnProcessState(1, true);
-  EXPECT_EQ(policy.NextHangDeadline(), clock.Now() + absl::Milliseconds(250));
-  clock.Advance(absl::Milliseconds(250));
+  const absl::Duration stopped = PhaseBoundsOptions{}.stopped;
+  EXPECT_EQ(policy.NextHangDeadline(), clock.Now() + stopped);
+  clock.Advance(stopped);
   ASSERT_EQ(policy.Evaluate(), Verdict::kFailed);
   EXPECT_EQ(policy.failures()[0].local_rank, 1);
   EXPECT_TRUE(policy.failures()[0].stopped);
@@ -476,12 +477,13 @@ TEST_F(SupervisorPolicyTest, AStoppedWorkerIsHungEvenIfItNeverReports) {
 TEST_F(SupervisorPolicyTest, APauseShorterThanTheStoppedBoundIsNoHang) {
   common::FakeClock clock;
   SupervisorPolicy policy({.num_workers = 1}, Adaptive(), clock);
+  const absl::Duration shorter = PhaseBoundsOptions{}.stopped * 0.8;
   policy.OnProcessState(0, true);
-  clock.Advance(absl::Milliseconds(200));
+  clock.Advance(shorter);
   policy.OnProcessState(0, false);
   EXPECT_EQ(policy.Evaluate(), Verdict::kRunning);
   policy.OnProcessState(0, true);
-  clock.Advance(absl::Milliseconds(200));
+  clock.Advance(shorter);
   EXPECT_EQ(policy.Evaluate(), Verdict::kRunning);
   EXPECT_FALSE(policy.NextHangDeadline() == std::nullopt);
 }
