@@ -11,11 +11,21 @@ a seeded plan of faults, each of a worker, an agent or the server:
   worker-kill      kill -9
   worker-hang      SIGSTOP for good
   worker-pause     SIGSTOP, then SIGCONT 1-3 s later
-  worker-throttle  a straggler: stopped 40 ms of every 100 ms for 3-6 s
+  worker-throttle  a straggler: 20 % of one core for 3-6 s (a CPU cgroup
+                   quota; where no cgroup can be made, stopped 40 ms of
+                   every 100 ms instead, which the agent may take for a hang)
   agent-kill       kill -9, the agent started again 2 s later
   agent-pause      SIGSTOP, SIGCONT 2 s later
   server-kill      kill -9, started again on its port
   server-pause     SIGSTOP, SIGCONT 2 s later
+  node-partition   a node's cable pulled for 1-4 s, then plugged back in:
+                   its packets, and those to it, are dropped without a
+                   reset (the agent and its workers go on running)
+
+With node-partition among the kinds, every run of the job (the reference
+too) runs in network namespaces (deploy/local/netns_cluster.sh: the server
+and each node in its own, wired to one bridge; the cluster is removed on
+every exit): that needs root and iproute2.
 
 Each lands at a seeded moment: at a random step, or deliberately inside a
 round change (the moment a new round is announced: round formation and the
@@ -66,11 +76,16 @@ import tempfile
 import time
 
 KINDS = ("worker-kill", "worker-hang", "worker-pause", "worker-throttle",
-         "agent-kill", "agent-pause", "server-kill", "server-pause")
+         "agent-kill", "agent-pause", "server-kill", "server-pause",
+         "node-partition")
 MOMENTS = ("step", "round-change", "first-step", "checkpoint")
 # Faults after which the job needs a new round (and a restart): the worker
-# is gone, or stopped past the agent's stopped bound (0.25 s) and killed.
+# is gone, or stopped past the agent's stopped bound (0.1 s) and killed.
 NEEDS_ROUND = ("worker-kill", "worker-hang", "worker-pause")
+# Faults that may or may not need a new round: a partition is ridden out
+# when it is shorter than the peers' bounds, else recovered by one.
+MAY_NEED_ROUND = ("node-partition",)
+PARTITION_SECONDS = (1.0, 4.0)
 AGENT_RESTART_DELAY = 2.0
 PAUSE_SECONDS = 2.0
 CHECKPOINT_EVERY = 20
@@ -136,12 +151,126 @@ def cmdline(pid):
         return []
 
 
+class CpuThrottle:
+    """A CPU quota on one process, as a throttled container or a noisy
+    neighbour makes it: its threads stay runnable (state R), unlike a
+    SIGSTOP duty cycle, which the agent would rightly see as stopped. A
+    cgroup of its own (v2 cpu.max, or v1 cpu.cfs_quota_us), removed after."""
+
+    def __init__(self, pid, share):
+        self.pid = pid
+        self.path = None
+        self.home = None
+        for root, v2 in (("/sys/fs/cgroup", True), ("/sys/fs/cgroup/cpu", False)):
+            if v2 and not os.path.exists(os.path.join(root, "cgroup.controllers")):
+                continue
+            if not v2 and not os.path.exists(os.path.join(root, "cpu.cfs_quota_us")):
+                continue
+            home = self._cgroup_of(pid, v2)
+            if home is None:
+                continue
+            path = os.path.join(root, "ddprun-fault-%d-%d" % (os.getpid(), pid))
+            try:
+                os.mkdir(path)
+                if v2:
+                    self._write(path, "cpu.max", "%d 100000" % int(share * 100000))
+                else:
+                    self._write(path, "cpu.cfs_period_us", "100000")
+                    self._write(path, "cpu.cfs_quota_us", str(int(share * 100000)))
+                self._write(path, "cgroup.procs", str(pid))
+            except OSError:
+                try:
+                    os.rmdir(path)
+                except OSError:
+                    pass
+                continue
+            self.path = path
+            self.home = os.path.join(root, home.lstrip("/"))
+            return
+
+    @staticmethod
+    def _cgroup_of(pid, v2):
+        try:
+            with open("/proc/%d/cgroup" % pid) as f:
+                for line in f:
+                    _, controllers, path = line.rstrip("\n").split(":", 2)
+                    if (v2 and controllers == "") or \
+                            (not v2 and "cpu" in controllers.split(",")):
+                        return path
+        except OSError:
+            pass
+        return None
+
+    @staticmethod
+    def _write(folder, name, value):
+        with open(os.path.join(folder, name), "w") as f:
+            f.write(value)
+
+    def release(self):
+        if self.path is None:
+            return
+        try:
+            self._write(self.home, "cgroup.procs", str(self.pid))
+        except OSError:
+            pass  # gone: the cgroup empties with it
+        wait_for(lambda: self._removed(), 5, 0.05)
+
+    def _removed(self):
+        try:
+            os.rmdir(self.path)
+            return True
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
+
+
 def signal_pid(pid, sig):
     try:
         os.kill(pid, sig)
         return True
     except ProcessLookupError:
         return False
+
+
+class Cluster:
+    """The job's hosts as network namespaces (deploy/local/netns_cluster.sh):
+    the server in NAME-rdzv, node i in NAME-h<i+1>, one bridge between them.
+    Addresses: the server 10.253.0.1, node i 10.253.0.(11+i)."""
+
+    def __init__(self, script):
+        self.script = script
+        self.name = "ddpf%d" % os.getpid()
+
+    def _run(self, *words):
+        subprocess.run(["bash", self.script] + list(words), check=True,
+                       stdout=subprocess.DEVNULL)
+
+    def up(self):
+        self.down()  # one left by a killed run of the same pid
+        self._run("up", self.name, str(NODES))
+
+    def down(self):
+        subprocess.run(["bash", self.script, "down", self.name],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    @staticmethod
+    def host(node):
+        return "rdzv" if node is None else "h%d" % (node + 1)
+
+    @staticmethod
+    def address(node):
+        return "10.253.0.1" if node is None else "10.253.0.%d" % (11 + node)
+
+    def prefix(self, node):
+        """Runs a command in `node`'s namespace (None: the server's)."""
+        return ["ip", "netns", "exec", "%s-%s" % (self.name, self.host(node))]
+
+    def partition(self, node):
+        self._run("partition", self.name, self.host(node))
+
+    def heal(self, node):
+        self._run("heal", self.name, self.host(node))
 
 
 class Job:
@@ -162,17 +291,27 @@ class Job:
         self.agent_logs = []
         self.seen_pids = set()
         self.guard_sessions = set()
+        self.cluster = args.cluster
+        self.env = dict(os.environ)
+        if self.cluster:
+            # Beyond loopback the server wants a token; any will do here.
+            self.env["DDPRUN_TOKEN"] = "fault-harness-%d-%s" % (
+                os.getpid(), run_id)
 
     # --- processes ---------------------------------------------------------
     def start_server(self):
         self.server_starts += 1
         out = os.path.join(self.folder, "server%d.log" % self.server_starts)
         for _ in range(100):  # the old port may take a moment to free
+            argv = [os.path.join(self.args.build, "rendezvous/ddprun-rendezvous"),
+                    "--port", str(self.server_port)]
+            if self.cluster:
+                argv = self.cluster.prefix(None) + argv + [
+                    "--host", Cluster.address(None)]
             with open(out, "w") as f:
                 self.server = subprocess.Popen(
-                    [os.path.join(self.args.build, "rendezvous/ddprun-rendezvous"),
-                     "--port", str(self.server_port)],
-                    stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+                    argv, stdout=f, stderr=subprocess.STDOUT,
+                    start_new_session=True, env=self.env)
             port = wait_for(lambda: self._announced_port(out), 10)
             if port:
                 self.server_port = port
@@ -195,9 +334,10 @@ class Job:
         path = os.path.join(self.folder, "agent%d.%d.log" %
                             (node, self.agent_starts[node]))
         self.agent_logs.append(path)
+        host = Cluster.address(None) if self.cluster else "127.0.0.1"
         argv = [os.path.join(self.args.build, "launcher/ddprun"),
                 "--nnodes", str(NODES), "--nproc-per-node", str(PER_NODE),
-                "--rdzv-endpoint", "127.0.0.1:%d" % self.server_port,
+                "--rdzv-endpoint", "%s:%d" % (host, self.server_port),
                 "--rdzv-id", self.run_id, "--max-restarts", "1000",
                 "--log-dir", os.path.join(self.folder, "logs"),
                 "--no-python"] + self.args.agent_flags.split() + [
@@ -210,10 +350,12 @@ class Job:
                 "--checkpoint-every", str(CHECKPOINT_EVERY),
                 "--step-times", self.steps_path,
                 "--save", self.model_path] + self.args.mnist_flags.split()
+        if self.cluster:
+            argv = self.cluster.prefix(node) + argv
         with open(path, "w") as f:
             self.agents[node] = subprocess.Popen(
                 argv, stdout=f, stderr=subprocess.STDOUT, start_new_session=True,
-                cwd=self.folder)
+                cwd=self.folder, env=self.env)
         self.seen_pids.add(self.agents[node].pid)
         self.guard_sessions.add(self.agents[node].pid)
 
@@ -375,6 +517,8 @@ class Fault:
         self.target = ""
         self.trigger = 0.0  # wall time of the kill that opened its moment
         self.lost = None  # seconds lost to it (set afterwards)
+        # A throttle made of stops (no cgroup): may be taken for a hang.
+        self.stopping = False
 
 
 def plan_faults(rng, count, kinds, moments=MOMENTS):
@@ -448,12 +592,30 @@ def inject(job, fault, rng, pid):
             fault.end = time.time()
         elif kind == "worker-throttle":
             until = time.monotonic() + rng.uniform(3, 6)
-            while time.monotonic() < until and alive(pid):
-                signal_pid(pid, signal.SIGSTOP)
-                time.sleep(0.04)
-                signal_pid(pid, signal.SIGCONT)
-                time.sleep(0.06)
+            throttle = CpuThrottle(pid, 0.2)
+            try:
+                if throttle.path is None:
+                    fault.stopping = True
+                    while time.monotonic() < until and alive(pid):
+                        signal_pid(pid, signal.SIGSTOP)
+                        time.sleep(0.04)
+                        signal_pid(pid, signal.SIGCONT)
+                        time.sleep(0.06)
+                else:
+                    time.sleep(max(0.0, until - time.monotonic()))
+            finally:
+                throttle.release()
             fault.end = time.time()
+        return True
+    if kind == "node-partition":
+        node = rng.randrange(NODES)
+        fault.target = "node %d (%s)" % (node, Cluster.host(node))
+        job.cluster.partition(node)
+        try:
+            time.sleep(rng.uniform(*PARTITION_SECONDS))
+        finally:
+            job.cluster.heal(node)
+        fault.end = time.time()
         return True
     if kind.startswith("agent"):
         node = rng.randrange(NODES)
@@ -569,13 +731,15 @@ def run_faulted(args, work, seed, reference, median_step):
                    "%s vs the reference" % job.model_path))
 
     needed = sum(1 for f in injected if f.kind in NEEDS_ROUND)
+    maybe = sum(1 for f in injected
+                if f.kind in MAY_NEED_ROUND or f.stopping)
     # The round-change and first-step moments kill one worker to open the
     # moment (also when the fault itself then did not land); a fault landed
     # inside that recovery may share its round.
     triggers = sum(1 for f in faults if f.trigger > 0)
     shared = sum(1 for f in injected
                  if f.trigger > 0 and f.kind in NEEDS_ROUND)
-    expected_max = needed + triggers
+    expected_max = needed + triggers + maybe
     expected_min = needed - shared
     restarts = job.restart_count()
     checks.append(("restart count", expected_min <= restarts <= expected_max,
@@ -592,6 +756,9 @@ def run_faulted(args, work, seed, reference, median_step):
 
 
 def main():
+    # SIGTERM (a timeout, a soak cut short) unwinds like Ctrl-C: the
+    # finally blocks stop every process of the run and remove its files.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--build", required=True)
     parser.add_argument("--data-dir", required=True)
@@ -624,11 +791,22 @@ def main():
         if moment and moment not in MOMENTS:
             sys.exit("--moments: unknown moment %r; the moments are %s" %
                      (moment, ", ".join(MOMENTS)))
+    args.cluster = None
+    if "node-partition" in args.kinds.split(","):
+        if os.geteuid() != 0 or not shutil.which("ip"):
+            sys.exit("node-partition runs the job in network namespaces, "
+                     "which needs root and iproute2 (ip); run as root, or "
+                     "leave node-partition out of --kinds")
+        args.cluster = Cluster(os.path.join(
+            os.path.dirname(os.path.abspath(__file__)), "..", "..", "deploy",
+            "local", "netns_cluster.sh"))
     work = args.work_dir or tempfile.mkdtemp(prefix="ddprun-fault-")
     os.makedirs(work, exist_ok=True)
     passed = failed = 0
     all_faults = []
     try:
+        if args.cluster:
+            args.cluster.up()
         reference = run_reference(args, work)
         times = reference.step_times()
         steps = sorted(times)
@@ -645,6 +823,8 @@ def main():
             if time.monotonic() - start >= args.soak_seconds:
                 break
     finally:
+        if args.cluster:
+            args.cluster.down()
         if failed == 0 and not args.work_dir:
             shutil.rmtree(work, ignore_errors=True)
         elif failed:
