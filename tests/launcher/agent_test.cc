@@ -376,6 +376,29 @@ TEST(AgentTest, AWorkerThatStopsReportingProgressIsHung) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(15));
 }
 
+// A Python program gets hang detection from ddprun's module: one
+// progress.step() a step, and a silence past the step phase's bound is a
+// hang, as for a libddp program. The same program without the module is
+// waited for, as torchrun would.
+TEST(AgentTest, APythonProgramThatReportsStepsIsFoundHungWhenItFallsSilent) {
+  auto run = [](const std::string& mode) {
+    return RunCommand(
+        Concat(Standalone(1),
+               {"--hang-bound", "step=1",
+                SourcePath("tests/launcher/progress_pause.py"), mode}),
+        absl::Seconds(60));
+  };
+  RunResult reporting = run("report");
+  ASSERT_FALSE(reporting.timed_out);
+  EXPECT_EQ(reporting.exit.exit_code, 1) << reporting.err;
+  EXPECT_THAT(reporting.err, HasSubstr("in phase step")) << reporting.err;
+  EXPECT_THAT(reporting.err, HasSubstr("is hung")) << reporting.err;
+  RunResult quiet = run("quiet");
+  ASSERT_FALSE(quiet.timed_out);
+  EXPECT_EQ(quiet.exit.exit_code, 0) << quiet.err;
+  EXPECT_THAT(quiet.err, Not(HasSubstr("hung"))) << quiet.err;
+}
+
 TEST(AgentTest, TwoAgentsFormOneJob) {
   rendezvous::ServerOptions server_options;
   auto server = rendezvous::Server::Start(server_options);
