@@ -170,6 +170,14 @@ absl::StatusOr<v1::HeartbeatResponse> RendezvousClient::Heartbeat(
 // outstanding, and Beat writes a heartbeat and waits for the next answer.
 // Thread-safe between Beat (one caller at a time) and gRPC's reactions; the
 // destructor cancels the stream and waits until gRPC is done with it.
+//
+// A hold keeps gRPC from ending the call (OnDone, which frees its state)
+// while Beat may still start a write: without it a stream that broke
+// between Beat's check and its StartWrite wrote into a finished call, and
+// the agent crashed in gRPC's interceptors (found by the fault harness:
+// a server killed, then paused, with the token interceptor on). The hold
+// goes once the stream is broken and no write of Beat's is in flight; mu_
+// decides that, and RemoveHold runs without it (it may call OnDone).
 class RendezvousClient::Stream final
     : public HeartbeatStream,
       public grpc::ClientBidiReactor<v1::HeartbeatRequest,
@@ -178,11 +186,13 @@ class RendezvousClient::Stream final
   explicit Stream(const RendezvousClient* client) : client_(client) {
     // No deadline: the stream lives for the round; each Beat has its own.
     client_->stub_->async()->Heartbeats(&context_, this);
+    AddHold();
     StartRead(&incoming_);
     StartCall();
   }
 
   ~Stream() override {
+    // Fails the outstanding read, which releases the hold (OnReadDone).
     context_.TryCancel();
     absl::MutexLock lock(&mu_);
     mu_.Await(absl::Condition(&done_));
@@ -193,7 +203,12 @@ class RendezvousClient::Stream final
     int64_t answered = 0;
     {
       absl::MutexLock lock(&mu_);
-      if (done_) return Ended();
+      if (broken_) {
+        // Its hold goes with the last write: OnDone brings the status.
+        mu_.AwaitWithTimeout(absl::Condition(&done_),
+                             client_->options_.rpc_timeout);
+        return Ended();
+      }
       if (writing_) {
         return client_->Explain(
             "Heartbeat stream",
@@ -221,12 +236,26 @@ class RendezvousClient::Stream final
   }
 
   void OnWriteDone(bool /*ok*/) override {
-    absl::MutexLock lock(&mu_);
-    writing_ = false;
+    bool release = false;
+    {
+      absl::MutexLock lock(&mu_);
+      writing_ = false;
+      release = TakeReleaseLocked();
+    }
+    if (release) RemoveHold();
   }
 
   void OnReadDone(bool ok) override {
-    if (!ok) return;  // the stream ended: OnDone follows
+    if (!ok) {  // the stream is over: OnDone follows once the hold goes
+      bool release = false;
+      {
+        absl::MutexLock lock(&mu_);
+        broken_ = true;
+        release = TakeReleaseLocked();
+      }
+      if (release) RemoveHold();
+      return;
+    }
     {
       absl::MutexLock lock(&mu_);
       last_ = incoming_;
@@ -242,6 +271,14 @@ class RendezvousClient::Stream final
   }
 
  private:
+  // Whether the hold is to be removed now: the stream is broken and no
+  // write is in flight (once).
+  bool TakeReleaseLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!broken_ || writing_ || released_) return false;
+    released_ = true;
+    return true;
+  }
+
   absl::Status Ended() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (status_.ok()) {
       return absl::UnavailableError(absl::StrFormat(
@@ -258,7 +295,9 @@ class RendezvousClient::Stream final
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   int64_t answers_ ABSL_GUARDED_BY(mu_) = 0;
   v1::HeartbeatResponse last_ ABSL_GUARDED_BY(mu_);
-  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  bool broken_ ABSL_GUARDED_BY(mu_) = false;    // the read failed
+  bool released_ ABSL_GUARDED_BY(mu_) = false;  // the hold was removed
+  bool done_ ABSL_GUARDED_BY(mu_) = false;      // OnDone ran
   grpc::Status status_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <memory>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -363,6 +364,40 @@ TEST(HeartbeatLoopTest, ARestartWhileTheRoundFormsEndsTheRound) {
       << "the round went on without the keys its workers exchanged";
   EXPECT_EQ(calls, 1);
   EXPECT_GE(asked, 1);
+}
+
+// Beats on a stream that ended at once (its server refuses the
+// connection) fail cleanly, many times over, with a token (an interceptor
+// on every call). The stream writes from outside gRPC's reactions, which
+// gRPC allows only under a hold (ClientBidiReactor::AddHold): without one,
+// gRPC freed the call's state when its last operation completed and only
+// then scheduled OnDone, and a Beat in between wrote into freed state. The
+// fault harness found that as an agent crash in the token's interceptor
+// after a server restart; this test could not make the race happen on
+// demand, so it guards the clean failure, not the race itself.
+TEST(HeartbeatStreamClientTest,
+     AStreamThatEndsAtOnceIsNeverWrittenAfterItsEnd) {
+  RefusingPort port;
+  RendezvousClientOptions options;
+  options.endpoint = port.endpoint();
+  options.channel.token = "stream-end-secret";
+  options.rpc_timeout = absl::Seconds(2);
+  absl::StatusOr<std::unique_ptr<RendezvousClient>> client =
+      RendezvousClient::Create(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  v1::HeartbeatRequest beat;
+  beat.set_run_id("stream-end");
+  beat.set_node_id("n0");
+  beat.set_round(1);
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    absl::StatusOr<std::unique_ptr<HeartbeatStream>> stream =
+        (*client)->OpenHeartbeatStream();
+    ASSERT_TRUE(stream.ok()) << stream.status();
+    for (int i = 0; i < 3; ++i) {
+      absl::StatusOr<v1::HeartbeatResponse> answer = (*stream)->Beat(beat);
+      ASSERT_FALSE(answer.ok()) << "attempt " << attempt;
+    }
+  }
 }
 
 }  // namespace
