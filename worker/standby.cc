@@ -47,9 +47,23 @@ namespace {
 
 // Set in a standby forked by the zygote: the zygote's pid (for the log).
 pid_t forked_by_zygote = 0;
-// The zygote's name before it took "ddprun-zygote"; its standbys take it
-// back.
+// This program's own name; a standby takes it back once activated.
 char program_name[16] = {};
+
+// ps and top (and tests, which tell them from workers so) show the zygote
+// as "ddprun-zygote" and a standby as "ddprun-standby" until it is
+// activated, from the very start: a static initialiser, since what the
+// program does before AwaitActivation (load LibTorch's libraries, its data)
+// takes seconds. Trivially destructible; nothing depends on its order.
+[[maybe_unused]] const bool named_at_start = [] {
+  prctl(PR_GET_NAME, program_name);
+  if (getenv(env::kZygoteFd) != nullptr) {
+    prctl(PR_SET_NAME, "ddprun-zygote");
+  } else if (getenv(env::kStandbyFd) != nullptr) {
+    prctl(PR_SET_NAME, "ddprun-standby");
+  }
+  return true;
+}();
 
 // This process's threads as "TID (name)"; empty when /proc cannot say.
 std::vector<std::string> Threads() {
@@ -147,7 +161,7 @@ bool ReceiveRequest(int socket, int fds[3]) {
 // own. "" on success, or why it cannot.
 std::string SettleForkedStandby(pid_t intermediate, pid_t agent,
                                 const int fds[3]) {
-  prctl(PR_SET_NAME, program_name);
+  prctl(PR_SET_NAME, "ddprun-standby");  // until activated
   // Its own process group, as every worker: the agent signals groups.
   if (setpgid(0, 0) != 0) return absl::StrCat("setpgid: ", strerror(errno));
   // Adoption is the kernel's, right after the intermediate exits.
@@ -260,9 +274,7 @@ absl::Status ServeAsZygote(const std::string& fd_text) {
     fflush(nullptr);
     _exit(0);
   }
-  // Named so in ps and top (a forked standby takes its name back).
-  prctl(PR_GET_NAME, program_name);
-  prctl(PR_SET_NAME, "ddprun-zygote");
+  prctl(PR_SET_NAME, "ddprun-zygote");  // as from the start (above)
   if (!SendMessage(socket,
                    absl::StrCat(common::zygote::kReady, " ", getpid()))) {
     fflush(nullptr);
@@ -363,6 +375,7 @@ absl::Status AwaitActivation() {
     if (name.empty() || name.find('=') != std::string::npos) continue;
     setenv(name.c_str(), value.c_str(), /*overwrite=*/1);
   }
+  prctl(PR_SET_NAME, program_name);  // a worker now
   if (std::string error_file = ReadErrorFilePath(); !error_file.empty()) {
     InstallErrorFileHandlers(error_file);
   }

@@ -8,13 +8,22 @@ namespace ddprun::launcher {
 
 // The Python side of a prewarmed worker (see StandbyPool), run with
 // `python -u -c <this> SCRIPT ARGS...` or `... -m MODULE ARGS...`: imports
-// torch ahead of time, waits for the round's environment on
+// torch ahead of time, waits (named "ddprun-standby", as libddp's
+// standbys are) for the round's environment on
 // DDPRUN_STANDBY_FD, installs it, then runs the unmodified program as
 // `python SCRIPT` / `python -m MODULE` would. End of input without an
 // environment means "not needed": it exits 0.
 inline constexpr char kPythonStandbyShim[] = R"PY(
 import json, os, runpy, sys
 fd = int(os.environ.pop("DDPRUN_STANDBY_FD"))
+def name(text=None):
+    try:
+        with open("/proc/self/comm", "w" if text else "r") as comm:
+            return comm.write(text) if text else comm.read().strip()
+    except OSError:
+        return None
+program = name()
+name("ddprun-standby")
 try:
     import torch
     import torch.distributed
@@ -24,6 +33,8 @@ with os.fdopen(fd, "rb") as channel:
     data = channel.read()
 if not data:
     sys.exit(0)
+if program:
+    name(program)
 os.environ.clear()
 os.environ.update(json.loads(data))
 args = sys.argv[1:]

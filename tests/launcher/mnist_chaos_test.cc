@@ -235,8 +235,9 @@ class MnistChaosTest : public ::testing::Test {
   // Node `node`'s workers by local rank, once it has all of them.
   std::map<int, pid_t> WorkersOf(int node) {
     std::map<int, pid_t> workers;
-    for (pid_t pid : Children(agents_[node]->pid())) {
-      const int rank = RankOf(pid);
+    const std::string logs = AgentLogs();
+    for (pid_t pid : Workers(agents_[node]->pid())) {
+      const int rank = RankOf(pid, logs);
       if (rank >= 0) workers[rank - node * kPerNode] = pid;
     }
     return workers;

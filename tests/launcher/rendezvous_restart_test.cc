@@ -59,6 +59,10 @@ class RendezvousRestartTest : public ::testing::Test {
            "--monitor-interval", "0.05", "--shutdown-grace", "2",
            // One test holds a node's workers (SIGSTOP): no hang.
            "--hang-bound", "stopped=0",
+           // The tests compare the agents' children before and after; a
+           // zygote (prewarming, ddprun-mnist's default) looks like a
+           // worker for its first half second.
+           "--no-prewarm",
            // A generous heartbeat timeout: the server is down a while.
            // is_host=0: the agents never serve the endpoint themselves.
            "--rdzv-conf",
@@ -89,7 +93,7 @@ class RendezvousRestartTest : public ::testing::Test {
         [&] {
           all.clear();
           for (Subprocess& agent : agents_) {
-            std::vector<pid_t> workers = Children(agent.pid());
+            std::vector<pid_t> workers = Workers(agent.pid());
             if (workers.size() != per_agent) return false;
             all.insert(workers.begin(), workers.end());
           }
@@ -103,7 +107,7 @@ class RendezvousRestartTest : public ::testing::Test {
   std::set<pid_t> CurrentWorkers() {
     std::set<pid_t> all;
     for (Subprocess& agent : agents_) {
-      std::vector<pid_t> workers = Children(agent.pid());
+      std::vector<pid_t> workers = Workers(agent.pid());
       all.insert(workers.begin(), workers.end());
     }
     return all;

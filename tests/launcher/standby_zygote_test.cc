@@ -121,7 +121,8 @@ TEST_F(StandbyZygoteTest, StandbysAreForkedByTheZygoteAndAdoptedByTheAgent) {
     for (pid_t pid : standbys) {
       EXPECT_EQ(ParentOf(pid), getpid());
       EXPECT_EQ(getpgid(pid), pid);
-      EXPECT_EQ(Comm(pid), "standby_helper\n");
+      // Named so in ps until activated (then the program's own, below).
+      EXPECT_EQ(Comm(pid), "ddprun-standby\n");
       // The zygote left SCHED_IDLE (where it started, if this process may
       // move it back) before it forked them: they work at normal priority.
       EXPECT_EQ(sched_getscheduler(pid), SCHED_OTHER);
@@ -150,6 +151,7 @@ TEST_F(StandbyZygoteTest, StandbysAreForkedByTheZygoteAndAdoptedByTheAgent) {
     EXPECT_THAT(out, HasSubstr(absl::StrCat("RANK=", rank, "\n")));
     EXPECT_THAT(out, HasSubstr("forked=1\n"));
     EXPECT_THAT(out, HasSubstr(absl::StrCat("pid=", pids[rank], "\n")));
+    EXPECT_THAT(out, HasSubstr("comm=standby_helper\n"));
     // The round's environment replaced the zygote's whole environment.
     EXPECT_THAT(out, Not(HasSubstr("DDPRUN_ZYGOTE_FD")));
     EXPECT_THAT(out, Not(HasSubstr("DDPRUN_STANDBY_FD")));

@@ -193,6 +193,33 @@ std::vector<pid_t> Children(pid_t pid) {
   return out;
 }
 
+int RankOf(pid_t pid, const std::string& log) {
+  if (int rank = RankOf(pid); rank >= 0) return rank;
+  const std::string prefix =
+      absl::StrCat("prewarmed process ", pid, " activated as rank ");
+  int rank = -1;
+  for (size_t at = log.find(prefix); at != std::string::npos;
+       at = log.find(prefix, at + 1)) {
+    absl::string_view rest = absl::string_view(log).substr(at + prefix.size());
+    rest = rest.substr(0, rest.find_first_not_of("0123456789"));
+    if (!absl::SimpleAtoi(rest, &rank)) rank = -1;
+  }
+  return rank;
+}
+
+std::vector<pid_t> Workers(pid_t pid) {
+  std::vector<pid_t> out;
+  for (pid_t child : Children(pid)) {
+    std::ifstream in(absl::StrCat("/proc/", child, "/comm"));
+    std::string name;
+    std::getline(in, name);
+    if (name != "ddprun-zygote" && name != "ddprun-standby") {
+      out.push_back(child);
+    }
+  }
+  return out;
+}
+
 int RankOf(pid_t pid) {
   std::ifstream in(absl::StrCat("/proc/", pid, "/environ"));
   std::string entry;

@@ -79,8 +79,18 @@ bool ProcessGone(pid_t pid);
 // from /proc/<pid>/task/*/children; empty when `pid` is gone.
 std::vector<pid_t> Children(pid_t pid);
 
+// The children of agent `pid` that are workers: Children less the
+// prewarming's processes, which name themselves "ddprun-zygote" and,
+// until activated, "ddprun-standby" (ddprun prewarms libddp programs by
+// default).
+std::vector<pid_t> Workers(pid_t pid);
+
 // RANK from the initial environment of process `pid` (/proc/<pid>/environ):
 // set for workers an agent started afresh, absent (-1) for a standby.
 int RankOf(pid_t pid);
+// The same, or for an activated standby (whose initial environment has no
+// RANK), the rank its activation line in `log` names ("prewarmed process
+// PID activated as rank R", ddprun-mnist's and libddp's standby log).
+int RankOf(pid_t pid, const std::string& log);
 
 }  // namespace ddprun::testing

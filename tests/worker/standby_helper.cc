@@ -4,7 +4,7 @@
 // STANDBY_HELPER_THREAD=1 it starts a thread first (a process that may not
 // be a zygote); with STANDBY_HELPER_OUT=PATH in the round's environment it
 // writes the same lines there, then "forked=1" when a zygote forked it
-// ("forked=0" otherwise) and "pid=PID".
+// ("forked=0" otherwise), "pid=PID" and "comm=NAME" (its name in ps).
 #include <unistd.h>
 
 #include <algorithm>
@@ -50,6 +50,10 @@ int main() {
     for (const std::string& v : vars) file << v << "\n";
     file << "forked=" << (ddprun::worker::ForkedByZygote() ? 1 : 0) << "\n"
          << "pid=" << getpid() << "\n";
+    std::ifstream comm("/proc/self/comm");
+    std::string name;
+    std::getline(comm, name);
+    file << "comm=" << name << "\n";
   }
   return 0;
 }
