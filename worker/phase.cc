@@ -5,6 +5,8 @@
 
 #include <string>
 
+#include "worker/broken_pipes.h"
+
 namespace ddprun::worker {
 namespace {
 
@@ -32,6 +34,10 @@ void ReportStep(int progress_fd, double compute_seconds) {
 }
 
 void ReportActivates(int progress_fd) {
+  // Written before the program set anything up (AwaitActivation), where a
+  // gone agent's pipe would otherwise kill it.
+  if (progress_fd < 0) return;
+  IgnoreBrokenPipes();
   WriteRecord(progress_fd, common::kActivatesLine,
               sizeof(common::kActivatesLine) - 1);
 }

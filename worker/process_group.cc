@@ -1,7 +1,6 @@
 #include "worker/process_group.h"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <torch/version.h>
 #include <unistd.h>
 
@@ -17,6 +16,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "spdlog/spdlog.h"
+#include "worker/broken_pipes.h"
 #include "worker/gradient_allreduce.h"
 #include "worker/grpc_store.h"
 #include "worker/lazy_collectives.h"
@@ -160,18 +160,6 @@ absl::StatusOr<std::unique_ptr<GradientAllreduce>> CreateGradientAllreduce(
     return CreateGloo(leaders, leader_env, options);
   };
   return GradientAllreduce::Create(gradient);
-}
-
-// A write to a peer that is gone must fail that collective, not kill this
-// rank: Gloo writes to its sockets without MSG_NOSIGNAL, and a peer killed
-// mid-step (in-place recovery keeps this rank) closes them. A program's own
-// SIGPIPE handler is kept.
-void IgnoreBrokenPipes() {
-  struct sigaction current;
-  if (sigaction(SIGPIPE, nullptr, &current) == 0 &&
-      current.sa_handler == SIG_DFL) {
-    signal(SIGPIPE, SIG_IGN);
-  }
 }
 
 }  // namespace

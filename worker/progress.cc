@@ -1,13 +1,13 @@
 #include "worker/progress.h"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "worker/broken_pipes.h"
 
 namespace ddprun::worker {
 namespace {
@@ -29,12 +29,7 @@ ProgressReporter::ProgressReporter(const ProgressOptions& options)
     if (flags < 0 || fcntl(options_.fd, F_SETFL, flags | O_NONBLOCK) < 0) {
       options_.fd = -1;  // not a descriptor we can use; no heartbeat
     }
-    // A write to a pipe whose reader (the agent) is gone must not kill us.
-    struct sigaction current;
-    if (sigaction(SIGPIPE, nullptr, &current) == 0 &&
-        current.sa_handler == SIG_DFL) {
-      signal(SIGPIPE, SIG_IGN);
-    }
+    IgnoreBrokenPipes();  // the agent may be gone
   }
   tty_ = options_.out != nullptr && isatty(fileno(options_.out));
 }
