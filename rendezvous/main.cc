@@ -6,9 +6,9 @@
 #include "common/cli.h"
 #include "common/credentials.h"
 #include "common/logging.h"
-#include "rendezvous/job_token.h"
-#include "rendezvous/limits.h"
-#include "rendezvous/run_server.h"
+#include "rendezvous/core/job_token.h"
+#include "rendezvous/core/limits.h"
+#include "rendezvous/service/run_server.h"
 
 namespace {
 

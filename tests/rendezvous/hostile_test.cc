@@ -17,8 +17,8 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
-#include "rendezvous/job_token.h"
-#include "rendezvous/server.h"
+#include "rendezvous/core/job_token.h"
+#include "rendezvous/service/server.h"
 #include "tests/testing/wait_for.h"
 
 namespace ddprun::rendezvous {

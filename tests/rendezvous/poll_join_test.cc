@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "rendezvous/job.h"
+#include "rendezvous/core/job.h"
 #include "tests/rendezvous/scale_config.h"
 
 namespace ddprun::rendezvous {

@@ -1,4 +1,4 @@
-#include "rendezvous/ticker.h"
+#include "rendezvous/core/ticker.h"
 
 #include <algorithm>
 #include <utility>

@@ -1,4 +1,4 @@
-#include "rendezvous/server.h"
+#include "rendezvous/service/server.h"
 
 #include <fcntl.h>
 #include <malloc.h>

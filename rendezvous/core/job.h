@@ -10,9 +10,9 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "ddprun/v1/rendezvous.pb.h"
-#include "rendezvous/effects.h"
-#include "rendezvous/job_events.h"
-#include "rendezvous/straggler_detector.h"
+#include "rendezvous/core/effects.h"
+#include "rendezvous/core/job_events.h"
+#include "rendezvous/core/straggler_detector.h"
 
 namespace ddprun::rendezvous {
 

@@ -1,4 +1,4 @@
-#include "rendezvous/memory_return.h"
+#include "rendezvous/core/memory_return.h"
 
 #include <algorithm>
 #include <iterator>

@@ -12,14 +12,14 @@
 #include "common/credentials.h"
 #include "common/metrics.h"
 #include "grpcpp/server.h"
-#include "rendezvous/job_table.h"
-#include "rendezvous/limits.h"
-#include "rendezvous/memory_return.h"
-#include "rendezvous/rendezvous_service.h"
-#include "rendezvous/store_service.h"
-#include "rendezvous/store_state.h"
-#include "rendezvous/ticker.h"
-#include "rendezvous/token_check.h"
+#include "rendezvous/core/job_table.h"
+#include "rendezvous/core/limits.h"
+#include "rendezvous/core/memory_return.h"
+#include "rendezvous/core/store_state.h"
+#include "rendezvous/core/ticker.h"
+#include "rendezvous/service/rendezvous_service.h"
+#include "rendezvous/service/store_service.h"
+#include "rendezvous/service/token_check.h"
 
 namespace ddprun::rendezvous {
 

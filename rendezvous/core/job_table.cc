@@ -1,4 +1,4 @@
-#include "rendezvous/job_table.h"
+#include "rendezvous/core/job_table.h"
 
 #include <algorithm>
 #include <limits>
@@ -7,7 +7,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_format.h"
-#include "rendezvous/job_config.h"
+#include "rendezvous/core/job_config.h"
 #include "spdlog/spdlog.h"
 
 namespace ddprun::rendezvous {

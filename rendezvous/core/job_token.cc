@@ -1,4 +1,4 @@
-#include "rendezvous/job_token.h"
+#include "rendezvous/core/job_token.h"
 
 #include <openssl/core_names.h>
 #include <openssl/evp.h>

@@ -1,4 +1,4 @@
-#include "rendezvous/job_config.h"
+#include "rendezvous/core/job_config.h"
 
 #include "absl/strings/str_format.h"
 

@@ -1,4 +1,4 @@
-#include "rendezvous/store_write_rate.h"
+#include "rendezvous/core/store_write_rate.h"
 
 #include <algorithm>
 

@@ -12,7 +12,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "grpcpp/support/server_callback.h"
-#include "rendezvous/effects.h"
+#include "rendezvous/core/effects.h"
 
 namespace ddprun::rendezvous {
 

@@ -6,7 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "grpcpp/server_context.h"
-#include "rendezvous/job_token.h"
+#include "rendezvous/core/job_token.h"
 
 namespace ddprun::rendezvous {
 

@@ -1,4 +1,4 @@
-#include "rendezvous/job.h"
+#include "rendezvous/core/job.h"
 
 #include <algorithm>
 #include <cmath>

@@ -3,7 +3,7 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "rendezvous/server.h"
+#include "rendezvous/service/server.h"
 
 namespace ddprun::rendezvous {
 

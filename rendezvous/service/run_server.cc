@@ -1,4 +1,4 @@
-#include "rendezvous/run_server.h"
+#include "rendezvous/service/run_server.h"
 
 #include <cstdio>
 
@@ -10,8 +10,8 @@
 #include "common/metrics.h"
 #include "common/service_main.h"
 #include "common/worker_env.h"
-#include "rendezvous/job_page.h"
-#include "rendezvous/limits.h"
+#include "rendezvous/core/limits.h"
+#include "rendezvous/service/job_page.h"
 #include "spdlog/spdlog.h"
 
 namespace ddprun::rendezvous {

@@ -1,4 +1,4 @@
-#include "rendezvous/rendezvous_service.h"
+#include "rendezvous/service/rendezvous_service.h"
 
 #include <memory>
 #include <string>

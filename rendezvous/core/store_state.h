@@ -15,8 +15,8 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "ddprun/v1/store.pb.h"
-#include "rendezvous/effects.h"
-#include "rendezvous/limits.h"
+#include "rendezvous/core/effects.h"
+#include "rendezvous/core/limits.h"
 
 namespace ddprun::rendezvous {
 

@@ -1,4 +1,4 @@
-#include "rendezvous/job_page.h"
+#include "rendezvous/service/job_page.h"
 
 #include <algorithm>
 #include <vector>

@@ -15,9 +15,9 @@
 #include "common/clock.h"
 #include "ddprun/v1/rendezvous.pb.h"
 #include "ddprun/v1/store.pb.h"
-#include "rendezvous/effects.h"
-#include "rendezvous/job.h"
-#include "rendezvous/limits.h"
+#include "rendezvous/core/effects.h"
+#include "rendezvous/core/job.h"
+#include "rendezvous/core/limits.h"
 
 namespace ddprun::rendezvous {
 

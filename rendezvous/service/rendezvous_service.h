@@ -5,13 +5,13 @@
 #include "ddprun/v1/rendezvous.grpc.pb.h"
 #include "grpcpp/server_builder.h"
 #include "grpcpp/support/status.h"
-#include "rendezvous/async_join.h"
-#include "rendezvous/effects.h"
-#include "rendezvous/heartbeat_stream.h"
-#include "rendezvous/job_table.h"
-#include "rendezvous/parked_calls.h"
-#include "rendezvous/store_service.h"
-#include "rendezvous/token_check.h"
+#include "rendezvous/core/effects.h"
+#include "rendezvous/core/job_table.h"
+#include "rendezvous/service/async_join.h"
+#include "rendezvous/service/heartbeat_stream.h"
+#include "rendezvous/service/parked_calls.h"
+#include "rendezvous/service/store_service.h"
+#include "rendezvous/service/token_check.h"
 
 namespace ddprun::rendezvous {
 

@@ -1,4 +1,4 @@
-#include "rendezvous/store_service.h"
+#include "rendezvous/service/store_service.h"
 
 #include <algorithm>
 #include <optional>

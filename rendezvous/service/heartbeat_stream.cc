@@ -1,4 +1,4 @@
-#include "rendezvous/heartbeat_stream.h"
+#include "rendezvous/service/heartbeat_stream.h"
 
 #include <optional>
 #include <string>

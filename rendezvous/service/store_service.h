@@ -13,12 +13,12 @@
 #include "common/clock.h"
 #include "ddprun/v1/store.grpc.pb.h"
 #include "grpcpp/support/status.h"
-#include "rendezvous/job_table.h"
-#include "rendezvous/limits.h"
-#include "rendezvous/parked_calls.h"
-#include "rendezvous/store_state.h"
-#include "rendezvous/store_write_rate.h"
-#include "rendezvous/token_check.h"
+#include "rendezvous/core/job_table.h"
+#include "rendezvous/core/limits.h"
+#include "rendezvous/core/store_state.h"
+#include "rendezvous/core/store_write_rate.h"
+#include "rendezvous/service/parked_calls.h"
+#include "rendezvous/service/token_check.h"
 
 namespace ddprun::rendezvous {
 

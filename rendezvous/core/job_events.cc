@@ -1,4 +1,4 @@
-#include "rendezvous/job_events.h"
+#include "rendezvous/core/job_events.h"
 
 #include <algorithm>
 #include <utility>

@@ -1,4 +1,4 @@
-#include "rendezvous/async_join.h"
+#include "rendezvous/service/async_join.h"
 
 #include <algorithm>
 #include <utility>

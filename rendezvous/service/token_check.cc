@@ -1,4 +1,4 @@
-#include "rendezvous/token_check.h"
+#include "rendezvous/service/token_check.h"
 
 #include <openssl/crypto.h>
 

@@ -6,8 +6,8 @@
 #include "ddprun/v1/rendezvous.pb.h"
 #include "grpcpp/server_context.h"
 #include "grpcpp/support/server_callback.h"
-#include "rendezvous/job_table.h"
-#include "rendezvous/token_check.h"
+#include "rendezvous/core/job_table.h"
+#include "rendezvous/service/token_check.h"
 
 namespace ddprun::rendezvous {
 

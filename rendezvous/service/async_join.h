@@ -10,7 +10,7 @@
 #include "ddprun/v1/rendezvous.grpc.pb.h"
 #include "grpcpp/server_builder.h"
 #include "grpcpp/server_context.h"
-#include "rendezvous/effects.h"
+#include "rendezvous/core/effects.h"
 
 namespace ddprun::rendezvous {
 

@@ -1,4 +1,4 @@
-#include "rendezvous/limits.h"
+#include "rendezvous/core/limits.h"
 
 #include "absl/strings/str_format.h"
 

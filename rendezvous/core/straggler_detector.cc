@@ -1,4 +1,4 @@
-#include "rendezvous/straggler_detector.h"
+#include "rendezvous/core/straggler_detector.h"
 
 #include <algorithm>
 #include <utility>

@@ -1,4 +1,4 @@
-#include "rendezvous/store_state.h"
+#include "rendezvous/core/store_state.h"
 
 #include <algorithm>
 #include <limits>
