@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/rendezvous_words.h"
+#include "rendezvous/core/heartbeat_scaling.h"
 #include "spdlog/spdlog.h"
 
 namespace ddprun::rendezvous {
@@ -22,27 +23,22 @@ Job::Job(std::string run_id, v1::JobConfig config, absl::Time now,
       heartbeat_interval_ms_(config_.heartbeat_interval_ms()),
       heartbeat_timeout_ms_(config_.heartbeat_timeout_ms()),
       last_activity_(now),
+      poll_pacing_(options_.poll, config_, options_.heartbeat_budget_per_s),
       stragglers_(options_.straggler),
       events_(options_.max_events) {}
 
-void Job::ScaleHeartbeats(int64_t nodes) {
-  heartbeat_interval_ms_ = config_.heartbeat_interval_ms();
-  heartbeat_timeout_ms_ = config_.heartbeat_timeout_ms();
-  const int64_t budget = options_.heartbeat_budget_per_s;
-  if (budget <= 0 || heartbeat_interval_ms_ <= 0) return;
-  // Every node beats once per interval: n / interval <= budget.
-  const int64_t needed_ms = (nodes * 1000 + budget - 1) / budget;
-  if (needed_ms <= heartbeat_interval_ms_) return;
-  const double factor = static_cast<double>(needed_ms) /
-                        static_cast<double>(heartbeat_interval_ms_);
-  heartbeat_interval_ms_ = needed_ms;
-  heartbeat_timeout_ms_ = static_cast<int64_t>(
-      std::ceil(static_cast<double>(config_.heartbeat_timeout_ms()) * factor));
+void Job::ScaleRoundHeartbeats(int64_t nodes) {
+  const HeartbeatTiming timing = ScaleHeartbeats(
+      config_.heartbeat_interval_ms(), config_.heartbeat_timeout_ms(), nodes,
+      options_.heartbeat_budget_per_s);
+  heartbeat_interval_ms_ = timing.interval_ms;
+  heartbeat_timeout_ms_ = timing.timeout_ms;
+  if (heartbeat_interval_ms_ == config_.heartbeat_interval_ms()) return;
   spdlog::info(
       "job '{}': {} nodes heartbeat every {} ms (timeout {} ms), not {} ms, "
       "to stay within {} heartbeats/s (--heartbeat-budget)",
       run_id_, nodes, heartbeat_interval_ms_, heartbeat_timeout_ms_,
-      config_.heartbeat_interval_ms(), budget);
+      config_.heartbeat_interval_ms(), options_.heartbeat_budget_per_s);
 }
 
 bool Job::ended() const {
@@ -93,11 +89,11 @@ bool Job::Park(Node& node, WaiterId waiter, bool poll, bool in_batch,
   node.last_seen = now;
   next_scan_ = std::min(next_scan_, node.join_deadline);
   ++parked_;
-  if (forming_arrivals_++ == 0) forming_since_ = now;
+  poll_pacing_.Arrived(now);
   if (poll && !in_batch && parked_calls_ >= options_.max_parked_joins) {
     node.polling = true;
     ++polling_;
-    node.poll_deadline = now + PollTimeout(PollIntervalMs());
+    node.poll_deadline = PollDeadline(now);
     next_scan_ = std::min(next_scan_, node.poll_deadline);
     return true;
   }
@@ -105,82 +101,16 @@ bool Job::Park(Node& node, WaiterId waiter, bool poll, bool in_batch,
   return false;
 }
 
-int64_t Job::PollIntervalMs() const {
-  int64_t interval = absl::ToInt64Milliseconds(options_.min_poll_interval);
-  const int64_t budget = options_.poll_budget_per_s;
-  if (budget > 0) {
-    interval = std::max(interval, (polling_ * 1000 + budget - 1) / budget);
-  }
-  return std::max<int64_t>(interval, 1);
-}
-
-std::optional<absl::Time> Job::ExpectedClose(absl::Time now) const {
-  if (state_ != v1::JOB_STATE_JOINING || resuming_.has_value()) {
-    return std::nullopt;
-  }
-  std::optional<absl::Time> close;
-  if (min_reached_at_.has_value()) {  // rule (c): the last call ends
-    close =
-        *min_reached_at_ + absl::Milliseconds(config_.last_call_timeout_ms());
-  }
-  // Rule (a): the rest of max_nodes at the rate nodes came so far. Too few
-  // arrivals, or too short a time, give no rate worth trusting.
-  constexpr int64_t kMinArrivals = 8;
-  constexpr absl::Duration kMinSpan = absl::Milliseconds(50);
-  const absl::Duration span = now - forming_since_;
-  if (forming_arrivals_ >= kMinArrivals && span >= kMinSpan &&
-      parked_ < config_.max_nodes()) {
-    const double per_s = static_cast<double>(forming_arrivals_ - 1) /
-                         absl::ToDoubleSeconds(span);
-    const absl::Time full =
-        now + absl::Seconds(static_cast<double>(config_.max_nodes() - parked_) /
-                            per_s);
-    close = close.has_value() ? std::min(*close, full) : full;
-  }
-  return close;
-}
-
 int64_t Job::PollDelayMs(absl::Time now) {
-  const int64_t interval = PollIntervalMs();
-  std::optional<absl::Time> close = ExpectedClose(now);
-  if (!close.has_value()) return interval;
-  if (!told_close_.has_value()) told_close_ = close;
-  // The k-th waiting answer's place in one interval after the close: the
-  // polls that collect the assignments come at the budget's rate (a node
-  // answered `waiting` again takes a new place).
-  const int64_t spread = std::max<int64_t>(1, polling_);
-  const absl::Duration place =
-      absl::Milliseconds(interval) *
-      (static_cast<double>(poll_slots_given_++ % spread) /
-       static_cast<double>(spread));
-  const absl::Duration delay =
-      std::clamp(*close + place - now, options_.min_poll_interval,
-                 std::max(options_.min_poll_interval, options_.max_poll_delay));
-  // Rounded up: a poll sent when told never comes before the close.
-  return std::max<int64_t>(
-      1, absl::ToInt64Milliseconds(absl::Ceil(delay, absl::Milliseconds(1))));
+  std::optional<absl::Time> close;
+  if (state_ == v1::JOB_STATE_JOINING && !resuming_.has_value()) {
+    close = poll_pacing_.ExpectedClose(now, min_reached_at_, parked_);
+  }
+  return poll_pacing_.DelayMs(now, close, polling_);
 }
 
-absl::Duration Job::PollTimeout(int64_t interval_ms) const {
-  // One interval late, plus the heartbeat timeout a round of the waiting
-  // nodes would get (the job's measure of silence, lengthened for a large
-  // job as ScaleHeartbeats does: a server saturated by a large job's polls
-  // answers late, and a live node must not be dropped for it), and never
-  // under three intervals.
-  int64_t timeout_ms = config_.heartbeat_timeout_ms();
-  const int64_t budget = options_.heartbeat_budget_per_s;
-  const int64_t interval = config_.heartbeat_interval_ms();
-  if (budget > 0 && interval > 0) {
-    const int64_t needed_ms = (int64_t{parked_} * 1000 + budget - 1) / budget;
-    if (needed_ms > interval) {
-      timeout_ms = static_cast<int64_t>(std::ceil(
-          static_cast<double>(timeout_ms) * static_cast<double>(needed_ms) /
-          static_cast<double>(interval)));
-    }
-  }
-  return std::max(
-      options_.min_poll_timeout,
-      absl::Milliseconds(interval_ms + std::max(timeout_ms, 2 * interval_ms)));
+absl::Time Job::PollDeadline(absl::Time now) const {
+  return now + poll_pacing_.Timeout(poll_pacing_.IntervalMs(polling_), parked_);
 }
 
 void Job::RespondToPoll(const std::string& id, WaiterId waiter, absl::Time now,
@@ -207,7 +137,7 @@ void Job::RespondToPoll(const std::string& id, WaiterId waiter, absl::Time now,
   v1::JoinResponse response;
   v1::JoinWaiting* waiting = response.mutable_waiting();
   const int64_t delay = PollDelayMs(now);
-  const absl::Duration timeout = PollTimeout(delay);
+  const absl::Duration timeout = poll_pacing_.Timeout(delay, parked_);
   // The node's deadline follows the delay it is given.
   node.poll_deadline = now + timeout;
   next_scan_ = std::min(next_scan_, node.poll_deadline);
@@ -225,7 +155,7 @@ void Job::Poll(Node& node, const std::string& id, WaiterId waiter,
   MaybeClose(now, effects);
   if (node.polling) {
     node.last_seen = now;
-    node.poll_deadline = now + PollTimeout(PollIntervalMs());
+    node.poll_deadline = PollDeadline(now);
     next_scan_ = std::min(next_scan_, node.poll_deadline);
     if (in_batch || parked_calls_ < options_.max_parked_joins) {
       // A parked slot is free (a batch's node needs none): wait on this
@@ -480,7 +410,7 @@ void Job::Close(absl::Time now, Effects* effects) {
   state_ = v1::JOB_STATE_RUNNING;
   round_decided_here_ = true;
   min_reached_at_.reset();
-  forming_arrivals_ = 0;
+  poll_pacing_.RoundFormed();
   next_scan_ = absl::InfinitePast();  // new heartbeat clocks and timeout
   heartbeat_clock_start_ = now;
   effects->closed.push_back({run_id_, round_});
@@ -493,7 +423,7 @@ void Job::Close(absl::Time now, Effects* effects) {
   base.set_master_port(ordered[0]->second.join.master_port());
   base.set_restart_count(restart_count_);
   base.set_max_restarts(config_.max_restarts());
-  ScaleHeartbeats(static_cast<int64_t>(ordered.size()));
+  ScaleRoundHeartbeats(static_cast<int64_t>(ordered.size()));
   base.set_heartbeat_interval_ms(heartbeat_interval_ms_);
   base.set_heartbeat_timeout_ms(heartbeat_timeout_ms_);
   if (static_cast<int>(last_peers_.size()) <=
@@ -511,19 +441,18 @@ void Job::Close(absl::Time now, Effects* effects) {
     node.heard_in_round = false;
     Answer(node, std::move(response), effects);
   }
-  spdlog::info(
-      "job '{}': round {} closed with {} nodes, world size {}{}{}", run_id_,
-      round_, ordered.size(), world_size_,
-      parked_ > 0 ? absl::StrFormat(" (%d nodes wait)", parked_)
-                  : std::string(),
-      told_close_.has_value()
-          ? absl::StrFormat(
-                "; the first polling node was told to expect "
-                "the close %d ms %s",
-                std::abs(absl::ToInt64Milliseconds(*told_close_ - now)),
-                *told_close_ >= now ? "later" : "earlier")
-          : std::string());
-  told_close_.reset();
+  const std::optional<absl::Time> told_close = poll_pacing_.TakeToldClose();
+  spdlog::info("job '{}': round {} closed with {} nodes, world size {}{}{}",
+               run_id_, round_, ordered.size(), world_size_,
+               parked_ > 0 ? absl::StrFormat(" (%d nodes wait)", parked_)
+                           : std::string(),
+               told_close.has_value()
+                   ? absl::StrFormat(
+                         "; the first polling node was told to expect "
+                         "the close %d ms %s",
+                         std::abs(absl::ToInt64Milliseconds(*told_close - now)),
+                         *told_close >= now ? "later" : "earlier")
+                   : std::string());
   events_.Add(now, "round", round_, -1,
               absl::StrFormat("round %d closed with %d nodes, world size %d",
                               round_, ordered.size(), world_size_));
@@ -535,7 +464,7 @@ void Job::EndRound(absl::Time now, Effects* effects) {
   state_ = v1::JOB_STATE_JOINING;
   for (auto& [id, node] : nodes_) node.member = false;
   min_reached_at_.reset();
-  forming_arrivals_ = 0;
+  poll_pacing_.RoundFormed();
   effects->released.push_back({run_id_, round_});
   MaybeClose(now, effects);
 }

@@ -12,6 +12,7 @@
 #include "ddprun/v1/rendezvous.pb.h"
 #include "rendezvous/core/effects.h"
 #include "rendezvous/core/job_events.h"
+#include "rendezvous/core/poll_pacing.h"
 #include "rendezvous/core/straggler_detector.h"
 
 namespace ddprun::rendezvous {
@@ -48,22 +49,8 @@ struct JobOptions {
   // queue; a poll costs one short call per interval. Joins without `poll`
   // (older agents) are always parked.
   int64_t max_parked_joins = 16384;
-  // Polls per second one job's polling nodes may send: n polling nodes poll
-  // every max(min_poll_interval, n / budget).
-  int64_t poll_budget_per_s = 25000;
-  absl::Duration min_poll_interval = absl::Milliseconds(250);
-  // A polling node is dropped when it has not polled for this long at
-  // least (the interval and heartbeat timeout may make it longer). Only
-  // large jobs poll, and a server they saturate answers late: a short
-  // timeout drops live nodes (measured at 100,000 nodes: 400,000 drops with
-  // a 6 s timeout under load). A dead polling node costs at most this long
-  // once it was taken into a round.
-  absl::Duration min_poll_timeout = absl::Seconds(30);
-  // A waiting node is told to poll next right after the forming round's
-  // expected close (Job's rules say how it is expected), not sooner, and
-  // at most this long from now: a node polls while nothing can have
-  // changed for it only when the close comes later than expected.
-  absl::Duration max_poll_delay = absl::Seconds(10);
+  // When polling nodes poll (PollPacing's rules).
+  PollPacingOptions poll;
   // Who is named a straggler (StragglerDetector's rules).
   StragglerOptions straggler;
   // The events each job keeps (JobEvents).
@@ -99,17 +86,12 @@ struct JobOptions {
 //   within the timeout it was given; a member whose assignment waits for
 //   its poll is dropped the same way (the round ends), and its heartbeat
 //   clock starts when it collects the assignment.
-// - When a waiting node should poll: after the forming round's expected
-//   close, spread over one poll interval (polling nodes / poll budget) so
-//   that the nodes collect their assignments within the budget's rate;
-//   never sooner than min_poll_interval, never later than max_poll_delay.
-//   The close is expected at the last call (rule (c), once min_nodes wait)
-//   or when max_nodes wait at the rate nodes have arrived for this round
-//   (rule (a)), whichever comes first; without an expectation (the round
-//   runs, or too few arrivals to measure a rate) the plain interval.
+// - When a waiting node should poll, and when one is dropped for not
+//   polling: PollPacing's rules. Only a forming round (JOINING, not being
+//   resumed) has an expected close.
 // - A round's heartbeat interval and timeout are the config's, lengthened
 //   in proportion for a job too large for JobOptions::heartbeat_budget_per_s
-//   (the assignment carries both).
+//   (ScaleHeartbeats; the assignment carries both).
 // - While a round runs, a Join from a member (its agent restarted) ends the
 //   round; a Join from a new node ends it too when fewer than max_nodes are
 //   members, otherwise the node waits. A member silent for
@@ -282,13 +264,11 @@ class Job {
   // collects is held until the batch is answered).
   void RespondToPoll(const std::string& id, WaiterId waiter, absl::Time now,
                      Effects* effects, bool in_batch = false);
-  int64_t PollIntervalMs() const;
-  // When the forming round is expected to close (the rule on polling
-  // above); nullopt without an expectation.
-  std::optional<absl::Time> ExpectedClose(absl::Time now) const;
-  // How long a node answered `waiting` now waits before its next poll.
+  // How long a node answered `waiting` now waits before its next poll
+  // (PollPacing, with the forming round's expected close).
   int64_t PollDelayMs(absl::Time now);
-  absl::Duration PollTimeout(int64_t interval_ms) const;
+  // When a polling node not yet answered `waiting` must poll again.
+  absl::Time PollDeadline(absl::Time now) const;
   void Answer(Node& node, absl::StatusOr<v1::JoinResponse> response,
               Effects* effects);
   void Refuse(WaiterId waiter, absl::Status status, Effects* effects);
@@ -306,7 +286,7 @@ class Job {
   void AddFailures(const v1::ReportFailureRequest& request, absl::Time now);
   bool AllExpectedParked() const;
   // Sets the round's heartbeat interval and timeout for `nodes` nodes.
-  void ScaleHeartbeats(int64_t nodes);
+  void ScaleRoundHeartbeats(int64_t nodes);
   // How long a member whose heartbeat stream ended may stay silent: two
   // heartbeat intervals and at least a second (the agent falls back to
   // unary heartbeats at its next beat), never more than the heartbeat
@@ -366,16 +346,6 @@ class Job {
   // next poll: the fan-out still to come.
   int64_t answers_for_poll_ = 0;
   uint64_t next_arrival_ = 0;
-  // Nodes that came to wait for the forming round since the first of them
-  // (at forming_since_): the arrival rate rule (a)'s expected close uses.
-  int64_t forming_arrivals_ = 0;
-  absl::Time forming_since_;
-  // Counts `waiting` answers: each takes the next place in the spread
-  // after the expected close.
-  uint64_t poll_slots_given_ = 0;
-  // The forming round's close as first told to a waiting node (logged
-  // against the real close: how well the first polls were timed).
-  std::optional<absl::Time> told_close_;
   // The running (or last) round's heartbeat interval and timeout.
   int64_t heartbeat_interval_ms_ = 0;
   int64_t heartbeat_timeout_ms_ = 0;
@@ -396,6 +366,7 @@ class Job {
   // round.
   bool round_decided_here_ = false;
   std::optional<Resuming> resuming_;
+  PollPacing poll_pacing_;
   StragglerDetector stragglers_;
   JobEvents events_;
 };

@@ -62,8 +62,8 @@ JobTableOptions TableOptions(const ServerOptions& options,
   table.job.max_peers_in_assignment = options.max_peers_in_assignment;
   table.job.heartbeat_budget_per_s = options.heartbeat_budget_per_s;
   table.job.max_parked_joins = options.max_parked_joins;
-  table.job.poll_budget_per_s = options.poll_budget_per_s;
-  table.job.max_poll_delay = options.max_poll_delay;
+  table.job.poll.budget_per_s = options.poll_budget_per_s;
+  table.job.poll.max_delay = options.max_poll_delay;
   table.job.forgive_stalls_over = options.forgive_stalls_over;
   table.job.straggler = options.straggler;
   table.limits = options.limits;

@@ -73,10 +73,10 @@ struct ServerOptions {
   // and poll (JobOptions::max_parked_joins).
   int64_t max_parked_joins = 16384;
   // Polls per second one job's polling nodes may send; more polling nodes
-  // get a longer poll interval (JobOptions::poll_budget_per_s).
+  // get a longer poll interval (PollPacingOptions::budget_per_s).
   int64_t poll_budget_per_s = 25000;
   // The longest a waiting node is told to wait for the forming round's
-  // expected close before it polls (JobOptions::max_poll_delay).
+  // expected close before it polls (PollPacingOptions::max_delay).
   absl::Duration max_poll_delay = absl::Seconds(10);
   // A tick this much later than the previous one means the server did not
   // run: that time does not count as any node's silence
