@@ -767,7 +767,7 @@ void Job::Tick(absl::Time now, Effects* effects) {
         std::min(now, heartbeat_clock_start_ + since_last_tick);
     next_scan_ = absl::InfinitePast();
   }
-  if (resuming_.has_value() && now >= resuming_->deadline) {
+  if (resuming_.has_value() && now >= resuming_->deadline()) {
     AbandonResuming(now, effects);
   }
   if (now < next_scan_) {
@@ -873,7 +873,7 @@ void Job::Tick(absl::Time now, Effects* effects) {
 absl::Time Job::NextTick() const {
   if (ended()) return absl::InfiniteFuture();
   absl::Time next = next_scan_;
-  if (resuming_.has_value()) next = std::min(next, resuming_->deadline);
+  if (resuming_.has_value()) next = std::min(next, resuming_->deadline());
   if (state_ == v1::JOB_STATE_JOINING && min_reached_at_.has_value()) {
     next =
         std::min(next, *min_reached_at_ +
@@ -954,9 +954,7 @@ v1::JobStatus Job::Status(absl::Time now, bool events) const {
 
 void Job::LearnFromRecord(const v1::RoundRecord& record, bool round_over,
                           absl::Time now, Effects* effects) {
-  const int restarts =
-      std::max(record.restart_count(), record.assignment().restart_count()) +
-      (record.failed() ? 1 : 0);
+  const int restarts = JobResumption::RestartsIn(record);
   if (restarts > restart_count_) {
     spdlog::info("job '{}': restart count {} learned from a node's record",
                  run_id_, restarts);
@@ -1003,10 +1001,12 @@ v1::ResumeResponse Job::Resume(const v1::JoinRequest& request, absl::Time now,
     *response.mutable_ended() = Ended();
     return response;
   }
-  const bool may_start = !round_decided_here_ && !resuming_.has_value() &&
-                         state_ == v1::JOB_STATE_JOINING && round >= round_;
-  const bool supersedes = resuming_.has_value() && round > round_;
-  if (may_start || supersedes) StartResuming(record, now, effects);
+  if (JobResumption::Starts(
+          round, round_, state_ == v1::JOB_STATE_JOINING, round_decided_here_,
+          resuming_.has_value() ? std::optional<int64_t>(round_)
+                                : std::nullopt)) {
+    StartResuming(record, now, effects);
+  }
   if (resuming_.has_value() && round == round_) {
     return AddResumed(request, now, effects);
   }
@@ -1045,11 +1045,8 @@ void Job::StartResuming(const v1::RoundRecord& record, absl::Time now,
   heartbeat_timeout_ms_ = a.heartbeat_timeout_ms() > 0
                               ? a.heartbeat_timeout_ms()
                               : config_.heartbeat_timeout_ms();
-  const int num_nodes = std::max(1, a.num_nodes());
-  resuming_ =
-      Resuming{.num_nodes = num_nodes,
-               .world_size = a.world_size(),
-               .deadline = now + absl::Milliseconds(heartbeat_timeout_ms_)};
+  resuming_.emplace(a, heartbeat_timeout_ms_, now);
+  const int num_nodes = resuming_->num_nodes();
   last_members_.assign(num_nodes, std::string());
   last_peers_.assign(num_nodes, v1::Peer());
   world_size_ = a.world_size();
@@ -1067,28 +1064,9 @@ v1::ResumeResponse Job::AddResumed(const v1::JoinRequest& request,
   const v1::Assignment& a = request.record().assignment();
   const std::string& id = request.node_id();
   const int rank = a.node_rank();
-  if (a.num_nodes() != resuming_->num_nodes ||
-      a.world_size() != resuming_->world_size) {
-    return ResumeRefused(absl::StrFormat(
-        "node '%s' ran round %d of job '%s' with %d nodes and world size %d, "
-        "but its peers' records say %d nodes and world size %d",
-        id, round_, run_id_, a.num_nodes(), a.world_size(),
-        resuming_->num_nodes, resuming_->world_size));
-  }
-  if (rank < 0 || rank >= resuming_->num_nodes ||
-      request.local_world_size() < 1) {
-    return ResumeRefused(absl::StrFormat(
-        "node '%s' has node rank %d and local world size %d in round %d of "
-        "job '%s', which has %d nodes",
-        id, rank, request.local_world_size(), round_, run_id_,
-        resuming_->num_nodes));
-  }
-  const std::string& holder = last_members_[rank];
-  if (!holder.empty() && holder != id) {
-    return ResumeRefused(absl::StrFormat(
-        "node rank %d of round %d of job '%s' is already held by node '%s'; "
-        "node '%s' must rejoin",
-        rank, round_, run_id_, holder, id));
+  if (std::optional<std::string> why =
+          resuming_->Refusal(request, last_members_, run_id_, round_)) {
+    return ResumeRefused(*std::move(why));
   }
   if (!nodes_.contains(id) &&
       static_cast<int64_t>(nodes_.size()) >= options_.max_nodes) {
@@ -1105,46 +1083,25 @@ v1::ResumeResponse Job::AddResumed(const v1::JoinRequest& request,
   node.previous_rank = rank;
   node.rank_offset = a.rank_offset();
   last_members_[rank] = id;
-  v1::Peer& peer = last_peers_[rank];
-  peer.set_node_id(id);
-  peer.set_node_rank(rank);
-  peer.set_address(request.address());
-  peer.set_local_world_size(request.local_world_size());
-  peer.set_rank_offset(a.rank_offset());
+  last_peers_[rank] = JobResumption::PeerOf(request);
 
   v1::ResumeResponse response;
   *response.mutable_assignment() = a;
   response.mutable_assignment()->set_restart_count(restart_count_);
   spdlog::info("job '{}': node '{}' resumed round {} as node rank {}", run_id_,
                id, round_, rank);
-  if (std::none_of(last_members_.begin(), last_members_.end(),
-                   [](const std::string& m) { return m.empty(); })) {
-    FinishResuming(now, effects);
-  }
+  if (JobResumption::Whole(last_members_)) FinishResuming(now, effects);
   return response;
 }
 
 void Job::FinishResuming(absl::Time now, Effects* effects) {
+  // The members' offsets must tile the world, as Close would have made them.
+  std::optional<std::string> disagreement =
+      resuming_->Disagreement(last_peers_, run_id_, round_);
   resuming_.reset();
   round_decided_here_ = true;
-  // The members' offsets must tile the world, as Close would have made them.
-  int offset = 0;
-  for (const v1::Peer& peer : last_peers_) {
-    if (peer.rank_offset() != offset) {
-      spdlog::warn(
-          "job '{}': the resumed members of round {} disagree on ranks (node "
-          "'{}' starts at rank {}, expected {}); round {} ends",
-          run_id_, round_, peer.node_id(), peer.rank_offset(), offset, round_);
-      EndRound(now, effects);
-      return;
-    }
-    offset += peer.local_world_size();
-  }
-  if (offset != world_size_) {
-    spdlog::warn(
-        "job '{}': the resumed members of round {} hold {} ranks, "
-        "not world size {}; round {} ends",
-        run_id_, round_, offset, world_size_, round_);
+  if (disagreement.has_value()) {
+    spdlog::warn("{}", *disagreement);
     EndRound(now, effects);
     return;
   }
@@ -1162,12 +1119,7 @@ void Job::FinishResuming(absl::Time now, Effects* effects) {
 }
 
 void Job::AbandonResuming(absl::Time now, Effects* effects) {
-  std::string missing;
-  for (size_t rank = 0; rank < last_members_.size(); ++rank) {
-    if (last_members_[rank].empty()) {
-      absl::StrAppend(&missing, missing.empty() ? "" : ", ", rank);
-    }
-  }
+  const std::string missing = JobResumption::MissingRanks(last_members_);
   spdlog::info(
       "job '{}': node ranks {} of round {} did not re-register within {} "
       "ms; round {} ends",

@@ -12,6 +12,7 @@
 #include "ddprun/v1/rendezvous.pb.h"
 #include "rendezvous/core/effects.h"
 #include "rendezvous/core/job_events.h"
+#include "rendezvous/core/job_resumption.h"
 #include "rendezvous/core/poll_pacing.h"
 #include "rendezvous/core/straggler_detector.h"
 
@@ -303,12 +304,8 @@ class Job {
   void TakeFigures(Node& node, const v1::HeartbeatRequest& request,
                    absl::Time now);
 
-  // Re-registration after a server restart (the rules above).
-  struct Resuming {
-    int num_nodes = 0;
-    int world_size = 0;
-    absl::Time deadline;
-  };
+  // Re-registration after a server restart (the rules above; the
+  // decisions are JobResumption's).
   // Raises the restart count to what `record` says and, when the record's
   // round is over for its node (a Join), the forming round past it. Fails
   // the job when the learned count is past max_restarts.
@@ -365,7 +362,8 @@ class Job {
   // A round closed or resumed on this server: records no longer move the
   // round.
   bool round_decided_here_ = false;
-  std::optional<Resuming> resuming_;
+  // The round being rebuilt from re-registrations, if any.
+  std::optional<JobResumption> resuming_;
   PollPacing poll_pacing_;
   StragglerDetector stragglers_;
   JobEvents events_;
