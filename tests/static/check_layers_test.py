@@ -27,6 +27,7 @@ BROKEN = [
     ("launcher/posix/spawn.h", "launcher/agent/agent.h"),
     ("launcher/agent/agent.h", "launcher/cli/flags.h"),
     ("rendezvous/core/job.cc", "torch/torch.h"),
+    ("relay/relay.h", "rendezvous/core/job.h"),
 ]
 # Includes each rule allows.
 ALLOWED = [
