@@ -1,7 +1,11 @@
 #include "rendezvous/service/async_join.h"
 
 #include <algorithm>
+#include <string>
 #include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "rendezvous/service/parse_error_interceptor.h"
 
 namespace ddprun::rendezvous {
 
@@ -13,16 +17,23 @@ void JoinCall::Request() {
   // Before the call starts, or gRPC never says when it is done: the done
   // event is how a parked Join learns its client went away.
   context_.AsyncNotifyWhenDone(&done_);
-  service_->RequestJoin(&context_, &request_, &responder_, cq_, cq_,
+  service_->RequestJoin(&context_, &request_bytes_, &responder_, cq_, cq_,
                         &requested_);
 }
 
 void JoinCall::Finish(const grpc::Status& status, v1::JoinResponse response,
                       std::shared_ptr<void> keep) {
   keep_ = std::move(keep);
-  if (status.ok()) {
-    response_ = std::move(response);
-    responder_.Finish(response_, status, &finished_);
+  bool own_buffer = false;
+  if (status.ok() && grpc::SerializationTraits<v1::JoinResponse>::Serialize(
+                         response, &response_bytes_, &own_buffer)
+                         .ok()) {
+    responder_.Finish(response_bytes_, status, &finished_);
+  } else if (status.ok()) {
+    responder_.FinishWithError(
+        grpc::Status(grpc::StatusCode::INTERNAL,
+                     "the Join response could not be serialized"),
+        &finished_);
   } else {
     responder_.FinishWithError(status, &finished_);
   }
@@ -37,11 +48,24 @@ void JoinCall::On(Event event, bool ok) {
         delete this;
         return;
       }
+      if (!grpc::SerializationTraits<v1::JoinRequest>::Deserialize(
+               &request_bytes_, &request_)
+               .ok()) {
+        Finish(
+            UnparsableRequest(
+                absl::StrCat("/", v1::Rendezvous::service_full_name(), "/Join"),
+                v1::JoinRequest::descriptor()->full_name()),
+            {}, nullptr);
+        return;
+      }
+      handed_to_handler_ = true;
       handler_->OnJoin(this);
       return;
     case Event::kDone:
       // After OnJoin: both run on this call's queue thread.
-      if (context_.IsCancelled()) handler_->OnJoinCancelled(this);
+      if (handed_to_handler_ && context_.IsCancelled()) {
+        handler_->OnJoinCancelled(this);
+      }
       Unref();
       return;
     case Event::kFinished:

@@ -10,6 +10,7 @@
 #include "ddprun/v1/rendezvous.grpc.pb.h"
 #include "grpcpp/server_builder.h"
 #include "grpcpp/server_context.h"
+#include "grpcpp/support/byte_buffer.h"
 #include "rendezvous/core/effects.h"
 
 namespace ddprun::rendezvous {
@@ -25,7 +26,11 @@ namespace ddprun::rendezvous {
 // server's CPU during a 100,000-node join (perf, bench/rendezvous/README).
 // On the async API the Joins spread over several queues, each scanned only
 // for its own calls.
-using RendezvousServiceBase = v1::Rendezvous::WithAsyncMethod_Join<
+// Join is raw (bytes in, bytes out) so that JoinCall parses its request:
+// gRPC's own parse of an async request that fails cancels the call
+// INTERNAL, "Unable to parse request", naming neither the method nor the
+// message.
+using RendezvousServiceBase = v1::Rendezvous::WithRawMethod_Join<
     v1::Rendezvous::WithCallbackMethod_Heartbeat<
         v1::Rendezvous::WithCallbackMethod_ReportFailure<
             v1::Rendezvous::WithCallbackMethod_Leave<
@@ -81,9 +86,13 @@ class JoinCall {
   void Unref();
 
   grpc::ServerContext context_;
+  grpc::ByteBuffer request_bytes_;
   v1::JoinRequest request_;
-  v1::JoinResponse response_;
-  grpc::ServerAsyncResponseWriter<v1::JoinResponse> responder_{&context_};
+  grpc::ByteBuffer response_bytes_;
+  grpc::ServerAsyncResponseWriter<grpc::ByteBuffer> responder_{&context_};
+  // OnJoin was called (the request parsed): the handler hears of its
+  // cancellation.
+  bool handed_to_handler_ = false;
   RendezvousServiceBase* const service_;
   grpc::ServerCompletionQueue* const cq_;
   JoinHandler* const handler_;

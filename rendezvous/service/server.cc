@@ -10,6 +10,7 @@
 #include <limits>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -20,6 +21,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
+#include "rendezvous/service/parse_error_interceptor.h"
 #include "spdlog/spdlog.h"
 
 namespace ddprun::rendezvous {
@@ -132,9 +134,19 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
   builder.RegisterService(&server->rendezvous_service_);
   server->rendezvous_service_.AddJoinQueues(&builder);
   builder.RegisterService(&server->store_service_);
+  // The parse-error rewrite first, so that /metrics counts the code sent.
+  std::vector<
+      std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+      interceptors;
+  interceptors.push_back(std::make_unique<ParseErrorInterceptorFactory>());
   if (options.metrics != nullptr) {
-    builder.experimental().SetInterceptorCreators(
-        common::GrpcServerMetricsInterceptors(options.metrics));
+    for (auto& metrics :
+         common::GrpcServerMetricsInterceptors(options.metrics)) {
+      interceptors.push_back(std::move(metrics));
+    }
+  }
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
+  if (options.metrics != nullptr) {
     server->AddJobMetrics(options.metrics);
     server->AddHeartbeatStreamMetrics(options.metrics);
     server->AddStoreWriteMetrics(options.metrics);
