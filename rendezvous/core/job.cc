@@ -752,20 +752,7 @@ void Job::Tick(absl::Time now, Effects* effects) {
   last_tick_ = now;
   if (since_last_tick > options_.forgive_stalls_over &&
       since_last_tick != absl::InfiniteDuration()) {
-    // The server did not run for since_last_tick: heartbeats sent
-    // meanwhile are still queued behind this Tick. Nobody's silence grows
-    // by the stall.
-    spdlog::warn(
-        "job '{}': the server did not tick for {}; that time is not counted "
-        "as silence of the job's nodes",
-        run_id_, absl::FormatDuration(since_last_tick));
-    for (auto& [id, node] : nodes_) {
-      node.last_seen = std::min(now, node.last_seen + since_last_tick);
-      node.poll_deadline += since_last_tick;
-    }
-    heartbeat_clock_start_ =
-        std::min(now, heartbeat_clock_start_ + since_last_tick);
-    next_scan_ = absl::InfinitePast();
+    ForgiveStall(since_last_tick, now);
   }
   if (resuming_.has_value() && now >= resuming_->deadline()) {
     AbandonResuming(now, effects);
@@ -774,58 +761,10 @@ void Job::Tick(absl::Time now, Effects* effects) {
     MaybeClose(now, effects);  // rule (c)'s last call
     return;
   }
-  std::vector<std::string> timed_out;
-  std::vector<std::string> stopped_polling;
-  std::vector<std::string> silent;
-  const absl::Duration heartbeat_timeout =
-      absl::Milliseconds(heartbeat_timeout_ms_);
-  // A full scan at least once a second whatever the deadlines say.
-  next_scan_ = now + absl::Seconds(1);
-  for (const auto& [id, node] : nodes_) {
-    if (node.waiter.has_value()) {
-      // A parked Join proves liveness: a dead client cancels its call.
-      if (now >= node.join_deadline) {
-        timed_out.push_back(id);
-      } else {
-        next_scan_ = std::min(next_scan_, node.join_deadline);
-      }
-    } else if (node.polling) {
-      if (now >= node.join_deadline) {
-        timed_out.push_back(id);
-      } else if (now >= node.poll_deadline) {
-        stopped_polling.push_back(id);
-      } else {
-        next_scan_ = std::min(next_scan_,
-                              std::min(node.join_deadline, node.poll_deadline));
-      }
-    } else if (node.answer_for_poll.has_value()) {
-      // Its answer waits for its next poll, which is its liveness.
-      if (now >= node.poll_deadline) {
-        silent.push_back(id);
-      } else {
-        next_scan_ = std::min(next_scan_, node.poll_deadline);
-      }
-    } else if (!node.done && !node.answer_held) {
-      absl::Time deadline =
-          std::max(node.last_seen, heartbeat_clock_start_) + heartbeat_timeout;
-      if (node.member && node.stream_lost_at >= node.last_seen) {
-        deadline = std::min(deadline, node.stream_lost_at + StreamLossGrace());
-      }
-      if (node.member && !node.heard_in_round) {
-        deadline = std::min(deadline,
-                            std::max(node.last_seen, heartbeat_clock_start_) +
-                                FirstBeatGrace());
-      }
-      if (now >= deadline) {
-        silent.push_back(id);
-      } else {
-        next_scan_ = std::min(next_scan_, deadline);
-      }
-    }
-  }
-  if (!timed_out.empty()) {
+  const Overdue overdue = FindOverdue(now);
+  if (!overdue.timed_out.empty()) {
     absl::Status status = absl::DeadlineExceededError(JoinTimeoutMessage());
-    for (const std::string& id : timed_out) {
+    for (const std::string& id : overdue.timed_out) {
       Node& node = nodes_.at(id);
       const bool polling = node.polling;
       Answer(node, status, effects);
@@ -834,7 +773,7 @@ void Job::Tick(absl::Time now, Effects* effects) {
       if (!polling) DropNode(id, now);
     }
   }
-  for (const std::string& id : stopped_polling) {
+  for (const std::string& id : overdue.stopped_polling) {
     spdlog::warn("job '{}': node '{}' stopped polling for its round; dropped",
                  run_id_, id);
     Node& node = nodes_.at(id);
@@ -844,30 +783,101 @@ void Job::Tick(absl::Time now, Effects* effects) {
     DropNode(id, now);
   }
   bool lost_member = false;
-  for (const std::string& id : silent) {
-    const Node& node = nodes_.at(id);
-    bool member = state_ == v1::JOB_STATE_RUNNING && node.member;
-    spdlog::info("job '{}': node '{}' silent for {} ms{}; dropped{}", run_id_,
-                 id, absl::ToInt64Milliseconds(now - node.last_seen),
-                 node.stream_lost_at >= node.last_seen
-                     ? " since its heartbeat stream ended"
-                 : !node.heard_in_round ? " since its round began"
-                                        : "",
-                 member ? absl::StrFormat(", round %d ends", round_) : "");
-    lost_member |= member;
-    if (member) {
-      events_.Add(now, "node-lost", round_, -1,
-                  absl::StrFormat(
-                      "node '%s' silent for %d ms; round %d ends", id,
-                      absl::ToInt64Milliseconds(now - node.last_seen), round_));
-    }
-    DropNode(id, now);
+  for (const std::string& id : overdue.silent) {
+    lost_member |= DropSilent(id, now);
   }
   if (lost_member) {
     EndRound(now, effects);
   } else {
     MaybeClose(now, effects);
   }
+}
+
+void Job::ForgiveStall(absl::Duration stall, absl::Time now) {
+  // The server did not run for `stall`: heartbeats sent meanwhile are still
+  // queued behind this Tick. Nobody's silence grows by the stall.
+  spdlog::warn(
+      "job '{}': the server did not tick for {}; that time is not counted "
+      "as silence of the job's nodes",
+      run_id_, absl::FormatDuration(stall));
+  for (auto& [id, node] : nodes_) {
+    node.last_seen = std::min(now, node.last_seen + stall);
+    node.poll_deadline += stall;
+  }
+  heartbeat_clock_start_ = std::min(now, heartbeat_clock_start_ + stall);
+  next_scan_ = absl::InfinitePast();
+}
+
+absl::Time Job::SilenceDeadline(const Node& node) const {
+  const absl::Time heard = std::max(node.last_seen, heartbeat_clock_start_);
+  absl::Time deadline = heard + absl::Milliseconds(heartbeat_timeout_ms_);
+  if (node.member && node.stream_lost_at >= node.last_seen) {
+    deadline = std::min(deadline, node.stream_lost_at + StreamLossGrace());
+  }
+  if (node.member && !node.heard_in_round) {
+    deadline = std::min(deadline, heard + FirstBeatGrace());
+  }
+  return deadline;
+}
+
+Job::Overdue Job::FindOverdue(absl::Time now) {
+  Overdue overdue;
+  // A full scan at least once a second whatever the deadlines say.
+  next_scan_ = now + absl::Seconds(1);
+  for (const auto& [id, node] : nodes_) {
+    if (node.waiter.has_value()) {
+      // A parked Join proves liveness: a dead client cancels its call.
+      if (now >= node.join_deadline) {
+        overdue.timed_out.push_back(id);
+      } else {
+        next_scan_ = std::min(next_scan_, node.join_deadline);
+      }
+    } else if (node.polling) {
+      if (now >= node.join_deadline) {
+        overdue.timed_out.push_back(id);
+      } else if (now >= node.poll_deadline) {
+        overdue.stopped_polling.push_back(id);
+      } else {
+        next_scan_ = std::min(next_scan_,
+                              std::min(node.join_deadline, node.poll_deadline));
+      }
+    } else if (node.answer_for_poll.has_value()) {
+      // Its answer waits for its next poll, which is its liveness.
+      if (now >= node.poll_deadline) {
+        overdue.silent.push_back(id);
+      } else {
+        next_scan_ = std::min(next_scan_, node.poll_deadline);
+      }
+    } else if (!node.done && !node.answer_held) {
+      const absl::Time deadline = SilenceDeadline(node);
+      if (now >= deadline) {
+        overdue.silent.push_back(id);
+      } else {
+        next_scan_ = std::min(next_scan_, deadline);
+      }
+    }
+  }
+  return overdue;
+}
+
+bool Job::DropSilent(const std::string& id, absl::Time now) {
+  const Node& node = nodes_.at(id);
+  const bool member = state_ == v1::JOB_STATE_RUNNING && node.member;
+  spdlog::info("job '{}': node '{}' silent for {} ms{}; dropped{}", run_id_, id,
+               absl::ToInt64Milliseconds(now - node.last_seen),
+               node.stream_lost_at >= node.last_seen
+                   ? " since its heartbeat stream ended"
+               : !node.heard_in_round ? " since its round began"
+                                      : "",
+               member ? absl::StrFormat(", round %d ends", round_) : "");
+  if (member) {
+    events_.Add(now, "node-lost", round_, -1,
+                absl::StrFormat("node '%s' silent for %d ms; round %d ends", id,
+                                absl::ToInt64Milliseconds(now - node.last_seen),
+                                round_));
+  }
+  DropNode(id, now);
+  return member;
 }
 
 absl::Time Job::NextTick() const {

@@ -299,6 +299,24 @@ class Job {
   // heartbeat timeout.
   absl::Duration FirstBeatGrace() const;
   std::string JoinTimeoutMessage() const;
+  // Tick's parts. The server did not run for `stall` (its heartbeats
+  // queued): nobody's silence grows by it.
+  void ForgiveStall(absl::Duration stall, absl::Time now);
+  // The nodes whose deadline passed by `now`, by what they missed; sets
+  // next_scan_ to the earliest deadline still ahead.
+  struct Overdue {
+    std::vector<std::string> timed_out;        // join_timeout
+    std::vector<std::string> stopped_polling;  // poll deadline, waiting
+    std::vector<std::string> silent;           // heartbeat or collect
+  };
+  Overdue FindOverdue(absl::Time now);
+  // When a node that heartbeats is silent too long: the heartbeat timeout,
+  // or sooner for a member whose stream ended (StreamLossGrace) or that has
+  // not beaten in its round yet (FirstBeatGrace).
+  absl::Time SilenceDeadline(const Node& node) const;
+  // Drops a silent node; true when it was a member of the running round
+  // (which then ends).
+  bool DropSilent(const std::string& id, absl::Time now);
   // A member's heartbeat of the running round carried rank figures: keeps
   // them, hands them to the straggler detector and logs what it decides.
   void TakeFigures(Node& node, const v1::HeartbeatRequest& request,
