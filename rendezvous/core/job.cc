@@ -351,8 +351,7 @@ void Job::MaybeClose(absl::Time now, Effects* effects) {
   if (full || all_back || last_call_over) Close(now, effects);
 }
 
-void Job::Close(absl::Time now, Effects* effects) {
-  using Entry = std::pair<const std::string, Node>;
+std::vector<Job::Entry*> Job::ChooseMembers() {
   std::vector<Entry*> pinned;  // asked for a node_rank
   std::vector<Entry*> others;
   for (auto& entry : nodes_) {
@@ -381,7 +380,11 @@ void Job::Close(absl::Time now, Effects* effects) {
   for (Entry* e : slots) {
     if (e != nullptr) ordered.push_back(e);
   }
+  return ordered;
+}
 
+void Job::Close(absl::Time now, Effects* effects) {
+  const std::vector<Entry*> ordered = ChooseMembers();
   for (auto& [id, node] : nodes_) {
     node.member = false;
     node.previous_rank = -1;

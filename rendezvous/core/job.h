@@ -278,6 +278,11 @@ class Job {
   // Rules (a) to (c) above; closes the forming round when one holds.
   void MaybeClose(absl::Time now, Effects* effects);
   void Close(absl::Time now, Effects* effects);
+  using Entry = std::pair<const std::string, Node>;
+  // The forming round's members in node-rank order (the closing rule
+  // above): pinned node ranks first, then the previous round's order, then
+  // arrival; at most max_nodes.
+  std::vector<Entry*> ChooseMembers();
   // The running round is over: the next one starts forming.
   void EndRound(absl::Time now, Effects* effects);
   void Finish(v1::JobState state, absl::Time now, Effects* effects);
