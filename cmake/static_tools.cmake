@@ -96,7 +96,8 @@ file(GENERATE OUTPUT ${static_script} CONTENT
 # programs that are not DDPRUN_STATIC_LINK; those get the GROUP instead, after
 # every library of the project (it is in each one's link interface).
 set(ddprun_libraries ddprun_common ddprun_metrics ddprun_proto
-  ddprun_rendezvous ddprun_relay ddprun_launcher_posix ddprun_launcher_agent
+  ddprun_rendezvous_core ddprun_rendezvous ddprun_relay ddprun_launcher_posix
+  ddprun_launcher_agent
   ddprun_launcher ddprun_version)
 set(is_static "$<BOOL:$<TARGET_PROPERTY:DDPRUN_STATIC_LINK>>")
 foreach(library IN LISTS ddprun_libraries)

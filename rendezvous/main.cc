@@ -2,32 +2,31 @@
 #include <cstdio>
 #include <string>
 
-#include "CLI/CLI.hpp"
-#include "common/cli.h"
 #include "common/credentials.h"
 #include "common/logging.h"
-#include "rendezvous/job_token.h"
-#include "rendezvous/limits.h"
-#include "rendezvous/run_server.h"
+#include "rendezvous/core/job_token.h"
+#include "rendezvous/service/run_server.h"
+#include "rendezvous/service/server_flags.h"
 
 namespace {
 
 // `ddprun-rendezvous job-token`: prints the token of one job.
-int PrintJobToken(const std::string& run_id, const std::string& token_file) {
-  absl::StatusOr<std::string> secret = ddprun::common::LoadToken(token_file);
+int PrintJobToken(const ddprun::rendezvous::JobTokenCommand& command) {
+  absl::StatusOr<std::string> secret =
+      ddprun::common::LoadToken(command.token_file);
   if (!secret.ok()) {
     std::fprintf(stderr, "ddprun-rendezvous job-token: %s\n",
                  secret.status().ToString().c_str());
     return 1;
   }
-  if (run_id.empty()) {
+  if (command.run_id.empty()) {
     std::fprintf(stderr,
                  "ddprun-rendezvous job-token: --run-id is empty; give the "
                  "job's run id (the agents' --rdzv-id)\n");
     return 1;
   }
   absl::StatusOr<std::string> token =
-      ddprun::rendezvous::JobToken(*secret, run_id);
+      ddprun::rendezvous::JobToken(*secret, command.run_id);
   if (!token.ok()) {
     std::fprintf(stderr, "ddprun-rendezvous job-token: %s\n",
                  token.status().ToString().c_str());
@@ -40,165 +39,10 @@ int PrintJobToken(const std::string& run_id, const std::string& token_file) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  ddprun::rendezvous::RunServerOptions options;
-  ddprun::rendezvous::ServerOptions& server = options.server;
-  ddprun::common::LoggingOptions logging{.name = "ddprun-rendezvous"};
-  CLI::App app{
-      "ddprun-rendezvous: rounds, ranks, heartbeats and the "
-      "key-value store for ddprun jobs"};
-  app.add_option("--host", server.host,
-                 "address to listen on; 0.0.0.0 or :: for all interfaces")
-      ->capture_default_str();
-  app.add_option("--port", server.port, "port; 0 lets the kernel pick one")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 65535));
-  app.add_option("--token-file", options.token_file,
-                 "file holding the server's token: calls must carry it or "
-                 "their job's token (see job-token) (default: "
-                 "$DDPRUN_TOKEN; none: no check)");
-  app.add_option("--tls-cert-file", server.tls.cert_file,
-                 "PEM server certificate chain: serve TLS");
-  app.add_option("--tls-key-file", server.tls.key_file,
-                 "PEM private key of --tls-cert-file");
-  app.add_option("--tls-client-ca-file", server.tls.client_ca_file,
-                 "PEM CA: require client certificates it signed (mutual TLS)");
-  app.add_option("--max-jobs", server.limits.max_jobs,
-                 "jobs this server hosts at once")
-      ->capture_default_str();
-  app.add_option("--max-nodes-per-job", server.limits.max_nodes_per_job,
-                 "nodes one job may have")
-      ->capture_default_str();
-  app.add_option("--max-value-bytes", server.limits.max_value_bytes,
-                 "largest store value")
-      ->capture_default_str();
-  app.add_option("--max-keys-per-scope", server.limits.max_keys_per_scope,
-                 "keys one store scope (job round) may hold")
-      ->capture_default_str();
-  app.add_option("--max-store-bytes", server.limits.max_store_bytes,
-                 "memory the store may hold for all jobs together (keys, "
-                 "values, parked calls; bytes)")
-      ->capture_default_str();
-  app.add_option("--max-job-store-bytes", server.limits.max_job_store_bytes,
-                 "memory the store may hold for one job (bytes)")
-      ->capture_default_str();
-  server.limits.max_memory_bytes = ddprun::rendezvous::kDefaultMemoryBytes;
-  app.add_option("--max-memory-bytes", server.limits.max_memory_bytes,
-                 "the server's resident memory (RSS) bound: a store write "
-                 "that would pass it is refused (bytes; 0: only the store "
-                 "caps bound the store)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--max-job-store-write-bytes-per-s",
-                 server.limits.max_job_store_write_bytes_per_s,
-                 "request bytes per second of one job's store writes (Set, "
-                 "Add, CompareSet, DeleteKey; stored or refused alike) after "
-                 "a burst: a job past it gets its writes answered (and "
-                 "applied) late, which slows a client down to the rate "
-                 "(0: no rate)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--job-store-write-burst-bytes",
-                 server.limits.job_store_write_burst_bytes,
-                 "store write bytes a job that wrote nothing for a while may "
-                 "send at once before its rate applies")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--max-job-parked-write-bytes",
-                 server.limits.max_job_parked_write_bytes,
-                 "bytes of one job's store writes held back by its rate at "
-                 "once; past it (or all jobs' past a twentieth of "
-                 "--max-memory-bytes) a write is refused "
-                 "RESOURCE_EXHAUSTED instead")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--max-held-store-refusals",
-                 server.limits.max_held_store_refusals,
-                 "store writes refused past those parked bytes that are "
-                 "answered late, when their job's rate has paid for them "
-                 "(all jobs together; past it a refusal is answered at "
-                 "once; 0: always at once)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--max-job-store-keys", server.limits.max_job_store_keys,
-                 "keys the store may hold for one job, all its rounds")
-      ->capture_default_str();
-  app.add_option("--straggler-factor", server.straggler.factor,
-                 "a rank whose own compute time per step stays above this "
-                 "many times the other ranks' median is named a straggler "
-                 "(status, /metrics, the job page); 0: never")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--straggler-windows", server.straggler.windows,
-                 "one-second windows in a row a rank must be that slow to be "
-                 "named (and fine to be cleared)")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app.add_option("--heartbeat-budget", server.heartbeat_budget_per_s,
-                 "heartbeats per second one job may send: a larger job's "
-                 "nodes are told a longer interval (and timeout, in "
-                 "proportion); 0: never")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--max-heartbeat-streams", server.max_heartbeat_streams,
-                 "heartbeat streams open at once; the agents past it send "
-                 "unary heartbeats (each open stream costs every call some "
-                 "CPU with Debian's gRPC, and ~6-13 KiB; 0: none)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--max-parked-joins", server.max_parked_joins,
-                 "Joins parked per job until its round closes (gRPC holds "
-                 "~14 KiB per parked call); agents that can poll are told "
-                 "beyond it to poll instead (older agents are always parked)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--poll-budget", server.poll_budget_per_s,
-                 "polling Joins per second one job's waiting nodes may send: "
-                 "more polling nodes are told a longer poll interval")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  double max_poll_delay_s = absl::ToDoubleSeconds(server.max_poll_delay);
-  app.add_option("--max-poll-delay", max_poll_delay_s,
-                 "seconds: a waiting node is told to poll right after its "
-                 "round's expected close, but at most this long from now")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber & ddprun::common::FiniteNonNegative());
-  app.add_option("--join-queues", server.join_queues,
-                 "completion queues (one thread each) that serve Join; "
-                 "more spread a large job's parked Joins thinner")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 256));
-  app.add_option("--metrics-port", options.metrics_port,
-                 "serve Prometheus /metrics on this port (0: the kernel "
-                 "picks; -1: off)")
-      ->capture_default_str();
-  app.add_option("--metrics-host", options.metrics_host,
-                 "address for /metrics; it needs no token and names every "
-                 "job, so widen it (e.g. 0.0.0.0) only where just your "
-                 "scrapers reach it")
-      ->capture_default_str();
-  app.add_flag("--insecure", options.insecure,
-               "listen beyond loopback without a token: only on a network "
-               "that just trusted hosts reach");
-  ddprun::common::AddLogLevelFlag(app, &logging.level);
-  ddprun::common::AddLogFormatFlag(app, &logging.format);
-  ddprun::common::AddVersionFlag(app, "ddprun-rendezvous");
-  std::string job_run_id;
-  std::string job_secret_file;
-  CLI::App* job_token = app.add_subcommand(
-      "job-token",
-      "print the token that admits one job's agents and workers (and no "
-      "other job): HMAC-SHA256 of the run id keyed by the server's token, "
-      "in hex");
-  job_token->add_option("--run-id", job_run_id, "the job's run id (--rdzv-id)")
-      ->required();
-  job_token->add_option("--token-file", job_secret_file,
-                        "the server's token file (default: $DDPRUN_TOKEN)");
-  if (std::optional<int> code =
-          ddprun::common::ParseFlags(app, argc, argv, "ddprun-rendezvous")) {
-    return *code;
-  }
-  if (*job_token) return PrintJobToken(job_run_id, job_secret_file);
-  server.max_poll_delay = absl::Seconds(max_poll_delay_s);
-  ddprun::common::InitLogging(logging);
-  return ddprun::rendezvous::RunServerUntilSignal(options);
+  ddprun::rendezvous::ServerCommandLine command =
+      ddprun::rendezvous::ParseServerFlags(argc, argv);
+  if (command.exit_code.has_value()) return *command.exit_code;
+  if (command.job_token.has_value()) return PrintJobToken(*command.job_token);
+  ddprun::common::InitLogging(command.logging);
+  return ddprun::rendezvous::RunServerUntilSignal(command.run);
 }

@@ -7,7 +7,9 @@ Each production folder's .h and .cc files may include the project's headers
 of the folders ALLOWED names for it, and no other: a lower layer never
 includes a higher one. Headers outside the project (absl/, grpcpp/, the
 generated ddprun/v1/ protocol, ...) are not layers and are not checked,
-except LibTorch's, which only worker/ and mnist/ may include. Exits 1,
+except LibTorch's, which only worker/ and mnist/ may include, and those
+FORBIDDEN names for a folder (gRPC for rendezvous/core, the deciders that
+the gRPC adapters of rendezvous/service wrap). Exits 1,
 listing each include that breaks a rule as FILE:LINE, and prints one line
 per folder otherwise. The layering of docs/ARCHITECTURE.md, checked.
 """
@@ -22,9 +24,16 @@ ALLOWED = {
     "launcher/agent": {"common", "launcher/posix", "launcher/agent"},
     # --standalone runs the rendezvous server in-process.
     "launcher/cli": {"common", "launcher/posix", "launcher/agent",
-                     "launcher/cli", "rendezvous"},
-    "rendezvous": {"common", "rendezvous"},
-    "relay": {"common", "relay", "rendezvous"},
+                     "launcher/cli", "rendezvous/core", "rendezvous/service"},
+    # The deciders: plain classes on an injected clock.
+    "rendezvous/core": {"common", "rendezvous/core"},
+    # The gRPC adapters over them.
+    "rendezvous/service": {"common", "rendezvous/core", "rendezvous/service"},
+    # main.cc of ddprun-rendezvous.
+    "rendezvous": {"common", "rendezvous/core", "rendezvous/service",
+                   "rendezvous"},
+    # The relay holds no job state: it never includes rendezvous/.
+    "relay": {"common", "relay"},
     "worker": {"common", "worker"},
     "mnist": {"common", "worker", "mnist"},
 }
@@ -32,6 +41,15 @@ ALLOWED = {
 # a project header.
 PROJECT = {"common", "launcher", "rendezvous", "relay", "worker", "mnist",
            "tests", "bench", "deploy", "examples"}
+# folder -> (pattern of outside headers it must not include, why).
+FORBIDDEN = {
+    "rendezvous/core": (
+        re.compile(r"^(grpcpp|grpc|grpc\+\+)/|\.grpc\.pb\.h$"),
+        "rendezvous/core/ holds no gRPC (its adapters live in "
+        "rendezvous/service/)"),
+}
+# Folders whose subfolders are layers of their own.
+SPLIT = {"launcher", "rendezvous"}
 TORCH = re.compile(r"^(torch|ATen|c10|caffe2)/")
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]')
 
@@ -39,7 +57,7 @@ INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]')
 def layer_of(path):
     """The ALLOWED key a header path (an include) or a file belongs to."""
     parts = path.split("/")
-    if parts[0] == "launcher" and len(parts) > 2:
+    if parts[0] in SPLIT and len(parts) > 2:
         return "/".join(parts[:2])
     return parts[0]
 
@@ -72,6 +90,11 @@ def main():
                                 broken.append(f"{rel}:{number}: includes "
                                               f"LibTorch ({target}); torch "
                                               f"stays in worker/ and mnist/")
+                            continue
+                        forbidden = FORBIDDEN.get(folder)
+                        if forbidden and forbidden[0].search(target):
+                            broken.append(f"{rel}:{number}: includes "
+                                          f"{target}; {forbidden[1]}")
                             continue
                         if target.split("/")[0] not in PROJECT:
                             continue

@@ -19,7 +19,7 @@
 #include "ddprun/v1/store.grpc.pb.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
-#include "rendezvous/job_token.h"
+#include "rendezvous/core/job_token.h"
 
 namespace ddprun::bench {
 namespace {

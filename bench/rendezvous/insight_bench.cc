@@ -20,8 +20,8 @@
 #include "CLI/CLI.hpp"
 #include "common/clock.h"
 #include "ddprun/v1/rendezvous.pb.h"
-#include "rendezvous/job_page.h"
-#include "rendezvous/job_table.h"
+#include "rendezvous/core/job_table.h"
+#include "rendezvous/service/job_page.h"
 
 namespace {
 

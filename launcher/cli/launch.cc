@@ -29,8 +29,8 @@
 #include "launcher/posix/process_control.h"
 #include "launcher/posix/shm_dir.h"
 #include "launcher/posix/signal_watcher.h"
-#include "rendezvous/job_page.h"
-#include "rendezvous/server.h"
+#include "rendezvous/service/job_page.h"
+#include "rendezvous/service/server.h"
 #include "spdlog/spdlog.h"
 
 namespace ddprun::launcher {

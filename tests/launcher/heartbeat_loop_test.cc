@@ -19,7 +19,7 @@
 #include "grpcpp/server_builder.h"
 #include "gtest/gtest.h"
 #include "launcher/agent/rendezvous_client.h"
-#include "rendezvous/server.h"
+#include "rendezvous/service/server.h"
 #include "tests/rendezvous/frozen_proxy.h"
 #include "tests/testing/wait_for.h"
 

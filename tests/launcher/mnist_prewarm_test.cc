@@ -18,7 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "rendezvous/server.h"
+#include "rendezvous/service/server.h"
 #include "tests/e2e/summary_json.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/temp_dir.h"

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "rendezvous/server.h"
+#include "rendezvous/service/server.h"
 #include "tests/e2e/summary_json.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/temp_dir.h"

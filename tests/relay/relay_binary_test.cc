@@ -9,7 +9,7 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
-#include "rendezvous/server.h"
+#include "rendezvous/service/server.h"
 #include "tests/testing/client_context.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/temp_dir.h"

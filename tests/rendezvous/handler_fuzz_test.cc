@@ -24,7 +24,7 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
-#include "rendezvous/server.h"
+#include "rendezvous/service/server.h"
 #include "spdlog/spdlog.h"
 #include "tests/testing/wait_for.h"
 

@@ -2,7 +2,7 @@
 // as a unary Heartbeat would be and counts as the node's sign of life; a node
 // whose stream stops sending is lost though the stream stays open; the token
 // is checked when the stream opens; a cancelled stream leaves nothing behind.
-#include "rendezvous/heartbeat_stream.h"
+#include "rendezvous/service/heartbeat_stream.h"
 
 #include <memory>
 #include <string>
@@ -14,8 +14,8 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
-#include "rendezvous/job_token.h"
-#include "rendezvous/server.h"
+#include "rendezvous/core/job_token.h"
+#include "rendezvous/service/server.h"
 #include "tests/testing/client_context.h"
 #include "tests/testing/join_request.h"
 #include "tests/testing/wait_for.h"

@@ -15,8 +15,8 @@
 #include "ddprun/v1/rendezvous.grpc.pb.h"
 #include "ddprun/v1/store.grpc.pb.h"
 #include "gtest/gtest.h"
-#include "rendezvous/job_token.h"
-#include "rendezvous/server.h"
+#include "rendezvous/core/job_token.h"
+#include "rendezvous/service/server.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/temp_dir.h"
 

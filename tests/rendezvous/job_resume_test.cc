@@ -11,7 +11,7 @@
 #include "common/clock.h"
 #include "common/rendezvous_words.h"
 #include "gtest/gtest.h"
-#include "rendezvous/job_table.h"
+#include "rendezvous/core/job_table.h"
 
 namespace ddprun::rendezvous {
 namespace {

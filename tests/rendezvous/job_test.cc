@@ -1,6 +1,6 @@
 // The job state machine driven through JobTable with a fake clock: every
 // transition, no sockets, no sleeps.
-#include "rendezvous/job.h"
+#include "rendezvous/core/job.h"
 
 #include <map>
 #include <string>
@@ -8,7 +8,7 @@
 
 #include "common/clock.h"
 #include "gtest/gtest.h"
-#include "rendezvous/job_table.h"
+#include "rendezvous/core/job_table.h"
 #include "tests/rendezvous/scale_config.h"
 
 namespace ddprun::rendezvous {

@@ -1,6 +1,6 @@
 // When the server gives back the memory of a large fan-out (MemoryReturn),
 // with time, call counts and the answers waiting for polls passed in.
-#include "rendezvous/memory_return.h"
+#include "rendezvous/core/memory_return.h"
 
 #include "gtest/gtest.h"
 

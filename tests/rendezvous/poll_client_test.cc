@@ -14,7 +14,7 @@
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
 #include "launcher/agent/rendezvous_client.h"
-#include "rendezvous/server.h"
+#include "rendezvous/service/server.h"
 #include "tests/testing/wait_for.h"
 
 namespace ddprun::launcher {

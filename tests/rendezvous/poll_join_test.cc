@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "rendezvous/job.h"
+#include "rendezvous/core/job.h"
 #include "tests/rendezvous/scale_config.h"
 
 namespace ddprun::rendezvous {
@@ -19,8 +19,8 @@ class PollJoinTest : public ::testing::Test {
   void Make(int nodes, int64_t max_parked_joins,
             v1::JobConfig config = v1::JobConfig()) {
     options_.max_parked_joins = max_parked_joins;
-    options_.min_poll_interval = absl::Milliseconds(250);
-    options_.min_poll_timeout = absl::ZeroDuration();
+    options_.poll.min_interval = absl::Milliseconds(250);
+    options_.poll.min_timeout = absl::ZeroDuration();
     if (config.min_nodes() == 0) config = ScaleConfig(nodes);
     job_ = std::make_unique<Job>("job", config, now_, options_);
   }
@@ -130,7 +130,7 @@ TEST_F(PollJoinTest, JoinsWithoutPollAreAlwaysParked) {
 
 TEST_F(PollJoinTest, PollIntervalGrowsWithThePollingNodes) {
   Make(100, /*max_parked_joins=*/0);
-  options_.poll_budget_per_s = 10;
+  options_.poll.budget_per_s = 10;
   job_ = std::make_unique<Job>("job", ScaleConfig(100), now_, options_);
   std::vector<WaiterId> ids;
   for (int i = 0; i < 20; ++i) ids.push_back(Join("n" + std::to_string(i)));
@@ -354,7 +354,7 @@ TEST_F(PollJoinTest, WaitingNodesPollWhenTheRoundIsExpectedFull) {
 
 TEST_F(PollJoinTest, AFarCloseIsPolledForAtMostTheMaximumDelay) {
   Make(1000, /*max_parked_joins=*/0);
-  options_.max_poll_delay = absl::Seconds(5);
+  options_.poll.max_delay = absl::Seconds(5);
   job_ = std::make_unique<Job>("job", ScaleConfig(1000), now_, options_);
   // 10 nodes in 1 s: the other 990 are expected in ~110 s.
   WaiterId last = 0;

@@ -9,8 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "gtest/gtest.h"
-#include "rendezvous/job_table.h"
-#include "rendezvous/store_state.h"
+#include "rendezvous/core/job_table.h"
+#include "rendezvous/core/store_state.h"
 #include "spdlog/spdlog.h"
 
 namespace ddprun::rendezvous {

@@ -1,6 +1,6 @@
 // The Rendezvous service on a real server: agents joining concurrently,
 // heartbeats, cancellation, health; and the ddprun-rendezvous binary.
-#include "rendezvous/server.h"
+#include "rendezvous/service/server.h"
 
 #include <signal.h>
 

@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "gtest/gtest.h"
-#include "rendezvous/store_state.h"
+#include "rendezvous/core/store_state.h"
 
 namespace ddprun::rendezvous {
 namespace {

@@ -1,7 +1,7 @@
 // The store's write rate (StoreWriteRate) with explicit times: a job under
 // its rate is answered at once, one over it waits exactly what its bucket
 // needs, jobs do not share buckets, and parking is bounded.
-#include "rendezvous/store_write_rate.h"
+#include "rendezvous/core/store_write_rate.h"
 
 #include <string>
 

@@ -1,5 +1,5 @@
 // The straggler rules with a fake clock: who is named, when, and who never is.
-#include "rendezvous/straggler_detector.h"
+#include "rendezvous/core/straggler_detector.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // The server's ticker: when it runs its next tick (NextTickAt, a pure
 // function), that it sleeps instead of polling, and that WakeBy shortens a
 // sleep; the job table's deadlines it is told (JobTable::Tick, wake_by).
-#include "rendezvous/ticker.h"
+#include "rendezvous/core/ticker.h"
 
 #include <atomic>
 #include <vector>
@@ -9,7 +9,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/clock.h"
 #include "gtest/gtest.h"
-#include "rendezvous/job_table.h"
+#include "rendezvous/core/job_table.h"
 #include "tests/testing/wait_for.h"
 
 namespace ddprun::rendezvous {

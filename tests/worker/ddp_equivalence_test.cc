@@ -13,7 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "mnist/mnist_model.h"
-#include "rendezvous/server.h"
+#include "rendezvous/service/server.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/worker/worker_test_util.h"

@@ -14,7 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "rendezvous/server.h"
+#include "rendezvous/service/server.h"
 
 namespace ddprun::worker {
 namespace {

@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
-#include "rendezvous/server.h"
+#include "rendezvous/service/server.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/worker/worker_test_util.h"
