@@ -96,7 +96,7 @@ int NewRounds(Fault fault) {
       // round, in which that agent replaces the lost rank in place.
       return 1;
     case Fault::kWorkerHang:
-      // The stopped worker is found by its state (stopped past 250 ms); its
+      // The stopped worker is found by its state (stopped past 100 ms); its
       // agent kills it and reports it: one new round, as for a kill.
       return 1;
     case Fault::kAgentKill:

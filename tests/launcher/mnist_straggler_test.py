@@ -15,7 +15,7 @@ straggler (the failure's cause says so) and replaced in place, and the job
 steps on in its next round.
 
 The agent runs with --hang-bound stopped=0: a worker stopped this often is
-otherwise a hang by the default rule (stopped 250 ms), which is right for a
+otherwise a hang by the default rule (stopped 100 ms), which is right for a
 real SIGSTOP but not what this test is about.
 
 usage: mnist_straggler_test.py --ddprun BIN --rendezvous BIN --mnist BIN
