@@ -454,6 +454,43 @@ absl::StatusOr<NodeSetUp> SetUpNode(const LaunchOptions& options,
   return node;
 }
 
+// torchrun's exit barrier, for the rendezvous this agent serves to other
+// nodes: they report their end to it, so it stays up after this node is
+// done until every other node listed is done too, the job succeeded, or
+// kLinger passed, or a signal stops this agent. Without it the other
+// nodes' Leave found the server gone and retried for a minute.
+void LingerForTheOtherNodes(const rendezvous::Server& server,
+                            const std::string& run_id,
+                            const std::string& node_id, AgentEvents& events) {
+  constexpr absl::Duration kLinger = absl::Seconds(60);
+  auto others_running = [&] {
+    v1::StatusRequest request;
+    request.set_run_id(run_id);
+    absl::StatusOr<v1::StatusResponse> status = server.JobStatus(request);
+    if (!status.ok()) return false;
+    for (const v1::JobStatus& job : status->jobs()) {
+      if (job.state() == v1::JOB_STATE_SUCCEEDED) return false;
+      for (const v1::NodeStatus& node : job.nodes()) {
+        if (node.node_id() != node_id &&
+            node.node_state() != v1::NODE_STATE_DONE) {
+          return true;
+        }
+      }
+    }
+    return false;
+  };
+  if (!others_running()) return;
+  spdlog::info(
+      "keeping the rendezvous this agent serves up until the other nodes "
+      "are done (at most {})",
+      absl::FormatDuration(kLinger));
+  const absl::Time give_up = absl::Now() + kLinger;
+  while (absl::Now() < give_up && !events.stop_signal().has_value() &&
+         others_running()) {
+    events.Wait(absl::Milliseconds(50));
+  }
+}
+
 // Runs the agent to the job's end, with /metrics when --metrics-port asks.
 int RunAgent(const LaunchOptions& options, AgentContext context,
              RendezvousClient& client, AgentEvents& events, OrphanGuard* guard,
@@ -542,8 +579,13 @@ int RunLaunch(const LaunchOptions& options) {
       RendezvousClient::Create(client_options);
   if (!client.ok()) return Fail(client.status(), 2);
   router.SetClient(client->get());
+  const std::string node_id = node->context.node_id;
   int code = RunAgent(options, std::move(node->context), **client, events,
                       orphan_guard, rdzv->server.get());
+  if (rdzv->server != nullptr && options.max_nodes > 1 &&
+      !events.stop_signal().has_value()) {
+    LingerForTheOtherNodes(*rdzv->server, options.rdzv_id, node_id, events);
+  }
   router.SetClient(nullptr);
   // torchrun ends with its SignalException, exit status 1, whatever the
   // signal; schedulers and wrappers written for it read 1 as "stopped".
