@@ -15,6 +15,7 @@
 #include "launcher/agent/failure_report.h"
 #include "launcher/agent/failure_summary.h"
 #include "launcher/agent/heartbeat_loop.h"
+#include "launcher/agent/join_retry_policy.h"
 #include "launcher/agent/rank_figures.h"
 #include "launcher/posix/local_address.h"
 #include "spdlog/spdlog.h"
@@ -191,9 +192,10 @@ Agent::Joined Agent::JoinNextRound(int64_t last_round) {
   }
   spdlog::info("joining job '{}' at rendezvous {} as {}", options_.rdzv_id,
                client_.endpoint(), context_.node_id);
-  absl::StatusOr<v1::JoinResponse> joined =
-      client_.Join(MakeJoinRequest(*master_port), conf.join_timeout,
-                   std::min(conf.join_timeout, conf.read_timeout));
+  const absl::Duration unreachable_timeout =
+      JoinRetryPolicy::UnreachableTimeout(conf.join_timeout, conf.read_timeout);
+  absl::StatusOr<v1::JoinResponse> joined = client_.Join(
+      MakeJoinRequest(*master_port), conf.join_timeout, unreachable_timeout);
   if (std::optional<int> sig = events_.stop_signal()) {
     spdlog::info("stopped by {} while joining", SignalName(*sig));
     int64_t round = joined.ok() && joined->has_assignment()
@@ -211,7 +213,7 @@ Agent::Joined Agent::JoinNextRound(int64_t last_round) {
           "{}; gave up after read_timeout ({}): exit {}, start the "
           "rendezvous first or raise --rdzv-conf read_timeout",
           std::string(joined.status().message()),
-          absl::FormatDuration(std::min(conf.join_timeout, conf.read_timeout)),
+          absl::FormatDuration(unreachable_timeout),
           kExitRendezvousUnreachable);
       return {.exit_code = kExitRendezvousUnreachable};
     }

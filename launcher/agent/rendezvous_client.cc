@@ -5,8 +5,8 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "common/backoff.h"
 #include "common/grpc_status.h"
+#include "launcher/agent/join_retry_policy.h"
 
 namespace ddprun::launcher {
 
@@ -23,7 +23,7 @@ absl::StatusOr<common::ChannelOptions> MakeChannelOptions(
 absl::StatusOr<std::unique_ptr<RendezvousClient>> RendezvousClient::Create(
     RendezvousClientOptions options) {
   // Reconnect quickly once the server comes up or a connection drops; the
-  // retry pacing of Join itself is our own Backoff.
+  // retry pacing of Join itself is JoinRetryPolicy's.
   options.channel.reconnect_backoff_initial_ms = 100;
   options.channel.reconnect_backoff_max_ms = 1000;
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
@@ -79,8 +79,10 @@ absl::StatusOr<v1::JoinResponse> RendezvousClient::Join(
   // job): the same Join is sent again after the interval it says.
   v1::JoinRequest request = original;
   request.set_poll(true);
-  absl::Time give_up = absl::Now() + unreachable_timeout;
-  common::Backoff backoff;
+  JoinRetryPolicy retry({.unreachable_timeout = unreachable_timeout},
+                        absl::Now());
+  const absl::Duration answer_bound =
+      JoinRetryPolicy::AnswerBound(join_timeout);
   while (true) {
     // No gRPC deadline on the parked Join: the server would arm a timer for
     // it, and Debian's gRPC (built with its debug checks) walks a list of
@@ -108,8 +110,7 @@ absl::StatusOr<v1::JoinResponse> RendezvousClient::Join(
         done = true;
       });
       absl::MutexLock lock(&done_mu);
-      if (!done_mu.AwaitWithTimeout(absl::Condition(&done),
-                                    join_timeout + absl::Seconds(5))) {
+      if (!done_mu.AwaitWithTimeout(absl::Condition(&done), answer_bound)) {
         timed_out = true;
         context.TryCancel();
         done_mu.Await(absl::Condition(&done));
@@ -125,28 +126,28 @@ absl::StatusOr<v1::JoinResponse> RendezvousClient::Join(
     if (timed_out && !status.ok()) {
       status = grpc::Status(
           grpc::StatusCode::DEADLINE_EXCEEDED,
-          absl::StrFormat(
-              "no answer within join_timeout + 5 s (%s)",
-              absl::FormatDuration(join_timeout + absl::Seconds(5))));
+          absl::StrFormat("no answer within join_timeout + 5 s (%s)",
+                          absl::FormatDuration(answer_bound)));
     }
-    if (status.ok() && response.has_waiting()) {
-      // The round is not decided yet: poll again after the interval (an
-      // unreachable server is again retried for unreachable_timeout).
-      give_up = absl::Now() + unreachable_timeout;
-      backoff.Reset();
-      const absl::Duration interval = absl::Milliseconds(
-          std::max<int64_t>(1, response.waiting().poll_interval_ms()));
-      absl::MutexLock lock(&mu_);
-      mu_.AwaitWithTimeout(absl::Condition(&join_cancelled_), interval);
-      continue;  // the loop's start says CANCELLED when so
+    if (status.ok() && !response.has_waiting()) return response;
+    const JoinRetryPolicy::Step step =
+        status.ok() ? retry.OnWaiting(response.waiting().poll_interval_ms(),
+                                      absl::Now())
+                    : retry.OnFailed(common::FromGrpcStatus(status).code(),
+                                     absl::Now());
+    switch (step.action) {
+      case JoinRetryPolicy::Action::kReturn:
+        return Explain("Join", status);
+      case JoinRetryPolicy::Action::kPollAgain: {
+        // The round is not decided yet.
+        absl::MutexLock lock(&mu_);
+        mu_.AwaitWithTimeout(absl::Condition(&join_cancelled_), step.wait);
+        break;  // the loop's start says CANCELLED when so
+      }
+      case JoinRetryPolicy::Action::kRetry:
+        if (step.wait > absl::ZeroDuration()) absl::SleepFor(step.wait);
+        break;
     }
-    if (status.ok()) return response;
-    if (status.error_code() != grpc::StatusCode::UNAVAILABLE ||
-        absl::Now() >= give_up) {
-      return Explain("Join", status);
-    }
-    absl::Duration delay = std::min(backoff.Next(), give_up - absl::Now());
-    if (delay > absl::ZeroDuration()) absl::SleepFor(delay);
   }
 }
 
