@@ -10,7 +10,7 @@
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
-#include "common/backoff.h"
+#include "launcher/agent/heartbeat_policy.h"
 #include "launcher/agent/rendezvous_api.h"
 
 namespace ddprun::launcher {
@@ -58,8 +58,10 @@ struct HeartbeatLoopOptions {
 // heartbeat is logged and retried at the next interval. A restarted server
 // that lost the job is told the node's round (Resume) and the round goes on;
 // when the server cannot take it back, the round is over. Heartbeats go on a
-// stream when the server has it (HeartbeatLoopOptions::stream). The
-// destructor stops the thread (and closes the stream).
+// stream when the server has it (HeartbeatLoopOptions::stream).
+// HeartbeatPolicy decides all of that; this class makes the calls, the waits
+// and the logs, on the wall clock. The destructor stops the thread (and
+// closes the stream).
 class HeartbeatLoop {
  public:
   HeartbeatLoop(RendezvousApi& client, HeartbeatLoopOptions options,
@@ -74,18 +76,18 @@ class HeartbeatLoop {
   // after a failure once its backoff passed), else unary.
   absl::StatusOr<v1::HeartbeatResponse> Beat(
       const v1::HeartbeatRequest& request);
-  enum class Resumed { kYes, kRoundOver, kRetry };
   // Re-registers the node's round with a server that lost it.
-  Resumed Resume();
+  ResumeAnswer Resume();
+  // Logs what `step` says happened; `response` is the heartbeat's answer.
+  void Log(const HeartbeatPolicy::Step& step,
+           const absl::StatusOr<v1::HeartbeatResponse>& response) const;
 
   RendezvousApi& client_;
   HeartbeatLoopOptions options_;
   std::function<void()> on_round_over_;
-  // Beat's state (the loop's thread only).
-  bool use_stream_;
+  // The loop's decisions and the stream it holds (the loop's thread only).
+  HeartbeatPolicy policy_;
   std::unique_ptr<HeartbeatStream> stream_;
-  absl::Time reopen_at_ = absl::InfinitePast();
-  common::Backoff reopen_backoff_;
   absl::Notification stop_;
   std::thread thread_;
 };
