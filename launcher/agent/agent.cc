@@ -161,9 +161,9 @@ int Agent::Run() {
     last_round = assignment.round();
     Remember(assignment);
     LogAssignment(assignment, options_.nproc_per_node);
-    RoundEnd end = RunRound(assignment);
+    const RoundOutcome outcome = RunRound(assignment);
     last_round = assignment.round();  // in-place rounds ran inside
-    switch (end) {
+    switch (outcome.end) {
       case RoundEnd::kSucceeded:
         LeaveSucceeded(assignment.round());
         spdlog::info("all {} local workers succeeded", options_.nproc_per_node);
@@ -175,7 +175,7 @@ int Agent::Run() {
         return 128 + sig;
       }
       case RoundEnd::kEnded:
-        return ended_exit_code_;
+        return outcome.exit_code;
       case RoundEnd::kRejoin:
       case RoundEnd::kInPlace:
         break;
@@ -271,7 +271,7 @@ void Agent::PrepareAttemptDir(const RoundPlan& plan) const {
   }
 }
 
-Agent::RoundEnd Agent::RunRound(v1::Assignment& assignment) {
+Agent::RoundOutcome Agent::RunRound(v1::Assignment& assignment) {
   const int n = options_.nproc_per_node;
   bool use_standbys = standbys_ != nullptr && standbys_->size() >= n;
   std::vector<ProgressChannel> progress;
@@ -284,7 +284,7 @@ Agent::RoundEnd Agent::RunRound(v1::Assignment& assignment) {
     spdlog::error("{}", std::string(output.status().message()));
     ReportFailures(assignment, {}, plan.error_files,
                    std::string(output.status().message()));
-    return RoundEnd::kRejoin;
+    return {.end = RoundEnd::kRejoin};
   }
   RouteOutput(**output, plan);
 
@@ -300,7 +300,7 @@ Agent::RoundEnd Agent::RunRound(v1::Assignment& assignment) {
     spdlog::error("{}", std::string(started.message()));
     ReportFailures(assignment, {}, plan.error_files,
                    std::string(started.message()));
-    return RoundEnd::kRejoin;
+    return {.end = RoundEnd::kRejoin};
   }
   spdlog::info("{} {} workers: {}",
                use_standbys ? "activated prewarmed" : "started", n,
@@ -308,15 +308,15 @@ Agent::RoundEnd Agent::RunRound(v1::Assignment& assignment) {
   // The next round's workers start now, while this round trains.
   if (standbys_ != nullptr) standbys_->Fill(n);
   in_place_declared_.assign(n, false);
-  RoundEnd end = Supervise({assignment, plan, group, progress});
-  while (end == RoundEnd::kInPlace) {
-    end =
-        ContinueInPlace(assignment, plan, group, **output, progress, controls);
+  RoundOutcome outcome = Supervise({assignment, plan, group, progress});
+  while (outcome.end == RoundEnd::kInPlace) {
+    outcome = ContinueInPlace(assignment, plan, group, **output, progress,
+                              controls, outcome.replace);
   }
   // The workers are gone; what they wrote last still reaches the console and
   // the files (bounded: a worker's own children may hold a pipe open).
   (*output)->Finish(absl::Seconds(1));
-  return end;
+  return outcome;
 }
 
 absl::Status Agent::StartWorkers(const v1::Assignment& assignment,
@@ -397,7 +397,7 @@ HeartbeatLoopOptions Agent::HeartbeatOptions(
   return hb;
 }
 
-Agent::RoundEnd Agent::Supervise(const RunningRound& round) {
+Agent::RoundOutcome Agent::Supervise(const RunningRound& round) {
   // Whether the workers may still use the round's store (the heartbeat
   // thread asks after a rendezvous restart); updated at every look.
   std::atomic<bool> forming{true};
@@ -448,28 +448,30 @@ Agent::RoundEnd Agent::Supervise(const RunningRound& round) {
       policy.OnStraggler(local_rank);
     }
     if (standbys_ != nullptr) standbys_->PromoteLate();
-    if (std::optional<RoundEnd> end = OnVerdict(round, policy)) return *end;
+    if (std::optional<RoundOutcome> outcome = OnVerdict(round, policy)) {
+      return *std::move(outcome);
+    }
     if (events_.TakeRejoin()) return OnRoundOverElsewhere(round, policy);
   }
 }
 
-Agent::RoundEnd Agent::StopOnSignal(const RunningRound& round, int sig) {
+Agent::RoundOutcome Agent::StopOnSignal(const RunningRound& round, int sig) {
   spdlog::info("got {}: stopping workers (grace {})", SignalName(sig),
                absl::FormatDuration(options_.shutdown_grace));
   // The signal itself first, as torchrun forwards it; then the usual two
   // phases.
   round.group.SignalAll(sig);
   round.group.Stop(options_.shutdown_grace);
-  return RoundEnd::kStopped;
+  return {.end = RoundEnd::kStopped};
 }
 
-std::optional<Agent::RoundEnd> Agent::OnVerdict(const RunningRound& round,
-                                                SupervisorPolicy& policy) {
+std::optional<Agent::RoundOutcome> Agent::OnVerdict(const RunningRound& round,
+                                                    SupervisorPolicy& policy) {
   switch (policy.Evaluate()) {
     case SupervisorPolicy::Verdict::kRunning:
       return std::nullopt;
     case SupervisorPolicy::Verdict::kSucceeded:
-      return RoundEnd::kSucceeded;
+      return RoundOutcome{.end = RoundEnd::kSucceeded};
     case SupervisorPolicy::Verdict::kFailed:
       break;
   }
@@ -482,24 +484,23 @@ std::optional<Agent::RoundEnd> Agent::OnVerdict(const RunningRound& round,
   return OnWorkersFailedInPlace(round, policy, decision);
 }
 
-Agent::RoundEnd Agent::OnRoundOverElsewhere(const RunningRound& round,
-                                            const SupervisorPolicy& policy) {
+Agent::RoundOutcome Agent::OnRoundOverElsewhere(
+    const RunningRound& round, const SupervisorPolicy& policy) {
   // Another node failed: workers that recover in place go on into the next
   // round.
   if (policy.DecideRecovery().in_place) {
     in_place_declared_ = policy.in_place_declared();
-    in_place_replace_.clear();
     spdlog::info(
         "round {} ended elsewhere; the workers continue in place "
         "into the next round",
         round.assignment.round());
-    return RoundEnd::kInPlace;
+    return {.end = RoundEnd::kInPlace};
   }
   spdlog::info("round {} is over: stopping workers (grace {})",
                round.assignment.round(),
                absl::FormatDuration(options_.shutdown_grace));
   round.group.Stop(options_.shutdown_grace);
-  return RoundEnd::kRejoin;
+  return {.end = RoundEnd::kRejoin};
 }
 
 void Agent::Observe(const RunningRound& round, SupervisorPolicy& policy,
@@ -547,8 +548,8 @@ void Agent::Observe(const RunningRound& round, SupervisorPolicy& policy,
   if (metrics != nullptr) metrics->Update(n - exited, clock_.Now());
 }
 
-Agent::RoundEnd Agent::OnWorkersFailed(const RunningRound& round,
-                                       const SupervisorPolicy& policy) {
+Agent::RoundOutcome Agent::OnWorkersFailed(const RunningRound& round,
+                                           const SupervisorPolicy& policy) {
   // Report first, so that the other nodes hear of it at their next
   // heartbeat while this one stops its workers.
   const std::vector<LocalFailure>& failures = policy.failures();
@@ -570,13 +571,13 @@ Agent::RoundEnd Agent::OnWorkersFailed(const RunningRound& round,
     }
   }
   round.group.Stop(options_.shutdown_grace);
-  return RoundEnd::kRejoin;
+  return {.end = RoundEnd::kRejoin};
 }
 
 // In-place recovery: only the failed workers are replaced; the survivors
 // keep their processes and state and learn the next round on their control
 // pipes (worker/recovery.h).
-Agent::RoundEnd Agent::OnWorkersFailedInPlace(
+Agent::RoundOutcome Agent::OnWorkersFailedInPlace(
     const RunningRound& round, const SupervisorPolicy& policy,
     const RecoveryDecision& decision) {
   // Only the replaced workers failed; the others waited for them.
@@ -597,25 +598,22 @@ Agent::RoundEnd Agent::OnWorkersFailedInPlace(
   }
   for (int local_rank : decision.kill) round.group.Kill(local_rank);
   ReportFailures(round.assignment, failures, round.plan.error_files, "");
-  in_place_replace_ = decision.replace;
   spdlog::info(
       "recovering in place: replacing local rank(s) {}, the other "
       "workers keep running",
       absl::StrJoin(decision.replace, ","));
-  return RoundEnd::kInPlace;
+  return {.end = RoundEnd::kInPlace, .replace = decision.replace};
 }
 
-Agent::RoundEnd Agent::ContinueInPlace(v1::Assignment& assignment,
-                                       RoundPlan& plan, WorkerGroup& group,
-                                       const WorkerOutput& output,
-                                       std::vector<ProgressChannel>& progress,
-                                       std::vector<ControlChannel>& controls) {
+Agent::RoundOutcome Agent::ContinueInPlace(
+    v1::Assignment& assignment, RoundPlan& plan, WorkerGroup& group,
+    const WorkerOutput& output, std::vector<ProgressChannel>& progress,
+    std::vector<ControlChannel>& controls, const std::vector<int>& replace) {
   const int n = options_.nproc_per_node;
   Joined joined = JoinNextRound(assignment.round());
   if (!joined.assignment.has_value()) {
     group.Stop(options_.shutdown_grace);
-    ended_exit_code_ = joined.exit_code;
-    return RoundEnd::kEnded;
+    return {.end = RoundEnd::kEnded, .exit_code = joined.exit_code};
   }
   events_.TakeRejoin();  // news of the round just left
   assignment = *joined.assignment;
@@ -623,7 +621,7 @@ Agent::RoundEnd Agent::ContinueInPlace(v1::Assignment& assignment,
   held_master_port_.reset();  // global rank 0 may bind it for the new group
   LogAssignment(assignment, n);
   const InPlaceSources sources = PlanInPlaceSources(
-      n, in_place_replace_, standbys_ != nullptr ? standbys_->size() : 0);
+      n, replace, standbys_ != nullptr ? standbys_->size() : 0);
   plan = PlanInPlaceRound(assignment, sources, progress, controls);
   PrepareAttemptDir(plan);
   RouteOutput(output, plan);
@@ -639,11 +637,10 @@ Agent::RoundEnd Agent::ContinueInPlace(v1::Assignment& assignment,
       ReportFailures(assignment, {}, plan.error_files,
                      std::string(started.message()));
       group.Stop(options_.shutdown_grace);
-      return RoundEnd::kRejoin;
+      return {.end = RoundEnd::kRejoin};
     }
   }
   if (standbys_ != nullptr) standbys_->Fill(n);
-  in_place_replace_.clear();
   std::vector<bool> survivors(n);
   for (int i = 0; i < n; ++i) {
     survivors[i] = sources.by_local_rank[i] == WorkerSource::kSurvivor;

@@ -61,9 +61,17 @@ class Agent {
 
  private:
   // kInPlace: the workers keep running into the next round (in-place
-  // recovery); kEnded: the job ended while rejoining, with exit code
-  // ended_exit_code_.
+  // recovery); kEnded: the job ended while rejoining.
   enum class RoundEnd { kSucceeded, kRejoin, kStopped, kInPlace, kEnded };
+  // How a round ended for this node: what its caller acts on.
+  struct RoundOutcome {
+    RoundEnd end = RoundEnd::kRejoin;
+    // kInPlace: the local ranks to start anew in the next round (none when
+    // the round ended elsewhere).
+    std::vector<int> replace = {};
+    // kEnded: ddprun's exit code.
+    int exit_code = 1;
+  };
   // A Join's outcome: this node's next round, or the exit code to end with.
   struct Joined {
     std::optional<v1::Assignment> assignment;
@@ -86,7 +94,7 @@ class Agent {
   // this node, and leaves no worker running. Rounds that the same workers
   // continue into (in-place recovery) run inside it; `assignment` is then
   // the last of them.
-  RoundEnd RunRound(v1::Assignment& assignment);
+  RoundOutcome RunRound(v1::Assignment& assignment);
   // The plan with fresh progress and control pipes (appended to `progress`
   // and `controls`), or with the prewarmed workers' pipes.
   RoundPlan PlanRound(const v1::Assignment& assignment, bool use_standbys,
@@ -112,17 +120,17 @@ class Agent {
   HeartbeatLoopOptions HeartbeatOptions(const v1::Assignment& assignment) const;
   // Watches the round's workers and the events until the round ends for
   // this node.
-  RoundEnd Supervise(const RunningRound& round);
+  RoundOutcome Supervise(const RunningRound& round);
   // The agent got a stop signal: forwards it and stops the workers.
-  RoundEnd StopOnSignal(const RunningRound& round, int sig);
+  RoundOutcome StopOnSignal(const RunningRound& round, int sig);
   // Acts on the policy's verdict: nothing while the workers run, or how the
   // round ends.
-  std::optional<RoundEnd> OnVerdict(const RunningRound& round,
-                                    SupervisorPolicy& policy);
+  std::optional<RoundOutcome> OnVerdict(const RunningRound& round,
+                                        SupervisorPolicy& policy);
   // The server says the round is over (another node failed or joined):
   // the workers go on in place, or are stopped.
-  RoundEnd OnRoundOverElsewhere(const RunningRound& round,
-                                const SupervisorPolicy& policy);
+  RoundOutcome OnRoundOverElsewhere(const RunningRound& round,
+                                    const SupervisorPolicy& policy);
   // Reaps, drains progress and looks at which workers are stopped; tells
   // the policy and the metrics.
   void Observe(const RunningRound& round, SupervisorPolicy& policy,
@@ -131,20 +139,21 @@ class Agent {
   // AwaitActivation): the default prewarming starts (a zygote of the
   // program), unless it is off or already on.
   void OnProgramAwaitsActivation();
-  RoundEnd OnWorkersFailed(const RunningRound& round,
-                           const SupervisorPolicy& policy);
+  RoundOutcome OnWorkersFailed(const RunningRound& round,
+                               const SupervisorPolicy& policy);
   // In-place recovery (libddp programs, worker/recovery.h). The policy
   // decided to keep the survivors: report the failures, kill the hung.
-  RoundEnd OnWorkersFailedInPlace(const RunningRound& round,
-                                  const SupervisorPolicy& policy,
-                                  const RecoveryDecision& decision);
+  RoundOutcome OnWorkersFailedInPlace(const RunningRound& round,
+                                      const SupervisorPolicy& policy,
+                                      const RecoveryDecision& decision);
   // Joins the next round with the survivors still running, sends them its
-  // environment on their control pipes, starts what in_place_replace_
+  // environment on their control pipes, starts the local ranks `replace`
   // names (from a standby when one waits) and supervises the round.
-  RoundEnd ContinueInPlace(v1::Assignment& assignment, RoundPlan& plan,
-                           WorkerGroup& group, const WorkerOutput& output,
-                           std::vector<ProgressChannel>& progress,
-                           std::vector<ControlChannel>& controls);
+  RoundOutcome ContinueInPlace(v1::Assignment& assignment, RoundPlan& plan,
+                               WorkerGroup& group, const WorkerOutput& output,
+                               std::vector<ProgressChannel>& progress,
+                               std::vector<ControlChannel>& controls,
+                               const std::vector<int>& replace);
   // The next round's plan: the survivors keep their pipes, standbys bring
   // theirs, workers started afresh get new ones (in `progress`/`controls`).
   RoundPlan PlanInPlaceRound(const v1::Assignment& assignment,
@@ -196,11 +205,8 @@ class Agent {
   std::optional<HeldPort> held_master_port_;
   std::optional<v1::RoundRecord> record_;  // none before the first round
   // In-place recovery: which local ranks declared it (carried into the
-  // next round of the same processes), which to replace, and the exit code
-  // of a job that ended while rejoining.
+  // next round of the same processes).
   std::vector<bool> in_place_declared_;
-  std::vector<int> in_place_replace_;
-  int ended_exit_code_ = 1;
   // Hang bounds by phase, learned over the whole job; and, by local rank,
   // whether its program reports on its progress pipe (then its next worker
   // must).
