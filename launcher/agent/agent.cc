@@ -48,6 +48,16 @@ void RouteOutput(const WorkerOutput& output, RoundPlan& plan) {
   }
 }
 
+// The workers go on into the next round in place: each carries its
+// declaration of in-place recovery with it.
+void KeepDeclarations(WorkerGroup& group, const SupervisorPolicy& policy) {
+  const std::vector<bool>& declared = policy.in_place_declared();
+  for (int i = 0; i < group.size(); ++i) {
+    group.slot(i).declared_in_place =
+        i < static_cast<int>(declared.size()) && declared[i];
+  }
+}
+
 }  // namespace
 
 Agent::Agent(AgentOptions options, AgentContext context, RendezvousApi& client,
@@ -236,22 +246,20 @@ Agent::Joined Agent::JoinNextRound(int64_t last_round) {
 }
 
 RoundPlan Agent::PlanRound(const v1::Assignment& assignment, bool use_standbys,
-                           std::vector<ProgressChannel>& progress,
-                           std::vector<ControlChannel>& controls) const {
+                           WorkerGroup& group) const {
   std::vector<int> fds;
   std::vector<int> control_fds;
-  progress.clear();
-  controls.clear();
+  // Prewarmed workers already hold their progress and control channels;
+  // workers started afresh get new ones.
+  if (!use_standbys) group.OpenSlots(options_.nproc_per_node);
   for (int local_rank = 0; local_rank < options_.nproc_per_node; ++local_rank) {
     if (use_standbys) {
-      // Prewarmed workers already hold their progress and control channels.
       fds.push_back(standbys_->progress_fd(local_rank));
       control_fds.push_back(standbys_->control_fd(local_rank));
     } else {
-      progress.emplace_back();
-      fds.push_back(progress.back().write_fd());
-      controls.emplace_back();
-      control_fds.push_back(controls.back().child_fd());
+      const WorkerSlot& slot = group.slot(local_rank);
+      fds.push_back(slot.progress.write_fd());
+      control_fds.push_back(slot.control.child_fd());
     }
   }
   return BuildRoundPlan(options_, context_, assignment, fds, control_fds);
@@ -274,28 +282,29 @@ void Agent::PrepareAttemptDir(const RoundPlan& plan) const {
 Agent::RoundOutcome Agent::RunRound(v1::Assignment& assignment) {
   const int n = options_.nproc_per_node;
   bool use_standbys = standbys_ != nullptr && standbys_->size() >= n;
-  std::vector<ProgressChannel> progress;
-  std::vector<ControlChannel> controls;
-  RoundPlan plan = PlanRound(assignment, use_standbys, progress, controls);
+  // Declared before the workers: it outlives them, and copies what they
+  // wrote last.
+  std::unique_ptr<WorkerOutput> output;
+  WorkerGroup group(control_, clock_);
+  RoundPlan plan = PlanRound(assignment, use_standbys, group);
   PrepareAttemptDir(plan);
-  absl::StatusOr<std::unique_ptr<WorkerOutput>> output =
+  absl::StatusOr<std::unique_ptr<WorkerOutput>> opened =
       WorkerOutput::Open(plan.output);
-  if (!output.ok()) {
-    spdlog::error("{}", std::string(output.status().message()));
+  if (!opened.ok()) {
+    spdlog::error("{}", std::string(opened.status().message()));
     ReportFailures(assignment, {}, plan.error_files,
-                   std::string(output.status().message()));
+                   std::string(opened.status().message()));
     return {.end = RoundEnd::kRejoin};
   }
-  RouteOutput(**output, plan);
+  output = *std::move(opened);
+  RouteOutput(*output, plan);
 
   events_.TakeRejoin();       // a previous round's news is not this round's
   held_master_port_.reset();  // global rank 0 may bind it now
-  WorkerGroup group(control_, clock_);
-  absl::Status started = StartWorkers(assignment, **output, plan, group,
-                                      progress, controls, use_standbys);
-  for (ProgressChannel& channel : progress) channel.CloseWriteEnd();
-  for (ControlChannel& channel : controls) channel.CloseReadEnd();
-  (*output)->StartCopying();
+  absl::Status started =
+      StartWorkers(assignment, *output, plan, group, use_standbys);
+  group.CloseWorkerEnds();
+  output->StartCopying();
   if (!started.ok()) {
     spdlog::error("{}", std::string(started.message()));
     ReportFailures(assignment, {}, plan.error_files,
@@ -307,48 +316,41 @@ Agent::RoundOutcome Agent::RunRound(v1::Assignment& assignment) {
                context_.worker_argv[0]);
   // The next round's workers start now, while this round trains.
   if (standbys_ != nullptr) standbys_->Fill(n);
-  in_place_declared_.assign(n, false);
-  RoundOutcome outcome = Supervise({assignment, plan, group, progress});
+  RoundOutcome outcome = Supervise({assignment, plan, group});
   while (outcome.end == RoundEnd::kInPlace) {
-    outcome = ContinueInPlace(assignment, plan, group, **output, progress,
-                              controls, outcome.replace);
+    outcome =
+        ContinueInPlace(assignment, plan, group, *output, outcome.replace);
   }
   // The workers are gone; what they wrote last still reaches the console and
   // the files (bounded: a worker's own children may hold a pipe open).
-  (*output)->Finish(absl::Seconds(1));
+  output->Finish(absl::Seconds(1));
   return outcome;
 }
 
 absl::Status Agent::StartWorkers(const v1::Assignment& assignment,
                                  const WorkerOutput& output, RoundPlan& plan,
-                                 WorkerGroup& group,
-                                 std::vector<ProgressChannel>& progress,
-                                 std::vector<ControlChannel>& controls,
-                                 bool& used_standbys) {
+                                 WorkerGroup& group, bool& used_standbys) {
   if (used_standbys) {
-    absl::StatusOr<std::vector<pid_t>> pids =
-        ActivateStandbys(assignment, plan.workers, progress, controls);
-    if (pids.ok()) {
-      group.Adopt(*pids);
+    absl::StatusOr<std::vector<WorkerSlot>> activated =
+        ActivateStandbys(assignment, plan.workers);
+    if (activated.ok()) {
+      group.Adopt(*std::move(activated));
       return absl::OkStatus();
     }
     spdlog::warn("{}; starting workers afresh",
-                 std::string(pids.status().message()));
+                 std::string(activated.status().message()));
     used_standbys = false;
-    plan = PlanRound(assignment, /*use_standbys=*/false, progress, controls);
+    plan = PlanRound(assignment, /*use_standbys=*/false, group);
     RouteOutput(output, plan);
   }
   return group.Start(plan.workers, options_.shutdown_grace);
 }
 
-absl::StatusOr<std::vector<pid_t>> Agent::ActivateStandbys(
-    const v1::Assignment& assignment, const std::vector<SpawnRequest>& requests,
-    std::vector<ProgressChannel>& progress,
-    std::vector<ControlChannel>& controls) {
+absl::StatusOr<std::vector<WorkerSlot>> Agent::ActivateStandbys(
+    const v1::Assignment& assignment,
+    const std::vector<SpawnRequest>& requests) {
   std::vector<std::vector<std::string>> envs;
   for (const SpawnRequest& r : requests) envs.push_back(r.env);
-  progress.clear();
-  controls.clear();
   // torch 1.13's env:// has global rank 0 host the TCPStore on MASTER_PORT;
   // a rank that connects before it listens sleeps a whole second before
   // trying again. Prewarmed rank 0 listens within milliseconds, so the
@@ -356,12 +358,12 @@ absl::StatusOr<std::vector<pid_t>> Agent::ActivateStandbys(
   // Other programs (libddp: the rendezvous store) are told all at once.
   bool hosts_rank0 =
       assignment.rank_offset() == 0 && context_.rank0_listens_on_master_port;
-  std::vector<pid_t> pids;
+  std::vector<WorkerSlot> workers;
   if (hosts_rank0) {
-    absl::StatusOr<std::vector<pid_t>> first =
-        standbys_->Activate({envs[0]}, progress, &controls);
+    absl::StatusOr<std::vector<WorkerSlot>> first =
+        standbys_->Activate({envs[0]});
     if (!first.ok()) return first.status();
-    pids = *first;
+    workers = *std::move(first);
     envs.erase(envs.begin());
   }
   if (!envs.empty()) {
@@ -372,15 +374,14 @@ absl::StatusOr<std::vector<pid_t>> Agent::ActivateStandbys(
                     assignment.master_port(),
                     absl::FormatDuration(kMasterListenWait));
     }
-    absl::StatusOr<std::vector<pid_t>> rest =
-        standbys_->Activate(envs, progress, &controls);
+    absl::StatusOr<std::vector<WorkerSlot>> rest = standbys_->Activate(envs);
     if (!rest.ok()) {
-      for (pid_t pid : pids) control_.SignalGroup(pid, SIGKILL);
+      for (const WorkerSlot& w : workers) control_.SignalGroup(w.pid, SIGKILL);
       return rest.status();
     }
-    pids.insert(pids.end(), rest->begin(), rest->end());
+    for (WorkerSlot& w : *rest) workers.push_back(std::move(w));
   }
-  return pids;
+  return workers;
 }
 
 HeartbeatLoopOptions Agent::HeartbeatOptions(
@@ -420,7 +421,9 @@ Agent::RoundOutcome Agent::Supervise(const RunningRound& round) {
   SupervisorPolicyOptions policy_options;
   policy_options.num_workers = options_.nproc_per_node;
   policy_options.expect_reports = workers_report_;
-  policy_options.in_place = in_place_declared_;
+  for (int i = 0; i < round.group.size(); ++i) {
+    policy_options.in_place.push_back(round.group.slot(i).declared_in_place);
+  }
   policy_options.survivors = round.survivors;
   SupervisorPolicy policy(policy_options, phase_bounds_, clock_);
   forming.store(policy.Forming());
@@ -480,7 +483,7 @@ std::optional<Agent::RoundOutcome> Agent::OnVerdict(const RunningRound& round,
   }
   RecoveryDecision decision = policy.DecideRecovery();
   if (!decision.in_place) return OnWorkersFailed(round, policy);
-  in_place_declared_ = policy.in_place_declared();
+  KeepDeclarations(round.group, policy);
   return OnWorkersFailedInPlace(round, policy, decision);
 }
 
@@ -489,7 +492,7 @@ Agent::RoundOutcome Agent::OnRoundOverElsewhere(
   // Another node failed: workers that recover in place go on into the next
   // round.
   if (policy.DecideRecovery().in_place) {
-    in_place_declared_ = policy.in_place_declared();
+    KeepDeclarations(round.group, policy);
     spdlog::info(
         "round {} ended elsewhere; the workers continue in place "
         "into the next round",
@@ -519,8 +522,8 @@ void Agent::Observe(const RunningRound& round, SupervisorPolicy& policy,
   }
   const std::vector<pid_t> pids = round.group.pids();
   for (int i = 0; i < n; ++i) {
-    const std::vector<common::ProgressRecord> records =
-        round.progress[i].Drain();
+    ProgressChannel& progress = round.group.slot(i).progress;
+    const std::vector<common::ProgressRecord> records = progress.Drain();
     const absl::Time now = clock_.Now();
     for (const common::ProgressRecord& record : records) {
       policy.OnRecord(i, record);
@@ -537,7 +540,7 @@ void Agent::Observe(const RunningRound& round, SupervisorPolicy& policy,
       workers_report_[i] = true;
       if (metrics != nullptr) metrics->Progress(i, clock_.Now());
     }
-    if (round.progress[i].declared_in_place()) policy.OnInPlaceDeclared(i);
+    if (progress.declared_in_place()) policy.OnInPlaceDeclared(i);
     // A stopped worker (SIGSTOP) is found by its state, in any phase and
     // whether or not its program reports: a look at /proc per worker and
     // monitor interval.
@@ -605,10 +608,10 @@ Agent::RoundOutcome Agent::OnWorkersFailedInPlace(
   return {.end = RoundEnd::kInPlace, .replace = decision.replace};
 }
 
-Agent::RoundOutcome Agent::ContinueInPlace(
-    v1::Assignment& assignment, RoundPlan& plan, WorkerGroup& group,
-    const WorkerOutput& output, std::vector<ProgressChannel>& progress,
-    std::vector<ControlChannel>& controls, const std::vector<int>& replace) {
+Agent::RoundOutcome Agent::ContinueInPlace(v1::Assignment& assignment,
+                                           RoundPlan& plan, WorkerGroup& group,
+                                           const WorkerOutput& output,
+                                           const std::vector<int>& replace) {
   const int n = options_.nproc_per_node;
   Joined joined = JoinNextRound(assignment.round());
   if (!joined.assignment.has_value()) {
@@ -622,15 +625,14 @@ Agent::RoundOutcome Agent::ContinueInPlace(
   LogAssignment(assignment, n);
   const InPlaceSources sources = PlanInPlaceSources(
       n, replace, standbys_ != nullptr ? standbys_->size() : 0);
-  plan = PlanInPlaceRound(assignment, sources, progress, controls);
+  plan = PlanInPlaceRound(assignment, sources, group);
   PrepareAttemptDir(plan);
   RouteOutput(output, plan);
   // The survivors first: their collectives in flight abort at once.
-  SendRoundToSurvivors(plan, sources, controls);
+  SendRoundToSurvivors(plan, sources, group);
   for (int i = 0; i < n; ++i) {
     if (sources.by_local_rank[i] == WorkerSource::kSurvivor) continue;
-    absl::Status started = ReplaceWorker({assignment, plan, group, progress}, i,
-                                         sources, controls);
+    absl::Status started = ReplaceWorker({assignment, plan, group}, i, sources);
     if (!started.ok()) {
       spdlog::error("cannot replace local rank {}: {}", i,
                     std::string(started.message()));
@@ -645,31 +647,29 @@ Agent::RoundOutcome Agent::ContinueInPlace(
   for (int i = 0; i < n; ++i) {
     survivors[i] = sources.by_local_rank[i] == WorkerSource::kSurvivor;
   }
-  return Supervise({assignment, plan, group, progress, survivors});
+  return Supervise({assignment, plan, group, survivors});
 }
 
 RoundPlan Agent::PlanInPlaceRound(const v1::Assignment& assignment,
                                   const InPlaceSources& sources,
-                                  std::vector<ProgressChannel>& progress,
-                                  std::vector<ControlChannel>& controls) {
+                                  WorkerGroup& group) {
   const int n = options_.nproc_per_node;
   std::vector<int> progress_fds(n, -1);
   std::vector<int> control_fds(n, -1);
   for (int i = 0; i < n; ++i) {
     switch (sources.by_local_rank[i]) {
       case WorkerSource::kSurvivor:
-        progress_fds[i] = progress[i].child_fd();
-        control_fds[i] = controls[i].child_fd();
+        progress_fds[i] = group.slot(i).progress.child_fd();
+        control_fds[i] = group.slot(i).control.child_fd();
         break;
       case WorkerSource::kStandby:
         progress_fds[i] = standbys_->progress_fd(sources.standby_index[i]);
         control_fds[i] = standbys_->control_fd(sources.standby_index[i]);
         break;
       case WorkerSource::kFresh:
-        progress[i] = ProgressChannel();
-        controls[i] = ControlChannel();
-        progress_fds[i] = progress[i].write_fd();
-        control_fds[i] = controls[i].child_fd();
+        group.RenewPipes(i);
+        progress_fds[i] = group.slot(i).progress.write_fd();
+        control_fds[i] = group.slot(i).control.child_fd();
         break;
     }
   }
@@ -679,11 +679,11 @@ RoundPlan Agent::PlanInPlaceRound(const v1::Assignment& assignment,
 
 void Agent::SendRoundToSurvivors(const RoundPlan& plan,
                                  const InPlaceSources& sources,
-                                 std::vector<ControlChannel>& controls) {
+                                 WorkerGroup& group) {
   for (int i = 0; i < options_.nproc_per_node; ++i) {
     if (sources.by_local_rank[i] != WorkerSource::kSurvivor) continue;
-    absl::Status sent =
-        controls[i].Send(common::EncodeWorkerEnv(plan.workers[i].env));
+    absl::Status sent = group.slot(i).control.Send(
+        common::EncodeWorkerEnv(plan.workers[i].env));
     if (!sent.ok()) {
       spdlog::warn("local rank {}: {}", i, std::string(sent.message()));
     }
@@ -691,25 +691,17 @@ void Agent::SendRoundToSurvivors(const RoundPlan& plan,
 }
 
 absl::Status Agent::ReplaceWorker(const RunningRound& round, int local_rank,
-                                  const InPlaceSources& sources,
-                                  std::vector<ControlChannel>& controls) {
-  in_place_declared_[local_rank] = false;
+                                  const InPlaceSources& sources) {
   WorkerGroup& group = round.group;
-  std::vector<ProgressChannel>& progress = round.progress;
   const SpawnRequest& request = round.plan.workers[local_rank];
   if (sources.by_local_rank[local_rank] == WorkerSource::kStandby) {
-    std::vector<ProgressChannel> taken_progress;
-    std::vector<ControlChannel> taken_controls;
-    absl::StatusOr<std::vector<pid_t>> pid =
-        standbys_->Activate({request.env}, taken_progress, &taken_controls);
-    if (!pid.ok()) return pid.status();
-    group.AdoptAt(local_rank, pid->front());
-    progress[local_rank] = std::move(taken_progress.front());
-    controls[local_rank] = std::move(taken_controls.front());
+    absl::StatusOr<std::vector<WorkerSlot>> activated =
+        standbys_->Activate({request.env});
+    if (!activated.ok()) return activated.status();
+    group.AdoptAt(local_rank, std::move(activated->front()));
   } else {
     absl::Status started = group.Respawn(local_rank, request);
-    progress[local_rank].CloseWriteEnd();
-    controls[local_rank].CloseReadEnd();
+    group.CloseWorkerEnds(local_rank);
     if (!started.ok()) return started;
   }
   spdlog::info(

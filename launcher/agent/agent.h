@@ -81,8 +81,7 @@ class Agent {
   struct RunningRound {
     const v1::Assignment& assignment;
     const RoundPlan& plan;
-    WorkerGroup& group;
-    std::vector<ProgressChannel>& progress;
+    WorkerGroup& group;  // the workers, their pipes and what they declared
     // By local rank: carried on from the previous round in place (empty: a
     // fresh round).
     std::vector<bool> survivors = {};
@@ -95,28 +94,22 @@ class Agent {
   // continue into (in-place recovery) run inside it; `assignment` is then
   // the last of them.
   RoundOutcome RunRound(v1::Assignment& assignment);
-  // The plan with fresh progress and control pipes (appended to `progress`
-  // and `controls`), or with the prewarmed workers' pipes.
+  // The plan with the prewarmed workers' pipes, or with fresh ones (in new
+  // slots of `group`).
   RoundPlan PlanRound(const v1::Assignment& assignment, bool use_standbys,
-                      std::vector<ProgressChannel>& progress,
-                      std::vector<ControlChannel>& controls) const;
+                      WorkerGroup& group) const;
   void PrepareAttemptDir(const RoundPlan& plan) const;
   // Starts (or activates) the workers of `plan` into `group`. A failed
-  // activation falls back to starting them afresh; `plan` and `progress`
-  // are then replanned. Sets `used_standbys`.
+  // activation falls back to starting them afresh; `plan` is then
+  // replanned. Sets `used_standbys`.
   absl::Status StartWorkers(const v1::Assignment& assignment,
                             const WorkerOutput& output, RoundPlan& plan,
-                            WorkerGroup& group,
-                            std::vector<ProgressChannel>& progress,
-                            std::vector<ControlChannel>& controls,
-                            bool& used_standbys);
-  // Hands the round's environments to the prewarmed workers; global rank 0
-  // first. Appends their progress channels to `progress`.
-  absl::StatusOr<std::vector<pid_t>> ActivateStandbys(
+                            WorkerGroup& group, bool& used_standbys);
+  // Hands the round's environments to the prewarmed workers, global rank 0
+  // first; returns their slots.
+  absl::StatusOr<std::vector<WorkerSlot>> ActivateStandbys(
       const v1::Assignment& assignment,
-      const std::vector<SpawnRequest>& requests,
-      std::vector<ProgressChannel>& progress,
-      std::vector<ControlChannel>& controls);
+      const std::vector<SpawnRequest>& requests);
   HeartbeatLoopOptions HeartbeatOptions(const v1::Assignment& assignment) const;
   // Watches the round's workers and the events until the round ends for
   // this node.
@@ -151,23 +144,18 @@ class Agent {
   // names (from a standby when one waits) and supervises the round.
   RoundOutcome ContinueInPlace(v1::Assignment& assignment, RoundPlan& plan,
                                WorkerGroup& group, const WorkerOutput& output,
-                               std::vector<ProgressChannel>& progress,
-                               std::vector<ControlChannel>& controls,
                                const std::vector<int>& replace);
   // The next round's plan: the survivors keep their pipes, standbys bring
-  // theirs, workers started afresh get new ones (in `progress`/`controls`).
+  // theirs, workers started afresh get new ones (in their slots of
+  // `group`).
   RoundPlan PlanInPlaceRound(const v1::Assignment& assignment,
-                             const InPlaceSources& sources,
-                             std::vector<ProgressChannel>& progress,
-                             std::vector<ControlChannel>& controls);
+                             const InPlaceSources& sources, WorkerGroup& group);
   // Writes each survivor's new environment on its control pipe.
   void SendRoundToSurvivors(const RoundPlan& plan,
-                            const InPlaceSources& sources,
-                            std::vector<ControlChannel>& controls);
+                            const InPlaceSources& sources, WorkerGroup& group);
   // Starts local rank `local_rank` of `round` from a standby or afresh.
   absl::Status ReplaceWorker(const RunningRound& round, int local_rank,
-                             const InPlaceSources& sources,
-                             std::vector<ControlChannel>& controls);
+                             const InPlaceSources& sources);
   void ReportFailures(const v1::Assignment& assignment,
                       const std::vector<LocalFailure>& failures,
                       const std::vector<std::string>& error_files,
@@ -204,9 +192,6 @@ class Agent {
   // until its workers start (see HeldPort); empty with a reserve_port seam.
   std::optional<HeldPort> held_master_port_;
   std::optional<v1::RoundRecord> record_;  // none before the first round
-  // In-place recovery: which local ranks declared it (carried into the
-  // next round of the same processes).
-  std::vector<bool> in_place_declared_;
   // Hang bounds by phase, learned over the whole job; and, by local rank,
   // whether its program reports on its progress pipe (then its next worker
   // must).

@@ -321,10 +321,8 @@ int StandbyPool::control_fd(int i) const {
   return standbys_[i].control.child_fd();
 }
 
-absl::StatusOr<std::vector<pid_t>> StandbyPool::Activate(
-    const std::vector<std::vector<std::string>>& envs,
-    std::vector<ProgressChannel>& progress,
-    std::vector<ControlChannel>* controls) {
+absl::StatusOr<std::vector<WorkerSlot>> StandbyPool::Activate(
+    const std::vector<std::vector<std::string>>& envs) {
   if (envs.size() > standbys_.size()) {
     return absl::FailedPreconditionError(
         absl::StrFormat("%d prewarmed workers wait, %d are needed",
@@ -353,16 +351,15 @@ absl::StatusOr<std::vector<pid_t>> StandbyPool::Activate(
           "prewarmed worker %d (pid %d) is gone (%s)", i, pid, strerror(err)));
     }
   }
-  std::vector<pid_t> pids;
+  std::vector<WorkerSlot> workers;
   for (size_t i = 0; i < envs.size(); ++i) {
-    pids.push_back(standbys_[i].pid);
-    progress.push_back(std::move(standbys_[i].progress));
-    if (controls != nullptr) {
-      controls->push_back(std::move(standbys_[i].control));
-    }
+    // Their own pipes: a slot made from moved channels makes none.
+    workers.push_back({.pid = standbys_[i].pid,
+                       .progress = std::move(standbys_[i].progress),
+                       .control = std::move(standbys_[i].control)});
   }
   standbys_.erase(standbys_.begin(), standbys_.begin() + envs.size());
-  return pids;
+  return workers;
 }
 
 void StandbyPool::PromoteLate() {

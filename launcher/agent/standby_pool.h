@@ -13,6 +13,7 @@
 #include "launcher/posix/control_channel.h"
 #include "launcher/posix/process_control.h"
 #include "launcher/posix/progress_channel.h"
+#include "launcher/posix/worker_slot.h"
 
 namespace ddprun::launcher {
 
@@ -90,14 +91,12 @@ class StandbyPool {
   int control_fd(int i) const;
 
   // Turns the first envs.size() standbys into workers: each gets envs[i].
-  // Returns their pids and appends their progress channels to `progress`
-  // (and their control channels to `controls` when given).
-  // When one cannot be told (it died), every standby is killed and the
-  // error returned; the caller then starts workers the ordinary way.
-  absl::StatusOr<std::vector<pid_t>> Activate(
-      const std::vector<std::vector<std::string>>& envs,
-      std::vector<ProgressChannel>& progress,
-      std::vector<ControlChannel>* controls = nullptr);
+  // Returns their slots (pid, progress and control channels), for
+  // WorkerGroup to adopt. When one cannot be told (it died), every standby
+  // is killed and the error returned; the caller then starts workers the
+  // ordinary way.
+  absl::StatusOr<std::vector<WorkerSlot>> Activate(
+      const std::vector<std::vector<std::string>>& envs);
 
   // Kills every waiting standby.
   void Clear();

@@ -191,7 +191,6 @@ TEST(StandbyPoolTest, AStandbyWaitsIdleAndWorksAtNormalPriority) {
                      CurrentEnvironment());
     pool.Fill(1);
     ASSERT_EQ(pool.size(), 1);
-    std::vector<ProgressChannel> progress;
     const bool idle = control.CanRestoreNormalPriority();
     EXPECT_EQ(pool.idle_start(), idle);
     // The first standby's pid: the only child alive.
@@ -207,11 +206,11 @@ TEST(StandbyPoolTest, AStandbyWaitsIdleAndWorksAtNormalPriority) {
         absl::Seconds(10)));
     EXPECT_EQ(sched_getscheduler(children[0]), idle ? SCHED_IDLE : SCHED_OTHER);
 
-    auto activated = pool.Activate({{"RANK=0"}}, progress);
+    auto activated = pool.Activate({{"RANK=0"}});
 
     ASSERT_TRUE(activated.ok()) << activated.status();
     ASSERT_EQ(activated->size(), 1u);
-    pid = activated->front();
+    pid = activated->front().pid;
     EXPECT_EQ(*pid, children[0]);
     EXPECT_EQ(sched_getscheduler(*pid), SCHED_OTHER);
   }

@@ -129,17 +129,18 @@ TEST_F(StandbyZygoteTest, StandbysAreForkedByTheZygoteAndAdoptedByTheAgent) {
     }
     EXPECT_EQ(sched_getscheduler(zygote), SCHED_OTHER);
 
-    std::vector<ProgressChannel> progress;
-    std::vector<ControlChannel> controls;
-    absl::StatusOr<std::vector<pid_t>> activated =
+    absl::StatusOr<std::vector<WorkerSlot>> activated =
         pool.Activate({{"RANK=0", "STANDBY_HELPER_OUT=" + dir.File("0")},
-                       {"RANK=1", "STANDBY_HELPER_OUT=" + dir.File("1")}},
-                      progress, &controls);
+                       {"RANK=1", "STANDBY_HELPER_OUT=" + dir.File("1")}});
     ASSERT_TRUE(activated.ok()) << activated.status();
-    pids = *activated;
+    ASSERT_EQ(activated->size(), 2u);
+    for (const WorkerSlot& worker : *activated) {
+      pids.push_back(worker.pid);
+      // Each came with the pipes it inherited as a standby.
+      EXPECT_GE(worker.progress.child_fd(), 0);
+      EXPECT_GE(worker.control.child_fd(), 0);
+    }
     EXPECT_EQ(std::set<pid_t>(pids.begin(), pids.end()), standbys);
-    EXPECT_EQ(progress.size(), 2u);
-    EXPECT_EQ(controls.size(), 2u);
   }
   // Activated, each ran as a worker of its round, and this process reaps it.
   for (size_t rank = 0; rank < pids.size(); ++rank) {
@@ -183,11 +184,10 @@ TEST_F(StandbyZygoteTest, AZygoteThatRunsThreadsIsRefusedAndStandbysAreExeced) {
         absl::Seconds(60)));
     EXPECT_EQ(pool.forked(), 0);
     EXPECT_EQ(pool.zygote_pid(), -1);
-    std::vector<ProgressChannel> progress;
-    absl::StatusOr<std::vector<pid_t>> activated = pool.Activate(
-        {{"RANK=0", "STANDBY_HELPER_OUT=" + dir.File("0")}}, progress);
+    absl::StatusOr<std::vector<WorkerSlot>> activated =
+        pool.Activate({{"RANK=0", "STANDBY_HELPER_OUT=" + dir.File("0")}});
     ASSERT_TRUE(activated.ok()) << activated.status();
-    pid = activated->front();
+    pid = activated->front().pid;
   }
   std::optional<ExitStatus> status = reaper.Until(pid);
   ASSERT_TRUE(status.has_value());

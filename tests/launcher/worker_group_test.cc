@@ -98,5 +98,90 @@ TEST(WorkerGroupTest, AFailedSpawnStopsTheWorkersAlreadyStarted) {
   EXPECT_TRUE(control.running().empty());
 }
 
+// The slots' pipes are what the plan hands to the workers: starting into
+// open slots keeps them, and the worker ends close once the workers run.
+TEST(WorkerGroupTest, WorkersStartIntoTheOpenSlotsWithTheirPipes) {
+  common::FakeClock clock;
+  FakeProcessControl control(&clock, /*first_pid=*/100);
+  WorkerGroup group(control, clock);
+  group.OpenSlots(2);
+  ASSERT_EQ(group.size(), 2);
+  const int progress_fd = group.slot(1).progress.write_fd();
+  const int control_fd = group.slot(1).control.child_fd();
+  ASSERT_GE(progress_fd, 0);
+  ASSERT_GE(control_fd, 0);
+  EXPECT_EQ(group.slot(0).pid, -1);
+
+  ASSERT_TRUE(group.Start({Request("a"), Request("b")}, absl::Seconds(1)).ok());
+  EXPECT_EQ(group.slot(0).pid, 100);
+  EXPECT_EQ(group.slot(1).pid, 101);
+  EXPECT_EQ(group.slot(1).progress.write_fd(), progress_fd);
+  group.CloseWorkerEnds();
+  EXPECT_EQ(group.slot(1).progress.write_fd(), -1);
+  // The number the worker knows its control pipe by stays.
+  EXPECT_EQ(group.slot(1).control.child_fd(), control_fd);
+}
+
+// Slots without a process yet (a spawn failed before them) are neither
+// signalled nor waited for.
+TEST(WorkerGroupTest, AFailedStartLeavesNoProcessInTheSlotsAfterIt) {
+  common::FakeClock clock;
+  FakeProcessControl control(&clock, /*first_pid=*/100);
+  ActLikeWorkers(control);
+  WorkerGroup group(control, clock);
+  group.OpenSlots(3);
+  absl::Status s = group.Start({Request("a"), Request("missing"), Request("b")},
+                               absl::Seconds(1));
+  EXPECT_FALSE(s.ok());
+  EXPECT_TRUE(group.AllEnded());
+  EXPECT_EQ(group.slot(2).pid, -1);
+  for (auto [pid, sig] : control.signals()) EXPECT_EQ(pid, 100);
+}
+
+// In-place recovery: the replaced rank's new process starts with fresh
+// pipes and has not declared anything yet; its old process's exit, reaped
+// later, is dropped.
+TEST(WorkerGroupTest, ARespawnedWorkerGetsFreshPipesAndNoDeclaration) {
+  common::FakeClock clock;
+  FakeProcessControl control(&clock, /*first_pid=*/100);
+  ActLikeWorkers(control);
+  WorkerGroup group(control, clock);
+  ASSERT_TRUE(group.Start({Request("a"), Request("b")}, absl::Seconds(1)).ok());
+  group.slot(0).declared_in_place = true;
+  group.slot(1).declared_in_place = true;
+  group.Kill(1);
+
+  group.RenewPipes(1);
+  ASSERT_TRUE(group.Respawn(1, Request("b")).ok());
+
+  EXPECT_EQ(group.slot(1).pid, 102);
+  EXPECT_FALSE(group.slot(1).declared_in_place);
+  EXPECT_TRUE(group.slot(0).declared_in_place);
+  EXPECT_GE(group.slot(1).progress.write_fd(), 0);
+  EXPECT_NE(group.slot(1).progress.child_fd(), -1);
+  EXPECT_TRUE(group.Reap().empty()) << "the killed process is no worker now";
+  EXPECT_FALSE(group.Ended(1));
+}
+
+// Prewarmed workers come with their own processes and pipes.
+TEST(WorkerGroupTest, AdoptedSlotsAreTheWorkers) {
+  common::FakeClock clock;
+  FakeProcessControl control(&clock, /*first_pid=*/100);
+  WorkerGroup group(control, clock);
+  pid_t a = *control.Spawn(Request("standby"));
+  pid_t b = *control.Spawn(Request("standby"));
+  std::vector<WorkerSlot> slots;
+  slots.push_back({.pid = a});
+  slots.push_back({.pid = b});
+  const int fd = slots[1].progress.write_fd();
+  group.Adopt(std::move(slots));
+  EXPECT_EQ(group.pids(), (std::vector<pid_t>{a, b}));
+  EXPECT_EQ(group.slot(1).progress.write_fd(), fd);
+  control.End(b, ExitStatus::Exited(0));
+  auto exits = group.Reap();
+  ASSERT_EQ(exits.size(), 1u);
+  EXPECT_EQ(exits[0].first, 1);
+}
+
 }  // namespace
 }  // namespace ddprun::launcher
