@@ -27,6 +27,7 @@
 #include "launcher/agent/rendezvous_api.h"
 #include "launcher/posix/process_control.h"
 #include "tests/testing/fake_process_control.h"
+#include "tests/testing/fake_rendezvous.h"
 #include "tests/testing/temp_dir.h"
 
 namespace ddprun::launcher {
@@ -196,97 +197,6 @@ v1::HeartbeatResponse Running() {
   return r;
 }
 
-class FakeRendezvous final : public RendezvousApi {
- public:
-  // Answers to the Joins, in order; a Join past them is a test error.
-  std::deque<absl::StatusOr<v1::JoinResponse>> joins ABSL_GUARDED_BY(mu);
-  // Called on the heartbeat thread with the call's number (from 0).
-  std::function<absl::StatusOr<v1::HeartbeatResponse>(
-      const v1::HeartbeatRequest&, int)>
-      heartbeat = [](const v1::HeartbeatRequest&, int) {
-        return absl::StatusOr<v1::HeartbeatResponse>(Running());
-      };
-  bool restarts_exhausted = false;
-  std::function<void()> on_join;
-  std::function<void()> on_leave;  // called at each Leave, before it answers
-
-  absl::StatusOr<v1::JoinResponse> Join(const v1::JoinRequest& request,
-                                        absl::Duration,
-                                        absl::Duration) override {
-    if (on_join) on_join();
-    absl::MutexLock lock(&mu);
-    join_requests.push_back(request);
-    if (joins.empty()) return absl::InternalError("unexpected Join");
-    absl::StatusOr<v1::JoinResponse> r = joins.front();
-    joins.pop_front();
-    return r;
-  }
-  absl::StatusOr<v1::HeartbeatResponse> Heartbeat(
-      const v1::HeartbeatRequest& request) override {
-    int call;
-    {
-      absl::MutexLock lock(&mu);
-      call = heartbeats++;
-    }
-    return heartbeat(request, call);
-  }
-  absl::StatusOr<v1::ReportFailureResponse> ReportFailure(
-      const v1::ReportFailureRequest& request) override {
-    absl::MutexLock lock(&mu);
-    reports.push_back(request);
-    if (!report_error.ok()) return report_error;
-    v1::ReportFailureResponse r;
-    r.set_restart_count(static_cast<int>(reports.size()));
-    r.set_restarts_exhausted(restarts_exhausted);
-    return r;
-  }
-  absl::Status Leave(const v1::LeaveRequest& request) override {
-    if (on_leave) on_leave();
-    absl::MutexLock lock(&mu);
-    leaves.push_back(request);
-    resumes_at_leave.push_back(static_cast<int>(resume_requests.size()));
-    if (leave_errors.empty()) return absl::OkStatus();
-    absl::Status error = leave_errors.front();
-    leave_errors.pop_front();
-    return error;
-  }
-  // Unset: UNIMPLEMENTED, as a server older than Resume.
-  std::function<absl::StatusOr<v1::ResumeResponse>(const v1::JoinRequest&)>
-      resume;
-  absl::StatusOr<v1::ResumeResponse> Resume(
-      const v1::JoinRequest& request) override {
-    {
-      absl::MutexLock lock(&mu);
-      resume_requests.push_back(request);
-    }
-    if (!resume) return RendezvousApi::Resume(request);
-    return resume(request);
-  }
-  const std::string& endpoint() const override { return endpoint_; }
-
-  int resume_count() {
-    absl::MutexLock lock(&mu);
-    return static_cast<int>(resume_requests.size());
-  }
-  int heartbeat_count() {
-    absl::MutexLock lock(&mu);
-    return heartbeats;
-  }
-
-  absl::Mutex mu;
-  std::vector<v1::JoinRequest> join_requests;
-  std::vector<v1::ReportFailureRequest> reports;
-  std::vector<v1::LeaveRequest> leaves;
-  std::vector<int> resumes_at_leave;      // Resume calls made before each Leave
-  std::deque<absl::Status> leave_errors;  // the first Leaves fail with these
-  std::vector<v1::JoinRequest> resume_requests;
-  absl::Status report_error;  // what ReportFailure fails with, when set
-  int heartbeats ABSL_GUARDED_BY(mu) = 0;
-
- private:
-  std::string endpoint_ = "fake:0";
-};
-
 using HeartbeatFn = std::function<absl::StatusOr<v1::HeartbeatResponse>(
     const v1::HeartbeatRequest&, int)>;
 
@@ -356,7 +266,7 @@ class AgentLifecycleTest : public ::testing::Test {
   common::FakeClock clock_;
   SteppedEvents events_;
   LifecycleControl control_;
-  FakeRendezvous rdzv_;
+  ::ddprun::testing::FakeRendezvous rdzv_;
   AgentOptions options_;
   testing::TempDir scratch_;
 };

@@ -3,7 +3,9 @@
 // knows that its round is over (the server has dropped it). Heartbeats go on
 // the server's stream (Rendezvous.Heartbeats); a server older than it gets
 // unary heartbeats; a restarted server gets the round back (Resume) and a
-// new stream.
+// new stream. One test drives the loop against the shared fake rendezvous
+// (tests/testing/fake_rendezvous.h); its decisions are HeartbeatPolicy's,
+// tested on a fake clock in heartbeat_policy_test.cc.
 #include "launcher/agent/heartbeat_loop.h"
 
 #include <netinet/in.h>
@@ -21,6 +23,7 @@
 #include "launcher/agent/rendezvous_client.h"
 #include "rendezvous/service/server.h"
 #include "tests/rendezvous/frozen_proxy.h"
+#include "tests/testing/fake_rendezvous.h"
 #include "tests/testing/wait_for.h"
 
 namespace ddprun::launcher {
@@ -398,6 +401,52 @@ TEST(HeartbeatStreamClientTest,
       ASSERT_FALSE(answer.ok()) << "attempt " << attempt;
     }
   }
+}
+
+// The loop's wiring of HeartbeatPolicy, against the shared fake: a server
+// that lost the job (NOT_FOUND) gets the node's record and the round goes
+// on; its word that the round is over ends it, once.
+TEST(HeartbeatLoopTest, ALostJobIsResumedAndTheServersWordEndsTheRound) {
+  ::ddprun::testing::FakeRendezvous rdzv;
+  std::atomic<bool> over_said = false;
+  rdzv.heartbeat = [&](const v1::HeartbeatRequest& request,
+                       int call) -> absl::StatusOr<v1::HeartbeatResponse> {
+    v1::HeartbeatResponse r;
+    r.set_round(request.round());
+    r.set_state(v1::JOB_STATE_RUNNING);
+    if (call == 2) return absl::NotFoundError("no job 'fake'");
+    if (call == 6) {
+      r.set_rejoin(true);
+      over_said = true;
+    }
+    return r;
+  };
+  rdzv.resume = [](const v1::JoinRequest& request) {
+    v1::ResumeResponse r;
+    *r.mutable_assignment() = request.record().assignment();
+    return absl::StatusOr<v1::ResumeResponse>(r);
+  };
+  HeartbeatLoopOptions options = LoopOptions("fake", 7, absl::Milliseconds(1));
+  options.timeout = absl::Seconds(30);
+  v1::JoinRequest record;
+  record.set_run_id("fake");
+  record.mutable_record()->mutable_assignment()->set_round(7);
+  options.resume = record;
+  std::atomic<int> calls = 0;
+  std::atomic<int> heartbeats_at_over = -1;
+  {
+    HeartbeatLoop loop(rdzv, options, [&] {
+      heartbeats_at_over = rdzv.heartbeat_count();
+      ++calls;
+    });
+    ASSERT_TRUE(WaitFor([&] { return calls > 0; }, absl::Seconds(20)));
+  }
+  EXPECT_TRUE(over_said) << "the round ended before the server said so";
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(heartbeats_at_over, 7);
+  EXPECT_EQ(rdzv.heartbeat_count(), 7) << "beats after the round was over";
+  ASSERT_EQ(rdzv.resume_count(), 1);
+  EXPECT_EQ(rdzv.resume_requests[0].record().assignment().round(), 7);
 }
 
 }  // namespace
