@@ -18,6 +18,7 @@
 #include "spdlog/spdlog.h"
 #include "worker/broken_pipes.h"
 #include "worker/gradient_allreduce.h"
+#include "worker/group_formation.h"
 #include "worker/grpc_store.h"
 #include "worker/lazy_collectives.h"
 #include "worker/nccl_group.h"
@@ -119,16 +120,21 @@ absl::StatusOr<c10::intrusive_ptr<Collectives>> CreateGloo(
         "this host or GLOO_SOCKET_IFNAME to an interface",
         where, e.what()));
   }
-  try {
-    return c10::intrusive_ptr<Collectives>(
-        c10::make_intrusive<::c10d::ProcessGroupGloo>(
-            store, env.rank, env.world_size, gloo_options));
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrFormat(
-        "cannot form the Gloo group (%s, bound to %s): %s; check that every "
-        "rank started and can reach the others",
-        env.Describe(), where, e.what()));
+  // Abortable: a round that ends while its group connects (a peer stopped
+  // or killed in the middle) must not hold this worker past it.
+  absl::StatusOr<c10::intrusive_ptr<Collectives>> formed = FormAbortably(
+      [store, rank = env.rank, size = env.world_size, gloo_options] {
+        return c10::intrusive_ptr<Collectives>(
+            c10::make_intrusive<::c10d::ProcessGroupGloo>(store, rank, size,
+                                                          gloo_options));
+      });
+  if (formed.ok() || formed.status().code() != absl::StatusCode::kUnavailable) {
+    return formed;
   }
+  return absl::UnavailableError(absl::StrFormat(
+      "cannot form the Gloo group (%s, bound to %s): %s; check that every "
+      "rank started and can reach the others",
+      env.Describe(), where, formed.status().message()));
 }
 
 absl::StatusOr<std::unique_ptr<GradientAllreduce>> CreateGradientAllreduce(

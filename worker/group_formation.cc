@@ -1,0 +1,72 @@
+#include "worker/group_formation.h"
+
+#include <atomic>
+#include <memory>
+#include <thread>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "worker/collective_abort.h"
+
+namespace ddprun::worker {
+namespace {
+
+std::atomic<int> g_abandoned{0};
+
+// What the caller and the forming thread share; whoever is last frees it.
+struct Formation {
+  absl::Mutex mu;
+  bool done ABSL_GUARDED_BY(mu) = false;
+  bool abandoned ABSL_GUARDED_BY(mu) = false;
+  absl::StatusOr<c10::intrusive_ptr<Collectives>> result ABSL_GUARDED_BY(mu);
+};
+
+// How often the wait looks at the abort flag, which is a plain atomic set
+// by the control watcher (a condition on it would need the watcher to know
+// this mutex). 10 ms is nothing next to a formation and to a round change.
+constexpr absl::Duration kAbortPoll = absl::Milliseconds(10);
+
+}  // namespace
+
+absl::StatusOr<c10::intrusive_ptr<Collectives>> FormAbortably(
+    std::function<c10::intrusive_ptr<Collectives>()> form) {
+  if (CollectiveAbortRequested()) {
+    return absl::AbortedError(
+        "the round ended before its process group formed");
+  }
+  auto formation = std::make_shared<Formation>();
+  std::thread([formation, form = std::move(form)] {
+    absl::StatusOr<c10::intrusive_ptr<Collectives>> result;
+    try {
+      result = form();
+    } catch (const std::exception& e) {
+      result = absl::UnavailableError(e.what());
+    }
+    absl::MutexLock lock(&formation->mu);
+    formation->done = true;
+    if (formation->abandoned) {
+      g_abandoned.fetch_sub(1);
+      return;  // `result` (a group nobody waits for) is dropped here
+    }
+    formation->result = std::move(result);
+  }).detach();
+
+  absl::MutexLock lock(&formation->mu);
+  while (!formation->mu.AwaitWithTimeout(absl::Condition(&formation->done),
+                                         kAbortPoll)) {
+    if (CollectiveAbortRequested()) {
+      formation->abandoned = true;
+      g_abandoned.fetch_add(1);
+      return absl::AbortedError(
+          "the round ended while its process group formed (a peer stopped "
+          "or is gone); that formation is left to end alone");
+    }
+  }
+  return std::move(formation->result);
+}
+
+int AbandonedFormations() { return g_abandoned.load(); }
+
+}  // namespace ddprun::worker
