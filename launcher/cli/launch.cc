@@ -21,6 +21,7 @@
 #include "launcher/agent/agent_metrics.h"
 #include "launcher/agent/rendezvous_client.h"
 #include "launcher/agent/worker_env.h"
+#include "launcher/cli/farewell.h"
 #include "launcher/cli/program_command.h"
 #include "launcher/cli/python_module.h"
 #include "launcher/cli/worker_torch.h"
@@ -580,6 +581,15 @@ int RunLaunch(const LaunchOptions& options) {
   if (!client.ok()) return Fail(client.status(), 2);
   router.SetClient(client->get());
   const std::string node_id = node->context.node_id;
+  // An agent that serves the rendezvous takes it along when it dies.
+  if (orphan_guard != nullptr && rdzv->server == nullptr) {
+    Farewell farewell{.endpoint = client_options.endpoint,
+                      .run_id = options.rdzv_id,
+                      .node_id = node_id,
+                      .credentials = channel->ForWorkers()};
+    farewell.credentials.token = channel->token;
+    orphan_guard->SetFarewell(EncodeFarewell(farewell));
+  }
   int code = RunAgent(options, std::move(node->context), **client, events,
                       orphan_guard, rdzv->server.get());
   if (rdzv->server != nullptr && options.max_nodes > 1 &&

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "launcher/cli/farewell.h"
 #include "launcher/cli/flags.h"
 #include "launcher/cli/launch.h"
 #include "launcher/cli/status_command.h"
@@ -12,8 +13,8 @@ int main(int argc, char** argv) {
   using ddprun::launcher::CommandLine;
   // The orphan guard the agent starts of itself (posix/orphan_guard.h).
   if (argc == 4 && std::string(argv[1]) == "--orphan-guard") {
-    return ddprun::launcher::RunOrphanGuard(std::atoi(argv[2]),
-                                            std::atoi(argv[3]));
+    return ddprun::launcher::RunOrphanGuard(
+        std::atoi(argv[2]), std::atoi(argv[3]), ddprun::launcher::SayFarewell);
   }
   absl::StatusOr<CommandLine> command =
       ddprun::launcher::ParseCommandLine(argc, argv);

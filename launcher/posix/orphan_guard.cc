@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -108,6 +109,11 @@ void OrphanGuard::WatchPath(const std::string& path) {
   Send(absl::StrCat("path ", path));
 }
 
+void OrphanGuard::SetFarewell(const std::string& farewell) {
+  // One line: the bytes escaped (the guard unescapes them).
+  Send(absl::StrCat("farewell ", absl::CEscape(farewell)));
+}
+
 void OrphanGuard::Send(const std::string& line) {
   const std::string message = line + "\n";
   ssize_t n;
@@ -116,7 +122,8 @@ void OrphanGuard::Send(const std::string& line) {
   } while (n < 0 && errno == EINTR);
 }
 
-int RunOrphanGuard(int fd, pid_t session) {
+int RunOrphanGuard(int fd, pid_t session,
+                   const std::function<void(const std::string&)>& farewell) {
   // Nothing stops the guard but the end of its socket.
   signal(SIGINT, SIG_IGN);
   signal(SIGTERM, SIG_IGN);
@@ -127,6 +134,8 @@ int RunOrphanGuard(int fd, pid_t session) {
   sigprocmask(SIG_SETMASK, &none, nullptr);
   std::set<pid_t> groups;
   std::vector<std::string> paths;
+  std::string last_farewell;
+  bool has_farewell = false;
   bool done = false;
   std::string buffer;
   char chunk[4096];
@@ -146,6 +155,8 @@ int RunOrphanGuard(int fd, pid_t session) {
         groups.insert(pgid);
       } else if (absl::ConsumePrefix(&line, "path ") && !line.empty()) {
         paths.emplace_back(line);
+      } else if (absl::ConsumePrefix(&line, "farewell ")) {
+        has_farewell = absl::CUnescape(line, &last_farewell);
       }
       buffer.erase(0, end + 1);
     }
@@ -156,6 +167,8 @@ int RunOrphanGuard(int fd, pid_t session) {
     std::error_code ec;
     std::filesystem::remove_all(path, ec);
   }
+  // After the clean-up: by then no worker of the node runs on.
+  if (has_farewell && farewell) farewell(last_farewell);
   return 0;
 }
 

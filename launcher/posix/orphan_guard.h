@@ -2,6 +2,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -39,6 +40,10 @@ class OrphanGuard {
   void WatchGroup(pid_t pgid);
   // Removed (recursively, links not followed) if the agent dies.
   void WatchPath(const std::string& path);
+  // What the guard hands to its farewell (RunOrphanGuard) once it cleaned
+  // up after a dead agent: opaque here (cli/ tells the rendezvous that the
+  // node is gone). The last one sent counts. Any bytes.
+  void SetFarewell(const std::string& farewell);
 
  private:
   explicit OrphanGuard(int fd) : fd_(fd) {}
@@ -48,7 +53,10 @@ class OrphanGuard {
 };
 
 // The guard's own loop (`ddprun --orphan-guard FD SESSION`): reads FD to its
-// end, then cleans up unless told "done". Returns the exit code.
-int RunOrphanGuard(int fd, pid_t session);
+// end, then cleans up unless told "done", and then calls `farewell` with
+// what SetFarewell sent last, if anything. Returns the exit code.
+int RunOrphanGuard(
+    int fd, pid_t session,
+    const std::function<void(const std::string&)>& farewell = nullptr);
 
 }  // namespace ddprun::launcher

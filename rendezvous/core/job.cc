@@ -714,8 +714,16 @@ void Job::Leave(const v1::LeaveRequest& request, absl::Time now,
   DropNode(request.node_id(), now);
   if (ended()) return;
   if (was_member) {
-    spdlog::info("job '{}': member '{}' left; round {} ends", run_id_,
-                 request.node_id(), round_);
+    const bool lost = request.reason() == v1::LeaveRequest::REASON_AGENT_LOST;
+    spdlog::info(
+        "job '{}': member '{}' {}; round {} ends", run_id_, request.node_id(),
+        lost ? "lost its agent (its orphan guard says so)" : "left", round_);
+    if (lost) {
+      events_.Add(now, "node-lost", round_, -1,
+                  absl::StrFormat("node '%s' lost its agent (its orphan "
+                                  "guard says so); round %d ends",
+                                  request.node_id(), round_));
+    }
     EndRound(now, effects);
   } else {
     MaybeClose(now, effects);

@@ -118,6 +118,82 @@ class RendezvousRestartTest : public ::testing::Test {
   std::vector<Subprocess> agents_;
 };
 
+// kill -9 of an agent whose server holds no heartbeat stream for it (the
+// agent beats unary, as it does while it reopens a stream after a server
+// restart): its orphan guard tells the server that the node is gone, so the
+// other node goes on in a new round at once, though the job's heartbeat
+// timeout (600 s here) would keep the dead node a member for ten minutes.
+TEST_F(RendezvousRestartTest, AKilledAgentsGuardTellsTheServerTheNodeIsGone) {
+  ASSERT_TRUE(server_.Start(0, {"--max-heartbeat-streams", "0"}))
+      << server_.log();
+  for (int i = 0; i < 2; ++i) {
+    SubprocessOptions options;
+    options.argv = {Ddprun(),
+                    "--rdzv-endpoint",
+                    server_.endpoint(),
+                    "--rdzv-id",
+                    "lost",
+                    "--nnodes",
+                    "1:2",
+                    "--nproc-per-node",
+                    "1",
+                    "--max-restarts",
+                    "3",
+                    "--monitor-interval",
+                    "0.05",
+                    "--rdzv-conf",
+                    "heartbeat_interval=0.2,heartbeat_timeout=600,is_host=0",
+                    "--no-python",
+                    "sleep",
+                    "600"};
+    options.stdout_path = dir_.File(absl::StrCat("agent", i, ".out"));
+    options.stderr_path = dir_.File(absl::StrCat("agent", i, ".err"));
+    absl::StatusOr<Subprocess> agent = Subprocess::Start(options);
+    ASSERT_TRUE(agent.ok()) << agent.status();
+    agents_.push_back(*std::move(agent));
+  }
+  int64_t round = 0;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        std::optional<v1::JobStatus> job = server_.Job("lost");
+        if (!job.has_value() || job->state() != v1::JOB_STATE_RUNNING) {
+          return false;
+        }
+        int running = 0;
+        for (const v1::NodeStatus& node : job->nodes()) {
+          if (node.node_rank() >= 0 &&
+              node.node_state() == v1::NODE_STATE_RUNNING) {
+            ++running;
+          }
+        }
+        round = job->round();
+        return running == 2;
+      },
+      absl::Seconds(60), absl::Milliseconds(50)))
+      << Logs();
+  ASSERT_EQ(Workers(agents_[1].pid()).size(), 1u) << Logs();
+
+  ASSERT_EQ(kill(agents_[1].pid(), SIGKILL), 0);
+  ASSERT_TRUE(agents_[1].Wait(absl::Seconds(10)).has_value());
+  // A round after it, with the surviving node alone.
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        std::optional<v1::JobStatus> job = server_.Job("lost");
+        if (!job.has_value() || job->state() != v1::JOB_STATE_RUNNING ||
+            job->round() <= round) {
+          return false;
+        }
+        int members = 0;
+        for (const v1::NodeStatus& node : job->nodes()) {
+          if (node.node_rank() >= 0) ++members;
+        }
+        return members == 1;
+      },
+      absl::Seconds(60), absl::Milliseconds(50)))
+      << Logs();
+  EXPECT_THAT(server_.log(), HasSubstr("its orphan guard says so")) << Logs();
+}
+
 // fault_worker: rank 0 fails once (restart count 0 -> 1), then every worker
 // runs until restart count 2, when they all exit 0.
 std::vector<std::string> FaultProgram(const TempDir& dir) {

@@ -10,7 +10,7 @@
 
 namespace ddprun::testing {
 
-bool RendezvousProcess::Start(int port) {
+bool RendezvousProcess::Start(int port, const std::vector<std::string>& flags) {
   const std::string prefix = "ddprun-rendezvous listening on 127.0.0.1:";
   bool listening = WaitFor(
       [&] {
@@ -20,6 +20,7 @@ bool RendezvousProcess::Start(int port) {
         SubprocessOptions options;
         options.argv = {BinaryPath("rendezvous/ddprun-rendezvous"), "--port",
                         absl::StrCat(port)};
+        options.argv.insert(options.argv.end(), flags.begin(), flags.end());
         options.stdout_path = out;
         options.stderr_path = err_;
         absl::StatusOr<Subprocess> process = Subprocess::Start(options);

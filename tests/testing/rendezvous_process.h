@@ -4,6 +4,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "ddprun/v1/rendezvous.pb.h"
 #include "launcher/agent/rendezvous_client.h"
@@ -24,7 +25,8 @@ class RendezvousProcess {
   // "listening on" line. The port of a killed server may take a moment to
   // be free again: retried for a bounded time. Returns false (and log()
   // says why) when it did not come up on `port`.
-  bool Start(int port);
+  // `flags`: more of the server's flags.
+  bool Start(int port, const std::vector<std::string>& flags = {});
   // kill -9, and the process reaped (bounded).
   bool KillNine();
 
