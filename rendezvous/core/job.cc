@@ -296,6 +296,18 @@ void Job::Join(const v1::JoinRequest& request, WaiterId waiter, absl::Time now,
           "round {} ends",
           run_id_, id, round_);
       EndRound(now, effects);
+    } else if (resuming_.has_value() && request.has_record() &&
+               request.record().assignment().round() == round_) {
+      // A member of the round being rebuilt that joins anew has left it
+      // (it saw the round end before the server restarted): the round
+      // cannot be whole again, so it ends now, not at the rebuild's
+      // deadline (the heartbeat timeout).
+      spdlog::info(
+          "job '{}': node '{}' of round {} joins anew instead of resuming "
+          "it; round {} ends",
+          run_id_, id, round_, round_);
+      round_decided_here_ = true;
+      EndRound(now, effects);
     } else if (!resuming_.has_value() &&
                static_cast<int>(last_members_.size()) < config_.max_nodes()) {
       // (While a round is being resumed, newcomers wait until it is whole.)

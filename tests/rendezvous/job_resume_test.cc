@@ -380,6 +380,29 @@ TEST_F(JobResumeTest, ANodeThatFinishedWhileTheServerWasDownResumesThenLeaves) {
   EXPECT_EQ(status.restart_count(), 1);
 }
 
+// b saw round 1 end just before the server died (its round is over: it
+// joins for the next one, its record naming round 1). The server rebuilding
+// round 1 from a's record ends it at b's Join, not after the heartbeat
+// timeout, and both go on in round 2 without a restart.
+TEST_F(JobResumeTest, AMemberThatJoinsAnewEndsTheRebuildAtOnce) {
+  RunUntilRoundOneAfterAFailure();
+  RestartServer();
+  ASSERT_TRUE(Resume("a", Record("a")).has_assignment());
+  ASSERT_TRUE(Status().resuming());
+  v1::RoundRecord rb = Record("b");
+  WaiterId b = Join("b", 1, &rb);
+  EXPECT_FALSE(Status().resuming());
+  absl::StatusOr<v1::HeartbeatResponse> hb = Heartbeat("a", 1);
+  ASSERT_TRUE(hb.ok());
+  EXPECT_TRUE(hb->rejoin()) << "no wait for the heartbeat timeout";
+  v1::RoundRecord ra = Record("a");
+  WaiterId a = Join("a", 2, &ra);
+  Assigned(a, "a");
+  Assigned(b, "b");
+  EXPECT_EQ(assignments_["a"].round(), 2);
+  EXPECT_EQ(Status().restart_count(), 1) << "a round change, no restart";
+}
+
 TEST_F(JobResumeTest, AJoinWhileResumingWaitsForTheRoundToBeWhole) {
   config_.set_max_nodes(3);
   config_.set_min_nodes(2);
