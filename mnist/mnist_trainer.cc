@@ -25,6 +25,7 @@
 #include "mnist/mnist_model.h"
 #include "mnist/train_summary.h"
 #include "spdlog/spdlog.h"
+#include "worker/abortable.h"
 #include "worker/checkpoint.h"
 #include "worker/ddp.h"
 #include "worker/distributed_sampler.h"
@@ -132,7 +133,8 @@ absl::StatusOr<StartPoint> Resume(const MnistTrainOptions& options,
             .to(group.device)};
     ::c10d::BroadcastOptions root0;
     root0.rootRank = 0;
-    group.collectives->broadcast(counters, root0)->wait();
+    WaitOrAbandon(group.collectives,
+                  group.collectives->broadcast(counters, root0));
     at::Tensor on_host = counters[0].cpu();
     const int64_t* v = on_host.data_ptr<int64_t>();
     std::vector<int64_t> accounted = std::move(start.epoch_samples);
@@ -142,7 +144,8 @@ absl::StatusOr<StartPoint> Resume(const MnistTrainOptions& options,
       // Rank 0's accounting too, so that any rank can hand it on.
       std::vector<at::Tensor> samples = {
           at::tensor(accounted, at::kLong).to(group.device)};
-      group.collectives->broadcast(samples, root0)->wait();
+      WaitOrAbandon(group.collectives,
+                    group.collectives->broadcast(samples, root0));
       at::Tensor samples_on_host = samples[0].cpu();
       const int64_t* s = samples_on_host.data_ptr<int64_t>();
       start.epoch_samples.assign(s, s + accounted.size());

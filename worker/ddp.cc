@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "spdlog/spdlog.h"
+#include "worker/abortable.h"
 #include "worker/gradient_allreduce.h"
 #include "worker/gradient_arena.h"
 #include "worker/phase.h"
@@ -147,7 +148,7 @@ void DataParallel::Broadcast(const std::vector<at::Tensor>& tensors) {
   std::vector<at::Tensor> flat = {Flatten(tensors)};
   ::c10d::BroadcastOptions options;
   options.rootRank = 0;
-  collectives_->broadcast(flat, options)->wait();
+  WaitOrAbandon(collectives_, collectives_->broadcast(flat, options));
   at::NoGradGuard no_grad;
   int64_t offset = 0;
   for (const at::Tensor& t : tensors) {
@@ -245,7 +246,7 @@ void DataParallel::ReduceBuckets() {
     LaunchReady();
   }
   for (Bucket& bucket : buckets_) {
-    bucket.work->wait();
+    WaitOrAbandon(collectives_, bucket.work);
     bucket.work.reset();
     ++gradient_stats_.process_group;
     bucket.flat.div_(world_size_);

@@ -7,12 +7,14 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <thread>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "spdlog/spdlog.h"
+#include "worker/abortable.h"
 
 namespace ddprun::worker {
 namespace {
@@ -53,7 +55,19 @@ std::string GradientPathName(GradientPath path) {
   return "?";
 }
 
-GradientAllreduce::~GradientAllreduce() = default;
+GradientAllreduce::~GradientAllreduce() {
+  if (!abandoned_) return;
+  // Destroying the group now would wait for its pending work (up to its
+  // timeout), and the work may still write into the segment.
+  std::thread([work = std::move(abandoned_), leaders = std::move(leaders_),
+               shm = std::move(shm_)] {
+    try {
+      work->wait();
+    } catch (const std::exception&) {
+      // Expected: the peer is gone or the group timed out.
+    }
+  }).detach();
+}
 
 absl::StatusOr<std::unique_ptr<GradientAllreduce>> GradientAllreduce::Create(
     const GradientAllreduceOptions& options) {
@@ -180,10 +194,21 @@ absl::StatusOr<std::unique_ptr<GradientAllreduce>> GradientAllreduce::Create(
 }
 
 absl::Status GradientAllreduce::BetweenNodes(float* data, int64_t count) {
+  if (abandoned_) {
+    return absl::AbortedError(
+        "gradient allreduce between the node leaders: an earlier one was "
+        "given up when the round ended");
+  }
   try {
     std::vector<at::Tensor> tensors = {
         at::from_blob(data, {count}, at::kFloat)};
-    leaders_->allreduce(tensors)->wait();
+    c10::intrusive_ptr<::c10d::Work> work = leaders_->allreduce(tensors);
+    if (!WaitUnlessAborted(work)) {
+      abandoned_ = std::move(work);
+      return absl::AbortedError(
+          "gradient allreduce between the node leaders given up: the round "
+          "ended (a peer stopped, died or moved on)");
+    }
     return absl::OkStatus();
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat(

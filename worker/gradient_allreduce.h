@@ -106,6 +106,10 @@ class GradientAllreduce {
   std::string description_;
   std::unique_ptr<ShmAllreduce> shm_;        // null: alone in the node
   c10::intrusive_ptr<Collectives> leaders_;  // set on leaders, >1 node
+  // A leaders' allreduce given up when the round ended (WaitUnlessAborted):
+  // the destructor hands it, the leaders' group and the segment it writes
+  // to a thread that drops them once it completes.
+  c10::intrusive_ptr<::c10d::Work> abandoned_;
   bool hierarchical_ = false;
   int64_t slice_floats_ = 0;
   std::atomic<int64_t> runs_{0};

@@ -14,6 +14,7 @@
 #include "common/progress_record.h"
 #include "common/worker_env.h"
 #include "spdlog/spdlog.h"
+#include "worker/abortable.h"
 #include "worker/collective_abort.h"
 #include "worker/error_file.h"
 #include "worker/phase.h"
@@ -200,7 +201,7 @@ absl::StatusOr<int> SyncFromSurvivor(const ProcessGroup& group, bool has_state,
       at::tensor({key}, at::kLong).to(group.device)};
   ::c10d::AllreduceOptions max;
   max.reduceOp = ::c10d::ReduceOp::MAX;
-  group.collectives->allreduce(keys, max)->wait();
+  WaitOrAbandon(group.collectives, group.collectives->allreduce(keys, max));
   const int64_t best = keys[0].cpu().item<int64_t>();
   if (best < 0) return -1;
   const int source = static_cast<int>(world - 1 - best % world);
@@ -210,7 +211,8 @@ absl::StatusOr<int> SyncFromSurvivor(const ProcessGroup& group, bool has_state,
   std::vector<at::Tensor> size = {
       at::tensor({static_cast<int64_t>(record.size())}, at::kLong)
           .to(group.device)};
-  group.collectives->broadcast(size, from_source)->wait();
+  WaitOrAbandon(group.collectives,
+                group.collectives->broadcast(size, from_source));
   const int64_t n = size[0].cpu().item<int64_t>();
   std::vector<int64_t> received;
   if (n > 0) {
@@ -218,7 +220,8 @@ absl::StatusOr<int> SyncFromSurvivor(const ProcessGroup& group, bool has_state,
     padded.resize(n, 0);
     std::vector<at::Tensor> values = {
         at::tensor(padded, at::kLong).to(group.device)};
-    group.collectives->broadcast(values, from_source)->wait();
+    WaitOrAbandon(group.collectives,
+                  group.collectives->broadcast(values, from_source));
     at::Tensor on_host = values[0].cpu();
     const int64_t* v = on_host.data_ptr<int64_t>();
     received.assign(v, v + n);
@@ -238,7 +241,8 @@ absl::StatusOr<int> SyncFromSurvivor(const ProcessGroup& group, bool has_state,
     std::vector<at::Tensor> flat_parts;
     for (const at::Tensor& t : same_type) flat_parts.push_back(t.reshape({-1}));
     std::vector<at::Tensor> flat = {at::cat(flat_parts)};
-    group.collectives->broadcast(flat, from_source)->wait();
+    WaitOrAbandon(group.collectives,
+                  group.collectives->broadcast(flat, from_source));
     flats.emplace_back(&same_type, flat[0]);
   }
   for (auto& [same_type, flat] : flats) {

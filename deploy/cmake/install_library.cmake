@@ -81,7 +81,7 @@ if(TARGET libddp)
   set(ddp_public_headers
     ddp.h process_group.h collectives.h gradient_path.h worker_env.h
     distributed_sampler.h checkpoint.h atomic_file.h recovery.h standby.h
-    progress.h phase.h)
+    progress.h phase.h abortable.h)
   list(TRANSFORM ddp_public_headers PREPEND ${PROJECT_SOURCE_DIR}/worker/)
   install(FILES ${ddp_public_headers}
     DESTINATION ${DDP_INCLUDE_ROOT}/worker COMPONENT dev)

@@ -35,7 +35,7 @@ fi
 # libddp installs its API and nothing else: exactly these headers (the
 # list is deploy/cmake/install_library.cmake's), each of which compiles
 # alone against the install (below, with the consumer).
-public_headers="atomic_file.h checkpoint.h collectives.h ddp.h distributed_sampler.h
+public_headers="abortable.h atomic_file.h checkpoint.h collectives.h ddp.h distributed_sampler.h
 gradient_path.h phase.h process_group.h progress.h recovery.h standby.h worker_env.h"
 if [[ -d $include_root/worker ]]; then
   installed=$(cd "$include_root/worker" && ls | sort | tr '\n' ' ')

@@ -1,7 +1,8 @@
-// FormAbortably: a process group's formation that the end of its round
-// (the agent's next round, a collective abort) cuts short, with real Gloo
-// groups on an in-process store.
-#include "worker/group_formation.h"
+// FormAbortably and WaitUnlessAborted: a process group's formation and a
+// collective's wait that the end of their round (the agent's next round, a
+// collective abort) cuts short, with real Gloo groups on an in-process
+// store.
+#include "worker/abortable.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -40,12 +41,12 @@ c10::intrusive_ptr<Collectives> FormGloo(
                                                        options);
 }
 
-class GroupFormationTest : public ::testing::Test {
+class AbortableTest : public ::testing::Test {
  protected:
   void TearDown() override { ClearCollectiveAbort(); }
 };
 
-TEST_F(GroupFormationTest, AFormedGroupIsReturned) {
+TEST_F(AbortableTest, AFormedGroupIsReturned) {
   auto store = c10::make_intrusive<::c10d::HashStore>();
   auto other = std::async(std::launch::async, [store] {
     return FormAbortably(
@@ -69,7 +70,7 @@ TEST_F(GroupFormationTest, AFormedGroupIsReturned) {
 // The agent's next round arrives while the group forms: the wait ends at
 // once, though the formation itself cannot be interrupted, and the
 // formation ends alone later.
-TEST_F(GroupFormationTest, ARoundThatEndsWhileItsGroupFormsEndsTheWait) {
+TEST_F(AbortableTest, ARoundThatEndsWhileItsGroupFormsEndsTheWait) {
   absl::Notification release;
   auto formed = FormAbortably([&release]() -> c10::intrusive_ptr<Collectives> {
     RequestCollectiveAbort();  // as the control watcher does
@@ -88,7 +89,7 @@ TEST_F(GroupFormationTest, ARoundThatEndsWhileItsGroupFormsEndsTheWait) {
 // connected): the end of the round ends the wait (ABORTED, where waiting
 // out Gloo's timeout would give UNAVAILABLE); the abandoned formation ends
 // alone at that timeout.
-TEST_F(GroupFormationTest, AGlooFormationWaitingForAGonePeerIsAbandoned) {
+TEST_F(AbortableTest, AGlooFormationWaitingForAGonePeerIsAbandoned) {
   auto store = c10::make_intrusive<::c10d::HashStore>();
   std::thread round_ends([store] {
     // Once this rank published its address (it is in the formation).
@@ -106,7 +107,7 @@ TEST_F(GroupFormationTest, AGlooFormationWaitingForAGonePeerIsAbandoned) {
       WaitFor([] { return AbandonedFormations() == 0; }, absl::Seconds(60)));
 }
 
-TEST_F(GroupFormationTest, NothingFormsOnceTheRoundEnded) {
+TEST_F(AbortableTest, NothingFormsOnceTheRoundEnded) {
   RequestCollectiveAbort();
   bool called = false;
   auto formed = FormAbortably([&called]() -> c10::intrusive_ptr<Collectives> {
@@ -117,13 +118,75 @@ TEST_F(GroupFormationTest, NothingFormsOnceTheRoundEnded) {
   EXPECT_FALSE(called);
 }
 
-TEST_F(GroupFormationTest, AnExceptionIsUnavailable) {
+TEST_F(AbortableTest, AnExceptionIsUnavailable) {
   auto formed = FormAbortably([]() -> c10::intrusive_ptr<Collectives> {
     throw std::runtime_error("Connection refused");
   });
   EXPECT_EQ(formed.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(formed.status().message().find("Connection refused"),
             std::string::npos);
+}
+
+// Two ranks of a real Gloo group, formed on `store`.
+std::pair<c10::intrusive_ptr<Collectives>, c10::intrusive_ptr<Collectives>>
+FormPair() {
+  auto store = c10::make_intrusive<::c10d::HashStore>();
+  auto other = std::async(std::launch::async, [store] {
+    return FormGloo(store, 1, 2, std::chrono::seconds(60));
+  });
+  auto mine = FormGloo(store, 0, 2, std::chrono::seconds(60));
+  return {mine, other.get()};
+}
+
+TEST_F(AbortableTest, ACompletedCollectiveIsWaitedFor) {
+  auto [a, b] = FormPair();
+  std::vector<at::Tensor> ta = {torch::ones({8})};
+  std::vector<at::Tensor> tb = {torch::ones({8})};
+  auto wa = a->allreduce(ta);
+  auto wb = b->allreduce(tb);
+  EXPECT_TRUE(WaitUnlessAborted(wa));
+  EXPECT_TRUE(WaitUnlessAborted(wb));
+  EXPECT_TRUE(torch::equal(ta[0], torch::full({8}, 2.0)));
+}
+
+// The peer never joins the allreduce (it moved on to the next round): the
+// end of the round ends the wait; the work completes once the peer calls.
+TEST_F(AbortableTest, ACollectiveThePeerNeverJoinsIsGivenUp) {
+  auto [a, b] = FormPair();
+  std::vector<at::Tensor> ta = {torch::ones({8})};
+  auto wa = a->allreduce(ta);
+  RequestCollectiveAbort();
+  EXPECT_FALSE(WaitUnlessAborted(wa));
+  EXPECT_FALSE(wa->isCompleted());
+  ClearCollectiveAbort();
+  std::vector<at::Tensor> tb = {torch::ones({8})};
+  b->allreduce(tb)->wait();
+  EXPECT_TRUE(WaitUnlessAborted(wa));
+}
+
+// The peer's group is destroyed in the middle (its process died): Gloo
+// fails the work, and the wait rethrows that error; a watchdog turns a
+// wait that Gloo never fails into a test failure, not a hang.
+TEST_F(AbortableTest, TheCollectivesOwnErrorIsRethrown) {
+  auto [a, b] = FormPair();
+  std::vector<at::Tensor> ta = {torch::ones({1 << 16})};
+  auto wa = a->allreduce(ta);
+  b.reset();  // closes its sockets
+  absl::Notification done;
+  std::thread watchdog([&done] {
+    if (!done.WaitForNotificationWithTimeout(absl::Seconds(30))) {
+      RequestCollectiveAbort();
+    }
+  });
+  bool threw = false;
+  try {
+    WaitUnlessAborted(wa);
+  } catch (const std::exception& e) {
+    threw = true;
+  }
+  done.Notify();
+  watchdog.join();
+  EXPECT_TRUE(threw) << "Gloo did not fail the work of a vanished peer";
 }
 
 }  // namespace

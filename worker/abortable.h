@@ -7,6 +7,11 @@
 
 namespace ddprun::worker {
 
+// Waits that the end of a round ends. The round ends when the agent sends
+// the next one (worker/recovery.h), which requests a collective abort
+// (worker/collective_abort.h); c10d itself cannot interrupt a group's
+// formation or a Gloo operation before the group's timeout (5 minutes).
+
 // Forms a process group with `form` (a c10d backend's constructor, e.g.
 // ProcessGroupGloo's: it exchanges addresses through the store, then
 // connects to every peer, and nothing interrupts it before its own timeout)
@@ -28,5 +33,21 @@ absl::StatusOr<c10::intrusive_ptr<Collectives>> FormAbortably(
 
 // Abandoned formations that still run.
 int AbandonedFormations();
+
+// Waits for `work` (a collective of a Gloo group), or until the round ends:
+// then returns false and the work goes on. Rethrows the work's own error.
+// A caller that gets false must keep the group, and every buffer the work
+// reads or writes, alive until the work completes (it may still write
+// them): Gloo's pending send to a peer that died is not failed when the
+// peer's socket closes (seen in the soak: a node leader waited in one for
+// a minute, its next round unread), and destroying the group waits for it.
+bool WaitUnlessAborted(const c10::intrusive_ptr<::c10d::Work>& work);
+
+// WaitUnlessAborted for a collective of `group` whose tensors the work
+// holds: when the round ends first, a thread of its own keeps `group` and
+// the work until it completes (so that dropping the caller's group does
+// not wait for it) and this throws, as a failed collective does.
+void WaitOrAbandon(const c10::intrusive_ptr<Collectives>& group,
+                   const c10::intrusive_ptr<::c10d::Work>& work);
 
 }  // namespace ddprun::worker

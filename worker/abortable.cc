@@ -1,7 +1,8 @@
-#include "worker/group_formation.h"
+#include "worker/abortable.h"
 
 #include <atomic>
 #include <memory>
+#include <stdexcept>
 #include <thread>
 #include <utility>
 
@@ -68,5 +69,41 @@ absl::StatusOr<c10::intrusive_ptr<Collectives>> FormAbortably(
 }
 
 int AbandonedFormations() { return g_abandoned.load(); }
+
+// How often a collective's wait looks at the abort flag: each look that
+// finds the work still running costs c10d's timeout error (a c10::Error,
+// with its backtrace), so this is coarser than kAbortPoll; it bounds what a
+// round change costs only where Gloo never fails the work itself.
+constexpr std::chrono::milliseconds kCollectivePoll{200};
+
+bool WaitUnlessAborted(const c10::intrusive_ptr<::c10d::Work>& work) {
+  const auto poll = kCollectivePoll;
+  while (true) {
+    try {
+      // Returns as soon as the work completes; throws at the end of the
+      // slice when it has not.
+      work->wait(poll);
+      return true;
+    } catch (...) {
+      if (work->isCompleted()) throw;  // the work's own error
+    }
+    if (CollectiveAbortRequested()) return false;
+  }
+}
+
+void WaitOrAbandon(const c10::intrusive_ptr<Collectives>& group,
+                   const c10::intrusive_ptr<::c10d::Work>& work) {
+  if (WaitUnlessAborted(work)) return;
+  std::thread([group, work] {
+    try {
+      work->wait();
+    } catch (const std::exception&) {
+      // Expected: the peer is gone or the group timed out.
+    }
+  }).detach();
+  throw std::runtime_error(
+      "collective given up: the round ended (a peer stopped, died or moved "
+      "on)");
+}
 
 }  // namespace ddprun::worker
