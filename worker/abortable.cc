@@ -77,12 +77,11 @@ int AbandonedFormations() { return g_abandoned.load(); }
 constexpr std::chrono::milliseconds kCollectivePoll{200};
 
 bool WaitUnlessAborted(const c10::intrusive_ptr<::c10d::Work>& work) {
-  const auto poll = kCollectivePoll;
   while (true) {
     try {
       // Returns as soon as the work completes; throws at the end of the
       // slice when it has not.
-      work->wait(poll);
+      work->wait(kCollectivePoll);
       return true;
     } catch (...) {
       if (work->isCompleted()) throw;  // the work's own error

@@ -14,16 +14,13 @@ namespace ddprun::worker {
 
 // Forms a process group with `form` (a c10d backend's constructor, e.g.
 // ProcessGroupGloo's: it exchanges addresses through the store, then
-// connects to every peer, and nothing interrupts it before its own timeout)
-// on a thread of its own, and waits for it or for the end of the round,
-// whichever comes first. The round ends when the agent sends the next one
-// (worker/recovery.h), which requests a collective abort
-// (worker/collective_abort.h): then this returns ABORTED at once, and the
-// formation goes on alone until it completes or times out and drops what
-// it formed. Without this, a survivor whose peer was stopped and then
-// killed while their group formed waited in Gloo's connect for the group's
-// whole timeout with its next round unread, and its agent found it hung
-// only after the join phase's bound (30 s and more).
+// connects to every peer) on a thread of its own, and waits for it or for
+// the end of the round, whichever comes first: then this returns ABORTED
+// at once, and the formation goes on alone until it completes or times out
+// and drops what it formed. Without this, a survivor whose peer was stopped
+// and then killed while their group formed waited in Gloo's connect with
+// its next round unread, until its agent found it hung after the join
+// phase's bound (30 s and more).
 //
 // An exception from `form` comes back as UNAVAILABLE with its message.
 // `form` must own what it uses (copies, not references to the caller's
@@ -38,9 +35,10 @@ int AbandonedFormations();
 // then returns false and the work goes on. Rethrows the work's own error.
 // A caller that gets false must keep the group, and every buffer the work
 // reads or writes, alive until the work completes (it may still write
-// them): Gloo's pending send to a peer that died is not failed when the
-// peer's socket closes (seen in the soak: a node leader waited in one for
-// a minute, its next round unread), and destroying the group waits for it.
+// them); destroying the group would wait for it. Gloo fails a collective
+// whose peer's process is gone (a test shows it), yet the soak saw a node
+// leader wait a minute in a pending send of the leaders' allreduce, its
+// peer leader killed or in the next round, its own next round unread.
 bool WaitUnlessAborted(const c10::intrusive_ptr<::c10d::Work>& work);
 
 // WaitUnlessAborted for a collective of `group` whose tensors the work
