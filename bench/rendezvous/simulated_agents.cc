@@ -497,12 +497,7 @@ double SimulatedAgents::HeartbeatThroughput(absl::Duration duration,
   std::function<void()> send = [&] {
     int node = static_cast<int>(next_node.fetch_add(1) % options_.nodes);
     auto* call = new BeatCall;
-    call->context.set_deadline(
-        absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
-    Authorize(&call->context);
-    call->request.set_run_id(options_.run_id);
-    call->request.set_node_id(NodeId(node));
-    call->request.set_round(round_);
+    PrepareBeat(node, &call->context, &call->request);
     Stub(node).async()->Heartbeat(&call->context, &call->request,
                                   &call->response,
                                   [&, call](grpc::Status status) {
@@ -581,6 +576,65 @@ StreamedResult SimulatedAgents::StreamedHeartbeats(
   return result;
 }
 
+void SimulatedAgents::PrepareBeat(int node, grpc::ClientContext* context,
+                                  v1::HeartbeatRequest* request) const {
+  context->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  Authorize(context);
+  request->set_run_id(options_.run_id);
+  request->set_node_id(NodeId(node));
+  request->set_round(round_);
+}
+
+int64_t SimulatedAgents::PacedHeartbeats(absl::Duration duration,
+                                         bool figures) {
+  using BeatCall = Call<v1::HeartbeatRequest, v1::HeartbeatResponse>;
+  absl::Mutex mu;
+  int outstanding = 0;
+  int64_t answered = 0;
+  const absl::Time start = absl::Now();
+  for (int64_t tick = 0;; ++tick) {
+    const int node = static_cast<int>(tick % options_.nodes);
+    const absl::Time when =
+        start + interval_ * (static_cast<double>(tick) / options_.nodes);
+    if (when - start >= duration) break;
+    const absl::Time now = absl::Now();
+    if (when > now) absl::SleepFor(when - now);
+    {
+      absl::MutexLock lock(&mu);
+      ++outstanding;
+    }
+    auto* call = new BeatCall;
+    PrepareBeat(node, &call->context, &call->request);
+    if (figures) {
+      const int64_t beat = tick / options_.nodes;
+      for (int r = 0; r < options_.local_world_size; ++r) {
+        v1::RankFigures* f = call->request.add_ranks();
+        f->set_local_rank(r);
+        f->set_phase("step");
+        f->set_steps(1000 + 10 * beat + r);
+        f->set_steps_per_s(40);
+        f->set_samples(80);
+        const double slow = (node == 7 && r == 3) ? 2.0 : 1.0;
+        f->set_compute_mean_s(0.020 * slow + 0.0001 * r);
+        f->set_compute_median_s(0.019 * slow);
+        f->set_compute_p99_s(0.030 * slow);
+      }
+    }
+    Stub(node).async()->Heartbeat(&call->context, &call->request,
+                                  &call->response,
+                                  [&, call](grpc::Status status) {
+                                    absl::MutexLock lock(&mu);
+                                    if (status.ok()) ++answered;
+                                    --outstanding;
+                                    delete call;
+                                  });
+  }
+  absl::MutexLock lock(&mu);
+  auto drained = [&] { return outstanding == 0; };
+  mu.Await(absl::Condition(&drained));
+  return answered;
+}
+
 DetectionResult SimulatedAgents::DetectLostNode(absl::Duration max_wait) {
   using BeatCall = Call<v1::HeartbeatRequest, v1::HeartbeatResponse>;
   absl::Mutex mu;
@@ -591,12 +645,8 @@ DetectionResult SimulatedAgents::DetectLostNode(absl::Duration max_wait) {
   // Node 0's last heartbeat: it is silent from when it was answered.
   {
     grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
-    Authorize(&context);
     v1::HeartbeatRequest request;
-    request.set_run_id(options_.run_id);
-    request.set_node_id(NodeId(0));
-    request.set_round(round_);
+    PrepareBeat(0, &context, &request);
     v1::HeartbeatResponse response;
     Stub(0).Heartbeat(&context, request, &response);
   }
@@ -622,12 +672,7 @@ DetectionResult SimulatedAgents::DetectLostNode(absl::Duration max_wait) {
       ++outstanding;
     }
     auto* call = new BeatCall;
-    call->context.set_deadline(
-        absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
-    Authorize(&call->context);
-    call->request.set_run_id(options_.run_id);
-    call->request.set_node_id(NodeId(node));
-    call->request.set_round(round_);
+    PrepareBeat(node, &call->context, &call->request);
     Stub(node).async()->Heartbeat(
         &call->context, &call->request, &call->response,
         [&, call, node](grpc::Status status) {

@@ -130,6 +130,12 @@ class SimulatedAgents {
                                     int per_message,
                                     const std::function<void()>& before,
                                     const std::function<void()>& after);
+  // Every node heartbeats once per interval (the server's, spread over
+  // it) for `duration`, as the agents of a running job do, on unary calls;
+  // with `figures`, each heartbeat carries its node's ranks' figures
+  // (RankFigures: what an agent summarises of its ranks' steps; one rank
+  // of node 7 twice as slow). Returns the heartbeats answered OK.
+  int64_t PacedHeartbeats(absl::Duration duration, bool figures);
   // Every node heartbeats once per interval (spread over the interval);
   // node 0 stops. Measures when the survivors learn the round is over.
   DetectionResult DetectLostNode(absl::Duration max_wait);
@@ -166,6 +172,9 @@ class SimulatedAgents {
 
   v1::Rendezvous::Stub& Stub(int node) { return *stubs_[node % stubs_.size()]; }
   std::string NodeId(int node) const;
+  // Node `node`'s heartbeat in the current round, with a 10 s deadline.
+  void PrepareBeat(int node, grpc::ClientContext* context,
+                   v1::HeartbeatRequest* request) const;
   // The token, when set, on a call about to start.
   void Authorize(grpc::ClientContext* context) const;
 
