@@ -13,8 +13,8 @@
 // as CPU seconds per second of one core at the heartbeat rate N / interval.
 //
 //   insight-bench --process [--nodes 1000] [--nproc 8] [--blocks 8]
-//                 [--block-seconds 4] [--interval-ms 250] [--no-page |
-//                 --no-figures]
+//                 [--block-seconds 4] [--interval-ms 250] [--stream]
+//                 [--no-page | --no-figures]
 //
 // The whole server process instead (insight_process.h): two real
 // ddprun-rendezvous processes, simulated agents beating over real gRPC at
@@ -86,6 +86,10 @@ int main(int argc, char** argv) {
                  "(--process) the length of one block")
       ->capture_default_str()
       ->check(CLI::Range(0.5, 600.0));
+  bool stream = false;
+  app.add_flag("--stream", stream,
+               "(--process) beat on Heartbeats streams, one per node, as "
+               "ddprun's agents do (default: unary calls)");
   bool no_figures = false;
   app.add_flag("--no-figures", no_figures,
                "(--process) the page alone: the heartbeats carry no figures");
@@ -96,6 +100,7 @@ int main(int argc, char** argv) {
   if (process) {
     process_options.page = !no_page;
     process_options.figures = !no_figures;
+    process_options.stream = stream;
     // As in ddprun-rendezvous: the simulated agents' gRPC would otherwise
     // spend its time in Abseil's deadlock-detection graph.
     absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);

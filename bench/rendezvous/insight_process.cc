@@ -108,8 +108,11 @@ void MeasureBlock(const InsightProcessOptions& options, bool insight,
   }
   const double cpu_before = side.server->CpuSeconds();
   const absl::Time start = absl::Now();
+  const bool figures = insight && options.figures;
   const int64_t beats =
-      side.agents->PacedHeartbeats(options.block, insight && options.figures);
+      options.stream
+          ? side.agents->PacedStreamHeartbeats(options.block, figures)
+          : side.agents->PacedHeartbeats(options.block, figures);
   done.Notify();
   if (page.joinable()) page.join();
   const double wall = absl::ToDoubleSeconds(absl::Now() - start);
@@ -129,8 +132,13 @@ int RunInsightProcessBench(const InsightProcessOptions& options) {
     return 1;
   }
   // Warm both (connections, the figures' first window), unmeasured.
-  sides[0].agents->PacedHeartbeats(absl::Seconds(1), true);
-  sides[1].agents->PacedHeartbeats(absl::Seconds(1), true);
+  for (Side& side : sides) {
+    if (options.stream) {
+      side.agents->PacedStreamHeartbeats(absl::Seconds(1), true);
+    } else {
+      side.agents->PacedHeartbeats(absl::Seconds(1), true);
+    }
+  }
   for (int b = 0; b < options.blocks; ++b) {
     // Block b: process b % 2 takes the figures and the page, the other is
     // the baseline; which of the two runs first alternates every two.
@@ -156,10 +164,11 @@ int RunInsightProcessBench(const InsightProcessOptions& options) {
                                       : "figures";
   std::printf(
       "ddprun-rendezvous processes, %d nodes x %d ranks, heartbeat interval "
-      "%.0f ms (the server's), %d block pairs of %.1f s\n",
+      "%.0f ms (the server's), %s heartbeats, %d block pairs of %.1f s\n",
       options.nodes, options.nproc,
       absl::ToDoubleMilliseconds(sides[0].agents->heartbeat_interval()),
-      options.blocks, absl::ToDoubleSeconds(options.block));
+      options.stream ? "streamed" : "unary", options.blocks,
+      absl::ToDoubleSeconds(options.block));
   for (int p = 0; p < 2; ++p) {
     const Side& side = sides[p];
     if (side.core_fraction[0].empty() || side.core_fraction[1].empty()) {

@@ -21,6 +21,9 @@ struct InsightProcessOptions {
   bool page = true;
   // False: the page alone, the heartbeats carry no figures.
   bool figures = true;
+  // Beat on Rendezvous.Heartbeats streams, one per node, as ddprun's
+  // agents do; false: unary calls.
+  bool stream = false;
 };
 
 // The straggler figures' and the job page's cost to a whole

@@ -102,6 +102,8 @@ struct DetectionResult {
 // agent: the callback client API, and for Join the async API with one
 // completion queue and thread per connection. Not thread-safe; one
 // measurement at a time.
+struct PacedStreams;  // simulated_agents.cc
+
 class SimulatedAgents {
  public:
   explicit SimulatedAgents(AgentsOptions options);
@@ -136,6 +138,12 @@ class SimulatedAgents {
   // (RankFigures: what an agent summarises of its ranks' steps; one rank
   // of node 7 twice as slow). Returns the heartbeats answered OK.
   int64_t PacedHeartbeats(absl::Duration duration, bool figures);
+  // The same on Rendezvous.Heartbeats streams, one per node as ddprun's
+  // agents hold them, opened at the first call and kept open until the
+  // destructor (at most one beat in flight per stream: a beat due while
+  // the last is still being written is skipped). Returns the heartbeats
+  // answered; 0 with an error on stderr when a stream failed.
+  int64_t PacedStreamHeartbeats(absl::Duration duration, bool figures);
   // Every node heartbeats once per interval (spread over the interval);
   // node 0 stops. Measures when the survivors learn the round is over.
   DetectionResult DetectLostNode(absl::Duration max_wait);
@@ -183,6 +191,7 @@ class SimulatedAgents {
   std::vector<std::unique_ptr<grpc::CompletionQueue>> queues_;
   std::vector<std::thread> threads_;
   int64_t round_ = 0;
+  std::unique_ptr<PacedStreams> paced_;  // PacedStreamHeartbeats' streams
   absl::Duration interval_;
   absl::Duration timeout_;
 };
