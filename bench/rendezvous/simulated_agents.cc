@@ -34,6 +34,16 @@ struct StreamsShared {
   absl::Mutex mu;
   int running ABSL_GUARDED_BY(mu) = 0;
   std::string error ABSL_GUARDED_BY(mu);
+
+  // A stream ended with `status`: the first error (not a cancel) is kept.
+  void Ended(const grpc::Status& status) {
+    absl::MutexLock lock(&mu);
+    if (!status.ok() && status.error_code() != grpc::StatusCode::CANCELLED &&
+        error.empty()) {
+      error = absl::StrCat(status.error_code(), ": ", status.error_message());
+    }
+    --running;
+  }
 };
 
 // One simulated Heartbeats stream: beats for nodes first, first + stride,
@@ -103,15 +113,7 @@ class BeatStream final : public grpc::ClientBidiReactor<v1::HeartbeatRequest,
     Next();
   }
   void OnWritesDoneDone(bool /*ok*/) override {}
-  void OnDone(const grpc::Status& status) override {
-    absl::MutexLock lock(&shared_->mu);
-    if (!status.ok() && status.error_code() != grpc::StatusCode::CANCELLED &&
-        shared_->error.empty()) {
-      shared_->error =
-          absl::StrCat(status.error_code(), ": ", status.error_message());
-    }
-    --shared_->running;
-  }
+  void OnDone(const grpc::Status& status) override { shared_->Ended(status); }
 
  private:
   // Writes the next beat, or closes the side, when it is time.
@@ -253,13 +255,7 @@ class PacedStream final
       absl::MutexLock lock(&mu_);
       done_ = true;
     }
-    absl::MutexLock lock(&shared_->mu);
-    if (!status.ok() && status.error_code() != grpc::StatusCode::CANCELLED &&
-        shared_->error.empty()) {
-      shared_->error =
-          absl::StrCat(status.error_code(), ": ", status.error_message());
-    }
-    --shared_->running;
+    shared_->Ended(status);
   }
 
  private:
