@@ -687,20 +687,27 @@ void SimulatedAgents::PrepareBeat(int node, grpc::ClientContext* context,
   request->set_round(round_);
 }
 
+void SimulatedAgents::Pace(
+    absl::Duration duration,
+    absl::FunctionRef<void(int node, int64_t tick)> beat) const {
+  const absl::Time start = absl::Now();
+  for (int64_t tick = 0;; ++tick) {
+    const absl::Time when =
+        start + interval_ * (static_cast<double>(tick) / options_.nodes);
+    if (when - start >= duration) return;
+    const absl::Time now = absl::Now();
+    if (when > now) absl::SleepFor(when - now);
+    beat(static_cast<int>(tick % options_.nodes), tick);
+  }
+}
+
 int64_t SimulatedAgents::PacedHeartbeats(absl::Duration duration,
                                          bool figures) {
   using BeatCall = Call<v1::HeartbeatRequest, v1::HeartbeatResponse>;
   absl::Mutex mu;
   int outstanding = 0;
   int64_t answered = 0;
-  const absl::Time start = absl::Now();
-  for (int64_t tick = 0;; ++tick) {
-    const int node = static_cast<int>(tick % options_.nodes);
-    const absl::Time when =
-        start + interval_ * (static_cast<double>(tick) / options_.nodes);
-    if (when - start >= duration) break;
-    const absl::Time now = absl::Now();
-    if (when > now) absl::SleepFor(when - now);
+  Pace(duration, [&](int node, int64_t tick) {
     {
       absl::MutexLock lock(&mu);
       ++outstanding;
@@ -719,7 +726,7 @@ int64_t SimulatedAgents::PacedHeartbeats(absl::Duration duration,
                                     --outstanding;
                                     delete call;
                                   });
-  }
+  });
   absl::MutexLock lock(&mu);
   auto drained = [&] { return outstanding == 0; };
   mu.Await(absl::Condition(&drained));
@@ -744,16 +751,9 @@ int64_t SimulatedAgents::PacedStreamHeartbeats(absl::Duration duration,
   }
   const int64_t answered_before = paced_->shared.answered.load();
   int64_t skipped = 0;
-  const absl::Time start = absl::Now();
-  for (int64_t tick = 0;; ++tick) {
-    const int node = static_cast<int>(tick % options_.nodes);
-    const absl::Time when =
-        start + interval_ * (static_cast<double>(tick) / options_.nodes);
-    if (when - start >= duration) break;
-    const absl::Time now = absl::Now();
-    if (when > now) absl::SleepFor(when - now);
+  Pace(duration, [&](int node, int64_t /*tick*/) {
     if (!paced_->streams[node]->Beat(figures)) ++skipped;
-  }
+  });
   // The last answers: at most one beat a stream is in flight.
   absl::SleepFor(absl::Milliseconds(100));
   {

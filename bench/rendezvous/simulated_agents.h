@@ -6,6 +6,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "ddprun/v1/rendezvous.grpc.pb.h"
@@ -180,6 +181,10 @@ class SimulatedAgents {
 
   v1::Rendezvous::Stub& Stub(int node) { return *stubs_[node % stubs_.size()]; }
   std::string NodeId(int node) const;
+  // Calls beat(node, tick) for every node once per interval, spread over
+  // it, for `duration` (tick counts the calls from 0).
+  void Pace(absl::Duration duration,
+            absl::FunctionRef<void(int node, int64_t tick)> beat) const;
   // Node `node`'s heartbeat in the current round, with a 10 s deadline.
   void PrepareBeat(int node, grpc::ClientContext* context,
                    v1::HeartbeatRequest* request) const;
