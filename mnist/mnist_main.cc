@@ -1,90 +1,18 @@
 // ddprun-mnist: the seed program in C++. Parses flags into
 // MnistTrainOptions and runs RunMnistTraining; nothing else lives here.
-#include "CLI/CLI.hpp"
-#include "common/cli.h"
 #include "common/logging.h"
+#include "mnist/mnist_flags.h"
 #include "mnist/mnist_trainer.h"
 #include "worker/error_file.h"
 #include "worker/fast_exit.h"
 
 int main(int argc, char** argv) {
-  ddprun::worker::MnistTrainOptions o;
-  CLI::App app{
-      "Trains the MNIST MLP with data parallelism; run it under "
-      "ddprun (or alone, as one process)."};
-  app.add_option("--epochs", o.epochs, "Epochs")->capture_default_str();
-  app.add_option("--data-dir", o.data_dir,
-                 "Folder of the IDX files [data/mnist, or "
-                 "/usr/share/datasets/fashion-mnist for fashion-mnist]");
-  app.add_option("--dataset", o.dataset, "mnist or fashion-mnist")
-      ->capture_default_str();
-  app.add_option("--model", o.model, "mlp (the seed) or cnn")
-      ->capture_default_str();
-  app.add_option("--hidden", o.hidden,
-                 "Width of the MLP's hidden layer (1 to 65536)")
-      ->capture_default_str();
-  app.add_option("--seed", o.seed, "Seed of init and shuffling")
-      ->capture_default_str();
-  app.add_option("--batch-size", o.batch_size, "Batch size per rank")
-      ->capture_default_str();
-  app.add_option("--lr", o.lr, "SGD learning rate")->capture_default_str();
-  app.add_option("--accumulate", o.accumulate,
-                 "Micro-batches per optimizer step (gradient accumulation)")
-      ->capture_default_str();
-  app.add_option("--max-steps", o.max_steps, "Stop after N steps (0: no limit)")
-      ->capture_default_str();
-  app.add_option("--train-limit", o.train_limit,
-                 "Use the first N training samples (0: all)");
-  app.add_option("--test-limit", o.test_limit,
-                 "Use the first N test samples (0: all)");
-  app.add_option("--save", o.save_path, "Final model (rank 0); '' to skip")
-      ->capture_default_str();
-  app.add_option("--checkpoint-dir", o.checkpoint_dir,
-                 "Write checkpoints here and resume from the newest");
-  app.add_option("--checkpoint-every", o.checkpoint_every,
-                 "Checkpoint every N steps (and each epoch)");
-  app.add_option("--summary-json", o.summary_json,
-                 "Write the final figures here (rank 0)");
-  app.add_option(
-      "--step-times", o.step_times,
-      "Every rank appends '<step> <unix microseconds> <pid>' here per "
-      "completed step (fault tests measure gaps from it)");
-  app.add_option("--backend", o.backend, "auto, gloo or nccl")
-      ->capture_default_str();
-  app.add_option("--bucket-mb", o.bucket_mb, "Gradient bucket size in MB")
-      ->capture_default_str();
-  app.add_flag("--in-place,!--no-in-place", o.in_place,
-               "Recover in place when a rank fails under ddprun (the others "
-               "keep running); --no-in-place restarts every worker")
-      ->capture_default_str();
-  app.add_flag("--progress,!--no-progress", o.progress,
-               "Rank 0 shows a progress line")
-      ->capture_default_str();
-  app.add_option("--gradient-sync", o.gradient_sync,
-                 "auto: libddp chooses the gradient path (shared memory in a "
-                 "node, hierarchical across nodes, NCCL on CUDA); "
-                 "process-group: always the process group (debugging)")
-      ->check(CLI::IsMember({"auto", "process-group"}))
-      ->capture_default_str();
-  // Hidden (group ""): a fault hook for tests.
-  app.add_option("--test-die-in-sync", o.test_die_in_sync,
-                 "Tests: source:PATH or receiver:PATH; the first worker in "
-                 "that role of an in-place state sync to create PATH dies "
-                 "in the middle of it")
-      ->group("");
-  app.add_option("--test-stop-in-sync", o.test_stop_in_sync,
-                 "Tests: as --test-die-in-sync, but the worker stops itself "
-                 "(SIGSTOP): a hang in the middle of a state sync")
-      ->group("");
-  ddprun::common::AddLogLevelFlag(app, &o.log_level);
-  ddprun::common::AddVersionFlag(app, "ddprun-mnist");
-  if (std::optional<int> code =
-          ddprun::common::ParseFlags(app, argc, argv, "ddprun-mnist")) {
-    return *code;
-  }
-
-  ddprun::common::InitLogging({.name = "ddprun-mnist", .level = o.log_level});
+  ddprun::worker::MnistCommandLine command =
+      ddprun::worker::ParseMnistFlags(argc, argv);
+  if (command.exit_code.has_value()) return *command.exit_code;
+  ddprun::common::InitLogging(command.logging);
   // Training has closed its files and its process group by now.
   ddprun::worker::ExitWithoutTeardown(ddprun::worker::RunWorkerMain(
-      "ddprun-mnist", [&] { return ddprun::worker::RunMnistTraining(o); }));
+      "ddprun-mnist",
+      [&] { return ddprun::worker::RunMnistTraining(command.train); }));
 }

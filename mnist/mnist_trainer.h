@@ -36,7 +36,6 @@ struct MnistTrainOptions {
   // auto: libddp's choice (ProcessGroupOptions::gradient_sync);
   // process-group: GradientSync::kProcessGroup.
   std::string gradient_sync = "auto";
-  std::string log_level = "info";
   bool progress = true;  // rank 0 shows a progress line
   // Recover in place under ddprun (worker/recovery.h): a failed rank is
   // replaced while the others keep running; false: every worker restarts

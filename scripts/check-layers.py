@@ -12,6 +12,11 @@ FORBIDDEN names for a folder (gRPC for rendezvous/core, the deciders that
 the gRPC adapters of rendezvous/service wrap). Exits 1,
 listing each include that breaks a rule as FILE:LINE, and prints one line
 per folder otherwise. The layering of docs/ARCHITECTURE.md, checked.
+
+Two more rules of that document are checked here too: in libddp (worker/)
+only GETENV_READERS call getenv, and the fakes of the SEAMS interfaces live
+in tests/testing/ alone (a test extends the shared fake, it does not write
+its own).
 """
 import os
 import re
@@ -50,6 +55,15 @@ FORBIDDEN = {
 }
 # Folders whose subfolders are layers of their own.
 SPLIT = {"launcher", "rendezvous"}
+# worker/: the files that may read the environment. worker_env.cc is the
+# reader; standby.cc names a prewarmed process (ps shows "ddprun-zygote")
+# in a static initialiser, before anything can call it.
+GETENV_READERS = {"worker/worker_env.cc", "worker/standby.cc"}
+GETENV = re.compile(r"\bgetenv\s*\(")
+# The seams' interfaces: a test's class that implements one outside
+# tests/testing/ is a second fake of it.
+SEAMS = re.compile(r":\s*public\s+(?:[\w:]*::)?(RendezvousApi|ProcessControl|"
+                   r"Clock)\b")
 TORCH = re.compile(r"^(torch|ATen|c10|caffe2)/")
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]')
 
@@ -81,6 +95,12 @@ def main():
                 rel = os.path.join(rel_base, name)
                 with open(os.path.join(root, rel), encoding="utf-8") as f:
                     for number, line in enumerate(f, 1):
+                        if (folder == "worker" and rel not in GETENV_READERS
+                                and GETENV.search(line.split("//")[0])):
+                            broken.append(
+                                f"{rel}:{number}: calls getenv; in libddp "
+                                f"only {', '.join(sorted(GETENV_READERS))} "
+                                f"read the environment (WorkerEnv)")
                         m = INCLUDE.match(line)
                         if not m:
                             continue
@@ -105,16 +125,39 @@ def main():
                                 f"{folder}/ may include only "
                                 f"{', '.join(sorted(allowed))}")
         counts[folder] = files
+    fakes = 0
+    for base, _, names in os.walk(os.path.join(root, "tests")):
+        rel_base = os.path.relpath(base, root)
+        for name in sorted(names):
+            if not name.endswith((".h", ".cc")):
+                continue
+            rel = os.path.join(rel_base, name)
+            with open(os.path.join(root, rel), encoding="utf-8") as f:
+                for number, line in enumerate(f, 1):
+                    m = SEAMS.search(line)
+                    if not m:
+                        continue
+                    fakes += 1
+                    if rel_base != os.path.join("tests", "testing"):
+                        broken.append(
+                            f"{rel}:{number}: a fake of {m.group(1)} "
+                            f"outside tests/testing/; extend the shared one "
+                            f"there")
     for line in broken:
         print(f"[layers] {line}", file=sys.stderr)
     if broken:
-        print(f"[layers] FAIL: {len(broken)} includes cross the layers "
-              "upward (scripts/check-layers.py's ALLOWED table)",
+        print(f"[layers] FAIL: {len(broken)} lines break the layers "
+              "(scripts/check-layers.py's ALLOWED, GETENV_READERS and "
+              "SEAMS)",
               file=sys.stderr)
         return 1
     for folder, files in counts.items():
         print(f"[layers] {folder}/ ({files} files) includes only "
               f"{', '.join(sorted(ALLOWED[folder]))}")
+    print(f"[layers] worker/ calls getenv only in "
+          f"{', '.join(sorted(GETENV_READERS))}")
+    print(f"[layers] tests/: {fakes} fakes of the seams, all in "
+          f"tests/testing/")
     return 0
 
 

@@ -11,6 +11,16 @@
 // per heartbeat. The page's cost is one page.json (what the page polls) per
 // second; the HTML is loaded once (its refresh rate) for one open page. Printed
 // as CPU seconds per second of one core at the heartbeat rate N / interval.
+//
+//   insight-bench --process [--nodes 1000] [--nproc 8] [--blocks 8]
+//                 [--block-seconds 4] [--interval-ms 250] [--stream]
+//                 [--no-page | --no-figures]
+//
+// The whole server process instead (insight_process.h): two real
+// ddprun-rendezvous processes, simulated agents beating over real gRPC at
+// the job's rate, one without figures or page (the baseline), one with
+// both, blocks interleaved; each block's cost is the process's CPU time
+// from /proc, gRPC's transport and the HTTP listener included.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -18,6 +28,8 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/synchronization/mutex.h"
+#include "bench/rendezvous/insight_process.h"
 #include "common/clock.h"
 #include "ddprun/v1/rendezvous.pb.h"
 #include "rendezvous/core/job_table.h"
@@ -55,7 +67,49 @@ int main(int argc, char** argv) {
   app.add_option("--nproc", nproc)->check(CLI::Range(1, 512));
   app.add_option("--passes", passes)->check(CLI::Range(3, 1001));
   app.add_option("--interval-ms", interval_ms)->check(CLI::Range(1, 60000));
+  bool process = false;
+  ddprun::bench::InsightProcessOptions process_options;
+  process_options.server_binary = DDPRUN_RENDEZVOUS_BINARY;
+  double block_seconds =
+      absl::ToDoubleSeconds(ddprun::bench::InsightProcessOptions{}.block);
+  app.add_flag("--process", process,
+               "measure whole ddprun-rendezvous processes (their CPU time "
+               "from /proc) fed by simulated agents over gRPC");
+  app.add_option("--server", process_options.server_binary,
+                 "(--process) the ddprun-rendezvous binary")
+      ->capture_default_str();
+  app.add_option("--blocks", process_options.blocks,
+                 "(--process) blocks measured on each server")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+  app.add_option("--block-seconds", block_seconds,
+                 "(--process) the length of one block")
+      ->capture_default_str()
+      ->check(CLI::Range(0.5, 600.0));
+  bool stream = false;
+  app.add_flag("--stream", stream,
+               "(--process) beat on Heartbeats streams, one per node, as "
+               "ddprun's agents do (default: unary calls)");
+  bool no_figures = false;
+  app.add_flag("--no-figures", no_figures,
+               "(--process) the page alone: the heartbeats carry no figures");
+  bool no_page = false;
+  app.add_flag("--no-page", no_page,
+               "(--process) the figures alone: nobody opens the page");
   CLI11_PARSE(app, argc, argv);
+  if (process) {
+    process_options.page = !no_page;
+    process_options.figures = !no_figures;
+    process_options.stream = stream;
+    // As in ddprun-rendezvous: the simulated agents' gRPC would otherwise
+    // spend its time in Abseil's deadlock-detection graph.
+    absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+    process_options.nodes = nodes;
+    process_options.nproc = nproc;
+    process_options.block = absl::Seconds(block_seconds);
+    process_options.interval = absl::Milliseconds(interval_ms);
+    return ddprun::bench::RunInsightProcessBench(process_options);
+  }
 
   ddprun::common::FakeClock clock;
   JobTable table(&clock);

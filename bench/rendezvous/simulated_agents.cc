@@ -34,6 +34,16 @@ struct StreamsShared {
   absl::Mutex mu;
   int running ABSL_GUARDED_BY(mu) = 0;
   std::string error ABSL_GUARDED_BY(mu);
+
+  // A stream ended with `status`: the first error (not a cancel) is kept.
+  void Ended(const grpc::Status& status) {
+    absl::MutexLock lock(&mu);
+    if (!status.ok() && status.error_code() != grpc::StatusCode::CANCELLED &&
+        error.empty()) {
+      error = absl::StrCat(status.error_code(), ": ", status.error_message());
+    }
+    --running;
+  }
 };
 
 // One simulated Heartbeats stream: beats for nodes first, first + stride,
@@ -103,15 +113,7 @@ class BeatStream final : public grpc::ClientBidiReactor<v1::HeartbeatRequest,
     Next();
   }
   void OnWritesDoneDone(bool /*ok*/) override {}
-  void OnDone(const grpc::Status& status) override {
-    absl::MutexLock lock(&shared_->mu);
-    if (!status.ok() && status.error_code() != grpc::StatusCode::CANCELLED &&
-        shared_->error.empty()) {
-      shared_->error =
-          absl::StrCat(status.error_code(), ": ", status.error_message());
-    }
-    --shared_->running;
-  }
+  void OnDone(const grpc::Status& status) override { shared_->Ended(status); }
 
  private:
   // Writes the next beat, or closes the side, when it is time.
@@ -184,7 +186,106 @@ void MachineCpu(double* busy, double* idle) {
   *idle = static_cast<double>(v[3] + v[4]) / tick;
 }
 
+// Node `node`'s ranks' figures, `beat` beats into the round: one rank of
+// node 7 computes twice as long as the others.
+void AddFigures(int node, int local_world_size, int64_t beat,
+                v1::HeartbeatRequest* request) {
+  for (int r = 0; r < local_world_size; ++r) {
+    v1::RankFigures* f = request->add_ranks();
+    f->set_local_rank(r);
+    f->set_phase("step");
+    f->set_steps(1000 + 10 * beat + r);
+    f->set_steps_per_s(40);
+    f->set_samples(80);
+    const double slow = (node == 7 && r == 3) ? 2.0 : 1.0;
+    f->set_compute_mean_s(0.020 * slow + 0.0001 * r);
+    f->set_compute_median_s(0.019 * slow);
+    f->set_compute_p99_s(0.030 * slow);
+  }
+}
+
+// One node's Heartbeats stream that beats when told (Beat): at most one
+// beat being written; the answers are counted in `shared`. gRPC is never
+// called with mu_ held.
+class PacedStream final
+    : public grpc::ClientBidiReactor<v1::HeartbeatRequest,
+                                     v1::HeartbeatResponse> {
+ public:
+  PacedStream(StreamsShared* shared, v1::HeartbeatRequest plain,
+              v1::HeartbeatRequest figured)
+      : shared_(shared),
+        plain_(std::move(plain)),
+        figured_(std::move(figured)) {}
+
+  void Start(v1::Rendezvous::Stub* stub, const std::string& token) {
+    if (!token.empty()) {
+      context_.AddMetadata("authorization", absl::StrCat("Bearer ", token));
+    }
+    {
+      absl::MutexLock lock(&shared_->mu);
+      ++shared_->running;
+    }
+    stub->async()->Heartbeats(&context_, this);
+    StartRead(&in_);
+    StartCall();
+  }
+  // False when the last beat is still being written, or the stream ended.
+  bool Beat(bool figures) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (writing_ || done_) return false;
+      writing_ = true;
+    }
+    StartWrite(figures ? &figured_ : &plain_);
+    return true;
+  }
+  void Cancel() { context_.TryCancel(); }
+
+  void OnWriteDone(bool /*ok*/) override {
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+  }
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // OnDone follows
+    shared_->answered.fetch_add(1, std::memory_order_relaxed);
+    StartRead(&in_);
+  }
+  void OnDone(const grpc::Status& status) override {
+    {
+      absl::MutexLock lock(&mu_);
+      done_ = true;
+    }
+    shared_->Ended(status);
+  }
+
+ private:
+  StreamsShared* const shared_;
+  grpc::ClientContext context_;
+  const v1::HeartbeatRequest plain_;
+  const v1::HeartbeatRequest figured_;
+  v1::HeartbeatResponse in_;
+  absl::Mutex mu_;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+};
+
 }  // namespace
+
+// The streams of PacedStreamHeartbeats, one per node, open until the
+// SimulatedAgents goes.
+struct PacedStreams {
+  StreamsShared shared;
+  std::vector<std::unique_ptr<PacedStream>> streams;
+
+  ~PacedStreams() {
+    for (auto& stream : streams) stream->Cancel();
+    absl::MutexLock lock(&shared.mu);
+    auto ended = [this]() ABSL_SHARED_LOCKS_REQUIRED(shared.mu) {
+      return shared.running == 0;
+    };
+    shared.mu.Await(absl::Condition(&ended));
+  }
+};
 
 CpuSample SimulatedAgents::SampleCpu() const {
   CpuSample sample;
@@ -235,6 +336,7 @@ SimulatedAgents::SimulatedAgents(AgentsOptions options)
 }
 
 SimulatedAgents::~SimulatedAgents() {
+  paced_.reset();  // its streams end before the queues do
   for (auto& cq : queues_) cq->Shutdown();
   for (std::thread& thread : threads_) thread.join();
 }
@@ -497,12 +599,7 @@ double SimulatedAgents::HeartbeatThroughput(absl::Duration duration,
   std::function<void()> send = [&] {
     int node = static_cast<int>(next_node.fetch_add(1) % options_.nodes);
     auto* call = new BeatCall;
-    call->context.set_deadline(
-        absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
-    Authorize(&call->context);
-    call->request.set_run_id(options_.run_id);
-    call->request.set_node_id(NodeId(node));
-    call->request.set_round(round_);
+    PrepareBeat(node, &call->context, &call->request);
     Stub(node).async()->Heartbeat(&call->context, &call->request,
                                   &call->response,
                                   [&, call](grpc::Status status) {
@@ -581,6 +678,99 @@ StreamedResult SimulatedAgents::StreamedHeartbeats(
   return result;
 }
 
+void SimulatedAgents::PrepareBeat(int node, grpc::ClientContext* context,
+                                  v1::HeartbeatRequest* request) const {
+  context->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  Authorize(context);
+  request->set_run_id(options_.run_id);
+  request->set_node_id(NodeId(node));
+  request->set_round(round_);
+}
+
+void SimulatedAgents::Pace(
+    absl::Duration duration,
+    absl::FunctionRef<void(int node, int64_t tick)> beat) const {
+  const absl::Time start = absl::Now();
+  for (int64_t tick = 0;; ++tick) {
+    const absl::Time when =
+        start + interval_ * (static_cast<double>(tick) / options_.nodes);
+    if (when - start >= duration) return;
+    const absl::Time now = absl::Now();
+    if (when > now) absl::SleepFor(when - now);
+    beat(static_cast<int>(tick % options_.nodes), tick);
+  }
+}
+
+int64_t SimulatedAgents::PacedHeartbeats(absl::Duration duration,
+                                         bool figures) {
+  using BeatCall = Call<v1::HeartbeatRequest, v1::HeartbeatResponse>;
+  absl::Mutex mu;
+  int outstanding = 0;
+  int64_t answered = 0;
+  Pace(duration, [&](int node, int64_t tick) {
+    {
+      absl::MutexLock lock(&mu);
+      ++outstanding;
+    }
+    auto* call = new BeatCall;
+    PrepareBeat(node, &call->context, &call->request);
+    if (figures) {
+      AddFigures(node, options_.local_world_size, tick / options_.nodes,
+                 &call->request);
+    }
+    Stub(node).async()->Heartbeat(&call->context, &call->request,
+                                  &call->response,
+                                  [&, call](grpc::Status status) {
+                                    absl::MutexLock lock(&mu);
+                                    if (status.ok()) ++answered;
+                                    --outstanding;
+                                    delete call;
+                                  });
+  });
+  absl::MutexLock lock(&mu);
+  auto drained = [&] { return outstanding == 0; };
+  mu.Await(absl::Condition(&drained));
+  return answered;
+}
+
+int64_t SimulatedAgents::PacedStreamHeartbeats(absl::Duration duration,
+                                               bool figures) {
+  if (paced_ == nullptr) {
+    paced_ = std::make_unique<PacedStreams>();
+    for (int node = 0; node < options_.nodes; ++node) {
+      v1::HeartbeatRequest plain;
+      plain.set_run_id(options_.run_id);
+      plain.set_node_id(NodeId(node));
+      plain.set_round(round_);
+      v1::HeartbeatRequest figured = plain;
+      AddFigures(node, options_.local_world_size, 0, &figured);
+      paced_->streams.push_back(std::make_unique<PacedStream>(
+          &paced_->shared, std::move(plain), std::move(figured)));
+      paced_->streams.back()->Start(&Stub(node), options_.token);
+    }
+  }
+  const int64_t answered_before = paced_->shared.answered.load();
+  int64_t skipped = 0;
+  Pace(duration, [&](int node, int64_t /*tick*/) {
+    if (!paced_->streams[node]->Beat(figures)) ++skipped;
+  });
+  // The last answers: at most one beat a stream is in flight.
+  absl::SleepFor(absl::Milliseconds(100));
+  {
+    absl::MutexLock lock(&paced_->shared.mu);
+    if (!paced_->shared.error.empty()) {
+      std::fprintf(stderr, "a heartbeat stream failed: %s\n",
+                   paced_->shared.error.c_str());
+      return 0;
+    }
+  }
+  if (skipped > 0) {
+    std::fprintf(stderr, "%lld beats skipped (the last still being written)\n",
+                 static_cast<long long>(skipped));
+  }
+  return paced_->shared.answered.load() - answered_before;
+}
+
 DetectionResult SimulatedAgents::DetectLostNode(absl::Duration max_wait) {
   using BeatCall = Call<v1::HeartbeatRequest, v1::HeartbeatResponse>;
   absl::Mutex mu;
@@ -591,12 +781,8 @@ DetectionResult SimulatedAgents::DetectLostNode(absl::Duration max_wait) {
   // Node 0's last heartbeat: it is silent from when it was answered.
   {
     grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
-    Authorize(&context);
     v1::HeartbeatRequest request;
-    request.set_run_id(options_.run_id);
-    request.set_node_id(NodeId(0));
-    request.set_round(round_);
+    PrepareBeat(0, &context, &request);
     v1::HeartbeatResponse response;
     Stub(0).Heartbeat(&context, request, &response);
   }
@@ -622,12 +808,7 @@ DetectionResult SimulatedAgents::DetectLostNode(absl::Duration max_wait) {
       ++outstanding;
     }
     auto* call = new BeatCall;
-    call->context.set_deadline(
-        absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
-    Authorize(&call->context);
-    call->request.set_run_id(options_.run_id);
-    call->request.set_node_id(NodeId(node));
-    call->request.set_round(round_);
+    PrepareBeat(node, &call->context, &call->request);
     Stub(node).async()->Heartbeat(
         &call->context, &call->request, &call->response,
         [&, call, node](grpc::Status status) {

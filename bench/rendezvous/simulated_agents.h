@@ -6,6 +6,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "ddprun/v1/rendezvous.grpc.pb.h"
@@ -102,6 +103,8 @@ struct DetectionResult {
 // agent: the callback client API, and for Join the async API with one
 // completion queue and thread per connection. Not thread-safe; one
 // measurement at a time.
+struct PacedStreams;  // simulated_agents.cc
+
 class SimulatedAgents {
  public:
   explicit SimulatedAgents(AgentsOptions options);
@@ -130,6 +133,18 @@ class SimulatedAgents {
                                     int per_message,
                                     const std::function<void()>& before,
                                     const std::function<void()>& after);
+  // Every node heartbeats once per interval (the server's, spread over
+  // it) for `duration`, as the agents of a running job do, on unary calls;
+  // with `figures`, each heartbeat carries its node's ranks' figures
+  // (RankFigures: what an agent summarises of its ranks' steps; one rank
+  // of node 7 twice as slow). Returns the heartbeats answered OK.
+  int64_t PacedHeartbeats(absl::Duration duration, bool figures);
+  // The same on Rendezvous.Heartbeats streams, one per node as ddprun's
+  // agents hold them, opened at the first call and kept open until the
+  // destructor (at most one beat in flight per stream: a beat due while
+  // the last is still being written is skipped). Returns the heartbeats
+  // answered; 0 with an error on stderr when a stream failed.
+  int64_t PacedStreamHeartbeats(absl::Duration duration, bool figures);
   // Every node heartbeats once per interval (spread over the interval);
   // node 0 stops. Measures when the survivors learn the round is over.
   DetectionResult DetectLostNode(absl::Duration max_wait);
@@ -166,6 +181,13 @@ class SimulatedAgents {
 
   v1::Rendezvous::Stub& Stub(int node) { return *stubs_[node % stubs_.size()]; }
   std::string NodeId(int node) const;
+  // Calls beat(node, tick) for every node once per interval, spread over
+  // it, for `duration` (tick counts the calls from 0).
+  void Pace(absl::Duration duration,
+            absl::FunctionRef<void(int node, int64_t tick)> beat) const;
+  // Node `node`'s heartbeat in the current round, with a 10 s deadline.
+  void PrepareBeat(int node, grpc::ClientContext* context,
+                   v1::HeartbeatRequest* request) const;
   // The token, when set, on a call about to start.
   void Authorize(grpc::ClientContext* context) const;
 
@@ -174,6 +196,7 @@ class SimulatedAgents {
   std::vector<std::unique_ptr<grpc::CompletionQueue>> queues_;
   std::vector<std::thread> threads_;
   int64_t round_ = 0;
+  std::unique_ptr<PacedStreams> paced_;  // PacedStreamHeartbeats' streams
   absl::Duration interval_;
   absl::Duration timeout_;
 };

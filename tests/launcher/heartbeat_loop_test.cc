@@ -22,13 +22,16 @@
 #include "gtest/gtest.h"
 #include "launcher/agent/rendezvous_client.h"
 #include "rendezvous/service/server.h"
-#include "tests/rendezvous/frozen_proxy.h"
 #include "tests/testing/fake_rendezvous.h"
+#include "tests/testing/frozen_proxy.h"
+#include "tests/testing/old_servers.h"
 #include "tests/testing/wait_for.h"
 
 namespace ddprun::launcher {
 namespace {
 
+using ::ddprun::testing::NoStreamServer;
+using ::ddprun::testing::StartFakeServer;
 using ::ddprun::testing::WaitFor;
 
 // A loopback port that refuses connections: bound, never listening, held
@@ -184,40 +187,13 @@ TEST(HeartbeatLoopTest, HeartbeatsGoOnTheStream) {
               absl::Seconds(10)));
 }
 
-// A server older than Rendezvous.Heartbeats: the generated service answers
-// the stream UNIMPLEMENTED; it counts the attempts and the unary beats.
-class OldServer : public v1::Rendezvous::CallbackService {
- public:
-  grpc::ServerUnaryReactor* Heartbeat(
-      grpc::CallbackServerContext* context, const v1::HeartbeatRequest* request,
-      v1::HeartbeatResponse* response) override {
-    response->set_round(request->round());
-    response->set_state(v1::JOB_STATE_RUNNING);
-    ++unary;
-    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    reactor->Finish(grpc::Status::OK);
-    return reactor;
-  }
-  grpc::ServerBidiReactor<v1::HeartbeatRequest, v1::HeartbeatResponse>*
-  Heartbeats(grpc::CallbackServerContext* context) override {
-    ++streams;
-    return v1::Rendezvous::CallbackService::Heartbeats(context);
-  }
-  std::atomic<int> unary = 0;
-  std::atomic<int> streams = 0;
-};
-
 TEST(HeartbeatLoopTest, AServerWithoutTheStreamGetsUnaryHeartbeats) {
-  OldServer old;
-  int port = 0;
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                           &port);
-  builder.RegisterService(&old);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  // A server older than Rendezvous.Heartbeats.
+  NoStreamServer old;
+  std::string endpoint;
+  std::unique_ptr<grpc::Server> server = StartFakeServer(&old, &endpoint);
   ASSERT_NE(server, nullptr);
-  std::unique_ptr<RendezvousClient> client =
-      Client(absl::StrCat("127.0.0.1:", port));
+  std::unique_ptr<RendezvousClient> client = Client(endpoint);
   HeartbeatLoopOptions options = LoopOptions("old", 1, absl::Milliseconds(20));
   std::atomic<int> calls = 0;
   {

@@ -25,12 +25,15 @@
 #include "rendezvous/service/server.h"
 #include "tests/testing/client_context.h"
 #include "tests/testing/join_request.h"
+#include "tests/testing/old_servers.h"
 #include "tests/testing/wait_for.h"
 
 namespace ddprun::relay {
 namespace {
 
 using ::ddprun::testing::BoundedContext;
+using ::ddprun::testing::NoStreamServer;
+using ::ddprun::testing::StartFakeServer;
 using ::ddprun::testing::WaitFor;
 
 constexpr char kSecret[] = "relay-test-secret";
@@ -546,20 +549,6 @@ TEST_F(RelayTest, AnUpstreamNotListeningIsUnavailableNamingIt) {
   }
 }
 
-// `service` (a fake older server) on a kernel-chosen loopback port; its
-// address lands in *endpoint.
-std::unique_ptr<grpc::Server> StartFakeServer(grpc::Service* service,
-                                              std::string* endpoint) {
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                           &port);
-  builder.RegisterService(service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  *endpoint = absl::StrCat("127.0.0.1:", port);
-  return port != 0 ? std::move(server) : nullptr;
-}
-
 // A server older than batches: Join and the Heartbeats stream ignore
 // `more` and answer the message's own node only.
 class OldServer : public v1::Rendezvous::CallbackService {
@@ -663,24 +652,9 @@ TEST_F(RelayTest, AnOldServerGetsTheRestOneByOne) {
   server->Shutdown();
 }
 
-// A server older than the Heartbeats stream (and than `more`).
-class NoStreamServer : public v1::Rendezvous::CallbackService {
- public:
-  grpc::ServerUnaryReactor* Heartbeat(
-      grpc::CallbackServerContext* context,
-      const v1::HeartbeatRequest* /*request*/,
-      v1::HeartbeatResponse* response) override {
-    calls_.fetch_add(1);
-    response->set_round(7);
-    auto* reactor = context->DefaultReactor();
-    reactor->Finish(grpc::Status::OK);
-    return reactor;
-  }
-  std::atomic<int> calls_{0};
-};
-
 TEST_F(RelayTest, WithoutAnUpstreamStreamTheRelayBeatsUnary) {
-  NoStreamServer old;
+  // A server older than the Heartbeats stream (and than `more`).
+  NoStreamServer old(/*round=*/7);
   std::string upstream;
   std::unique_ptr<grpc::Server> server = StartFakeServer(&old, &upstream);
   ASSERT_NE(server, nullptr);
@@ -702,7 +676,7 @@ TEST_F(RelayTest, WithoutAnUpstreamStreamTheRelayBeatsUnary) {
       },
       absl::Seconds(10), absl::Milliseconds(50));
   EXPECT_TRUE(answered);
-  EXPECT_GE(old.calls_.load(), 1);
+  EXPECT_GE(old.unary.load(), 1);
   relay_->Shutdown();
   server->Shutdown();
 }

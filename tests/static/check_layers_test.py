@@ -3,8 +3,9 @@
 
     tests/static/check_layers_test.py ROOT
 
-Builds small trees in a temporary folder, one rule broken in each, runs the
-checker on them and expects exit 1 naming the file; a tree that keeps every
+Builds small trees in a temporary folder, one rule broken in each (an
+include across the layers, a getenv in libddp, a fake of a seam outside
+tests/testing/), runs the checker on them and expects exit 1 naming the file; a tree that keeps every
 rule must pass. Without this, a checker that looks at no file would pass.
 """
 import os
@@ -29,6 +30,26 @@ BROKEN = [
     ("rendezvous/core/job.cc", "torch/torch.h"),
     ("relay/relay.h", "rendezvous/core/job.h"),
 ]
+# (file, line): each alone must fail the check (the rules beyond includes).
+BROKEN_LINES = [
+    ("worker/ddp.cc", 'const char* v = std::getenv("RANK");'),
+    ("worker/process_group.cc", "if (getenv(\"X\")) {}"),
+    ("tests/launcher/agent_test.cc",
+     "class MyFake final : public launcher::RendezvousApi {"),
+    ("tests/rendezvous/job_test.cc",
+     "class StepClock : public common::Clock {"),
+    ("tests/launcher/group_test.cc",
+     "class Spawner : public ProcessControl {"),
+]
+# Lines the rules allow.
+ALLOWED_LINES = [
+    ("worker/worker_env.cc", 'const char* v = std::getenv("RANK");'),
+    ("worker/ddp.cc", "// no getenv( here: WorkerEnv has it"),
+    ("tests/testing/fake_rendezvous.h",
+     "class FakeRendezvous final : public launcher::RendezvousApi {"),
+    ("tests/launcher/agent_test.cc",
+     "class Control final : public ::ddprun::testing::FakeProcessControl {"),
+]
 # Includes each rule allows.
 ALLOWED = [
     ("rendezvous/core/job.h", "common/clock.h"),
@@ -40,26 +61,32 @@ ALLOWED = [
 ]
 
 
+def includes(files):
+    return [(path, f'#include "{include}"') for path, include in files]
+
+
 def run(files):
+    """files: (path, line) pairs, written into a fresh tree."""
     with tempfile.TemporaryDirectory() as root:
-        for path, include in files:
+        for path, line in files:
             full = os.path.join(root, path)
             os.makedirs(os.path.dirname(full), exist_ok=True)
             with open(full, "a", encoding="utf-8") as f:
-                f.write(f'#include "{include}"\n')
+                f.write(line + "\n")
         return subprocess.run([sys.executable, CHECKER, root],
                               capture_output=True, text=True)
 
 
 def main():
     failures = []
-    ok = run(ALLOWED)
+    allowed = includes(ALLOWED) + ALLOWED_LINES
+    ok = run(allowed)
     if ok.returncode != 0:
-        failures.append(f"allowed includes refused:\n{ok.stderr}")
-    for path, include in BROKEN:
-        result = run(ALLOWED + [(path, include)])
+        failures.append(f"allowed lines refused:\n{ok.stderr}")
+    for path, line in includes(BROKEN) + BROKEN_LINES:
+        result = run(allowed + [(path, line)])
         if result.returncode != 1 or f"{path}:" not in result.stderr:
-            failures.append(f"{path} including {include} passed "
+            failures.append(f"{path} with '{line}' passed "
                             f"(rc {result.returncode}):\n{result.stdout}"
                             f"{result.stderr}")
     real = subprocess.run([sys.executable, CHECKER, ROOT],
@@ -70,7 +97,8 @@ def main():
         failures.append("the checker did not read rendezvous/core/")
     for f in failures:
         print(f"FAIL: {f}", file=sys.stderr)
-    print(f"{len(BROKEN)} broken trees refused, allowed tree passed"
+    print(f"{len(BROKEN) + len(BROKEN_LINES)} broken trees refused, "
+          f"allowed tree passed"
           if not failures else f"{len(failures)} failures")
     return 1 if failures else 0
 

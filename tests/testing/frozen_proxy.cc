@@ -1,4 +1,4 @@
-#include "tests/rendezvous/frozen_proxy.h"
+#include "tests/testing/frozen_proxy.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
