@@ -50,7 +50,8 @@ struct WorkerEnv {
 };
 
 // The one reader of the worker environment in libddp: no other file of
-// worker/ calls getenv.
+// worker/ calls getenv but standby.cc, for the process name at start
+// (scripts/check-layers.py checks it).
 //
 // Reads the environment of this process. A malformed value (a rank that is
 // not a number, a rank outside the world) is an InvalidArgument error that
