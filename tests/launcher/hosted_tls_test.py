@@ -5,7 +5,8 @@ takes as --tls-cert-file/--tls-key-file); a second agent with only
 --tls-ca-file joins it, and both nodes' workers (ddprun-mnist, whose store
 client carries the NCCL-ID/Gloo exchange) train through it. A plaintext
 client is refused; the token and status rules are those of the plaintext
-hosted rendezvous: no Status without the token, no other run id.
+hosted rendezvous: no Status without the token, no other run id. The
+static form's node rank 0 serves TLS with the same flags.
 
 Usage: hosted_tls_test.py --ddprun PATH --mnist PATH --data-dir DIR
                           --make-certs PATH
@@ -171,6 +172,48 @@ def main():
             if host.poll() is None:
                 host.kill()
                 host.wait()
+        # The static form (--master-addr): node rank 0 serves over TLS with
+        # the same flags, node rank 1 joins; both run the same line.
+        for attempt in range(5):
+            port = free_port()
+            static = [args.ddprun, "--nnodes", "2", "--master-addr",
+                      "127.0.0.1", "--master-port", str(port), "--rdzv-id",
+                      "static-tls", "--rdzv-conf", "join_timeout=60",
+                      "--token-file", token, "--tls-ca-file", ca,
+                      "--host-tls-cert-file",
+                      os.path.join(certs, "server.crt"),
+                      "--host-tls-key-file",
+                      os.path.join(certs, "server.key")]
+            log_path = os.path.join(work, "static0.log")
+            rank0 = subprocess.Popen(
+                static + ["--node-rank", "0", "--no-python", "true"],
+                stdout=open(log_path, "w"), stderr=subprocess.STDOUT,
+                env=env, cwd=work)
+            try:
+                wait_until(lambda: "serving the rendezvous" in open(
+                    log_path).read() or rank0.poll() is not None,
+                    "node rank 0 to serve")
+                if rank0.poll() is not None:
+                    continue  # the port was taken meanwhile
+                rank1 = run(static + ["--node-rank", "1", "--no-python",
+                                      "true"], env)
+                if rank1.returncode != 0:
+                    failures.append("static node rank 1 failed: rc %d %r" %
+                                    (rank1.returncode, rank1.stdout))
+                if rank0.wait(timeout=60) != 0:
+                    failures.append("static node rank 0 failed: %r" %
+                                    open(log_path).read())
+                if "(run id static-tls) over TLS" not in open(
+                        log_path).read():
+                    failures.append("static node rank 0 does not serve TLS:"
+                                    " %r" % open(log_path).read())
+                break
+            finally:
+                if rank0.poll() is None:
+                    rank0.kill()
+                    rank0.wait()
+        else:
+            failures.append("no port could be served for the static form")
     if failures:
         print("\n".join(failures))
         sys.exit(1)
