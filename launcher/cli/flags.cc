@@ -259,6 +259,13 @@ void AddLaunchFlags(CLI::App& app, LaunchOptions& o, RawLaunchFlags& raw) {
             "accepted; ignored (torchrun's)");
   }
   AddAuthFlags(app, o.auth);
+  AddString(app, "--host-tls-cert-file", &o.host_tls.cert_file,
+            "when this agent serves the rendezvous (c10d's is_host, static "
+            "node rank 0): serve TLS with this PEM certificate chain, as "
+            "ddprun-rendezvous --tls-cert-file; agents and workers check it "
+            "with --tls-ca-file");
+  AddString(app, "--host-tls-key-file", &o.host_tls.key_file,
+            "the PEM private key of --host-tls-cert-file");
 }
 
 // What follows the flags: the program and its arguments, untouched.
@@ -569,6 +576,41 @@ absl::Status DecideRendezvous(LaunchOptions& o) {
   return absl::OkStatus();
 }
 
+// The TLS of a rendezvous this agent serves. The certificate and key come
+// together; whoever serves TLS is checked with --tls-ca-file, this agent
+// (its own client) and its workers included. A TLS rendezvous is never
+// replaced by a plaintext one served here: an agent that must serve and has
+// --tls-ca-file but no certificate is refused.
+absl::Status CheckHostTls(const LaunchOptions& o) {
+  using Mode = LaunchOptions::RdzvMode;
+  const common::ServerTlsOptions& tls = o.host_tls;
+  if (tls.cert_file.empty() != tls.key_file.empty()) {
+    return Usage(absl::StrFormat(
+        "%s without %s: serving TLS needs the certificate and its key; give "
+        "both --host-tls-cert-file and --host-tls-key-file",
+        tls.cert_file.empty() ? "--host-tls-key-file" : "--host-tls-cert-file",
+        tls.cert_file.empty() ? "--host-tls-cert-file"
+                              : "--host-tls-key-file"));
+  }
+  if (!tls.cert_file.empty() && o.auth.tls_ca_file.empty()) {
+    return Usage(
+        "--host-tls-cert-file without --tls-ca-file: every agent, this one "
+        "included, and every worker checks the served certificate; give "
+        "--tls-ca-file with the CA that signed it");
+  }
+  if (o.rdzv_mode == Mode::kHost && !o.auth.tls_ca_file.empty() &&
+      tls.cert_file.empty()) {
+    return Usage(absl::StrFormat(
+        "--tls-ca-file, but this agent serves the rendezvous at %s (static "
+        "node rank 0, or --rdzv-conf is_host=1) with no certificate: give "
+        "--host-tls-cert-file and --host-tls-key-file (what "
+        "ddprun-rendezvous takes as --tls-cert-file and --tls-key-file), or "
+        "run ddprun-rendezvous there with them and drop is_host=1",
+        o.rdzv_endpoint));
+  }
+  return absl::OkStatus();
+}
+
 // Values that are fine alone but not together, and what --standalone
 // implies.
 absl::Status CheckLaunchOptions(LaunchOptions& o) {
@@ -601,7 +643,8 @@ absl::Status CheckLaunchOptions(LaunchOptions& o) {
           "--local-ranks-filter yet; drop one of them");
     }
   }
-  return DecideRendezvous(o);
+  DDPRUN_RETURN_IF_ERROR(DecideRendezvous(o));
+  return CheckHostTls(o);
 }
 
 absl::StatusOr<CommandLine> ParseStatus(int argc, const char* const* argv) {

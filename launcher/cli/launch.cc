@@ -113,7 +113,8 @@ class RunLogDir {
 
 // The rendezvous this agent talks to: the one at --rdzv-endpoint, or one
 // served here (--standalone, or torchrun's agent-hosted and static forms).
-// `channel` loses its TLS settings when this agent serves it.
+// `channel` loses its TLS settings when this agent serves it in plaintext
+// (--standalone without --host-tls-cert-file: loopback only).
 struct Rendezvous {
   std::unique_ptr<rendezvous::Server> server;  // served by this agent
   common::Endpoint endpoint;
@@ -122,12 +123,15 @@ struct Rendezvous {
 // Starts the in-process rendezvous server on host:port. `only_run_id`
 // (torchrun's agent-hosted form) makes it serve that job alone; off
 // loopback without a token it then answers no Status either, and warns: a
-// torchrun c10d store is as open, no more.
+// torchrun c10d store is as open, no more. With `tls` (a certificate) it
+// serves TLS, which this agent and its workers check with the CA of
+// `channel`; without, it serves plaintext and `channel` drops its TLS.
 absl::StatusOr<std::unique_ptr<rendezvous::Server>> Serve(
     const std::string& host, int port, const std::string& only_run_id,
-    common::ChannelOptions& channel) {
-  // A token (if any) guards it; it serves no TLS.
+    const common::ServerTlsOptions& tls, common::ChannelOptions& channel) {
+  // The token (if any) guards it, as ddprun-rendezvous's --token-file.
   rendezvous::ServerOptions server_options;
+  server_options.tls = tls;
   server_options.host = host;
   server_options.port = port;
   server_options.token = channel.token;
@@ -138,7 +142,7 @@ absl::StatusOr<std::unique_ptr<rendezvous::Server>> Serve(
   absl::StatusOr<std::unique_ptr<rendezvous::Server>> started =
       rendezvous::Server::Start(server_options);
   if (!started.ok()) return started;
-  channel.ClearTls();
+  if (tls.cert_file.empty()) channel.ClearTls();
   if (open_network) {
     spdlog::warn(
         "the rendezvous this agent serves on {} takes no token: any host "
@@ -160,7 +164,7 @@ absl::StatusOr<Rendezvous> FindRendezvous(const LaunchOptions& options,
   std::string endpoint = options.rdzv_endpoint;
   if (options.rdzv_mode == Mode::kStandalone) {
     absl::StatusOr<std::unique_ptr<rendezvous::Server>> started =
-        Serve("127.0.0.1", 0, /*only_run_id=*/"", channel);
+        Serve("127.0.0.1", 0, /*only_run_id=*/"", options.host_tls, channel);
     if (!started.ok()) {
       exit_code = 1;
       return absl::Status(started.status().code(),
@@ -185,25 +189,18 @@ absl::StatusOr<Rendezvous> FindRendezvous(const LaunchOptions& options,
     exit_code = 2;
     return resolves;
   }
-  // An agent serves no TLS: with --tls-ca-file the rendezvous is a TLS
-  // ddprun-rendezvous, waited for if it is not up yet, never a plaintext one
-  // served here (the other agents could not reach it).
-  if (options.rdzv_mode == Mode::kHost && !channel.tls_ca_file.empty()) {
-    exit_code = 2;
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "--rdzv-conf is_host=1 with --tls-ca-file: an agent serves the "
-        "rendezvous in plaintext only; run ddprun-rendezvous with "
-        "--tls-cert-file and --tls-key-file at %s, or drop is_host=1",
-        parsed->ToString()));
-  }
+  // With --tls-ca-file the rendezvous is a TLS one: served here only with a
+  // certificate (--host-tls-cert-file; kHost without one is refused by the
+  // flags), never a plaintext one the other agents could not reach.
+  const bool serves_tls = !options.host_tls.cert_file.empty();
   const bool may_host = options.rdzv_mode == Mode::kHost ||
                         (options.rdzv_mode == Mode::kHostOrConnect &&
-                         channel.tls_ca_file.empty());
+                         (channel.tls_ca_file.empty() || serves_tls));
   if (options.rdzv_mode == Mode::kHostOrConnect && !may_host) {
     spdlog::info(
-        "rendezvous at {}: with --tls-ca-file this agent joins a TLS "
-        "ddprun-rendezvous there (waiting for it up to read_timeout) and "
-        "never serves one itself",
+        "rendezvous at {}: with --tls-ca-file and no --host-tls-cert-file "
+        "this agent joins a TLS ddprun-rendezvous or TLS-serving agent there "
+        "(waiting for it up to read_timeout) and never serves one itself",
         parsed->ToString());
   }
   if (may_host) {
@@ -214,14 +211,17 @@ absl::StatusOr<Rendezvous> FindRendezvous(const LaunchOptions& options,
         options.rdzv_mode == Mode::kHostOrConnect && parsed->port != 0 &&
                 !CanListenOn(parsed->host, parsed->port)
             ? absl::UnavailableError("the address is in use or not local")
-            : Serve(parsed->host, parsed->port, options.rdzv_id, channel);
+            : Serve(parsed->host, parsed->port, options.rdzv_id,
+                    options.host_tls, channel);
     if (started.ok()) {
       found.server = std::move(*started);
       parsed->port = found.server->port();
       spdlog::info(
-          "serving the rendezvous on {} for this job (run id {}); it ends "
-          "with this agent: a separate ddprun-rendezvous outlives any node",
-          found.server->listen_address(), options.rdzv_id);
+          "serving the rendezvous on {} for this job (run id {}) {}; it "
+          "ends with this agent: a separate ddprun-rendezvous outlives any "
+          "node",
+          found.server->listen_address(), options.rdzv_id,
+          serves_tls ? "over TLS" : "in plaintext");
     } else if (options.rdzv_mode == Mode::kHost) {
       exit_code = 1;
       return absl::Status(

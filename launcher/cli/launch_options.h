@@ -7,6 +7,7 @@
 
 #include "absl/time/time.h"
 #include "common/auth.h"
+#include "common/credentials.h"
 #include "launcher/agent/agent_options.h"
 #include "launcher/agent/phase_bounds.h"
 #include "launcher/posix/worker_output.h"
@@ -101,6 +102,10 @@ struct LaunchOptions {
   // --token-file and --tls-*: how the agent proves itself to the rendezvous
   // server and checks it (the token is loaded later).
   common::Credentials auth;
+  // --host-tls-cert-file and --host-tls-key-file: the TLS of the rendezvous
+  // this agent serves (kHost, kHostOrConnect, kStandalone); empty:
+  // plaintext.
+  common::ServerTlsOptions host_tls;
 
   // The training program and its arguments, untouched.
   std::vector<std::string> program;

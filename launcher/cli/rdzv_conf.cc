@@ -32,16 +32,30 @@ absl::StatusOr<absl::Duration> ParseSeconds(absl::string_view flag,
 
 absl::Status ParseRdzvConf(absl::string_view text, RdzvConf& conf) {
   // torchrun's keys that have no meaning with ddprun's rendezvous: the c10d
-  // store's transport, etcd's connection settings. None changes what the
+  // store's transport, etcd's plain connection. None changes what the
   // workers see.
-  static constexpr absl::string_view kIgnored[] = {
-      "store_type", "use_libuv", "protocol", "cacert", "cert", "key", "rank"};
+  static constexpr absl::string_view kIgnored[] = {"store_type", "use_libuv",
+                                                   "protocol", "rank"};
+  // etcd's TLS: ignoring it would leave a job that asked for TLS in
+  // plaintext, so it is refused with ddprun's flags for the same thing.
+  static constexpr absl::string_view kTlsKeys[] = {"cacert", "cert", "key"};
   int keep_alive_max_attempt = 0;
   for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipEmpty())) {
     std::pair<absl::string_view, absl::string_view> kv =
         absl::StrSplit(item, absl::MaxSplits('=', 1));
     absl::string_view key = absl::StripAsciiWhitespace(kv.first);
     absl::string_view value = absl::StripAsciiWhitespace(kv.second);
+    if (std::find(std::begin(kTlsKeys), std::end(kTlsKeys), key) !=
+            std::end(kTlsKeys) ||
+        (key == "protocol" && absl::AsciiStrToLower(value) == "https")) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--rdzv-conf %s=%s: etcd's TLS settings are not ddprun's; give "
+          "--tls-ca-file (cacert) and, for mutual TLS, --tls-cert-file and "
+          "--tls-key-file (cert, key); the agent that serves the rendezvous "
+          "takes its certificate as --host-tls-cert-file and "
+          "--host-tls-key-file",
+          key, value));
+    }
     if (std::find(std::begin(kIgnored), std::end(kIgnored), key) !=
         std::end(kIgnored)) {
       conf.ignored.push_back(absl::StrCat(key, "=", value));
@@ -87,7 +101,7 @@ absl::Status ParseRdzvConf(absl::string_view text, RdzvConf& conf) {
           "join_timeout (timeout), close_timeout, read_timeout, "
           "heartbeat_interval (keep_alive_interval), heartbeat_timeout, "
           "keep_alive_max_attempt, is_host; accepted and ignored: "
-          "store_type, use_libuv, protocol, cacert, cert, key, rank",
+          "store_type, use_libuv, protocol, rank",
           key));
     }
     absl::StatusOr<absl::Duration> d =

@@ -59,11 +59,37 @@ def main():
             ([args.ddprun, "--token-file", token_dir, "--nnodes", "2",
               "--rdzv-endpoint", "127.0.0.1:1"] + program, 2,
              "is a folder; give the path of the file inside it"),
-            # An agent serves no TLS: with --tls-ca-file it never hosts a
-            # plaintext rendezvous, it waits for the TLS one (then 75).
+            # With --tls-ca-file an agent that must serve needs a
+            # certificate (--host-tls-*): never a plaintext rendezvous.
             ([args.ddprun, "--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:1",
               "--tls-ca-file", ca_file, "--rdzv-conf", "is_host=1"] + program,
-             2, "an agent serves the rendezvous in plaintext only"),
+             2, "with no certificate: give --host-tls-cert-file and "
+             "--host-tls-key-file"),
+            # The static form's node rank 0 serves too.
+            ([args.ddprun, "--nnodes", "2", "--master-addr", "127.0.0.1",
+              "--master-port", "1", "--node-rank", "0", "--tls-ca-file",
+              ca_file] + program,
+             2, "with no certificate: give --host-tls-cert-file and "
+             "--host-tls-key-file"),
+            # A certificate without its key, or the key alone.
+            ([args.ddprun, "--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:1",
+              "--tls-ca-file", ca_file, "--host-tls-cert-file", ca_file]
+             + program, 2, "--host-tls-cert-file without --host-tls-key-file"),
+            ([args.ddprun, "--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:1",
+              "--tls-ca-file", ca_file, "--host-tls-key-file", ca_file]
+             + program, 2, "--host-tls-key-file without --host-tls-cert-file"),
+            # Serving TLS that no agent or worker could check.
+            ([args.ddprun, "--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:1",
+              "--host-tls-cert-file", ca_file, "--host-tls-key-file",
+              ca_file] + program, 2,
+             "--host-tls-cert-file without --tls-ca-file"),
+            # As PET_ variables, the flags' house form.
+            ([args.ddprun, "--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:1"]
+             + program, 2, "--host-tls-cert-file without --tls-ca-file",
+             {"PET_HOST_TLS_CERT_FILE": ca_file,
+              "PET_HOST_TLS_KEY_FILE": ca_file}),
+            # Without a certificate an agent with --tls-ca-file joins a TLS
+            # rendezvous and never serves one itself (then 75).
             ([args.ddprun, "--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:1",
               "--tls-ca-file", ca_file, "--rdzv-conf", "read_timeout=1"]
              + program, 75, "never serves one itself"),
@@ -91,8 +117,10 @@ def main():
             open(a_file, "w").close()
             cases.append(([args.mnist, "--data-dir", a_file, "--epochs", "1"],
                           1, "is a file, not a folder"))
-        for argv, code, says in cases:
-            p, took = run(argv, cwd=work)
+        for case in cases:
+            argv, code, says = case[:3]
+            env = dict(os.environ, **case[3]) if len(case) > 3 else None
+            p, took = run(argv, cwd=work, env=env)
             shown = " ".join(a if len(a) < 40 else a[:37] + "..."
                              for a in argv[1:])
             name = os.path.basename(argv[0])

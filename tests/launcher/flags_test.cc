@@ -73,6 +73,50 @@ TEST(FlagsTest, ReadsPetEnvironment) {
   EXPECT_EQ(c->launch.rdzv_endpoint, "h:1");
 }
 
+TEST(FlagsTest, HostTlsIsTheServersCertificateAndKey) {
+  auto c = Parse({"--nnodes", "2", "--rdzv-endpoint", "h:29400",
+                  "--tls-ca-file", "ca.crt", "--host-tls-cert-file",
+                  "server.crt", "--host_tls_key_file", "server.key", "prog"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->launch.host_tls.cert_file, "server.crt");
+  EXPECT_EQ(c->launch.host_tls.key_file, "server.key");
+  EXPECT_TRUE(c->launch.host_tls.client_ca_file.empty());
+  // A joining-only node may carry the same line (one command for all).
+  auto joiner =
+      Parse({"--nnodes", "2", "--master-addr", "h", "--node-rank", "1",
+             "--tls-ca-file", "ca.crt", "--host-tls-cert-file", "server.crt",
+             "--host-tls-key-file", "server.key", "prog"});
+  EXPECT_TRUE(joiner.ok()) << joiner.status();
+}
+
+TEST(FlagsTest, HostTlsCombinationsThatCannotWorkAreRefused) {
+  // Must serve, TLS asked for, nothing to serve it with.
+  auto no_cert =
+      Parse({"--nnodes", "2", "--rdzv-endpoint", "h:29400", "--rdzv-conf",
+             "is_host=1", "--tls-ca-file", "ca.crt", "prog"});
+  EXPECT_THAT(no_cert.status().message(),
+              HasSubstr("give --host-tls-cert-file and --host-tls-key-file"));
+  auto static_rank0 =
+      Parse({"--nnodes", "2", "--master-addr", "h", "--node-rank", "0",
+             "--tls-ca-file", "ca.crt", "prog"});
+  EXPECT_THAT(static_rank0.status().message(),
+              HasSubstr("give --host-tls-cert-file and --host-tls-key-file"));
+  auto no_key =
+      Parse({"--nnodes", "2", "--rdzv-endpoint", "h:29400", "--tls-ca-file",
+             "ca.crt", "--host-tls-cert-file", "server.crt", "prog"});
+  EXPECT_THAT(no_key.status().message(),
+              HasSubstr("--host-tls-cert-file without --host-tls-key-file"));
+  auto no_ca = Parse({"--nnodes", "2", "--rdzv-endpoint", "h:29400",
+                      "--host-tls-cert-file", "server.crt",
+                      "--host-tls-key-file", "server.key", "prog"});
+  EXPECT_THAT(no_ca.status().message(),
+              HasSubstr("--host-tls-cert-file without --tls-ca-file"));
+  // Joining a TLS ddprun-rendezvous needs no certificate.
+  auto joins = Parse({"--nnodes", "2", "--rdzv-endpoint", "h:29400",
+                      "--tls-ca-file", "ca.crt", "prog"});
+  EXPECT_TRUE(joins.ok()) << joins.status();
+}
+
 TEST(FlagsTest, RedirectsTeeAndFilter) {
   auto c = Parse({"--standalone", "--redirects", "0:1,1:2", "--tee", "3",
                   "--local-ranks-filter", "0,2", "prog"});

@@ -1,0 +1,225 @@
+"""The agent-hosted rendezvous (torchrun's c10d is_host form) over TLS, with
+real certificates made here and real processes: the hosting agent serves
+TLS with --host-tls-cert-file/--host-tls-key-file (what ddprun-rendezvous
+takes as --tls-cert-file/--tls-key-file); a second agent with only
+--tls-ca-file joins it, and both nodes' workers (ddprun-mnist, whose store
+client carries the NCCL-ID/Gloo exchange) train through it. A plaintext
+client is refused; the token and status rules are those of the plaintext
+hosted rendezvous: no Status without the token, no other run id. The
+static form's node rank 0 serves TLS with the same flags.
+
+Usage: hosted_tls_test.py --ddprun PATH --mnist PATH --data-dir DIR
+                          --make-certs PATH
+"""
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "testing"))
+from waits import wait_for  # noqa: E402
+
+
+def free_port():
+    # Several nodes need a port named in advance; a taken one only makes
+    # this test retry.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(predicate, what, bound=60):
+    if not wait_for(predicate, bound):
+        raise AssertionError("timed out waiting for " + what)
+
+
+def run(argv, env, timeout=60):
+    return subprocess.run(argv, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, env=env,
+                          timeout=timeout)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--ddprun", required=True)
+    parser.add_argument("--mnist", required=True)
+    parser.add_argument("--data-dir", required=True)
+    parser.add_argument("--make-certs", required=True)
+    args = parser.parse_args()
+    env = dict(os.environ)
+    for name in ("DDPRUN_TOKEN", "DDPRUN_TOKEN_FILE", "PET_TOKEN_FILE"):
+        env.pop(name, None)
+    failures = []
+    with tempfile.TemporaryDirectory() as work:
+        certs = os.path.join(work, "certs")
+        os.makedirs(certs)
+        subprocess.run(["/bin/sh", args.make_certs, certs], check=True,
+                       stdout=subprocess.DEVNULL, timeout=60)
+        ca = os.path.join(certs, "ca.crt")
+        token = os.path.join(work, "token")
+        with open(token, "w") as f:
+            f.write("hosted-tls-token\n")
+        os.chmod(token, 0o600)
+        program = ["--no-python", args.mnist, "--epochs", "1", "--data-dir",
+                   args.data_dir, "--train-limit", "2000", "--test-limit",
+                   "500", "--max-steps", "5", "--save", ""]
+
+        def agent_argv(endpoint, run_id, host_certs, extra=()):
+            argv = [args.ddprun, "--nnodes", "2", "--rdzv-backend", "c10d",
+                    "--rdzv-endpoint", endpoint, "--rdzv-id", run_id,
+                    "--rdzv-conf", "join_timeout=60,read_timeout=5",
+                    "--token-file", token, "--tls-ca-file", ca]
+            if host_certs:
+                argv += ["--host-tls-cert-file",
+                         os.path.join(certs, "server.crt"),
+                         "--host-tls-key-file",
+                         os.path.join(certs, "server.key")]
+            return argv + list(extra) + program
+
+        host_log = os.path.join(work, "host.log")
+        for attempt in range(5):
+            port = free_port()
+            endpoint = "127.0.0.1:%d" % port
+            log = open(host_log, "w")
+            host = subprocess.Popen(agent_argv(endpoint, "tlsjob", True),
+                                    stdout=log, stderr=subprocess.STDOUT,
+                                    env=env, cwd=work)
+            try:
+                wait_until(lambda: "serving the rendezvous" in open(
+                    host_log).read() or host.poll() is not None,
+                    "the agent to serve")
+            except AssertionError:
+                host.kill()
+                host.wait()
+                raise
+            if host.poll() is None:
+                break
+            host.wait()
+        else:
+            raise AssertionError("no port could be served: " +
+                                 open(host_log).read())
+        try:
+            text = open(host_log).read()
+            if "for this job (run id tlsjob) over TLS" not in text:
+                failures.append("the host does not say it serves TLS: %r" %
+                                text)
+            # A plaintext client (no --tls-ca-file) gets nothing, even with
+            # the token.
+            plain = run([args.ddprun, "status", "--rdzv-endpoint", endpoint,
+                         "--rdzv-id", "tlsjob", "--token-file", token,
+                         "--timeout", "3"], env)
+            if plain.returncode == 0 or "tlsjob" in plain.stdout.replace(
+                    "--rdzv-id tlsjob", ""):
+                failures.append("a plaintext client was answered: rc %d %r"
+                                % (plain.returncode, plain.stdout))
+            # A plaintext agent of the same job cannot join: the port is
+            # taken, so it connects, in plaintext, and gives up (75).
+            plain_agent = run(
+                [args.ddprun, "--nnodes", "2", "--rdzv-backend", "c10d",
+                 "--rdzv-endpoint", endpoint, "--rdzv-id", "tlsjob",
+                 "--rdzv-conf", "read_timeout=2", "--token-file", token,
+                 "--no-python", "true"], env)
+            if plain_agent.returncode != 75:
+                failures.append("a plaintext agent was not refused: rc %d %r"
+                                % (plain_agent.returncode,
+                                   plain_agent.stdout))
+            # The token rules of the hosted rendezvous: Status with the
+            # token (over TLS), none without it.
+            status = run([args.ddprun, "status", "--rdzv-endpoint", endpoint,
+                          "--rdzv-id", "tlsjob", "--token-file", token,
+                          "--tls-ca-file", ca], env)
+            if status.returncode != 0 or "tlsjob" not in status.stdout:
+                failures.append("Status over TLS with the token failed: "
+                                "rc %d %r" % (status.returncode,
+                                              status.stdout))
+            no_token = run([args.ddprun, "status", "--rdzv-endpoint",
+                            endpoint, "--rdzv-id", "tlsjob", "--tls-ca-file",
+                            ca], env)
+            if no_token.returncode == 0 or "--token-file" not in \
+                    no_token.stdout:
+                failures.append("Status answered a caller without the token:"
+                                " rc %d %r" % (no_token.returncode,
+                                               no_token.stdout))
+            # Another run id is refused, over TLS and with the token too.
+            other = run([args.ddprun, "--nnodes", "2", "--rdzv-backend",
+                         "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id",
+                         "other", "--token-file", token, "--tls-ca-file", ca,
+                         "--no-python", "true"], env)
+            if (other.returncode == 0 or
+                    "serves no other run id" not in other.stdout):
+                failures.append("another run id was admitted: rc %d %r" %
+                                (other.returncode, other.stdout))
+            # The job's second node: --tls-ca-file only (it never serves),
+            # and the job trains through the hosted TLS rendezvous.
+            second = run(agent_argv(endpoint, "tlsjob", False), env,
+                         timeout=180)
+            if second.returncode != 0:
+                failures.append("the second node failed: rc %d %r" %
+                                (second.returncode, second.stdout))
+            if host.wait(timeout=120) != 0:
+                failures.append("the hosting agent failed: %r" %
+                                open(host_log).read())
+            text = open(host_log).read()
+            for want in ("world size 2", "test accuracy",
+                         "succeeded in round 0"):
+                if want not in text:
+                    failures.append("the host's log lacks %r: %r" %
+                                    (want, text))
+        finally:
+            if host.poll() is None:
+                host.kill()
+                host.wait()
+        # The static form (--master-addr): node rank 0 serves over TLS with
+        # the same flags, node rank 1 joins; both run the same line.
+        for attempt in range(5):
+            port = free_port()
+            static = [args.ddprun, "--nnodes", "2", "--master-addr",
+                      "127.0.0.1", "--master-port", str(port), "--rdzv-id",
+                      "static-tls", "--rdzv-conf", "join_timeout=60",
+                      "--token-file", token, "--tls-ca-file", ca,
+                      "--host-tls-cert-file",
+                      os.path.join(certs, "server.crt"),
+                      "--host-tls-key-file",
+                      os.path.join(certs, "server.key")]
+            log_path = os.path.join(work, "static0.log")
+            rank0 = subprocess.Popen(
+                static + ["--node-rank", "0", "--no-python", "true"],
+                stdout=open(log_path, "w"), stderr=subprocess.STDOUT,
+                env=env, cwd=work)
+            try:
+                wait_until(lambda: "serving the rendezvous" in open(
+                    log_path).read() or rank0.poll() is not None,
+                    "node rank 0 to serve")
+                if rank0.poll() is not None:
+                    continue  # the port was taken meanwhile
+                rank1 = run(static + ["--node-rank", "1", "--no-python",
+                                      "true"], env)
+                if rank1.returncode != 0:
+                    failures.append("static node rank 1 failed: rc %d %r" %
+                                    (rank1.returncode, rank1.stdout))
+                if rank0.wait(timeout=60) != 0:
+                    failures.append("static node rank 0 failed: %r" %
+                                    open(log_path).read())
+                if "(run id static-tls) over TLS" not in open(
+                        log_path).read():
+                    failures.append("static node rank 0 does not serve TLS:"
+                                    " %r" % open(log_path).read())
+                break
+            finally:
+                if rank0.poll() is None:
+                    rank0.kill()
+                    rank0.wait()
+        else:
+            failures.append("no port could be served for the static form")
+    if failures:
+        print("\n".join(failures))
+        sys.exit(1)
+    print("OK: an agent-hosted TLS rendezvous trains a 2-node job, refuses "
+          "plaintext, keeps the token and status rules")
+
+
+if __name__ == "__main__":
+    main()
