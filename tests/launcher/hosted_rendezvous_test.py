@@ -16,20 +16,12 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "testing"))
-from waits import wait_for  # noqa: E402
+from ports import free_port  # noqa: E402
+from waits import wait_until  # noqa: E402
 
 
-def free_port():
-    # The agent must be told its port (port 0 is refused for several
-    # nodes); a taken port only makes this test retry.
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
 
 
-def wait_until(predicate, what, bound=30):
-    if not wait_for(predicate, bound):
-        raise AssertionError("timed out waiting for " + what)
 
 
 def other_addresses():
@@ -51,7 +43,7 @@ def main():
     with tempfile.TemporaryDirectory() as work:
         log_path = os.path.join(work, "host.log")
         for attempt in range(5):
-            port = free_port()
+            port = free_port("")
             log = open(log_path, "w")
             host = subprocess.Popen(
                 [args.ddprun, "--nnodes", "2", "--rdzv-backend", "c10d",
@@ -61,7 +53,7 @@ def main():
             try:
                 wait_until(lambda: "serving the rendezvous" in open(
                     log_path).read() or host.poll() is not None,
-                    "the agent to serve")
+                    "the agent to serve", 30)
             except AssertionError:
                 host.kill()
                 raise

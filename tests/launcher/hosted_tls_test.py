@@ -13,27 +13,18 @@ Usage: hosted_tls_test.py --ddprun PATH --mnist PATH --data-dir DIR
 """
 import argparse
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "testing"))
-from waits import wait_for  # noqa: E402
+from ports import free_port  # noqa: E402
+from waits import wait_until  # noqa: E402
 
 
-def free_port():
-    # Several nodes need a port named in advance; a taken one only makes
-    # this test retry.
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
-def wait_until(predicate, what, bound=60):
-    if not wait_for(predicate, bound):
-        raise AssertionError("timed out waiting for " + what)
 
 
 def run(argv, env, timeout=60):
@@ -90,7 +81,7 @@ def main():
             try:
                 wait_until(lambda: "serving the rendezvous" in open(
                     host_log).read() or host.poll() is not None,
-                    "the agent to serve")
+                    "the agent to serve", 60)
             except AssertionError:
                 host.kill()
                 host.wait()
@@ -192,7 +183,7 @@ def main():
             try:
                 wait_until(lambda: "serving the rendezvous" in open(
                     log_path).read() or rank0.poll() is not None,
-                    "node rank 0 to serve")
+                    "node rank 0 to serve", 60)
                 if rank0.poll() is not None:
                     continue  # the port was taken meanwhile
                 rank1 = run(static + ["--node-rank", "1", "--no-python",

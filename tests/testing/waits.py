@@ -19,3 +19,11 @@ def wait_for(condition, timeout_s, poll_s=0.05):
         if time.monotonic() >= deadline:
             return None
         time.sleep(poll_s)
+
+
+def wait_until(condition, what, timeout_s):
+    """wait_for, or AssertionError naming `what` once timeout_s passed."""
+    value = wait_for(condition, timeout_s)
+    if not value:
+        raise AssertionError("timed out waiting for " + what)
+    return value
