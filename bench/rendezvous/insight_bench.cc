@@ -93,6 +93,14 @@ int main(int argc, char** argv) {
   bool no_figures = false;
   app.add_flag("--no-figures", no_figures,
                "(--process) the page alone: the heartbeats carry no figures");
+  int figures_interval_ms = static_cast<int>(absl::ToInt64Milliseconds(
+      ddprun::bench::InsightProcessOptions{}.figures_interval));
+  app.add_option("--figures-interval-ms", figures_interval_ms,
+                 "(--process) a node's figures ride on one heartbeat per "
+                 "this interval, as ddprun's agents send them; 0: on every "
+                 "heartbeat, as agents did before")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 600000));
   bool no_page = false;
   app.add_flag("--no-page", no_page,
                "(--process) the figures alone: nobody opens the page");
@@ -101,6 +109,7 @@ int main(int argc, char** argv) {
     process_options.page = !no_page;
     process_options.figures = !no_figures;
     process_options.stream = stream;
+    process_options.figures_interval = absl::Milliseconds(figures_interval_ms);
     // As in ddprun-rendezvous: the simulated agents' gRPC would otherwise
     // spend its time in Abseil's deadlock-detection graph.
     absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);

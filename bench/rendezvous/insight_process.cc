@@ -73,6 +73,7 @@ bool StartSide(const InsightProcessOptions& options, Side& side) {
   agents.local_world_size = options.nproc;
   agents.channels = options.channels;
   agents.heartbeat_interval = options.interval;
+  agents.figures_interval = options.figures_interval;
   // Each job is silent while the other's block runs.
   agents.heartbeat_timeout = absl::Hours(1);
   side.agents = std::make_unique<SimulatedAgents>(agents);
@@ -164,9 +165,12 @@ int RunInsightProcessBench(const InsightProcessOptions& options) {
                                       : "figures";
   std::printf(
       "ddprun-rendezvous processes, %d nodes x %d ranks, heartbeat interval "
-      "%.0f ms (the server's), %s heartbeats, %d block pairs of %.1f s\n",
+      "%.0f ms (the server's), figures every %.0f ms, %s heartbeats, %d "
+      "block pairs of %.1f s\n",
       options.nodes, options.nproc,
       absl::ToDoubleMilliseconds(sides[0].agents->heartbeat_interval()),
+      absl::ToDoubleMilliseconds(std::max(
+          options.figures_interval, sides[0].agents->heartbeat_interval())),
       options.stream ? "streamed" : "unary", options.blocks,
       absl::ToDoubleSeconds(options.block));
   for (int p = 0; p < 2; ++p) {

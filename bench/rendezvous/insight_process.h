@@ -21,6 +21,10 @@ struct InsightProcessOptions {
   bool page = true;
   // False: the page alone, the heartbeats carry no figures.
   bool figures = true;
+  // A node's figures ride on one heartbeat per this interval, as ddprun's
+  // agents send them (AgentsOptions::figures_interval); zero: on every
+  // heartbeat, as agents did before.
+  absl::Duration figures_interval = absl::Seconds(1);
   // Beat on Rendezvous.Heartbeats streams, one per node, as ddprun's
   // agents do; false: unary calls.
   bool stream = false;

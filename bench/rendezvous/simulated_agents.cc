@@ -701,6 +701,11 @@ void SimulatedAgents::Pace(
   }
 }
 
+int64_t SimulatedAgents::FiguresEvery() const {
+  if (options_.figures_interval <= absl::ZeroDuration()) return 1;
+  return std::max<int64_t>(1, options_.figures_interval / interval_);
+}
+
 int64_t SimulatedAgents::PacedHeartbeats(absl::Duration duration,
                                          bool figures) {
   using BeatCall = Call<v1::HeartbeatRequest, v1::HeartbeatResponse>;
@@ -714,9 +719,9 @@ int64_t SimulatedAgents::PacedHeartbeats(absl::Duration duration,
     }
     auto* call = new BeatCall;
     PrepareBeat(node, &call->context, &call->request);
-    if (figures) {
-      AddFigures(node, options_.local_world_size, tick / options_.nodes,
-                 &call->request);
+    const int64_t beat = tick / options_.nodes;
+    if (figures && beat % FiguresEvery() == 0) {
+      AddFigures(node, options_.local_world_size, beat, &call->request);
     }
     Stub(node).async()->Heartbeat(&call->context, &call->request,
                                   &call->response,
@@ -751,8 +756,10 @@ int64_t SimulatedAgents::PacedStreamHeartbeats(absl::Duration duration,
   }
   const int64_t answered_before = paced_->shared.answered.load();
   int64_t skipped = 0;
-  Pace(duration, [&](int node, int64_t /*tick*/) {
-    if (!paced_->streams[node]->Beat(figures)) ++skipped;
+  Pace(duration, [&](int node, int64_t tick) {
+    const bool with_figures =
+        figures && (tick / options_.nodes) % FiguresEvery() == 0;
+    if (!paced_->streams[node]->Beat(with_figures)) ++skipped;
   });
   // The last answers: at most one beat a stream is in flight.
   absl::SleepFor(absl::Milliseconds(100));

@@ -26,6 +26,11 @@ struct AgentsOptions {
   int channels = 16;
   absl::Duration heartbeat_interval = absl::Seconds(1);
   absl::Duration heartbeat_timeout = absl::Seconds(3);
+  // With figures (PacedHeartbeats, PacedStreamHeartbeats), a node's
+  // figures ride on one heartbeat per this interval (rounded to whole
+  // heartbeats), as ddprun's agents send them (launcher's
+  // HeartbeatPolicyOptions::figures_interval); zero: on every heartbeat.
+  absl::Duration figures_interval = absl::ZeroDuration();
   int max_restarts = 0;
   // Sent on every call when set (the job's token).
   std::string token;
@@ -135,9 +140,10 @@ class SimulatedAgents {
                                     const std::function<void()>& after);
   // Every node heartbeats once per interval (the server's, spread over
   // it) for `duration`, as the agents of a running job do, on unary calls;
-  // with `figures`, each heartbeat carries its node's ranks' figures
-  // (RankFigures: what an agent summarises of its ranks' steps; one rank
-  // of node 7 twice as slow). Returns the heartbeats answered OK.
+  // with `figures`, one heartbeat per figures_interval carries its node's
+  // ranks' figures (RankFigures: what an agent summarises of its ranks'
+  // steps; one rank of node 7 twice as slow). Returns the heartbeats
+  // answered OK.
   int64_t PacedHeartbeats(absl::Duration duration, bool figures);
   // The same on Rendezvous.Heartbeats streams, one per node as ddprun's
   // agents hold them, opened at the first call and kept open until the
@@ -158,6 +164,8 @@ class SimulatedAgents {
   absl::Duration heartbeat_timeout() const { return timeout_; }
 
  private:
+  // With figures: every how many heartbeats a node sends them.
+  int64_t FiguresEvery() const;
   // A Join in flight on one of queues_; `answered` is its JoinAll's.
   struct JoinCall {
     grpc::ClientContext context;

@@ -28,13 +28,17 @@ void HeartbeatLoop::Run() {
   request.set_round(options_.round);
   while (!stop_.WaitForNotificationWithTimeout(options_.interval)) {
     absl::Time sent = absl::Now();
-    if (options_.figures) {
-      request.clear_ranks();
-      for (v1::RankFigures& f : options_.figures()) {
-        *request.add_ranks() = std::move(f);
-      }
+    std::vector<v1::RankFigures> figures;
+    if (options_.figures) figures = options_.figures();
+    const bool with_figures = policy_.FiguresDue(figures, sent);
+    request.clear_ranks();
+    if (with_figures) {
+      for (const v1::RankFigures& f : figures) *request.add_ranks() = f;
     }
     absl::StatusOr<v1::HeartbeatResponse> response = Beat(request);
+    if (with_figures && response.ok()) {
+      policy_.FiguresDelivered(figures, sent);
+    }
     if (response.ok() && options_.on_stragglers &&
         !response->straggler_local_ranks().empty()) {
       options_.on_stragglers(

@@ -42,8 +42,9 @@ struct HeartbeatLoopOptions {
   // round; a broken stream is reopened with backoff, and unary Heartbeats
   // go meanwhile. False: unary only.
   bool stream = true;
-  // The node's local ranks' figures, sent with every heartbeat (called on
-  // the loop's thread). Unset: none.
+  // The node's local ranks' figures (called on the loop's thread at every
+  // heartbeat; they go once a second, and at once when a rank's phase
+  // changed: HeartbeatPolicyOptions::figures_interval). Unset: none.
   std::function<std::vector<v1::RankFigures>()> figures;
   // Called (on the loop's thread) with this node's local ranks that the
   // server names stragglers, whenever an answer names any. Unset: ignored.

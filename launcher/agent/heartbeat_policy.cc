@@ -145,4 +145,24 @@ HeartbeatPolicy::StreamNext HeartbeatPolicy::OnStreamBeat(absl::StatusCode code,
   }
 }
 
+bool HeartbeatPolicy::FiguresDue(const std::vector<v1::RankFigures>& figures,
+                                 absl::Time now) const {
+  if (figures.empty()) return false;
+  if (now - figures_delivered_ >= options_.figures_interval) return true;
+  if (figures.size() != delivered_phases_.size()) return true;
+  for (size_t i = 0; i < figures.size(); ++i) {
+    if (figures[i].phase() != delivered_phases_[i]) return true;
+  }
+  return false;
+}
+
+void HeartbeatPolicy::FiguresDelivered(
+    const std::vector<v1::RankFigures>& figures, absl::Time sent) {
+  figures_delivered_ = sent;
+  delivered_phases_.clear();
+  for (const v1::RankFigures& f : figures) {
+    delivered_phases_.push_back(f.phase());
+  }
+}
+
 }  // namespace ddprun::launcher

@@ -1,6 +1,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
@@ -42,6 +44,12 @@ struct HeartbeatPolicyOptions {
   // it keeps failing (unary heartbeats go meanwhile).
   common::BackoffOptions reopen_backoff = {.initial = absl::Milliseconds(100),
                                            .max = absl::Seconds(10)};
+  // The node's ranks' figures ride on a heartbeat at most this often, and
+  // at once when a rank's phase changed. The server keeps a node's last
+  // figures (for StragglerDetectorOptions::max_age, 5 s), and taking them
+  // at every heartbeat of every node was most of what they cost it
+  // (bench/rendezvous/README.md: the server's cost).
+  absl::Duration figures_interval = absl::Seconds(1);
 };
 
 // Decides what the heartbeat loop (HeartbeatLoop, its only user) does
@@ -101,6 +109,15 @@ class HeartbeatPolicy {
   StreamNext OnStreamBeat(absl::StatusCode code, absl::Time now);
   bool uses_stream() const { return use_stream_; }
 
+  // Whether the heartbeat about to go at `now` carries `figures` (the
+  // node's ranks' figures now): none were delivered yet, figures_interval
+  // has passed since the last were, or a rank's phase changed since.
+  bool FiguresDue(const std::vector<v1::RankFigures>& figures,
+                  absl::Time now) const;
+  // `figures` went with the heartbeat sent at `sent`, and it was answered.
+  void FiguresDelivered(const std::vector<v1::RankFigures>& figures,
+                        absl::Time sent);
+
  private:
   Step Failed(absl::Time now);
   void Heard(absl::Time sent);
@@ -117,6 +134,9 @@ class HeartbeatPolicy {
   bool use_stream_;
   absl::Time reopen_at_ = absl::InfinitePast();
   common::Backoff reopen_backoff_;
+  absl::Time figures_delivered_ = absl::InfinitePast();
+  // The phase of each rank in the last figures delivered, in their order.
+  std::vector<std::string> delivered_phases_;
 };
 
 }  // namespace ddprun::launcher

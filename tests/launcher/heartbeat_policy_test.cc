@@ -1,8 +1,10 @@
 // HeartbeatPolicy on a fake clock: when a node's round is over, when it
-// resumes a restarted server, when an outage starts and ends, and how its
-// heartbeat stream is reopened. No server, no thread, no real time.
+// resumes a restarted server, when an outage starts and ends, how its
+// heartbeat stream is reopened, and which heartbeats carry the ranks'
+// figures. No server, no thread, no real time.
 #include "launcher/agent/heartbeat_policy.h"
 
+#include <string>
 #include <vector>
 
 #include "common/clock.h"
@@ -319,6 +321,54 @@ TEST(HeartbeatPolicyTest, UnaryOnlyNeverOpensAStream) {
   options.stream = false;
   HeartbeatPolicy policy(options, clock.Now());
   EXPECT_FALSE(policy.ShouldOpenStream(clock.Now()));
+}
+
+std::vector<v1::RankFigures> Figures(std::vector<std::string> phases) {
+  std::vector<v1::RankFigures> figures;
+  for (size_t i = 0; i < phases.size(); ++i) {
+    v1::RankFigures& f = figures.emplace_back();
+    f.set_local_rank(static_cast<int>(i));
+    f.set_phase(phases[i]);
+  }
+  return figures;
+}
+
+TEST(HeartbeatPolicyTest, FiguresGoOnceASecondNotAtEveryHeartbeat) {
+  common::FakeClock clock;
+  HeartbeatPolicy policy(Options(absl::Seconds(10)), clock.Now());
+  const std::vector<v1::RankFigures> figures = Figures({"step", "step"});
+  // The first heartbeat with figures carries them, then one in four
+  // (1 s at 250 ms).
+  std::vector<bool> carried;
+  for (int beat = 0; beat < 9; ++beat) {
+    bool due = policy.FiguresDue(figures, clock.Now());
+    carried.push_back(due);
+    if (due) policy.FiguresDelivered(figures, clock.Now());
+    clock.Advance(kInterval);
+  }
+  EXPECT_THAT(carried, ElementsAre(true, false, false, false, true, false,
+                                   false, false, true));
+}
+
+TEST(HeartbeatPolicyTest, APhaseChangeSendsTheFiguresAtOnce) {
+  common::FakeClock clock;
+  HeartbeatPolicy policy(Options(absl::Seconds(10)), clock.Now());
+  policy.FiguresDelivered(Figures({"step", "step"}), clock.Now());
+  clock.Advance(kInterval);
+  EXPECT_FALSE(policy.FiguresDue(Figures({"step", "step"}), clock.Now()));
+  EXPECT_TRUE(policy.FiguresDue(Figures({"step", "exited"}), clock.Now()));
+  EXPECT_TRUE(policy.FiguresDue(Figures({"step"}), clock.Now()));
+}
+
+TEST(HeartbeatPolicyTest, FiguresNotDeliveredGoAgainAtTheNextHeartbeat) {
+  common::FakeClock clock;
+  HeartbeatPolicy policy(Options(absl::Seconds(10)), clock.Now());
+  // The first figures' heartbeat failed: FiguresDelivered was not called.
+  EXPECT_TRUE(policy.FiguresDue(Figures({"step"}), clock.Now()));
+  clock.Advance(kInterval);
+  EXPECT_TRUE(policy.FiguresDue(Figures({"step"}), clock.Now()));
+  // No figures (no ranks reported yet): nothing to carry.
+  EXPECT_FALSE(policy.FiguresDue({}, clock.Now()));
 }
 
 }  // namespace
