@@ -1,5 +1,7 @@
 #include "launcher/agent/heartbeat_policy.h"
 
+#include <cmath>
+
 namespace ddprun::launcher {
 
 ResumeAnswer ReadResumeAnswer(const absl::StatusOr<v1::ResumeResponse>& resumed,
@@ -149,9 +151,21 @@ bool HeartbeatPolicy::FiguresDue(const std::vector<v1::RankFigures>& figures,
                                  absl::Time now) const {
   if (figures.empty()) return false;
   if (now - figures_delivered_ >= options_.figures_interval) return true;
-  if (figures.size() != delivered_phases_.size()) return true;
+  if (figures.size() != delivered_.size()) return true;
   for (size_t i = 0; i < figures.size(); ++i) {
-    if (figures[i].phase() != delivered_phases_[i]) return true;
+    const v1::RankFigures& now_f = figures[i];
+    const v1::RankFigures& then = delivered_[i];
+    if (now_f.local_rank() != then.local_rank() ||
+        now_f.phase() != then.phase()) {
+      return true;
+    }
+    const double before = then.compute_mean_s();
+    const double after = now_f.compute_mean_s();
+    if ((before > 0) != (after > 0)) return true;
+    if (before > 0 &&
+        std::abs(after - before) > options_.figures_change * before) {
+      return true;
+    }
   }
   return false;
 }
@@ -159,10 +173,7 @@ bool HeartbeatPolicy::FiguresDue(const std::vector<v1::RankFigures>& figures,
 void HeartbeatPolicy::FiguresDelivered(
     const std::vector<v1::RankFigures>& figures, absl::Time sent) {
   figures_delivered_ = sent;
-  delivered_phases_.clear();
-  for (const v1::RankFigures& f : figures) {
-    delivered_phases_.push_back(f.phase());
-  }
+  delivered_ = figures;
 }
 
 }  // namespace ddprun::launcher

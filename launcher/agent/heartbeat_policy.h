@@ -44,12 +44,19 @@ struct HeartbeatPolicyOptions {
   // it keeps failing (unary heartbeats go meanwhile).
   common::BackoffOptions reopen_backoff = {.initial = absl::Milliseconds(100),
                                            .max = absl::Seconds(10)};
-  // The node's ranks' figures ride on a heartbeat at most this often, and
-  // at once when a rank's phase changed. The server keeps a node's last
-  // figures (for StragglerDetectorOptions::max_age, 5 s), and taking them
-  // at every heartbeat of every node was most of what they cost it
-  // (bench/rendezvous/README.md: the server's cost).
-  absl::Duration figures_interval = absl::Seconds(1);
+  // The node's ranks' figures ride on a heartbeat this often, and at once
+  // when a rank's phase changed or its compute time moved by more than
+  // figures_change (a rank slowing down is named as soon as it would be
+  // with figures at every heartbeat). The server keeps a node's last
+  // figures (for StragglerDetectorOptions::max_age, 5 s) and names a
+  // straggler after 3 one-second windows; each figures message costs it
+  // far more than parsing them (gRPC's thread hand-offs): at 1,000 nodes
+  // they cost it ~4 % of a core at every 250 ms heartbeat, ~2 % once a
+  // second, ~0.6 % every 2 s (bench/rendezvous/README.md).
+  absl::Duration figures_interval = absl::Seconds(2);
+  // Relative: 0.25 sends a mean compute time of 1.25x or 0.8x the last
+  // delivered one at once (the straggler factor is 1.5x).
+  double figures_change = 0.25;
 };
 
 // Decides what the heartbeat loop (HeartbeatLoop, its only user) does
@@ -111,7 +118,8 @@ class HeartbeatPolicy {
 
   // Whether the heartbeat about to go at `now` carries `figures` (the
   // node's ranks' figures now): none were delivered yet, figures_interval
-  // has passed since the last were, or a rank's phase changed since.
+  // has passed since the last were, or since then a rank's phase changed
+  // or its mean compute time moved by more than figures_change.
   bool FiguresDue(const std::vector<v1::RankFigures>& figures,
                   absl::Time now) const;
   // `figures` went with the heartbeat sent at `sent`, and it was answered.
@@ -135,8 +143,8 @@ class HeartbeatPolicy {
   absl::Time reopen_at_ = absl::InfinitePast();
   common::Backoff reopen_backoff_;
   absl::Time figures_delivered_ = absl::InfinitePast();
-  // The phase of each rank in the last figures delivered, in their order.
-  std::vector<std::string> delivered_phases_;
+  // The last figures delivered (what FiguresDue compares with).
+  std::vector<v1::RankFigures> delivered_;
 };
 
 }  // namespace ddprun::launcher

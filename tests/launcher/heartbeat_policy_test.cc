@@ -333,21 +333,22 @@ std::vector<v1::RankFigures> Figures(std::vector<std::string> phases) {
   return figures;
 }
 
-TEST(HeartbeatPolicyTest, FiguresGoOnceASecondNotAtEveryHeartbeat) {
+TEST(HeartbeatPolicyTest, FiguresGoEveryTwoSecondsNotAtEveryHeartbeat) {
   common::FakeClock clock;
   HeartbeatPolicy policy(Options(absl::Seconds(10)), clock.Now());
   const std::vector<v1::RankFigures> figures = Figures({"step", "step"});
-  // The first heartbeat with figures carries them, then one in four
-  // (1 s at 250 ms).
+  // The first heartbeat with figures carries them, then one in eight
+  // (2 s at 250 ms).
   std::vector<bool> carried;
-  for (int beat = 0; beat < 9; ++beat) {
+  for (int beat = 0; beat < 17; ++beat) {
     bool due = policy.FiguresDue(figures, clock.Now());
     carried.push_back(due);
     if (due) policy.FiguresDelivered(figures, clock.Now());
     clock.Advance(kInterval);
   }
-  EXPECT_THAT(carried, ElementsAre(true, false, false, false, true, false,
-                                   false, false, true));
+  EXPECT_THAT(carried, ElementsAre(true, false, false, false, false, false,
+                                   false, false, true, false, false, false,
+                                   false, false, false, false, true));
 }
 
 TEST(HeartbeatPolicyTest, APhaseChangeSendsTheFiguresAtOnce) {
@@ -358,6 +359,30 @@ TEST(HeartbeatPolicyTest, APhaseChangeSendsTheFiguresAtOnce) {
   EXPECT_FALSE(policy.FiguresDue(Figures({"step", "step"}), clock.Now()));
   EXPECT_TRUE(policy.FiguresDue(Figures({"step", "exited"}), clock.Now()));
   EXPECT_TRUE(policy.FiguresDue(Figures({"step"}), clock.Now()));
+}
+
+TEST(HeartbeatPolicyTest, AComputeTimeThatMovesByAQuarterGoesAtOnce) {
+  common::FakeClock clock;
+  HeartbeatPolicy policy(Options(absl::Seconds(10)), clock.Now());
+  auto with_mean = [](double mean_s) {
+    std::vector<v1::RankFigures> figures = Figures({"step", "step"});
+    figures[1].set_compute_mean_s(mean_s);
+    figures[0].set_compute_mean_s(0.010);
+    return figures;
+  };
+  policy.FiguresDelivered(with_mean(0.010), clock.Now());
+  clock.Advance(kInterval);
+  // Noise within a quarter waits for the interval.
+  EXPECT_FALSE(policy.FiguresDue(with_mean(0.012), clock.Now()));
+  EXPECT_FALSE(policy.FiguresDue(with_mean(0.008), clock.Now()));
+  // A rank slowing down (a straggler in the making) or speeding up goes.
+  EXPECT_TRUE(policy.FiguresDue(with_mean(0.013), clock.Now()));
+  EXPECT_TRUE(policy.FiguresDue(with_mean(0.007), clock.Now()));
+  // A rank's first compute figure goes, and so does its losing it.
+  policy.FiguresDelivered(with_mean(0), clock.Now());
+  EXPECT_TRUE(policy.FiguresDue(with_mean(0.010), clock.Now()));
+  policy.FiguresDelivered(with_mean(0.010), clock.Now());
+  EXPECT_TRUE(policy.FiguresDue(with_mean(0), clock.Now()));
 }
 
 TEST(HeartbeatPolicyTest, FiguresNotDeliveredGoAgainAtTheNextHeartbeat) {
