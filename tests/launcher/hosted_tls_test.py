@@ -151,6 +151,47 @@ def check_mutual_tls(args, env, work, certs, other, program, failures):
             host.wait()
 
 
+def check_mutual_tls_off_loopback(args, env, work, certs, failures):
+    """Off loopback without a token the hosted rendezvous hides Status and
+    warns (a torchrun store is as open); a verified client certificate is a
+    credential as the token is: no warning, Status for certificate
+    holders."""
+    ca = os.path.join(certs, "ca.crt")
+    log_path = os.path.join(work, "mtls-wild.log")
+    host, endpoint = start_host(
+        lambda e: [args.ddprun, "--nnodes", "2", "--rdzv-backend", "c10d",
+                   "--rdzv-endpoint", e.replace("127.0.0.1", "0.0.0.0"),
+                   "--rdzv-id", "mtlswild", "--tls-ca-file", ca,
+                   "--tls-server-name", "localhost",
+                   "--tls-cert-file", os.path.join(certs, "client.crt"),
+                   "--tls-key-file", os.path.join(certs, "client.key"),
+                   "--host-tls-cert-file", os.path.join(certs, "server.crt"),
+                   "--host-tls-key-file", os.path.join(certs, "server.key"),
+                   "--host-tls-client-ca-file", ca, "--no-python", "true"],
+        log_path, env, work)
+    try:
+        text = open(log_path).read()
+        if "(all interfaces)" not in text or "takes no token" in text:
+            failures.append("off loopback with mutual TLS: want no "
+                            "open-network warning: %r" % text)
+        p = run([args.ddprun, "status", "--rdzv-endpoint", endpoint,
+                 "--rdzv-id", "mtlswild", "--tls-ca-file", ca,
+                 "--tls-cert-file", os.path.join(certs, "client.crt"),
+                 "--tls-key-file", os.path.join(certs, "client.key"),
+                 "--timeout", "3"], env)
+        if p.returncode != 0 or "job mtlswild" not in p.stdout:
+            failures.append("off loopback, Status refused a caller with a "
+                            "client certificate: rc %d %r" %
+                            (p.returncode, p.stdout))
+    finally:
+        host.terminate()
+        try:
+            host.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            host.kill()
+            host.wait()
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--ddprun", required=True)
@@ -311,6 +352,7 @@ def main():
         subprocess.run(["/bin/sh", args.make_certs, other], check=True,
                        stdout=subprocess.DEVNULL, timeout=60)
         check_mutual_tls(args, env, work, certs, other, program, failures)
+        check_mutual_tls_off_loopback(args, env, work, certs, failures)
     if failures:
         print("\n".join(failures))
         sys.exit(1)
