@@ -15,7 +15,9 @@ and an agent with the CA but no client certificate, or with one signed by
 another CA, are refused, while `ddprun status` with the right certificate is
 answered. It runs on loopback without a token, where the hosted rendezvous
 answers Status to anyone: the client certificate is the only thing that
-tells the callers apart.
+tells the callers apart. On 0.0.0.0 without a token, where it would warn
+and hide Status, a client certificate counts as a credential: no warning,
+Status for its holders.
 
 Usage: hosted_tls_test.py --ddprun PATH --mnist PATH --data-dir DIR
                           --make-certs PATH
