@@ -54,7 +54,8 @@ absl::Status RendezvousClient::Explain(const char* call,
       hint =
           "check that ddprun-rendezvous runs there, that the address is "
           "reachable from this host, and that TLS matches the server's "
-          "(--tls-ca-file)";
+          "(--tls-ca-file; with mutual TLS also --tls-cert-file and "
+          "--tls-key-file, a certificate signed by its client CA)";
       break;
     case grpc::StatusCode::DEADLINE_EXCEEDED:
       hint =

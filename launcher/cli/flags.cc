@@ -266,6 +266,11 @@ void AddLaunchFlags(CLI::App& app, LaunchOptions& o, RawLaunchFlags& raw) {
             "with --tls-ca-file");
   AddString(app, "--host-tls-key-file", &o.host_tls.key_file,
             "the PEM private key of --host-tls-cert-file");
+  AddString(app, "--host-tls-client-ca-file", &o.host_tls.client_ca_file,
+            "with --host-tls-cert-file: mutual TLS, as ddprun-rendezvous "
+            "--tls-client-ca-file; every caller, this agent included, must "
+            "present a certificate signed by this CA (--tls-cert-file, "
+            "--tls-key-file)");
 }
 
 // What follows the flags: the program and its arguments, untouched.
@@ -578,8 +583,11 @@ absl::Status DecideRendezvous(LaunchOptions& o) {
 
 // The TLS of a rendezvous this agent serves. The certificate and key come
 // together; whoever serves TLS is checked with --tls-ca-file, this agent
-// (its own client) and its workers included. A TLS rendezvous is never
-// replaced by a plaintext one served here: an agent that must serve and has
+// (its own client) and its workers included. Mutual TLS (a client CA)
+// needs the served certificate, and a client certificate of this agent's
+// own, since it is the first caller of what it serves. A TLS rendezvous is
+// never replaced by a plaintext one served here: an agent that must serve and
+// has
 // --tls-ca-file but no certificate is refused.
 absl::Status CheckHostTls(const LaunchOptions& o) {
   using Mode = LaunchOptions::RdzvMode;
@@ -591,6 +599,21 @@ absl::Status CheckHostTls(const LaunchOptions& o) {
         tls.cert_file.empty() ? "--host-tls-key-file" : "--host-tls-cert-file",
         tls.cert_file.empty() ? "--host-tls-cert-file"
                               : "--host-tls-key-file"));
+  }
+  if (!tls.client_ca_file.empty() && tls.cert_file.empty()) {
+    return Usage(
+        "--host-tls-client-ca-file without --host-tls-cert-file: mutual TLS "
+        "is TLS that also checks its callers; give --host-tls-cert-file and "
+        "--host-tls-key-file (the served certificate) too");
+  }
+  if (!tls.client_ca_file.empty() &&
+      (o.auth.tls_cert_file.empty() || o.auth.tls_key_file.empty())) {
+    return Usage(
+        "--host-tls-client-ca-file without --tls-cert-file and "
+        "--tls-key-file: this agent talks to the rendezvous it serves and "
+        "must present a client certificate signed by that CA too; give "
+        "--tls-cert-file and --tls-key-file (the same for every agent is "
+        "fine)");
   }
   if (!tls.cert_file.empty() && o.auth.tls_ca_file.empty()) {
     return Usage(

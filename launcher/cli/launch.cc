@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "common/credentials.h"
 #include "common/endpoint.h"
 #include "common/logging.h"
 #include "common/metrics.h"
@@ -122,10 +123,12 @@ struct Rendezvous {
 
 // Starts the in-process rendezvous server on host:port. `only_run_id`
 // (torchrun's agent-hosted form) makes it serve that job alone; off
-// loopback without a token it then answers no Status either, and warns: a
-// torchrun c10d store is as open, no more. With `tls` (a certificate) it
-// serves TLS, which this agent and its workers check with the CA of
-// `channel`; without, it serves plaintext and `channel` drops its TLS.
+// loopback with neither a token nor mutual TLS it then answers no Status
+// either, and warns: a torchrun c10d store is as open, no more. With `tls`
+// (a certificate) it serves TLS, which this agent and its workers check with
+// the CA of `channel`, and with tls.client_ca_file mutual TLS, for which
+// they present the certificate of `channel`; without, it serves plaintext
+// and `channel` drops its TLS.
 absl::StatusOr<std::unique_ptr<rendezvous::Server>> Serve(
     const std::string& host, int port, const std::string& only_run_id,
     const common::ServerTlsOptions& tls, common::ChannelOptions& channel) {
@@ -136,8 +139,11 @@ absl::StatusOr<std::unique_ptr<rendezvous::Server>> Serve(
   server_options.port = port;
   server_options.token = channel.token;
   server_options.only_run_id = only_run_id;
-  const bool open_network =
-      channel.token.empty() && !common::IsLoopbackHost(host);
+  // A client certificate signed by the client CA authenticates a caller
+  // as a token does.
+  const bool open_network = channel.token.empty() &&
+                            tls.client_ca_file.empty() &&
+                            !common::IsLoopbackHost(host);
   server_options.status_without_token = !open_network || only_run_id.empty();
   absl::StatusOr<std::unique_ptr<rendezvous::Server>> started =
       rendezvous::Server::Start(server_options);
@@ -148,11 +154,27 @@ absl::StatusOr<std::unique_ptr<rendezvous::Server>> Serve(
         "the rendezvous this agent serves on {} takes no token: any host "
         "that reaches the port can join job '{}' and read or write its store "
         "(as with torchrun's c10d store). Give every agent the same "
-        "--token-file (or DDPRUN_TOKEN), or give --rdzv-endpoint an address "
+        "--token-file (or DDPRUN_TOKEN), or mutual TLS "
+        "(--host-tls-client-ca-file), or give --rdzv-endpoint an address "
         "only trusted hosts reach",
         (*started)->listen_address(), only_run_id);
   }
   return started;
+}
+
+// The files of a rendezvous this agent may serve, read as the server will
+// read them, so that a missing or unreadable one is refused before anything
+// starts (and an agent that might connect instead never hides it).
+absl::Status CheckHostTlsFiles(const common::ServerTlsOptions& tls) {
+  if (tls.cert_file.empty()) return absl::OkStatus();
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      common::CreateServerCredentials(tls);
+  if (credentials.ok()) return absl::OkStatus();
+  return absl::Status(
+      credentials.status().code(),
+      absl::StrCat("the TLS of the rendezvous this agent serves "
+                   "(--host-tls-*): ",
+                   credentials.status().message()));
 }
 
 // Returns the exit code on failure.
@@ -221,7 +243,9 @@ absl::StatusOr<Rendezvous> FindRendezvous(const LaunchOptions& options,
           "ends with this agent: a separate ddprun-rendezvous outlives any "
           "node",
           found.server->listen_address(), options.rdzv_id,
-          serves_tls ? "over TLS" : "in plaintext");
+          !serves_tls                               ? "in plaintext"
+          : options.host_tls.client_ca_file.empty() ? "over TLS"
+                                                    : "over mutual TLS");
     } else if (options.rdzv_mode == Mode::kHost) {
       exit_code = 1;
       return absl::Status(
@@ -565,6 +589,9 @@ int RunLaunch(const LaunchOptions& options) {
   absl::StatusOr<common::ChannelOptions> channel =
       MakeChannelOptions(options.auth);
   if (!channel.ok()) return Fail(channel.status(), 2);
+  if (absl::Status files = CheckHostTlsFiles(options.host_tls); !files.ok()) {
+    return Fail(files, 2);
+  }
   int exit_code = 0;
   absl::StatusOr<Rendezvous> rdzv =
       FindRendezvous(options, *channel, exit_code);

@@ -102,9 +102,9 @@ struct LaunchOptions {
   // --token-file and --tls-*: how the agent proves itself to the rendezvous
   // server and checks it (the token is loaded later).
   common::Credentials auth;
-  // --host-tls-cert-file and --host-tls-key-file: the TLS of the rendezvous
-  // this agent serves (kHost, kHostOrConnect, kStandalone); empty:
-  // plaintext.
+  // --host-tls-cert-file, --host-tls-key-file and --host-tls-client-ca-file:
+  // the TLS (mutual with a client CA) of the rendezvous this agent serves
+  // (kHost, kHostOrConnect, kStandalone); empty: plaintext.
   common::ServerTlsOptions host_tls;
 
   // The training program and its arguments, untouched.

@@ -88,6 +88,27 @@ def main():
              + program, 2, "--host-tls-cert-file without --tls-ca-file",
              {"PET_HOST_TLS_CERT_FILE": ca_file,
               "PET_HOST_TLS_KEY_FILE": ca_file}),
+            # Mutual TLS (--host-tls-client-ca-file) is TLS that checks its
+            # callers: it needs the served certificate, and the serving
+            # agent's own client certificate, since it calls itself.
+            ([args.ddprun, "--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:1",
+              "--tls-ca-file", ca_file, "--tls-cert-file", ca_file,
+              "--tls-key-file", ca_file, "--host-tls-client-ca-file",
+              ca_file] + program, 2,
+             "--host-tls-client-ca-file without --host-tls-cert-file"),
+            ([args.ddprun, "--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:1",
+              "--tls-ca-file", ca_file, "--host-tls-cert-file", ca_file,
+              "--host-tls-key-file", ca_file] + program, 2,
+             "--host-tls-client-ca-file without --tls-cert-file and "
+             "--tls-key-file", {"PET_HOST_TLS_CLIENT_CA_FILE": ca_file}),
+            # A served file that cannot be read: refused at once, never
+            # hidden by joining a rendezvous served elsewhere instead.
+            ([args.ddprun, "--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:1",
+              "--tls-ca-file", ca_file, "--tls-cert-file", ca_file,
+              "--tls-key-file", ca_file, "--host-tls-cert-file", ca_file,
+              "--host-tls-key-file", ca_file, "--host-tls-client-ca-file",
+              os.path.join(token_dir, "missing-ca.crt")] + program, 2,
+             "cannot read the TLS client CA file"),
             # Without a certificate an agent with --tls-ca-file joins a TLS
             # rendezvous and never serves one itself (then 75).
             ([args.ddprun, "--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:1",

@@ -117,6 +117,57 @@ TEST(FlagsTest, HostTlsCombinationsThatCannotWorkAreRefused) {
   EXPECT_TRUE(joins.ok()) << joins.status();
 }
 
+TEST(FlagsTest, HostTlsClientCaIsMutualTls) {
+  auto c = Parse({"--nnodes", "2", "--rdzv-endpoint", "h:29400",
+                  "--tls-ca-file", "ca.crt", "--tls-cert-file", "client.crt",
+                  "--tls-key-file", "client.key", "--host-tls-cert-file",
+                  "server.crt", "--host-tls-key-file", "server.key",
+                  "--host-tls-client-ca-file", "clients-ca.crt", "prog"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->launch.host_tls.client_ca_file, "clients-ca.crt");
+  // As torchrun's house form, PET_<FLAG>.
+  setenv("PET_HOST_TLS_CLIENT_CA_FILE", "env-ca.crt", 1);
+  auto from_env =
+      Parse({"--nnodes", "2", "--rdzv-endpoint", "h:29400", "--tls-ca-file",
+             "ca.crt", "--tls-cert-file", "client.crt", "--tls-key-file",
+             "client.key", "--host-tls-cert-file", "server.crt",
+             "--host-tls-key-file", "server.key", "prog"});
+  unsetenv("PET_HOST_TLS_CLIENT_CA_FILE");
+  ASSERT_TRUE(from_env.ok()) << from_env.status();
+  EXPECT_EQ(from_env->launch.host_tls.client_ca_file, "env-ca.crt");
+}
+
+TEST(FlagsTest, HostTlsClientCaWithoutServedCertificateIsRefused) {
+  auto c = Parse({"--nnodes", "2", "--rdzv-endpoint", "h:29400",
+                  "--tls-ca-file", "ca.crt", "--tls-cert-file", "client.crt",
+                  "--tls-key-file", "client.key", "--host-tls-client-ca-file",
+                  "clients-ca.crt", "prog"});
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("--host-tls-client-ca-file without "
+                        "--host-tls-cert-file"));
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("give --host-tls-cert-file and --host-tls-key-file"));
+}
+
+TEST(FlagsTest, HostTlsClientCaWithoutOwnClientCertificateIsRefused) {
+  // The hosting agent is the first caller of what it serves.
+  auto c = Parse({"--nnodes", "2", "--rdzv-endpoint", "h:29400",
+                  "--tls-ca-file", "ca.crt", "--host-tls-cert-file",
+                  "server.crt", "--host-tls-key-file", "server.key",
+                  "--host-tls-client-ca-file", "clients-ca.crt", "prog"});
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("--host-tls-client-ca-file without --tls-cert-file "
+                        "and --tls-key-file"));
+  auto key_only =
+      Parse({"--nnodes", "2", "--rdzv-endpoint", "h:29400", "--tls-ca-file",
+             "ca.crt", "--tls-key-file", "client.key", "--host-tls-cert-file",
+             "server.crt", "--host-tls-key-file", "server.key",
+             "--host-tls-client-ca-file", "clients-ca.crt", "prog"});
+  EXPECT_FALSE(key_only.ok());
+}
+
 TEST(FlagsTest, RedirectsTeeAndFilter) {
   auto c = Parse({"--standalone", "--redirects", "0:1,1:2", "--tee", "3",
                   "--local-ranks-filter", "0,2", "prog"});
