@@ -122,6 +122,7 @@ log "load before: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores"
 # Every line of its output with the seconds since the start.
 cmd='./scripts/setup.sh && ./build/launcher/ddprun --standalone --nproc-per-node 2 ./build/mnist/ddprun-mnist --epochs 1'
 start=$EPOCHREALTIME
+set +e
 chroot "$r" /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
   HOME=/root TERM=dumb bash -c "cd $repo && $cmd" 2>&1 |
   while IFS= read -r line; do
@@ -129,9 +130,19 @@ chroot "$r" /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/b
     printf '%8.1f %s\n' "$(awk -v a="$start" -v b="$now" 'BEGIN{print b - a}')" "$line"
   done | tee "$work/first_command.log"
 rc=${PIPESTATUS[0]}
+set -e
 end=$EPOCHREALTIME
 log "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
-((rc == 0)) || fail "the first command failed (exit $rc)"
+if ((rc != 0)); then
+  tail -n 20 "$work/first_command.log" >&2
+  # A command to look into the failure with, in the root (e.g. npm without
+  # --silent).
+  if [[ -n ${DDPRUN_BENCH_ON_FAIL:-} ]]; then
+    chroot "$r" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
+      bash -c "cd $repo && $DDPRUN_BENCH_ON_FAIL" >&2 || true
+  fi
+  fail "the first command failed (exit $rc)"
+fi
 
 # --- the phases ------------------------------------------------------------
 at() {  # at REGEX: the seconds of the first output line matching REGEX
