@@ -89,6 +89,15 @@ fi
 cp /etc/apt/sources.list.d/debian.sources "$r/etc/apt/sources.list.d/"
 rm -f "$r/etc/apt/sources.list"
 cp /etc/resolv.conf "$r/etc/resolv.conf"
+# Where this machine's HTTPS goes through a proxy with its own CA, the root
+# trusts it as the host does (ca-certificates adds it when apt installs it):
+# npm fails without it. A machine with direct access needs neither.
+extra_env=()
+if compgen -G '/usr/local/share/ca-certificates/*.crt' >/dev/null; then
+  mkdir -p "$r/usr/local/share/ca-certificates"
+  cp /usr/local/share/ca-certificates/*.crt "$r/usr/local/share/ca-certificates/"
+  extra_env=(NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt)
+fi
 # A cold apt: no archives, no lists.
 rm -rf "$r"/var/cache/apt/archives/*.deb "$r"/var/lib/apt/lists/*
 mkdir -p "$r/var/lib/apt/lists/partial"
@@ -124,7 +133,7 @@ cmd='./scripts/setup.sh && ./build/launcher/ddprun --standalone --nproc-per-node
 start=$EPOCHREALTIME
 set +e
 chroot "$r" /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-  HOME=/root TERM=dumb bash -c "cd $repo && $cmd" 2>&1 |
+  HOME=/root TERM=dumb "${extra_env[@]}" bash -c "cd $repo && $cmd" 2>&1 |
   while IFS= read -r line; do
     now=$EPOCHREALTIME
     printf '%8.1f %s\n' "$(awk -v a="$start" -v b="$now" 'BEGIN{print b - a}')" "$line"
