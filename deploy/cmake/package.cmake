@@ -2,13 +2,18 @@
 #   ddprun        the launcher: ddprun, ddprun-rendezvous, ddprun-relay,
 #                 systemd units, docs, examples (runtime). No LibTorch: with
 #                 DDPRUN_STATIC_TOOLS it depends on libc6 alone.
-#   ddprun-dev    libddp (a static library), its headers, the static helpers
+#   libddp-dev    libddp (a static library), its headers, the static helpers
 #                 it links and the CMake package, for users' LibTorch
-#                 programs (dev)
+#                 programs (dev): depends on libtorch-dev and the -dev
+#                 packages find_package(ddp) looks for
 #   ddprun-mnist  the MNIST trainer, an example libddp program (mnist):
-#                 LibTorch, gRPC, ...
+#                 LibTorch, gRPC, ...; libddp is linked into it (static), so
+#                 it needs ddprun (its launcher), not libddp-dev
+#                 (with BUILD_SHARED_LIBS: libddp-dev too, for libddp.so)
 # `cpack -G DEB` in the build directory writes <name>_<version>_<arch>.deb
-# for each; deploy/package/test_deb.sh installs them with apt.
+# for each; deploy/package/test_deb_contents.sh checks their Depends and
+# files (deploy.deb_contents), deploy/package/test_deb.sh installs them with
+# apt (deploy.deb_package, root).
 set(CPACK_PACKAGE_NAME ddprun)
 set(CPACK_PACKAGE_VENDOR "ddprun")
 set(CPACK_PACKAGE_CONTACT "ddprun maintainers <ddprun@localhost>")
@@ -27,7 +32,8 @@ endif()
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION science)
 set(CPACK_DEBIAN_RUNTIME_PACKAGE_NAME ddprun)
-set(CPACK_DEBIAN_DEV_PACKAGE_NAME ddprun-dev)
+# Debian's name for a library's development package.
+set(CPACK_DEBIAN_DEV_PACKAGE_NAME libddp-dev)
 set(CPACK_DEBIAN_MNIST_PACKAGE_NAME ddprun-mnist)
 set(CPACK_COMPONENT_RUNTIME_DESCRIPTION
   "torchrun for C++: the launcher (ddprun), the rendezvous server and the relay")
@@ -43,6 +49,10 @@ set(CPACK_COMPONENT_MNIST_DESCRIPTION
 option(DDPRUN_DEB_SHLIBDEPS "Compute the .deb's Depends with dpkg-shlibdeps" ON)
 # ddprun-mnist is started by ddprun.
 set(CPACK_DEBIAN_MNIST_PACKAGE_DEPENDS "ddprun (= ${PROJECT_VERSION})")
+if(BUILD_SHARED_LIBS)
+  # libddp.so is in libddp-dev (install_library.cmake).
+  string(APPEND CPACK_DEBIAN_MNIST_PACKAGE_DEPENDS ", libddp-dev (= ${PROJECT_VERSION})")
+endif()
 if(DDPRUN_DEB_SHLIBDEPS)
   set(CPACK_DEBIAN_RUNTIME_PACKAGE_SHLIBDEPS ON)
   set(CPACK_DEBIAN_MNIST_PACKAGE_SHLIBDEPS ON)

@@ -4,7 +4,7 @@
 #   apt install ./ddprun_*.deb
 # which must not depend on LibTorch (with static programs: on libc6 alone),
 # then the worker library with its headers, and the example,
-#   apt install ./ddprun-dev_*.deb ./ddprun-mnist_*.deb
+#   apt install ./libddp-dev_*.deb ./ddprun-mnist_*.deb
 # and checks that the programs run from /usr/bin and that the units and the
 # CMake package are in place, and removes the packages again (unless
 # DDPRUN_KEEP_INSTALLED=1). Prints the package sizes and the install time.
@@ -22,14 +22,14 @@ if [[ $(id -u) -ne 0 ]]; then
   exit 77
 fi
 if dpkg-query -W -f='${Status}' ddprun 2>/dev/null | grep -q 'ok installed'; then
-  fail "a ddprun package is installed already; remove it first (apt remove ddprun ddprun-dev ddprun-mnist)"
+  fail "a ddprun package is installed already; remove it first (apt remove ddprun libddp-dev ddprun-mnist)"
 fi
 
 out=$(mktemp -d)
 removed=0
 cleanup() {
   if ((!removed)) && [[ -z ${DDPRUN_KEEP_INSTALLED:-} ]]; then
-    DEBIAN_FRONTEND=noninteractive apt-get remove -y -qq ddprun-mnist ddprun-dev \
+    DEBIAN_FRONTEND=noninteractive apt-get remove -y -qq ddprun-mnist libddp-dev \
       ddprun >/dev/null 2>&1 || true
   fi
   rm -rf "$out"
@@ -39,7 +39,7 @@ trap cleanup EXIT
 (cd "$build_dir" && cpack -G DEB -B "$out" >"$out/cpack.log" 2>&1) ||
   { cat "$out/cpack.log" >&2; fail "cpack -G DEB in $build_dir"; }
 runtime=$(ls "$out"/ddprun_*.deb)
-dev=$(ls "$out"/ddprun-dev_*.deb)
+dev=$(ls "$out"/libddp-dev_*.deb)
 # The example exists where LibTorch was found.
 mnist=$(ls "$out"/ddprun-mnist_*.deb 2>/dev/null || true)
 if [[ -x $build_dir/mnist/ddprun-mnist ]]; then
@@ -98,7 +98,7 @@ if [[ -n $mnist ]]; then
   /usr/bin/ddprun-mnist --help >/dev/null 2>&1 || fail "/usr/bin/ddprun-mnist --help failed after install"
 fi
 
-DEBIAN_FRONTEND=noninteractive apt-get remove -y -qq ddprun-mnist ddprun-dev ddprun >/dev/null
+DEBIAN_FRONTEND=noninteractive apt-get remove -y -qq ddprun-mnist libddp-dev ddprun >/dev/null
 removed=1
 [[ ! -e /lib/systemd/system/ddprun-rendezvous.service ]] || fail "apt remove left the unit behind"
 

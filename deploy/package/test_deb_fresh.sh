@@ -2,7 +2,7 @@
 # The .deb on a fresh Debian 12: bootstraps a minimal bookworm into a temp
 # directory (debootstrap, from the machine's own Debian mirror), installs the
 # launcher and the example (ddprun, ddprun-mnist) there with apt as a user would, and trains MNIST with the
-# installed programs inside that root; then installs ddprun-dev and builds
+# installed programs inside that root; then installs libddp-dev and builds
 # a user's find_package(ddp) project (tests/deploy/consumer) there. Prints the
 # package sizes and install times (downloads included). Slow (minutes,
 # ~2 GB); not run by ctest.
@@ -27,7 +27,7 @@ trap cleanup EXIT
 (cd "$build_dir" && cpack -G DEB -B "$work/debs" >"$work/cpack.log" 2>&1) ||
   { cat "$work/cpack.log" >&2; fail "cpack"; }
 deb=$(ls "$work"/debs/ddprun_*.deb)
-dev=$(ls "$work"/debs/ddprun-dev_*.deb)
+dev=$(ls "$work"/debs/libddp-dev_*.deb)
 mnist=$(ls "$work"/debs/ddprun-mnist_*.deb)
 
 echo "bootstrapping bookworm (minbase) from $mirror ..." >&2
@@ -65,7 +65,7 @@ grep -q '"world_size": *2' "$chroot_dir/tmp/summary.json" || fail "no summary fr
 dev_start=$(date +%s.%N)
 in_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
   "/tmp/$(basename "$dev")" build-essential ninja-build >"$work/apt-dev.log" 2>&1 ||
-  { tail -n 30 "$work/apt-dev.log" >&2; fail "apt install ddprun-dev on the fresh root"; }
+  { tail -n 30 "$work/apt-dev.log" >&2; fail "apt install libddp-dev on the fresh root"; }
 dev_end=$(date +%s.%N)
 in_root sh -c 'cmake -S /tmp/consumer -B /tmp/consumer-build -G Ninja && cmake --build /tmp/consumer-build' \
   >"$work/consumer.log" 2>&1 ||
