@@ -24,7 +24,7 @@ struct InsightProcessOptions {
   // A node's figures ride on one heartbeat per this interval, as ddprun's
   // agents send them (AgentsOptions::figures_interval); zero: on every
   // heartbeat, as agents did before.
-  absl::Duration figures_interval = absl::Seconds(2);
+  absl::Duration figures_interval = absl::Seconds(1);
   // Beat on Rendezvous.Heartbeats streams, one per node, as ddprun's
   // agents do; false: unary calls.
   bool stream = false;

@@ -43,7 +43,7 @@ struct HeartbeatLoopOptions {
   // go meanwhile. False: unary only.
   bool stream = true;
   // The node's local ranks' figures (called on the loop's thread at every
-  // heartbeat; they go every 2 s, and at once when a rank's phase or
+  // heartbeat; they go once a second, and at once when a rank's phase or
   // compute time changed: HeartbeatPolicyOptions). Unset: none.
   std::function<std::vector<v1::RankFigures>()> figures;
   // Called (on the loop's thread) with this node's local ranks that the

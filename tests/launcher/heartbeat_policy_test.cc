@@ -333,12 +333,12 @@ std::vector<v1::RankFigures> Figures(std::vector<std::string> phases) {
   return figures;
 }
 
-TEST(HeartbeatPolicyTest, FiguresGoEveryTwoSecondsNotAtEveryHeartbeat) {
+TEST(HeartbeatPolicyTest, FiguresGoOnceASecondNotAtEveryHeartbeat) {
   common::FakeClock clock;
   HeartbeatPolicy policy(Options(absl::Seconds(10)), clock.Now());
   const std::vector<v1::RankFigures> figures = Figures({"step", "step"});
-  // The first heartbeat with figures carries them, then one in eight
-  // (2 s at 250 ms).
+  // The first heartbeat with figures carries them, then one in four
+  // (1 s at 250 ms).
   std::vector<bool> carried;
   for (int beat = 0; beat < 17; ++beat) {
     bool due = policy.FiguresDue(figures, clock.Now());
@@ -346,9 +346,9 @@ TEST(HeartbeatPolicyTest, FiguresGoEveryTwoSecondsNotAtEveryHeartbeat) {
     if (due) policy.FiguresDelivered(figures, clock.Now());
     clock.Advance(kInterval);
   }
-  EXPECT_THAT(carried, ElementsAre(true, false, false, false, false, false,
+  EXPECT_THAT(carried, ElementsAre(true, false, false, false, true, false,
                                    false, false, true, false, false, false,
-                                   false, false, false, false, true));
+                                   true, false, false, false, true));
 }
 
 TEST(HeartbeatPolicyTest, APhaseChangeSendsTheFiguresAtOnce) {
