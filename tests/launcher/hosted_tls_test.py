@@ -31,6 +31,7 @@ import tempfile
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "testing"))
 from ports import free_port  # noqa: E402
+from processes import stop  # noqa: E402
 from waits import wait_until  # noqa: E402
 
 
@@ -53,8 +54,7 @@ def start_host(argv_for, log_path, env, cwd):
                 log_path).read() or host.poll() is not None,
                 "the agent to serve", 60)
         except AssertionError:
-            host.kill()
-            host.wait()
+            stop(host)
             raise
         if host.poll() is None:
             return host, endpoint
@@ -148,9 +148,7 @@ def check_mutual_tls(args, env, work, certs, other, program, failures):
                 failures.append("the mutual-TLS host's log lacks %r: %r" %
                                 (want, text))
     finally:
-        if host.poll() is None:
-            host.kill()
-            host.wait()
+        stop(host)
 
 
 def check_mutual_tls_off_loopback(args, env, work, certs, failures):
@@ -186,12 +184,7 @@ def check_mutual_tls_off_loopback(args, env, work, certs, failures):
                             "client certificate: rc %d %r" %
                             (p.returncode, p.stdout))
     finally:
-        host.terminate()
-        try:
-            host.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            host.kill()
-            host.wait()
+        stop(host, grace_s=30)
 
 
 def main():
@@ -302,9 +295,7 @@ def main():
                     failures.append("the host's log lacks %r: %r" %
                                     (want, text))
         finally:
-            if host.poll() is None:
-                host.kill()
-                host.wait()
+            stop(host)
         # The static form (--master-addr): node rank 0 serves over TLS with
         # the same flags, node rank 1 joins; both run the same line.
         for attempt in range(5):
@@ -342,9 +333,7 @@ def main():
                                     " %r" % open(log_path).read())
                 break
             finally:
-                if rank0.poll() is None:
-                    rank0.kill()
-                    rank0.wait()
+                stop(rank0)
         else:
             failures.append("no port could be served for the static form")
         # Mutual TLS, with a second CA whose client certificate must not
