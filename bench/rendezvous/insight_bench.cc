@@ -93,14 +93,20 @@ int main(int argc, char** argv) {
   bool no_figures = false;
   app.add_flag("--no-figures", no_figures,
                "(--process) the page alone: the heartbeats carry no figures");
-  int figures_interval_ms = static_cast<int>(absl::ToInt64Milliseconds(
-      ddprun::bench::InsightProcessOptions{}.figures_interval));
+  int figures_interval_ms = -1;
   app.add_option("--figures-interval-ms", figures_interval_ms,
                  "(--process) a node's figures ride on one heartbeat per "
-                 "this interval, as ddprun's agents send them; 0: on every "
-                 "heartbeat, as agents did before")
+                 "this interval; -1: the server's (its assignment's, as "
+                 "ddprun's agents follow it); 0: on every heartbeat, as "
+                 "agents did before")
       ->capture_default_str()
-      ->check(CLI::Range(0, 600000));
+      ->check(CLI::Range(-1, 600000));
+  int64_t figures_budget = -1;
+  app.add_option("--figures-budget", figures_budget,
+                 "(--process) the servers' --figures-budget; -1: their "
+                 "default")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{-1}, int64_t{1000000}));
   bool no_page = false;
   app.add_flag("--no-page", no_page,
                "(--process) the figures alone: nobody opens the page");
@@ -109,7 +115,10 @@ int main(int argc, char** argv) {
     process_options.page = !no_page;
     process_options.figures = !no_figures;
     process_options.stream = stream;
-    process_options.figures_interval = absl::Milliseconds(figures_interval_ms);
+    process_options.figures_interval =
+        figures_interval_ms < 0 ? absl::InfiniteDuration()
+                                : absl::Milliseconds(figures_interval_ms);
+    process_options.figures_budget = figures_budget;
     // As in ddprun-rendezvous: the simulated agents' gRPC would otherwise
     // spend its time in Abseil's deadlock-detection graph.
     absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);

@@ -53,9 +53,13 @@ struct Side {
 };
 
 bool StartSide(const InsightProcessOptions& options, Side& side) {
-  auto server =
-      ServerProcess::Start(options.server_binary, {"--metrics-port", "0"},
-                           "ddprun-rendezvous", /*more_lines=*/1);
+  std::vector<std::string> flags = {"--metrics-port", "0"};
+  if (options.figures_budget >= 0) {
+    flags.push_back("--figures-budget");
+    flags.push_back(std::to_string(options.figures_budget));
+  }
+  auto server = ServerProcess::Start(options.server_binary, flags,
+                                     "ddprun-rendezvous", /*more_lines=*/1);
   if (!server.ok()) {
     std::fprintf(stderr, "%s\n", server.status().ToString().c_str());
     return false;
@@ -169,8 +173,9 @@ int RunInsightProcessBench(const InsightProcessOptions& options) {
       "block pairs of %.1f s\n",
       options.nodes, options.nproc,
       absl::ToDoubleMilliseconds(sides[0].agents->heartbeat_interval()),
-      absl::ToDoubleMilliseconds(std::max(
-          options.figures_interval, sides[0].agents->heartbeat_interval())),
+      absl::ToDoubleMilliseconds(
+          std::max(sides[0].agents->figures_interval(),
+                   sides[0].agents->heartbeat_interval())),
       options.stream ? "streamed" : "unary", options.blocks,
       absl::ToDoubleSeconds(options.block));
   for (int p = 0; p < 2; ++p) {

@@ -22,9 +22,13 @@ struct InsightProcessOptions {
   // False: the page alone, the heartbeats carry no figures.
   bool figures = true;
   // A node's figures ride on one heartbeat per this interval, as ddprun's
-  // agents send them (AgentsOptions::figures_interval); zero: on every
-  // heartbeat, as agents did before.
-  absl::Duration figures_interval = absl::Seconds(1);
+  // agents send them (AgentsOptions::figures_interval); infinite (the
+  // default): the interval the server hands out in its assignment, as
+  // ddprun's agents follow it; zero: on every heartbeat, as agents did
+  // before.
+  absl::Duration figures_interval = absl::InfiniteDuration();
+  // The servers' --figures-budget; negative: their default.
+  int64_t figures_budget = -1;
   // Beat on Rendezvous.Heartbeats streams, one per node, as ddprun's
   // agents do; false: unary calls.
   bool stream = false;

@@ -480,6 +480,10 @@ JoinResult SimulatedAgents::JoinAll(absl::Duration timeout) {
       if (a.heartbeat_timeout_ms() > 0) {
         timeout_ = absl::Milliseconds(a.heartbeat_timeout_ms());
       }
+      if (a.figures_interval_ms() > 0) {
+        assigned_figures_interval_ =
+            absl::Milliseconds(a.figures_interval_ms());
+      }
     }
   };
   std::function<void(JoinCall*)> answered = [&](JoinCall* call) {
@@ -701,9 +705,16 @@ void SimulatedAgents::Pace(
   }
 }
 
+absl::Duration SimulatedAgents::figures_interval() const {
+  return options_.figures_interval == absl::InfiniteDuration()
+             ? assigned_figures_interval_
+             : options_.figures_interval;
+}
+
 int64_t SimulatedAgents::FiguresEvery() const {
-  if (options_.figures_interval <= absl::ZeroDuration()) return 1;
-  return std::max<int64_t>(1, options_.figures_interval / interval_);
+  const absl::Duration every = figures_interval();
+  if (every <= absl::ZeroDuration()) return 1;
+  return std::max<int64_t>(1, every / interval_);
 }
 
 int64_t SimulatedAgents::PacedHeartbeats(absl::Duration duration,

@@ -29,7 +29,9 @@ struct AgentsOptions {
   // With figures (PacedHeartbeats, PacedStreamHeartbeats), a node's
   // figures ride on one heartbeat per this interval (rounded to whole
   // heartbeats), as ddprun's agents send them (launcher's
-  // HeartbeatPolicyOptions::figures_interval); zero: on every heartbeat.
+  // HeartbeatPolicyOptions::figures_interval); zero: on every heartbeat;
+  // infinite: the interval the server's assignment says
+  // (Assignment::figures_interval_ms), as ddprun's agents follow it.
   absl::Duration figures_interval = absl::ZeroDuration();
   int max_restarts = 0;
   // Sent on every call when set (the job's token).
@@ -162,6 +164,9 @@ class SimulatedAgents {
   // interval and timeout for a large job); the options' before a Join.
   absl::Duration heartbeat_interval() const { return interval_; }
   absl::Duration heartbeat_timeout() const { return timeout_; }
+  // The figures interval the agents use: the options', or the assignment's
+  // when the options say infinite (1 s before a Join).
+  absl::Duration figures_interval() const;
 
  private:
   // With figures: every how many heartbeats a node sends them.
@@ -207,6 +212,7 @@ class SimulatedAgents {
   std::unique_ptr<PacedStreams> paced_;  // PacedStreamHeartbeats' streams
   absl::Duration interval_;
   absl::Duration timeout_;
+  absl::Duration assigned_figures_interval_ = absl::Seconds(1);
 };
 
 }  // namespace ddprun::bench

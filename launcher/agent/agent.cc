@@ -394,6 +394,9 @@ HeartbeatLoopOptions Agent::HeartbeatOptions(
                     ? absl::Milliseconds(assignment.heartbeat_interval_ms())
                     : options_.rdzv_conf.heartbeat_interval;
   hb.timeout = options_.rdzv_conf.heartbeat_timeout;
+  if (assignment.figures_interval_ms() > 0) {
+    hb.figures_interval = absl::Milliseconds(assignment.figures_interval_ms());
+  }
   hb.resume = MakeResumeRequest();
   return hb;
 }

@@ -12,7 +12,9 @@ HeartbeatLoop::HeartbeatLoop(RendezvousApi& client,
       options_(std::move(options)),
       on_round_over_(std::move(on_round_over)),
       // The round's Join counts as a heartbeat the server heard.
-      policy_({.timeout = options_.timeout, .stream = options_.stream},
+      policy_({.timeout = options_.timeout,
+               .stream = options_.stream,
+               .figures_interval = options_.figures_interval},
               absl::Now()),
       thread_([this] { Run(); }) {}
 

@@ -43,9 +43,12 @@ struct HeartbeatLoopOptions {
   // go meanwhile. False: unary only.
   bool stream = true;
   // The node's local ranks' figures (called on the loop's thread at every
-  // heartbeat; they go once a second, and at once when a rank's phase or
-  // compute time changed: HeartbeatPolicyOptions). Unset: none.
+  // heartbeat; they go every figures_interval, and at once when a rank's
+  // phase or compute time changed: HeartbeatPolicyOptions). Unset: none.
   std::function<std::vector<v1::RankFigures>()> figures;
+  // How often the figures go at the latest (the round's
+  // Assignment::figures_interval_ms: HeartbeatPolicyOptions).
+  absl::Duration figures_interval = absl::Seconds(1);
   // Called (on the loop's thread) with this node's local ranks that the
   // server names stragglers, whenever an answer names any. Unset: ignored.
   std::function<void(std::vector<int>)> on_stragglers;

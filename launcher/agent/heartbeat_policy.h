@@ -47,14 +47,17 @@ struct HeartbeatPolicyOptions {
   // The node's ranks' figures ride on a heartbeat this often, and at once
   // when a rank's phase changed or its compute time moved by more than
   // figures_change (a rank slowing down is named as soon as it would be
-  // with figures at every heartbeat). The server keeps a node's last
-  // figures (for StragglerDetectorOptions::max_age, 5 s) and names a
-  // straggler after 3 one-second windows; each figures message costs it
-  // far more than parsing them (gRPC's thread hand-offs): at 1,000 nodes
-  // they cost it ~4 % of a core at every 250 ms heartbeat, ~2 % once a
-  // second, ~0.6 % every 2 s (bench/rendezvous/README.md). Every 2 s, a
-  // throttled rank was named after 11 s once, under CI's load (goal 10 s):
-  // once a second keeps that margin.
+  // with figures at every heartbeat). The server hands out the interval in
+  // each round's assignment (Assignment::figures_interval_ms): once a
+  // second, longer for a job past its figures budget (rendezvous/core's
+  // ScaleFiguresInterval); this is the interval for an older server's
+  // rounds. The server keeps a node's last figures fresh for 2.5 intervals
+  // and names a straggler after 3 one-second windows; each figures message
+  // costs it far more than parsing them (gRPC's thread hand-offs): at 1,000
+  // nodes ~4 % of a core at every 250 ms heartbeat, ~2 % once a second
+  // (bench/rendezvous/README.md). Every 2 s for a small job, a throttled
+  // rank was named after 11 s once, under CI's load (goal 10 s): once a
+  // second keeps that margin.
   absl::Duration figures_interval = absl::Seconds(1);
   // Relative: 0.25 sends a mean compute time of 1.25x or 0.8x the last
   // delivered one at once (the straggler factor is 1.5x).

@@ -1,5 +1,6 @@
 #include "rendezvous/core/heartbeat_scaling.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace ddprun::rendezvous {
@@ -16,6 +17,13 @@ HeartbeatTiming ScaleHeartbeats(int64_t interval_ms, int64_t timeout_ms,
       static_cast<double>(timeout_ms) * static_cast<double>(needed_ms) /
       static_cast<double>(interval_ms)));
   return timing;
+}
+
+int64_t ScaleFiguresInterval(int64_t interval_ms, int64_t nodes,
+                             int64_t budget_per_s) {
+  if (budget_per_s <= 0 || interval_ms <= 0) return interval_ms;
+  const int64_t needed_ms = (nodes * 1000 + budget_per_s - 1) / budget_per_s;
+  return std::max(interval_ms, needed_ms);
 }
 
 }  // namespace ddprun::rendezvous

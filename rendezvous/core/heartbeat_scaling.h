@@ -20,4 +20,13 @@ struct HeartbeatTiming {
 HeartbeatTiming ScaleHeartbeats(int64_t interval_ms, int64_t timeout_ms,
                                 int64_t nodes, int64_t budget_per_s);
 
+// How often each node of a round of `nodes` nodes sends its ranks' figures
+// (the straggler figures ride on a heartbeat): `interval_ms`, or longer when
+// `nodes` figures messages per interval would pass `budget_per_s`, so that
+// the figures of a large job cost the server a bounded share of a core
+// (each message is a few hundred bytes through gRPC). A budget or interval
+// of 0 or less: `interval_ms`.
+int64_t ScaleFiguresInterval(int64_t interval_ms, int64_t nodes,
+                             int64_t budget_per_s);
+
 }  // namespace ddprun::rendezvous

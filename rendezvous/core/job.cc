@@ -33,12 +33,28 @@ void Job::ScaleRoundHeartbeats(int64_t nodes) {
       options_.heartbeat_budget_per_s);
   heartbeat_interval_ms_ = timing.interval_ms;
   heartbeat_timeout_ms_ = timing.timeout_ms;
+  const int64_t base_figures_ms =
+      absl::ToInt64Milliseconds(options_.figures_interval);
+  SetFiguresInterval(ScaleFiguresInterval(base_figures_ms, nodes,
+                                          options_.figures_budget_per_s));
+  if (figures_interval_ms_ != base_figures_ms) {
+    spdlog::info(
+        "job '{}': {} nodes send their ranks' figures every {} ms, not {} "
+        "ms, to stay within {} figures messages/s (--figures-budget)",
+        run_id_, nodes, figures_interval_ms_, base_figures_ms,
+        options_.figures_budget_per_s);
+  }
   if (heartbeat_interval_ms_ == config_.heartbeat_interval_ms()) return;
   spdlog::info(
       "job '{}': {} nodes heartbeat every {} ms (timeout {} ms), not {} ms, "
       "to stay within {} heartbeats/s (--heartbeat-budget)",
       run_id_, nodes, heartbeat_interval_ms_, heartbeat_timeout_ms_,
       config_.heartbeat_interval_ms(), options_.heartbeat_budget_per_s);
+}
+
+void Job::SetFiguresInterval(int64_t interval_ms) {
+  figures_interval_ms_ = interval_ms;
+  stragglers_.SetReportInterval(absl::Milliseconds(interval_ms));
 }
 
 bool Job::ended() const {
@@ -441,6 +457,7 @@ void Job::Close(absl::Time now, Effects* effects) {
   ScaleRoundHeartbeats(static_cast<int64_t>(ordered.size()));
   base.set_heartbeat_interval_ms(heartbeat_interval_ms_);
   base.set_heartbeat_timeout_ms(heartbeat_timeout_ms_);
+  base.set_figures_interval_ms(figures_interval_ms_);
   if (static_cast<int>(last_peers_.size()) <=
       options_.max_peers_in_assignment) {
     for (const auto& peer : last_peers_) *base.add_peers() = peer;
@@ -594,9 +611,13 @@ v1::HeartbeatResponse Job::Heartbeat(const v1::HeartbeatRequest& request,
     it->second.last_seen = now;
     it->second.heard_in_round = true;
     member = it->second.member;
-    if (member && !request.ranks().empty() && request.round() == round_ &&
+    if (member && request.round() == round_ &&
         state_ == v1::JOB_STATE_RUNNING) {
-      TakeFigures(it->second, request, now);
+      if (!request.ranks().empty()) TakeFigures(it->second, request, now);
+      // Every heartbeat, not only those with figures: a large job's nodes
+      // send figures every few seconds (figures_interval_ms), and the
+      // straggler windows must still pass once a second.
+      EvaluateStragglers(now);
     }
   }
   v1::HeartbeatResponse response;
@@ -642,6 +663,9 @@ void Job::TakeFigures(Node& node, const v1::HeartbeatRequest& request,
     sample.compute_s = figures.compute_mean_s();
     stragglers_.Report(node.rank_offset + figures.local_rank(), sample, now);
   }
+}
+
+void Job::EvaluateStragglers(absl::Time now) {
   for (const StragglerDetector::Change& change : stragglers_.Evaluate(now)) {
     const StragglerDetector::Straggler& s = change.straggler;
     std::string message =
@@ -930,6 +954,7 @@ v1::JobStatus Job::Status(absl::Time now, bool events) const {
   status.set_restart_count(restart_count_);
   status.set_world_size(world_size_);
   status.set_resuming(resuming_.has_value());
+  status.set_figures_interval_ms(figures_interval_ms_);
   for (const auto& f : failures_) *status.add_failures() = f;
   std::vector<const std::pair<const std::string, Node>*> sorted;
   for (const auto& entry : nodes_) sorted.push_back(&entry);
@@ -1078,6 +1103,10 @@ void Job::StartResuming(const v1::RoundRecord& record, absl::Time now,
   heartbeat_timeout_ms_ = a.heartbeat_timeout_ms() > 0
                               ? a.heartbeat_timeout_ms()
                               : config_.heartbeat_timeout_ms();
+  SetFiguresInterval(
+      a.figures_interval_ms() > 0
+          ? a.figures_interval_ms()
+          : absl::ToInt64Milliseconds(options_.figures_interval));
   resuming_.emplace(a, heartbeat_timeout_ms_, now);
   const int num_nodes = resuming_->num_nodes();
   last_members_.assign(num_nodes, std::string());

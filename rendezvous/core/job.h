@@ -38,6 +38,17 @@ struct JobOptions {
   // so that a large job neither floods the server nor has live nodes
   // declared lost because their heartbeats queued. 0: never lengthened.
   int64_t heartbeat_budget_per_s = 10000;
+  // How often each node sends its ranks' straggler figures (they ride on a
+  // heartbeat; figures that changed much go at once), and how many figures
+  // messages per second one job's nodes may send: a round of n nodes sends
+  // them every max(figures_interval, n / budget), handed out in the
+  // assignment, and the straggler detector keeps a node's figures fresh
+  // for 2.5 such intervals (StragglerOptions::max_age at least). Each
+  // figures message costs the server gRPC work for a few hundred bytes, so
+  // the budget bounds their share of a core (bench/rendezvous,
+  // ddprun-insight-bench --process). 0: never lengthened.
+  absl::Duration figures_interval = absl::Seconds(1);
+  int64_t figures_budget_per_s = 250;
   // A Tick that comes this long after the previous one means the server
   // itself did not run (overloaded, paused): heartbeats sent meanwhile wait
   // in its queues behind this Tick. The gap is then not counted as any
@@ -291,8 +302,12 @@ class Job {
   void ClearAnswerForPoll(Node& node);
   void AddFailures(const v1::ReportFailureRequest& request, absl::Time now);
   bool AllExpectedParked() const;
-  // Sets the round's heartbeat interval and timeout for `nodes` nodes.
+  // Sets the round's heartbeat interval and timeout, and its figures
+  // interval, for `nodes` nodes.
   void ScaleRoundHeartbeats(int64_t nodes);
+  // Sets the round's figures interval (and so how long the straggler
+  // detector keeps figures fresh).
+  void SetFiguresInterval(int64_t interval_ms);
   // How long a member whose heartbeat stream ended may stay silent: two
   // heartbeat intervals and at least a second (the agent falls back to
   // unary heartbeats at its next beat), never more than the heartbeat
@@ -323,9 +338,13 @@ class Job {
   // (which then ends).
   bool DropSilent(const std::string& id, absl::Time now);
   // A member's heartbeat of the running round carried rank figures: keeps
-  // them, hands them to the straggler detector and logs what it decides.
+  // them and hands them to the straggler detector.
   void TakeFigures(Node& node, const v1::HeartbeatRequest& request,
                    absl::Time now);
+  // Has the straggler detector compare the ranks when a window is due (on
+  // any member's heartbeat of the running round) and logs and records what
+  // it decides.
+  void EvaluateStragglers(absl::Time now);
 
   // Re-registration after a server restart (the rules above; the
   // decisions are JobResumption's).
@@ -369,6 +388,8 @@ class Job {
   // The running (or last) round's heartbeat interval and timeout.
   int64_t heartbeat_interval_ms_ = 0;
   int64_t heartbeat_timeout_ms_ = 0;
+  // The running (or last) round's figures interval.
+  int64_t figures_interval_ms_ = 0;
   std::optional<absl::Time> min_reached_at_;  // rule (c)'s clock
   // No join deadline or heartbeat deadline falls before this: Tick skips its
   // O(nodes) scan until then (a scan every tick made the 10 ms ticker the

@@ -17,13 +17,17 @@ double MedianWithout(const std::vector<double>& v, int skip) {
 }  // namespace
 
 StragglerDetector::StragglerDetector(StragglerOptions options)
-    : options_(options) {}
+    : options_(options), max_age_(options.max_age) {}
 
 void StragglerDetector::Report(int rank, const RankSample& sample,
                                absl::Time now) {
   Rank& r = ranks_[rank];
   r.sample = sample;
   r.reported = now;
+}
+
+void StragglerDetector::SetReportInterval(absl::Duration interval) {
+  max_age_ = std::max(options_.max_age, interval * 2.5);
 }
 
 void StragglerDetector::Reset() {
@@ -41,7 +45,7 @@ std::vector<StragglerDetector::Change> StragglerDetector::Evaluate(
   // The ranks that count in this window, and their figures sorted.
   std::vector<std::pair<double, int>> counted;
   for (const auto& [rank, r] : ranks_) {
-    if (now - r.reported <= options_.max_age &&
+    if (now - r.reported <= max_age_ &&
         r.sample.samples >= options_.min_samples) {
       counted.push_back({r.sample.compute_s, rank});
     }

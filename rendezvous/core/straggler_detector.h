@@ -85,6 +85,11 @@ class StragglerDetector {
   // before one had figures.
   double job_median_s() const { return job_median_s_; }
   void Reset();
+  // How often nodes send their figures (the round's figures interval):
+  // figures stay fresh for 2.5 intervals, and at least max_age, so that a
+  // large job's longer interval does not leave every rank stale.
+  void SetReportInterval(absl::Duration interval);
+  absl::Duration max_age() const { return max_age_; }
 
  private:
   struct Rank {
@@ -96,6 +101,7 @@ class StragglerDetector {
   };
 
   StragglerOptions options_;
+  absl::Duration max_age_;
   absl::flat_hash_map<int, Rank> ranks_;
   absl::Time next_window_ = absl::InfinitePast();
   double job_median_s_ = 0;

@@ -63,6 +63,8 @@ JobTableOptions TableOptions(const ServerOptions& options,
   table.ended_job_grace = options.ended_job_grace;
   table.job.max_peers_in_assignment = options.max_peers_in_assignment;
   table.job.heartbeat_budget_per_s = options.heartbeat_budget_per_s;
+  table.job.figures_interval = options.figures_interval;
+  table.job.figures_budget_per_s = options.figures_budget_per_s;
   table.job.max_parked_joins = options.max_parked_joins;
   table.job.poll.budget_per_s = options.poll_budget_per_s;
   table.job.poll.max_delay = options.max_poll_delay;

@@ -69,6 +69,12 @@ struct ServerOptions {
   // Heartbeats per second one job may send; larger jobs get a longer
   // interval (JobOptions::heartbeat_budget_per_s). 0: never lengthened.
   int64_t heartbeat_budget_per_s = 10000;
+  // How often each node sends its ranks' straggler figures, and the
+  // figures messages per second one job may send: larger jobs send them
+  // less often (JobOptions::figures_interval, figures_budget_per_s). A
+  // budget of 0: never lengthened.
+  absl::Duration figures_interval = JobOptions{}.figures_interval;
+  int64_t figures_budget_per_s = JobOptions{}.figures_budget_per_s;
   // Joins with `poll` parked per job; the others are answered `waiting`
   // and poll (JobOptions::max_parked_joins).
   int64_t max_parked_joins = 16384;

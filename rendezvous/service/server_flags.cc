@@ -93,9 +93,10 @@ void AddLimitFlags(CLI::App& app, Limits* limits) {
 }
 
 // The per-job policies a large job needs tuned: stragglers, heartbeat and
-// poll budgets, parked Joins. `max_poll_delay_s` takes --max-poll-delay.
+// poll budgets, parked Joins. `max_poll_delay_s` takes --max-poll-delay,
+// `figures_interval_s` --figures-interval.
 void AddJobPolicyFlags(CLI::App& app, ServerOptions* server,
-                       double* max_poll_delay_s) {
+                       double* max_poll_delay_s, double* figures_interval_s) {
   app.add_option("--straggler-factor", server->straggler.factor,
                  "a rank whose own compute time per step stays above this "
                  "many times the other ranks' median is named a straggler "
@@ -111,6 +112,19 @@ void AddJobPolicyFlags(CLI::App& app, ServerOptions* server,
                  "heartbeats per second one job may send: a larger job's "
                  "nodes are told a longer interval (and timeout, in "
                  "proportion); 0: never")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--figures-interval", *figures_interval_s,
+                 "seconds: how often each node sends its ranks' straggler "
+                 "figures at the latest (figures that changed much go at "
+                 "once)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber & common::FiniteNonNegative());
+  app.add_option("--figures-budget", server->figures_budget_per_s,
+                 "straggler figures messages per second one job may send: "
+                 "a larger job's nodes are told to send them less often "
+                 "than once a second (stragglers are then named later); 0: "
+                 "never")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   app.add_option("--max-heartbeat-streams", server->max_heartbeat_streams,
@@ -153,7 +167,8 @@ ServerCommandLine ParseServerFlags(int argc, const char* const* argv) {
   AddListenFlags(app, &command.run);
   AddLimitFlags(app, &server.limits);
   double max_poll_delay_s = absl::ToDoubleSeconds(server.max_poll_delay);
-  AddJobPolicyFlags(app, &server, &max_poll_delay_s);
+  double figures_interval_s = absl::ToDoubleSeconds(server.figures_interval);
+  AddJobPolicyFlags(app, &server, &max_poll_delay_s, &figures_interval_s);
   app.add_option("--metrics-port", command.run.metrics_port,
                  "serve Prometheus /metrics on this port (0: the kernel "
                  "picks; -1: off)")
@@ -185,6 +200,7 @@ ServerCommandLine ParseServerFlags(int argc, const char* const* argv) {
   if (command.exit_code.has_value()) return command;
   if (*job_token) command.job_token = job_token_command;
   server.max_poll_delay = absl::Seconds(max_poll_delay_s);
+  server.figures_interval = absl::Seconds(figures_interval_s);
   return command;
 }
 

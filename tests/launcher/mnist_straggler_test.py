@@ -12,7 +12,11 @@ ddprun_rendezvous_straggler_ratio, and `ddprun status --events --json` a
 as long, must name nobody, in status or in its events. With
 `ddprun --straggler-policy replace`, the throttled rank is killed as a
 straggler (the failure's cause says so) and replaced in place, and the job
-steps on in its next round.
+steps on in its next round. The throttled run is repeated with the server
+telling the agents to send their figures every 4 s (`--figures-interval
+4`: what a job of 1,000 nodes is told at the default --figures-budget):
+a rank that slows down sends its figures at once, so it must be named
+within the same 10 s.
 
 The agent runs with --hang-bound stopped=0: a worker stopped this often is
 otherwise a hang by the default rule (stopped 100 ms), which is right for a
@@ -53,14 +57,15 @@ WATCH_CLEAN_S = 15.0
 class Cluster:
     """A rendezvous server and one agent running MNIST workers."""
 
-    def __init__(self, args, tmp, run_id, agent_flags=()):
+    def __init__(self, args, tmp, run_id, agent_flags=(), rdzv_flags=()):
         self.args = args
         self.run_id = run_id
         self.procs = []
         out = open(os.path.join(tmp, run_id + "-rdzv.out"), "w+")
         err = open(os.path.join(tmp, run_id + "-rdzv.err"), "w+")
         self.rdzv = subprocess.Popen(
-            [args.rendezvous, "--port", "0", "--metrics-port", "0"],
+            [args.rendezvous, "--port", "0", "--metrics-port", "0"] +
+            list(rdzv_flags),
             stdout=out, stderr=err, start_new_session=True)
         self.procs.append(self.rdzv)
 
@@ -176,13 +181,19 @@ def check(condition, what, cluster):
         sys.exit(1)
 
 
-def throttled_run(args, tmp):
-    cluster = Cluster(args, tmp, "throttled")
+def throttled_run(args, tmp, run_id="throttled", figures_interval_s=None):
+    rdzv_flags = []
+    if figures_interval_s is not None:
+        rdzv_flags = ["--figures-interval", str(figures_interval_s)]
+    cluster = Cluster(args, tmp, run_id, rdzv_flags=rdzv_flags)
     throttle = None
     try:
         check(wait_for(lambda: cluster.stepping_ranks() == set(range(NPROC)),
                        120),
               "the ranks did not all report steps", cluster)
+        told = int((cluster.status() or {}).get("figures_interval_ms", 0))
+        check(told == int((figures_interval_s or 1) * 1000),
+              "the round's figures interval is %d ms" % told, cluster)
         pid = cluster.worker_pid(1)
         check(pid, "no worker with RANK=1 under the agent", cluster)
         throttle = Throttle(pid)
@@ -197,18 +208,19 @@ def throttled_run(args, tmp):
         elapsed = time.monotonic() - started
         check(stragglers, "rank 1 was not named within %.0f s" %
               NAMED_WITHIN_S, cluster)
-        print("named after %.1f s: %s" % (elapsed, json.dumps(stragglers)))
+        print("figures every %d ms: named after %.1f s: %s" %
+              (told, elapsed, json.dumps(stragglers)))
         check([s.get("rank", 0) for s in stragglers] == [1],
               "the wrong ranks were named: %s" % stragglers, cluster)
         check(stragglers[0]["ratio"] > 1.5, "ratio %s" % stragglers[0],
               cluster)
         metrics = cluster.metrics()
-        check(re.search(r'ddprun_rendezvous_straggler_ratio\{run_id="throttled",'
-                        r'rank="1"\} [0-9.]+', metrics),
+        check(re.search(r'ddprun_rendezvous_straggler_ratio\{run_id="%s",'
+                        r'rank="1"\} [0-9.]+' % run_id, metrics),
               "/metrics has no straggler ratio for rank 1", cluster)
-        check(re.search(r'ddprun_rendezvous_stragglers\{run_id="throttled"\} 1',
-                        metrics), "/metrics does not count 1 straggler",
-              cluster)
+        check(re.search(r'ddprun_rendezvous_stragglers\{run_id="%s"\} 1' %
+                        run_id, metrics),
+              "/metrics does not count 1 straggler", cluster)
         events = cluster.status(events=True)
         check(any(e["kind"] == "straggler" and e["rank"] == 1
                   for e in events), "no straggler event: %s" % events,
@@ -288,11 +300,14 @@ def main():
     parser.add_argument("--rendezvous", required=True)
     parser.add_argument("--mnist", required=True)
     parser.add_argument("--data-dir", required=True)
-    parser.add_argument("--only", choices=["throttled", "clean", "replaced"])
+    parser.add_argument("--only", choices=["throttled", "throttled-4s",
+                                           "clean", "replaced"])
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         if args.only in (None, "throttled"):
             throttled_run(args, tmp)
+        if args.only in (None, "throttled-4s"):
+            throttled_run(args, tmp, "throttled-4s", figures_interval_s=4)
         if args.only in (None, "clean"):
             clean_run(args, tmp)
         if args.only in (None, "replaced"):

@@ -666,6 +666,26 @@ TEST(HeartbeatBudgetTest, JobsWithinTheBudgetKeepTheirInterval) {
   }
 }
 
+TEST(FiguresBudgetTest, ALargeJobIsToldToSendItsFiguresLessOften) {
+  absl::Time now = absl::UnixEpoch();
+  // Within the default budget: once a second.
+  Job small("small", ScaleConfig(10), now);
+  for (const v1::Assignment& a : FormRound(small, 10, now)) {
+    EXPECT_EQ(a.figures_interval_ms(), 1000);
+  }
+  // 10 nodes at 5 figures messages/s: every 2 s; the heartbeats keep
+  // their own interval.
+  JobOptions options;
+  options.figures_budget_per_s = 5;
+  Job big("big", ScaleConfig(10), now, options);
+  std::vector<v1::Assignment> assignments = FormRound(big, 10, now);
+  ASSERT_EQ(assignments.size(), 10u);
+  for (const v1::Assignment& a : assignments) {
+    EXPECT_EQ(a.figures_interval_ms(), 2000);
+    EXPECT_EQ(a.heartbeat_interval_ms(), 100);
+  }
+}
+
 v1::HeartbeatRequest Beat(const std::string& node, int64_t round = 0) {
   v1::HeartbeatRequest beat;
   beat.set_node_id(node);
@@ -895,6 +915,35 @@ TEST_F(JobTest, HeartbeatFiguresNameAStragglerInStatusAndEvents) {
   EXPECT_NE(response->jobs(0).events(2).message().find("exited"),
             std::string::npos);
   EXPECT_EQ(response->jobs(0).stragglers_size(), 0) << "the round ended";
+}
+
+// A large job's nodes send figures every few seconds (figures_interval_ms);
+// the straggler windows still pass once a second, on the heartbeats
+// between: figures sent once name the straggler after three windows, not
+// after three figures messages.
+TEST_F(JobTest, StragglerWindowsPassOnHeartbeatsWithoutFigures) {
+  FormFirstRound();
+  for (const auto& [node, compute_s] :
+       {std::pair<std::string, double>{"a", 0.010}, {"b", 0.030}}) {
+    v1::HeartbeatRequest request;
+    request.set_run_id("job");
+    request.set_node_id(node);
+    request.set_round(0);
+    v1::RankFigures* r = request.add_ranks();
+    r->set_local_rank(0);
+    r->set_phase("step");
+    r->set_samples(20);
+    r->set_compute_mean_s(compute_s);
+    ASSERT_TRUE(table_.Heartbeat(request).ok());
+  }
+  for (int i = 0; i < 3; ++i) {
+    clock_.Advance(absl::Seconds(1));
+    Heartbeat("a", 0);
+    Heartbeat("b", 0);
+  }
+  v1::JobStatus status = Status();
+  ASSERT_EQ(status.stragglers_size(), 1);
+  EXPECT_EQ(status.stragglers(0).node_id(), "b");
 }
 
 TEST(JobEventsTest, KeepsTheFirstAndTheLatest) {

@@ -150,5 +150,16 @@ TEST(HeartbeatScalingTest, ALargeRoundBeatsLessOftenWithALongerTimeout) {
   EXPECT_EQ(timing.timeout_ms, 6000);
 }
 
+TEST(HeartbeatScalingTest, ALargeRoundSendsItsFiguresLessOften) {
+  // Within the budget (250 figures messages/s): once a second.
+  EXPECT_EQ(ScaleFiguresInterval(1000, 250, 250), 1000);
+  // 1,000 nodes: every 4 s; 1,001: rounded up.
+  EXPECT_EQ(ScaleFiguresInterval(1000, 1000, 250), 4000);
+  EXPECT_EQ(ScaleFiguresInterval(1000, 1001, 250), 4004);
+  // No budget, or no interval: unchanged.
+  EXPECT_EQ(ScaleFiguresInterval(1000, 100000, 0), 1000);
+  EXPECT_EQ(ScaleFiguresInterval(0, 100000, 250), 0);
+}
+
 }  // namespace
 }  // namespace ddprun::rendezvous

@@ -101,6 +101,30 @@ TEST_F(StragglerDetectorTest, TooFewSamplesOrStaleFiguresDoNotCount) {
   EXPECT_TRUE(detector_.stragglers().empty());
 }
 
+TEST_F(StragglerDetectorTest, FiguresStayFreshForTwoAndAHalfReportIntervals) {
+  // A large job's nodes send figures every 4 s: figures 9 s old still
+  // count (the default max_age, 5 s, would leave every rank stale between
+  // two reports); past 10 s they do not.
+  detector_.SetReportInterval(absl::Seconds(4));
+  EXPECT_EQ(detector_.max_age(), absl::Seconds(10));
+  for (int i = 0; i < 3; ++i) Window({0.01, 0.05, 0.01});
+  ASSERT_EQ(detector_.stragglers().size(), 1u);
+  // Nobody reports for 9 windows: still named (fresh, and slow).
+  for (int i = 0; i < 8; ++i) {
+    detector_.Evaluate(now_);
+    now_ += kWindow;
+  }
+  EXPECT_EQ(detector_.stragglers().size(), 1u);
+  for (int i = 0; i < 5; ++i) {
+    detector_.Evaluate(now_);
+    now_ += kWindow;
+  }
+  EXPECT_TRUE(detector_.stragglers().empty()) << "stale after 10 s";
+  // A short interval never shortens max_age below its option.
+  detector_.SetReportInterval(absl::Seconds(1));
+  EXPECT_EQ(detector_.max_age(), StragglerOptions{}.max_age);
+}
+
 TEST_F(StragglerDetectorTest, FactorZeroNamesNobody) {
   StragglerOptions options;
   options.factor = 0;
