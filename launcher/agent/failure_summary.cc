@@ -35,6 +35,20 @@ std::string How(v1::WorkerFailure f) {
   return absl::StrCat("exit code ", f.exit_code());
 }
 
+// `file` as JSON into `path`, replacing it; a failure is logged.
+void WriteJson(const std::string& path, const google::protobuf::Struct& file) {
+  std::string json;
+  if (!google::protobuf::util::MessageToJsonString(file, &json).ok()) return;
+  std::ofstream out(path, std::ios::trunc);
+  out << json << "\n";
+  if (!out.flush()) {
+    spdlog::warn(
+        "cannot write the job's error to TORCHELASTIC_ERROR_FILE "
+        "'{}'; check that its folder exists and is writable",
+        path);
+  }
+}
+
 }  // namespace
 
 std::string FormatFailure(const v1::WorkerFailure& f) {
@@ -107,16 +121,24 @@ void WriteAgentErrorFile(const std::string& path, const v1::JobEnded& ended) {
   if (error_code != 0) {
     (*message->mutable_fields())["errorCode"].set_number_value(error_code);
   }
-  std::string json;
-  if (!google::protobuf::util::MessageToJsonString(file, &json).ok()) return;
-  std::ofstream out(path, std::ios::trunc);
-  out << json << "\n";
-  if (!out.flush()) {
-    spdlog::warn(
-        "cannot write the root cause to TORCHELASTIC_ERROR_FILE "
-        "'{}'; check that its folder exists and is writable",
-        path);
-  }
+  WriteJson(path, file);
+}
+
+void WriteAgentSignalErrorFile(const std::string& path, int pid, int sig,
+                               absl::Time when) {
+  if (path.empty()) return;
+  google::protobuf::Struct file;
+  google::protobuf::Struct* message =
+      (*file.mutable_fields())["message"].mutable_struct_value();
+  // torchrun's words (its SignalException), so that what reads them for
+  // torchrun reads ours.
+  (*message->mutable_fields())["message"].set_string_value(
+      absl::StrFormat("SignalException: Process %d got signal: %d", pid, sig));
+  (*(*message->mutable_fields())["extraInfo"]
+        .mutable_struct_value()
+        ->mutable_fields())["timestamp"]
+      .set_string_value(absl::StrCat(absl::ToUnixSeconds(when)));
+  WriteJson(path, file);
 }
 
 }  // namespace ddprun::launcher

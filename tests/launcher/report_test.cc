@@ -177,6 +177,30 @@ TEST(FailureSummaryTest, RootCauseGoesToTheAgentsErrorFile) {
   WriteAgentErrorFile("", ended);  // no file asked for: nothing to do
 }
 
+// A signal that stops the agent: torchrun's @record writes its
+// SignalException into the agent's error file; ddprun writes its words.
+TEST(FailureSummaryTest, AStopSignalGoesToTheAgentsErrorFile) {
+  testing::TempDir dir;
+  WriteAgentSignalErrorFile(dir.File("agent.json"), 4242, 15,
+                            absl::FromUnixSeconds(1700000000));
+  std::ifstream in(dir.File("agent.json"));
+  std::string text((std::istreambuf_iterator<char>(in)),
+                   std::istreambuf_iterator<char>());
+  google::protobuf::Struct file;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(text, &file).ok())
+      << text;
+  const auto& message = file.fields().at("message").struct_value().fields();
+  EXPECT_EQ(message.at("message").string_value(),
+            "SignalException: Process 4242 got signal: 15");
+  EXPECT_EQ(message.at("extraInfo")
+                .struct_value()
+                .fields()
+                .at("timestamp")
+                .string_value(),
+            "1700000000");
+  WriteAgentSignalErrorFile("", 4242, 15, absl::Now());  // none asked for
+}
+
 TEST(WorkerEnvTest, SetsTheContractOverTheAgentsEnvironment) {
   WorkerEnvSpec spec;
   spec.run_id = "r";
