@@ -305,8 +305,10 @@ def error_file(ddprun):
                                                              tail(r)))
                 continue
             shapes[r.name] = shape(doc)
-            message = doc.get("message", {})
-            extra = message.get("extraInfo", {})
+            message = doc.get("message") if isinstance(doc, dict) else None
+            message = message if isinstance(message, dict) else {}
+            extra = message.get("extraInfo")
+            extra = extra if isinstance(extra, dict) else {}
             content = {
                 "message": MESSAGE in message.get("message", ""),
                 "py_callstack": "Traceback (most recent call last)" in
@@ -333,8 +335,9 @@ def error_file(ddprun):
         # extraInfo.rank and .host (the root cause may be another node's).
         if len(shapes) == 2:
             lacking = missing(shapes["torchrun"], shapes["ddprun"])
-            extra = set(shapes["ddprun"]["message"]["extraInfo"]) - set(
-                shapes["torchrun"]["message"]["extraInfo"])
+            extra = set() if lacking else set(
+                shapes["ddprun"]["message"]["extraInfo"]) - set(
+                    shapes["torchrun"]["message"]["extraInfo"])
             if lacking or extra - {"rank", "host"}:
                 problems.append("error file: ddprun lacks %s, adds %s; "
                                 "torchrun %s, ddprun %s" %
