@@ -59,7 +59,7 @@ std::string ReadWorkerErrorMessage(const std::string& path) {
           if (trace.size() > room) {
             trace = "..." + trace.substr(trace.size() - room);
           }
-          text += "\ntraceback:\n" +
+          text += kTracebackMarker +
                   std::string(absl::StripTrailingAsciiWhitespace(trace));
         }
       }

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "absl/time/time.h"
 #include "ddprun/v1/rendezvous.pb.h"
 
 namespace ddprun::launcher {
@@ -18,6 +19,12 @@ std::string FormatFailureSummary(const std::string& run_id,
 // "extraInfo": {...}}}), so that the scheduler reports why the job failed.
 // Errors are logged; an agent that fails to write goes on to exit 1.
 void WriteAgentErrorFile(const std::string& path, const v1::JobEnded& ended);
+
+// What torchrun's @record leaves in its own TORCHELASTIC_ERROR_FILE when a
+// signal stops it (its SignalException): "SignalException: Process <pid>
+// got signal: <sig>" and the time. Empty `path`: nothing.
+void WriteAgentSignalErrorFile(const std::string& path, int pid, int sig,
+                               absl::Time when);
 
 // One failure on one line (without the message body's newlines).
 std::string FormatFailure(const v1::WorkerFailure& failure);

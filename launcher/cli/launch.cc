@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "common/credentials.h"
 #include "common/endpoint.h"
 #include "common/logging.h"
@@ -20,6 +21,7 @@
 #include "common/metrics_http.h"
 #include "launcher/agent/agent.h"
 #include "launcher/agent/agent_metrics.h"
+#include "launcher/agent/failure_summary.h"
 #include "launcher/agent/rendezvous_client.h"
 #include "launcher/agent/worker_env.h"
 #include "launcher/cli/farewell.h"
@@ -617,6 +619,7 @@ int RunLaunch(const LaunchOptions& options) {
     farewell.credentials.token = channel->token;
     orphan_guard->SetFarewell(EncodeFarewell(farewell));
   }
+  const std::string agent_error_file = node->context.agent_error_file;
   int code = RunAgent(options, std::move(node->context), **client, events,
                       orphan_guard, rdzv->server.get());
   if (rdzv->server != nullptr && options.max_nodes > 1 &&
@@ -625,11 +628,13 @@ int RunLaunch(const LaunchOptions& options) {
   }
   router.SetClient(nullptr);
   // torchrun ends with its SignalException, exit status 1, whatever the
-  // signal; schedulers and wrappers written for it read 1 as "stopped".
+  // signal, and its @record writes that exception into its own
+  // TORCHELASTIC_ERROR_FILE; schedulers and wrappers written for it read 1
+  // as "stopped".
   if (std::optional<int> sig = events.stop_signal();
-      sig.has_value() && code == 128 + *sig &&
-      !options.signal_exit_code_shell) {
-    code = 1;
+      sig.has_value() && code == 128 + *sig) {
+    WriteAgentSignalErrorFile(agent_error_file, getpid(), *sig, absl::Now());
+    if (!options.signal_exit_code_shell) code = 1;
   }
   return code;
 }

@@ -3,10 +3,14 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <set>
 #include <string>
 
 #include "gmock/gmock.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "launcher/agent/error_file.h"
 #include "launcher/agent/failure_report.h"
@@ -127,19 +131,74 @@ TEST(FailureSummaryTest, NamesTheJobOnce) {
 }
 
 // torchrun copies the root cause into the agent's own error file for the
-// scheduler; ddprun writes the same format.
+// scheduler; ddprun writes the same format: @record's message and
+// py_callstack, and the exit code as message.errorCode (-signal if killed).
 TEST(FailureSummaryTest, RootCauseGoesToTheAgentsErrorFile) {
   testing::TempDir dir;
   v1::JobEnded ended;
   v1::WorkerFailure* root = ended.add_failures();
   root->set_rank(3);
   root->set_host("node-b");
-  root->set_message("RuntimeError: boom\ntraceback:\n...");
+  root->set_exit_code(1);
+  root->set_message("RuntimeError: boom\ntraceback:\nTraceback ...");
   ended.add_failures()->set_message("later");
   WriteAgentErrorFile(dir.File("agent.json"), ended);
   EXPECT_EQ(ReadWorkerErrorMessage(dir.File("agent.json")),
-            "RuntimeError: boom\ntraceback:\n...");
+            "RuntimeError: boom\ntraceback:\nTraceback ...");
+  auto read = [&] {
+    std::ifstream in(dir.File("agent.json"));
+    std::string text((std::istreambuf_iterator<char>(in)),
+                     std::istreambuf_iterator<char>());
+    google::protobuf::Struct file;
+    EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(text, &file).ok())
+        << text;
+    return file.fields().at("message").struct_value();
+  };
+  google::protobuf::Struct message = read();
+  EXPECT_EQ(message.fields().at("message").string_value(),
+            "RuntimeError: boom");
+  EXPECT_EQ(message.fields().at("errorCode").number_value(), 1);
+  const auto& extra = message.fields().at("extraInfo").struct_value().fields();
+  EXPECT_EQ(extra.at("py_callstack").string_value(), "Traceback ...");
+  EXPECT_EQ(extra.at("rank").string_value(), "3");
+
+  root->set_exit_code(-1);
+  root->set_signal(9);
+  root->set_message("the worker was killed by SIGKILL");
+  WriteAgentErrorFile(dir.File("agent.json"), ended);
+  message = read();
+  EXPECT_EQ(message.fields().at("errorCode").number_value(), -9);
+  EXPECT_EQ(message.fields()
+                .at("extraInfo")
+                .struct_value()
+                .fields()
+                .count("py_callstack"),
+            0u);
   WriteAgentErrorFile("", ended);  // no file asked for: nothing to do
+}
+
+// A signal that stops the agent: torchrun's @record writes its
+// SignalException into the agent's error file; ddprun writes its words.
+TEST(FailureSummaryTest, AStopSignalGoesToTheAgentsErrorFile) {
+  testing::TempDir dir;
+  WriteAgentSignalErrorFile(dir.File("agent.json"), 4242, 15,
+                            absl::FromUnixSeconds(1700000000));
+  std::ifstream in(dir.File("agent.json"));
+  std::string text((std::istreambuf_iterator<char>(in)),
+                   std::istreambuf_iterator<char>());
+  google::protobuf::Struct file;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(text, &file).ok())
+      << text;
+  const auto& message = file.fields().at("message").struct_value().fields();
+  EXPECT_EQ(message.at("message").string_value(),
+            "SignalException: Process 4242 got signal: 15");
+  EXPECT_EQ(message.at("extraInfo")
+                .struct_value()
+                .fields()
+                .at("timestamp")
+                .string_value(),
+            "1700000000");
+  WriteAgentSignalErrorFile("", 4242, 15, absl::Now());  // none asked for
 }
 
 TEST(WorkerEnvTest, SetsTheContractOverTheAgentsEnvironment) {
