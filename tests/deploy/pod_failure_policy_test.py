@@ -26,11 +26,14 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 
 import yaml
 
 from deploy_lint import Checker
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "testing"))
+from waits import wait_for  # noqa: E402
 
 c = Checker("pod_failure_policy")
 
@@ -117,10 +120,8 @@ def sigterm_exit_code(mode):
             cwd=work, env=env, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL)
         try:
-            deadline = time.monotonic() + 60
-            while not os.path.exists(ready) and agent.poll() is None \
-                    and time.monotonic() < deadline:
-                time.sleep(0.05)
+            wait_for(lambda: os.path.exists(ready) or agent.poll() is not None,
+                     60)
             started = os.path.exists(ready)
             agent.send_signal(signal.SIGTERM)
             code = agent.wait(timeout=60)

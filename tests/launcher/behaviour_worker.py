@@ -25,6 +25,10 @@ import signal
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "testing"))
+from waits import wait_for  # noqa: E402
+
 MESSAGE = "behaviour-test failure of rank 1"
 TERM_S = 4.0
 WAIT_S = 60.0
@@ -70,18 +74,14 @@ def main():
         if rank == 0:
             _wait_for_term(out_dir, tag)
         ready = os.path.join(out_dir, "ready_%s_0" % attempt)
-        deadline = time.monotonic() + WAIT_S
-        while not os.path.exists(ready) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for(lambda: os.path.exists(ready), WAIT_S)
         _write(out_dir, "failed_" + tag)
         sys.exit(3)
     elif mode == "always":
         _write(out_dir, "start_" + tag)
         starts = ["start_%s_%d" % (attempt, r) for r in range(local_world)]
-        deadline = time.monotonic() + WAIT_S
-        while time.monotonic() < deadline and not all(
-                os.path.exists(os.path.join(out_dir, s)) for s in starts):
-            time.sleep(0.05)
+        wait_for(lambda: all(os.path.exists(os.path.join(out_dir, s))
+                             for s in starts), WAIT_S)
         sys.exit(1)
     elif mode == "term":
         _wait_for_term(out_dir, tag, TERM_S)
@@ -93,9 +93,7 @@ def main():
         @record
         def fail():
             ready = os.path.join(out_dir, "ready_%s_0" % attempt)
-            deadline = time.monotonic() + WAIT_S
-            while not os.path.exists(ready) and time.monotonic() < deadline:
-                time.sleep(0.05)
+            wait_for(lambda: os.path.exists(ready), WAIT_S)
             raise RuntimeError(MESSAGE)
 
         fail()

@@ -863,22 +863,28 @@ TEST(HeartbeatClockTest, TheServersOwnStallIsNotCountedAsSilence) {
 namespace ddprun::rendezvous {
 namespace {
 
+// A heartbeat of `node` in round 0 of "job" with the figures of its one
+// rank, stepping at `compute_s` per step.
+v1::HeartbeatRequest FiguresBeat(const std::string& node, double compute_s) {
+  v1::HeartbeatRequest request;
+  request.set_run_id("job");
+  request.set_node_id(node);
+  request.set_round(0);
+  v1::RankFigures* r = request.add_ranks();
+  r->set_local_rank(0);
+  r->set_phase("step");
+  r->set_steps(100);
+  r->set_samples(20);
+  r->set_compute_mean_s(compute_s);
+  return request;
+}
+
 // Rank figures in heartbeats name a straggler in Status, and the job's
 // events tell the round, the straggler and a failure with its cause.
 TEST_F(JobTest, HeartbeatFiguresNameAStragglerInStatusAndEvents) {
   FormFirstRound();
   auto beat = [&](const std::string& node, double compute_s) {
-    v1::HeartbeatRequest request;
-    request.set_run_id("job");
-    request.set_node_id(node);
-    request.set_round(0);
-    v1::RankFigures* r = request.add_ranks();
-    r->set_local_rank(0);
-    r->set_phase("step");
-    r->set_steps(100);
-    r->set_samples(20);
-    r->set_compute_mean_s(compute_s);
-    ASSERT_TRUE(table_.Heartbeat(request).ok());
+    ASSERT_TRUE(table_.Heartbeat(FiguresBeat(node, compute_s)).ok());
   };
   for (int i = 0; i < 5; ++i) {
     beat("a", 0.010);
@@ -923,19 +929,8 @@ TEST_F(JobTest, HeartbeatFiguresNameAStragglerInStatusAndEvents) {
 // after three figures messages.
 TEST_F(JobTest, StragglerWindowsPassOnHeartbeatsWithoutFigures) {
   FormFirstRound();
-  for (const auto& [node, compute_s] :
-       {std::pair<std::string, double>{"a", 0.010}, {"b", 0.030}}) {
-    v1::HeartbeatRequest request;
-    request.set_run_id("job");
-    request.set_node_id(node);
-    request.set_round(0);
-    v1::RankFigures* r = request.add_ranks();
-    r->set_local_rank(0);
-    r->set_phase("step");
-    r->set_samples(20);
-    r->set_compute_mean_s(compute_s);
-    ASSERT_TRUE(table_.Heartbeat(request).ok());
-  }
+  ASSERT_TRUE(table_.Heartbeat(FiguresBeat("a", 0.010)).ok());
+  ASSERT_TRUE(table_.Heartbeat(FiguresBeat("b", 0.030)).ok());
   for (int i = 0; i < 3; ++i) {
     clock_.Advance(absl::Seconds(1));
     Heartbeat("a", 0);
