@@ -87,6 +87,18 @@ TEST(FailureReportTest, CarriesRanksCausesAndMessages) {
   EXPECT_EQ(spawn.failures(0).message(), "cannot run 'x'");
 }
 
+// The "message" object of the torchrun-format error file at `path`.
+google::protobuf::Struct ErrorFileMessage(const std::string& path) {
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)),
+                   std::istreambuf_iterator<char>());
+  google::protobuf::Struct file;
+  EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(text, &file).ok())
+      << text;
+  if (!file.fields().contains("message")) return {};
+  return file.fields().at("message").struct_value();
+}
+
 TEST(FailureSummaryTest, NamesTheRootCauseFirst) {
   v1::JobEnded ended;
   ended.set_state(v1::JOB_STATE_FAILED);
@@ -145,16 +157,7 @@ TEST(FailureSummaryTest, RootCauseGoesToTheAgentsErrorFile) {
   WriteAgentErrorFile(dir.File("agent.json"), ended);
   EXPECT_EQ(ReadWorkerErrorMessage(dir.File("agent.json")),
             "RuntimeError: boom\ntraceback:\nTraceback ...");
-  auto read = [&] {
-    std::ifstream in(dir.File("agent.json"));
-    std::string text((std::istreambuf_iterator<char>(in)),
-                     std::istreambuf_iterator<char>());
-    google::protobuf::Struct file;
-    EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(text, &file).ok())
-        << text;
-    return file.fields().at("message").struct_value();
-  };
-  google::protobuf::Struct message = read();
+  google::protobuf::Struct message = ErrorFileMessage(dir.File("agent.json"));
   EXPECT_EQ(message.fields().at("message").string_value(),
             "RuntimeError: boom");
   EXPECT_EQ(message.fields().at("errorCode").number_value(), 1);
@@ -166,7 +169,7 @@ TEST(FailureSummaryTest, RootCauseGoesToTheAgentsErrorFile) {
   root->set_signal(9);
   root->set_message("the worker was killed by SIGKILL");
   WriteAgentErrorFile(dir.File("agent.json"), ended);
-  message = read();
+  message = ErrorFileMessage(dir.File("agent.json"));
   EXPECT_EQ(message.fields().at("errorCode").number_value(), -9);
   EXPECT_EQ(message.fields()
                 .at("extraInfo")
@@ -183,13 +186,9 @@ TEST(FailureSummaryTest, AStopSignalGoesToTheAgentsErrorFile) {
   testing::TempDir dir;
   WriteAgentSignalErrorFile(dir.File("agent.json"), 4242, 15,
                             absl::FromUnixSeconds(1700000000));
-  std::ifstream in(dir.File("agent.json"));
-  std::string text((std::istreambuf_iterator<char>(in)),
-                   std::istreambuf_iterator<char>());
-  google::protobuf::Struct file;
-  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(text, &file).ok())
-      << text;
-  const auto& message = file.fields().at("message").struct_value().fields();
+  const google::protobuf::Struct file =
+      ErrorFileMessage(dir.File("agent.json"));
+  const auto& message = file.fields();
   EXPECT_EQ(message.at("message").string_value(),
             "SignalException: Process 4242 got signal: 15");
   EXPECT_EQ(message.at("extraInfo")
