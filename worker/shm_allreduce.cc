@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <linux/futex.h>
-#include <sched.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -34,13 +33,18 @@ constexpr uint64_t kMagic = 0x646470727573686dULL;  // "ddprushm"
 constexpr int kVersion = 5;
 constexpr int kMaxLocal = 64;
 constexpr int64_t kAlignFloats = 16;  // 64 bytes: chunks never share a line
-// How a waiter waits: busy checks for a few microseconds (a peer on another
-// idle core answers within that), then checks with sched_yield in between up
-// to kSpinTime (on an idle machine the yield returns at once, so this is
-// still spinning; on a loaded one it hands the core to whoever is runnable,
-// often the peer we wait for), then sleeps on the shared futex. Sleeping
+// How a waiter waits: busy checks (a peer on another core answers within
+// microseconds) up to kSpinTime, then sleeps on the shared futex. Sleeping
 // early is what costs most on a VM: waking a halted vCPU takes tens of
-// microseconds, longer than most waits.
+// microseconds, longer than most waits. The spin does not sched_yield: a
+// yield hands the core to any runnable task, SCHED_IDLE ones included (the
+// agent's zygote and standbys starting beside the training), and under
+// EEVDF (Linux 6.6+) each yield also pushes the waiter's deadline back by a
+// slice, so a waiter that yields in a loop can lose its core for
+// milliseconds after its peer arrived. Measured (bench/worker/README.md,
+// wave 17): a SCHED_IDLE busy loop beside a world-2 ddprun-mnist took 25-36 %
+// of its samples/s with yields, 9-14 % without; a futex sleep does not have
+// that cost, since a waking rank preempts a SCHED_IDLE task at once.
 constexpr int kPauseSpins = 64;
 // Buffer sets the slices rotate through: a rank may run this many slices
 // ahead of the slowest, so that short stalls of one rank do not stop the
@@ -482,10 +486,9 @@ absl::Status ShmAllreduce::WaitFor(absl::FunctionRef<int()> laggard,
   using Clock = std::chrono::steady_clock;
   const Clock::time_point start = Clock::now();
   while (Clock::now() - start < kSpinTime) {
-    sched_yield();
     for (int i = 0; i < kPauseSpins; ++i) {
       if ((waiting_for = laggard()) < 0) {
-        ++stats_.waits_yielded;
+        ++stats_.waits_spun_long;
         return absl::OkStatus();
       }
       CpuRelax();
@@ -660,7 +663,7 @@ absl::Status ShmAllreduce::Allreduce(absl::Span<const Part> parts,
     // Each-sums-all, one slice's copy-in ahead of its sum: a rank copies
     // slice s+1 in before it waits for the others' slice s, so the wait
     // finds it there unless a peer fell a whole slice behind (in lockstep
-    // about a third of a 64 MB call's 512 waits had to spin or yield).
+    // about a third of a 64 MB call's 512 waits had to spin).
     std::optional<Pieces> summing;
     int64_t summing_n = 0;
     uint64_t summing_seq = 0;

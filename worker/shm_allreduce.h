@@ -54,7 +54,7 @@ struct ShmAllreduceOptions {
 // Either way every rank gets the same bits. Slices alternate between two
 // buffer sets, so one slice's reading overlaps the next one's copy-in.
 // Ranks signal one another with counters in the segment and a shared futex;
-// waiters spin briefly (yielding the core in between), then sleep.
+// waiters spin briefly (without yielding the core), then sleep.
 //
 // Hierarchical use: with `between_nodes`, local rank 0 hands each reduced
 // slice to it (e.g. a Gloo allreduce among node leaders) before the others
@@ -150,12 +150,12 @@ class ShmAllreduce {
     int64_t in_place_calls = 0;
     int64_t in_place_fallbacks = 0;
     // Waits for a peer that were not over at once, by how they ended:
-    // while spinning (a few pause loops), while yielding the core between
-    // checks (up to kSpinTime), or after sleeping on the futex at least
+    // while spinning (a few pause loops), while spinning longer (up to
+    // kSpinTime, checking the clock), or after sleeping on the futex at least
     // once. A sleep costs tens of microseconds on a VM (waking a halted
     // vCPU): the benchmarks print these per call to find a slow tail.
     int64_t waits_spun = 0;
-    int64_t waits_yielded = 0;
+    int64_t waits_spun_long = 0;
     int64_t waits_slept = 0;
   };
   const Stats& stats() const { return stats_; }

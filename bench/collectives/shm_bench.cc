@@ -12,7 +12,7 @@
 // --flat: a private buffer is copied into a resident one, summed there in
 // place and copied back (PyTorch DDP's default bucket, in shared memory).
 // --histogram: the per-call times in log2 buckets. Every line also gives
-// the mean and how each wait for a peer ended (spinning, yielding, asleep).
+// the mean and how each wait for a peer ended (spinning, spinning long, asleep).
 // --step: each timed call also includes what a training step writes before
 // the sync, as DataParallel's gradients see it: backward's fresh gradient
 // (a private buffer written); with --resident also ZeroGrad's zeroing of
@@ -180,7 +180,7 @@ int Rank(const ShmAllreduceOptions& options, int64_t floats, int ops,
         << absl::StrFormat(
                "world %d, %d floats (%d bytes)%s%s%s%s, %d calls: p10 %.1f "
                "us, p50 %.1f us, p90 %.1f us, p99 %.1f us, max %.1f us, "
-               "mean %.1f us; waits per call: %.2f spun, %.2f yielded, "
+               "mean %.1f us; waits per call: %.2f spun, %.2f spun long, "
                "%.3f slept; calls that slept: %d (mean %.1f us)",
                options.local_size, floats, floats * 4,
                resident ? " resident" : "", flat ? " flat" : "",
@@ -188,7 +188,7 @@ int Rank(const ShmAllreduceOptions& options, int64_t floats, int ops,
                sorted[ops / 10], sorted[ops / 2], sorted[ops * 9 / 10],
                sorted[std::min(ops - 1, ops * 99 / 100)], sorted.back(),
                total / ops, static_cast<double>(st.waits_spun) / ops,
-               static_cast<double>(st.waits_yielded) / ops,
+               static_cast<double>(st.waits_spun_long) / ops,
                static_cast<double>(st.waits_slept) / ops, calls_slept,
                calls_slept ? total_slept / calls_slept : 0.0)
         << std::endl;
