@@ -16,6 +16,7 @@
 #include "launcher/agent/failure_summary.h"
 #include "launcher/agent/heartbeat_loop.h"
 #include "launcher/agent/join_retry_policy.h"
+#include "launcher/agent/prewarm_policy.h"
 #include "launcher/agent/rank_figures.h"
 #include "launcher/posix/local_address.h"
 #include "spdlog/spdlog.h"
@@ -90,7 +91,10 @@ Agent::Agent(AgentOptions options, AgentContext context, RendezvousApi& client,
 }
 
 void Agent::OnProgramAwaitsActivation() {
-  if (standbys_ != nullptr || context_.standby_argv.empty()) return;
+  if (standbys_ != nullptr || zygote_due_.has_value() ||
+      context_.standby_argv.empty()) {
+    return;
+  }
   // Forked standbys need the agent to adopt them; exec'd ones would cost
   // a process start each, which only --prewarm asks for.
   if (!control_.AdoptsOrphans()) {
@@ -98,6 +102,29 @@ void Agent::OnProgramAwaitsActivation() {
         "the program waits for its round, but this agent cannot adopt "
         "forked standbys: no prewarming (--prewarm starts them by exec)");
     context_.standby_argv.clear();
+    return;
+  }
+  const absl::Time now = clock_.Now();
+  ZygoteTimingOptions timing;
+  timing.nproc_per_node = options_.nproc_per_node;
+  timing.usable_cpus = context_.usable_cpus;
+  const absl::Duration delay = ZygoteDelay(timing, now - workers_started_);
+  zygote_due_ = now + delay;
+  if (delay > absl::ZeroDuration()) {
+    spdlog::info(
+        "the program waits for its round (AwaitActivation): prewarming the "
+        "next round's workers in {}, once the job has run {:g} times as long "
+        "as its start, since the {} workers fill this node's {} CPU(s) "
+        "(--prewarm: at once; --no-prewarm: off)",
+        absl::FormatDuration(absl::Trunc(delay, absl::Milliseconds(10))),
+        timing.amortization, options_.nproc_per_node, context_.usable_cpus);
+  }
+  StartPrewarmingWhenDue();
+}
+
+void Agent::StartPrewarmingWhenDue() {
+  if (standbys_ != nullptr || !zygote_due_.has_value() ||
+      clock_.Now() < *zygote_due_) {
     return;
   }
   spdlog::info(
@@ -301,6 +328,7 @@ Agent::RoundOutcome Agent::RunRound(v1::Assignment& assignment) {
 
   events_.TakeRejoin();       // a previous round's news is not this round's
   held_master_port_.reset();  // global rank 0 may bind it now
+  workers_started_ = clock_.Now();
   absl::Status started =
       StartWorkers(assignment, *output, plan, group, use_standbys);
   group.CloseWorkerEnds();
@@ -453,6 +481,7 @@ Agent::RoundOutcome Agent::Supervise(const RunningRound& round) {
           round.assignment.rank_offset() + local_rank, local_rank);
       policy.OnStraggler(local_rank);
     }
+    StartPrewarmingWhenDue();
     if (standbys_ != nullptr) standbys_->PromoteLate();
     if (std::optional<RoundOutcome> outcome = OnVerdict(round, policy)) {
       return *std::move(outcome);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "common/clock.h"
 #include "ddprun/v1/rendezvous.pb.h"
 #include "launcher/agent/agent_context.h"
@@ -129,9 +130,12 @@ class Agent {
   void Observe(const RunningRound& round, SupervisorPolicy& policy,
                RankFigures& figures, int& exited);
   // A worker said its program waits for its round (libddp's
-  // AwaitActivation): the default prewarming starts (a zygote of the
-  // program), unless it is off or already on.
+  // AwaitActivation): the default prewarming (a zygote of the program) is
+  // due, at once or after ZygoteDelay, unless it is off or already on.
   void OnProgramAwaitsActivation();
+  // Starts the default prewarming once it is due (called on every look at
+  // the workers).
+  void StartPrewarmingWhenDue();
   RoundOutcome OnWorkersFailed(const RunningRound& round,
                                const SupervisorPolicy& policy);
   // In-place recovery (libddp programs, worker/recovery.h). The policy
@@ -188,6 +192,11 @@ class Agent {
   AgentEvents& events_;
   const common::Clock& clock_;
   std::unique_ptr<StandbyPool> standbys_;  // null without --prewarm
+  // The default prewarming: when the zygote starts (set once the program
+  // says it waits for its round), and when this round's workers started
+  // (how long the program takes to get there: ZygoteDelay).
+  std::optional<absl::Time> zygote_due_;
+  absl::Time workers_started_;
   // The MASTER_PORT this node offered in its last Join, held from the Join
   // until its workers start (see HeldPort); empty with a reserve_port seam.
   std::optional<HeldPort> held_master_port_;

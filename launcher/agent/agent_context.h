@@ -34,6 +34,10 @@ struct AgentContext {
   // (StandbyPoolOptions::exec false): the default. False: from the start,
   // as --prewarm asks.
   bool prewarm_once_program_awaits = false;
+  // The CPUs this node's workers may use (sched_getaffinity); with
+  // prewarm_once_program_awaits, whether the zygote starts at once or waits
+  // (ZygoteDelay). 0: unknown.
+  int usable_cpus = 0;
   // Whether global rank 0 of a prewarmed round listens on MASTER_PORT (a
   // Python program: torch's env:// TCPStore), so that the other ranks are
   // activated once it does. libddp programs use the rendezvous store.

@@ -25,6 +25,7 @@
 #include "launcher/agent/rendezvous_client.h"
 #include "launcher/agent/worker_env.h"
 #include "launcher/cli/farewell.h"
+#include "launcher/cli/nproc.h"
 #include "launcher/cli/program_command.h"
 #include "launcher/cli/python_module.h"
 #include "launcher/cli/worker_torch.h"
@@ -286,6 +287,7 @@ absl::Status SetCommands(const LaunchOptions& options, AgentContext& context) {
       if (!RunsUnderPython(options) && options.PlainConsole()) {
         context.standby_argv = BuildStandbyArgv(options, python_exec);
         context.prewarm_once_program_awaits = true;
+        context.usable_cpus = UsableCpus();
       }
       break;
     case LaunchOptions::Prewarm::kOff:

@@ -6,12 +6,15 @@
 // is no --checkpoint-dir, so a restart of everything would start from step
 // 0 and fail these checks. Registered only in builds that have
 // ddprun-mnist (it needs LibTorch).
+#include <sched.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <random>
 #include <regex>
 #include <set>
@@ -24,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rendezvous/service/server.h"
@@ -344,6 +348,104 @@ INSTANTIATE_TEST_SUITE_P(ByDefaultAndAsked, MnistInPlacePrewarmTest,
                          ::testing::Bool(),
                          [](const ::testing::TestParamInfo<bool>& info) {
                            return info.param ? "Asked" : "ByDefault";
+                         });
+
+// When the default prewarming starts its zygote (launcher/agent/
+// prewarm_policy.h), seen from /proc: where the workers fill every CPU the
+// agent may use (a taskset of one CPU, one worker) it starts no sooner than
+// the delay the agent announced, counted from the worker's start; with a
+// CPU to spare, as soon as the program waits for its round.
+class MnistPrewarmTimingTest : public ::testing::TestWithParam<bool> {};
+
+// When `pid` started, in seconds since boot (/proc/<pid>/stat, field 22).
+std::optional<double> StartedAt(pid_t pid) {
+  const std::string stat =
+      ReadFileOrEmpty(absl::StrCat("/proc/", pid, "/stat"));
+  const size_t end_of_comm = stat.rfind(')');
+  if (end_of_comm == std::string::npos) return std::nullopt;
+  // Fields from the 3rd (state) on; the start time is the 22nd.
+  std::vector<std::string> fields =
+      absl::StrSplit(stat.substr(end_of_comm + 2), ' ');
+  int64_t ticks = 0;
+  if (fields.size() < 20 || !absl::SimpleAtoi(fields[19], &ticks)) {
+    return std::nullopt;
+  }
+  return static_cast<double>(ticks) / sysconf(_SC_CLK_TCK);
+}
+
+TEST_P(MnistPrewarmTimingTest, TheZygoteStartsWhenItCostsTheTrainingLittle) {
+  const bool cpu_to_spare = GetParam();
+  cpu_set_t mine;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(mine), &mine), 0);
+  std::vector<int> cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &mine)) cpus.push_back(cpu);
+  }
+  ASSERT_GE(cpus.size(), 2u) << "this test needs two CPUs";
+  const std::string cpu_list = cpu_to_spare
+                                   ? absl::StrCat(cpus[0], ",", cpus[1])
+                                   : absl::StrCat(cpus[0]);
+  TempDir dir;
+  SubprocessOptions options;
+  options.argv = {"taskset", "-c", cpu_list, Ddprun(), "--standalone",
+                  "--nproc-per-node", "1",
+                  // Long enough for any delay (the test stops it).
+                  Mnist(), "--epochs", "1000", "--data-dir", MnistDir(),
+                  "--train-limit", "3000", "--save", "", "--no-progress"};
+  options.stderr_path = dir.File("agent.err");
+  options.stdout_path = dir.File("agent.out");
+  absl::StatusOr<Subprocess> agent = Subprocess::Start(options);
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  auto err = [&] { return ReadFileOrEmpty(options.stderr_path); };
+  // taskset execs ddprun: the agent keeps taskset's pid.
+  pid_t zygote = -1;
+  const bool started = WaitFor(
+      [&] {
+        for (pid_t pid : Children(agent->pid())) {
+          if (ReadFileOrEmpty(absl::StrCat("/proc/", pid, "/comm")) ==
+              "ddprun-zygote\n") {
+            zygote = pid;
+            return true;
+          }
+        }
+        return false;
+      },
+      absl::Minutes(2));
+  std::optional<double> zygote_start =
+      started ? StartedAt(zygote) : std::nullopt;
+  std::optional<double> worker_start;
+  for (pid_t pid : Children(agent->pid())) {
+    if (RankOf(pid) == 0) worker_start = StartedAt(pid);
+  }
+  agent->Signal(SIGTERM);
+  std::optional<ExitInfo> exit = agent->Wait(absl::Minutes(1));
+  EXPECT_TRUE(exit.has_value()) << err();
+  ASSERT_TRUE(started) << err();
+  ASSERT_TRUE(zygote_start.has_value() && worker_start.has_value()) << err();
+  std::smatch announced;
+  const std::string log = err();
+  const bool waited = std::regex_search(
+      log, announced,
+      std::regex("prewarming the next round's workers in ([0-9.a-z]+),"));
+  if (cpu_to_spare) {
+    EXPECT_FALSE(waited) << log;
+    EXPECT_THAT(log, HasSubstr("forked from a zygote"));
+    return;
+  }
+  ASSERT_TRUE(waited) << log;
+  absl::Duration delay;
+  ASSERT_TRUE(absl::ParseDuration(announced[1].str(), &delay)) << log;
+  EXPECT_GT(delay, absl::ZeroDuration());
+  // Ten times the program's start, counted from the worker's start: the
+  // zygote came no sooner (start times count in clock ticks).
+  EXPECT_GE(*zygote_start - *worker_start, absl::ToDoubleSeconds(delay) - 0.02)
+      << log;
+}
+
+INSTANTIATE_TEST_SUITE_P(CpusFilledOrNot, MnistPrewarmTimingTest,
+                         ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "ACpuToSpare" : "EveryCpuFilled";
                          });
 
 // A hang: one of three workers is stopped (SIGSTOP). Its peers go silent
