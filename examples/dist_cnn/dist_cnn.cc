@@ -156,10 +156,13 @@ int main(int argc, char** argv) {
   const auto start = std::chrono::steady_clock::now();
   for (int64_t step = 0; step < o.steps; ++step) {
     std::vector<torch::Tensor> data, target;
-    for (auto& it : its) {
-      data.push_back(it->data);
-      target.push_back(it->target);
-      ++it;
+    for (size_t i = 0; i < its.size(); ++i) {
+      // The next epoch (same order, as pytorch/examples' loop without
+      // set_epoch) once this one is used up.
+      if (its[i] == loaders[i]->end()) its[i] = loaders[i]->begin();
+      data.push_back(its[i]->data);
+      target.push_back(its[i]->target);
+      ++its[i];
     }
     if (o.batchnorm) ddp.BroadcastBuffers(buffers);  // DDP's broadcast_buffers
     ddp.ZeroGrad();
