@@ -17,15 +17,19 @@ namespace ddprun::launcher {
 // samples/s to it on 2 cores). There the start waits, as in ski rental,
 // until the job has run `amortization` times as long as the program took to
 // start (the workers' own time from exec to AwaitActivation, the zygote's
-// cost): a job that ends sooner never pays for a zygote, and one that runs
-// longer pays at most 1/amortization of its time. A fault before then is
-// recovered by a cold start, as with --no-prewarm.
+// cost): a job that ends sooner never pays for a zygote, and in one that
+// runs longer its cost shrinks with the job's length (a third of the time
+// run until then, at most). A fault before then is recovered by a cold
+// start, as with --no-prewarm. Three, not more: the wait leaves the job's
+// first faults cold (bench/fault/README.md, wave 17: ten times left the
+// fault harness's short jobs with cold restarts, 0.71-0.79 s a fault
+// against 0.25-0.39 s prewarmed).
 struct ZygoteTimingOptions {
   int nproc_per_node = 1;
   // The CPUs this node's workers may run on (sched_getaffinity); 0:
   // unknown, taken as none to spare.
   int usable_cpus = 0;
-  double amortization = 10;
+  double amortization = 3;
   absl::Duration max_delay = absl::Seconds(60);
 };
 

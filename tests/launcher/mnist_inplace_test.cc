@@ -436,7 +436,7 @@ TEST_P(MnistPrewarmTimingTest, TheZygoteStartsWhenItCostsTheTrainingLittle) {
   absl::Duration delay;
   ASSERT_TRUE(absl::ParseDuration(announced[1].str(), &delay)) << log;
   EXPECT_GT(delay, absl::ZeroDuration());
-  // Ten times the program's start, counted from the worker's start: the
+  // Three times the program's start, counted from the worker's start: the
   // zygote came no sooner (start times count in clock ticks).
   EXPECT_GE(*zygote_start - *worker_start, absl::ToDoubleSeconds(delay) - 0.02)
       << log;

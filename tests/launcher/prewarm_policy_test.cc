@@ -12,20 +12,22 @@ TEST(ZygoteDelayTest, ACpuToSpareStartsTheZygoteAtOnce) {
   EXPECT_EQ(ZygoteDelay(options, absl::Seconds(5)), absl::ZeroDuration());
 }
 
-TEST(ZygoteDelayTest, WorkersFillingEveryCpuWaitTenProgramStarts) {
+TEST(ZygoteDelayTest, WorkersFillingEveryCpuWaitThreeProgramStarts) {
   ZygoteTimingOptions options;
   options.nproc_per_node = 2;
   options.usable_cpus = 2;
-  EXPECT_EQ(ZygoteDelay(options, absl::Milliseconds(400)), absl::Seconds(4));
+  EXPECT_EQ(ZygoteDelay(options, absl::Milliseconds(400)),
+            absl::Milliseconds(1200));
   options.nproc_per_node = 8;  // more workers than CPUs
-  EXPECT_EQ(ZygoteDelay(options, absl::Milliseconds(400)), absl::Seconds(4));
+  EXPECT_EQ(ZygoteDelay(options, absl::Milliseconds(400)),
+            absl::Milliseconds(1200));
 }
 
 TEST(ZygoteDelayTest, UnknownCpusCountAsNoneToSpare) {
   ZygoteTimingOptions options;
   options.nproc_per_node = 1;
   options.usable_cpus = 0;
-  EXPECT_EQ(ZygoteDelay(options, absl::Seconds(1)), absl::Seconds(10));
+  EXPECT_EQ(ZygoteDelay(options, absl::Seconds(1)), absl::Seconds(3));
 }
 
 TEST(ZygoteDelayTest, ASlowStartWaitsAtMostTheCap) {
