@@ -12,7 +12,8 @@
 // --flat: a private buffer is copied into a resident one, summed there in
 // place and copied back (PyTorch DDP's default bucket, in shared memory).
 // --histogram: the per-call times in log2 buckets. Every line also gives
-// the mean and how each wait for a peer ended (spinning, spinning long, asleep).
+// the mean and how each wait for a peer ended (spinning, spinning long,
+// asleep).
 // --step: each timed call also includes what a training step writes before
 // the sync, as DataParallel's gradients see it: backward's fresh gradient
 // (a private buffer written); with --resident also ZeroGrad's zeroing of
