@@ -4,7 +4,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -78,9 +77,6 @@ class Agent {
   struct Joined {
     std::optional<v1::Assignment> assignment;
     int exit_code = 0;
-    // The survivors an in-place Join waited with all ended with success
-    // meanwhile: they finished the job in the round just left.
-    bool workers_succeeded = false;
   };
   // What Supervise watches of one round.
   struct RunningRound {
@@ -92,15 +88,7 @@ class Agent {
     std::vector<bool> survivors = {};
   };
 
-  // Joins the round after `last_round`. A Join interrupted because a child
-  // changed state (RendezvousApi::InterruptJoin) is sent again, unless every
-  // worker of `survivors` (the in-place workers waiting for that round) has
-  // ended with success: their old round's training is done, and nothing
-  // would form the next round if the other nodes finished too.
-  Joined JoinNextRound(int64_t last_round, WorkerGroup* survivors = nullptr);
-  // Reaps `group` into early_exits_; whether every local rank has ended
-  // with success.
-  bool WorkersAllSucceeded(WorkerGroup& group);
+  Joined JoinNextRound(int64_t last_round);
   v1::JoinRequest MakeJoinRequest(int master_port) const;
   // Starts the round's workers, supervises them until the round ends for
   // this node, and leaves no worker running. Rounds that the same workers
@@ -208,9 +196,6 @@ class Agent {
   // says it waits for its round), and when this round's workers started
   // (how long the program takes to get there: ZygoteDelay).
   std::optional<absl::Time> zygote_due_;
-  // Exits reaped while joining (WorkersAllSucceeded), which the next look
-  // at the workers (Observe) takes first.
-  std::vector<std::pair<int, ExitStatus>> early_exits_;
   absl::Time workers_started_;
   // The MASTER_PORT this node offered in its last Join, held from the Join
   // until its workers start (see HeldPort); empty with a reserve_port seam.

@@ -25,11 +25,6 @@ class HeartbeatStream {
       const v1::HeartbeatRequest& request) = 0;
 };
 
-// What a Join ended by RendezvousApi::InterruptJoin returns: CANCELLED,
-// marked so that it cannot be taken for a server's CANCELLED.
-absl::Status JoinInterruptedError();
-bool IsJoinInterrupted(const absl::Status& status);
-
 // What the agent asks of the rendezvous service: the seam between the round
 // lifecycle and the network. RendezvousClient (gRPC) is the implementation
 // ddprun uses; lifecycle tests pass a fake. Thread-safe: the agent's thread
@@ -45,11 +40,6 @@ class RendezvousApi {
   virtual absl::StatusOr<v1::JoinResponse> Join(
       const v1::JoinRequest& request, absl::Duration join_timeout,
       absl::Duration unreachable_timeout) = 0;
-  // Ends the Join in flight with JoinInterruptedError(), or the next one
-  // (at once) when none is: a child of the agent changed state, and a joining
-  // agent looks at its workers before it waits on (Agent::JoinNextRound).
-  // Callable from any thread; the default does nothing (the Join waits on).
-  virtual void InterruptJoin() {}
   virtual absl::StatusOr<v1::HeartbeatResponse> Heartbeat(
       const v1::HeartbeatRequest& request) = 0;
   // A new heartbeat stream (HeartbeatStream). The default says

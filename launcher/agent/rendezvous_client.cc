@@ -94,7 +94,9 @@ absl::StatusOr<v1::JoinResponse> RendezvousClient::Join(
     grpc::ClientContext context;
     {
       absl::MutexLock lock(&mu_);
-      if (absl::Status ended = JoinEndedLocked(); !ended.ok()) return ended;
+      if (join_cancelled_) {
+        return absl::CancelledError("Join cancelled: the agent is stopping");
+      }
       join_context_ = &context;
     }
     v1::JoinResponse response;
@@ -118,7 +120,9 @@ absl::StatusOr<v1::JoinResponse> RendezvousClient::Join(
     {
       absl::MutexLock lock(&mu_);
       join_context_ = nullptr;
-      if (absl::Status ended = JoinEndedLocked(); !ended.ok()) return ended;
+      if (join_cancelled_) {
+        return absl::CancelledError("Join cancelled: the agent is stopping");
+      }
     }
     if (timed_out && !status.ok()) {
       status = grpc::Status(
@@ -138,10 +142,7 @@ absl::StatusOr<v1::JoinResponse> RendezvousClient::Join(
       case JoinRetryPolicy::Action::kPollAgain: {
         // The round is not decided yet.
         absl::MutexLock lock(&mu_);
-        auto ended = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-          return join_cancelled_ || join_interrupted_;
-        };
-        mu_.AwaitWithTimeout(absl::Condition(&ended), step.wait);
+        mu_.AwaitWithTimeout(absl::Condition(&join_cancelled_), step.wait);
         break;  // the loop's start says CANCELLED when so
       }
       case JoinRetryPolicy::Action::kRetry:
@@ -155,23 +156,6 @@ void RendezvousClient::CancelJoin() {
   absl::MutexLock lock(&mu_);
   join_cancelled_ = true;
   if (join_context_ != nullptr) join_context_->TryCancel();
-}
-
-void RendezvousClient::InterruptJoin() {
-  absl::MutexLock lock(&mu_);
-  join_interrupted_ = true;
-  if (join_context_ != nullptr) join_context_->TryCancel();
-}
-
-absl::Status RendezvousClient::JoinEndedLocked() {
-  if (join_cancelled_) {
-    return absl::CancelledError("Join cancelled: the agent is stopping");
-  }
-  if (join_interrupted_) {
-    join_interrupted_ = false;
-    return JoinInterruptedError();
-  }
-  return absl::OkStatus();
 }
 
 absl::StatusOr<v1::HeartbeatResponse> RendezvousClient::Heartbeat(

@@ -48,7 +48,6 @@ class RendezvousClient final : public RendezvousApi {
   // Makes a Join in progress (and the next ones) return CANCELLED; used when
   // the agent is told to stop while it waits. Any thread.
   void CancelJoin();
-  void InterruptJoin() override;
 
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(
       const v1::HeartbeatRequest& request) override;
@@ -74,9 +73,6 @@ class RendezvousClient final : public RendezvousApi {
   void Prepare(grpc::ClientContext& context, absl::Duration timeout) const;
   // Says which call failed, where, and what to do.
   absl::Status Explain(const char* call, const grpc::Status& status) const;
-  // CANCELLED when the Join must end (CancelJoin, or an InterruptJoin, which
-  // this consumes); OK otherwise.
-  absl::Status JoinEndedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   RendezvousClientOptions options_;
   std::shared_ptr<grpc::Channel> channel_;
@@ -85,8 +81,6 @@ class RendezvousClient final : public RendezvousApi {
   absl::Mutex mu_;
   grpc::ClientContext* join_context_ ABSL_GUARDED_BY(mu_) = nullptr;
   bool join_cancelled_ ABSL_GUARDED_BY(mu_) = false;
-  // Set by InterruptJoin; the Join it ends clears it.
-  bool join_interrupted_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace ddprun::launcher

@@ -396,10 +396,8 @@ void LogIgnoredFlags(const LaunchOptions& options) {
   }
 }
 
-// Where the signal thread's news goes: the agent's events; once there is a
-// client, a stop also cancels the Join in flight, and a child's change of
-// state interrupts it (the agent looks at its workers, then joins on).
-// Thread-safe.
+// Where the signal thread's news goes: the agent's events, and a stop also
+// cancels the Join in flight once there is a client. Thread-safe.
 class SignalRouter {
  public:
   explicit SignalRouter(AgentEvents& events) : events_(events) {}
@@ -407,11 +405,6 @@ class SignalRouter {
     events_.PostSignal(sig);
     absl::MutexLock lock(&mu_);
     if (client_ != nullptr) client_->CancelJoin();
-  }
-  void OnChildEvent() {
-    events_.PostChildEvent();
-    absl::MutexLock lock(&mu_);
-    if (client_ != nullptr) client_->InterruptJoin();
   }
   void SetClient(RendezvousClient* client) {
     absl::MutexLock lock(&mu_);
@@ -591,7 +584,7 @@ int RunLaunch(const LaunchOptions& options) {
   // Created before any gRPC thread, so they all inherit the blocked mask.
   SignalWatcher signals({
       [&router](int sig) { router.OnSignal(sig); },
-      [&router] { router.OnChildEvent(); },
+      [&events] { events.PostChildEvent(); },
   });
   if (absl::Status s = BecomeSubreaper(); !s.ok()) {
     spdlog::warn("{}; grandchildren of workers are not reaped",

@@ -10,7 +10,6 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "gmock/gmock.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
@@ -207,67 +206,6 @@ TEST(PollClientTest, AWaitingNodeIsToldToPollRightAfterTheLastCall) {
   EXPECT_EQ(a_answer->assignment().num_nodes(), 2);
   EXPECT_NE(assigned.assignment().node_rank(),
             a_answer->assignment().node_rank());
-}
-
-// InterruptJoin (a child of the agent changed state) ends the parked Join
-// with CANCELLED, once: the Join after it parks again. An interrupt with no
-// Join in flight ends the next one at once (no change of state is lost
-// between the agent's look at its workers and its Join).
-TEST(PollClientTest, AnInterruptEndsOneJoinAndTheNextOneParksAgain) {
-  absl::StatusOr<std::unique_ptr<rendezvous::Server>> server =
-      rendezvous::Server::Start(rendezvous::ServerOptions());
-  ASSERT_TRUE(server.ok()) << server.status();
-  std::unique_ptr<RendezvousClient> a = Client((*server)->endpoint());
-  std::unique_ptr<RendezvousClient> probe = Client((*server)->endpoint());
-  // min_nodes 3: the round never forms with this one node.
-  auto join_in_thread = [&](absl::StatusOr<v1::JoinResponse>& answer,
-                            absl::Mutex& mu, bool& done) {
-    return std::thread([&] {
-      absl::StatusOr<v1::JoinResponse> r =
-          a->Join(JoinOf("a"), absl::Seconds(60), absl::Seconds(10));
-      absl::MutexLock lock(&mu);
-      answer = std::move(r);
-      done = true;
-    });
-  };
-  absl::Mutex mu;
-  bool done = false;
-  absl::StatusOr<v1::JoinResponse> answer;
-  std::thread parked = join_in_thread(answer, mu, done);
-  ASSERT_TRUE(
-      WaitFor([&] { return StateOf(*probe, "a") == v1::NODE_STATE_JOINING; },
-              absl::Seconds(30)));
-  a->InterruptJoin();
-  const bool ended = WaitFor(
-      [&] {
-        absl::MutexLock lock(&mu);
-        return done;
-      },
-      absl::Seconds(10));
-  if (!ended) a->CancelJoin();
-  parked.join();
-  ASSERT_TRUE(ended) << "the interrupt did not end the parked Join";
-  EXPECT_TRUE(IsJoinInterrupted(answer.status())) << answer.status();
-
-  // With no Join in flight: the next one ends at once, the one after parks.
-  a->InterruptJoin();
-  EXPECT_TRUE(IsJoinInterrupted(
-      a->Join(JoinOf("a"), absl::Seconds(60), absl::Seconds(10)).status()));
-  done = false;
-  std::thread again = join_in_thread(answer, mu, done);
-  ASSERT_TRUE(
-      WaitFor([&] { return StateOf(*probe, "a") == v1::NODE_STATE_JOINING; },
-              absl::Seconds(30)));
-  {
-    absl::MutexLock lock(&mu);
-    EXPECT_FALSE(done) << "the Join after an interrupt did not park";
-  }
-  a->CancelJoin();  // the agent stopping: CANCELLED, and for good
-  again.join();
-  EXPECT_EQ(answer.status().code(), absl::StatusCode::kCancelled);
-  EXPECT_FALSE(IsJoinInterrupted(answer.status()));
-  EXPECT_THAT(std::string(answer.status().message()),
-              ::testing::HasSubstr("stopping"));
 }
 
 }  // namespace
