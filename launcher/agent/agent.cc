@@ -220,7 +220,7 @@ int Agent::Run() {
   }
 }
 
-Agent::Joined Agent::JoinNextRound(int64_t last_round) {
+Agent::Joined Agent::JoinNextRound(int64_t last_round, WorkerGroup* survivors) {
   const RdzvConf& conf = options_.rdzv_conf;
   absl::StatusOr<int> master_port = context_.reserve_port(context_.local_addr);
   if (!master_port.ok()) {
@@ -231,8 +231,26 @@ Agent::Joined Agent::JoinNextRound(int64_t last_round) {
                client_.endpoint(), context_.node_id);
   const absl::Duration unreachable_timeout =
       JoinRetryPolicy::UnreachableTimeout(conf.join_timeout, conf.read_timeout);
-  absl::StatusOr<v1::JoinResponse> joined = client_.Join(
-      MakeJoinRequest(*master_port), conf.join_timeout, unreachable_timeout);
+  const v1::JoinRequest request = MakeJoinRequest(*master_port);
+  absl::StatusOr<v1::JoinResponse> joined;
+  if (survivors == nullptr) {
+    joined = client_.Join(request, conf.join_timeout, unreachable_timeout);
+  } else {
+    // In place: the survivors may finish the job in the round just left
+    // (their collectives outlived the round's end on the server), and then
+    // nothing would form the next round. A child's change of state wakes
+    // the Join to look (the signal thread: WakeJoin).
+    joined = client_.JoinUnless(
+        request, conf.join_timeout, unreachable_timeout,
+        [this, survivors] { return WorkersAllSucceeded(*survivors); });
+    if (IsJoinLeft(joined.status())) {
+      spdlog::info(
+          "this node's workers all succeeded while it joined the round after "
+          "{}: they finished the job in that round",
+          last_round);
+      return {.workers_succeeded = true};
+    }
+  }
   if (std::optional<int> sig = events_.stop_signal()) {
     spdlog::info("stopped by {} while joining", SignalName(*sig));
     int64_t round = joined.ok() && joined->has_assignment()
@@ -272,6 +290,18 @@ Agent::Joined Agent::JoinNextRound(int64_t last_round) {
   return {.assignment = joined->assignment()};
 }
 
+bool Agent::WorkersAllSucceeded(WorkerGroup& group) {
+  for (auto& exit : group.Reap()) early_exits_.push_back(std::move(exit));
+  std::vector<bool> succeeded(group.size(), false);
+  for (const auto& [local_rank, status] : early_exits_) {
+    if (local_rank >= 0 && local_rank < group.size()) {
+      succeeded[local_rank] = status.success();
+    }
+  }
+  return !succeeded.empty() && std::all_of(succeeded.begin(), succeeded.end(),
+                                           [](bool ok) { return ok; });
+}
+
 RoundPlan Agent::PlanRound(const v1::Assignment& assignment, bool use_standbys,
                            WorkerGroup& group) const {
   std::vector<int> fds;
@@ -308,6 +338,7 @@ void Agent::PrepareAttemptDir(const RoundPlan& plan) const {
 
 Agent::RoundOutcome Agent::RunRound(v1::Assignment& assignment) {
   const int n = options_.nproc_per_node;
+  early_exits_.clear();  // a fresh group: nothing of the last one's counts
   bool use_standbys = standbys_ != nullptr && standbys_->size() >= n;
   // Declared before the workers: it outlives them, and copies what they
   // wrote last.
@@ -542,7 +573,10 @@ void Agent::Observe(const RunningRound& round, SupervisorPolicy& policy,
                     RankFigures& figures, int& exited) {
   const int n = options_.nproc_per_node;
   AgentMetrics* metrics = context_.metrics;
-  for (const auto& [local_rank, status] : round.group.Reap()) {
+  std::vector<std::pair<int, ExitStatus>> exits = std::move(early_exits_);
+  early_exits_.clear();
+  for (auto& exit : round.group.Reap()) exits.push_back(std::move(exit));
+  for (const auto& [local_rank, status] : exits) {
     ++exited;
     if (!status.success()) {
       spdlog::warn("worker rank {} (local {}) ended: {}",
@@ -645,7 +679,8 @@ Agent::RoundOutcome Agent::ContinueInPlace(v1::Assignment& assignment,
                                            const WorkerOutput& output,
                                            const std::vector<int>& replace) {
   const int n = options_.nproc_per_node;
-  Joined joined = JoinNextRound(assignment.round());
+  Joined joined = JoinNextRound(assignment.round(), &group);
+  if (joined.workers_succeeded) return {.end = RoundEnd::kSucceeded};
   if (!joined.assignment.has_value()) {
     group.Stop(options_.shutdown_grace);
     return {.end = RoundEnd::kEnded, .exit_code = joined.exit_code};
@@ -657,6 +692,15 @@ Agent::RoundOutcome Agent::ContinueInPlace(v1::Assignment& assignment,
   LogAssignment(assignment, n);
   const InPlaceSources sources = PlanInPlaceSources(
       n, replace, standbys_ != nullptr ? standbys_->size() : 0);
+  // What the Join reaped of a local rank replaced now ended its old process
+  // (a hung worker killed before the Join): not the new one's.
+  early_exits_.erase(
+      std::remove_if(early_exits_.begin(), early_exits_.end(),
+                     [&](const std::pair<int, ExitStatus>& exit) {
+                       return sources.by_local_rank[exit.first] !=
+                              WorkerSource::kSurvivor;
+                     }),
+      early_exits_.end());
   plan = PlanInPlaceRound(assignment, sources, group);
   PrepareAttemptDir(plan);
   RouteOutput(output, plan);

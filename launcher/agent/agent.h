@@ -4,6 +4,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -77,6 +78,9 @@ class Agent {
   struct Joined {
     std::optional<v1::Assignment> assignment;
     int exit_code = 0;
+    // The survivors an in-place Join waited with all ended with success
+    // meanwhile: they finished the job in the round just left.
+    bool workers_succeeded = false;
   };
   // What Supervise watches of one round.
   struct RunningRound {
@@ -88,7 +92,15 @@ class Agent {
     std::vector<bool> survivors = {};
   };
 
-  Joined JoinNextRound(int64_t last_round);
+  // Joins the round after `last_round`. With `survivors` (the in-place
+  // workers waiting for that round), the Join ends when every one of them
+  // has ended with success (WorkersAllSucceeded, asked before the Join and
+  // whenever a child changes state): their old round's training is done,
+  // and nothing would form the next round if the other nodes finished too.
+  Joined JoinNextRound(int64_t last_round, WorkerGroup* survivors = nullptr);
+  // Reaps `group` into early_exits_; whether every local rank has ended
+  // with success. Runs on the agent's thread, inside the Join.
+  bool WorkersAllSucceeded(WorkerGroup& group);
   v1::JoinRequest MakeJoinRequest(int master_port) const;
   // Starts the round's workers, supervises them until the round ends for
   // this node, and leaves no worker running. Rounds that the same workers
@@ -196,6 +208,9 @@ class Agent {
   // says it waits for its round), and when this round's workers started
   // (how long the program takes to get there: ZygoteDelay).
   std::optional<absl::Time> zygote_due_;
+  // Exits reaped while joining (WorkersAllSucceeded), which the next look
+  // at the workers (Observe) takes first.
+  std::vector<std::pair<int, ExitStatus>> early_exits_;
   absl::Time workers_started_;
   // The MASTER_PORT this node offered in its last Join, held from the Join
   // until its workers start (see HeldPort); empty with a reserve_port seam.

@@ -3,6 +3,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -25,6 +26,11 @@ class HeartbeatStream {
       const v1::HeartbeatRequest& request) = 0;
 };
 
+// What RendezvousApi::JoinUnless returns when its `leave` check said so:
+// CANCELLED, marked so that it cannot be taken for a server's CANCELLED.
+absl::Status JoinLeftError();
+bool IsJoinLeft(const absl::Status& status);
+
 // What the agent asks of the rendezvous service: the seam between the round
 // lifecycle and the network. RendezvousClient (gRPC) is the implementation
 // ddprun uses; lifecycle tests pass a fake. Thread-safe: the agent's thread
@@ -40,6 +46,19 @@ class RendezvousApi {
   virtual absl::StatusOr<v1::JoinResponse> Join(
       const v1::JoinRequest& request, absl::Duration join_timeout,
       absl::Duration unreachable_timeout) = 0;
+  // Join, which also ends with JoinLeftError() once `leave()` is true. The
+  // check runs on the calling thread: before each Join is sent, and each time
+  // WakeJoin() is called while it waits. A Join in flight is cancelled only
+  // when the check says leave, never by WakeJoin itself: a Join cancelled
+  // just as its round closes would lose the node's assignment, and its next
+  // Join would end that round. The default asks once, then Joins.
+  virtual absl::StatusOr<v1::JoinResponse> JoinUnless(
+      const v1::JoinRequest& request, absl::Duration join_timeout,
+      absl::Duration unreachable_timeout, absl::FunctionRef<bool()> leave);
+  // Has the JoinUnless in flight (or the next one) ask its check again:
+  // something it looks at changed (a child of the agent changed state). Any
+  // thread; the default does nothing.
+  virtual void WakeJoin() {}
   virtual absl::StatusOr<v1::HeartbeatResponse> Heartbeat(
       const v1::HeartbeatRequest& request) = 0;
   // A new heartbeat stream (HeartbeatStream). The default says

@@ -74,8 +74,15 @@ absl::Status RendezvousClient::Explain(const char* call,
 }
 
 absl::StatusOr<v1::JoinResponse> RendezvousClient::Join(
-    const v1::JoinRequest& original, absl::Duration join_timeout,
+    const v1::JoinRequest& request, absl::Duration join_timeout,
     absl::Duration unreachable_timeout) {
+  return JoinUnless(request, join_timeout, unreachable_timeout,
+                    [] { return false; });
+}
+
+absl::StatusOr<v1::JoinResponse> RendezvousClient::JoinUnless(
+    const v1::JoinRequest& original, absl::Duration join_timeout,
+    absl::Duration unreachable_timeout, absl::FunctionRef<bool()> leave) {
   // A server may answer `waiting` instead of parking this call (a large
   // job): the same Join is sent again after the interval it says.
   v1::JoinRequest request = original;
@@ -85,6 +92,11 @@ absl::StatusOr<v1::JoinResponse> RendezvousClient::Join(
   const absl::Duration answer_bound =
       JoinRetryPolicy::AnswerBound(join_timeout);
   while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      join_woken_ = false;  // the check below sees what woke it
+    }
+    if (leave()) return JoinLeftError();
     // No gRPC deadline on the parked Join: the server would arm a timer for
     // it, and Debian's gRPC (built with its debug checks) walks a list of
     // every armed timer in its bucket on each add and remove, which made
@@ -92,6 +104,9 @@ absl::StatusOr<v1::JoinResponse> RendezvousClient::Join(
     // join_timeout; this client gives up a little after it (so that the
     // server's answer, not our timer, says what happened) by cancelling.
     grpc::ClientContext context;
+    v1::JoinResponse response;
+    grpc::Status status;
+    bool done = false;  // guarded by mu_: the callback sets it
     {
       absl::MutexLock lock(&mu_);
       if (join_cancelled_) {
@@ -99,31 +114,49 @@ absl::StatusOr<v1::JoinResponse> RendezvousClient::Join(
       }
       join_context_ = &context;
     }
-    v1::JoinResponse response;
-    grpc::Status status;
+    stub_->async()->Join(&context, &request, &response, [&](grpc::Status s) {
+      absl::MutexLock lock(&mu_);
+      status = std::move(s);
+      done = true;
+    });
+    const absl::Time deadline = absl::Now() + answer_bound;
     bool timed_out = false;
-    {
-      absl::Mutex done_mu;
-      bool done = false;
-      stub_->async()->Join(&context, &request, &response, [&](grpc::Status s) {
-        absl::MutexLock lock(&done_mu);
-        status = std::move(s);
-        done = true;
-      });
-      absl::MutexLock lock(&done_mu);
-      if (!done_mu.AwaitWithTimeout(absl::Condition(&done), answer_bound)) {
-        timed_out = true;
-        context.TryCancel();
-        done_mu.Await(absl::Condition(&done));
+    bool left = false;
+    while (true) {
+      {
+        absl::MutexLock lock(&mu_);
+        auto answered_or_woken = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return done || join_woken_;
+        };
+        if (!mu_.AwaitWithDeadline(absl::Condition(&answered_or_woken),
+                                   deadline)) {
+          timed_out = true;
+          break;
+        }
+        if (done) break;
+        join_woken_ = false;
+      }
+      if (leave()) {
+        left = true;
+        break;
       }
     }
     {
       absl::MutexLock lock(&mu_);
+      if (timed_out || left) {
+        context.TryCancel();
+        auto answered = [&]()
+                            ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done; };
+        mu_.Await(absl::Condition(&answered));
+      }
       join_context_ = nullptr;
       if (join_cancelled_) {
         return absl::CancelledError("Join cancelled: the agent is stopping");
       }
     }
+    // Leaving wins over an answer that came meanwhile: the check said this
+    // node has nothing to join for.
+    if (left) return JoinLeftError();
     if (timed_out && !status.ok()) {
       status = grpc::Status(
           grpc::StatusCode::DEADLINE_EXCEEDED,
@@ -140,16 +173,26 @@ absl::StatusOr<v1::JoinResponse> RendezvousClient::Join(
       case JoinRetryPolicy::Action::kReturn:
         return Explain("Join", status);
       case JoinRetryPolicy::Action::kPollAgain: {
-        // The round is not decided yet.
+        // The round is not decided yet: poll again after the interval, or
+        // at once when woken (the loop's start asks the check first, and
+        // says CANCELLED when so).
         absl::MutexLock lock(&mu_);
-        mu_.AwaitWithTimeout(absl::Condition(&join_cancelled_), step.wait);
-        break;  // the loop's start says CANCELLED when so
+        auto cancelled_or_woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return join_cancelled_ || join_woken_;
+        };
+        mu_.AwaitWithTimeout(absl::Condition(&cancelled_or_woken), step.wait);
+        break;
       }
       case JoinRetryPolicy::Action::kRetry:
         if (step.wait > absl::ZeroDuration()) absl::SleepFor(step.wait);
         break;
     }
   }
+}
+
+void RendezvousClient::WakeJoin() {
+  absl::MutexLock lock(&mu_);
+  join_woken_ = true;
 }
 
 void RendezvousClient::CancelJoin() {

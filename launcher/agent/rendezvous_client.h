@@ -45,6 +45,11 @@ class RendezvousClient final : public RendezvousApi {
   absl::StatusOr<v1::JoinResponse> Join(
       const v1::JoinRequest& request, absl::Duration join_timeout,
       absl::Duration unreachable_timeout) override;
+  absl::StatusOr<v1::JoinResponse> JoinUnless(
+      const v1::JoinRequest& request, absl::Duration join_timeout,
+      absl::Duration unreachable_timeout,
+      absl::FunctionRef<bool()> leave) override;
+  void WakeJoin() override;
   // Makes a Join in progress (and the next ones) return CANCELLED; used when
   // the agent is told to stop while it waits. Any thread.
   void CancelJoin();
@@ -81,6 +86,8 @@ class RendezvousClient final : public RendezvousApi {
   absl::Mutex mu_;
   grpc::ClientContext* join_context_ ABSL_GUARDED_BY(mu_) = nullptr;
   bool join_cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  // Set by WakeJoin; the JoinUnless that asks its check again clears it.
+  bool join_woken_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace ddprun::launcher

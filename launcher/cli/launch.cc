@@ -396,8 +396,10 @@ void LogIgnoredFlags(const LaunchOptions& options) {
   }
 }
 
-// Where the signal thread's news goes: the agent's events, and a stop also
-// cancels the Join in flight once there is a client. Thread-safe.
+// Where the signal thread's news goes: the agent's events; once there is a
+// client, a stop also cancels the Join in flight, and a child's change of
+// state wakes it (an in-place Join looks at its workers: JoinUnless).
+// Thread-safe.
 class SignalRouter {
  public:
   explicit SignalRouter(AgentEvents& events) : events_(events) {}
@@ -405,6 +407,11 @@ class SignalRouter {
     events_.PostSignal(sig);
     absl::MutexLock lock(&mu_);
     if (client_ != nullptr) client_->CancelJoin();
+  }
+  void OnChildEvent() {
+    events_.PostChildEvent();
+    absl::MutexLock lock(&mu_);
+    if (client_ != nullptr) client_->WakeJoin();
   }
   void SetClient(RendezvousClient* client) {
     absl::MutexLock lock(&mu_);
@@ -584,7 +591,7 @@ int RunLaunch(const LaunchOptions& options) {
   // Created before any gRPC thread, so they all inherit the blocked mask.
   SignalWatcher signals({
       [&router](int sig) { router.OnSignal(sig); },
-      [&events] { events.PostChildEvent(); },
+      [&router] { router.OnChildEvent(); },
   });
   if (absl::Status s = BecomeSubreaper(); !s.ok()) {
     spdlog::warn("{}; grandchildren of workers are not reaped",

@@ -63,6 +63,9 @@ struct FakeWorker {
   // A read end of its control pipe (DDPRUN_CONTROL_FD), kept by the fake as
   // the worker would; -1 when it has none.
   int control_fd = -1;
+  // The write end of its progress pipe (DDPRUN_PROGRESS_FD), for a test
+  // that has it report a step; -1 when it has none.
+  int progress_fd = -1;
   // What arrived there so far (ControlLines reads it).
   mutable std::string control_data;
 };
@@ -128,6 +131,7 @@ class LifecycleControl final : public ::ddprun::testing::FakeProcessControl {
   ~LifecycleControl() {
     for (FakeWorker& w : workers) {
       if (w.control_fd >= 0) close(w.control_fd);
+      if (w.progress_fd >= 0) close(w.progress_fd);
     }
   }
 
@@ -155,6 +159,7 @@ class LifecycleControl final : public ::ddprun::testing::FakeProcessControl {
                 static_cast<ssize_t>(line.size()));
     }
     if (request.inherit_fds.size() == 2) {
+      w.progress_fd = dup(request.inherit_fds[0]);
       w.control_fd = dup(request.inherit_fds[1]);
       fcntl(w.control_fd, F_SETFL, fcntl(w.control_fd, F_GETFL) | O_NONBLOCK);
     }
@@ -562,6 +567,78 @@ TEST_F(AgentLifecycleTest, InPlaceWorkersContinueWhenAnotherNodeFails) {
     ASSERT_THAT(ControlLines(w), SizeIs(1));
   }
   EXPECT_THAT(rdzv_.join_requests, SizeIs(2));
+}
+
+// The soak's case (bench/fault/README.md, wave 17): the server ended the
+// round (another node missed its heartbeats), but the workers, not yet told,
+// trained to the end with the other node's and exited 0 while this agent
+// joined the next round, which nothing would form. The Join's check
+// (asked whenever a child changes state: RendezvousApi::JoinUnless) finds
+// every worker succeeded, and the agent leaves as succeeded in the round
+// they ran.
+TEST_F(AgentLifecycleTest, InPlaceWorkersThatFinishTheJobWhileJoiningSucceed) {
+  control_.declare_in_place = true;
+  ExpectJoins({Assigned(MakeAssignment(1, 0)),
+               ::ddprun::testing::FakeRendezvous::Parked()});
+  rdzv_.heartbeat = InRound(1, RoundOver());
+  control_.exit_when = [this](const FakeWorker&) -> std::optional<ExitStatus> {
+    absl::MutexLock lock(&rdzv_.mu);
+    if (rdzv_.join_requests.size() >= 2) return ExitStatus::Exited(0);
+    return std::nullopt;
+  };
+
+  EXPECT_EQ(RunAgent(), 0);
+
+  EXPECT_THAT(rdzv_.reports, IsEmpty());
+  EXPECT_THAT(rdzv_.join_requests, SizeIs(2));
+  ASSERT_THAT(control_.workers, SizeIs(kNproc));  // nobody started again
+  for (const FakeWorker& w : control_.workers) {
+    EXPECT_THAT(w.signals, IsEmpty());
+    EXPECT_THAT(ControlLines(w), IsEmpty());  // no next round was told
+  }
+  ASSERT_THAT(rdzv_.leaves, SizeIs(1));
+  EXPECT_EQ(rdzv_.leaves[0].reason(), v1::LeaveRequest::REASON_SUCCEEDED);
+  EXPECT_EQ(rdzv_.leaves[0].round(), 1);
+}
+
+// A hung worker is killed and replaced in place; its exit comes while the
+// agent joins the next round, and the Join's check of the workers reaps it
+// (asked before the Join, or when the kill's SIGCHLD wakes it). That exit is
+// the old process's: the replacement, started after, runs on and nothing else
+// is reported (the fault harness found it counted against the replacement, a
+// new round each time).
+TEST_F(AgentLifecycleTest,
+       AHungWorkersExitReapedWhileJoiningIsNotItsReplacements) {
+  for (int i = 1; i < common::kNumPhases; ++i) {
+    options_.hang_bounds.fixed[i] = absl::Seconds(30);
+  }
+  control_.declare_in_place = true;
+  control_.progress_at_start = true;
+  ExpectJoins({Assigned(MakeAssignment(1, 0)), Assigned(MakeAssignment(2, 1))});
+  control_.exit_when =
+      [this](const FakeWorker& w) -> std::optional<ExitStatus> {
+    if (!control_.Round(2).empty()) return ExitStatus::Exited(0);
+    // Local rank 0 steps at every look; local rank 1 goes silent.
+    if (w.local_rank == 0) {
+      EXPECT_EQ(write(w.progress_fd, "step\n", 5), 5);
+    }
+    return std::nullopt;
+  };
+
+  EXPECT_EQ(RunAgent(), 0);
+
+  ASSERT_THAT(rdzv_.reports, SizeIs(1));
+  ASSERT_THAT(rdzv_.reports[0].failures(), SizeIs(1));
+  EXPECT_EQ(rdzv_.reports[0].failures(0).failure_cause(),
+            v1::FAILURE_CAUSE_HUNG);
+  EXPECT_EQ(rdzv_.reports[0].failures(0).rank(), 1);
+  EXPECT_THAT(rdzv_.join_requests, SizeIs(2));
+  ASSERT_THAT(control_.workers, SizeIs(3));  // one replacement only
+  EXPECT_THAT(control_.workers[0].signals, IsEmpty());
+  EXPECT_THAT(control_.workers[1].signals, ElementsAre(SIGKILL));
+  EXPECT_EQ(control_.workers[2].round, 2);
+  ASSERT_THAT(rdzv_.leaves, SizeIs(1));
+  EXPECT_EQ(rdzv_.leaves[0].round(), 2);
 }
 
 TEST_F(AgentLifecycleTest, WorkersThatDoNotDeclareAreAllRestarted) {

@@ -2,6 +2,8 @@
 // server (gRPC on a kernel-picked port) that may park no Join, so that every
 // node reaches its round by polling; and an older agent's Join (no `poll`)
 // on the same server, still parked.
+#include <atomic>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -206,6 +208,157 @@ TEST(PollClientTest, AWaitingNodeIsToldToPollRightAfterTheLastCall) {
   EXPECT_EQ(a_answer->assignment().num_nodes(), 2);
   EXPECT_NE(assigned.assignment().node_rank(),
             a_answer->assignment().node_rank());
+}
+
+// A Join run on its own thread; Ended() says whether it has returned.
+class JoinThread {
+ public:
+  explicit JoinThread(std::function<absl::StatusOr<v1::JoinResponse>()> join)
+      : thread_([this, join = std::move(join)] {
+          absl::StatusOr<v1::JoinResponse> r = join();
+          absl::MutexLock lock(&mu_);
+          answer_ = std::move(r);
+        }) {}
+  ~JoinThread() { thread_.join(); }
+  bool Ended() {
+    absl::MutexLock lock(&mu_);
+    return answer_.has_value();
+  }
+  // Waits (bounded) for the Join to return; nullopt when it did not.
+  std::optional<absl::StatusOr<v1::JoinResponse>> Answer() {
+    if (!WaitFor([this] { return Ended(); }, absl::Seconds(30))) {
+      return std::nullopt;
+    }
+    absl::MutexLock lock(&mu_);
+    return answer_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::optional<absl::StatusOr<v1::JoinResponse>> answer_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+// An in-place agent's Join (JoinUnless): each WakeJoin (a child of the agent
+// changed state) has it ask its check again on the joining thread, and only
+// the check's yes ends it; a no leaves the same Join waiting. Parked, or
+// polling where another node holds the only parked slot.
+class JoinUnlessTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(JoinUnlessTest, AWakeAsksTheCheckAndOnlyItsYesEndsTheJoin) {
+  const bool polls = GetParam();
+  rendezvous::ServerOptions options;
+  if (polls) options.max_parked_joins = 1;
+  absl::StatusOr<std::unique_ptr<rendezvous::Server>> server =
+      rendezvous::Server::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string endpoint = (*server)->endpoint();
+  std::unique_ptr<RendezvousClient> probe = Client(endpoint);
+  std::unique_ptr<RendezvousClient> b = Client(endpoint);
+  std::optional<JoinThread> b_join;
+  if (polls) {  // b takes the parked slot: a polls
+    b_join.emplace([&] {
+      return b->Join(JoinOf("b"), absl::Seconds(60), absl::Seconds(10));
+    });
+    ASSERT_TRUE(
+        WaitFor([&] { return StateOf(*probe, "b") == v1::NODE_STATE_JOINING; },
+                absl::Seconds(30)));
+  }
+
+  std::unique_ptr<RendezvousClient> a = Client(endpoint);
+  std::atomic<int> asks = 0;
+  std::atomic<bool> leave = false;
+  std::optional<JoinThread> a_join;
+  a_join.emplace([&] {
+    return a->JoinUnless(JoinOf("a"), absl::Seconds(60), absl::Seconds(10),
+                         [&] {
+                           ++asks;
+                           return leave.load();
+                         });
+  });
+  ASSERT_TRUE(
+      WaitFor([&] { return StateOf(*probe, "a") == v1::NODE_STATE_JOINING; },
+              absl::Seconds(30)));
+  EXPECT_GE(asks.load(), 1) << "the check is asked before the Join is sent";
+
+  // Woken, the check says stay: asked again, and the Join waits on.
+  for (int i = 0; i < 3; ++i) {
+    const int before = asks.load();
+    a->WakeJoin();
+    ASSERT_TRUE(
+        WaitFor([&] { return asks.load() > before; }, absl::Seconds(10)))
+        << "a wake did not ask the check";
+  }
+  EXPECT_FALSE(a_join->Ended());
+  EXPECT_EQ(StateOf(*probe, "a"), v1::NODE_STATE_JOINING);
+
+  leave = true;
+  a->WakeJoin();
+  std::optional<absl::StatusOr<v1::JoinResponse>> answer = a_join->Answer();
+  ASSERT_TRUE(answer.has_value()) << "the check's yes did not end the Join";
+  EXPECT_TRUE(IsJoinLeft(answer->status())) << answer->status();
+  a_join.reset();
+
+  // A check that says leave before the Join is sent: nothing is sent.
+  const int before = asks.load();
+  EXPECT_TRUE(IsJoinLeft(
+      a->JoinUnless(JoinOf("a2"), absl::Seconds(60), absl::Seconds(10), [&] {
+         ++asks;
+         return true;
+       }).status()));
+  EXPECT_EQ(asks.load(), before + 1);
+  EXPECT_EQ(StateOf(*probe, "a2"), std::nullopt);
+  b->CancelJoin();
+}
+
+INSTANTIATE_TEST_SUITE_P(ParkedOrPolling, JoinUnlessTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "Polling" : "Parked";
+                         });
+
+// A fresh Join (no check: the agent has no workers) is never ended by a
+// wake: Debian 13's Slurm test caught an earlier design that cancelled it on
+// a stray SIGCHLD just as its round closed; the node lost its assignment,
+// and its Join again ended the round. Here wakes keep coming while the round
+// closes, and every node gets its place in the same round.
+TEST(PollClientTest, WakesNeverEndAFreshJoin) {
+  absl::StatusOr<std::unique_ptr<rendezvous::Server>> server =
+      rendezvous::Server::Start(rendezvous::ServerOptions());
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string endpoint = (*server)->endpoint();
+  std::unique_ptr<RendezvousClient> probe = Client(endpoint);
+  std::unique_ptr<RendezvousClient> a = Client(endpoint);
+  std::unique_ptr<RendezvousClient> b = Client(endpoint);
+  std::unique_ptr<RendezvousClient> c = Client(endpoint);
+  std::optional<JoinThread> a_join;
+  a_join.emplace([&] {
+    return a->Join(JoinOf("a"), absl::Seconds(60), absl::Seconds(10));
+  });
+  ASSERT_TRUE(
+      WaitFor([&] { return StateOf(*probe, "a") == v1::NODE_STATE_JOINING; },
+              absl::Seconds(30)));
+  std::atomic<bool> stop_waking = false;
+  std::thread waker([&] {
+    while (!stop_waking) a->WakeJoin();
+  });
+  JoinThread b_join([&] {
+    return b->Join(JoinOf("b"), absl::Seconds(60), absl::Seconds(10));
+  });
+  absl::StatusOr<v1::JoinResponse> c_answer =
+      c->Join(JoinOf("c"), absl::Seconds(60), absl::Seconds(10));
+  std::optional<absl::StatusOr<v1::JoinResponse>> a_answer = a_join->Answer();
+  stop_waking = true;
+  waker.join();
+  std::optional<absl::StatusOr<v1::JoinResponse>> b_answer = b_join.Answer();
+  ASSERT_TRUE(a_answer.has_value());
+  ASSERT_TRUE(b_answer.has_value());
+  for (const absl::StatusOr<v1::JoinResponse>* answer :
+       {&*a_answer, &*b_answer, &c_answer}) {
+    ASSERT_TRUE(answer->ok()) << answer->status();
+    ASSERT_TRUE((*answer)->has_assignment()) << (*answer)->DebugString();
+    EXPECT_EQ((*answer)->assignment().round(), 0);
+    EXPECT_EQ((*answer)->assignment().num_nodes(), 3);
+  }
 }
 
 }  // namespace

@@ -47,6 +47,28 @@ class FakeRendezvous final : public launcher::RendezvousApi {
     joins.pop_front();
     return r;
   }
+  // An answer for `joins`: the Join parks, as for a round that never
+  // forms. A JoinUnless asks its check until it says leave (each ask stands
+  // for a WakeJoin: a child changed state), for at most 30 s; a Join
+  // returns this status at once.
+  static absl::Status Parked() {
+    return absl::DeadlineExceededError("fake: the Join parks");
+  }
+  absl::StatusOr<v1::JoinResponse> JoinUnless(
+      const v1::JoinRequest& request, absl::Duration join_timeout,
+      absl::Duration unreachable_timeout,
+      absl::FunctionRef<bool()> leave) override {
+    if (leave()) return launcher::JoinLeftError();
+    absl::StatusOr<v1::JoinResponse> r =
+        Join(request, join_timeout, unreachable_timeout);
+    if (r.status() != Parked()) return r;
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    while (absl::Now() < deadline) {
+      if (leave()) return launcher::JoinLeftError();
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    return r;
+  }
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(
       const v1::HeartbeatRequest& request) override {
     int call;
