@@ -11,6 +11,7 @@
 #include "worker/abortable.h"
 #include "worker/gradient_allreduce.h"
 #include "worker/gradient_arena.h"
+#include "worker/malloc_tuning.h"
 #include "worker/phase.h"
 
 namespace ddprun::worker {
@@ -35,6 +36,7 @@ DataParallel::DataParallel(std::vector<at::Tensor> parameters,
       progress_fd_(group.progress_fd),
       options_(options) {
   ReportPhase(progress_fd_, common::Phase::kStep);
+  if (options_.tune_malloc) TuneMallocForTraining();
   TORCH_CHECK(!parameters_.empty(),
               "DataParallel: the model has no parameters");
   const int n = static_cast<int>(parameters_.size());

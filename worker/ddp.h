@@ -22,6 +22,11 @@ struct DataParallelOptions {
   // parameter order (the order backward produces them), like
   // torch.nn.parallel.DistributedDataParallel's bucket_cap_mb.
   double bucket_mb = 25.0;
+  // Keep a step's large buffers mapped from one step to the next: fixed
+  // malloc thresholds for the whole process, set once, unless the
+  // environment tunes malloc itself (worker/malloc_tuning.h says why).
+  // Without them a rank may page-fault through its buffers every step.
+  bool tune_malloc = true;
 };
 
 // Data parallelism for a LibTorch model, the C++ counterpart of DDP:

@@ -3,12 +3,14 @@
 # against this build installed in a temporary prefix, as a user would) at
 # world 2 under `ddprun --standalone`: libddp's default path (no option set)
 # against the same program on its own process-group path
-# (`--gradient-sync process-group`, GradientSync::kProcessGroup). Runs are
-# interleaved pairs (default, process group, default, ...) so that load from
-# elsewhere hits both alike; prints each pair's samples/s and the median of
-# the per-pair ratios.
+# (`--gradient-sync process-group`, GradientSync::kProcessGroup), and the
+# default path with glibc malloc's own thresholds (`--tune-malloc 0`, as
+# before libddp fixed them: DataParallelOptions::tune_malloc). Runs are
+# interleaved triples (default, process group, untuned default, ...) so that
+# load from elsewhere hits all alike; prints each triple's samples/s and the
+# medians of the per-triple ratios.
 #
-#   bench/examples/cnn_paths.sh [PAIRS] [STEPS]     (default 7 pairs, 300 steps)
+#   bench/examples/cnn_paths.sh [TRIPLES] [STEPS]   (default 7 triples, 300 steps)
 #
 # Needs the install targets built in DDPRUN_BUILD_DIR (default build/):
 #   cmake --build build --target ddprun ddprun-rendezvous ddprun-relay ddprun-mnist libddp
@@ -17,7 +19,7 @@ unset OMP_NUM_THREADS  # ddprun's defaults: 1 per worker when a node runs severa
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 build="${DDPRUN_BUILD_DIR:-$root/build}"
 mnist_dir="${DDPRUN_MNIST_DIR:-$root/data/mnist}"
-pairs="${1:-7}"
+triples="${1:-7}"
 steps="${2:-300}"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -39,17 +41,24 @@ one() {
   sed -n 's/^samples_per_sec //p' "$work/out"
 }
 
-echo "examples/dist_cnn, world 2, $steps steps of 64 per rank, $pairs interleaved pairs ($(date -u +%H:%M) UTC, load $(cut -d' ' -f1-3 /proc/loadavg))"
+echo "examples/dist_cnn, world 2, $steps steps of 64 per rank, $triples interleaved triples ($(date -u +%H:%M) UTC, load $(cut -d' ' -f1-3 /proc/loadavg))"
 ratios=()
-for i in $(seq 1 "$pairs"); do
+untuned_ratios=()
+for i in $(seq 1 "$triples"); do
   fast=$(one)
   slow=$(one --gradient-sync process-group)
+  untuned=$(one --tune-malloc 0)
   ratio=$(awk -v a="$fast" -v b="$slow" 'BEGIN { printf "%.3f", a / b }')
   ratios+=("$ratio")
-  printf '  pair %d: default %.0f  process group %.0f samples/s  ratio %s\n' \
-    "$i" "$fast" "$slow" "$ratio"
+  untuned_ratios+=("$(awk -v a="$untuned" -v b="$slow" 'BEGIN { printf "%.3f", a / b }')")
+  printf '  triple %d: default %.0f  process group %.0f  untuned default %.0f samples/s  ratio %s\n' \
+    "$i" "$fast" "$slow" "$untuned" "$ratio"
 done
-printf '%s\n' "${ratios[@]}" | sort -g | awk '
-  { r[NR] = $1 } END {
-    m = NR % 2 ? r[(NR + 1) / 2] : (r[NR / 2] + r[NR / 2 + 1]) / 2
-    printf "median default / process group: %.2fx (min %.2fx, max %.2fx)\n", m, r[1], r[NR] }'
+median() {
+  sort -g | awk -v what="$1" '
+    { r[NR] = $1 } END {
+      m = NR % 2 ? r[(NR + 1) / 2] : (r[NR / 2] + r[NR / 2 + 1]) / 2
+      printf "median %s: %.2fx (min %.2fx, max %.2fx)\n", what, m, r[1], r[NR] }'
+}
+printf '%s\n' "${ratios[@]}" | median "default / process group"
+printf '%s\n' "${untuned_ratios[@]}" | median "untuned default / process group"

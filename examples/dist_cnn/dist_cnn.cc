@@ -35,6 +35,7 @@ struct Options {
   int64_t reference_replicas = 0;
   std::string dump;
   bool process_group = false;  // --gradient-sync process-group (comparison)
+  bool tune_malloc = true;     // --tune-malloc 0: glibc's own (comparison)
 };
 
 struct Net : torch::nn::Module {
@@ -110,6 +111,8 @@ int main(int argc, char** argv) {
       o.dump = value;
     else if (flag == "--gradient-sync")
       o.process_group = value == "process-group";
+    else if (flag == "--tune-malloc")
+      o.tune_malloc = value == "1";
     else
       return Fail("unknown flag " + flag);
   }
@@ -132,7 +135,9 @@ int main(int argc, char** argv) {
 
   torch::manual_seed(1);
   auto model = std::make_shared<Net>(o.dropout, o.batchnorm);
-  ddprun::worker::DataParallel ddp(model->parameters(), *group);
+  ddprun::worker::DataParallelOptions ddp_options;  // the defaults
+  ddp_options.tune_malloc = o.tune_malloc;
+  ddprun::worker::DataParallel ddp(model->parameters(), *group, ddp_options);
   std::vector<at::Tensor> buffers = model->buffers();
   ddp.BroadcastParameters(buffers);
   ddprun::worker::ReleaseIdleCollectives(*group);
