@@ -12,6 +12,7 @@
 #include "absl/time/time.h"
 #include "ddprun/v1/rendezvous.pb.h"
 #include "launcher/agent/rendezvous_api.h"
+#include "tests/testing/wait_for.h"
 
 namespace ddprun::testing {
 
@@ -62,10 +63,8 @@ class FakeRendezvous final : public launcher::RendezvousApi {
     absl::StatusOr<v1::JoinResponse> r =
         Join(request, join_timeout, unreachable_timeout);
     if (r.status() != Parked()) return r;
-    const absl::Time deadline = absl::Now() + absl::Seconds(30);
-    while (absl::Now() < deadline) {
-      if (leave()) return launcher::JoinLeftError();
-      absl::SleepFor(absl::Milliseconds(5));
+    if (WaitFor([&] { return leave(); }, absl::Seconds(30))) {
+      return launcher::JoinLeftError();
     }
     return r;
   }
