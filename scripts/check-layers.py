@@ -58,7 +58,10 @@ SPLIT = {"launcher", "rendezvous"}
 # worker/: the files that may read the environment. worker_env.cc is the
 # reader; standby.cc names a prewarmed process (ps shows "ddprun-zygote")
 # in a static initialiser, before anything can call it.
-GETENV_READERS = {"worker/worker_env.cc", "worker/standby.cc"}
+# (malloc_tuning.cc reads the process's own malloc settings, GLIBC_TUNABLES,
+# MALLOC_*_ and LD_PRELOAD, which no worker environment carries.)
+GETENV_READERS = {"worker/worker_env.cc", "worker/standby.cc",
+                  "worker/malloc_tuning.cc"}
 GETENV = re.compile(r"\bgetenv\s*\(")
 # The seams' interfaces: a test's class that implements one outside
 # tests/testing/ is a second fake of it.

@@ -12,13 +12,13 @@
 namespace ddprun::worker {
 
 std::optional<MallocTuning> ChooseMallocTuning(
-    const std::function<const char*(const char*)>& getenv,
+    const std::function<const char*(const char*)>& lookup,
     std::string* why_not) {
   auto set = [&](const char* name) {
-    const char* value = getenv(name);
+    const char* value = lookup(name);
     return value != nullptr && value[0] != '\0';
   };
-  if (const char* tunables = getenv("GLIBC_TUNABLES");
+  if (const char* tunables = lookup("GLIBC_TUNABLES");
       tunables != nullptr && absl::StrContains(tunables, "glibc.malloc.")) {
     *why_not = "GLIBC_TUNABLES sets glibc.malloc.*";
     return std::nullopt;

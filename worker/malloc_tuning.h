@@ -29,9 +29,9 @@ struct MallocTuning {
 // The decision: the thresholds to set, or nullopt where the environment
 // already tunes malloc (GLIBC_TUNABLES with glibc.malloc.*, the MALLOC_*_
 // variables) or preloads another allocator (LD_PRELOAD), with `why_not`
-// saying which. `getenv` reads the environment (a seam for tests).
+// saying which. `lookup` reads the environment (a seam for tests).
 std::optional<MallocTuning> ChooseMallocTuning(
-    const std::function<const char*(const char*)>& getenv,
+    const std::function<const char*(const char*)>& lookup,
     std::string* why_not);
 
 // The effect: sets ChooseMallocTuning's thresholds with mallopt, once per
