@@ -204,6 +204,10 @@ TEST(MnistFaultTest, AThirdAgentJoiningScalesTheJobUp) {
       "--rdzv-endpoint",    (*server)->endpoint(),
       "--rdzv-id",          "mnist-scale-up",
       "--monitor-interval", "0.1",
+      // The test freezes the workers (SIGSTOP) to read the checkpoint
+      // they resume from; a stopped worker found hung before the third
+      // node joins would spend the job's only restart (CI, loaded).
+      "--hang-bound",       "stopped=0",
       "--rdzv-conf",        "heartbeat_interval=0.2,last_call_timeout=0.5"};
   std::vector<Job> jobs;
   jobs.push_back(StartJob(dir, Concat(flags, {"--node-rank", "0"}), "agent0"));
