@@ -109,10 +109,34 @@ std::optional<absl::Time> SupervisorPolicy::HangDeadline(
   }
   const absl::Duration bound = bounds_.Bound(w.phase);
   if (w.reports && bound != absl::InfiniteDuration()) {
-    absl::Time silent = w.last_record + bound;
+    absl::Time silent = SilentSince(w) + bound;
     if (!deadline || silent < *deadline) deadline = silent;
   }
   return deadline;
+}
+
+absl::Time SupervisorPolicy::SilentSince(const Worker& w) const {
+  if (w.phase != Phase::kJoin) return w.last_record;
+  // A worker joining the round's group waits for every local member: its
+  // silence counts from the last one's arrival, or, while one is still
+  // starting (a replacement, cold under load), from when that one would be
+  // found hung in its start. Else a fixed join bound shorter than a cold
+  // start (--worker-timeout 2) found the survivors hung while their
+  // replacement loaded LibTorch, and replaced the ranks that held the state.
+  absl::Time since = w.last_record;
+  const absl::Duration start_bound = bounds_.Bound(Phase::kStart);
+  for (const Worker& peer : workers_) {
+    if (&peer == &w || peer.exit || peer.hung) continue;
+    if (peer.phase == Phase::kJoin) {
+      since = std::max(since, peer.last_record);
+    } else if (peer.phase == Phase::kStart && peer.reports) {
+      if (start_bound == absl::InfiniteDuration()) {
+        return absl::InfiniteFuture();
+      }
+      since = std::max(since, peer.last_record + start_bound);
+    }
+  }
+  return since;
 }
 
 void SupervisorPolicy::MarkHung(int local_rank, absl::Time now) {

@@ -140,6 +140,8 @@ class SupervisorPolicy {
 
   // When `w` becomes hung if nothing changes; nullopt: it cannot.
   std::optional<absl::Time> HangDeadline(const Worker& w) const;
+  // From when `w`'s silence counts against its phase's bound.
+  absl::Time SilentSince(const Worker& w) const;
   void MarkHung(int local_rank, absl::Time now);
 
   SupervisorPolicyOptions options_;

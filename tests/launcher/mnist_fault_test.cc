@@ -198,15 +198,15 @@ TEST(MnistFaultTest, AThirdAgentJoiningScalesTheJobUp) {
   auto server = rendezvous::Server::Start(rendezvous::ServerOptions{});
   ASSERT_TRUE(server.ok()) << server.status();
   TempDir dir;
+  // The test freezes the workers (SIGSTOP) to read the checkpoint they
+  // resume from: --hang-bound stopped=0, or a stopped worker found hung
+  // before the third node joins spends the job's only restart (CI, loaded).
   std::vector<std::string> flags = {
       "--nnodes",           "2:3",
       "--nproc-per-node",   "1",
       "--rdzv-endpoint",    (*server)->endpoint(),
       "--rdzv-id",          "mnist-scale-up",
       "--monitor-interval", "0.1",
-      // The test freezes the workers (SIGSTOP) to read the checkpoint
-      // they resume from; a stopped worker found hung before the third
-      // node joins would spend the job's only restart (CI, loaded).
       "--hang-bound",       "stopped=0",
       "--rdzv-conf",        "heartbeat_interval=0.2,last_call_timeout=0.5"};
   std::vector<Job> jobs;

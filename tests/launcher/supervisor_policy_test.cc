@@ -413,6 +413,55 @@ TEST_F(SupervisorPolicyTest, ASilentSurvivorIsHungPastTheJoinBound) {
   EXPECT_EQ(policy.failures()[0].phase, Phase::kJoin);
 }
 
+// In place, with a fixed join bound shorter than a cold start
+// (--worker-timeout 2): survivors 0 and 2 wait in the join for replacement
+// 1, which loads its program. They wait for it, not hang: their silence
+// counts from the last local arrival, and while 1 starts, from when 1 would
+// be found hung in its own start (found by CI on a loaded machine: the
+// survivors holding the state were replaced).
+TEST_F(SupervisorPolicyTest, SurvivorsJoiningWaitForALocalReplacementsStart) {
+  common::FakeClock clock;
+  PhaseBounds& bounds = Fixed(absl::Seconds(2));
+  const absl::Duration start_bound = bounds.Bound(Phase::kStart);
+  SupervisorPolicy policy({.num_workers = 3,
+                           .expect_reports = {true, true, true},
+                           .in_place = {true, false, true},
+                           .survivors = {true, false, true}},
+                          bounds, clock);
+  clock.Advance(absl::Seconds(5));
+  EXPECT_EQ(policy.Evaluate(), Verdict::kRunning) << "1 is still starting";
+  policy.OnRecord(1, PhaseRecord(Phase::kJoin));
+  clock.Advance(absl::Seconds(2) - absl::Milliseconds(1));
+  EXPECT_EQ(policy.Evaluate(), Verdict::kRunning)
+      << "the join bound counts from 1's arrival";
+  clock.Advance(absl::Milliseconds(1));
+  ASSERT_EQ(policy.Evaluate(), Verdict::kFailed);
+  EXPECT_EQ(policy.failures().size(), 3u) << "all three silent in the join";
+
+  // A replacement that never arrives is the hang, found by its start
+  // bound; the survivors still have their join bound past it.
+  SupervisorPolicy lost({.num_workers = 2,
+                         .expect_reports = {true, true},
+                         .in_place = {true, false},
+                         .survivors = {true, false}},
+                        bounds, clock);
+  clock.Advance(start_bound);
+  ASSERT_EQ(lost.Evaluate(), Verdict::kFailed);
+  ASSERT_EQ(lost.failures().size(), 1u);
+  EXPECT_EQ(lost.failures()[0].local_rank, 1);
+  EXPECT_EQ(lost.failures()[0].phase, Phase::kStart);
+  RecoveryDecision decision = lost.DecideRecovery();
+  EXPECT_TRUE(decision.in_place);
+  EXPECT_EQ(decision.replace, std::vector<int>{1});
+
+  // Without a starting peer, a silent joiner is hung at its bound.
+  SupervisorPolicy alone({.num_workers = 1, .survivors = {true}}, bounds,
+                         clock);
+  clock.Advance(absl::Seconds(2));
+  ASSERT_EQ(alone.Evaluate(), Verdict::kFailed);
+  EXPECT_EQ(alone.failures()[0].phase, Phase::kJoin);
+}
+
 // Forming: some reporting worker may be using the round's store (starting,
 // joining, syncing state); a worker that never reported is not counted.
 TEST_F(SupervisorPolicyTest, FormingUntilEveryReportingWorkerSteps) {
