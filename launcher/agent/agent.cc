@@ -138,6 +138,23 @@ void Agent::StartPrewarmingWhenDue() {
   standbys_->Fill(options_.nproc_per_node);
 }
 
+void Agent::PrewarmNowAfterAFault() {
+  if (standbys_ != nullptr || !zygote_due_.has_value() ||
+      clock_.Now() >= *zygote_due_) {
+    return;
+  }
+  // The wait (ZygoteDelay) keeps a job that never faults from paying for a
+  // zygote while its workers fill the CPUs. A job that faulted has shown
+  // what the zygote is for, and its start now overlaps the recovery, while
+  // the waiting ranks leave the CPUs free: a fault right after the job's
+  // start (the fault harness's first, then a second inside its recovery)
+  // otherwise paid a cold start for each.
+  spdlog::info(
+      "a fault before the zygote was due: prewarming now, while the job "
+      "recovers");
+  zygote_due_ = clock_.Now();
+}
+
 v1::JoinRequest Agent::MakeJoinRequest(int master_port) const {
   v1::JoinRequest request;
   request.set_run_id(options_.rdzv_id);
@@ -544,6 +561,7 @@ std::optional<Agent::RoundOutcome> Agent::OnVerdict(const RunningRound& round,
   if (policy.AwaitsRemoteCause(round.assignment.num_nodes())) {
     return std::nullopt;
   }
+  PrewarmNowAfterAFault();
   RecoveryDecision decision = policy.DecideRecovery();
   if (!decision.in_place) return OnWorkersFailed(round, policy);
   KeepDeclarations(round.group, policy);

@@ -157,6 +157,22 @@ Job StartJob(const TempDir& dir, const std::vector<std::string>& flags,
   return Job{std::move(*agent), options.stderr_path};
 }
 
+// The standbys of `agent` ready for a round: children without a RANK,
+// not the zygote, blocked on their pipe.
+int WaitingStandbys(pid_t agent) {
+  int waiting = 0;
+  for (pid_t pid : Children(agent)) {
+    if (RankOf(pid) < 0 &&
+        ReadFileOrEmpty(absl::StrCat("/proc/", pid, "/comm")) !=
+            "ddprun-zygote\n" &&
+        absl::EndsWith(ReadFileOrEmpty(absl::StrCat("/proc/", pid, "/wchan")),
+                       "pipe_read")) {
+      ++waiting;
+    }
+  }
+  return waiting;
+}
+
 // The steps the survivors had completed when they stopped for the new
 // round, from their log lines ("stopped at step N, resuming at step M").
 std::vector<std::pair<int64_t, int64_t>> StoppedAndResumed(
@@ -294,21 +310,7 @@ TEST_P(MnistInPlacePrewarmTest, AKilledWorkerIsReplacedByAStandbyInPlace) {
   ASSERT_EQ(workers.size(), 2u) << job.err();
   ASSERT_TRUE(FreezeProcesses(workers));
   const bool standbys_wait = WaitFor(
-      [&] {
-        int waiting = 0;
-        for (pid_t pid : Children(job.agent.pid())) {
-          if (RankOf(pid) < 0 &&
-              ReadFileOrEmpty(absl::StrCat("/proc/", pid, "/comm")) !=
-                  "ddprun-zygote\n" &&
-              absl::EndsWith(
-                  ReadFileOrEmpty(absl::StrCat("/proc/", pid, "/wchan")),
-                  "pipe_read")) {
-            ++waiting;
-          }
-        }
-        return waiting == 2;
-      },
-      absl::Minutes(2));
+      [&] { return WaitingStandbys(job.agent.pid()) == 2; }, absl::Minutes(2));
   for (pid_t pid : workers) kill(pid, SIGCONT);
   ASSERT_TRUE(standbys_wait) << job.err();
   pid_t victim = -1;
@@ -344,6 +346,79 @@ TEST_P(MnistInPlacePrewarmTest, AKilledWorkerIsReplacedByAStandbyInPlace) {
       << job.err();
   ExpectExactInPlaceRun(ReadFileOrEmpty(dir.File("summary.json")), reference,
                         job.err(), 2);
+}
+
+// The default prewarming waits before it starts the zygote where the
+// workers fill the CPUs (ZygoteDelay). A fault before then brings it
+// forward: the fault's own replacement starts cold, and the next fault's
+// forks from the zygote. (The fault harness's first fault, then a second
+// inside its recovery, each paid a cold start.) The agent is held to one
+// CPU, so that two workers fill it wherever the test runs.
+TEST(MnistInPlaceZygoteTest, AFaultBeforeTheZygoteIsDueStartsItAtOnce) {
+  TempDir dir;
+  SubprocessOptions options;
+  options.argv = Concat(
+      {"taskset", "-c", "0", Ddprun(), "--standalone", "--nproc-per-node", "2",
+       "--max-restarts", "3", "--monitor-interval", "0.05",
+       // The workers are held (SIGSTOP) while the standbys get ready.
+       "--hang-bound", "stopped=0,step=0"},
+      MnistArgs(dir, "summary.json"));
+  options.stderr_path = dir.File("agent.err");
+  options.stdout_path = dir.File("agent.out");
+  auto agent = Subprocess::Start(options);
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  auto err = [&] { return ReadFileOrEmpty(options.stderr_path); };
+  // `taskset` execs ddprun: the agent keeps its pid. Training began (both
+  // ranks recover in place), and the zygote waits.
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const std::string log = err();
+        return log.find("prewarming the next round's workers in") !=
+                   std::string::npos &&
+               log.find("training mlp") != std::string::npos;
+      },
+      absl::Minutes(2)))
+      << err();
+  ASSERT_EQ(err().find("forked from a zygote"), std::string::npos)
+      << "the zygote started before the fault\n"
+      << err();
+  VictimAndOthers first = SplitAt(agent->pid(), 1);
+  ASSERT_GT(first.victim, 0) << err();
+  ASSERT_EQ(kill(first.victim, SIGKILL), 0);
+  ASSERT_TRUE(WaitFor(
+      [&] { return err().find("started anew as pid") != std::string::npos; },
+      absl::Minutes(2)))
+      << err();
+  const std::string after_first = err();
+  const size_t now = after_first.find("a fault before the zygote was due");
+  ASSERT_NE(now, std::string::npos) << after_first;
+  // The short job is held until the zygote's standbys wait. (The zygote
+  // has no RANK; for its first half second it is named as a worker.)
+  std::vector<pid_t> workers;
+  for (pid_t pid : Children(agent->pid())) {
+    if (RankOf(pid) >= 0) workers.push_back(pid);
+  }
+  ASSERT_EQ(workers.size(), 2u) << err();
+  ASSERT_TRUE(FreezeProcesses(workers));
+  const bool standbys_wait = WaitFor(
+      [&] { return WaitingStandbys(agent->pid()) == 2; }, absl::Minutes(2));
+  ThawProcesses(workers);
+  ASSERT_TRUE(standbys_wait) << err();
+  VictimAndOthers second = SplitAt(agent->pid(), 1);
+  ASSERT_GT(second.victim, 0) << err();
+  ASSERT_EQ(kill(second.victim, SIGKILL), 0);
+  std::optional<ExitInfo> exit = agent->Wait(absl::Minutes(4));
+  ASSERT_TRUE(exit.has_value()) << err();
+  ASSERT_TRUE(exit->ok()) << exit->ToString() << "\n" << err();
+  const std::string log = err();
+  const size_t zygote = log.find("forked from a zygote");
+  ASSERT_NE(zygote, std::string::npos) << log;
+  EXPECT_GT(zygote, now) << "the zygote started before the fault\n" << log;
+  EXPECT_THAT(log, HasSubstr("replaced by a prewarmed worker")) << log;
+  EXPECT_EQ(
+      SummaryList(ReadFileOrEmpty(dir.File("summary.json")), "epoch_samples"),
+      std::vector<int64_t>(kEpochs, kTrainSamples))
+      << log;
 }
 
 INSTANTIATE_TEST_SUITE_P(ByDefaultAndAsked, MnistInPlacePrewarmTest,
