@@ -148,8 +148,8 @@ class Agent {
   // Starts the default prewarming once it is due (called on every look at
   // the workers).
   void StartPrewarmingWhenDue();
-  // A round ended in a fault (here or elsewhere) before the zygote was due:
-  // it is due now, so that the next fault's replacement forks from it.
+  // A local worker failed before the zygote was due: it is due now, so
+  // that the next fault's replacement forks from it.
   void PrewarmNowAfterAFault();
   RoundOutcome OnWorkersFailed(const RunningRound& round,
                                const SupervisorPolicy& policy);
