@@ -157,6 +157,16 @@ Job StartJob(const TempDir& dir, const std::vector<std::string>& flags,
   return Job{std::move(*agent), options.stderr_path};
 }
 
+// The workers of `agent` by their RANK: Workers() also counts a zygote in
+// its first half second, before it names itself.
+std::vector<pid_t> RankedWorkers(pid_t agent) {
+  std::vector<pid_t> workers;
+  for (pid_t pid : Children(agent)) {
+    if (RankOf(pid) >= 0) workers.push_back(pid);
+  }
+  return workers;
+}
+
 // The standbys of `agent` ready for a round: children without a RANK,
 // not the zygote, blocked on their pipe.
 int WaitingStandbys(pid_t agent) {
@@ -303,10 +313,7 @@ TEST_P(MnistInPlacePrewarmTest, AKilledWorkerIsReplacedByAStandbyInPlace) {
       WaitFor([&] { return job.err().find("epoch 1/") != std::string::npos; },
               absl::Minutes(3)))
       << job.err();
-  std::vector<pid_t> workers;
-  for (pid_t pid : Children(job.agent.pid())) {
-    if (RankOf(pid) >= 0) workers.push_back(pid);
-  }
+  std::vector<pid_t> workers = RankedWorkers(job.agent.pid());
   ASSERT_EQ(workers.size(), 2u) << job.err();
   ASSERT_TRUE(FreezeProcesses(workers));
   const bool standbys_wait = WaitFor(
@@ -392,12 +399,8 @@ TEST(MnistInPlaceZygoteTest, AFaultBeforeTheZygoteIsDueStartsItAtOnce) {
   const std::string after_first = err();
   const size_t now = after_first.find("a fault before the zygote was due");
   ASSERT_NE(now, std::string::npos) << after_first;
-  // The short job is held until the zygote's standbys wait. (The zygote
-  // has no RANK; for its first half second it is named as a worker.)
-  std::vector<pid_t> workers;
-  for (pid_t pid : Children(agent->pid())) {
-    if (RankOf(pid) >= 0) workers.push_back(pid);
-  }
+  // The short job is held until the zygote's standbys wait.
+  std::vector<pid_t> workers = RankedWorkers(agent->pid());
   ASSERT_EQ(workers.size(), 2u) << err();
   ASSERT_TRUE(FreezeProcesses(workers));
   const bool standbys_wait = WaitFor(
