@@ -3,6 +3,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_format.h"
@@ -15,6 +16,7 @@
 #include "common/grpc_status.h"
 #include "ddprun/v1/store.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "worker/collective_abort.h"
 
 namespace ddprun::worker {
 namespace {
@@ -70,8 +72,27 @@ class StoreClient::Impl {
     while (true) {
       grpc::ClientContext context;
       context.set_deadline(ToChrono(absl::Now() + budget));
-      grpc::Status status = rpc(&context);
+      // A call of a round that is over ends when the agent announces the
+      // next: the server's answer to a parked Get ("round over") is lost
+      // where the connection broke meanwhile (a partition that outlived
+      // the server's keepalive), and the call would wait out its deadline
+      // (the group's timeout, minutes) with the next round unread. The
+      // soak saw workers wait a minute so in the node layouts' Get.
+      std::optional<OnCollectiveAbort> end_with_round;
+      if (options_.end_with_round) {
+        end_with_round.emplace([&context] { context.TryCancel(); });
+      }
+      grpc::Status status =
+          options_.end_with_round && CollectiveAbortRequested()
+              ? grpc::Status(grpc::StatusCode::CANCELLED, "")
+              : rpc(&context);
       if (status.ok()) return absl::OkStatus();
+      if (options_.end_with_round && CollectiveAbortRequested()) {
+        return absl::AbortedError(absl::StrFormat(
+            "store %s of %s at %s (run '%s', round %d) given up: the round "
+            "ended (the agent announced the next one)",
+            op, what, options_.endpoint, options_.run_id, options_.round));
+      }
       if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
         absl::Duration delay = backoff.Next();
         if (absl::Now() + delay < give_up) {

@@ -29,6 +29,11 @@ struct StoreClientOptions {
   // "Wait forever" is done as waits of this length, so every RPC still has
   // a deadline.
   absl::Duration forever_chunk = absl::Seconds(60);
+  // Calls end (ABORTED) when the round ends: when the in-place recovery
+  // watcher (worker/recovery.h) requests a collective abort because the
+  // agent announced the next round, a call in flight is cancelled and no
+  // new call starts until the next round is taken (NextRound clears it).
+  bool end_with_round = true;
 };
 
 // A client of the ddprun.v1.Store service for one scope. All calls are

@@ -5,6 +5,7 @@
 #include <c10/util/Exception.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -15,6 +16,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "rendezvous/service/server.h"
+#include "tests/testing/wait_for.h"
+#include "worker/collective_abort.h"
 
 namespace ddprun::worker {
 namespace {
@@ -242,6 +245,69 @@ TEST(GrpcStoreNoServerTest, AServerThatIsBackIsReachedWithinTheRetryBudget) {
   ASSERT_TRUE(server.ok()) << server.status();
   EXPECT_TRUE((*client)->Set("k", "v").ok())
       << "the server is back, but the client did not reach it";
+}
+
+// The soak's stall: a node cut off while its workers waited in a store Get
+// of a round that then ended. The server's answer ("round over") was lost
+// with the connection, the Get waited out its deadline, and the workers
+// never read their next round. Here a server that accepts the connection
+// and never answers stands for that connection: the Get is in flight when
+// the agent announces the next round (the watcher requests a collective
+// abort), and it ends then, ABORTED, saying why.
+TEST(GrpcStoreRoundEndTest, ACallWhoseAnswerNeverComesEndsWhenTheRoundEnds) {
+  int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)),
+            0);
+  ASSERT_EQ(listen(listener, 4), 0);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  StoreClientOptions options;
+  options.endpoint = absl::StrCat("127.0.0.1:", ntohs(addr.sin_port));
+  options.run_id = "cut-off";
+  absl::StatusOr<std::unique_ptr<StoreClient>> client =
+      StoreClient::Create(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+
+  ClearCollectiveAbort();
+  std::atomic<bool> done{false};
+  absl::Status got;
+  std::thread getter([&] {
+    got = (*client)->Get("ddp_grad/node/2", absl::InfiniteDuration()).status();
+    done = true;
+  });
+  // The call is in flight once its channel connected (gRPC connects at
+  // the first call); the connection is accepted and never answered.
+  pollfd pending{listener, POLLIN, 0};
+  ASSERT_EQ(poll(&pending, 1, 30000), 1) << "the Get never connected";
+  int connection = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+  ASSERT_GE(connection, 0);
+  EXPECT_FALSE(done) << "the Get ended before the round did: " << got;
+
+  RequestCollectiveAbort();
+  const bool ended =
+      testing::WaitFor([&] { return done.load(); }, absl::Seconds(30));
+  ClearCollectiveAbort();
+  EXPECT_TRUE(ended) << "the Get outlived the end of its round";
+  if (!ended) close(connection);  // then it fails, and the thread ends
+  getter.join();
+  EXPECT_EQ(got.code(), absl::StatusCode::kAborted) << got;
+  EXPECT_NE(got.message().find("the round ended"), std::string::npos) << got;
+  EXPECT_NE(got.message().find("'ddp_grad/node/2'"), std::string::npos) << got;
+  if (ended) close(connection);
+  close(listener);
+
+  // The next round's calls run again (here: the same unanswered server,
+  // so the Set fails on its own short deadline, not ABORTED).
+  options.call_timeout = absl::Milliseconds(200);
+  options.retry_unavailable_for = absl::ZeroDuration();
+  absl::StatusOr<std::unique_ptr<StoreClient>> next =
+      StoreClient::Create(options);
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_NE((*next)->Set("k", "v").code(), absl::StatusCode::kAborted);
 }
 
 }  // namespace
