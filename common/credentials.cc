@@ -72,6 +72,15 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
                 options.reconnect_backoff_max_ms);
   }
+  if (options.keepalive_time_ms > 0) {
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, options.keepalive_time_ms);
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, options.keepalive_timeout_ms);
+    // A parked call carries no data for minutes: ping regardless (gRPC
+    // stops after 2 pings without data, and paces them 5 minutes apart).
+    args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+    args.SetInt(GRPC_ARG_HTTP2_MIN_SENT_PING_INTERVAL_WITHOUT_DATA_MS,
+                options.keepalive_time_ms);
+  }
   if (options.private_subchannels) {
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   }

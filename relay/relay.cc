@@ -85,6 +85,11 @@ absl::StatusOr<std::unique_ptr<Relay>> Relay::Start(
   if (channel_options.reconnect_backoff_max_ms == 0) {
     channel_options.reconnect_backoff_max_ms = 2000;
   }
+  // A batched Join whose answer a partition swallowed ends at a ping.
+  if (channel_options.keepalive_time_ms == 0) {
+    channel_options.keepalive_time_ms = common::kClientKeepaliveTimeMs;
+    channel_options.keepalive_timeout_ms = common::kClientKeepaliveTimeoutMs;
+  }
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
       common::CreateChannel(upstream->ToString(), channel_options);
   if (!channel.ok()) return channel.status();
@@ -105,6 +110,9 @@ absl::StatusOr<std::unique_ptr<Relay>> Relay::Start(
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  // Agents ping every 2 s while a call is in flight (as the server allows).
+  builder.AddChannelArgument(
+      GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
   std::string address = common::Endpoint{options.host, options.port}.ToString();

@@ -163,6 +163,10 @@ absl::StatusOr<std::unique_ptr<StoreClient>> StoreClient::Create(
   static_cast<common::Credentials&>(channel_options) = options.credentials;
   // Each channel connects on its own (Impl::Reconnect says why).
   channel_options.private_subchannels = true;
+  // A call whose connection broke unseen ends at the next ping (the
+  // agent's next round ends it sooner under ddprun; not under torchrun).
+  channel_options.keepalive_time_ms = common::kClientKeepaliveTimeMs;
+  channel_options.keepalive_timeout_ms = common::kClientKeepaliveTimeoutMs;
   std::string target = endpoint->ToString();
   auto connect = [target, channel_options]() {
     return common::CreateChannel(target, channel_options);

@@ -125,6 +125,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
   // A parked call sends no data for minutes: keep pinging regardless (gRPC
   // stops after 2 pings without data by default).
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  builder.AddChannelArgument(
+      GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+      static_cast<int>(absl::ToInt64Milliseconds(options.min_ping_interval)));
   std::string address = common::Endpoint{options.host, options.port}.ToString();
   // A CompareSet carries two values: room for both at the value limit.
   const Limits& limits = options.limits;

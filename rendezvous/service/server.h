@@ -56,6 +56,11 @@ struct ServerOptions {
   // which close no socket.
   absl::Duration keepalive_time = absl::Seconds(10);
   absl::Duration keepalive_timeout = absl::Seconds(5);
+  // Clients may ping this often while their calls send no data: ddprun's
+  // own ping every 2 s while a call is in flight (common/credentials.h says
+  // why). A client that pings more often is told to stop (GOAWAY) after
+  // gRPC's two strikes.
+  absl::Duration min_ping_interval = absl::Seconds(1);
   // Completion queues (one thread each) that serve Join: parked Joins
   // spread over them (async_join.h says why). Each thread also takes turns
   // in gRPC's poller, which costs every other call some CPU (8 queues:

@@ -72,7 +72,8 @@ void FrozenProxy::Pump(int from, int to) {
     ssize_t n = read(from, buffer, sizeof(buffer));
     if (n <= 0) return;
     for (ssize_t off = 0; off < n;) {
-      ssize_t w = write(to, buffer + off, n - off);
+      // MSG_NOSIGNAL: a peer gone is an error here, not a SIGPIPE.
+      ssize_t w = send(to, buffer + off, n - off, MSG_NOSIGNAL);
       if (w <= 0) return;
       off += w;
     }
