@@ -37,15 +37,12 @@ struct ChannelOptions : Credentials {
   // keepalive_timeout_ms; 0: off. A connection whose server side is gone
   // (the server dropped it while a partition swallowed its close) is then
   // found at the next ping, which the server's host answers with a reset,
-  // instead of holding a parked call until its own deadline (minutes). The
-  // server accepts pings this often (ServerOptions::min_ping_interval).
-  int keepalive_time_ms = 0;
-  int keepalive_timeout_ms = 0;
+  // instead of holding a parked call until its own deadline (minutes): an
+  // agent's Join, a relay's batched Join, a worker's store Get. The server
+  // accepts pings this often (ServerOptions::min_ping_interval).
+  int keepalive_time_ms = 2000;
+  int keepalive_timeout_ms = 5000;
 };
-
-// The keepalive of ddprun's own clients (agents, relays, workers' stores).
-inline constexpr int kClientKeepaliveTimeMs = 2000;
-inline constexpr int kClientKeepaliveTimeoutMs = 5000;
 
 // A channel to `endpoint` ("host:port") that attaches the token to every
 // call. Errors: an unreadable TLS file (named in the message).

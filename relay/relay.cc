@@ -85,11 +85,6 @@ absl::StatusOr<std::unique_ptr<Relay>> Relay::Start(
   if (channel_options.reconnect_backoff_max_ms == 0) {
     channel_options.reconnect_backoff_max_ms = 2000;
   }
-  // A batched Join whose answer a partition swallowed ends at a ping.
-  if (channel_options.keepalive_time_ms == 0) {
-    channel_options.keepalive_time_ms = common::kClientKeepaliveTimeMs;
-    channel_options.keepalive_timeout_ms = common::kClientKeepaliveTimeoutMs;
-  }
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
       common::CreateChannel(upstream->ToString(), channel_options);
   if (!channel.ok()) return channel.status();

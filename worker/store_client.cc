@@ -82,17 +82,13 @@ class StoreClient::Impl {
       if (options_.end_with_round) {
         end_with_round.emplace([&context] { context.TryCancel(); });
       }
-      grpc::Status status =
-          options_.end_with_round && CollectiveAbortRequested()
-              ? grpc::Status(grpc::StatusCode::CANCELLED, "")
-              : rpc(&context);
+      auto round_ended = [&] {
+        return options_.end_with_round && CollectiveAbortRequested();
+      };
+      if (round_ended()) return RoundEnded(op, what);
+      grpc::Status status = rpc(&context);
       if (status.ok()) return absl::OkStatus();
-      if (options_.end_with_round && CollectiveAbortRequested()) {
-        return absl::AbortedError(absl::StrFormat(
-            "store %s of %s at %s (run '%s', round %d) given up: the round "
-            "ended (the agent announced the next one)",
-            op, what, options_.endpoint, options_.run_id, options_.round));
-      }
+      if (round_ended()) return RoundEnded(op, what);
       if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
         absl::Duration delay = backoff.Next();
         if (absl::Now() + delay < give_up) {
@@ -112,6 +108,13 @@ class StoreClient::Impl {
   }
 
  private:
+  absl::Status RoundEnded(absl::string_view op, absl::string_view what) const {
+    return absl::AbortedError(absl::StrFormat(
+        "store %s of %s at %s (run '%s', round %d) given up: the round ended "
+        "(the agent announced the next one)",
+        op, what, options_.endpoint, options_.run_id, options_.round));
+  }
+
   static const char* Advice(absl::StatusCode code) {
     switch (code) {
       case absl::StatusCode::kUnavailable:
@@ -163,10 +166,6 @@ absl::StatusOr<std::unique_ptr<StoreClient>> StoreClient::Create(
   static_cast<common::Credentials&>(channel_options) = options.credentials;
   // Each channel connects on its own (Impl::Reconnect says why).
   channel_options.private_subchannels = true;
-  // A call whose connection broke unseen ends at the next ping (the
-  // agent's next round ends it sooner under ddprun; not under torchrun).
-  channel_options.keepalive_time_ms = common::kClientKeepaliveTimeMs;
-  channel_options.keepalive_timeout_ms = common::kClientKeepaliveTimeoutMs;
   std::string target = endpoint->ToString();
   auto connect = [target, channel_options]() {
     return common::CreateChannel(target, channel_options);

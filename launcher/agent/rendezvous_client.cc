@@ -26,12 +26,6 @@ absl::StatusOr<std::unique_ptr<RendezvousClient>> RendezvousClient::Create(
   // retry pacing of Join itself is JoinRetryPolicy's.
   options.channel.reconnect_backoff_initial_ms = 100;
   options.channel.reconnect_backoff_max_ms = 1000;
-  // A parked Join whose answer a partition swallowed (the server dropped
-  // the connection meanwhile) ends at the next ping after the cable is
-  // back, and is sent again; without it the agent waited out join_timeout
-  // while the job waited for its node (the soak saw it).
-  options.channel.keepalive_time_ms = common::kClientKeepaliveTimeMs;
-  options.channel.keepalive_timeout_ms = common::kClientKeepaliveTimeoutMs;
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
       common::CreateChannel(options.endpoint, options.channel);
   if (!channel.ok()) return channel.status();
