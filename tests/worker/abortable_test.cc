@@ -195,5 +195,48 @@ TEST_F(AbortableTest, TheCollectivesOwnErrorIsRethrown) {
   EXPECT_TRUE(threw) << "Gloo did not fail the work of a vanished peer";
 }
 
+// A work that completes just as a wait's slice ends: c10d's wait(timeout)
+// has thrown "Operation timed out!" for the slice, and isCompleted() is
+// already true when the waiter looks. The race, made certain: the first
+// sliced wait completes the work (with `error`, if any) and throws the
+// slice's timeout, as c10d::Work::wait does when completion comes a moment
+// late.
+class CompletesAsTheSliceEnds : public ::c10d::Work {
+ public:
+  explicit CompletesAsTheSliceEnds(std::string error = "")
+      : error_(std::move(error)) {}
+  bool isCompleted() override { return completed_; }
+  bool wait(std::chrono::milliseconds timeout) override {
+    if (!completed_) {
+      completed_ = true;
+      TORCH_CHECK(false, "Operation timed out!");
+    }
+    TORCH_CHECK(error_.empty(), error_);
+    return true;
+  }
+
+ private:
+  const std::string error_;
+  bool completed_ = false;
+};
+
+TEST(WaitUnlessAbortedTest, AWorkThatCompletesAsTheSliceEndsSucceeds) {
+  c10::intrusive_ptr<::c10d::Work> work =
+      c10::make_intrusive<CompletesAsTheSliceEnds>();
+  EXPECT_TRUE(WaitUnlessAborted(work));
+}
+
+TEST(WaitUnlessAbortedTest, AWorkThatFailsAsTheSliceEndsThrowsItsOwnError) {
+  c10::intrusive_ptr<::c10d::Work> work =
+      c10::make_intrusive<CompletesAsTheSliceEnds>("the peer reset");
+  try {
+    WaitUnlessAborted(work);
+    ADD_FAILURE() << "a failed work was waited for without an error";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("the peer reset"), std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace ddprun::worker
