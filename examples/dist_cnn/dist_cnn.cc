@@ -9,7 +9,8 @@
 // the equivalence test. --dump PATH writes each parameter and buffer as
 // text ("name v0 v1 ..."); rank 0 prints the gradient path's counters and
 // samples/s. --gradient-sync process-group: the process group's path, for
-// comparison (bench).
+// comparison (bench). --mkldnn 0: LibTorch's own CPU convolutions instead
+// of oneDNN's (tests/deploy/example_cnn_test.sh says why it asks for them).
 #include <torch/torch.h>
 
 #include <chrono>
@@ -36,6 +37,7 @@ struct Options {
   std::string dump;
   bool process_group = false;  // --gradient-sync process-group (comparison)
   bool tune_malloc = true;     // --tune-malloc 0: glibc's own (comparison)
+  bool mkldnn = true;          // --mkldnn 0: convolutions without oneDNN
 };
 
 struct Net : torch::nn::Module {
@@ -113,6 +115,8 @@ int main(int argc, char** argv) {
       o.process_group = value == "process-group";
     else if (flag == "--tune-malloc")
       o.tune_malloc = value == "1";
+    else if (flag == "--mkldnn")
+      o.mkldnn = value == "1";
     else
       return Fail("unknown flag " + flag);
   }
@@ -133,6 +137,7 @@ int main(int argc, char** argv) {
     return Fail("--reference-replicas is for a world of one");
   }
 
+  if (!o.mkldnn) at::globalContext().setUserEnabledMkldnn(false);
   torch::manual_seed(1);
   auto model = std::make_shared<Net>(o.dropout, o.batchnorm);
   ddprun::worker::DataParallelOptions ddp_options;  // the defaults

@@ -33,7 +33,15 @@ cmake -S "$work/src" -B "$work/cnn" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" \
 cmake --build "$work/cnn" >"$work/build.log" 2>&1 ||
   { cat "$work/build.log" >&2; fail "building examples/dist_cnn"; }
 cnn=$work/cnn/dist-cnn
-common=(--data-dir "$mnist_dir" --steps 30 --batch-size 32)
+# --mkldnn 0: LibTorch's own convolutions, not oneDNN's. Debian 13's
+# LibTorch 2.6 (oneDNN 3.7.2) on this CI's 2-core VM now and then computes
+# a NaN into one rank's own gradients, in conv1's backward, before any sync:
+# at world 3, 30 steps, 9 of 30 runs under torchrun with the process group
+# (no libddp path involved), and about 1 in 7 under ddprun on every gradient
+# path; none at world 1, none with oneDNN off (wave 21's closing note). This
+# test checks libddp's sums; it takes convolutions that compute the same on
+# every run.
+common=(--data-dir "$mnist_dir" --steps 30 --batch-size 32 --mkldnn 0)
 
 # run WORLD OUT ARGS...: the example under the installed ddprun.
 run() {
@@ -43,14 +51,17 @@ run() {
     "$cnn" "${common[@]}" "$@" >"$out" 2>"$out.err" ||
     { cat "$out" "$out.err" >&2; fail "world $world: $*"; }
 }
-# max_diff A B: the largest absolute difference between two dumps.
+# max_diff A B: the largest absolute difference between two dumps, or
+# "non-finite" when either holds a NaN or an infinity (awk's comparisons
+# with a NaN are all false: it would vanish from the maximum).
 max_diff() {
   paste -d'\n' "$1" "$2" | awk '
+    { for (i = 2; i <= NF; ++i) if (tolower($i) ~ /nan|inf/) { bad = "non-finite"; exit } }
     NR % 2 == 1 { n = split($0, a, " "); name = a[1]; next }
     { m = split($0, b, " ");
-      if (b[1] != name || m != n) { print "layout"; exit }
+      if (b[1] != name || m != n) { bad = "layout"; exit }
       for (i = 2; i <= n; ++i) { d = a[i] - b[i]; if (d < 0) d = -d; if (d > max) max = d } }
-    END { if (max == "") max = 0; printf "%.3g\n", max }'
+    END { if (bad != "") print bad; else printf "%.3g\n", max + 0 }'
 }
 
 for world in 2 3; do
@@ -64,16 +75,21 @@ for world in 2 3; do
   ((in_place == 30 * buckets && copied == 0 && group == 0)) ||
     fail "world $world: not every bucket summed in place: $line"
   diff=$(max_diff "$work/ref$world.0" "$work/w$world.0")
-  awk -v d="$diff" 'BEGIN { exit !(d != "layout" && d <= 5e-5) }' ||
+  awk -v d="$diff" 'BEGIN { exit !(d ~ /^[0-9.e+-]+$/ && d <= 5e-5) }' || {
+    cat "$work/w$world.out" "$work/w$world.out.err" >&2
     fail "world $world differs from one process by $diff"
+  }
   # Training moved the parameters.
   run 1 "$work/init.out" --steps 0 --dump "$work/init"
   moved=$(max_diff "$work/init.0" "$work/w$world.0")
-  awk -v d="$moved" 'BEGIN { exit !(d > 1e-3) }' || fail "training moved nothing ($moved)"
+  awk -v d="$moved" 'BEGIN { exit !(d ~ /^[0-9.e+-]+$/ && d > 1e-3) }' ||
+    fail "training moved nothing ($moved)"
   echo "world $world: $line; max difference from one process $diff"
 done
 
 run 2 "$work/bn.out" --batchnorm 1 --dump "$work/bn"
 grep -q '^buffer.bn.running_mean ' "$work/bn.0" || fail "no BatchNorm buffers dumped"
+[[ $(max_diff "$work/bn.0" "$work/bn.0") == 0 ]] ||
+  fail "the BatchNorm run ended with non-finite parameters or buffers"
 cmp -s "$work/bn.0" "$work/bn.1" || fail "ranks end with different parameters or buffers"
 echo "PASS: examples/dist_cnn built against $prefix, equivalent and in place"
