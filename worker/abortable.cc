@@ -88,9 +88,9 @@ bool WaitUnlessAborted(const c10::intrusive_ptr<::c10d::Work>& work) {
       // not. The caught exception is then c10d's "Operation timed out!" of
       // the slice, not the work's outcome: ask the work itself (a wait on a
       // completed work returns, or throws its own error). Rethrowing here
-      // failed a collective that had succeeded (dist-cnn, about 1 run in
-      // 30 at world 3 on 2 cores: SIGABRT, then Gloo IoExceptions on its
-      // peers).
+      // failed a collective that had succeeded (dist-cnn at world 3 on 2
+      // cores, seen once in some 300 runs: SIGABRT, then Gloo IoExceptions
+      // on its peers).
       if (work->isCompleted()) {
         work->wait();
         return true;
