@@ -38,9 +38,9 @@ cnn=$work/cnn/dist-cnn
 # a NaN into one rank's own gradients, in conv1's backward, before any sync:
 # at world 3, 30 steps, 9 of 30 runs under torchrun with the process group
 # (no libddp path involved), and about 1 in 7 under ddprun on every gradient
-# path; none at world 1, none with oneDNN off (wave 21's closing note). This
-# test checks libddp's sums; it takes convolutions that compute the same on
-# every run.
+# path; none at world 1, none with oneDNN off (bench/examples/README.md,
+# wave 21). This test checks libddp's sums; it takes convolutions that
+# compute the same on every run.
 common=(--data-dir "$mnist_dir" --steps 30 --batch-size 32 --mkldnn 0)
 
 # run WORLD OUT ARGS...: the example under the installed ddprun.
@@ -89,6 +89,7 @@ done
 
 run 2 "$work/bn.out" --batchnorm 1 --dump "$work/bn"
 grep -q '^buffer.bn.running_mean ' "$work/bn.0" || fail "no BatchNorm buffers dumped"
+# A dump against itself: 0, or "non-finite".
 [[ $(max_diff "$work/bn.0" "$work/bn.0") == 0 ]] ||
   fail "the BatchNorm run ended with non-finite parameters or buffers"
 cmp -s "$work/bn.0" "$work/bn.1" || fail "ranks end with different parameters or buffers"
