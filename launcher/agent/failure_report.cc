@@ -11,6 +11,10 @@ namespace ddprun::launcher {
 std::string DescribeHang(const LocalFailure& f) {
   const absl::string_view phase = common::PhaseName(f.phase);
   if (f.stopped) {
+    // With the default bound it is found at the first look: "for 0".
+    if (f.silent < absl::Milliseconds(1)) {
+      return absl::StrFormat("stopped (state T) in phase %s", phase);
+    }
     return absl::StrFormat("stopped (state T) for %s in phase %s",
                            absl::FormatDuration(f.silent), phase);
   }

@@ -50,11 +50,14 @@ struct PhaseBoundsOptions {
   std::array<std::optional<absl::Duration>, common::kNumPhases> fixed;
   // A worker stopped (state T: SIGSTOP, SIGTSTP) this long is hung, in any
   // phase and whether or not it reports; InfiniteDuration: never. A process
-  // held by a debugger (state t) is not stopped in this sense. Nothing
-  // stops a healthy worker (it leads its own process group, so a
-  // terminal's Ctrl-Z stops only ddprun): one monitor interval (0.1 s) is
-  // enough to tell a stop from a passing state.
-  absl::Duration stopped = absl::Milliseconds(100);
+  // held by a debugger (state t) is not stopped in this sense. Zero, the
+  // default: hung at the agent's first look. Nothing stops a healthy worker
+  // (it leads its own process group, so a terminal's Ctrl-Z stops only
+  // ddprun), and state T lasts until someone sends SIGCONT, so there is no
+  // passing stop to wait out. The agent adopts every worker, so the stop
+  // wakes it (SIGCHLD, CLD_STOPPED) and that first look comes at once;
+  // waiting one monitor interval more cost every hang 0.1 s of a 0.5 s goal.
+  absl::Duration stopped = absl::ZeroDuration();
 };
 
 // Learns phase durations and answers each phase's bound. Owned by the

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "launcher/agent/failure_report.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -180,9 +181,6 @@ TEST_F(SupervisorPolicyTest, AStoppedWorkerIsTheHangAndItsPeersAreKept) {
   // Rank 1 is stopped; 0 and 2 then wait for it in a collective: all three
   // go silent together, and the stopped one is found by its state first.
   policy.OnProcessState(1, true);
-  clock.Advance(PhaseBoundsOptions{}.stopped - absl::Milliseconds(1));
-  EXPECT_EQ(policy.Evaluate(), Verdict::kRunning);
-  clock.Advance(absl::Milliseconds(1));
   ASSERT_EQ(policy.Evaluate(), Verdict::kFailed);
   ASSERT_EQ(policy.failures().size(), 1u);
   EXPECT_EQ(policy.failures()[0].local_rank, 1);
@@ -194,26 +192,28 @@ TEST_F(SupervisorPolicyTest, AStoppedWorkerIsTheHangAndItsPeersAreKept) {
   EXPECT_EQ(decision.kill, std::vector<int>{1});
 }
 
-// An in-place round's state sync: survivor 0 stops in it; new member 1
-// waits for it. The stopped survivor is the culprit, and 1 is kept, even
-// when 1 was found silent first.
+// An in-place round's state sync: survivor 1 stops in it; new member 0
+// waits for it. The stopped survivor is the culprit, and 0 is kept, even
+// when 0 was found silent first.
 TEST_F(SupervisorPolicyTest, AWorkerStoppedBeforeItsFirstProgressIsTheHang) {
   common::FakeClock clock;
-  SupervisorPolicy policy({.num_workers = 2, .in_place = {true, false}},
+  SupervisorPolicy policy({.num_workers = 2, .in_place = {false, true}},
                           Fixed(absl::Seconds(2)), clock);
-  policy.OnInPlaceDeclared(1);
-  Step(policy, 1);
+  policy.OnInPlaceDeclared(0);
+  Step(policy, 0);
   clock.Advance(absl::Seconds(2));
-  policy.OnProcessState(0, true);  // seen stopped only now
+  policy.OnProcessState(1, true);  // seen stopped only now
   ASSERT_EQ(policy.Evaluate(), Verdict::kFailed);
   ASSERT_EQ(policy.failures().size(), 2u);
-  EXPECT_EQ(policy.failures()[0].local_rank, 1);
-  EXPECT_EQ(policy.failures()[1].local_rank, 0);
+  EXPECT_EQ(policy.failures()[0].local_rank, 0);
+  EXPECT_FALSE(policy.failures()[0].stopped);
+  EXPECT_EQ(policy.failures()[1].local_rank, 1);
   EXPECT_EQ(policy.failures()[1].cause, v1::FAILURE_CAUSE_HUNG);
+  EXPECT_TRUE(policy.failures()[1].stopped);
   RecoveryDecision decision = policy.DecideRecovery();
   EXPECT_TRUE(decision.in_place);
-  EXPECT_EQ(decision.replace, std::vector<int>{0});
-  EXPECT_EQ(decision.kill, std::vector<int>{0});
+  EXPECT_EQ(decision.replace, std::vector<int>{1});
+  EXPECT_EQ(decision.kill, std::vector<int>{1});
 }
 
 TEST_F(SupervisorPolicyTest, SilentWorkersWithNoneStoppedAreAllReplaced) {
@@ -511,22 +511,42 @@ TEST_F(SupervisorPolicyTest, AReportingProgramsWorkerMustReportFromItsStart) {
 // without the module too.
 TEST_F(SupervisorPolicyTest, AStoppedWorkerIsHungEvenIfItNeverReports) {
   common::FakeClock clock;
-  SupervisorPolicy policy({.num_workers = 2}, Adaptive(), clock);
+  PhaseBoundsOptions options;
+  options.stopped = absl::Milliseconds(100);  // --hang-bound stopped=0.1
+  SupervisorPolicy policy({.num_workers = 2}, Adaptive(options), clock);
   policy.OnProcessState(1, true);
-  const absl::Duration stopped = PhaseBoundsOptions{}.stopped;
-  EXPECT_EQ(policy.NextHangDeadline(), clock.Now() + stopped);
-  clock.Advance(stopped);
+  EXPECT_EQ(policy.NextHangDeadline(), clock.Now() + options.stopped);
+  clock.Advance(options.stopped);
   ASSERT_EQ(policy.Evaluate(), Verdict::kFailed);
   EXPECT_EQ(policy.failures()[0].local_rank, 1);
   EXPECT_TRUE(policy.failures()[0].stopped);
+}
+
+// By default a stop is a hang at the agent's first look: state T lasts until
+// someone sends SIGCONT, and waiting a monitor interval more only added
+// 0.1 s to every hang's recovery.
+TEST_F(SupervisorPolicyTest, ByDefaultAStoppedWorkerIsHungAtTheFirstLook) {
+  common::FakeClock clock;
+  SupervisorPolicy policy({.num_workers = 2}, Adaptive(), clock);
+  Step(policy, 0);
+  Step(policy, 1);
+  policy.OnProcessState(1, true);
+  ASSERT_EQ(policy.Evaluate(), Verdict::kFailed);
+  ASSERT_EQ(policy.failures().size(), 1u);
+  EXPECT_EQ(policy.failures()[0].local_rank, 1);
+  EXPECT_TRUE(policy.failures()[0].stopped);
+  EXPECT_EQ(DescribeHang(policy.failures()[0]),
+            "stopped (state T) in phase step");
 }
 
 // A pause shorter than the stopped bound (SIGSTOP, then SIGCONT) is no
 // hang; the next stop starts the count again.
 TEST_F(SupervisorPolicyTest, APauseShorterThanTheStoppedBoundIsNoHang) {
   common::FakeClock clock;
-  SupervisorPolicy policy({.num_workers = 1}, Adaptive(), clock);
-  const absl::Duration shorter = PhaseBoundsOptions{}.stopped * 0.8;
+  PhaseBoundsOptions options;
+  options.stopped = absl::Milliseconds(100);  // --hang-bound stopped=0.1
+  SupervisorPolicy policy({.num_workers = 1}, Adaptive(options), clock);
+  const absl::Duration shorter = options.stopped * 0.8;
   policy.OnProcessState(0, true);
   clock.Advance(shorter);
   policy.OnProcessState(0, false);
