@@ -4,44 +4,57 @@
 # (one harness run of each in turn, ROUNDS times, so that the machine's
 # drift hits all three alike), each run checked by the harness's
 # invariants. Prints the median (and max) lost time per kind and setting,
-# and the ratio of each to --no-prewarm's.
+# and the ratio of each to --no-prewarm's. DDPRUN_FAULT_SETTINGS replaces the
+# three settings with others, ';' between them, e.g. the stopped bound's old
+# default against its new one:
 #
 #   bench/fault/worker_faults.sh [ROUNDS] [extra fault_harness.py flags]
+#   DDPRUN_FAULT_SETTINGS='default;--hang-bound stopped=0.1' \
+#     bench/fault/worker_faults.sh 3
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 rounds=${1:-3}
 shift || true
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
-settings=(default --no-prewarm --prewarm)
+# DDPRUN_FAULT_OUT keeps each run's per-fault JSON there.
+if [[ -n ${DDPRUN_FAULT_OUT:-} ]]; then
+  out=$DDPRUN_FAULT_OUT
+  mkdir -p "$out"
+else
+  out=$(mktemp -d)
+  trap 'rm -rf "$out"' EXIT
+fi
+IFS=';' read -r -a settings <<<"${DDPRUN_FAULT_SETTINGS:-default;--no-prewarm;--prewarm}"
 for ((r = 0; r < rounds; r++)); do
   for s in "${settings[@]}"; do
     flags=()
     [[ $s != default ]] && flags=("--agent-flags=$s")
+    file=${s//[^a-z0-9.=-]/_}
     python3 "$root/tests/fault/fault_harness.py" \
       --build "${DDPRUN_BUILD_DIR:-$root/build}" \
       --data-dir "${DDPRUN_MNIST_DIR:-$root/data/mnist}" \
       --kinds worker-kill,worker-hang --faults 12 --epochs 120 \
-      --seed $((7 + r)) "${flags[@]}" --json "$out/$s.$r.json" "$@" |
+      --seed $((7 + r)) "${flags[@]}" --json "$out/$file.$r.json" "$@" |
       tail -n 1
   done
 done
 python3 - "$out" "${settings[@]}" <<'EOF'
-import glob, json, os, statistics, sys
+import glob, json, os, re, statistics, sys
 out, settings = sys.argv[1], sys.argv[2:]
+base_setting = "--no-prewarm" if "--no-prewarm" in settings else settings[0]
 lost = {}
 for s in settings:
-    for path in glob.glob(os.path.join(out, s + ".*.json")):
+    file = re.sub(r"[^a-z0-9.=-]", "_", s)
+    for path in glob.glob(os.path.join(out, file + ".*.json")):
         for f in json.load(open(path)):
             if f["lost_s"] is not None:
                 lost.setdefault((s, f["kind"]), []).append(f["lost_s"])
 for kind in ("worker-kill", "worker-hang"):
-    base = statistics.median(lost.get(("--no-prewarm", kind), [float("nan")]))
+    base = statistics.median(lost.get((base_setting, kind), [float("nan")]))
     for s in settings:
         v = lost.get((s, kind), [])
         if not v:
             continue
         m = statistics.median(v)
         print("%-12s %-12s %3d faults  median %.3f s  max %.3f s  "
-              "(x%.2f of --no-prewarm)" % (kind, s, len(v), m, max(v), m / base))
+              "(x%.2f of %s)" % (kind, s, len(v), m, max(v), m / base, base_setting))
 EOF
