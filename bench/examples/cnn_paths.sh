@@ -7,10 +7,12 @@
 # default path with glibc malloc's own thresholds (`--tune-malloc 0`, as
 # before libddp fixed them: DataParallelOptions::tune_malloc). Runs are
 # interleaved triples (default, process group, untuned default, ...) so that
-# load from elsewhere hits all alike; prints each triple's samples/s and the
-# medians of the per-triple ratios.
+# load from elsewhere hits all alike. Each round also runs the ceiling: two
+# world-1 jobs of the same program at once, their samples/s summed (no
+# gradient path can beat two processes that never wait for each other).
+# Prints each round's samples/s and the medians of the per-round ratios.
 #
-#   bench/examples/cnn_paths.sh [TRIPLES] [STEPS]   (default 7 triples, 300 steps)
+#   bench/examples/cnn_paths.sh [ROUNDS] [STEPS]   (default 7 rounds, 300 steps)
 #
 # Needs the install targets built in DDPRUN_BUILD_DIR (default build/):
 #   cmake --build build --target ddprun ddprun-rendezvous ddprun-relay ddprun-mnist libddp
@@ -19,7 +21,7 @@ unset OMP_NUM_THREADS  # ddprun's defaults: 1 per worker when a node runs severa
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 build="${DDPRUN_BUILD_DIR:-$root/build}"
 mnist_dir="${DDPRUN_MNIST_DIR:-$root/data/mnist}"
-triples="${1:-7}"
+rounds="${1:-7}"
 steps="${2:-300}"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -34,25 +36,46 @@ cmake --build "$work/cnn" >"$work/build.log"
 
 # one PATH_ARGS...: samples/s of one world-2 run (ddprun's defaults).
 one() {
-  "$prefix/bin/ddprun" --standalone --nproc-per-node 2 "$work/cnn/dist-cnn" \
-    --data-dir "$mnist_dir" --steps "$steps" "$@" >"$work/out" 2>"$work/err" ||
-    { cat "$work/out" "$work/err" >&2; exit 1; }
-  grep -q '^gradient path' "$work/out"
-  sed -n 's/^samples_per_sec //p' "$work/out"
+  nproc 2 one "$@"
+}
+# nproc N NAME PATH_ARGS...: samples/s of one world-N run, its output in NAME.
+nproc() {
+  local n=$1 name=$2
+  shift 2
+  "$prefix/bin/ddprun" --standalone --nproc-per-node "$n" "$work/cnn/dist-cnn" \
+    --data-dir "$mnist_dir" --steps "$steps" "$@" >"$work/$name.out" \
+    2>"$work/$name.err" ||
+    { cat "$work/$name.out" "$work/$name.err" >&2; exit 1; }
+  grep -q '^gradient path' "$work/$name.out"
+  sed -n 's/^samples_per_sec //p' "$work/$name.out"
+}
+# The ceiling: two world-1 runs at once, samples/s summed.
+ceiling() {
+  nproc 1 a >"$work/a.rate" &
+  local pid=$!
+  nproc 1 b >"$work/b.rate"
+  wait "$pid"
+  awk '{ s += $1 } END { print s }' "$work/a.rate" "$work/b.rate"
 }
 
-echo "examples/dist_cnn, world 2, $steps steps of 64 per rank, $triples interleaved triples ($(date -u +%H:%M) UTC, load $(cut -d' ' -f1-3 /proc/loadavg))"
+echo "examples/dist_cnn, world 2, $steps steps of 64 per rank, $rounds interleaved rounds ($(date -u +%H:%M) UTC, load $(cut -d' ' -f1-3 /proc/loadavg))"
 ratios=()
 untuned_ratios=()
-for i in $(seq 1 "$triples"); do
+ceiling_ratios=()
+ceiling_pg_ratios=()
+div() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a / b }'; }
+for i in $(seq 1 "$rounds"); do
   fast=$(one)
   slow=$(one --gradient-sync process-group)
   untuned=$(one --tune-malloc 0)
-  ratio=$(awk -v a="$fast" -v b="$slow" 'BEGIN { printf "%.3f", a / b }')
+  top=$(ceiling)
+  ratio=$(div "$fast" "$slow")
   ratios+=("$ratio")
-  untuned_ratios+=("$(awk -v a="$untuned" -v b="$slow" 'BEGIN { printf "%.3f", a / b }')")
-  printf '  triple %d: default %.0f  process group %.0f  untuned default %.0f samples/s  ratio %s\n' \
-    "$i" "$fast" "$slow" "$untuned" "$ratio"
+  untuned_ratios+=("$(div "$untuned" "$slow")")
+  ceiling_ratios+=("$(div "$fast" "$top")")
+  ceiling_pg_ratios+=("$(div "$top" "$slow")")
+  printf '  round %d: default %.0f  process group %.0f  untuned default %.0f  ceiling %.0f samples/s  ratio %s\n' \
+    "$i" "$fast" "$slow" "$untuned" "$top" "$ratio"
 done
 median() {
   sort -g | awk -v what="$1" '
@@ -62,3 +85,5 @@ median() {
 }
 printf '%s\n' "${ratios[@]}" | median "default / process group"
 printf '%s\n' "${untuned_ratios[@]}" | median "untuned default / process group"
+printf '%s\n' "${ceiling_ratios[@]}" | median "default / ceiling"
+printf '%s\n' "${ceiling_pg_ratios[@]}" | median "ceiling / process group"
