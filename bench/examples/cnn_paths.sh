@@ -36,10 +36,10 @@ cmake --build "$work/cnn" >"$work/build.log"
 
 # one PATH_ARGS...: samples/s of one world-2 run (ddprun's defaults).
 one() {
-  nproc 2 one "$@"
+  world 2 one "$@"
 }
-# nproc N NAME PATH_ARGS...: samples/s of one world-N run, its output in NAME.
-nproc() {
+# world N NAME PATH_ARGS...: samples/s of one world-N run, its output in NAME.
+world() {
   local n=$1 name=$2
   shift 2
   "$prefix/bin/ddprun" --standalone --nproc-per-node "$n" "$work/cnn/dist-cnn" \
@@ -51,9 +51,9 @@ nproc() {
 }
 # The ceiling: two world-1 runs at once, samples/s summed.
 ceiling() {
-  nproc 1 a >"$work/a.rate" &
+  world 1 a >"$work/a.rate" &
   local pid=$!
-  nproc 1 b >"$work/b.rate"
+  world 1 b >"$work/b.rate"
   wait "$pid"
   awk '{ s += $1 } END { print s }' "$work/a.rate" "$work/b.rate"
 }
