@@ -171,7 +171,11 @@ TEST_F(RendezvousRestartTest, AKilledAgentsGuardTellsTheServerTheNodeIsGone) {
       },
       absl::Seconds(60), absl::Milliseconds(50)))
       << Logs();
-  ASSERT_EQ(Workers(agents_[1].pid()).size(), 1u) << Logs();
+  // The server counts a node running once its round closes, a moment
+  // before its agent has forked the worker (seen once in CI): wait for it.
+  ASSERT_TRUE(WaitFor([&] { return Workers(agents_[1].pid()).size() == 1u; },
+                      absl::Seconds(10), absl::Milliseconds(10)))
+      << Logs();
 
   ASSERT_EQ(kill(agents_[1].pid(), SIGKILL), 0);
   ASSERT_TRUE(agents_[1].Wait(absl::Seconds(10)).has_value());
