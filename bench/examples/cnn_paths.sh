@@ -6,8 +6,8 @@
 # (`--gradient-sync process-group`, GradientSync::kProcessGroup), and the
 # default path with glibc malloc's own thresholds (`--tune-malloc 0`, as
 # before libddp fixed them: DataParallelOptions::tune_malloc). Runs are
-# interleaved triples (default, process group, untuned default, ...) so that
-# load from elsewhere hits all alike. Each round also runs the ceiling: two
+# interleaved rounds (default, process group, untuned default, ceiling, ...)
+# so that load from elsewhere hits all alike. The ceiling: two
 # world-1 jobs of the same program at once, their samples/s summed (no
 # gradient path can beat two processes that never wait for each other).
 # Prints each round's samples/s and the medians of the per-round ratios.

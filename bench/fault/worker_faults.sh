@@ -4,7 +4,8 @@
 # (one harness run of each in turn, ROUNDS times, so that the machine's
 # drift hits all three alike), each run checked by the harness's
 # invariants. Prints the median (and max) lost time per kind and setting,
-# and the ratio of each to --no-prewarm's. DDPRUN_FAULT_SETTINGS replaces the
+# and the ratio of each to --no-prewarm's (or, without it, to the first
+# setting's). DDPRUN_FAULT_SETTINGS replaces the
 # three settings with others, ';' between them, e.g. the stopped bound's old
 # default against its new one:
 #
@@ -15,7 +16,8 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 rounds=${1:-3}
 shift || true
-# DDPRUN_FAULT_OUT keeps each run's per-fault JSON there.
+# DDPRUN_FAULT_OUT keeps each run's per-fault JSON there, as
+# s<setting's index>.<round>.json.
 if [[ -n ${DDPRUN_FAULT_OUT:-} ]]; then
   out=$DDPRUN_FAULT_OUT
   mkdir -p "$out"
@@ -25,26 +27,25 @@ else
 fi
 IFS=';' read -r -a settings <<<"${DDPRUN_FAULT_SETTINGS:-default;--no-prewarm;--prewarm}"
 for ((r = 0; r < rounds; r++)); do
-  for s in "${settings[@]}"; do
+  for i in "${!settings[@]}"; do
+    s=${settings[$i]}
     flags=()
     [[ $s != default ]] && flags=("--agent-flags=$s")
-    file=${s//[^a-z0-9.=-]/_}
     python3 "$root/tests/fault/fault_harness.py" \
       --build "${DDPRUN_BUILD_DIR:-$root/build}" \
       --data-dir "${DDPRUN_MNIST_DIR:-$root/data/mnist}" \
       --kinds worker-kill,worker-hang --faults 12 --epochs 120 \
-      --seed $((7 + r)) "${flags[@]}" --json "$out/$file.$r.json" "$@" |
+      --seed $((7 + r)) "${flags[@]}" --json "$out/s$i.$r.json" "$@" |
       tail -n 1
   done
 done
 python3 - "$out" "${settings[@]}" <<'EOF'
-import glob, json, os, re, statistics, sys
+import glob, json, os, statistics, sys
 out, settings = sys.argv[1], sys.argv[2:]
 base_setting = "--no-prewarm" if "--no-prewarm" in settings else settings[0]
 lost = {}
-for s in settings:
-    file = re.sub(r"[^a-z0-9.=-]", "_", s)
-    for path in glob.glob(os.path.join(out, file + ".*.json")):
+for i, s in enumerate(settings):
+    for path in glob.glob(os.path.join(out, "s%d.*.json" % i)):
         for f in json.load(open(path)):
             if f["lost_s"] is not None:
                 lost.setdefault((s, f["kind"]), []).append(f["lost_s"])
