@@ -496,13 +496,29 @@ absl::StatusOr<std::unique_ptr<Training>> SetUp(
   t->world = env->world_size;
   t->model = prepared->model;
 
-  ProcessGroupOptions group_options;
-  group_options.backend = prepared->backend;
-  group_options.gradient_sync = GradientSyncOf(options);
-  absl::StatusOr<ProcessGroup> group = CreateProcessGroup(*env, group_options);
+  // --no-in-place: a Membership that never changes (restart everything).
+  // Started before the first group forms, so that ddprun hears at once that
+  // this process recovers in place.
+  WorkerEnv membership_env = *env;
+  if (!options.in_place) membership_env.control_fd = -1;
+  absl::StatusOr<std::unique_ptr<Membership>> membership =
+      Membership::Start(membership_env);
+  if (!membership.ok()) return membership.status();
+  t->membership = *std::move(membership);
+  t->backend = prepared->backend;
+  ProcessGroupOptions group_options = GroupOptions(*t);
+  absl::StatusOr<ProcessGroup> group;
+  absl::StatusOr<WorkerEnv> joined = t->membership->JoinFirstRound(
+      *env, [&group, &group_options](const WorkerEnv& round) {
+        group = CreateProcessGroup(round, group_options);
+        return group.status();
+      });
   absl::StatusOr<MnistData> data = prepared->loading.get();
   if (!data.ok()) return data.status();
-  if (!group.ok()) return group.status();
+  if (!joined.ok()) return joined.status();
+  t->env = *joined;
+  t->lead = joined->rank == 0;
+  t->world = joined->world_size;
   t->group = *std::move(group);
   t->data = *std::move(data);
   const c10::Device device = t->group.device;
@@ -517,14 +533,6 @@ absl::StatusOr<std::unique_ptr<Training>> SetUp(
       split->labels = split->labels.to(device);
     }
   }
-  t->backend = prepared->backend;
-  // --no-in-place: a Membership that never changes (restart everything).
-  WorkerEnv membership_env = *env;
-  if (!options.in_place) membership_env.control_fd = -1;
-  absl::StatusOr<std::unique_ptr<Membership>> membership =
-      Membership::Start(membership_env);
-  if (!membership.ok()) return membership.status();
-  t->membership = *std::move(membership);
   // A member that joins a running job (in-place recovery) takes the state
   // of a survivor; only when nobody has one does the job start (fresh or
   // from a checkpoint).

@@ -153,36 +153,66 @@ absl::StatusOr<WorkerEnv> Membership::NextRound(const absl::Status& cause) {
   return next;
 }
 
+namespace {
+
+// `join`'s outcome, exceptions (Gloo's and c10d's errors: a peer's
+// connection reset) as UNAVAILABLE.
+absl::Status TryJoin(
+    const WorkerEnv& env,
+    const std::function<absl::Status(const WorkerEnv&)>& join) {
+  try {
+    return join(env);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(e.what());
+  }
+}
+
+// Whether a failed join means its round ended while it formed, so that the
+// next round may follow (JoinNextRound).
+bool RoundEndedWhileForming(const absl::Status& joined) {
+  switch (joined.code()) {
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kAborted:
+    case absl::StatusCode::kDeadlineExceeded:
+    case absl::StatusCode::kCancelled:
+      return true;
+    default:
+      return false;
+  }
+}
+
+absl::Status EndedWhileForming(const WorkerEnv& env,
+                               const absl::Status& joined) {
+  spdlog::warn("round {} ended while it formed ({}); waiting for the next",
+               env.round, std::string(joined.message()));
+  return absl::Status(joined.code(),
+                      absl::StrFormat("joining round %d failed: %s", env.round,
+                                      joined.message()));
+}
+
+}  // namespace
+
 absl::StatusOr<WorkerEnv> Membership::JoinNextRound(
     absl::Status cause,
     const std::function<absl::Status(const WorkerEnv&)>& join) {
   while (true) {
     absl::StatusOr<WorkerEnv> env = NextRound(cause);
     if (!env.ok()) return env.status();
-    absl::Status joined;
-    try {
-      joined = join(*env);
-    } catch (const std::exception& e) {
-      // Gloo's and c10d's errors (a peer's connection reset) are exceptions.
-      joined = absl::UnavailableError(e.what());
-    }
+    const absl::Status joined = TryJoin(*env, join);
     if (joined.ok()) return env;
-    switch (joined.code()) {
-      case absl::StatusCode::kUnavailable:
-      case absl::StatusCode::kFailedPrecondition:
-      case absl::StatusCode::kAborted:
-      case absl::StatusCode::kDeadlineExceeded:
-      case absl::StatusCode::kCancelled:
-        break;
-      default:
-        return joined;
-    }
-    spdlog::warn("round {} ended while it formed ({}); waiting for the next",
-                 env->round, std::string(joined.message()));
-    cause = absl::Status(joined.code(),
-                         absl::StrFormat("joining round %d failed: %s",
-                                         env->round, joined.message()));
+    if (!RoundEndedWhileForming(joined)) return joined;
+    cause = EndedWhileForming(*env, joined);
   }
+}
+
+absl::StatusOr<WorkerEnv> Membership::JoinFirstRound(
+    const WorkerEnv& first,
+    const std::function<absl::Status(const WorkerEnv&)>& join) {
+  const absl::Status joined = TryJoin(first, join);
+  if (joined.ok()) return first;
+  if (!enabled() || !RoundEndedWhileForming(joined)) return joined;
+  return JoinNextRound(EndedWhileForming(first, joined), join);
 }
 
 absl::StatusOr<int> SyncFromSurvivor(const ProcessGroup& group, bool has_state,

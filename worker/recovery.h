@@ -88,6 +88,16 @@ class Membership {
       absl::Status cause,
       const std::function<absl::Status(const WorkerEnv&)>& join);
 
+  // A new member's first round: `join` with `first` (the environment the
+  // process started with), and, when that round ends while it forms (the
+  // same errors as above), the next ones as JoinNextRound does. A
+  // replacement is often the one whose round another fault ends: it then
+  // waits for the next round as its survivors do, instead of failing and
+  // costing the job one more round. Not enabled(): `join` once.
+  absl::StatusOr<WorkerEnv> JoinFirstRound(
+      const WorkerEnv& first,
+      const std::function<absl::Status(const WorkerEnv&)>& join);
+
  private:
   Membership(int control_fd, MembershipOptions options);
   void Watch();

@@ -50,12 +50,14 @@ void RouteOutput(const WorkerOutput& output, RoundPlan& plan) {
 }
 
 // The workers go on into the next round in place: each carries its
-// declaration of in-place recovery with it.
+// declaration of in-place recovery with it, and whether it is still
+// starting.
 void KeepDeclarations(WorkerGroup& group, const SupervisorPolicy& policy) {
   const std::vector<bool>& declared = policy.in_place_declared();
   for (int i = 0; i < group.size(); ++i) {
     group.slot(i).declared_in_place =
         i < static_cast<int>(declared.size()) && declared[i];
+    group.slot(i).starting = policy.phase(i) == common::Phase::kStart;
   }
 }
 
@@ -501,7 +503,8 @@ Agent::RoundOutcome Agent::Supervise(const RunningRound& round) {
   policy_options.num_workers = options_.nproc_per_node;
   policy_options.expect_reports = workers_report_;
   for (int i = 0; i < round.group.size(); ++i) {
-    policy_options.in_place.push_back(round.group.slot(i).declared_in_place);
+    policy_options.in_place.push_back(round.group.slot(i).declared_in_place ||
+                                      program_recovers_in_place_);
   }
   policy_options.survivors = round.survivors;
   SupervisorPolicy policy(policy_options, phase_bounds_, clock_);
@@ -624,7 +627,10 @@ void Agent::Observe(const RunningRound& round, SupervisorPolicy& policy,
       workers_report_[i] = true;
       if (metrics != nullptr) metrics->Progress(i, clock_.Now());
     }
-    if (progress.declared_in_place()) policy.OnInPlaceDeclared(i);
+    if (progress.declared_in_place()) {
+      policy.OnInPlaceDeclared(i);
+      program_recovers_in_place_ = true;
+    }
     // A stopped worker (SIGSTOP) is found by its state, in any phase and
     // whether or not its program reports: a look at /proc per worker and
     // monitor interval.
@@ -737,9 +743,12 @@ Agent::RoundOutcome Agent::ContinueInPlace(v1::Assignment& assignment,
     }
   }
   if (standbys_ != nullptr) standbys_->Fill(n);
+  // A worker kept while it still starts is no survivor to the policy: it
+  // has not reached its round's group yet, and its start's bound applies.
   std::vector<bool> survivors(n);
   for (int i = 0; i < n; ++i) {
-    survivors[i] = sources.by_local_rank[i] == WorkerSource::kSurvivor;
+    survivors[i] = sources.by_local_rank[i] == WorkerSource::kSurvivor &&
+                   !group.slot(i).starting;
   }
   return Supervise({assignment, plan, group, survivors});
 }

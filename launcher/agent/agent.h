@@ -224,6 +224,13 @@ class Agent {
   // must).
   PhaseBounds phase_bounds_;
   std::vector<bool> workers_report_;
+  // Whether a worker of this node declared in-place recovery. Every later
+  // worker runs the same program with the same arguments, so it is taken
+  // to recover in place from its start: a round that ends while a
+  // replacement still loads keeps it and its survivors (it reads the next
+  // round on its control pipe once it runs) instead of restarting the
+  // node's workers.
+  bool program_recovers_in_place_ = false;
 };
 
 }  // namespace ddprun::launcher

@@ -41,6 +41,7 @@ absl::Status WorkerGroup::Start(const std::vector<SpawnRequest>& requests,
     slot.pid = *pid;
     slot.ended = false;
     slot.declared_in_place = false;
+    slot.starting = true;
   }
   return absl::OkStatus();
 }
@@ -57,6 +58,7 @@ absl::Status WorkerGroup::Respawn(int local_rank, const SpawnRequest& request) {
   slot.pid = *pid;
   slot.ended = false;
   slot.declared_in_place = false;
+  slot.starting = true;
   return absl::OkStatus();
 }
 

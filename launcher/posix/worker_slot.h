@@ -24,6 +24,9 @@ struct WorkerSlot {
   // The process declared in-place recovery (libddp): it stays declared in
   // the next rounds it continues into; a new process in the slot has not.
   bool declared_in_place = false;
+  // The process has not reported a phase past its start (a replacement
+  // still loading its program): a round it is kept into finds it there.
+  bool starting = true;
 };
 
 }  // namespace ddprun::launcher

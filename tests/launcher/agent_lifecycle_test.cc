@@ -10,6 +10,7 @@
 
 #include <deque>
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -111,8 +112,10 @@ class LifecycleControl final : public ::ddprun::testing::FakeProcessControl {
   // Each worker reports progress once when it starts.
   bool progress_at_start = false;
   // Each worker declares in-place recovery (as libddp's Membership does)
-  // when it starts.
+  // when it starts, unless it starts in a round after
+  // `declare_up_to_round` (a replacement still loading its program).
   bool declare_in_place = false;
+  int64_t declare_up_to_round = std::numeric_limits<int64_t>::max();
 
   void SignalGroup(pid_t pgid, int sig) override {
     FakeProcessControl::SignalGroup(pgid, sig);
@@ -153,7 +156,7 @@ class LifecycleControl final : public ::ddprun::testing::FakeProcessControl {
     if (progress_at_start) {
       EXPECT_EQ(write(request.inherit_fds[0], "step\n", 5), 5);
     }
-    if (declare_in_place) {
+    if (declare_in_place && w.round <= declare_up_to_round) {
       const std::string line = common::kInPlaceLine;
       EXPECT_EQ(write(request.inherit_fds[0], line.data(), line.size()),
                 static_cast<ssize_t>(line.size()));
@@ -639,6 +642,50 @@ TEST_F(AgentLifecycleTest,
   EXPECT_EQ(control_.workers[2].round, 2);
   ASSERT_THAT(rdzv_.leaves, SizeIs(1));
   EXPECT_EQ(rdzv_.leaves[0].round(), 2);
+}
+
+// A replacement still loading its program when another node ends its round
+// has not declared in-place recovery yet, but its program has (its
+// predecessor did): the agent keeps it and its survivor, and tells both the
+// next round, instead of stopping the node's workers and starting them
+// afresh (the fault harness: a hang at a round change cost two cold starts).
+// It is still starting in that round, so its start's bound applies, not the
+// join's, which a cold start outlasts.
+TEST_F(AgentLifecycleTest, AReplacementStillStartingIsKeptWhenTheRoundEnds) {
+  options_.hang_bounds.fixed[static_cast<int>(common::Phase::kJoin)] =
+      absl::Seconds(2);
+  control_.declare_in_place = true;
+  control_.declare_up_to_round = 1;
+  ExpectJoins({Assigned(MakeAssignment(1, 0)), Assigned(MakeAssignment(2, 1)),
+               Assigned(MakeAssignment(3, 2))});
+  rdzv_.heartbeat = InRound(2, RoundOver());
+  std::optional<absl::Time> told_round_3;
+  control_.exit_when = [&](const FakeWorker& w) -> std::optional<ExitStatus> {
+    if (w.round == 1 && w.local_rank == 1) return ExitStatus::Signaled(SIGKILL);
+    const std::vector<std::string> lines = ControlLines(w);
+    if (lines.empty() ||
+        lines.back().find("\"DDPRUN_ROUND\":\"3\"") == std::string::npos) {
+      return std::nullopt;
+    }
+    // Round 3 runs 10 s (the replacement silent in its start), then ends.
+    if (!told_round_3) told_round_3 = clock_.Now();
+    if (clock_.Now() - *told_round_3 < absl::Seconds(10)) return std::nullopt;
+    return ExitStatus::Exited(0);
+  };
+
+  EXPECT_EQ(RunAgent(), 0);
+
+  ASSERT_THAT(rdzv_.reports, SizeIs(1));     // round 1's kill, nothing more
+  ASSERT_THAT(control_.workers, SizeIs(3));  // nobody started afresh
+  const FakeWorker& survivor = control_.workers[0];
+  const FakeWorker& replacement = control_.workers[2];
+  EXPECT_EQ(replacement.round, 2);
+  EXPECT_THAT(survivor.signals, IsEmpty());
+  EXPECT_THAT(replacement.signals, IsEmpty());
+  EXPECT_THAT(ControlLines(survivor), SizeIs(2));     // rounds 2 and 3
+  EXPECT_THAT(ControlLines(replacement), SizeIs(1));  // round 3
+  ASSERT_THAT(rdzv_.leaves, SizeIs(1));
+  EXPECT_EQ(rdzv_.leaves[0].round(), 3);
 }
 
 TEST_F(AgentLifecycleTest, WorkersThatDoNotDeclareAreAllRestarted) {

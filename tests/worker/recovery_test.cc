@@ -184,5 +184,58 @@ TEST(MembershipTest, JoinNextRoundRetriesExceptionsNotOtherErrors) {
       << joined.status();
 }
 
+// A replacement's first round can end while its group forms (another fault
+// meanwhile): it waits for the next round, as survivors do, instead of
+// failing (ddprun would replace it again, one more round for the job).
+TEST(MembershipTest, AFirstRoundThatEndsWhileItFormsIsFollowedByTheNext) {
+  Pipe control;
+  auto m = Membership::Start(UnderDdprun(control.fds[0], -1));
+  ASSERT_TRUE(m.ok()) << m.status();
+  WorkerEnv first;
+  first.round = 2;
+  std::vector<int64_t> tried;
+  absl::StatusOr<WorkerEnv> joined =
+      (*m)->JoinFirstRound(first, [&](const WorkerEnv& env) {
+        tried.push_back(env.round);
+        if (env.round == 2) {
+          control.Write("{\"DDPRUN_ROUND\":\"3\"}\n");
+          return absl::FailedPreconditionError("round 2 is over");
+        }
+        return absl::OkStatus();
+      });
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  EXPECT_EQ(joined->round, 3);
+  EXPECT_EQ(tried, (std::vector<int64_t>{2, 3}));
+}
+
+// The first round joined: its own environment back, no wait. Without a
+// control channel (torchrun, --no-in-place) a failure is the program's, at
+// once; so is an error that is not a round's end.
+TEST(MembershipTest, AFirstRoundFailsAtOnceWithoutInPlaceRecovery) {
+  WorkerEnv first;
+  first.round = 7;
+  auto m = Membership::Start(WorkerEnv{});
+  ASSERT_TRUE(m.ok()) << m.status();
+  absl::StatusOr<WorkerEnv> joined = (*m)->JoinFirstRound(
+      first, [](const WorkerEnv&) { return absl::OkStatus(); });
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  EXPECT_EQ(joined->round, 7);
+  int calls = 0;
+  joined = (*m)->JoinFirstRound(first, [&](const WorkerEnv&) {
+    ++calls;
+    return absl::UnavailableError("peer gone");
+  });
+  EXPECT_EQ(joined.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(calls, 1);
+
+  Pipe control;
+  auto in_place = Membership::Start(UnderDdprun(control.fds[0], -1));
+  ASSERT_TRUE(in_place.ok()) << in_place.status();
+  joined = (*in_place)->JoinFirstRound(first, [](const WorkerEnv&) {
+    return absl::InvalidArgumentError("no such backend");
+  });
+  EXPECT_EQ(joined.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace ddprun::worker
