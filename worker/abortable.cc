@@ -10,6 +10,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "worker/collective_abort.h"
+#include "worker/exception_text.h"
 
 namespace ddprun::worker {
 namespace {
@@ -43,7 +44,7 @@ absl::StatusOr<c10::intrusive_ptr<Collectives>> FormAbortably(
     try {
       result = form();
     } catch (const std::exception& e) {
-      result = absl::UnavailableError(e.what());
+      result = absl::UnavailableError(ExceptionText(e));
     }
     absl::MutexLock lock(&formation->mu);
     formation->done = true;

@@ -21,6 +21,7 @@
 #include "absl/strings/strip.h"
 #include "spdlog/spdlog.h"
 #include "worker/atomic_file.h"
+#include "worker/exception_text.h"
 
 namespace ddprun::worker {
 
@@ -78,7 +79,7 @@ absl::Status SaveStateDict(const std::string& path,
     bytes = PickleForTorchLoad(c10::IValue(dict));
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrFormat(
-        "cannot serialize the model for %s: %s", path, e.what()));
+        "cannot serialize the model for %s: %s", path, ExceptionText(e)));
   }
   return WriteFileAtomically(path,
                              absl::string_view(bytes.data(), bytes.size()));
@@ -101,7 +102,7 @@ absl::StatusOr<std::map<std::string, at::Tensor>> LoadStateDict(
     }
   } catch (const std::exception& e) {
     return absl::DataLossError(absl::StrFormat(
-        "model file %s is not a saved state dict: %s", path, e.what()));
+        "model file %s is not a saved state dict: %s", path, ExceptionText(e)));
   }
   return out;
 }
@@ -196,8 +197,8 @@ absl::StatusOr<TrainingCheckpoint> ReadCheckpoint(const std::string& path) {
       c.epoch_samples.assign(v, v + samples.numel());
     }
   } catch (const std::exception& e) {
-    return absl::DataLossError(
-        absl::StrFormat("checkpoint %s does not read: %s", path, e.what()));
+    return absl::DataLossError(absl::StrFormat(
+        "checkpoint %s does not read: %s", path, ExceptionText(e)));
   }
   return c;
 }
@@ -247,7 +248,7 @@ absl::Status SaveCheckpoint(const std::string& dir,
   } catch (const std::exception& e) {
     return absl::InternalError(
         absl::StrFormat("cannot serialize the checkpoint of step %d: %s",
-                        checkpoint.step, e.what()));
+                        checkpoint.step, ExceptionText(e)));
   }
   absl::Status written =
       WriteFileAtomically(CheckpointPath(dir, checkpoint.step),

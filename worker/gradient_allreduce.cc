@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "spdlog/spdlog.h"
 #include "worker/abortable.h"
+#include "worker/exception_text.h"
 
 namespace ddprun::worker {
 namespace {
@@ -103,7 +104,7 @@ absl::StatusOr<std::unique_ptr<GradientAllreduce>> GradientAllreduce::Create(
     return absl::UnavailableError(absl::StrFormat(
         "gradient allreduce: rank %d cannot exchange node layouts through "
         "the store: %s; check that every rank started",
-        options.rank, e.what()));
+        options.rank, ExceptionText(e)));
   }
   size_t largest = 0;
   for (const auto& node : nodes) largest = std::max(largest, node.size());
@@ -154,8 +155,8 @@ absl::StatusOr<std::unique_ptr<GradientAllreduce>> GradientAllreduce::Create(
                             "local rank 0 could not create it: ", state));
       }
     } catch (const std::exception& e) {
-      segment = absl::UnavailableError(
-          absl::StrCat("cannot coordinate through the store: ", e.what()));
+      segment = absl::UnavailableError(absl::StrCat(
+          "cannot coordinate through the store: ", ExceptionText(e)));
     }
     if (!segment.ok()) {
       return absl::Status(
@@ -212,7 +213,8 @@ absl::Status GradientAllreduce::BetweenNodes(float* data, int64_t count) {
     return absl::OkStatus();
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat(
-        "gradient allreduce between the node leaders failed: ", e.what(),
+        "gradient allreduce between the node leaders failed: ",
+        ExceptionText(e),
         "; a rank on another node has probably died (its log says why)"));
   }
 }

@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "worker/exception_text.h"
 
 namespace ddprun::worker {
 
@@ -33,7 +34,7 @@ absl::StatusOr<c10::intrusive_ptr<Collectives>> CreateNcclCollectives(
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrFormat(
         "cannot create the NCCL process group (rank %d of %d): %s", env.rank,
-        env.world_size, e.what()));
+        env.world_size, ExceptionText(e)));
   }
 }
 

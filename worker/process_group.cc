@@ -18,6 +18,7 @@
 #include "spdlog/spdlog.h"
 #include "worker/abortable.h"
 #include "worker/broken_pipes.h"
+#include "worker/exception_text.h"
 #include "worker/gradient_allreduce.h"
 #include "worker/grpc_store.h"
 #include "worker/lazy_collectives.h"
@@ -88,7 +89,7 @@ absl::StatusOr<c10::intrusive_ptr<::c10d::Store>> CreateStore(
             ? absl::StrFormat("MASTER_ADDR %s:%d", env.master_addr,
                               env.master_port)
             : absl::StrFormat("DDPRUN_STORE_ENDPOINT %s", env.store_endpoint),
-        e.what()));
+        ExceptionText(e)));
   }
 }
 
@@ -118,7 +119,7 @@ absl::StatusOr<c10::intrusive_ptr<Collectives>> CreateGloo(
     return absl::InvalidArgumentError(absl::StrFormat(
         "Gloo cannot bind to %s: %s; set DDPRUN_LOCAL_ADDR to an address of "
         "this host or GLOO_SOCKET_IFNAME to an interface",
-        where, e.what()));
+        where, ExceptionText(e)));
   }
   // Abortable: a round that ends while its group connects (a peer stopped
   // or killed in the middle) must not hold this worker past it.

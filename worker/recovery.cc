@@ -17,6 +17,7 @@
 #include "worker/abortable.h"
 #include "worker/collective_abort.h"
 #include "worker/error_file.h"
+#include "worker/exception_text.h"
 #include "worker/phase.h"
 #include "worker/standby.h"
 
@@ -163,7 +164,7 @@ absl::Status TryJoin(
   try {
     return join(env);
   } catch (const std::exception& e) {
-    return absl::UnavailableError(e.what());
+    return absl::UnavailableError(ExceptionText(e));
   }
 }
 

@@ -133,6 +133,21 @@ TEST_F(AbortableTest, AnExceptionIsUnavailable) {
             std::string::npos);
 }
 
+// LibTorch's errors (TORCH_CHECK, as the store client throws them) carry a
+// backtrace in what(); the status quotes the message alone.
+TEST_F(AbortableTest, ALibTorchErrorIsQuotedWithoutItsBacktrace) {
+  auto formed = FormAbortably([]() -> c10::intrusive_ptr<Collectives> {
+    TORCH_CHECK(false, "store Set of key 'k' failed: round 3 is over");
+  });
+  EXPECT_EQ(formed.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(formed.status().message().find("round 3 is over"),
+            std::string::npos);
+  EXPECT_EQ(formed.status().message().find("Exception raised from"),
+            std::string::npos)
+      << formed.status().message();
+  EXPECT_EQ(formed.status().message().find("frame #"), std::string::npos);
+}
+
 // Two ranks of a real Gloo group, formed on `store`.
 std::pair<c10::intrusive_ptr<Collectives>, c10::intrusive_ptr<Collectives>>
 FormPair() {
