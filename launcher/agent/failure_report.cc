@@ -10,18 +10,21 @@ namespace ddprun::launcher {
 
 std::string DescribeHang(const LocalFailure& f) {
   const absl::string_view phase = common::PhaseName(f.phase);
+  // Whole milliseconds: "34ms", not "34.19673ms".
+  const std::string silent =
+      absl::FormatDuration(absl::Trunc(f.silent, absl::Milliseconds(1)));
   if (f.stopped) {
     // With the default bound it is found at the first look: "for 0".
     if (f.silent < absl::Milliseconds(1)) {
       return absl::StrFormat("stopped (state T) in phase %s", phase);
     }
-    return absl::StrFormat("stopped (state T) for %s in phase %s",
-                           absl::FormatDuration(f.silent), phase);
+    return absl::StrFormat("stopped (state T) for %s in phase %s", silent,
+                           phase);
   }
   return absl::StrFormat(
       "no progress for %s in phase %s (its bound; --hang-bound %s=SECONDS "
       "changes it)",
-      absl::FormatDuration(f.silent), phase, phase);
+      silent, phase, phase);
 }
 
 v1::ReportFailureRequest BuildFailureReport(

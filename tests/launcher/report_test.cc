@@ -99,6 +99,28 @@ google::protobuf::Struct ErrorFileMessage(const std::string& path) {
   return file.fields().at("message").struct_value();
 }
 
+// A hang's description gives whole milliseconds, not the clock's digits.
+TEST(FailureReportTest, DescribesAHangInWholeMilliseconds) {
+  LocalFailure stopped{0,
+                       ExitStatus{},
+                       v1::FAILURE_CAUSE_HUNG,
+                       absl::UnixEpoch(),
+                       common::Phase::kJoin,
+                       absl::Microseconds(34196.73)};
+  stopped.stopped = true;
+  EXPECT_EQ(DescribeHang(stopped), "stopped (state T) for 34ms in phase join");
+  stopped.silent = absl::Microseconds(400);
+  EXPECT_EQ(DescribeHang(stopped), "stopped (state T) in phase join");
+  LocalFailure silent{0,
+                      ExitStatus{},
+                      v1::FAILURE_CAUSE_HUNG,
+                      absl::UnixEpoch(),
+                      common::Phase::kStep,
+                      absl::Milliseconds(2500.7)};
+  EXPECT_THAT(DescribeHang(silent),
+              HasSubstr("no progress for 2.5s in phase step"));
+}
+
 TEST(FailureSummaryTest, NamesTheRootCauseFirst) {
   v1::JobEnded ended;
   ended.set_state(v1::JOB_STATE_FAILED);
