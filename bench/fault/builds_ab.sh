@@ -8,6 +8,10 @@
 #
 #   bench/fault/builds_ab.sh BUILD_A BUILD_B [ROUNDS] [SECONDS] [harness flags]
 #
+# Also the median of each kind over all its moments, and, fault by fault on
+# the same seeds, how many of A's cost more than B's. DDPRUN_FAULT_OUT=DIR
+# keeps each run's per-fault JSON there (<build's index>.<round>.json).
+#
 # A build folder needs launcher/ddprun, rendezvous/ddprun-rendezvous and
 # mnist/ddprun-mnist (copy them out of a build to keep one while the other
 # is rebuilt).
@@ -21,8 +25,13 @@ builds=("$1" "$2")
 rounds=${3:-2}
 seconds=${4:-150}
 shift $(($# < 4 ? $# : 4))
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+if [[ -n ${DDPRUN_FAULT_OUT:-} ]]; then
+  out=$DDPRUN_FAULT_OUT
+  mkdir -p "$out"
+else
+  out=$(mktemp -d)
+  trap 'rm -rf "$out"' EXIT
+fi
 for ((r = 0; r < rounds; r++)); do
   for b in 0 1; do
     python3 "$root/tests/fault/fault_harness.py" \
@@ -48,4 +57,25 @@ for b, build in enumerate(builds):
         print("%s: %-15s %-12s %3d faults, past its own length: "
               "median %.3f s, max %.3f s"
               % (build, kind, moment, len(v), statistics.median(v), max(v)))
+    by_kind = collections.defaultdict(list)
+    for (kind, moment), v in lost.items():
+        by_kind[kind].extend(v)
+    for kind, v in sorted(by_kind.items()):
+        print("%s: %-15s %-12s %3d faults, past its own length: "
+              "median %.3f s, max %.3f s"
+              % (build, kind, "(all)", len(v), statistics.median(v), max(v)))
+# The same seed's faults, in order, are the same plan for both builds.
+pairs = collections.defaultdict(lambda: [0, 0, 0])
+for path in glob.glob(os.path.join(out, "0.*.json")):
+    other = path[:-len(os.path.basename(path))] + "1" + os.path.basename(path)[1:]
+    if not os.path.exists(other):
+        continue
+    for a, b in zip(json.load(open(path)), json.load(open(other))):
+        if a["lost_s"] is None or b["lost_s"] is None or a["kind"] != b["kind"]:
+            continue
+        d = a["lost_s"] - b["lost_s"]
+        pairs[a["kind"]][0 if d > 0 else 1 if d < 0 else 2] += 1
+for kind, (a_more, b_more, equal) in sorted(pairs.items()):
+    print("%-15s paired by seed and fault: %s lost more in %d, %s in %d, "
+          "equal %d" % (kind, builds[0], a_more, builds[1], b_more, equal))
 PY
