@@ -169,7 +169,6 @@ void RendezvousService::Apply(Effects effects) {
   }
   for (const ReleasedRounds& r : effects.released) {
     store_->ReleaseRoundsBefore(r.run_id, r.before_round);
-    streams_.PushRoundOver(r.run_id, r.before_round);
   }
 }
 
