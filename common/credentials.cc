@@ -57,20 +57,24 @@ class TokenInterceptorFactory final
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(
-    const std::string& endpoint, const ChannelOptions& options) {
-  std::shared_ptr<grpc::ChannelCredentials> credentials;
+grpc::ChannelArguments ConnectionArguments(const ChannelOptions& options) {
   grpc::ChannelArguments args;
   if (options.reconnect_backoff_initial_ms > 0) {
     // Not GRPC_ARG_MIN_RECONNECT_BACKOFF_MS: gRPC takes that as the shortest
-    // connect deadline, and at tens of milliseconds a connect on a loaded
-    // host is cut off ("tcp handshaker shutdown") again and again.
+    // connect deadline (connect_timeout_ms below), and at tens of
+    // milliseconds a connect on a loaded host is cut off ("tcp handshaker
+    // shutdown") again and again.
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
                 options.reconnect_backoff_initial_ms);
   }
   if (options.reconnect_backoff_max_ms > 0) {
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
                 options.reconnect_backoff_max_ms);
+  }
+  if (options.connect_timeout_ms > 0) {
+    // gRPC's name for the minimum connect deadline (doc/
+    // connection-backoff.md: MIN_CONNECT_TIMEOUT).
+    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, options.connect_timeout_ms);
   }
   if (options.keepalive_time_ms > 0) {
     args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, options.keepalive_time_ms);
@@ -84,6 +88,13 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(
   if (options.private_subchannels) {
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   }
+  return args;
+}
+
+absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(
+    const std::string& endpoint, const ChannelOptions& options) {
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  grpc::ChannelArguments args = ConnectionArguments(options);
   if (options.tls_ca_file.empty()) {
     if (!options.tls_cert_file.empty() || !options.tls_key_file.empty()) {
       return absl::InvalidArgumentError(

@@ -8,6 +8,7 @@
 #include "absl/strings/string_view.h"
 #include "common/auth.h"
 #include "grpcpp/channel.h"
+#include "grpcpp/support/channel_arguments.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/support/string_ref.h"
@@ -29,6 +30,17 @@ struct ChannelOptions : Credentials {
   // rendezvous server that starts after it within its join retries.
   int reconnect_backoff_initial_ms = 0;
   int reconnect_backoff_max_ms = 0;
+  // How long one connection attempt (TCP, TLS, HTTP/2 settings) may take
+  // before gRPC gives it up and starts another; 0: gRPC's 20 s. A connect
+  // whose SYN fell into a partition otherwise waits for the kernel's SYN
+  // retransmissions (1, 3, 7, 15 s after the first) or for those 20 s,
+  // long after the network is back: CI saw a worker's store channel, made
+  // as a partition began, connect 20 s later and hold its round's group
+  // that long. With a short bound a fresh socket tries again each second.
+  // A second is far more than a handshake takes inside a cluster; a
+  // channel whose handshake needs longer never connects, so keep it above
+  // the network's round trips times the handshake's (TLS: 2 or 3).
+  int connect_timeout_ms = 1000;
   // The channel's own connections, not gRPC's process-wide subchannel
   // pool shared by every channel to the same target with the same settings.
   bool private_subchannels = false;
@@ -43,6 +55,10 @@ struct ChannelOptions : Credentials {
   int keepalive_time_ms = 2000;
   int keepalive_timeout_ms = 5000;
 };
+
+// The channel arguments `options` give for the connection itself (pacing,
+// connect bound, keepalive, subchannel pool); not TLS's or the token's.
+grpc::ChannelArguments ConnectionArguments(const ChannelOptions& options);
 
 // A channel to `endpoint` ("host:port") that attaches the token to every
 // call. Errors: an unreadable TLS file (named in the message).
