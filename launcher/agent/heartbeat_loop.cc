@@ -19,7 +19,10 @@ HeartbeatLoop::HeartbeatLoop(RendezvousApi& client,
       thread_([this] { Run(); }) {}
 
 HeartbeatLoop::~HeartbeatLoop() {
-  stop_.Notify();
+  {
+    absl::MutexLock lock(&wake_mu_);
+    stopping_ = true;
+  }
   thread_.join();
 }
 
@@ -28,8 +31,39 @@ void HeartbeatLoop::Run() {
   request.set_run_id(options_.run_id);
   request.set_node_id(options_.node_id);
   request.set_round(options_.round);
-  while (!stop_.WaitForNotificationWithTimeout(options_.interval)) {
+  // On a stream, the first beat goes at once: it tells the server this
+  // node's round, and from then on the server pushes that round's end the
+  // moment it comes (a round change often ends the round just formed, in
+  // its first interval). Unary heartbeats start an interval after the Join,
+  // which counts as one; so does the first beat when the stream cannot be
+  // had (one more unary beat per round from every node the server holds no
+  // stream for would load the largest jobs at each round change).
+  absl::Time next_beat =
+      options_.stream ? absl::Now() : absl::Now() + options_.interval;
+  bool first = true;
+  while (true) {
+    std::optional<v1::HeartbeatResponse> pushed;
+    {
+      absl::MutexLock lock(&wake_mu_);
+      auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(wake_mu_) {
+        return stopping_ || pushed_.has_value();
+      };
+      wake_mu_.AwaitWithDeadline(absl::Condition(&woken), next_beat);
+      if (stopping_) return;
+      pushed.swap(pushed_);
+    }
+    if (pushed.has_value()) {
+      // The server's word that the round ended, the moment it did.
+      const HeartbeatPolicy::Step step = policy_.OnPush(*pushed);
+      if (step.next == HeartbeatPolicy::Next::kRoundOver) {
+        Log(step, *pushed);
+        on_round_over_();
+        return;
+      }
+      continue;  // the heartbeats go on at their interval
+    }
     absl::Time sent = absl::Now();
+    next_beat = sent + options_.interval;
     std::vector<v1::RankFigures> figures;
     if (options_.figures) figures = options_.figures();
     const bool with_figures = policy_.FiguresDue(figures, sent);
@@ -37,7 +71,11 @@ void HeartbeatLoop::Run() {
     if (with_figures) {
       for (const v1::RankFigures& f : figures) *request.add_ranks() = f;
     }
-    absl::StatusOr<v1::HeartbeatResponse> response = Beat(request);
+    std::optional<absl::StatusOr<v1::HeartbeatResponse>> sent_beat =
+        Beat(request, /*unary_allowed=*/!first);
+    first = false;
+    if (!sent_beat.has_value()) continue;
+    absl::StatusOr<v1::HeartbeatResponse>& response = *sent_beat;
     if (with_figures && response.ok()) {
       policy_.FiguresDelivered(figures, sent);
     }
@@ -89,18 +127,25 @@ void HeartbeatLoop::Log(
   }
 }
 
-absl::StatusOr<v1::HeartbeatResponse> HeartbeatLoop::Beat(
-    const v1::HeartbeatRequest& request) {
+std::optional<absl::StatusOr<v1::HeartbeatResponse>> HeartbeatLoop::Beat(
+    const v1::HeartbeatRequest& request, bool unary_allowed) {
+  auto unary = [&]() -> std::optional<absl::StatusOr<v1::HeartbeatResponse>> {
+    if (!unary_allowed) return std::nullopt;
+    return client_.Heartbeat(request);
+  };
   if (stream_ == nullptr && policy_.ShouldOpenStream(absl::Now())) {
     absl::StatusOr<std::unique_ptr<HeartbeatStream>> opened =
-        client_.OpenHeartbeatStream();
+        client_.OpenHeartbeatStream([this](const v1::HeartbeatResponse& r) {
+          absl::MutexLock lock(&wake_mu_);
+          pushed_ = r;
+        });
     if (opened.ok()) {
       stream_ = *std::move(opened);
     } else {
       policy_.OnStreamOpenFailed(opened.status().code(), absl::Now());
     }
   }
-  if (stream_ == nullptr) return client_.Heartbeat(request);
+  if (stream_ == nullptr) return unary();
   absl::StatusOr<v1::HeartbeatResponse> response = stream_->Beat(request);
   const absl::StatusCode code = response.status().code();
   switch (policy_.OnStreamBeat(code, absl::Now())) {
@@ -123,12 +168,12 @@ absl::StatusOr<v1::HeartbeatResponse> HeartbeatLoop::Beat(
             "heartbeats for round {}",
             client_.endpoint(), options_.round);
       }
-      return client_.Heartbeat(request);
+      return unary();
     case HeartbeatPolicy::StreamNext::kUnaryNow:
       stream_.reset();
       spdlog::debug("heartbeat stream failed ({}); reopened after a backoff",
                     std::string(response.status().message()));
-      return client_.Heartbeat(request);
+      return unary();
   }
   return response;
 }

@@ -8,7 +8,8 @@
 #include <thread>
 #include <vector>
 
-#include "absl/synchronization/notification.h"
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "launcher/agent/heartbeat_policy.h"
 #include "launcher/agent/rendezvous_api.h"
@@ -77,9 +78,10 @@ class HeartbeatLoop {
  private:
   void Run();
   // One heartbeat: on the stream when there is one (opened here, reopened
-  // after a failure once its backoff passed), else unary.
-  absl::StatusOr<v1::HeartbeatResponse> Beat(
-      const v1::HeartbeatRequest& request);
+  // after a failure once its backoff passed), else unary; nullopt when it
+  // would be unary and `unary_allowed` is false (nothing was sent).
+  std::optional<absl::StatusOr<v1::HeartbeatResponse>> Beat(
+      const v1::HeartbeatRequest& request, bool unary_allowed);
   // Re-registers the node's round with a server that lost it.
   ResumeAnswer Resume();
   // Logs what `step` says happened; `response` is the heartbeat's answer.
@@ -89,10 +91,14 @@ class HeartbeatLoop {
   RendezvousApi& client_;
   HeartbeatLoopOptions options_;
   std::function<void()> on_round_over_;
+  // What wakes the loop between heartbeats: the destructor, or a push of
+  // the stream (declared before it, which calls in until it is destroyed).
+  absl::Mutex wake_mu_;
+  bool stopping_ ABSL_GUARDED_BY(wake_mu_) = false;
+  std::optional<v1::HeartbeatResponse> pushed_ ABSL_GUARDED_BY(wake_mu_);
   // The loop's decisions and the stream it holds (the loop's thread only).
   HeartbeatPolicy policy_;
   std::unique_ptr<HeartbeatStream> stream_;
-  absl::Notification stop_;
   std::thread thread_;
 };
 

@@ -3,6 +3,16 @@
 #include <cmath>
 
 namespace ddprun::launcher {
+namespace {
+
+// The server's word that the node's round is over. A job that succeeded
+// elsewhere does not stop workers still running here; they finish and
+// Leave.
+bool SaysRoundOver(const v1::HeartbeatResponse& response) {
+  return response.rejoin() || response.state() == v1::JOB_STATE_FAILED;
+}
+
+}  // namespace
 
 ResumeAnswer ReadResumeAnswer(const absl::StatusOr<v1::ResumeResponse>& resumed,
                               int64_t round,
@@ -65,12 +75,17 @@ HeartbeatPolicy::Step HeartbeatPolicy::OnAnswer(
     resume_after_not_found_ = false;
     return {.next = Next::kResume, .outage_ended = outage_ended};
   }
-  // A job that succeeded elsewhere does not stop workers still running
-  // here; they finish and Leave.
-  if (response->rejoin() || response->state() == v1::JOB_STATE_FAILED) {
+  if (SaysRoundOver(*response)) {
     return {.next = Next::kRoundOver, .outage_ended = outage_ended};
   }
   return {.next = Next::kBeatAgain, .outage_ended = outage_ended};
+}
+
+HeartbeatPolicy::Step HeartbeatPolicy::OnPush(
+    const v1::HeartbeatResponse& pushed) const {
+  if (!pushed.resume() && SaysRoundOver(pushed))
+    return {.next = Next::kRoundOver};
+  return {.next = Next::kBeatAgain};
 }
 
 HeartbeatPolicy::Step HeartbeatPolicy::OnResumed(ResumeAnswer answer,

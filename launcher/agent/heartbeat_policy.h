@@ -112,6 +112,10 @@ class HeartbeatPolicy {
                 absl::Time sent, absl::Time now);
   // After kResume: what came of the Resume.
   Step OnResumed(ResumeAnswer answer, absl::Time now);
+  // What the server pushed unasked on the stream (HeartbeatResponse.pushed):
+  // kRoundOver when it says so as an answer would, else kBeatAgain (the
+  // heartbeats go on as before; a push is no heartbeat heard).
+  Step OnPush(const v1::HeartbeatResponse& pushed) const;
 
   // Whether to open a stream now, when the loop holds none.
   bool ShouldOpenStream(absl::Time now) const;

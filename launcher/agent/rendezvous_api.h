@@ -1,5 +1,6 @@
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -13,7 +14,9 @@
 namespace ddprun::launcher {
 
 // One open Rendezvous.Heartbeats stream: heartbeats of one node, each
-// answered as a unary Heartbeat would be. Used by one thread at a time.
+// answered as a unary Heartbeat would be (and, unasked, the server's word
+// that the round ended: RendezvousApi::PushHandler). Used by one thread at a
+// time.
 class HeartbeatStream {
  public:
   virtual ~HeartbeatStream() = default;
@@ -61,10 +64,15 @@ class RendezvousApi {
   virtual void WakeJoin() {}
   virtual absl::StatusOr<v1::HeartbeatResponse> Heartbeat(
       const v1::HeartbeatRequest& request) = 0;
-  // A new heartbeat stream (HeartbeatStream). The default says
+  // What the server pushes on a heartbeat stream unasked (the node's round
+  // ended: HeartbeatResponse.pushed), called on a thread of the client's; it
+  // must not block.
+  using PushHandler = std::function<void(const v1::HeartbeatResponse&)>;
+  // A new heartbeat stream (HeartbeatStream) that hands its pushes to
+  // `on_push` (unset: dropped) until it is destroyed. The default says
   // UNIMPLEMENTED: the caller sends unary Heartbeats.
-  virtual absl::StatusOr<std::unique_ptr<HeartbeatStream>>
-  OpenHeartbeatStream() {
+  virtual absl::StatusOr<std::unique_ptr<HeartbeatStream>> OpenHeartbeatStream(
+      PushHandler on_push) {
     return absl::UnimplementedError("heartbeat streams are not supported here");
   }
   virtual absl::StatusOr<v1::ReportFailureResponse> ReportFailure(

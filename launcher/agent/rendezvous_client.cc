@@ -228,7 +228,8 @@ class RendezvousClient::Stream final
       public grpc::ClientBidiReactor<v1::HeartbeatRequest,
                                      v1::HeartbeatResponse> {
  public:
-  explicit Stream(const RendezvousClient* client) : client_(client) {
+  Stream(const RendezvousClient* client, PushHandler on_push)
+      : client_(client), on_push_(std::move(on_push)) {
     // No deadline: the stream lives for the round; each Beat has its own.
     client_->stub_->async()->Heartbeats(&context_, this);
     AddHold();
@@ -301,6 +302,13 @@ class RendezvousClient::Stream final
       if (release) RemoveHold();
       return;
     }
+    if (incoming_.pushed()) {
+      // Unasked (the round ended): no answer to a Beat.
+      const v1::HeartbeatResponse pushed = incoming_;
+      StartRead(&incoming_);
+      if (on_push_) on_push_(pushed);
+      return;
+    }
     {
       absl::MutexLock lock(&mu_);
       last_ = incoming_;
@@ -333,6 +341,7 @@ class RendezvousClient::Stream final
   }
 
   const RendezvousClient* const client_;
+  const PushHandler on_push_;
   grpc::ClientContext context_;
   v1::HeartbeatRequest outgoing_;   // the write in flight (gRPC reads it)
   v1::HeartbeatResponse incoming_;  // the read in flight (gRPC writes it)
@@ -347,8 +356,8 @@ class RendezvousClient::Stream final
 };
 
 absl::StatusOr<std::unique_ptr<HeartbeatStream>>
-RendezvousClient::OpenHeartbeatStream() {
-  return std::make_unique<Stream>(this);
+RendezvousClient::OpenHeartbeatStream(PushHandler on_push) {
+  return std::make_unique<Stream>(this, std::move(on_push));
 }
 
 absl::StatusOr<v1::ReportFailureResponse> RendezvousClient::ReportFailure(

@@ -59,8 +59,8 @@ class RendezvousClient final : public RendezvousApi {
   // Opens Rendezvous.Heartbeats (no deadline: it lives for the round); each
   // Beat waits up to rpc_timeout for its answer. Opening never fails here:
   // a server that refuses the stream says so on the first Beat.
-  absl::StatusOr<std::unique_ptr<HeartbeatStream>> OpenHeartbeatStream()
-      override;
+  absl::StatusOr<std::unique_ptr<HeartbeatStream>> OpenHeartbeatStream(
+      PushHandler on_push) override;
   absl::StatusOr<v1::ReportFailureResponse> ReportFailure(
       const v1::ReportFailureRequest& request) override;
   absl::Status Leave(const v1::LeaveRequest& request) override;

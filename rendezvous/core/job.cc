@@ -606,12 +606,10 @@ v1::ReportFailureResponse Job::ReportFailure(
 v1::HeartbeatResponse Job::Heartbeat(const v1::HeartbeatRequest& request,
                                      absl::Time now) {
   last_activity_ = now;
-  bool member = false;
   if (auto it = nodes_.find(request.node_id()); it != nodes_.end()) {
     it->second.last_seen = now;
     it->second.heard_in_round = true;
-    member = it->second.member;
-    if (member && request.round() == round_ &&
+    if (it->second.member && request.round() == round_ &&
         state_ == v1::JOB_STATE_RUNNING) {
       if (!request.ranks().empty()) TakeFigures(it->second, request, now);
       // Every heartbeat, not only those with figures: a large job's nodes
@@ -620,21 +618,28 @@ v1::HeartbeatResponse Job::Heartbeat(const v1::HeartbeatRequest& request,
       EvaluateStragglers(now);
     }
   }
+  return HeartbeatAnswer(request.node_id(), request.round());
+}
+
+v1::HeartbeatResponse Job::HeartbeatAnswer(const std::string& node_id,
+                                           int64_t round) const {
+  auto it = nodes_.find(node_id);
+  const bool member = it != nodes_.end() && it->second.member;
   v1::HeartbeatResponse response;
   response.set_round(round_);
   response.set_state(state_);
   response.set_nodes_waiting(parked_);
   if (ended()) {
     *response.mutable_ended() = Ended();
-  } else if (resuming_.has_value() && !member && request.round() == round_) {
+  } else if (resuming_.has_value() && !member && round == round_) {
     // The server restarted and this member has not re-registered yet.
     response.set_resume(true);
   } else {
-    response.set_rejoin(request.round() != round_ ||
-                        state_ != v1::JOB_STATE_RUNNING || !member);
+    response.set_rejoin(round != round_ || state_ != v1::JOB_STATE_RUNNING ||
+                        !member);
     if (!response.rejoin()) {
       for (const StragglerDetector::Straggler& s : stragglers_.stragglers()) {
-        if (s.sample.node_id == request.node_id()) {
+        if (s.sample.node_id == node_id) {
           response.add_straggler_local_ranks(s.sample.local_rank);
         }
       }

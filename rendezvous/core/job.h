@@ -171,6 +171,11 @@ class Job {
                   Effects* effects);
   v1::HeartbeatResponse Heartbeat(const v1::HeartbeatRequest& request,
                                   absl::Time now);
+  // What Heartbeat would answer node `node_id` of round `round` now, without
+  // taking it for a heartbeat (nothing changes): the answer pushed on its
+  // heartbeat stream when its round ends.
+  v1::HeartbeatResponse HeartbeatAnswer(const std::string& node_id,
+                                        int64_t round) const;
   // The node's heartbeat stream ended (its agent closed or cancelled it, or
   // went away) while it was a member of running round `round`. An agent
   // that still runs ends its stream only after its round ended, and sends

@@ -262,6 +262,15 @@ absl::StatusOr<v1::HeartbeatResponse> JobTable::Heartbeat(
   return response;
 }
 
+absl::StatusOr<v1::HeartbeatResponse> JobTable::HeartbeatAnswer(
+    const std::string& run_id, const std::string& node_id,
+    int64_t round) const {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(run_id);
+  if (it == jobs_.end()) return NotFound(run_id);
+  return it->second->HeartbeatAnswer(node_id, round);
+}
+
 void JobTable::HeartbeatStreamEnded(const std::string& run_id,
                                     const std::string& node_id, int64_t round) {
   absl::Time now = clock_->Now();

@@ -72,6 +72,11 @@ class JobTable {
                   WaiterId waiter, Effects* effects);
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(
       const v1::HeartbeatRequest& request);
+  // Job::HeartbeatAnswer: what a heartbeat would be answered, changing
+  // nothing. NOT_FOUND for an unknown job.
+  absl::StatusOr<v1::HeartbeatResponse> HeartbeatAnswer(
+      const std::string& run_id, const std::string& node_id,
+      int64_t round) const;
   // A node's heartbeat stream ended after its last beat, for `round`
   // (Job::HeartbeatStreamEnded).
   void HeartbeatStreamEnded(const std::string& run_id,

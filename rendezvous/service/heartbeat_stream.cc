@@ -3,6 +3,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_format.h"
@@ -37,8 +38,10 @@ absl::StatusOr<v1::HeartbeatResponse> AnswerHeartbeat(
 
 // One stream. Reads are sequential (one outstanding at a time), so
 // OnReadDone never runs concurrently with itself; it may run concurrently
-// with OnWriteDone, and mu_ orders the two around the one write gRPC allows
-// in flight. gRPC is never called with mu_ held (a reaction may run inline).
+// with OnWriteDone and with a push (PushRoundOver's thread), and mu_ orders
+// them around the one write gRPC allows in flight. gRPC is never called
+// with mu_ held (a reaction may run inline). The stream deletes itself once
+// gRPC is done with it and no push holds it (refs_).
 class HeartbeatStreams::Stream final
     : public grpc::ServerBidiReactor<v1::HeartbeatRequest,
                                      v1::HeartbeatResponse> {
@@ -69,6 +72,10 @@ class HeartbeatStreams::Stream final
       absl::Status admitted =
           owner_->token_->Check(*context_, request_.run_id());
       if (!admitted.ok()) return FinishOnce(common::ToGrpcStatus(admitted));
+      if (!registered_run_id_.empty()) {
+        owner_->Unregister(registered_run_id_, this);
+        registered_run_id_.clear();
+      }
       admitted_ = true;
       admitted_run_id_ = request_.run_id();
     }
@@ -81,11 +88,47 @@ class HeartbeatStreams::Stream final
     // node stands for that node's liveness.
     if (request_.more_size() == 0) {
       last_beat_ = Beat{request_.node_id(), request_.round()};
+      if (registered_run_id_.empty()) {
+        registered_run_id_ = admitted_run_id_;
+        owner_->Register(registered_run_id_, this);
+      }
     } else {
       last_beat_.reset();
     }
+    {
+      absl::MutexLock lock(&mu_);
+      pushable_ = last_beat_;
+    }
     Send(*std::move(answer));
     StartRead(&request_);
+  }
+
+  // PushRoundOver's part: pushes what this stream's node would be answered
+  // now, when its last beat was of a round before `before_round` and that
+  // answer says the round is over or the job ended. Any thread.
+  void PushIfRoundBefore(const std::string& run_id, int64_t before_round) {
+    std::optional<Beat> beat;
+    {
+      absl::MutexLock lock(&mu_);
+      if (finishing_ || !pushable_.has_value() ||
+          pushable_->round >= before_round ||
+          pushed_round_ == pushable_->round) {
+        return;
+      }
+      beat = pushable_;
+      pushed_round_ = beat->round;
+    }
+    absl::StatusOr<v1::HeartbeatResponse> answer =
+        owner_->jobs_->HeartbeatAnswer(run_id, beat->node_id, beat->round);
+    if (!answer.ok() || !(answer->rejoin() || answer->has_ended())) return;
+    answer->set_pushed(true);
+    owner_->pushes_.fetch_add(1);
+    Send(*std::move(answer));
+  }
+
+  void Ref() { refs_.fetch_add(1); }
+  void Unref() {
+    if (refs_.fetch_sub(1) == 1) delete this;
   }
 
   void OnWriteDone(bool ok) override {
@@ -93,13 +136,17 @@ class HeartbeatStreams::Stream final
     std::optional<grpc::Status> finish;
     {
       absl::MutexLock lock(&mu_);
-      if (ok && pending_.has_value()) {
-        out_ = *std::move(pending_);
-        pending_.reset();
+      // The answer first: the agent's heartbeat waits for it.
+      std::optional<v1::HeartbeatResponse>& next =
+          pending_.has_value() ? pending_ : pending_push_;
+      if (ok && next.has_value()) {
+        out_ = *std::move(next);
+        next.reset();
         write = true;
       } else {
         writing_ = false;
         pending_.reset();
+        pending_push_.reset();
         if (finishing_ && !finished_) {
           finished_ = true;
           finish = finish_status_;
@@ -112,17 +159,23 @@ class HeartbeatStreams::Stream final
 
   void OnDone() override {
     owner_->open_.fetch_sub(1);
-    delete this;
+    if (!registered_run_id_.empty()) {
+      owner_->Unregister(registered_run_id_, this);
+    }
+    Unref();
   }
 
  private:
   // Writes `answer`, or keeps it for when the write in flight is done (an
-  // answer waiting there is replaced: the newest says all the agent needs).
+  // answer waiting there is replaced: the newest says all the agent needs;
+  // a push waits apart, so that it never takes an answer's place). Nothing
+  // once the stream is finishing.
   void Send(v1::HeartbeatResponse answer) {
     {
       absl::MutexLock lock(&mu_);
+      if (finishing_) return;
       if (writing_) {
-        pending_ = std::move(answer);
+        (answer.pushed() ? pending_push_ : pending_) = std::move(answer);
         return;
       }
       writing_ = true;
@@ -160,15 +213,57 @@ class HeartbeatStreams::Stream final
   v1::HeartbeatRequest request_;
   bool admitted_ = false;
   std::string admitted_run_id_;
+  // The job this stream is registered under for pushes (empty: none); read
+  // by OnDone, after the last read.
+  std::string registered_run_id_;
+  // gRPC's reference, and one per push in progress.
+  std::atomic<int> refs_{1};
 
   absl::Mutex mu_;
   v1::HeartbeatResponse out_;  // the write in flight (gRPC reads it)
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<v1::HeartbeatResponse> pending_ ABSL_GUARDED_BY(mu_);
+  std::optional<v1::HeartbeatResponse> pending_push_ ABSL_GUARDED_BY(mu_);
+  // The node and round a push is for (the last beat of one node), and the
+  // round last pushed for.
+  std::optional<Beat> pushable_ ABSL_GUARDED_BY(mu_);
+  int64_t pushed_round_ ABSL_GUARDED_BY(mu_) = -1;
   bool finishing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   grpc::Status finish_status_ ABSL_GUARDED_BY(mu_);
 };
+
+void HeartbeatStreams::Register(const std::string& run_id, Stream* stream) {
+  absl::MutexLock lock(&registry_mu_);
+  by_job_[run_id].insert(stream);
+}
+
+void HeartbeatStreams::Unregister(const std::string& run_id, Stream* stream) {
+  absl::MutexLock lock(&registry_mu_);
+  auto it = by_job_.find(run_id);
+  if (it == by_job_.end()) return;
+  it->second.erase(stream);
+  if (it->second.empty()) by_job_.erase(it);
+}
+
+void HeartbeatStreams::PushRoundOver(const std::string& run_id,
+                                     int64_t before_round) {
+  std::vector<Stream*> streams;
+  {
+    absl::MutexLock lock(&registry_mu_);
+    auto it = by_job_.find(run_id);
+    if (it == by_job_.end()) return;
+    streams.reserve(it->second.size());
+    for (Stream* stream : it->second) {
+      stream->Ref();
+      streams.push_back(stream);
+    }
+  }
+  for (Stream* stream : streams) {
+    stream->PushIfRoundBefore(run_id, before_round);
+    stream->Unref();
+  }
+}
 
 grpc::ServerBidiReactor<v1::HeartbeatRequest, v1::HeartbeatResponse>*
 HeartbeatStreams::Open(grpc::CallbackServerContext* context) {

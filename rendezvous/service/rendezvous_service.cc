@@ -169,6 +169,7 @@ void RendezvousService::Apply(Effects effects) {
   }
   for (const ReleasedRounds& r : effects.released) {
     store_->ReleaseRoundsBefore(r.run_id, r.before_round);
+    streams_.PushRoundOver(r.run_id, r.before_round);
   }
 }
 

@@ -161,6 +161,10 @@ class Server {
   int64_t RefusedHeartbeatStreamsForTest() const {
     return rendezvous_service_.heartbeat_streams().refused_streams();
   }
+  // Answers pushed on streams when their nodes' rounds ended.
+  int64_t HeartbeatPushesForTest() const {
+    return rendezvous_service_.heartbeat_streams().pushes();
+  }
   // Bytes the store charges now (limits.h), all jobs / one job.
   // How often memory was given back (three times per large fan-out).
   int MemoryTrimsForTest() const { return trims_.load(); }

@@ -187,6 +187,39 @@ TEST(HeartbeatLoopTest, HeartbeatsGoOnTheStream) {
               absl::Seconds(10)));
 }
 
+// The round's end reaches the loop when it comes, not at its next beat: its
+// first beat goes on the stream at once (the server learns the node's
+// round), and the server pushes the end on that stream. The interval is a
+// minute, so only the push can end the round within the test's bound.
+TEST(HeartbeatLoopTest, TheRoundsEndIsPushedBeforeTheNextBeat) {
+  absl::StatusOr<std::unique_ptr<rendezvous::Server>> server =
+      rendezvous::Server::Start(rendezvous::ServerOptions{});
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::unique_ptr<RendezvousClient> client = Client((*server)->endpoint());
+  v1::JoinRequest join;
+  absl::StatusOr<v1::Assignment> assignment =
+      JoinAlone(*client, "pushed", &join);
+  ASSERT_TRUE(assignment.ok()) << assignment.status();
+  HeartbeatLoopOptions options =
+      LoopOptions("pushed", assignment->round(), absl::Minutes(1));
+  std::atomic<int> calls = 0;
+  HeartbeatLoop loop(*client, options, [&] { ++calls; });
+  ASSERT_TRUE(
+      WaitFor([&] { return (*server)->StreamedHeartbeatsForTest() == 1; },
+              absl::Seconds(20)));
+
+  v1::ReportFailureRequest fail;
+  fail.set_run_id("pushed");
+  fail.set_node_id("n0");
+  fail.set_round(assignment->round());
+  ASSERT_TRUE(client->ReportFailure(fail).ok());
+
+  EXPECT_TRUE(WaitFor([&] { return calls > 0; }, absl::Seconds(20)));
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ((*server)->HeartbeatPushesForTest(), 1);
+  EXPECT_EQ((*server)->StreamedHeartbeatsForTest(), 1);  // no beat since
+}
+
 TEST(HeartbeatLoopTest, AServerWithoutTheStreamGetsUnaryHeartbeats) {
   // A server older than Rendezvous.Heartbeats.
   NoStreamServer old;
@@ -370,7 +403,7 @@ TEST(HeartbeatStreamClientTest,
   beat.set_round(1);
   for (int attempt = 0; attempt < 200; ++attempt) {
     absl::StatusOr<std::unique_ptr<HeartbeatStream>> stream =
-        (*client)->OpenHeartbeatStream();
+        (*client)->OpenHeartbeatStream(nullptr);
     ASSERT_TRUE(stream.ok()) << stream.status();
     for (int i = 0; i < 3; ++i) {
       absl::StatusOr<v1::HeartbeatResponse> answer = (*stream)->Beat(beat);

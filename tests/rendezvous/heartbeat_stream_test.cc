@@ -32,7 +32,8 @@ constexpr char kSecret[] = "heartbeat-stream-secret";
 
 v1::JoinRequest JoinRequest(const std::string& run_id, const std::string& node,
                             int nnodes) {
-  return testing::NodeJoin(run_id, node, nnodes, {.heartbeat_timeout_ms = 600});
+  return testing::NodeJoin(run_id, node, nnodes,
+                           {.heartbeat_timeout_ms = 600, .max_restarts = 3});
 }
 
 v1::HeartbeatRequest Beat(const std::string& run_id, const std::string& node,
@@ -81,6 +82,46 @@ class HeartbeatStreamTest : public ::testing::Test {
   std::unique_ptr<Server> server_;
   std::unique_ptr<v1::Rendezvous::Stub> stub_;
 };
+
+// A round that ends (a peer reports a failure) is pushed at once to the
+// other node's stream, without waiting for its next beat: the answer that
+// beat would get, marked pushed. It counts as no beat, and the next beat is
+// answered as before.
+TEST_F(HeartbeatStreamTest, ARoundThatEndsIsPushedToItsNodesAtOnce) {
+  StartServer("");
+  const int64_t round = FormRound("pushed", 2);
+  auto context = BoundedContext();
+  std::unique_ptr<BeatStream> stream = stub_->Heartbeats(context.get());
+  ASSERT_TRUE(stream->Write(Beat("pushed", "n0", round)));
+  v1::HeartbeatResponse answer;
+  ASSERT_TRUE(stream->Read(&answer));
+  EXPECT_FALSE(answer.pushed());
+  EXPECT_FALSE(answer.rejoin());
+
+  v1::ReportFailureRequest fail;
+  fail.set_run_id("pushed");
+  fail.set_node_id("n1");
+  fail.set_round(round);
+  v1::ReportFailureResponse failed;
+  ASSERT_TRUE(stub_->ReportFailure(BoundedContext().get(), fail, &failed).ok());
+
+  // No beat was sent: what arrives is the push.
+  v1::HeartbeatResponse pushed;
+  ASSERT_TRUE(stream->Read(&pushed));
+  EXPECT_TRUE(pushed.pushed());
+  EXPECT_TRUE(pushed.rejoin());
+  EXPECT_GT(pushed.round(), round);
+  EXPECT_EQ(server_->HeartbeatPushesForTest(), 1);
+  EXPECT_EQ(server_->StreamedHeartbeatsForTest(), 1);
+
+  ASSERT_TRUE(stream->Write(Beat("pushed", "n0", round)));
+  ASSERT_TRUE(stream->Read(&answer));
+  EXPECT_FALSE(answer.pushed());
+  EXPECT_TRUE(answer.rejoin());
+  EXPECT_EQ(server_->HeartbeatPushesForTest(), 1);
+  stream->WritesDone();
+  EXPECT_TRUE(stream->Finish().ok());
+}
 
 TEST_F(HeartbeatStreamTest, EachBeatIsAnsweredAsAUnaryHeartbeatWouldBe) {
   StartServer("");

@@ -12,6 +12,7 @@ struct NodeJoinOptions {
   int local_world_size = 1;
   int64_t heartbeat_timeout_ms = 3000;
   int64_t last_call_timeout_ms = 0;  // 0: the server's default
+  int max_restarts = 0;
 };
 
 // The Join of simulated node `node` of an `nnodes`-node job: no node rank
@@ -31,6 +32,7 @@ inline v1::JoinRequest NodeJoin(const std::string& run_id,
   config->set_max_nodes(nnodes);
   config->set_heartbeat_interval_ms(100);
   config->set_heartbeat_timeout_ms(options.heartbeat_timeout_ms);
+  config->set_max_restarts(options.max_restarts);
   if (options.last_call_timeout_ms > 0) {
     config->set_last_call_timeout_ms(options.last_call_timeout_ms);
   }
