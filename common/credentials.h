@@ -52,8 +52,17 @@ struct ChannelOptions : Credentials {
   // instead of holding a parked call until its own deadline (minutes): an
   // agent's Join, a relay's batched Join, a worker's store Get. The server
   // accepts pings this often (ServerOptions::min_ping_interval).
+  //
+  // The timeout is short so that a partition of a few seconds ends the
+  // connections it froze while it lasts: the calls on them fail over to a
+  // fresh connection, which connects within connect_timeout_ms of the
+  // network's return. With 5 s, a worker's store channel and the agent's
+  // heartbeat sat on the frozen connection for 3.3 s after the cable was
+  // back (its data waiting on TCP's retransmission backoff), and every
+  // node of the next round waited for them. An answer to a ping is a few
+  // round trips of gRPC's own I/O thread; a second is far above that.
   int keepalive_time_ms = 2000;
-  int keepalive_timeout_ms = 5000;
+  int keepalive_timeout_ms = 1000;
 };
 
 // The channel arguments `options` give for the connection itself (pacing,

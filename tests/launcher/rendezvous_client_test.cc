@@ -105,7 +105,7 @@ TEST(RendezvousClientTest, AJoinWhoseConnectionDiedUnseenIsSentAgain) {
   absl::MutexLock lock(&mu);
   ASSERT_TRUE(a_joined->ok()) << a_joined->status();
   EXPECT_TRUE((*a_joined)->has_assignment()) << (*a_joined)->DebugString();
-  // The keepalive's bound (a ping every 2 s, 5 s for its answer), far from
+  // The keepalive's bound (a ping every 2 s, 1 s for its answer), far from
   // the join timeout the dead call would have waited.
   EXPECT_LT(took, absl::Seconds(30));
 }
