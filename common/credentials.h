@@ -31,15 +31,13 @@ struct ChannelOptions : Credentials {
   int reconnect_backoff_initial_ms = 0;
   int reconnect_backoff_max_ms = 0;
   // How long one connection attempt (TCP, TLS, HTTP/2 settings) may take
-  // before gRPC gives it up and starts another; 0: gRPC's 20 s. A connect
-  // whose SYN fell into a partition otherwise waits for the kernel's SYN
-  // retransmissions (1, 3, 7, 15 s after the first) or for those 20 s,
-  // long after the network is back: CI saw a worker's store channel, made
-  // as a partition began, connect 20 s later and hold its round's group
-  // that long. With a short bound a fresh socket tries again each second.
-  // A second is far more than a handshake takes inside a cluster; a
-  // channel whose handshake needs longer never connects, so keep it above
-  // the network's round trips times the handshake's (TLS: 2 or 3).
+  // before gRPC gives it up and starts another on a fresh socket; 0:
+  // gRPC's 20 s. With keepalive on, the socket's TCP_USER_TIMEOUT (below)
+  // already ends a connect whose SYNs go unanswered; this bounds the rest
+  // of the handshake too, and channels without keepalive. A second is far
+  // more than a handshake takes inside a cluster; a channel whose handshake
+  // needs longer never connects, so keep it above the network's round trip
+  // times the handshake's (TLS: 2 or 3).
   int connect_timeout_ms = 1000;
   // The channel's own connections, not gRPC's process-wide subchannel
   // pool shared by every channel to the same target with the same settings.
@@ -53,14 +51,19 @@ struct ChannelOptions : Credentials {
   // agent's Join, a relay's batched Join, a worker's store Get. The server
   // accepts pings this often (ServerOptions::min_ping_interval).
   //
+  // gRPC also makes the timeout the socket's TCP_USER_TIMEOUT (gRFC A18):
+  // data, a SYN included, unacknowledged that long ends the connection.
+  //
   // The timeout is short so that a partition of a few seconds ends the
-  // connections it froze while it lasts: the calls on them fail over to a
-  // fresh connection, which connects within connect_timeout_ms of the
-  // network's return. With 5 s, a worker's store channel and the agent's
-  // heartbeat sat on the frozen connection for 3.3 s after the cable was
-  // back (its data waiting on TCP's retransmission backoff), and every
-  // node of the next round waited for them. An answer to a ping is a few
-  // round trips of gRPC's own I/O thread; a second is far above that.
+  // connections it froze while it lasts: their calls move to a fresh
+  // connection, which connects within connect_timeout_ms of the network's
+  // return. With 5 s, a worker's store channel and the agent's heartbeat
+  // sat on the frozen connection for 3.3 s after the cable was back (their
+  // data waiting on TCP's retransmission backoff), and every node of the
+  // next round waited for them. A ping's answer, or an ACK, takes a round
+  // trip through the peer's kernel and gRPC's I/O thread: a second is far
+  // above that inside a cluster, and TCP reaches it only when one segment
+  // is lost three times in a row (resent after 0.2, 0.6 and 1.4 s).
   int keepalive_time_ms = 2000;
   int keepalive_timeout_ms = 1000;
 };

@@ -1,7 +1,8 @@
 // common::CreateChannel bounds each connection attempt: one whose SYN
 // nothing answers (a partition, a host cut off) is given up after
-// ChannelOptions::connect_timeout_ms and tried again on a fresh socket,
-// instead of waiting on the kernel's SYN retransmissions or gRPC's 20 s.
+// ChannelOptions::connect_timeout_ms (and, with keepalive, the socket's
+// TCP_USER_TIMEOUT) and tried again on a fresh socket, instead of waiting
+// on the kernel's SYN retransmissions or gRPC's 20 s.
 #include "common/credentials.h"
 
 #include <arpa/inet.h>
@@ -68,24 +69,32 @@ TEST(CredentialsTest, AConnectAttemptNothingAnswersIsGivenUpWithinItsBound) {
   ASSERT_NE(silent.port(), 0) << "could not fill a listener's accept queue";
   const std::string target = "127.0.0.1:" + std::to_string(silent.port());
 
-  // The control: with gRPC's own bound (20 s) the attempt still waits after
-  // 3 s, so the port really swallows SYNs rather than refusing them.
+  // The control: with neither bound (gRPC's 20 s, no keepalive and so no
+  // TCP_USER_TIMEOUT) the attempt still waits after 3 s, so the port
+  // really swallows SYNs rather than refusing them.
   ChannelOptions unbounded;
   unbounded.connect_timeout_ms = 0;
+  unbounded.keepalive_time_ms = 0;
   auto waiting = CreateChannel(target, unbounded);
   ASSERT_TRUE(waiting.ok()) << waiting.status();
   EXPECT_EQ(StateAfterConnecting(**waiting, std::chrono::seconds(3)),
             GRPC_CHANNEL_CONNECTING);
 
-  // The default gives the attempt up after a second (10 s is the bound of
-  // this test, not the figure): the next attempt is a fresh socket, whose
-  // first SYN goes out at once once the network is back.
+  // The connect bound alone gives the attempt up (after 1 s; 10 s is the
+  // bound of this test, not the figure), and so do the defaults, where
+  // keepalive's TCP_USER_TIMEOUT ends the SYNs' wait too: the next attempt
+  // is a fresh socket, whose first SYN goes out at once.
+  ChannelOptions connect_bound;
+  connect_bound.keepalive_time_ms = 0;
+  ASSERT_EQ(connect_bound.connect_timeout_ms, 1000);
   ChannelOptions defaults;
-  ASSERT_EQ(defaults.connect_timeout_ms, 1000);
-  auto bounded = CreateChannel(target, defaults);
-  ASSERT_TRUE(bounded.ok()) << bounded.status();
-  EXPECT_EQ(StateAfterConnecting(**bounded, std::chrono::seconds(10)),
-            GRPC_CHANNEL_TRANSIENT_FAILURE);
+  for (const ChannelOptions& options : {connect_bound, defaults}) {
+    auto bounded = CreateChannel(target, options);
+    ASSERT_TRUE(bounded.ok()) << bounded.status();
+    EXPECT_EQ(StateAfterConnecting(**bounded, std::chrono::seconds(10)),
+              GRPC_CHANNEL_TRANSIENT_FAILURE)
+        << "keepalive " << options.keepalive_time_ms << " ms";
+  }
 }
 
 }  // namespace
