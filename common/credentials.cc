@@ -55,8 +55,8 @@ class TokenInterceptorFactory final
   const std::string value_;  // the channel keeps the factory alive
 };
 
-}  // namespace
-
+// The channel arguments `options` give for the connection itself (pacing,
+// connect bound, keepalive, subchannel pool); not TLS's or the token's.
 grpc::ChannelArguments ConnectionArguments(const ChannelOptions& options) {
   grpc::ChannelArguments args;
   if (options.reconnect_backoff_initial_ms > 0) {
@@ -90,6 +90,8 @@ grpc::ChannelArguments ConnectionArguments(const ChannelOptions& options) {
   }
   return args;
 }
+
+}  // namespace
 
 absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(
     const std::string& endpoint, const ChannelOptions& options) {

@@ -8,7 +8,6 @@
 #include "absl/strings/string_view.h"
 #include "common/auth.h"
 #include "grpcpp/channel.h"
-#include "grpcpp/support/channel_arguments.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/support/string_ref.h"
@@ -67,10 +66,6 @@ struct ChannelOptions : Credentials {
   int keepalive_time_ms = 2000;
   int keepalive_timeout_ms = 1000;
 };
-
-// The channel arguments `options` give for the connection itself (pacing,
-// connect bound, keepalive, subchannel pool); not TLS's or the token's.
-grpc::ChannelArguments ConnectionArguments(const ChannelOptions& options);
 
 // A channel to `endpoint` ("host:port") that attaches the token to every
 // call. Errors: an unreadable TLS file (named in the message).
