@@ -66,6 +66,12 @@ inline constexpr char kStandbyFd[] = "DDPRUN_STANDBY_FD";
 // forks each from where it waits (libddp: AwaitActivation), copy-on-write
 // instead of a new process start; see worker/standby.h for the protocol.
 inline constexpr char kZygoteFd[] = "DDPRUN_ZYGOTE_FD";
+// Set in one worker that starts while its node has no zygote (ddprun's
+// default prewarming): a Unix socket. Where the worker waits for its round
+// (AwaitActivation; before its round there, as a worker it only passes),
+// it forks the node's zygote, which then serves on this socket as under
+// DDPRUN_ZYGOTE_FD, and goes on as the worker.
+inline constexpr char kZygoteSeedFd[] = "DDPRUN_ZYGOTE_SEED_FD";
 // A file descriptor the agent writes the next round's complete environment
 // to (one JSON object of strings per line) while the worker runs: a program
 // that recovers in place (libddp: ddprun::worker::Membership, worker/

@@ -19,6 +19,12 @@
 //   "failed REASON"               this one could not be made (the zygote
 //                                 goes on serving).
 // End of file on either side ends the zygote.
+//
+// A zygote that a worker forks (DDPRUN_ZYGOTE_SEED_FD: the seed) speaks the
+// same, from "ready" on; the worker may answer "refused REASON" instead.
+// Before the worker starts, the agent puts one message on the socket:
+//   "stdio"                       with its standard output and error
+//                                 (SCM_RIGHTS), which become the zygote's.
 namespace ddprun::common::zygote {
 
 inline constexpr char kReady[] = "ready";
@@ -28,6 +34,7 @@ inline constexpr char kWithProgress[] = "progress";
 inline constexpr char kWithControl[] = "control";
 inline constexpr char kForked[] = "forked";
 inline constexpr char kFailed[] = "failed";
+inline constexpr char kStdio[] = "stdio";
 // The largest message either side sends.
 inline constexpr int kMaxMessage = 4096;
 

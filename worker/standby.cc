@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -26,6 +27,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "common/worker_env.h"
 #include "common/worker_protocol.h"
 #include "common/zygote_protocol.h"
@@ -86,9 +88,9 @@ std::vector<std::string> Threads() {
 // no thread but this one (a thread holding a lock at the fork would hold
 // it forever in the copy; an OpenMP pool, gRPC or CUDA all run threads).
 // A thread that is ending (a loader whose result is in) gets a moment.
-std::string WhyNotFork() {
+std::string WhyNotFork(int patience_ms = 1000) {
   std::vector<std::string> threads;
-  for (int i = 0; i < 100; ++i) {
+  for (int i = 0; i < std::max(1, patience_ms / 10); ++i) {
     threads = Threads();
     if (threads.size() == 1) return "";
     struct timespec pause = {0, 10 * 1000 * 1000};
@@ -156,13 +158,11 @@ bool ReceiveRequest(int socket, int fds[3]) {
   return true;
 }
 
-// In the grandchild of the zygote, once its parent (the intermediate
-// process) has exited: adopted by the agent, it becomes a standby of its
-// own. "" on success, or why it cannot.
-std::string SettleForkedStandby(pid_t intermediate, pid_t agent,
-                                const int fds[3]) {
-  prctl(PR_SET_NAME, "ddprun-standby");  // until activated
-  // Its own process group, as every worker: the agent signals groups.
+// In the grandchild of a double fork, once its parent (the intermediate
+// process) has exited: waits until the agent adopted it, leading a process
+// group of its own (the agent signals groups), and dies with the agent from
+// then on. "" on success, or why it cannot.
+std::string SettleAdopted(pid_t intermediate, pid_t agent) {
   if (setpgid(0, 0) != 0) return absl::StrCat("setpgid: ", strerror(errno));
   // Adoption is the kernel's, right after the intermediate exits.
   for (int i = 0; i < 100000 && getppid() == intermediate; ++i) {
@@ -179,6 +179,17 @@ std::string SettleForkedStandby(pid_t intermediate, pid_t agent,
   // covers an agent that died in between.
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != agent) return "the agent ended";
+  return "";
+}
+
+// In the grandchild of the zygote: adopted by the agent, it becomes a
+// standby of its own. "" on success, or why it cannot.
+std::string SettleForkedStandby(pid_t intermediate, pid_t agent,
+                                const int fds[3]) {
+  prctl(PR_SET_NAME, "ddprun-standby");  // until activated
+  if (std::string why = SettleAdopted(intermediate, agent); !why.empty()) {
+    return why;
+  }
   // Kept across exec, as an exec'd standby's inherited descriptors are.
   for (int i = 0; i < 3; ++i) {
     if (fds[i] >= 0) fcntl(fds[i], F_SETFD, 0);
@@ -255,25 +266,10 @@ std::optional<std::string> ForkStandby(int socket, const int fds[3],
   return reply;
 }
 
-// AwaitActivation in the zygote: serves forks until the agent closes the
-// socket (then exits 0); returns OK in each forked standby, with its own
-// DDPRUN_STANDBY_FD set. A process that may not fork says why and exits 0:
-// the agent then starts its standbys by exec.
-absl::Status ServeAsZygote(const std::string& fd_text) {
-  int socket = -1;
-  if (!absl::SimpleAtoi(fd_text, &socket) || socket < 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s='%s' is not a file descriptor; unset it, or start this program "
-        "with ddprun --prewarm, which sets it",
-        env::kZygoteFd, fd_text));
-  }
-  unsetenv(env::kZygoteFd);  // the standbys' environment has it not
-  const pid_t agent = getppid();
-  if (std::string why = WhyNotFork(); !why.empty()) {
-    (void)SendMessage(socket, absl::StrCat(common::zygote::kRefused, " ", why));
-    fflush(nullptr);
-    _exit(0);
-  }
+// The zygote's loop: serves the agent's fork requests on `socket` until the
+// agent closes it (then exits 0). Returns OK only in each forked standby,
+// with its own DDPRUN_STANDBY_FD set.
+absl::Status ServeForks(int socket, pid_t agent) {
   prctl(PR_SET_NAME, "ddprun-zygote");  // as from the start (above)
   if (!SendMessage(socket,
                    absl::StrCat(common::zygote::kReady, " ", getpid()))) {
@@ -307,6 +303,196 @@ absl::Status ServeAsZygote(const std::string& fd_text) {
   }
 }
 
+absl::StatusOr<int> ParseSocket(const char* name, const std::string& text) {
+  int socket = -1;
+  if (!absl::SimpleAtoi(text, &socket) || socket < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s='%s' is not a file descriptor; unset it (ddprun sets it where "
+        "it prewarms this program's workers)",
+        name, text));
+  }
+  return socket;
+}
+
+// AwaitActivation in a zygote that ddprun started (DDPRUN_ZYGOTE_FD): serves
+// forks (ServeForks). A process that may not fork says why and exits 0: the
+// agent then starts its standbys by exec.
+absl::Status ServeAsZygote(const std::string& fd_text) {
+  absl::StatusOr<int> socket = ParseSocket(env::kZygoteFd, fd_text);
+  if (!socket.ok()) return socket.status();
+  unsetenv(env::kZygoteFd);  // the standbys' environment has it not
+  const pid_t agent = getppid();
+  if (std::string why = WhyNotFork(); !why.empty()) {
+    (void)SendMessage(*socket,
+                      absl::StrCat(common::zygote::kRefused, " ", why));
+    fflush(nullptr);
+    _exit(0);
+  }
+  return ServeForks(*socket, agent);
+}
+
+// The agent's standard output and error, which it sent ahead of the seed
+// (common/zygote_protocol.h: "stdio"): they become the zygote's, not the
+// worker's, whose output is its rank's. Read by the worker before anything
+// else (a socket closed with a message unread resets its peer's end);
+// -1 where missing.
+void ReceiveAgentsOutput(int socket, int out[2]) {
+  out[0] = out[1] = -1;
+  char data[common::zygote::kMaxMessage];
+  alignas(struct cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))];
+  struct iovec iov = {data, sizeof(data)};
+  struct msghdr msg;
+  memset(&msg, 0, sizeof(msg));
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  ssize_t n;
+  do {
+    n = recvmsg(socket, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+  } while (n < 0 && errno == EINTR);
+  std::vector<int> received;
+  for (struct cmsghdr* c = n > 0 ? CMSG_FIRSTHDR(&msg) : nullptr; c != nullptr;
+       c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < count; ++i) {
+      int fd;
+      memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+      received.push_back(fd);
+    }
+  }
+  if (n > 0 && received.size() == 2 &&
+      absl::string_view(data, static_cast<size_t>(n)) ==
+          common::zygote::kStdio) {
+    out[0] = received[0];
+    out[1] = received[1];
+    return;
+  }
+  for (int fd : received) close(fd);
+}
+
+// /proc/<pid>/environ (ps e) shows the environment a process started with,
+// read from its own memory: a zygote that a worker forked, and each
+// standby it forks, would show that worker's RANK and the rest of its
+// round's variables until they end. The zygote moves its environment to
+// the heap (setenv copies) and blanks the original, so that /proc shows
+// none; a standby's round is then only in its log line, as with a zygote
+// of its own. The bounds are /proc/self/stat's env_start and env_end
+// (fields 50 and 51).
+void ForgetStartingEnvironment() {
+  std::ifstream in("/proc/self/stat");
+  std::string stat;
+  std::getline(in, stat);
+  const size_t end_of_comm = stat.rfind(')');
+  if (end_of_comm == std::string::npos) return;
+  // Fields from the 3rd (state) on.
+  std::vector<std::string> fields =
+      absl::StrSplit(stat.substr(end_of_comm + 2), ' ');
+  uintptr_t start = 0;
+  uintptr_t end = 0;
+  if (fields.size() < 49 || !absl::SimpleAtoi(fields[47], &start) ||
+      !absl::SimpleAtoi(fields[48], &end) || end <= start) {
+    return;
+  }
+  std::vector<std::pair<std::string, std::string>> vars;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    std::vector<std::string> parts =
+        absl::StrSplit(*e, absl::MaxSplits('=', 1));
+    if (parts.size() == 2 && !parts[0].empty()) {
+      vars.emplace_back(parts[0], parts[1]);
+    }
+  }
+  clearenv();
+  for (const auto& [name, value] : vars) {
+    setenv(name.c_str(), value.c_str(), /*overwrite=*/1);
+  }
+  memset(reinterpret_cast<void*>(start), 0, end - start);
+}
+
+// In the zygote a worker forked (SeedZygote): it is no rank's worker. Its
+// copies of the worker's channels are closed (the agent learns a worker's
+// end from their end of file), and so is its output; then it serves.
+// Returns OK only in each standby it forks.
+absl::Status BecomeSeededZygote(int socket, const int output[2],
+                                pid_t intermediate, pid_t agent) {
+  prctl(PR_SET_NAME, "ddprun-zygote");
+  for (const char* channel : {env::kProgressFd, env::kControlFd}) {
+    int fd = -1;
+    std::optional<std::string> text = common::ProcessEnv(channel);
+    if (text.has_value() && absl::SimpleAtoi(*text, &fd) && fd >= 0 &&
+        fd != socket) {
+      close(fd);
+    }
+    unsetenv(channel);
+  }
+  ForgetStartingEnvironment();
+  const int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+  for (int i = 0; i < 2; ++i) {
+    const int from = output[i] >= 0 ? output[i] : null;
+    if (from >= 0) dup2(from, STDOUT_FILENO + i);
+    if (output[i] >= 0) close(output[i]);
+  }
+  if (null >= 0) close(null);
+  if (std::string why = SettleAdopted(intermediate, agent); !why.empty()) {
+    (void)SendMessage(socket, absl::StrCat(common::zygote::kRefused, " ", why));
+    _exit(0);
+  }
+  return ServeForks(socket, agent);
+}
+
+// A worker started without a zygote on its node, handed the seed
+// (DDPRUN_ZYGOTE_SEED_FD): at this point of the program, which every
+// standby starts from, it forks the node's zygote (a double fork: the
+// agent adopts it) and goes on as the worker. That costs the worker a fork
+// (ms) where a zygote of its own would cost a program start beside the
+// training. Returns false in the worker (whether or not it could seed),
+// and true in each standby the zygote forks later.
+bool SeedZygote(const std::string& fd_text) {
+  unsetenv(env::kZygoteSeedFd);
+  absl::StatusOr<int> socket = ParseSocket(env::kZygoteSeedFd, fd_text);
+  if (!socket.ok()) {
+    spdlog::warn("{}", std::string(socket.status().message()));
+    return false;
+  }
+  int output[2];
+  ReceiveAgentsOutput(*socket, output);
+  auto close_output = [&] {
+    for (int fd : output) {
+      if (fd >= 0) close(fd);
+    }
+  };
+  // The worker must not wait on its own threads for long: a thread that is
+  // ending gets a moment, not the zygote's second.
+  if (std::string why = WhyNotFork(/*patience_ms=*/100); !why.empty()) {
+    (void)SendMessage(*socket,
+                      absl::StrCat(common::zygote::kRefused, " ", why));
+    close(*socket);
+    close_output();
+    return false;
+  }
+  const pid_t agent = getppid();
+  fflush(nullptr);  // what stdio holds is the worker's to write, once
+  const pid_t intermediate = fork();
+  if (intermediate == 0) {
+    const pid_t self = getpid();
+    const pid_t zygote = fork();
+    if (zygote != 0) _exit(0);  // orphans the zygote: the agent adopts it
+    if (!BecomeSeededZygote(*socket, output, self, agent).ok()) _exit(0);
+    return true;  // a standby the zygote forked
+  }
+  if (intermediate < 0) {
+    (void)SendMessage(*socket, absl::StrCat(common::zygote::kRefused,
+                                            " fork: ", strerror(errno)));
+  } else {
+    while (waitpid(intermediate, nullptr, 0) < 0 && errno == EINTR) {
+    }
+  }
+  close(*socket);
+  close_output();
+  return false;
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ParseEnvJson(
@@ -314,7 +500,10 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ParseEnvJson(
   return common::DecodeWorkerEnv(text);
 }
 
-bool ServesStandbys() { return common::ProcessEnv(env::kZygoteFd).has_value(); }
+bool ServesStandbys() {
+  return common::ProcessEnv(env::kZygoteFd).has_value() ||
+         common::ProcessEnv(env::kZygoteSeedFd).has_value();
+}
 
 bool ForkedByZygote() { return forked_by_zygote != 0; }
 
@@ -324,6 +513,10 @@ absl::Status AwaitActivation() {
     if (absl::Status served = ServeAsZygote(*zygote); !served.ok()) {
       return served;
     }
+  } else if (std::optional<std::string> seed =
+                 common::ProcessEnv(env::kZygoteSeedFd)) {
+    // Returns in the worker, and in each standby the zygote forks.
+    (void)SeedZygote(*seed);
   }
   std::optional<std::string> fd_text = ReadStandbyFd();
   if (!fd_text.has_value()) {

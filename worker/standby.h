@@ -46,11 +46,20 @@ namespace ddprun::worker {
 // child subreaper: double fork), leads its own process group and sets
 // PR_SET_PDEATHSIG once adopted. The zygote exits 0 when the agent closes
 // its socket.
+//
+// The seed. ddprun's default prewarming has no zygote of its own: with
+// DDPRUN_ZYGOTE_SEED_FD set (one worker of a node without a zygote), a
+// worker forks the node's zygote here (double fork; a few ms), then returns
+// as the worker. The zygote closes its copies of the worker's channels and
+// output and serves as above. A worker that runs threads here does not
+// seed (it tells the agent why) and goes on: its node is then not
+// prewarmed.
 absl::Status AwaitActivation();
 
-// Whether this process is the standbys' zygote (DDPRUN_ZYGOTE_FD is set):
-// it must then run no other thread when it calls AwaitActivation (e.g.
-// load data on the calling thread instead of a loader thread).
+// Whether this process is, or forks, the standbys' zygote (DDPRUN_ZYGOTE_FD
+// or DDPRUN_ZYGOTE_SEED_FD is set): it must then run no other thread when
+// it calls AwaitActivation (e.g. load data on the calling thread instead of
+// a loader thread, and leave CUDA for after the call).
 bool ServesStandbys();
 
 // Whether this process is a standby that a zygote forked (after

@@ -83,7 +83,7 @@ StandbyPool::~StandbyPool() {
   // ends with its socket (and is killed, should it not).
   pending_.clear();  // closes their pipes
   if (zygote_) {
-    control_.SignalGroup(zygote_->pid, SIGKILL);
+    if (zygote_->pid > 0) control_.SignalGroup(zygote_->pid, SIGKILL);
     zygote_.reset();  // closes its socket
   }
 }
@@ -95,7 +95,7 @@ void StandbyPool::Fill(int count) {
 }
 
 void StandbyPool::TopUp() {
-  if (use_zygote_ && !zygote_) {
+  if (use_zygote_ && !zygote_ && !options_.seed) {
     if (!StartZygote()) {
       use_zygote_ = false;
     }
@@ -147,6 +147,30 @@ bool StandbyPool::StartZygote() {
   zygote_ = std::move(zygote);
   spdlog::debug("started the standbys' zygote, pid {}", *pid);
   return true;
+}
+
+int StandbyPool::PlantSeed() {
+  if (!options_.seed || !use_zygote_ || zygote_) return -1;
+  int sockets[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sockets) != 0) {
+    spdlog::warn("cannot prewarm workers: socketpair failed: {}",
+                 strerror(errno));
+    return -1;
+  }
+  common::UniqueFd agent_end(sockets[0]);
+  common::UniqueFd worker_end(sockets[1]);
+  // Waits in the socket until the zygote takes it, before anything else.
+  if (!SendWithFds(agent_end.get(), common::zygote::kStdio,
+                   {STDOUT_FILENO, STDERR_FILENO})) {
+    spdlog::warn("cannot prewarm workers: {}", strerror(errno));
+    return -1;
+  }
+  Zygote zygote;
+  zygote.socket = std::move(agent_end);
+  zygote.started = clock_.Now();
+  zygote_ = std::move(zygote);
+  seed_ = std::move(worker_end);
+  return seed_.get();
 }
 
 bool StandbyPool::RequestFork() {
@@ -222,8 +246,14 @@ void StandbyPool::Collect() {
     } while (n < 0 && errno == EINTR);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
     if (n <= 0) {
-      DropZygote(n == 0 ? std::string("it ended")
-                        : absl::StrCat("its socket failed: ", strerror(errno)));
+      // A peer that closed with messages unread (a seed's worker that never
+      // read "stdio") resets the connection instead.
+      const bool ended = n == 0 || errno == ECONNRESET;
+      // A seed whose worker ended before it forked the zygote.
+      const bool seed_lost = ended && zygote_->pid < 0 && seed_.get() < 0;
+      DropZygote(ended ? std::string("it ended")
+                       : absl::StrCat("its socket failed: ", strerror(errno)),
+                 /*for_good=*/!seed_lost);
       return;
     }
     OnZygoteMessage(std::string(buffer, static_cast<size_t>(n)));
@@ -235,6 +265,14 @@ void StandbyPool::OnZygoteMessage(const std::string& message) {
       absl::StrSplit(message, absl::MaxSplits(' ', 5));
   const std::string& kind = words[0];
   if (kind == common::zygote::kReady) {
+    if (zygote_->pid < 0 &&
+        (words.size() < 2 || !absl::SimpleAtoi(words[1], &zygote_->pid) ||
+         zygote_->pid <= 0)) {
+      zygote_->pid = -1;
+      DropZygote(
+          absl::StrCat("it said it is ready without its pid: ", message));
+      return;
+    }
     zygote_->ready = true;
     // Forks should not wait for idle CPU, and its standbys inherit the
     // policy (Activate restores theirs when this fails).
@@ -247,12 +285,20 @@ void StandbyPool::OnZygoteMessage(const std::string& message) {
       }
     }
     TopUp();
-    spdlog::info(
-        "prewarmed workers fork from a zygote (pid {}), ready after "
-        "{}: a few ms each instead of a process start",
-        zygote_->pid,
-        absl::FormatDuration(absl::Trunc(clock_.Now() - zygote_->started,
-                                         absl::Milliseconds(1))));
+    const std::string after = absl::FormatDuration(
+        absl::Trunc(clock_.Now() - zygote_->started, absl::Milliseconds(1)));
+    if (options_.seed) {
+      spdlog::info(
+          "prewarmed workers fork from a zygote (pid {}) that a worker forked "
+          "where it waits for its round, {} after it started: a few ms each "
+          "instead of a process start",
+          zygote_->pid, after);
+    } else {
+      spdlog::info(
+          "prewarmed workers fork from a zygote (pid {}), ready after {}: a "
+          "few ms each instead of a process start",
+          zygote_->pid, after);
+    }
     return;
   }
   if (kind == common::zygote::kRefused) {
@@ -293,22 +339,28 @@ void StandbyPool::OnZygoteMessage(const std::string& message) {
   ++forked_;
 }
 
-void StandbyPool::DropZygote(const std::string& why) {
+void StandbyPool::DropZygote(const std::string& why, bool for_good) {
   if (!zygote_) return;
-  if (options_.exec) {
+  const std::string who =
+      zygote_->pid > 0 ? absl::StrFormat("the zygote (pid %d)", zygote_->pid)
+                       : std::string("the worker that was to fork the zygote");
+  if (!for_good) {
+    spdlog::debug(
+        "the worker that was to fork the standbys' zygote ended first; the "
+        "next worker started here forks it");
+  } else if (options_.exec) {
     spdlog::warn(
-        "prewarmed workers start by exec from now on: the zygote "
-        "(pid {}) cannot fork them: {}",
-        zygote_->pid, why);
+        "prewarmed workers start by exec from now on: {} cannot fork them: {}",
+        who, why);
   } else {
     spdlog::info(
-        "no workers are prewarmed from now on: the zygote (pid {}) cannot "
-        "fork them: {} (--prewarm starts them by exec instead)",
-        zygote_->pid, why);
+        "no workers are prewarmed from now on: {} cannot fork them: {} "
+        "(--prewarm starts them by exec instead)",
+        who, why);
   }
-  control_.SignalGroup(zygote_->pid, SIGKILL);
+  if (zygote_->pid > 0) control_.SignalGroup(zygote_->pid, SIGKILL);
   zygote_.reset();  // closes its socket
-  use_zygote_ = false;
+  use_zygote_ = !for_good;
   pending_.clear();  // closes their pipes
   TopUp();
 }

@@ -57,6 +57,10 @@ struct StandbyPoolOptions {
   // cannot be used); false: then there are none (ddprun's default
   // prewarming, which is on only where it is cheap).
   bool exec = true;
+  // The zygote is forked by a worker (PlantSeed), not started by exec:
+  // ddprun's default, where a zygote of its own would cost a program start
+  // beside the training.
+  bool seed = false;
 };
 
 class StandbyPool {
@@ -98,6 +102,15 @@ class StandbyPool {
   absl::StatusOr<std::vector<WorkerSlot>> Activate(
       const std::vector<std::vector<std::string>>& envs);
 
+  // With StandbyPoolOptions::seed: the descriptor that a worker started
+  // now inherits as DDPRUN_ZYGOTE_SEED_FD, to fork the node's zygote where
+  // it waits for its round (worker/standby.h); -1 when none is wanted (a
+  // zygote serves or is on its way, or the program refused to seed). Call
+  // SeedPlanted once the worker was started (or could not be).
+  int PlantSeed();
+  // Closes the agent's copy of the worker's end of the seed.
+  void SeedPlanted() { seed_.Reset(); }
+
   // Kills every waiting standby.
   void Clear();
 
@@ -117,7 +130,7 @@ class StandbyPool {
     bool idle = false;  // still under SCHED_IDLE
   };
   struct Zygote {
-    pid_t pid = -1;
+    pid_t pid = -1;           // -1 until a seeded zygote says it is ready
     common::UniqueFd socket;  // the agent's end
     bool ready = false;
     bool idle = false;
@@ -135,7 +148,9 @@ class StandbyPool {
   void OnZygoteMessage(const std::string& message);
   // Stops using the zygote (logged with `why`): it is killed, the pending
   // requests dropped; standbys start by exec from now on.
-  void DropZygote(const std::string& why);
+  // A seed that ended before its zygote was ready (the worker ended
+  // first) is planted again (`for_good` false).
+  void DropZygote(const std::string& why, bool for_good = true);
   // Starts or requests standbys up to wanted_.
   void TopUp();
 
@@ -150,6 +165,7 @@ class StandbyPool {
   // Requested from the zygote, in order; their pids come with its answers.
   std::vector<Standby> pending_;
   std::optional<Zygote> zygote_;
+  common::UniqueFd seed_;  // the worker's end, until SeedPlanted
   int wanted_ = 0;
   int forked_ = 0;
   int execed_ = 0;

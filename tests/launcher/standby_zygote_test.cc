@@ -2,11 +2,14 @@
 // and libddp's AwaitActivation serving forks (tests/worker/standby_helper,
 // and ddprun-mnist under the real ddprun). Each test checks which path ran:
 // forked by the zygote, or started by exec after the zygote was refused.
+#include <fcntl.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -194,6 +197,151 @@ TEST_F(StandbyZygoteTest, AZygoteThatRunsThreadsIsRefusedAndStandbysAreExeced) {
   EXPECT_TRUE(status->success()) << status->ToString();
   EXPECT_THAT(testing::ReadFileOrEmpty(dir.File("0")), HasSubstr("forked=0\n"));
   EXPECT_TRUE(reaper.Until(zygote).has_value());
+}
+
+// The seed (ddprun's default): a worker started with DDPRUN_ZYGOTE_SEED_FD
+// forks the node's zygote where it waits for its round and goes on as the
+// worker. The zygote is this process's child, leads its own group, writes
+// to this process's output, and keeps none of the worker's channels: the
+// worker's progress pipe reads end of file once the worker ends, while the
+// zygote still serves.
+TEST_F(StandbyZygoteTest, AWorkerForksTheZygoteAndGoesOnAsTheWorker) {
+  PosixProcessControl control;
+  Reaper reaper(control);
+  testing::TempDir dir;
+  StandbyPoolOptions options;
+  options.exec = false;
+  options.seed = true;
+  StandbyPool pool(control, common::RealClock::Get(), {Helper()},
+                   CurrentEnvironment(), options);
+  const int seed = pool.PlantSeed();
+  ASSERT_GE(seed, 0);
+  EXPECT_EQ(pool.PlantSeed(), -1) << "one seed at a time";
+  int progress[2];
+  ASSERT_EQ(pipe2(progress, O_CLOEXEC), 0);
+  SpawnRequest worker;
+  worker.argv = {Helper()};
+  worker.env = CurrentEnvironment();
+  worker.env.push_back(absl::StrCat("DDPRUN_ZYGOTE_SEED_FD=", seed));
+  worker.env.push_back(absl::StrCat("DDPRUN_PROGRESS_FD=", progress[1]));
+  worker.env.push_back("STANDBY_HELPER_OUT=" + dir.File("worker"));
+  worker.env.push_back("RANK=5");
+  worker.inherit_fds = {seed, progress[1]};
+  absl::StatusOr<pid_t> pid = control.Spawn(worker);
+  pool.SeedPlanted();
+  close(progress[1]);
+  ASSERT_TRUE(pid.ok()) << pid.status();
+
+  pool.Fill(2);
+  ASSERT_TRUE(WaitForStandbys(pool, 2));
+  EXPECT_EQ(pool.forked(), 2);
+  EXPECT_EQ(pool.execed(), 0);
+  const pid_t zygote = pool.zygote_pid();
+  ASSERT_GT(zygote, 0);
+  EXPECT_NE(zygote, *pid);
+  EXPECT_EQ(Comm(zygote), "ddprun-zygote\n");
+  EXPECT_EQ(ParentOf(zygote), getpid());
+  EXPECT_EQ(getpgid(zygote), zygote);
+  auto link = [](const std::string& path) {
+    std::error_code ec;
+    return std::filesystem::read_symlink(path, ec).string();
+  };
+  EXPECT_EQ(link(absl::StrCat("/proc/", zygote, "/fd/1")),
+            link("/proc/self/fd/1"));
+  // Neither it nor its standbys show the worker's round in /proc.
+  EXPECT_EQ(testing::RankOf(zygote), -1);
+  for (pid_t child : testing::Children(getpid())) {
+    if (child != *pid) EXPECT_EQ(testing::RankOf(child), -1) << child;
+  }
+
+  // The worker went on as the worker, and ended as one.
+  std::optional<ExitStatus> status = reaper.Until(*pid);
+  ASSERT_TRUE(status.has_value());
+  EXPECT_TRUE(status->success()) << status->ToString();
+  const std::string out = testing::ReadFileOrEmpty(dir.File("worker"));
+  EXPECT_THAT(out, HasSubstr("forked=0\n"));
+  EXPECT_THAT(out, HasSubstr(absl::StrCat("pid=", *pid, "\n")));
+  EXPECT_THAT(out, HasSubstr("RANK=5\n"));
+  EXPECT_THAT(out, Not(HasSubstr("DDPRUN_ZYGOTE_SEED_FD")));
+  // Its progress pipe ends with it: the zygote holds no copy.
+  std::string records;
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        struct pollfd p = {progress[0], POLLIN, 0};
+        if (poll(&p, 1, 100) <= 0) return false;
+        char buffer[256];
+        ssize_t n = read(progress[0], buffer, sizeof(buffer));
+        if (n > 0) records.append(buffer, static_cast<size_t>(n));
+        return n == 0;
+      },
+      absl::Seconds(30)))
+      << "the worker's progress pipe is still open";
+  close(progress[0]);
+  EXPECT_THAT(records, HasSubstr("activates"));
+  EXPECT_FALSE(testing::ProcessGone(zygote));
+
+  // A standby it forked becomes a worker of its round.
+  absl::StatusOr<std::vector<WorkerSlot>> activated =
+      pool.Activate({{"RANK=0", "STANDBY_HELPER_OUT=" + dir.File("0")}});
+  ASSERT_TRUE(activated.ok()) << activated.status();
+  const pid_t standby = activated->front().pid;
+  status = reaper.Until(standby);
+  ASSERT_TRUE(status.has_value());
+  EXPECT_TRUE(status->success()) << status->ToString();
+  const std::string standby_out = testing::ReadFileOrEmpty(dir.File("0"));
+  EXPECT_THAT(standby_out, HasSubstr("RANK=0\n"));
+  EXPECT_THAT(standby_out, HasSubstr("forked=1\n"));
+  EXPECT_EQ(ParentOf(zygote), getpid());
+}
+
+// A worker that runs threads where it waits does not seed: it says why and
+// goes on as the worker, and no seed is planted again. A worker that ends
+// before it gets there (a program that never waits for its round) leaves
+// the seed to the next worker.
+TEST_F(StandbyZygoteTest, ASeedIsRefusedForGoodOrPlantedAgainIfItsWorkerEnded) {
+  PosixProcessControl control;
+  Reaper reaper(control);
+  testing::TempDir dir;
+  StandbyPoolOptions options;
+  options.exec = false;
+  options.seed = true;
+  StandbyPool pool(control, common::RealClock::Get(), {Helper()},
+                   CurrentEnvironment(), options);
+  auto run_worker = [&](std::vector<std::string> argv,
+                        std::vector<std::string> extra) -> pid_t {
+    const int seed = pool.PlantSeed();
+    if (seed < 0) return -1;
+    SpawnRequest worker;
+    worker.argv = std::move(argv);
+    worker.env = CurrentEnvironment();
+    worker.env.push_back(absl::StrCat("DDPRUN_ZYGOTE_SEED_FD=", seed));
+    for (std::string& e : extra) worker.env.push_back(std::move(e));
+    worker.inherit_fds = {seed};
+    absl::StatusOr<pid_t> pid = control.Spawn(worker);
+    pool.SeedPlanted();
+    return pid.ok() ? *pid : -1;
+  };
+  auto settled = [&](pid_t pid) {
+    EXPECT_TRUE(reaper.Until(pid).has_value());
+    pool.PromoteLate();  // reads the answer, or the end of file
+  };
+  // Ends before it waits for its round.
+  pid_t pid = run_worker({"/bin/true"}, {});
+  ASSERT_GT(pid, 0);
+  settled(pid);
+  EXPECT_EQ(pool.zygote_pid(), -1);
+  // Runs a thread there.
+  pid = run_worker({Helper()}, {"STANDBY_HELPER_THREAD=1",
+                                "STANDBY_HELPER_OUT=" + dir.File("worker")});
+  ASSERT_GT(pid, 0) << "a seed is planted again after its worker ended";
+  settled(pid);
+  EXPECT_THAT(testing::ReadFileOrEmpty(dir.File("worker")),
+              HasSubstr("forked=0\n"));
+  EXPECT_EQ(pool.zygote_pid(), -1);
+  EXPECT_EQ(pool.PlantSeed(), -1) << "the program refused to seed";
+  pool.Fill(1);
+  EXPECT_EQ(pool.size(), 0);
+  EXPECT_EQ(pool.execed(), 0);
 }
 
 // Where this process would not adopt the standbys, there is no zygote.
