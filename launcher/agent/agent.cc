@@ -11,12 +11,12 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/worker_env.h"
 #include "common/worker_protocol.h"
 #include "launcher/agent/failure_report.h"
 #include "launcher/agent/failure_summary.h"
 #include "launcher/agent/heartbeat_loop.h"
 #include "launcher/agent/join_retry_policy.h"
-#include "launcher/agent/prewarm_policy.h"
 #include "launcher/agent/rank_figures.h"
 #include "launcher/posix/local_address.h"
 #include "spdlog/spdlog.h"
@@ -86,75 +86,34 @@ Agent::Agent(AgentOptions options, AgentContext context, RendezvousApi& client,
       return held_master_port_->port();
     };
   }
-  if (!context_.standby_argv.empty() && !context_.prewarm_once_program_awaits) {
-    standbys_ = std::make_unique<StandbyPool>(
-        control_, clock_, context_.standby_argv, BuildStandbyPlanEnv(context_));
-  }
-}
-
-void Agent::OnProgramAwaitsActivation() {
-  if (standbys_ != nullptr || zygote_due_.has_value() ||
-      context_.standby_argv.empty()) {
-    return;
-  }
-  // Forked standbys need the agent to adopt them; exec'd ones would cost
-  // a process start each, which only --prewarm asks for.
-  if (!control_.AdoptsOrphans()) {
-    spdlog::debug(
-        "the program waits for its round, but this agent cannot adopt "
-        "forked standbys: no prewarming (--prewarm starts them by exec)");
-    context_.standby_argv.clear();
-    return;
-  }
-  const absl::Time now = clock_.Now();
-  ZygoteTimingOptions timing;
-  timing.nproc_per_node = options_.nproc_per_node;
-  timing.usable_cpus = context_.usable_cpus;
-  const absl::Duration delay = ZygoteDelay(timing, now - workers_started_);
-  zygote_due_ = now + delay;
-  if (delay > absl::ZeroDuration()) {
-    spdlog::info(
-        "the program waits for its round (AwaitActivation): prewarming the "
-        "next round's workers in {}, once the job has run {:g} times as long "
-        "as its start, since the {} workers fill this node's {} CPU(s) "
-        "(--prewarm: at once; --no-prewarm: off)",
-        absl::FormatDuration(absl::Trunc(delay, absl::Milliseconds(10))),
-        timing.amortization, options_.nproc_per_node, context_.usable_cpus);
-  }
-  StartPrewarmingWhenDue();
-}
-
-void Agent::StartPrewarmingWhenDue() {
-  if (standbys_ != nullptr || !zygote_due_.has_value() ||
-      clock_.Now() < *zygote_due_) {
-    return;
-  }
-  spdlog::info(
-      "the program waits for its round (AwaitActivation): prewarming the "
-      "next round's workers, forked from a zygote (--no-prewarm: off)");
+  if (context_.standby_argv.empty()) return;
   StandbyPoolOptions pool_options;
-  pool_options.exec = false;
+  if (context_.prewarm_once_program_awaits) {
+    // Forked standbys need the agent to adopt them; exec'd ones would cost
+    // a process start each, which only --prewarm asks for.
+    if (!control_.AdoptsOrphans()) {
+      spdlog::debug(
+          "this agent cannot adopt forked standbys: no prewarming "
+          "(--prewarm starts them by exec)");
+      context_.standby_argv.clear();
+      return;
+    }
+    // The zygote is forked by a worker where it waits for its round: no
+    // process start of its own beside the training.
+    pool_options.exec = false;
+    pool_options.seed = true;
+  }
   standbys_ = std::make_unique<StandbyPool>(
       control_, clock_, context_.standby_argv, BuildStandbyPlanEnv(context_),
       pool_options);
-  standbys_->Fill(options_.nproc_per_node);
 }
 
-void Agent::PrewarmNowAfterAFault() {
-  if (standbys_ != nullptr || !zygote_due_.has_value() ||
-      clock_.Now() >= *zygote_due_) {
-    return;
-  }
-  // The wait (ZygoteDelay) keeps a job that never faults from paying for a
-  // zygote while its workers fill the CPUs. A job that faulted has shown
-  // what the zygote is for, and its start now overlaps the recovery, while
-  // the waiting ranks leave the CPUs free: a fault right after the job's
-  // start (the fault harness's first, then a second inside its recovery)
-  // otherwise paid a cold start for each.
-  spdlog::info(
-      "a fault before the zygote was due: prewarming now, while the job "
-      "recovers");
-  zygote_due_ = clock_.Now();
+void Agent::PlantZygoteSeed(SpawnRequest& request) {
+  if (standbys_ == nullptr) return;
+  const int seed = standbys_->PlantSeed();
+  if (seed < 0) return;
+  request.env.push_back(absl::StrCat(common::env::kZygoteSeedFd, "=", seed));
+  request.inherit_fds.push_back(seed);
 }
 
 v1::JoinRequest Agent::MakeJoinRequest(int master_port) const {
@@ -378,7 +337,6 @@ Agent::RoundOutcome Agent::RunRound(v1::Assignment& assignment) {
 
   events_.TakeRejoin();       // a previous round's news is not this round's
   held_master_port_.reset();  // global rank 0 may bind it now
-  workers_started_ = clock_.Now();
   absl::Status started =
       StartWorkers(assignment, *output, plan, group, use_standbys);
   group.CloseWorkerEnds();
@@ -421,7 +379,11 @@ absl::Status Agent::StartWorkers(const v1::Assignment& assignment,
     plan = PlanRound(assignment, /*use_standbys=*/false, group);
     RouteOutput(output, plan);
   }
-  return group.Start(plan.workers, options_.shutdown_grace);
+  std::vector<SpawnRequest> requests = plan.workers;
+  PlantZygoteSeed(requests.front());
+  absl::Status started = group.Start(requests, options_.shutdown_grace);
+  if (standbys_ != nullptr) standbys_->SeedPlanted();
+  return started;
 }
 
 absl::StatusOr<std::vector<WorkerSlot>> Agent::ActivateStandbys(
@@ -532,7 +494,6 @@ Agent::RoundOutcome Agent::Supervise(const RunningRound& round) {
           round.assignment.rank_offset() + local_rank, local_rank);
       policy.OnStraggler(local_rank);
     }
-    StartPrewarmingWhenDue();
     if (standbys_ != nullptr) standbys_->PromoteLate();
     if (std::optional<RoundOutcome> outcome = OnVerdict(round, policy)) {
       return *std::move(outcome);
@@ -564,7 +525,6 @@ std::optional<Agent::RoundOutcome> Agent::OnVerdict(const RunningRound& round,
   if (policy.AwaitsRemoteCause(round.assignment.num_nodes())) {
     return std::nullopt;
   }
-  PrewarmNowAfterAFault();
   RecoveryDecision decision = policy.DecideRecovery();
   if (!decision.in_place) return OnWorkersFailed(round, policy);
   KeepDeclarations(round.group, policy);
@@ -615,9 +575,6 @@ void Agent::Observe(const RunningRound& round, SupervisorPolicy& policy,
     for (const common::ProgressRecord& record : records) {
       policy.OnRecord(i, record);
       figures.OnRecord(i, record, now);
-      if (record.kind == common::ProgressRecord::Kind::kActivates) {
-        OnProgramAwaitsActivation();
-      }
     }
     figures.SetPhase(i, policy.phase(i));
     if (!records.empty()) {
@@ -803,7 +760,10 @@ absl::Status Agent::ReplaceWorker(const RunningRound& round, int local_rank,
     if (!activated.ok()) return activated.status();
     group.AdoptAt(local_rank, std::move(activated->front()));
   } else {
-    absl::Status started = group.Respawn(local_rank, request);
+    SpawnRequest seeded = request;
+    PlantZygoteSeed(seeded);
+    absl::Status started = group.Respawn(local_rank, seeded);
+    if (standbys_ != nullptr) standbys_->SeedPlanted();
     group.CloseWorkerEnds(local_rank);
     if (!started.ok()) return started;
   }

@@ -141,16 +141,9 @@ class Agent {
   // the policy and the metrics.
   void Observe(const RunningRound& round, SupervisorPolicy& policy,
                RankFigures& figures, int& exited);
-  // A worker said its program waits for its round (libddp's
-  // AwaitActivation): the default prewarming (a zygote of the program) is
-  // due, at once or after ZygoteDelay, unless it is off or already on.
-  void OnProgramAwaitsActivation();
-  // Starts the default prewarming once it is due (called on every look at
-  // the workers).
-  void StartPrewarmingWhenDue();
-  // A local worker failed before the zygote was due: it is due now, so
-  // that the next fault's replacement forks from it.
-  void PrewarmNowAfterAFault();
+  // Hands the node's zygote seed (StandbyPool::PlantSeed) to the worker
+  // `request` starts, where the default prewarming wants one.
+  void PlantZygoteSeed(SpawnRequest& request);
   RoundOutcome OnWorkersFailed(const RunningRound& round,
                                const SupervisorPolicy& policy);
   // In-place recovery (libddp programs, worker/recovery.h). The policy
@@ -206,15 +199,10 @@ class Agent {
   ProcessControl& control_;
   AgentEvents& events_;
   const common::Clock& clock_;
-  std::unique_ptr<StandbyPool> standbys_;  // null without --prewarm
-  // The default prewarming: when the zygote starts (set once the program
-  // says it waits for its round), and when this round's workers started
-  // (how long the program takes to get there: ZygoteDelay).
-  std::optional<absl::Time> zygote_due_;
+  std::unique_ptr<StandbyPool> standbys_;  // null where nothing is prewarmed
   // Exits reaped while joining (WorkersAllSucceeded), which the next look
   // at the workers (Observe) takes first.
   std::vector<std::pair<int, ExitStatus>> early_exits_;
-  absl::Time workers_started_;
   // The MASTER_PORT this node offered in its last Join, held from the Join
   // until its workers start (see HeldPort); empty with a reserve_port seam.
   std::optional<HeldPort> held_master_port_;

@@ -29,15 +29,11 @@ struct AgentContext {
   // The command of a standby worker (--prewarm, or the default for a
   // program that is not Python); empty: no prewarming.
   std::vector<std::string> standby_argv;
-  // Prewarm only once a worker says its program waits for its round
-  // (common::kActivatesLine), and only with standbys forked by a zygote
-  // (StandbyPoolOptions::exec false): the default. False: from the start,
-  // as --prewarm asks.
+  // Prewarm only with standbys forked by a zygote that a worker forks where
+  // its program waits for its round (StandbyPoolOptions::seed; never by
+  // exec): the default, at no process start's cost. False: a zygote or
+  // standbys of their own from the start, as --prewarm asks.
   bool prewarm_once_program_awaits = false;
-  // The CPUs this node's workers may use (sched_getaffinity); with
-  // prewarm_once_program_awaits, whether the zygote starts at once or waits
-  // (ZygoteDelay). 0: unknown.
-  int usable_cpus = 0;
   // Whether global rank 0 of a prewarmed round listens on MASTER_PORT (a
   // Python program: torch's env:// TCPStore), so that the other ranks are
   // activated once it does. libddp programs use the rendezvous store.

@@ -282,12 +282,11 @@ absl::Status SetCommands(const LaunchOptions& options, AgentContext& context) {
       context.rank0_listens_on_master_port = RunsUnderPython(options);
       break;
     case LaunchOptions::Prewarm::kAuto:
-      // Only forked from a zygote, once the program says it waits for its
-      // round: cheap, and safe for a program that does not.
+      // Only forked from a zygote that a worker forks where its program
+      // waits for its round: cheap, and nothing for a program that does not.
       if (!RunsUnderPython(options) && options.PlainConsole()) {
         context.standby_argv = BuildStandbyArgv(options, python_exec);
         context.prewarm_once_program_awaits = true;
-        context.usable_cpus = UsableCpus();
       }
       break;
     case LaunchOptions::Prewarm::kOff:

@@ -1,6 +1,5 @@
 #include "launcher/cli/nproc.h"
 
-#include <sched.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -96,15 +95,6 @@ GpuProbe ProbeThisHost() {
   }
   probe.cpus = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
   return probe;
-}
-
-int UsableCpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
-    return std::max(1, CPU_COUNT(&set));
-  }
-  return static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
 }
 
 }  // namespace ddprun::launcher

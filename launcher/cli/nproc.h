@@ -32,9 +32,4 @@ absl::StatusOr<int> ResolveNprocPerNode(absl::string_view text,
 // This host's probe: /dev, the environment, sysconf.
 GpuProbe ProbeThisHost();
 
-// The CPUs this process (and the workers it starts) may run on: its
-// affinity mask, which a cpuset, taskset or Slurm narrows; the online CPUs
-// where that cannot be read.
-int UsableCpus();
-
 }  // namespace ddprun::launcher
