@@ -34,8 +34,6 @@ ProgressRecord ParseProgressRecord(absl::string_view line) {
   ProgressRecord record;
   if (line == "inplace") {
     record.kind = ProgressRecord::Kind::kInPlace;
-  } else if (line == "activates") {
-    record.kind = ProgressRecord::Kind::kActivates;
   } else if (line == "step" || absl::StartsWith(line, "step ")) {
     record.kind = ProgressRecord::Kind::kStep;
     for (absl::string_view word :

@@ -20,9 +20,6 @@ namespace ddprun::common {
 //                      left out (libddp writes "step compute=0.012345", older
 //                      workers "step"; a step without it carries no figure)
 //   inplace            the program recovers in place (worker/recovery.h)
-//   activates          the program calls AwaitActivation (worker/standby.h)
-//                      before it reads its environment, so the agent may
-//                      prewarm its next workers (ddprun's default)
 //
 // Any other line counts as a sign of life and nothing more, so that a newer
 // worker's records never break an older agent.
@@ -48,7 +45,7 @@ std::optional<Phase> ParsePhase(absl::string_view name);
 
 // What one line on the pipe says.
 struct ProgressRecord {
-  enum class Kind { kPhase, kStep, kInPlace, kActivates, kOther };
+  enum class Kind { kPhase, kStep, kInPlace, kOther };
   Kind kind = Kind::kOther;
   Phase phase = Phase::kStart;  // for kPhase
   // For kStep: the rank's own compute time for the step (the straggler
@@ -67,6 +64,5 @@ inline constexpr char kStepLine[] = "step\n";
 // A step record with the rank's compute time (negative: none, as kStepLine).
 std::string StepLine(double compute_seconds);
 inline constexpr char kInPlaceLine[] = "inplace\n";
-inline constexpr char kActivatesLine[] = "activates\n";
 
 }  // namespace ddprun::common

@@ -5,8 +5,6 @@
 
 #include <string>
 
-#include "worker/broken_pipes.h"
-
 namespace ddprun::worker {
 namespace {
 
@@ -31,15 +29,6 @@ void ReportStep(int progress_fd, double compute_seconds) {
   if (progress_fd < 0) return;
   const std::string line = common::StepLine(compute_seconds);
   WriteRecord(progress_fd, line.data(), line.size());
-}
-
-void ReportActivates(int progress_fd) {
-  // Written before the program set anything up (AwaitActivation), where a
-  // gone agent's pipe would otherwise kill it.
-  if (progress_fd < 0) return;
-  IgnoreBrokenPipes();
-  WriteRecord(progress_fd, common::kActivatesLine,
-              sizeof(common::kActivatesLine) - 1);
 }
 
 }  // namespace ddprun::worker

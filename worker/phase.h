@@ -20,9 +20,5 @@ void ReportPhase(int progress_fd, common::Phase phase);
 // time for it (the step less its wait in the gradient sync), negative when
 // unknown (the first step).
 void ReportStep(int progress_fd, double compute_seconds = -1);
-// This program waits in AwaitActivation (worker/standby.h) before it reads
-// its round, so ddprun may start its next workers ahead (prewarm them).
-// AwaitActivation says it; nothing else needs to.
-void ReportActivates(int progress_fd);
 
 }  // namespace ddprun::worker

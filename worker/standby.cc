@@ -33,7 +33,6 @@
 #include "common/zygote_protocol.h"
 #include "spdlog/spdlog.h"
 #include "worker/error_file.h"
-#include "worker/phase.h"
 #include "worker/worker_env.h"
 
 namespace ddprun::worker {
@@ -519,16 +518,7 @@ absl::Status AwaitActivation() {
     (void)SeedZygote(*seed);
   }
   std::optional<std::string> fd_text = ReadStandbyFd();
-  if (!fd_text.has_value()) {
-    // Started as a worker, not prewarmed: tell the agent that this program
-    // would wait here, so that it prewarms the next round's workers.
-    int progress_fd = -1;
-    std::optional<std::string> progress = common::ProcessEnv(env::kProgressFd);
-    if (progress.has_value() && absl::SimpleAtoi(*progress, &progress_fd)) {
-      ReportActivates(progress_fd);
-    }
-    return absl::OkStatus();
-  }
+  if (!fd_text.has_value()) return absl::OkStatus();  // not prewarmed
   int fd = -1;
   if (!absl::SimpleAtoi(*fd_text, &fd) || fd < 0) {
     return absl::InvalidArgumentError(absl::StrFormat(

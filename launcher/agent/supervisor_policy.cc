@@ -67,7 +67,6 @@ void SupervisorPolicy::OnRecord(int local_rank, const ProgressRecord& record) {
     case ProgressRecord::Kind::kInPlace:
       w.in_place = true;
       break;
-    case ProgressRecord::Kind::kActivates:  // the agent's business
     case ProgressRecord::Kind::kOther:
       break;
   }

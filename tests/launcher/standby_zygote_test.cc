@@ -264,20 +264,16 @@ TEST_F(StandbyZygoteTest, AWorkerForksTheZygoteAndGoesOnAsTheWorker) {
   EXPECT_THAT(out, HasSubstr("RANK=5\n"));
   EXPECT_THAT(out, Not(HasSubstr("DDPRUN_ZYGOTE_SEED_FD")));
   // Its progress pipe ends with it: the zygote holds no copy.
-  std::string records;
   ASSERT_TRUE(testing::WaitFor(
       [&] {
         struct pollfd p = {progress[0], POLLIN, 0};
         if (poll(&p, 1, 100) <= 0) return false;
         char buffer[256];
-        ssize_t n = read(progress[0], buffer, sizeof(buffer));
-        if (n > 0) records.append(buffer, static_cast<size_t>(n));
-        return n == 0;
+        return read(progress[0], buffer, sizeof(buffer)) == 0;
       },
       absl::Seconds(30)))
       << "the worker's progress pipe is still open";
   close(progress[0]);
-  EXPECT_THAT(records, HasSubstr("activates"));
   EXPECT_FALSE(testing::ProcessGone(zygote));
 
   // A standby it forked becomes a worker of its round.
