@@ -27,7 +27,6 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/string_view.h"
 #include "common/worker_env.h"
 #include "common/worker_protocol.h"
 #include "common/zygote_protocol.h"
@@ -111,12 +110,14 @@ bool SendMessage(int socket, const std::string& message) {
   return n == static_cast<ssize_t>(message.size());
 }
 
-// One fork request: the descriptors it carried (standby, progress, control;
-// -1 where absent). False at end of file or on an error.
-bool ReceiveRequest(int socket, int fds[3]) {
+// One message on `socket` (recvmsg `flags`) as text, and the descriptors
+// it carried (SCM_RIGHTS, close-on-exec here); nullopt at end of file or
+// on an error.
+std::optional<std::string> ReceiveWithFds(int socket, int flags,
+                                          std::vector<int>& received) {
   char data[common::zygote::kMaxMessage];
   alignas(struct cmsghdr) char control[CMSG_SPACE(3 * sizeof(int))];
-  struct iovec iov = {data, sizeof(data) - 1};
+  struct iovec iov = {data, sizeof(data)};
   struct msghdr msg;
   memset(&msg, 0, sizeof(msg));
   msg.msg_iov = &iov;
@@ -125,11 +126,9 @@ bool ReceiveRequest(int socket, int fds[3]) {
   msg.msg_controllen = sizeof(control);
   ssize_t n;
   do {
-    n = recvmsg(socket, &msg, MSG_CMSG_CLOEXEC);
+    n = recvmsg(socket, &msg, flags | MSG_CMSG_CLOEXEC);
   } while (n < 0 && errno == EINTR);
-  if (n <= 0) return false;
-  data[n] = '\0';
-  std::vector<int> received;
+  if (n <= 0) return std::nullopt;
   for (struct cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr;
        c = CMSG_NXTHDR(&msg, c)) {
     if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
@@ -140,7 +139,16 @@ bool ReceiveRequest(int socket, int fds[3]) {
       received.push_back(fd);
     }
   }
-  std::vector<std::string> words = absl::StrSplit(data, ' ');
+  return std::string(data, static_cast<size_t>(n));
+}
+
+// One fork request: the descriptors it carried (standby, progress, control;
+// -1 where absent). False at end of file or on an error.
+bool ReceiveRequest(int socket, int fds[3]) {
+  std::vector<int> received;
+  std::optional<std::string> data = ReceiveWithFds(socket, 0, received);
+  if (!data.has_value()) return false;
+  std::vector<std::string> words = absl::StrSplit(*data, ' ');
   fds[0] = fds[1] = fds[2] = -1;
   size_t next = 0;
   auto take = [&]() { return next < received.size() ? received[next++] : -1; };
@@ -337,33 +345,11 @@ absl::Status ServeAsZygote(const std::string& fd_text) {
 // -1 where missing.
 void ReceiveAgentsOutput(int socket, int out[2]) {
   out[0] = out[1] = -1;
-  char data[common::zygote::kMaxMessage];
-  alignas(struct cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))];
-  struct iovec iov = {data, sizeof(data)};
-  struct msghdr msg;
-  memset(&msg, 0, sizeof(msg));
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
-  ssize_t n;
-  do {
-    n = recvmsg(socket, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-  } while (n < 0 && errno == EINTR);
   std::vector<int> received;
-  for (struct cmsghdr* c = n > 0 ? CMSG_FIRSTHDR(&msg) : nullptr; c != nullptr;
-       c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-    const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    for (size_t i = 0; i < count; ++i) {
-      int fd;
-      memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-      received.push_back(fd);
-    }
-  }
-  if (n > 0 && received.size() == 2 &&
-      absl::string_view(data, static_cast<size_t>(n)) ==
-          common::zygote::kStdio) {
+  std::optional<std::string> data =
+      ReceiveWithFds(socket, MSG_DONTWAIT, received);
+  if (data.has_value() && *data == common::zygote::kStdio &&
+      received.size() == 2) {
     out[0] = received[0];
     out[1] = received[1];
     return;
