@@ -232,7 +232,7 @@ void AddLaunchFlags(CLI::App& app, LaunchOptions& o, RawLaunchFlags& raw) {
           "also for Python programs (up to 'import torch'); a program that "
           "is not Python must call ddprun::worker::AwaitActivation() "
           "(libddp, e.g. ddprun-mnist) before it reads its environment. "
-          "Default: on for programs that call it, once they do");
+          "Default: on for programs that call it, forked from a worker there");
   AddFlag(app, "--no-prewarm", &raw.no_prewarm,
           "never start workers ahead: each restart starts its processes");
   AddString(app, "--master-addr", &o.master_addr,
