@@ -199,6 +199,14 @@ TEST_F(StandbyZygoteTest, AZygoteThatRunsThreadsIsRefusedAndStandbysAreExeced) {
   EXPECT_TRUE(reaper.Until(zygote).has_value());
 }
 
+// ddprun's default pool: standbys only from a zygote that a worker forks.
+StandbyPoolOptions Seeded() {
+  StandbyPoolOptions options;
+  options.exec = false;
+  options.seed = true;
+  return options;
+}
+
 // The seed (ddprun's default): a worker started with DDPRUN_ZYGOTE_SEED_FD
 // forks the node's zygote where it waits for its round and goes on as the
 // worker. The zygote is this process's child, leads its own group, writes
@@ -209,11 +217,8 @@ TEST_F(StandbyZygoteTest, AWorkerForksTheZygoteAndGoesOnAsTheWorker) {
   PosixProcessControl control;
   Reaper reaper(control);
   testing::TempDir dir;
-  StandbyPoolOptions options;
-  options.exec = false;
-  options.seed = true;
   StandbyPool pool(control, common::RealClock::Get(), {Helper()},
-                   CurrentEnvironment(), options);
+                   CurrentEnvironment(), Seeded());
   const int seed = pool.PlantSeed();
   ASSERT_GE(seed, 0);
   EXPECT_EQ(pool.PlantSeed(), -1) << "one seed at a time";
@@ -298,11 +303,8 @@ TEST_F(StandbyZygoteTest, ASeedIsRefusedForGoodOrPlantedAgainIfItsWorkerEnded) {
   PosixProcessControl control;
   Reaper reaper(control);
   testing::TempDir dir;
-  StandbyPoolOptions options;
-  options.exec = false;
-  options.seed = true;
   StandbyPool pool(control, common::RealClock::Get(), {Helper()},
-                   CurrentEnvironment(), options);
+                   CurrentEnvironment(), Seeded());
   auto run_worker = [&](std::vector<std::string> argv,
                         std::vector<std::string> extra) -> pid_t {
     const int seed = pool.PlantSeed();
