@@ -46,6 +46,11 @@ namespace ddprun::launcher {
 // once its pid is known). When the zygote refuses (it runs threads), a fork
 // fails or the zygote ends, the pool logs why and starts standbys by exec
 // from then on, as before.
+//
+// The seed (StandbyPoolOptions::seed, ddprun's default). The pool starts no
+// zygote: PlantSeed gives a worker the socket, and the worker forks the
+// zygote where it waits for its round (worker/standby.h), which then says
+// "ready PID" as one started by exec would. Nothing is started by exec.
 // Owned and used by the agent's thread (it forks).
 struct StandbyPoolOptions {
   // How long a standby may start under SCHED_IDLE before PromoteLate moves
