@@ -310,6 +310,7 @@ absl::Status ServeForks(int socket, pid_t agent) {
   }
 }
 
+// The descriptor that variable `name` holds as `text`; an error naming it.
 absl::StatusOr<int> ParseSocket(const char* name, const std::string& text) {
   int socket = -1;
   if (!absl::SimpleAtoi(text, &socket) || socket < 0) {
