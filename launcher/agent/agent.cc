@@ -88,7 +88,7 @@ Agent::Agent(AgentOptions options, AgentContext context, RendezvousApi& client,
   }
   if (context_.standby_argv.empty()) return;
   StandbyPoolOptions pool_options;
-  if (context_.prewarm_once_program_awaits) {
+  if (context_.prewarm_from_seed) {
     // Forked standbys need the agent to adopt them; exec'd ones would cost
     // a process start each, which only --prewarm asks for.
     if (!control_.AdoptsOrphans()) {

@@ -33,7 +33,7 @@ struct AgentContext {
   // its program waits for its round (StandbyPoolOptions::seed; never by
   // exec): the default, at no process start's cost. False: a zygote or
   // standbys of their own from the start, as --prewarm asks.
-  bool prewarm_once_program_awaits = false;
+  bool prewarm_from_seed = false;
   // Whether global rank 0 of a prewarmed round listens on MASTER_PORT (a
   // Python program: torch's env:// TCPStore), so that the other ranks are
   // activated once it does. libddp programs use the rendezvous store.

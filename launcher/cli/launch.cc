@@ -286,7 +286,7 @@ absl::Status SetCommands(const LaunchOptions& options, AgentContext& context) {
       // waits for its round: cheap, and nothing for a program that does not.
       if (!RunsUnderPython(options) && options.PlainConsole()) {
         context.standby_argv = BuildStandbyArgv(options, python_exec);
-        context.prewarm_once_program_awaits = true;
+        context.prewarm_from_seed = true;
       }
       break;
     case LaunchOptions::Prewarm::kOff:
