@@ -32,6 +32,7 @@
 #include "common/zygote_protocol.h"
 #include "spdlog/spdlog.h"
 #include "worker/error_file.h"
+#include "worker/process_start.h"
 #include "worker/worker_env.h"
 
 namespace ddprun::worker {
@@ -367,18 +368,11 @@ void ReceiveAgentsOutput(int socket, int out[2]) {
 // of its own. The bounds are /proc/self/stat's env_start and env_end
 // (fields 50 and 51).
 void ForgetStartingEnvironment() {
-  std::ifstream in("/proc/self/stat");
-  std::string stat;
-  std::getline(in, stat);
-  const size_t end_of_comm = stat.rfind(')');
-  if (end_of_comm == std::string::npos) return;
-  // Fields from the 3rd (state) on.
-  std::vector<std::string> fields =
-      absl::StrSplit(stat.substr(end_of_comm + 2), ' ');
+  std::vector<std::string> fields = SelfStatFields();
   uintptr_t start = 0;
   uintptr_t end = 0;
-  if (fields.size() < 49 || !absl::SimpleAtoi(fields[47], &start) ||
-      !absl::SimpleAtoi(fields[48], &end) || end <= start) {
+  if (fields.size() < 49 || !absl::SimpleAtoi(fields[50 - 3], &start) ||
+      !absl::SimpleAtoi(fields[51 - 3], &end) || end <= start) {
     return;
   }
   std::vector<std::pair<std::string, std::string>> vars;
