@@ -357,22 +357,14 @@ INSTANTIATE_TEST_SUITE_P(ByDefaultAndAsked, MnistInPlacePrewarmTest,
                            return info.param ? "Asked" : "ByDefault";
                          });
 
-// /proc/<pid>/stat's fields from the 3rd (state) on; empty when gone.
-std::vector<std::string> StatFields(pid_t pid) {
-  const std::string stat =
-      ReadFileOrEmpty(absl::StrCat("/proc/", pid, "/stat"));
-  const size_t end_of_comm = stat.rfind(')');
-  if (end_of_comm == std::string::npos) return {};
-  return absl::StrSplit(stat.substr(end_of_comm + 2), ' ');
-}
-
 // The CPU time `pid` used (user and system), in seconds; -1 when unknown.
 double CpuSeconds(pid_t pid) {
+  // utime and stime: fields 14 and 15.
   std::vector<std::string> fields = StatFields(pid);
   int64_t user = 0;
   int64_t system = 0;
-  if (fields.size() < 13 || !absl::SimpleAtoi(fields[11], &user) ||
-      !absl::SimpleAtoi(fields[12], &system)) {
+  if (fields.size() < 13 || !absl::SimpleAtoi(fields[14 - 3], &user) ||
+      !absl::SimpleAtoi(fields[15 - 3], &system)) {
     return -1;
   }
   return static_cast<double>(user + system) / sysconf(_SC_CLK_TCK);

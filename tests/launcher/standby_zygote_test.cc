@@ -77,13 +77,11 @@ bool WaitForStandbys(StandbyPool& pool, int count) {
 
 // Field 4 of /proc/<pid>/stat; -1 when gone.
 pid_t ParentOf(pid_t pid) {
-  std::string stat =
-      testing::ReadFileOrEmpty(absl::StrCat("/proc/", pid, "/stat"));
-  const size_t close = stat.rfind(')');
-  if (close == std::string::npos) return -1;
-  std::vector<std::string> fields = absl::StrSplit(stat.substr(close + 2), ' ');
+  std::vector<std::string> fields = testing::StatFields(pid);
   pid_t parent = -1;
-  if (fields.size() < 2 || !absl::SimpleAtoi(fields[1], &parent)) return -1;
+  if (fields.size() < 2 || !absl::SimpleAtoi(fields[4 - 3], &parent)) {
+    return -1;
+  }
   return parent;
 }
 

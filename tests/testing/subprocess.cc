@@ -13,6 +13,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "tests/testing/temp_dir.h"
@@ -178,6 +179,14 @@ bool ProcessGone(pid_t pid) {
   size_t close = content.rfind(')');
   return close != std::string::npos && close + 2 < content.size() &&
          content[close + 2] == 'Z';
+}
+
+std::vector<std::string> StatFields(pid_t pid) {
+  const std::string stat =
+      ReadFileOrEmpty(absl::StrCat("/proc/", pid, "/stat"));
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos || close + 2 >= stat.size()) return {};
+  return absl::StrSplit(stat.substr(close + 2), ' ', absl::SkipEmpty());
 }
 
 std::vector<pid_t> Children(pid_t pid) {
