@@ -18,7 +18,12 @@ absl::Duration PhaseBounds::Bound(common::Phase phase) const {
   const absl::Duration floor = seen_[i] >= options_.learn_after
                                    ? options_.learned_floor[i]
                                    : options_.floor[i];
-  return std::max(floor, longest_[i] * options_.factor);
+  absl::Duration longest = longest_[i];
+  if (phase == common::Phase::kStep && seen_[i] < options_.learn_after) {
+    longest = std::max(longest,
+                       longest_[static_cast<int>(common::Phase::kFirstStep)]);
+  }
+  return std::max(floor, longest * options_.factor);
 }
 
 }  // namespace ddprun::launcher

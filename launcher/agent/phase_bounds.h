@@ -72,6 +72,11 @@ class PhaseBounds {
   void Observe(common::Phase phase, absl::Duration duration);
   // The bound of `phase`: fixed, or max(floor, factor x longest observed),
   // the floor being the learned one once the phase was seen often enough.
+  // Until steps were seen `learn_after` times, the first step stands for
+  // them too: it is the one step observed, and a large model on a loaded
+  // machine takes seconds a step (in CI, a rank of a 100 MB model whose 2
+  // cores another job's 8 ranks shared was found hung in a step at the 10 s
+  // floor).
   absl::Duration Bound(common::Phase phase) const;
   absl::Duration stopped_bound() const { return options_.stopped; }
   // The longest observed duration of `phase` (zero when none was).

@@ -330,6 +330,22 @@ TEST(PhaseBoundsTest, AFrequentPhaseIsBoundedByTheLearnedFloor) {
   EXPECT_EQ(bounds.Bound(Phase::kJoin), absl::Seconds(100)) << "5 x 20 s";
 }
 
+// Until three steps were seen, the first step stands for them: a model
+// whose first step took 4 s on a loaded machine may take 11 s for its
+// second without being hung. Once steps carry their own figures, a long
+// first step (warming caches, allocating) no longer widens the bound.
+TEST(PhaseBoundsTest, UntilStepsAreLearnedTheFirstStepBoundsThemToo) {
+  PhaseBounds bounds;
+  bounds.Observe(Phase::kFirstStep, absl::Seconds(4));
+  EXPECT_EQ(bounds.Bound(Phase::kStep), absl::Seconds(20)) << "5 x 4 s";
+  bounds.Observe(Phase::kStep, absl::Seconds(1));
+  bounds.Observe(Phase::kStep, absl::Seconds(1));
+  EXPECT_EQ(bounds.Bound(Phase::kStep), absl::Seconds(20));
+  bounds.Observe(Phase::kStep, absl::Seconds(1));
+  EXPECT_EQ(bounds.Bound(Phase::kStep), absl::Seconds(10)) << "learned floor";
+  EXPECT_EQ(bounds.Bound(Phase::kFirstStep), absl::Seconds(120)) << "floor";
+}
+
 TEST(PhaseBoundsTest, AFixedBoundWinsAndInfinityMeansNever) {
   PhaseBoundsOptions options;
   options.fixed[static_cast<int>(Phase::kStep)] = absl::Seconds(2);
