@@ -14,7 +14,8 @@ namespace ddprun::common {
 namespace {
 
 constexpr std::array<absl::string_view, kNumPhases> kNames = {
-    "start", "join", "sync", "first-step", "step", "checkpoint", "stop"};
+    "start", "join",       "sync", "first-step",
+    "step",  "checkpoint", "stop", "eval"};
 
 }  // namespace
 

@@ -35,10 +35,15 @@ enum class Phase {
   kStep,        // between two completed steps
   kCheckpoint,  // writing a checkpoint
   kStop,        // finishing: saving results, tearing down
+  // Evaluating between steps (a validation pass): the other ranks wait for
+  // it in their next step, and it may take far longer than a step. Last, so
+  // that the earlier phases keep their numbers.
+  kEval,
 };
-inline constexpr int kNumPhases = 7;
+inline constexpr int kNumPhases = 8;
 
-// "start", "join", "sync", "first-step", "step", "checkpoint", "stop".
+// "start", "join", "sync", "first-step", "step", "checkpoint", "stop",
+// "eval".
 absl::string_view PhaseName(Phase phase);
 // The inverse of PhaseName; nullopt for an unknown word.
 std::optional<Phase> ParsePhase(absl::string_view name);

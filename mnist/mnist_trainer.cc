@@ -781,6 +781,10 @@ absl::Status TrainEpoch(Training& t, int64_t epoch) {
     if (absl::Status s = SaveProgress(t, epoch + 1, 0); !s.ok()) return s;
     if (options.max_steps > 0 && t.step >= options.max_steps) t.stop = true;
   }
+  // Every rank, as for a checkpoint: the others wait for rank 0's
+  // evaluation in their next step, and a full test set through a wide model
+  // on a loaded machine takes longer than a step's bound.
+  ReportPhase(t.env.progress_fd, Phase::kEval);
   if (t.lead) {
     double accuracy = Accuracy(t.model, t.data.test, device);
     t.summary.test_accuracy = accuracy;

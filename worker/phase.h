@@ -9,9 +9,13 @@ namespace ddprun::worker {
 // phase with that phase's bound (launcher/agent/phase_bounds.h). libddp
 // reports on its own: CreateProcessGroup the join, SyncFromSurvivor the
 // state sync, DataParallel the start of stepping and every step. A program
-// reports what only it knows: a checkpoint write (Phase::kCheckpoint) and
-// its end (Phase::kStop); ddprun-mnist is the example. The next record
-// (a phase or a step) ends the phase.
+// reports what only it knows: a checkpoint write (Phase::kCheckpoint), an
+// evaluation between steps (Phase::kEval) and its end (Phase::kStop);
+// ddprun-mnist is the example. Report a checkpoint or an evaluation on
+// every rank, not only on the one that does the work: the others wait for
+// it in their next step. Unreported, such a pause is bounded as a step
+// (10 s, or 5x the longest step) and its rank is found hung. The next
+// record (a phase or a step) ends the phase.
 //
 // Non-blocking and async-signal-safe: a full pipe drops the record (the
 // agent is behind; the next one counts), a closed one or fd -1 is ignored.

@@ -20,9 +20,10 @@ struct PhaseBoundsOptions {
   // Lower limits, by common::Phase. The floors are what a phase may take
   // before anything was observed, so they are generous where one instance
   // can legitimately be slow (a cold start of 8 LibTorch processes on two
-  // cores, a first step that warms caches, a checkpoint of a large model);
-  // a step's floor is what an unannounced pause between two steps (an
-  // evaluation, a log flush) may take before the rank counts as hung.
+  // cores, a first step that warms caches, a checkpoint or an evaluation of
+  // a large model); a step's floor is what an unannounced pause between two
+  // steps (a log flush, an evaluation the program does not report as
+  // Phase::kEval) may take before the rank counts as hung.
   std::array<absl::Duration, common::kNumPhases> floor = {
       absl::Seconds(120),  // start
       absl::Seconds(120),  // join
@@ -31,6 +32,7 @@ struct PhaseBoundsOptions {
       absl::Seconds(10),   // step
       absl::Seconds(600),  // checkpoint
       absl::Seconds(120),  // stop
+      absl::Seconds(600),  // eval
   };
   // Once a phase was seen `learn_after` times, its floor is the learned
   // floor instead: what the job showed carries the bound (a multiple of the
@@ -45,6 +47,7 @@ struct PhaseBoundsOptions {
       absl::Seconds(10),  // step
       absl::Seconds(30),  // checkpoint
       absl::Seconds(30),  // stop
+      absl::Seconds(30),  // eval
   };
   // Fixed bounds by phase (flags); InfiniteDuration: never hung there.
   std::array<std::optional<absl::Duration>, common::kNumPhases> fixed;

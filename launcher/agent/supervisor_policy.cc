@@ -60,9 +60,23 @@ void SupervisorPolicy::OnRecord(int local_rank, const ProgressRecord& record) {
     case ProgressRecord::Kind::kPhase:
       // Entering the stepping phase: no step is done yet.
       w.phase = record.phase == Phase::kStep ? Phase::kFirstStep : record.phase;
+      w.steps_in_phase = 0;
       break;
     case ProgressRecord::Kind::kStep:
+      // An evaluation or a checkpoint write ends with the next step done,
+      // and the first step record after it does not say that: libddp
+      // writes a step's record once its compute is done, before the
+      // gradient sync, where the ranks that report it wait for rank 0 still
+      // evaluating or writing. Taken as the phase's end, it left them
+      // bounded as a step through rank 0's whole evaluation, and they were
+      // found hung. The second record ends it (a rank hung in that one step
+      // is bounded as the phase, not as a step).
+      if ((w.phase == Phase::kEval || w.phase == Phase::kCheckpoint) &&
+          ++w.steps_in_phase < 2) {
+        break;
+      }
       w.phase = Phase::kStep;
+      w.steps_in_phase = 0;
       break;
     case ProgressRecord::Kind::kInPlace:
       w.in_place = true;

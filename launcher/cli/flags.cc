@@ -189,7 +189,7 @@ void AddLaunchFlags(CLI::App& app, LaunchOptions& o, RawLaunchFlags& raw) {
             "worker is hung (0: each phase's bound adapts: --hang-bound)");
   AddString(app, "--hang-bound", &raw.hang_bound,
             "PHASE=SECONDS,...: fixed hang bounds by phase (start, join, sync, "
-            "first-step, step, checkpoint, stop, stopped; 0: never hung "
+            "first-step, step, checkpoint, stop, eval, stopped; 0: never hung "
             "there); unset phases adapt: --hang-factor x the longest seen, "
             "at least a floor (docs/ARCHITECTURE.md, 'Hangs')");
   AddString(app, "--straggler-policy", &raw.straggler_policy,
@@ -331,7 +331,7 @@ absl::Status ParseHangBounds(const std::string& text,
     if (!phase.has_value()) {
       return Usage(absl::StrFormat(
           "--hang-bound: unknown phase '%s'; the phases are start, join, "
-          "sync, first-step, step, checkpoint, stop and stopped, e.g. "
+          "sync, first-step, step, checkpoint, stop, eval and stopped, e.g. "
           "--hang-bound step=2,checkpoint=600",
           name));
     }

@@ -18,6 +18,8 @@ every call does nothing, so a script runs unchanged under torchrun or alone.
         if time_to_save:
             progress.phase("checkpoint")
             torch.save(...)           # the next step() ends the phase
+    progress.phase("eval")            # a validation pass (every rank: the
+    evaluate(model)                   # others wait for it in their next step)
     progress.phase("stop")
 
 Straggler figures: what tells a slow rank apart is its own compute time for
@@ -41,7 +43,7 @@ __all__ = ["PHASES", "phase", "step", "compute", "watch", "enabled"]
 
 # The phases a program may enter (common/progress_record.h); "start" is
 # the agent's own, from the spawn to the first record.
-PHASES = ("join", "sync", "step", "checkpoint", "stop")
+PHASES = ("join", "sync", "step", "checkpoint", "stop", "eval")
 
 _ENV = "DDPRUN_PROGRESS_FD"
 

@@ -3,6 +3,8 @@
 // report what they reached.
 #include <signal.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -118,6 +120,67 @@ INSTANTIATE_TEST_SUITE_P(Worlds, WideMlpTest, ::testing::Values(2, 3),
                          [](const ::testing::TestParamInfo<int>& info) {
                            return absl::StrCat("World", info.param);
                          });
+
+// An evaluation is no hang: ddprun-mnist evaluates the whole test set on
+// rank 0 after each epoch while rank 1 waits in its next step, which takes
+// seconds for a wide model; it reports Phase::kEval on both ranks, so a step
+// bound far shorter than the evaluation (and far longer than a step) kills
+// no one. Unreported, the default 10 s floor killed rank 0 of WideMlpTest
+// when the machine was loaded.
+TEST(E2eTest, AnEvaluationLongerThanTheStepBoundIsNoHang) {
+  TempDir dir;
+  constexpr int kStepsPerEpoch = 10;  // 640 samples, 2 ranks x 32
+  RunResult run = RunCommand({Ddprun(),
+                              "--standalone",
+                              "--nproc-per-node",
+                              "2",
+                              "--hang-bound",
+                              "step=2",
+                              Mnist(),
+                              "--hidden",
+                              "16384",
+                              "--epochs",
+                              "2",
+                              "--data-dir",
+                              MnistDir(),
+                              "--train-limit",
+                              "640",
+                              "--summary-json",
+                              dir.File("summary.json"),
+                              "--step-times",
+                              dir.File("steps.txt"),
+                              "--save",
+                              "",
+                              "--no-progress"},
+                             absl::Minutes(5));
+  ASSERT_FALSE(run.timed_out) << run.err;
+  ASSERT_TRUE(run.exit.ok()) << run.exit.ToString() << "\n" << run.err;
+  EXPECT_FALSE(absl::StrContains(run.err, "is hung")) << run.err;
+  EXPECT_EQ(SummaryNumber(ReadFileOrEmpty(dir.File("summary.json")), "steps"),
+            2 * kStepsPerEpoch);
+  // The test means something only if the evaluation outlasted the step
+  // bound: the gap between the first epoch's last step (on any rank) and
+  // the second's first, from the steps' own timestamps ("STEP MICROS PID").
+  int64_t last_of_first = 0;
+  int64_t first_of_second = INT64_MAX;
+  for (absl::string_view line : absl::StrSplit(
+           ReadFileOrEmpty(dir.File("steps.txt")), '\n', absl::SkipEmpty())) {
+    std::vector<absl::string_view> f = absl::StrSplit(line, ' ');
+    int step = 0;
+    int64_t micros = 0;
+    ASSERT_TRUE(f.size() == 3 && absl::SimpleAtoi(f[0], &step) &&
+                absl::SimpleAtoi(f[1], &micros))
+        << line;
+    if (step == kStepsPerEpoch) last_of_first = std::max(last_of_first, micros);
+    if (step == kStepsPerEpoch + 1) {
+      first_of_second = std::min(first_of_second, micros);
+    }
+  }
+  ASSERT_GT(last_of_first, 0);
+  ASSERT_LT(first_of_second, INT64_MAX);
+  EXPECT_GT(first_of_second - last_of_first, 2'000'000)
+      << "the evaluation took less than the step bound";
+}
 
 // ddprun-mnist --hidden 32768: 26 M parameters, a 104 MB gradient, at an
 // odd world and at 8 ranks (on 2 cores). The default sync sums it in

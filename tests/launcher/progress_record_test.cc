@@ -47,8 +47,8 @@ TEST(ProgressRecordTest, NoFigureWritesThePlainStepLine) {
 }
 
 TEST(ProgressRecordTest, PhaseLinesRoundTrip) {
-  for (Phase phase :
-       {Phase::kJoin, Phase::kSync, Phase::kCheckpoint, Phase::kStop}) {
+  for (Phase phase : {Phase::kJoin, Phase::kSync, Phase::kCheckpoint,
+                      Phase::kStop, Phase::kEval}) {
     ProgressRecord record = ParseProgressRecord(PhaseLine(phase));
     EXPECT_EQ(record.kind, Kind::kPhase);
     EXPECT_EQ(record.phase, phase);

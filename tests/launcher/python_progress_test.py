@@ -82,6 +82,25 @@ class PythonProgressTest(unittest.TestCase):
             self.assertIsNotNone(figure(line), line)
             self.assertGreaterEqual(figure(line), 0.05, line)
 
+    def test_phases_are_the_agents_words(self):
+        # The module repeats common/progress_record.cc's phase names; the
+        # agent's own two ("start", "first-step") are not a program's to
+        # enter. A phase added on one side only would be refused (here) or
+        # read as a mere sign of life (by the agent).
+        source = os.path.join(HERE, "..", "..", "common", "progress_record.cc")
+        with open(source) as f:
+            names = re.search(r"kNames = \{([^}]*)\}", f.read()).group(1)
+        agents = re.findall(r'"([a-z-]+)"', names)
+        self.assertIn("eval", agents)
+        sys.path.insert(0, PYTHON_DIR)
+        try:
+            import ddprun.progress as progress
+        finally:
+            sys.path.remove(PYTHON_DIR)
+        self.assertEqual(
+            list(progress.PHASES),
+            [n for n in agents if n not in ("start", "first-step")])
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -396,6 +396,52 @@ TEST_F(SupervisorPolicyTest, ACheckpointIsBoundedAsACheckpoint) {
   EXPECT_EQ(policy.failures()[0].phase, Phase::kCheckpoint);
 }
 
+// An evaluation reported as such (ddprun-mnist's, on every rank) is bounded
+// as an evaluation: a minute of it is no hang, where a step's bound is 10 s.
+// It ends with the next step done, which the second step record says: rank
+// 1 writes the first once its step's compute is done, then waits in the
+// gradient sync for rank 0, which still evaluates.
+TEST_F(SupervisorPolicyTest, AnEvaluationIsBoundedAsAnEvaluation) {
+  common::FakeClock clock;
+  SupervisorPolicy policy({.num_workers = 2}, Adaptive(), clock);
+  for (int i = 0; i < 5; ++i) {
+    clock.Advance(absl::Milliseconds(50));
+    Step(policy, 0);
+    Step(policy, 1);
+  }
+  policy.OnRecord(0, PhaseRecord(Phase::kEval));
+  policy.OnRecord(1, PhaseRecord(Phase::kEval));
+  clock.Advance(absl::Milliseconds(50));
+  Step(policy, 1);  // its compute is done; it waits for rank 0
+  EXPECT_EQ(policy.phase(1), Phase::kEval);
+  clock.Advance(absl::Seconds(60));
+  EXPECT_EQ(policy.Evaluate(), Verdict::kRunning);
+  Step(policy, 0);
+  clock.Advance(absl::Milliseconds(50));
+  Step(policy, 0);
+  Step(policy, 1);
+  EXPECT_EQ(policy.phase(0), Phase::kStep);
+  EXPECT_EQ(policy.phase(1), Phase::kStep);
+  clock.Advance(absl::Seconds(10));
+  ASSERT_EQ(policy.Evaluate(), Verdict::kFailed) << "a step's bound again";
+  EXPECT_EQ(policy.failures()[0].phase, Phase::kStep);
+}
+
+// The same for a checkpoint, which the other ranks wait for in their next
+// step's sync as well.
+TEST_F(SupervisorPolicyTest, TheStepAfterACheckpointEndsIt) {
+  common::FakeClock clock;
+  SupervisorPolicy policy({.num_workers = 1}, Adaptive(), clock);
+  Step(policy, 0);
+  policy.OnRecord(0, PhaseRecord(Phase::kCheckpoint));
+  Step(policy, 0);
+  EXPECT_EQ(policy.phase(0), Phase::kCheckpoint);
+  clock.Advance(absl::Seconds(30));
+  EXPECT_EQ(policy.Evaluate(), Verdict::kRunning);
+  Step(policy, 0);
+  EXPECT_EQ(policy.phase(0), Phase::kStep);
+}
+
 // A stall seen in the fault harness: a survivor stopped while the round
 // changes never
 // reports in the new round. It is expected to (it starts in the join
