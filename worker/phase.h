@@ -15,7 +15,10 @@ namespace ddprun::worker {
 // every rank, not only on the one that does the work: the others wait for
 // it in their next step. Unreported, such a pause is bounded as a step
 // (10 s, or 5x the longest step) and its rank is found hung. The next
-// record (a phase or a step) ends the phase.
+// phase reported ends a phase; so does the next step completed, which for
+// a checkpoint or an evaluation the agent takes to be the second step
+// record after it (libddp writes a step's record before the step's
+// gradient sync, where the other ranks wait for the one still working).
 //
 // Non-blocking and async-signal-safe: a full pipe drops the record (the
 // agent is behind; the next one counts), a closed one or fd -1 is ignored.

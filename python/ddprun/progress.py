@@ -17,7 +17,7 @@ every call does nothing, so a script runs unchanged under torchrun or alone.
         progress.step()               # one step done
         if time_to_save:
             progress.phase("checkpoint")
-            torch.save(...)           # the next step() ends the phase
+            torch.save(...)           # the steps after it end the phase
     progress.phase("eval")            # a validation pass (every rank: the
     evaluate(model)                   # others wait for it in their next step)
     progress.phase("stop")
