@@ -52,14 +52,6 @@ pid_t ReadPid(const std::string& path) {
   return pid;
 }
 
-int CountLinesWith(const std::string& text, const std::string& needle) {
-  int n = 0;
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    n += absl::StrContains(line, needle);
-  }
-  return n;
-}
-
 int Int(const std::string& s) {
   int v = -1;
   EXPECT_TRUE(absl::SimpleAtoi(s, &v)) << "'" << s << "'";

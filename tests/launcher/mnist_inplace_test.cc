@@ -378,8 +378,14 @@ double CpuSeconds(pid_t pid) {
 // own would take from the training). Checked from /proc, not the log
 // alone: the zygote is the agent's child in a process group of its own, and
 // used almost no CPU (a process start of ddprun-mnist is ~0.5 CPU-s).
-TEST(MnistInPlaceZygoteTest,
-     TheFirstWorkersForkTheZygoteAndTheFirstFaultUsesIt) {
+// The first fault kills either local rank 1 or the worker that forked the
+// zygote (local rank 0): the agent adopted the zygote, which outlives the
+// worker it came from and forks that worker's replacement too.
+class MnistInPlaceZygoteTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(MnistInPlaceZygoteTest,
+       TheFirstWorkersForkTheZygoteAndTheFirstFaultUsesIt) {
+  const int victim_rank = GetParam();
   TempDir dir;
   SubprocessOptions options;
   options.argv = Concat(
@@ -423,7 +429,7 @@ TEST(MnistInPlaceZygoteTest,
   EXPECT_LT(zygote_cpu, 0.2) << "worker: " << worker_cpu << " CPU-s";
   EXPECT_THAT(err(), HasSubstr("that a worker forked"));
   // The first fault, before any other.
-  VictimAndOthers first = SplitAt(agent->pid(), 1);
+  VictimAndOthers first = SplitAt(agent->pid(), victim_rank);
   ASSERT_GT(first.victim, 0) << err();
   ASSERT_EQ(kill(first.victim, SIGKILL), 0);
   std::optional<ExitInfo> exit = agent->Wait(absl::Minutes(4));
@@ -431,13 +437,24 @@ TEST(MnistInPlaceZygoteTest,
   ASSERT_TRUE(exit->ok()) << exit->ToString() << "\n" << err();
   const std::string log = err();
   EXPECT_THAT(log, HasSubstr("replaced by a prewarmed worker")) << log;
-  EXPECT_THAT(log, HasSubstr("(forked by the zygote, pid ")) << log;
+  // By the zygote found above: it lived on, and no other was seeded.
+  EXPECT_THAT(
+      log, HasSubstr(absl::StrCat("(forked by the zygote, pid ", zygote, ")")))
+      << log;
+  EXPECT_EQ(CountLinesWith(log, "that a worker forked"), 1) << log;
   EXPECT_THAT(log, Not(HasSubstr("started anew"))) << log;
   EXPECT_EQ(
       SummaryList(ReadFileOrEmpty(dir.File("summary.json")), "epoch_samples"),
       std::vector<int64_t>(kEpochs, kTrainSamples))
       << log;
 }
+
+INSTANTIATE_TEST_SUITE_P(Victims, MnistInPlaceZygoteTest,
+                         ::testing::Values(1, 0),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return info.param == 0 ? "TheSeedingWorker"
+                                                  : "ItsPeer";
+                         });
 
 // A hang: one of three workers is stopped (SIGSTOP). Its peers go silent
 // with it (they wait for it in the allreduce); the agent tells them apart,

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -240,6 +241,14 @@ int RankOf(pid_t pid) {
     }
   }
   return -1;
+}
+
+int CountLinesWith(const std::string& text, const std::string& needle) {
+  int n = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    n += absl::StrContains(line, needle);
+  }
+  return n;
 }
 
 }  // namespace ddprun::testing

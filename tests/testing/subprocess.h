@@ -97,4 +97,7 @@ int RankOf(pid_t pid);
 // PID activated as rank R", ddprun-mnist's and libddp's standby log).
 int RankOf(pid_t pid, const std::string& log);
 
+// How many lines of `text` (a log) contain `needle`.
+int CountLinesWith(const std::string& text, const std::string& needle);
+
 }  // namespace ddprun::testing
