@@ -97,7 +97,10 @@ TEST(ShmAllreduceTest, EveryCountAndLocalSizeSumsExactlyWithTheSameBits) {
       for (int64_t n : counts) {
         std::vector<float> data(n);
         for (int64_t i = 0; i < n; ++i) data[i] = IntegerValue(i, r);
-        ASSERT_TRUE(shm.Allreduce(data.data(), n).ok());
+        {
+          const absl::Status s = shm.Allreduce(data.data(), n);
+          ASSERT_TRUE(s.ok()) << "rank " << r << " count " << n << ": " << s;
+        }
         for (int64_t i = 0; i < n; ++i) {
           float sum = 0;
           for (int k = 0; k < size; ++k) sum += IntegerValue(i, k);
@@ -105,7 +108,10 @@ TEST(ShmAllreduceTest, EveryCountAndLocalSizeSumsExactlyWithTheSameBits) {
               << "rank " << r << " count " << n << " i " << i;
         }
         for (int64_t i = 0; i < n; ++i) data[i] = NoisyValue(i, r);
-        ASSERT_TRUE(shm.Allreduce(data.data(), n).ok());
+        {
+          const absl::Status s = shm.Allreduce(data.data(), n);
+          ASSERT_TRUE(s.ok()) << "rank " << r << " count " << n << ": " << s;
+        }
         noisy[r].push_back(data);
       }
       // Slices of 64 floats are short: every rank sums every input.
@@ -144,7 +150,11 @@ TEST(ShmAllreduceTest, LongSlicesOfThreeOrMoreRanksAreReducedScattered) {
           for (int64_t n : counts) {
             std::vector<float> data(n);
             for (int64_t i = 0; i < n; ++i) data[i] = IntegerValue(i, r);
-            ASSERT_TRUE(shm.Allreduce(data.data(), n).ok());
+            {
+              const absl::Status s = shm.Allreduce(data.data(), n);
+              ASSERT_TRUE(s.ok())
+                  << "rank " << r << " count " << n << ": " << s;
+            }
             for (int64_t i = 0; i < n; ++i) {
               float sum = 0;
               for (int k = 0; k < size; ++k) sum += IntegerValue(i, k);
