@@ -60,10 +60,12 @@ struct ShmAllreduceOptions {
 // slice to it (e.g. a Gloo allreduce among node leaders) before the others
 // copy it out.
 //
-// Failure: a local rank that dies (its lock on the segment is released by
-// the kernel), or fails and says so in the segment, or makes no progress
-// for `timeout` (stopped or hung), ends the wait of every other rank with an
-// error that names it. After an error the object only returns that error.
+// Failure: a local rank that dies while another waits for it (its lock on
+// the segment is released by the kernel; a rank that finished its calls
+// and closed the segment looks the same, and is not waited for), or fails
+// and says so in the segment, or makes no progress for `timeout` (stopped
+// or hung), ends the wait of every other rank with an error that names it.
+// After an error the object only returns that error.
 //
 // Lifetime: local rank 0 creates the file (space reserved up front, so a
 // full tmpfs is an error here, not a SIGBUS later); the last rank to map it
