@@ -8,7 +8,6 @@
 #include <regex>
 
 #include "absl/strings/numbers.h"
-#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
@@ -65,10 +64,8 @@ namespace {
 // The state letter of /proc/<pid>/stat ('T' stopped, 'Z' zombie); 0 when
 // the process is gone.
 char ProcessState(pid_t pid) {
-  std::string stat = ReadFileOrEmpty(absl::StrCat("/proc/", pid, "/stat"));
-  size_t close = stat.rfind(')');
-  if (close == std::string::npos || close + 2 >= stat.size()) return 0;
-  return stat[close + 2];
+  const std::vector<std::string> fields = StatFields(pid);
+  return fields.empty() || fields[0].empty() ? 0 : fields[0][0];
 }
 
 }  // namespace

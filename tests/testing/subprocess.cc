@@ -173,13 +173,9 @@ RunResult RunCommand(const std::vector<std::string>& argv,
 
 bool ProcessGone(pid_t pid) {
   if (kill(pid, 0) != 0) return true;
-  // A zombie still answers kill(0); read its state.
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string content((std::istreambuf_iterator<char>(stat)),
-                      std::istreambuf_iterator<char>());
-  size_t close = content.rfind(')');
-  return close != std::string::npos && close + 2 < content.size() &&
-         content[close + 2] == 'Z';
+  // A zombie still answers kill(0); read its state (field 3).
+  const std::vector<std::string> fields = StatFields(pid);
+  return !fields.empty() && fields[0] == "Z";
 }
 
 std::vector<std::string> StatFields(pid_t pid) {
