@@ -60,7 +60,7 @@ void SupervisorPolicy::OnRecord(int local_rank, const ProgressRecord& record) {
     case ProgressRecord::Kind::kPhase:
       // Entering the stepping phase: no step is done yet.
       w.phase = record.phase == Phase::kStep ? Phase::kFirstStep : record.phase;
-      w.steps_in_phase = 0;
+      w.stepped_in_phase = false;
       break;
     case ProgressRecord::Kind::kStep:
       // An evaluation or a checkpoint write ends with the next step done,
@@ -72,11 +72,12 @@ void SupervisorPolicy::OnRecord(int local_rank, const ProgressRecord& record) {
       // found hung. The second record ends it (a rank hung in that one step
       // is bounded as the phase, not as a step).
       if ((w.phase == Phase::kEval || w.phase == Phase::kCheckpoint) &&
-          ++w.steps_in_phase < 2) {
+          !w.stepped_in_phase) {
+        w.stepped_in_phase = true;
         break;
       }
       w.phase = Phase::kStep;
-      w.steps_in_phase = 0;
+      w.stepped_in_phase = false;
       break;
     case ProgressRecord::Kind::kInPlace:
       w.in_place = true;

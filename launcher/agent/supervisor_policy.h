@@ -136,9 +136,9 @@ class SupervisorPolicy {
     bool stopped = false;  // at the agent's last look
     std::optional<absl::Time> stopped_since;
     absl::Duration hung_bound;  // the bound it was found hung past
-    // Steps recorded since the program entered a phase between steps (an
-    // evaluation, a checkpoint): the first does not end it (OnRecord).
-    int steps_in_phase = 0;
+    // A step was recorded since the program entered a phase between steps
+    // (an evaluation, a checkpoint): the next one ends it (OnRecord).
+    bool stepped_in_phase = false;
   };
 
   // When `w` becomes hung if nothing changes; nullopt: it cannot.
