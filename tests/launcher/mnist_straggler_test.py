@@ -120,6 +120,15 @@ class Cluster:
                               r.get("local_rank", 0))
         return ranks
 
+    def wait_all_stepping(self, timeout_s):
+        """Whether every rank reports steps within timeout_s; False at once
+        when the agent ends (a bad path, a crash) rather than at the
+        deadline."""
+        wait_for(lambda: self.agent.poll() is not None or
+                 self.stepping_ranks() == set(range(NPROC)), timeout_s)
+        return (self.agent.poll() is None and
+                self.stepping_ranks() == set(range(NPROC)))
+
     def worker_pid(self, rank):
         children = open("/proc/%d/task/%d/children" %
                         (self.agent.pid, self.agent.pid)).read().split()
@@ -188,8 +197,7 @@ def throttled_run(args, tmp, run_id="throttled", figures_interval_s=None):
     cluster = Cluster(args, tmp, run_id, rdzv_flags=rdzv_flags)
     throttle = None
     try:
-        check(wait_for(lambda: cluster.stepping_ranks() == set(range(NPROC)),
-                       120),
+        check(cluster.wait_all_stepping(120),
               "the ranks did not all report steps", cluster)
         told = int((cluster.status() or {}).get("figures_interval_ms", 0))
         check(told == int((figures_interval_s or 1) * 1000),
@@ -239,8 +247,8 @@ def replaced_run(args, tmp):
                       ["--straggler-policy", "replace", "--max-restarts", "1"])
     throttle = None
     try:
-        check(wait_for(lambda: cluster.stepping_ranks() == set(range(NPROC)),
-                       120), "the ranks did not all report steps", cluster)
+        check(cluster.wait_all_stepping(120),
+              "the ranks did not all report steps", cluster)
         pid = cluster.worker_pid(1)
         check(pid, "no worker with RANK=1 under the agent", cluster)
         throttle = Throttle(pid)
@@ -274,8 +282,7 @@ def replaced_run(args, tmp):
 def clean_run(args, tmp):
     cluster = Cluster(args, tmp, "clean")
     try:
-        check(wait_for(lambda: cluster.stepping_ranks() == set(range(NPROC)),
-                       120),
+        check(cluster.wait_all_stepping(120),
               "the ranks did not all report steps", cluster)
         deadline = time.monotonic() + WATCH_CLEAN_S
         while time.monotonic() < deadline:
