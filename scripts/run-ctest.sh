@@ -39,6 +39,23 @@ if ((skipped)); then
     sed -E 's/.*name="([^"]*)".*status="([^"]*)".*/  \1 (\2)/' >&2
   [[ ${CI:-} != true ]] || fail "$skipped tests did not run (CI=true: a skip is a failure)"
 fi
+if ((status)); then
+  # ctest printed each failure's output as it came, pages above its summary;
+  # a reader of the run's last lines (CI's record) sees only the names. So
+  # the end of each failed test's output again, last.
+  python3 - "$junit" >&2 <<'PY' || log "could not read the failed tests' output from $junit"
+import sys
+import xml.etree.ElementTree as ET
+for case in ET.parse(sys.argv[1]).getroot().iter("testcase"):
+    if case.get("status") != "fail":
+        continue
+    lines = (case.findtext("system-out") or "").splitlines()
+    print("[ctest-check] the last %d lines of %s:" %
+          (min(len(lines), 40), case.get("name")))
+    for line in lines[-40:]:
+        print("  " + line[:300])
+PY
+fi
 ((ran + skipped == registered)) ||
   fail "ctest reported $((ran + skipped)) tests, but $registered are registered (a test was lost, or ctest stopped early)"
 exit "$status"
