@@ -8,22 +8,13 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
-#include "absl/strings/str_split.h"
+#include "common/proc_stat.h"
 
 namespace ddprun::worker {
 
-std::vector<std::string> SelfStatFields() {
-  std::ifstream in("/proc/self/stat");
-  std::string stat((std::istreambuf_iterator<char>(in)),
-                   std::istreambuf_iterator<char>());
-  size_t close = stat.rfind(')');
-  if (close == std::string::npos || close + 2 >= stat.size()) return {};
-  return absl::StrSplit(stat.substr(close + 2), ' ', absl::SkipEmpty());
-}
-
 double SecondsSinceProcessStart() {
   // starttime is field 22.
-  std::vector<std::string> fields = SelfStatFields();
+  std::vector<std::string> fields = common::ReadProcStatFields(getpid());
   unsigned long long start_ticks = 0;
   if (fields.size() < 20 || !absl::SimpleAtoi(fields[22 - 3], &start_ticks)) {
     return -1;

@@ -5,11 +5,6 @@
 
 namespace ddprun::worker {
 
-// This process's /proc/self/stat from its 3rd field (the state) on, so that
-// field N (man 5 proc, 1-based) is at index N - 3; empty when /proc cannot
-// say. The command name (field 2) may hold spaces: fields resume after ')'.
-std::vector<std::string> SelfStatFields();
-
 // Seconds since this process was created (exec'd, or forked by the
 // standbys' zygote: worker/standby.h), from /proc/self/stat's starttime
 // against CLOCK_BOOTTIME: what "launch to first step" counts, including

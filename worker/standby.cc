@@ -27,6 +27,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/proc_stat.h"
 #include "common/worker_env.h"
 #include "common/worker_protocol.h"
 #include "common/zygote_protocol.h"
@@ -368,7 +369,7 @@ void ReceiveAgentsOutput(int socket, int out[2]) {
 // of its own. The bounds are /proc/self/stat's env_start and env_end
 // (fields 50 and 51).
 void ForgetStartingEnvironment() {
-  std::vector<std::string> fields = SelfStatFields();
+  std::vector<std::string> fields = common::ReadProcStatFields(getpid());
   uintptr_t start = 0;
   uintptr_t end = 0;
   if (fields.size() < 49 || !absl::SimpleAtoi(fields[50 - 3], &start) ||

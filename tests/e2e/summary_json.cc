@@ -11,6 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
+#include "common/proc_stat.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/wait_for.h"
@@ -64,7 +65,7 @@ namespace {
 // The state letter of /proc/<pid>/stat ('T' stopped, 'Z' zombie); 0 when
 // the process is gone.
 char ProcessState(pid_t pid) {
-  const std::vector<std::string> fields = StatFields(pid);
+  const std::vector<std::string> fields = common::ReadProcStatFields(pid);
   return fields.empty() || fields[0].empty() ? 0 : fields[0][0];
 }
 

@@ -27,6 +27,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
+#include "common/proc_stat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rendezvous/service/server.h"
@@ -360,7 +361,7 @@ INSTANTIATE_TEST_SUITE_P(ByDefaultAndAsked, MnistInPlacePrewarmTest,
 // The CPU time `pid` used (user and system), in seconds; -1 when unknown.
 double CpuSeconds(pid_t pid) {
   // utime and stime: fields 14 and 15.
-  std::vector<std::string> fields = StatFields(pid);
+  std::vector<std::string> fields = common::ReadProcStatFields(pid);
   int64_t user = 0;
   int64_t system = 0;
   if (fields.size() < 13 || !absl::SimpleAtoi(fields[14 - 3], &user) ||

@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/clock.h"
+#include "common/proc_stat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "launcher/agent/standby_pool.h"
@@ -77,7 +78,7 @@ bool WaitForStandbys(StandbyPool& pool, int count) {
 
 // Field 4 of /proc/<pid>/stat; -1 when gone.
 pid_t ParentOf(pid_t pid) {
-  std::vector<std::string> fields = testing::StatFields(pid);
+  std::vector<std::string> fields = common::ReadProcStatFields(pid);
   pid_t parent = -1;
   if (fields.size() < 2 || !absl::SimpleAtoi(fields[4 - 3], &parent)) {
     return -1;

@@ -17,6 +17,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "common/proc_stat.h"
 #include "tests/testing/temp_dir.h"
 
 extern char** environ;
@@ -174,16 +175,8 @@ RunResult RunCommand(const std::vector<std::string>& argv,
 bool ProcessGone(pid_t pid) {
   if (kill(pid, 0) != 0) return true;
   // A zombie still answers kill(0); read its state (field 3).
-  const std::vector<std::string> fields = StatFields(pid);
+  const std::vector<std::string> fields = common::ReadProcStatFields(pid);
   return !fields.empty() && fields[0] == "Z";
-}
-
-std::vector<std::string> StatFields(pid_t pid) {
-  const std::string stat =
-      ReadFileOrEmpty(absl::StrCat("/proc/", pid, "/stat"));
-  const size_t close = stat.rfind(')');
-  if (close == std::string::npos || close + 2 >= stat.size()) return {};
-  return absl::StrSplit(stat.substr(close + 2), ' ', absl::SkipEmpty());
 }
 
 std::vector<pid_t> Children(pid_t pid) {

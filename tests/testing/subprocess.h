@@ -75,10 +75,6 @@ RunResult RunCommand(const std::vector<std::string>& argv,
 // True when `pid` names no live process (a zombie counts as gone).
 bool ProcessGone(pid_t pid);
 
-// /proc/<pid>/stat from its 3rd field (the state) on, so that field N
-// (man 5 proc, 1-based) is at index N - 3; empty when `pid` is gone.
-std::vector<std::string> StatFields(pid_t pid);
-
 // The direct children of `pid` (an agent's workers), in ascending order,
 // from /proc/<pid>/task/*/children; empty when `pid` is gone.
 std::vector<pid_t> Children(pid_t pid);
