@@ -469,6 +469,7 @@ Agent::RoundOutcome Agent::Supervise(const RunningRound& round) {
                                       program_recovers_in_place_);
   }
   policy_options.survivors = round.survivors;
+  policy_options.figured_steps = program_figures_steps_;
   SupervisorPolicy policy(policy_options, phase_bounds_, clock_);
   forming.store(policy.Forming());
   AgentMetrics* metrics = context_.metrics;
@@ -588,11 +589,13 @@ void Agent::Observe(const RunningRound& round, SupervisorPolicy& policy,
       policy.OnInPlaceDeclared(i);
       program_recovers_in_place_ = true;
     }
+    program_figures_steps_ |= policy.figured_steps();
     // A stopped worker (SIGSTOP) is found by its state, in any phase and
-    // whether or not its program reports: a look at /proc per worker and
-    // monitor interval.
+    // whether or not its program reports; a blocked one by its state and
+    // CPU time too: a look at /proc per worker and monitor interval.
     if (i < static_cast<int>(pids.size()) && pids[i] > 0) {
-      policy.OnProcessState(i, control_.IsStopped(pids[i]));
+      const std::optional<ProcessState> state = control_.State(pids[i]);
+      policy.OnProcessState(i, state.value_or(ProcessState{}));
     }
   }
   if (metrics != nullptr) metrics->Update(n - exited, clock_.Now());

@@ -219,6 +219,10 @@ class Agent {
   // round on its control pipe once it runs) instead of restarting the
   // node's workers.
   bool program_recovers_in_place_ = false;
+  // Whether the program's step records carry compute figures (libddp's),
+  // for the rounds after the one that showed it
+  // (SupervisorPolicyOptions::figured_steps).
+  bool program_figures_steps_ = false;
 };
 
 }  // namespace ddprun::launcher

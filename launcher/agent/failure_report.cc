@@ -21,6 +21,13 @@ std::string DescribeHang(const LocalFailure& f) {
     return absl::StrFormat("stopped (state T) for %s in phase %s", silent,
                            phase);
   }
+  if (f.blocked) {
+    return absl::StrFormat(
+        "blocked for %s in phase %s: asleep without using CPU while local "
+        "rank %d, a step ahead, waited for it (a deadlock, or a wait that "
+        "does not end; --hang-bound blocked=SECONDS changes the bound)",
+        silent, phase, f.waited_by);
+  }
   return absl::StrFormat(
       "no progress for %s in phase %s (its bound; --hang-bound %s=SECONDS "
       "changes it)",

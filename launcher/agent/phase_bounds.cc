@@ -26,4 +26,11 @@ absl::Duration PhaseBounds::Bound(common::Phase phase) const {
   return std::max(floor, longest * options_.factor);
 }
 
+absl::Duration PhaseBounds::BlockedBound() const {
+  if (options_.blocked_fixed.has_value()) return *options_.blocked_fixed;
+  return std::max(
+      options_.blocked_floor,
+      longest_[static_cast<int>(common::Phase::kStep)] * options_.factor);
+}
+
 }  // namespace ddprun::launcher

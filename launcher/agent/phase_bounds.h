@@ -61,6 +61,17 @@ struct PhaseBoundsOptions {
   // wakes it (SIGCHLD, CLD_STOPPED) and that first look comes at once;
   // waiting one monitor interval more cost every hang 0.1 s of a 0.5 s goal.
   absl::Duration stopped = absl::ZeroDuration();
+  // A worker in its step phase that a local peer waits for (the peer
+  // recorded a later step: it computed that step and waits in its gradient
+  // sync) while it sleeps without using any CPU is blocked: a deadlock, a
+  // read that never returns. It is hung after this floor, or `factor` x the
+  // longest step when that is longer; a fixed value (--hang-bound
+  // blocked=SECONDS, --worker-timeout) instead. InfiniteDuration: never.
+  // The step's own bound (10 s at least) is for a rank that is silent but
+  // busy: an evaluation or a log flush the program does not report looks
+  // the same from outside, so a spin is found only there.
+  absl::Duration blocked_floor = absl::Seconds(1);
+  std::optional<absl::Duration> blocked_fixed;
 };
 
 // Learns phase durations and answers each phase's bound. Owned by the
@@ -82,6 +93,9 @@ class PhaseBounds {
   // floor).
   absl::Duration Bound(common::Phase phase) const;
   absl::Duration stopped_bound() const { return options_.stopped; }
+  // How long a worker may stay blocked behind its waiting peers
+  // (PhaseBoundsOptions::blocked_floor).
+  absl::Duration BlockedBound() const;
   // The longest observed duration of `phase` (zero when none was).
   absl::Duration longest(common::Phase phase) const {
     return longest_[static_cast<int>(phase)];

@@ -13,7 +13,8 @@ SupervisorPolicy::SupervisorPolicy(SupervisorPolicyOptions options,
     : options_(std::move(options)),
       bounds_(bounds),
       clock_(clock),
-      workers_(options_.num_workers) {
+      workers_(options_.num_workers),
+      figured_steps_(options_.figured_steps) {
   const absl::Time now = clock_.Now();
   for (int i = 0; i < static_cast<int>(workers_.size()); ++i) {
     Worker& w = workers_[i];
@@ -63,6 +64,9 @@ void SupervisorPolicy::OnRecord(int local_rank, const ProgressRecord& record) {
       w.stepped_in_phase = false;
       break;
     case ProgressRecord::Kind::kStep:
+      ++w.steps;
+      w.last_step = now;
+      figured_steps_ |= record.compute_seconds.has_value();
       // An evaluation or a checkpoint write ends with the next step done,
       // and the first step record after it does not say that: libddp
       // writes a step's record once its compute is done, before the
@@ -92,16 +96,28 @@ void SupervisorPolicy::OnInPlaceDeclared(int local_rank) {
   workers_[local_rank].in_place = true;
 }
 
-void SupervisorPolicy::OnProcessState(int local_rank, bool stopped) {
+void SupervisorPolicy::OnProcessState(int local_rank,
+                                      const ProcessState& state) {
   if (local_rank < 0 || local_rank >= static_cast<int>(workers_.size())) return;
   Worker& w = workers_[local_rank];
   if (w.exit) return;
-  w.stopped = stopped;
-  if (!stopped) {
+  const absl::Time now = clock_.Now();
+  w.stopped = state.stopped();
+  if (!w.stopped) {
     w.stopped_since.reset();
   } else if (!w.stopped_since) {
-    w.stopped_since = clock_.Now();
+    w.stopped_since = now;
   }
+  // Idle: asleep at this look, with the CPU time of the last one. From
+  // this look on, not the last: it may have run until just before this.
+  const bool idle =
+      state.sleeping() && w.cpu.has_value() && *w.cpu == state.cpu;
+  if (!idle) {
+    w.idle_since.reset();
+  } else if (!w.idle_since) {
+    w.idle_since = now;
+  }
+  w.cpu = state.cpu;
 }
 
 void SupervisorPolicy::OnStraggler(int local_rank) {
@@ -121,12 +137,77 @@ std::optional<absl::Time> SupervisorPolicy::HangDeadline(
   if (w.stopped_since && bounds_.stopped_bound() != absl::InfiniteDuration()) {
     deadline = *w.stopped_since + bounds_.stopped_bound();
   }
-  const absl::Duration bound = bounds_.Bound(w.phase);
-  if (w.reports && bound != absl::InfiniteDuration()) {
+  // A worker a step ahead of a local peer waits for it in its sync: its
+  // silence is the peer's, which its own bounds judge. Killing the waiting
+  // ones first replaced healthy ranks and left the culprit in place.
+  const absl::Duration bound = bounds_.Bound(BoundPhase(w));
+  if (w.reports && bound != absl::InfiniteDuration() &&
+      !AwaitedPeer(w).has_value()) {
     absl::Time silent = SilentSince(w) + bound;
     if (!deadline || silent < *deadline) deadline = silent;
   }
+  const absl::Duration blocked_bound = bounds_.BlockedBound();
+  if (blocked_bound != absl::InfiniteDuration()) {
+    if (std::optional<Blocked> blocked = BlockedSince(w)) {
+      absl::Time blocked_deadline = blocked->since + blocked_bound;
+      if (!deadline || blocked_deadline < *deadline) {
+        deadline = blocked_deadline;
+      }
+    }
+  }
   return deadline;
+}
+
+std::optional<int> SupervisorPolicy::WaitingPeer(const Worker& w) const {
+  // libddp writes a step's record when its compute is done, before its
+  // sync; so a peer one record ahead has seen the sync of this one's last
+  // step complete, and waits in the next for this one, still computing.
+  // More than one ahead is no lockstep: nothing is inferred.
+  // A hung peer still waits (until the agent kills it): only an ended one
+  // does not.
+  if (!figured_steps_ || !w.reports || w.exit) return std::nullopt;
+  for (int i = 0; i < static_cast<int>(workers_.size()); ++i) {
+    const Worker& peer = workers_[i];
+    if (&peer != &w && !peer.exit && peer.steps == w.steps + 1) return i;
+  }
+  return std::nullopt;
+}
+
+std::optional<int> SupervisorPolicy::AwaitedPeer(const Worker& w) const {
+  // Found hung, the peer is still awaited: the waiting ones are not hung
+  // for it (and are kept, when the round goes on in place).
+  if (!figured_steps_) return std::nullopt;
+  for (int i = 0; i < static_cast<int>(workers_.size()); ++i) {
+    const Worker& peer = workers_[i];
+    if (&peer != &w && peer.reports && !peer.exit &&
+        w.steps == peer.steps + 1) {
+      return i;
+    }
+  }
+  return std::nullopt;
+}
+
+Phase SupervisorPolicy::BoundPhase(const Worker& w) const {
+  // Past an evaluation or a checkpoint (a step recorded since), with a
+  // peer a step ahead: it computes a step, not waiting for a rank still
+  // evaluating, and is bounded as a step.
+  if ((w.phase == Phase::kEval || w.phase == Phase::kCheckpoint) &&
+      w.stepped_in_phase && WaitingPeer(w).has_value()) {
+    return Phase::kStep;
+  }
+  return w.phase;
+}
+
+std::optional<SupervisorPolicy::Blocked> SupervisorPolicy::BlockedSince(
+    const Worker& w) const {
+  if (BoundPhase(w) != Phase::kStep || !w.idle_since) return std::nullopt;
+  std::optional<int> peer = WaitingPeer(w);
+  if (!peer.has_value()) return std::nullopt;
+  // From when the peer got ahead (it began to wait), the worker went idle,
+  // or it last reported, whichever came last.
+  return Blocked{
+      std::max({workers_[*peer].last_step, *w.idle_since, w.last_record}),
+      *peer};
 }
 
 absl::Time SupervisorPolicy::SilentSince(const Worker& w) const {
@@ -155,16 +236,34 @@ absl::Time SupervisorPolicy::SilentSince(const Worker& w) const {
 
 void SupervisorPolicy::MarkHung(int local_rank, absl::Time now) {
   Worker& w = workers_[local_rank];
-  w.hung = true;
   const bool stopped_too_long =
       w.stopped_since && now - *w.stopped_since >= bounds_.stopped_bound();
-  w.hung_bound =
-      stopped_too_long ? bounds_.stopped_bound() : bounds_.Bound(w.phase);
+  // Which bound it is hung past, judged while it still counts as running.
+  std::optional<Blocked> blocked;
+  if (!stopped_too_long) {
+    blocked = BlockedSince(w);
+    if (blocked && now - blocked->since < bounds_.BlockedBound()) {
+      blocked.reset();
+    }
+  }
+  const Phase phase = BoundPhase(w);
+  w.hung = true;
   LocalFailure failure{local_rank, ExitStatus{}, v1::FAILURE_CAUSE_HUNG, now};
   failure.phase = w.phase;
-  failure.stopped = stopped_too_long;
-  failure.silent =
-      stopped_too_long ? now - *w.stopped_since : now - w.last_record;
+  if (stopped_too_long) {
+    w.hung_bound = bounds_.stopped_bound();
+    failure.stopped = true;
+    failure.silent = now - *w.stopped_since;
+  } else if (blocked) {
+    w.hung_bound = bounds_.BlockedBound();
+    failure.blocked = true;
+    failure.waited_by = blocked->waited_by;
+    failure.silent = now - blocked->since;
+  } else {
+    failure.phase = phase;
+    w.hung_bound = bounds_.Bound(phase);
+    failure.silent = now - w.last_record;
+  }
   failures_.push_back(failure);
 }
 
@@ -270,7 +369,8 @@ bool SupervisorPolicy::AwaitsRemoteCause(int num_nodes) const {
   if (num_nodes <= 1 || failures_.empty()) return false;
   for (const LocalFailure& f : failures_) {
     const Worker& w = workers_[f.local_rank];
-    if (f.cause != v1::FAILURE_CAUSE_HUNG || w.stopped ||
+    // A blocked one is the cause: a local peer waits for it.
+    if (f.cause != v1::FAILURE_CAUSE_HUNG || w.stopped || f.blocked ||
         clock_.Now() - f.time >= w.hung_bound) {
       return false;
     }

@@ -10,6 +10,7 @@
 #include "ddprun/v1/rendezvous.pb.h"
 #include "launcher/agent/phase_bounds.h"
 #include "launcher/posix/exit_status.h"
+#include "launcher/posix/process_state.h"
 
 namespace ddprun::launcher {
 
@@ -25,6 +26,10 @@ struct LocalFailure {
   common::Phase phase = common::Phase::kStart;
   absl::Duration silent;
   bool stopped = false;  // for a hang: found stopped (state T)
+  // For a hang: found blocked (asleep, no CPU used) while a local peer
+  // waited for it; `silent` is then how long it was blocked.
+  bool blocked = false;
+  int waited_by = -1;  // for a blocked hang: the local rank that waited
 };
 
 struct SupervisorPolicyOptions {
@@ -44,6 +49,12 @@ struct SupervisorPolicyOptions {
   // just sent this round): they start in the join phase and are expected
   // to report. Missing entries: started afresh.
   std::vector<bool> survivors;
+  // The program's step records carry compute figures: libddp writes them,
+  // when a step's compute is done and before its sync. Seen in an earlier
+  // round of the job (a round's first records carry none); this round's
+  // records teach it too. Only then can a worker be blocked
+  // (OnProcessState).
+  bool figured_steps = false;
 };
 
 // How the agent answers a failure of its own workers, or a new round that
@@ -79,7 +90,19 @@ class SupervisorPolicy {
   // or not. Stopped past the stopped bound, it is hung; while some hung
   // workers are stopped, the others that went silent with them are waiting
   // for them, not hung themselves (DecideRecovery).
-  void OnProcessState(int local_rank, bool stopped);
+  //
+  // A worker that sleeps at every look without using CPU, in its step
+  // phase, while a local peer that reports the same way recorded a later
+  // step (it waits in its gradient sync for this one), is blocked: hung
+  // past PhaseBounds::BlockedBound(). Only libddp's step records count
+  // here (they carry a compute figure): they are written when the step's
+  // compute is done, before its sync, which is what makes "a later step"
+  // mean "waits for me".
+  void OnProcessState(int local_rank, const ProcessState& state);
+  // The same, knowing only whether it is stopped (never blocked then).
+  void OnProcessState(int local_rank, bool stopped) {
+    OnProcessState(local_rank, ProcessState{.state = stopped ? 'T' : 'R'});
+  }
   // The server names the worker a persistent straggler and the agent
   // replaces stragglers (--straggler-policy replace): it is a failure
   // (FAILURE_CAUSE_STRAGGLER), killed and replaced as a hung one is.
@@ -111,7 +134,8 @@ class SupervisorPolicy {
   // collective), else every hung one.
   RecoveryDecision DecideRecovery() const;
   // After kFailed in a round of `num_nodes`: true while every failure is a
-  // hang of a worker that is not stopped and has been hung for less than
+  // hang of a worker that is neither stopped nor blocked (a local peer
+  // waits for a blocked one: it is the cause) and has been hung for less than
   // its phase's bound once more. Silent together with nothing stopped or
   // exited here, they most likely wait for a stopped or dead peer on
   // another node, whose agent reports it (a rejoin); killing them as hung
@@ -119,6 +143,8 @@ class SupervisorPolicy {
   bool AwaitsRemoteCause(int num_nodes) const;
   // By local rank, for the next round of the same processes.
   std::vector<bool> in_place_declared() const;
+  // SupervisorPolicyOptions::figured_steps, or learned since.
+  bool figured_steps() const { return figured_steps_; }
   // True while a running worker that reports may be exchanging keys
   // through the round's store: it is starting, joining the round, or
   // syncing state. Programs that never report are not counted (they show
@@ -139,12 +165,34 @@ class SupervisorPolicy {
     // A step was recorded since the program entered a phase between steps
     // (an evaluation, a checkpoint): the next one ends it (OnRecord).
     bool stepped_in_phase = false;
+    // Step records in this round, and when the last one came.
+    int steps = 0;
+    absl::Time last_step;
+    // CPU time at the last look, and since when the looks saw it asleep
+    // without using CPU (nullopt: it ran, or was not asleep, at the last).
+    std::optional<absl::Duration> cpu;
+    std::optional<absl::Time> idle_since;
   };
 
   // When `w` becomes hung if nothing changes; nullopt: it cannot.
   std::optional<absl::Time> HangDeadline(const Worker& w) const;
   // From when `w`'s silence counts against its phase's bound.
   absl::Time SilentSince(const Worker& w) const;
+  // A local peer a step ahead of `w`: it waits for `w` in its sync
+  // (libddp's records only: figured_steps_); nullopt: none.
+  std::optional<int> WaitingPeer(const Worker& w) const;
+  // A local peer a step behind `w`: `w` waits for it; nullopt: none.
+  std::optional<int> AwaitedPeer(const Worker& w) const;
+  // The phase whose bound `w`'s silence counts against: its own, or the
+  // step's once it is past an evaluation or a checkpoint with a peer ahead.
+  common::Phase BoundPhase(const Worker& w) const;
+  // Since when `w` has been blocked while a local peer waits for it, and
+  // that peer; nullopt: it is not (OnProcessState).
+  struct Blocked {
+    absl::Time since;
+    int waited_by = -1;
+  };
+  std::optional<Blocked> BlockedSince(const Worker& w) const;
   void MarkHung(int local_rank, absl::Time now);
 
   SupervisorPolicyOptions options_;
@@ -152,6 +200,7 @@ class SupervisorPolicy {
   const common::Clock& clock_;
   std::vector<Worker> workers_;
   std::vector<LocalFailure> failures_;
+  bool figured_steps_ = false;
 };
 
 }  // namespace ddprun::launcher

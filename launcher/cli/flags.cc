@@ -189,8 +189,9 @@ void AddLaunchFlags(CLI::App& app, LaunchOptions& o, RawLaunchFlags& raw) {
             "worker is hung (0: each phase's bound adapts: --hang-bound)");
   AddString(app, "--hang-bound", &raw.hang_bound,
             "PHASE=SECONDS,...: fixed hang bounds by phase (start, join, sync, "
-            "first-step, step, checkpoint, stop, eval, stopped; 0: never hung "
-            "there); unset phases adapt: --hang-factor x the longest seen, "
+            "first-step, step, checkpoint, stop, eval, stopped, blocked; 0: "
+            "never hung there); unset phases adapt: --hang-factor x the "
+            "longest seen, "
             "at least a floor (docs/ARCHITECTURE.md, 'Hangs')");
   AddString(app, "--straggler-policy", &raw.straggler_policy,
             "report: a rank the server names a straggler is only reported; "
@@ -313,6 +314,7 @@ absl::Status ParseHangBounds(const std::string& text,
         bounds.fixed[i] = worker_timeout;
       }
     }
+    bounds.blocked_fixed = worker_timeout;
   }
   for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipEmpty())) {
     std::pair<std::string, std::string> kv =
@@ -327,11 +329,16 @@ absl::Status ParseHangBounds(const std::string& text,
       bounds.stopped = bound;
       continue;
     }
+    if (name == "blocked") {
+      bounds.blocked_fixed = bound;
+      continue;
+    }
     std::optional<common::Phase> phase = common::ParsePhase(name);
     if (!phase.has_value()) {
       return Usage(absl::StrFormat(
           "--hang-bound: unknown phase '%s'; the phases are start, join, "
-          "sync, first-step, step, checkpoint, stop, eval and stopped, e.g. "
+          "sync, first-step, step, checkpoint, stop, eval, stopped and "
+          "blocked, e.g. "
           "--hang-bound step=2,checkpoint=600",
           name));
     }

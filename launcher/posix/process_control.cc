@@ -175,15 +175,13 @@ std::optional<std::pair<pid_t, ExitStatus>> PosixProcessControl::ReapAny() {
 }
 
 bool PosixProcessControl::IsStopped(pid_t pid) {
-  // The state follows the command name, which may hold spaces and ')'.
-  std::ifstream stat(absl::StrFormat("/proc/%d/stat", pid));
-  std::string text((std::istreambuf_iterator<char>(stat)),
-                   std::istreambuf_iterator<char>());
-  size_t close = text.rfind(')');
-  if (close == std::string::npos || close + 2 >= text.size()) return false;
-  const char state = text[close + 2];
   // 't' (held by a debugger) is left alone: a person is looking at it.
-  return state == 'T';
+  std::optional<ProcessState> state = ReadProcessState(pid);
+  return state.has_value() && state->stopped();
+}
+
+std::optional<ProcessState> PosixProcessControl::State(pid_t pid) {
+  return ReadProcessState(pid);
 }
 
 bool MayLeaveIdlePolicy(uint64_t cap_eff, uint64_t nice_limit, int nice) {

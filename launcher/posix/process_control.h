@@ -12,6 +12,7 @@
 #include "absl/time/time.h"
 #include "launcher/posix/exit_status.h"
 #include "launcher/posix/orphan_guard.h"
+#include "launcher/posix/process_state.h"
 
 namespace ddprun::launcher {
 
@@ -48,6 +49,9 @@ class ProcessControl {
   // rather than a worker waiting for it. Not a process held by a debugger
   // (state t). False when unknown.
   virtual bool IsStopped(pid_t pid) { return false; }
+  // Its state and CPU time at this look (process_state.h); nullopt when
+  // unknown.
+  virtual std::optional<ProcessState> State(pid_t pid) { return std::nullopt; }
   // Whether RestoreNormalPriority can succeed here (moving a process off
   // SCHED_IDLE needs CAP_SYS_NICE or an RLIMIT_NICE that allows the nice
   // value): only then may a process be started with idle_priority.
@@ -77,6 +81,7 @@ class PosixProcessControl final : public ProcessControl {
   std::optional<std::pair<pid_t, ExitStatus>> ReapAny() override;
   void AwaitChildEvent(absl::Duration max) override;
   bool IsStopped(pid_t pid) override;
+  std::optional<ProcessState> State(pid_t pid) override;
   bool CanRestoreNormalPriority() override;
   absl::Status RestoreNormalPriority(pid_t pid) override;
   bool AdoptsOrphans() override;

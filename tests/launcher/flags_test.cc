@@ -270,7 +270,30 @@ INSTANTIATE_TEST_SUITE_P(
                  "--prewarm cannot be combined"},
         BadInput{{"--standalone", "--prewarm", "--no-prewarm", "x.py"},
                  "--prewarm and --no-prewarm contradict"},
-        BadInput{{"status"}, "--rdzv-endpoint"}));
+        BadInput{{"status"}, "--rdzv-endpoint"},
+        BadInput{{"--standalone", "--hang-bound", "blocekd=1", "p"},
+                 "unknown phase 'blocekd'"}));
+
+// --hang-bound takes every phase, the stop and the blocked bound;
+// --worker-timeout fixes the blocked bound too, so that a user who says
+// "hung after 60 s without progress" has no worker killed sooner.
+TEST(FlagsTest, HangBoundsByPhaseStoppedAndBlocked) {
+  auto c = Parse({"--standalone", "--hang-bound",
+                  "step=2,eval=0,stopped=0.5,blocked=3", "p"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  const PhaseBoundsOptions& b = c->launch.hang_bounds;
+  EXPECT_EQ(b.fixed[static_cast<int>(common::Phase::kStep)], absl::Seconds(2));
+  EXPECT_EQ(b.fixed[static_cast<int>(common::Phase::kEval)],
+            absl::InfiniteDuration());
+  EXPECT_EQ(b.stopped, absl::Milliseconds(500));
+  EXPECT_EQ(b.blocked_fixed, absl::Seconds(3));
+  auto defaults = Parse({"--standalone", "p"});
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  EXPECT_FALSE(defaults->launch.hang_bounds.blocked_fixed.has_value());
+  auto timeout = Parse({"--standalone", "--worker-timeout", "60", "p"});
+  ASSERT_TRUE(timeout.ok()) << timeout.status();
+  EXPECT_EQ(timeout->launch.hang_bounds.blocked_fixed, absl::Seconds(60));
+}
 
 using Mode = LaunchOptions::RdzvMode;
 

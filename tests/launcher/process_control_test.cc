@@ -74,6 +74,63 @@ TEST(ProcessControlTest, EachWorkerLeadsItsOwnProcessGroup) {
   EXPECT_EQ(WaitForExit(control, *pid).signal, SIGKILL);
 }
 
+// proc(5)'s layout, with a command name that holds ") S (" to mislead a
+// parser that splits at the first ')'.
+TEST(ProcessStateTest, ParsesTheStateAndTheCpuTimeAfterTheLastParenthesis) {
+  const std::string stat =
+      "4242 (evil) S (name) S 1 4242 4242 0 -1 4194560 100 0 0 0 "
+      "250 50 0 0 20 0 3 0 1000 0 0";
+  std::optional<ProcessState> state = ParseProcessStat(stat, 100);
+  ASSERT_TRUE(state.has_value());
+  EXPECT_EQ(state->state, 'S');
+  EXPECT_TRUE(state->sleeping());
+  EXPECT_EQ(state->cpu, absl::Seconds(3)) << "(250 + 50) ticks at 100/s";
+  EXPECT_FALSE(ParseProcessStat("4242 (cut) S 1 2", 100).has_value());
+  EXPECT_FALSE(ParseProcessStat("", 100).has_value());
+}
+
+// What the agent sees of a blocked worker and of a busy one: asleep with a
+// CPU time that does not move, and running with one that does.
+TEST(ProcessStateTest, ABlockedProcessSleepsWithoutCpuABusyOneUsesIt) {
+  PosixProcessControl control;
+  auto blocked = control.Spawn(Shell("exec sleep 30"));
+  auto busy = control.Spawn(Shell("while :; do :; done"));
+  ASSERT_TRUE(blocked.ok() && busy.ok());
+  std::optional<ProcessState> first;
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        first = control.State(*blocked);
+        return first.has_value() && first->sleeping();
+      },
+      absl::Seconds(10)));
+  std::optional<ProcessState> busy_first = control.State(*busy);
+  ASSERT_TRUE(busy_first.has_value());
+  EXPECT_TRUE(testing::WaitFor(
+      [&] {
+        std::optional<ProcessState> now = control.State(*busy);
+        return now.has_value() && now->cpu > busy_first->cpu;
+      },
+      absl::Seconds(10)))
+      << "a busy loop's CPU time never moved";
+  std::optional<ProcessState> second = control.State(*blocked);
+  ASSERT_TRUE(second.has_value());
+  EXPECT_TRUE(second->sleeping());
+  EXPECT_EQ(second->cpu, first->cpu);
+  ::kill(*blocked, SIGSTOP);
+  EXPECT_TRUE(testing::WaitFor([&] { return control.IsStopped(*blocked); },
+                               absl::Seconds(10)));
+  control.SignalGroup(*blocked, SIGKILL);
+  control.SignalGroup(*busy, SIGKILL);
+  int reaped = 0;
+  EXPECT_TRUE(testing::WaitFor(
+      [&] {
+        while (control.ReapAny().has_value()) ++reaped;
+        return reaped == 2;
+      },
+      absl::Seconds(10)));
+  EXPECT_FALSE(control.State(*busy).has_value()) << "reaped: gone";
+}
+
 TEST(ProcessControlTest, MissingProgramIsAClearErrorNotExit127) {
   PosixProcessControl control;
   SpawnRequest r;

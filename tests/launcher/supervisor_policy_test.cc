@@ -20,6 +20,15 @@ ProgressRecord PhaseRecord(Phase phase) {
 void Step(SupervisorPolicy& policy, int local_rank) {
   policy.OnRecord(local_rank, StepRecord());
 }
+// A step record as libddp writes it: with the rank's compute time.
+void FiguredStep(SupervisorPolicy& policy, int local_rank) {
+  policy.OnRecord(local_rank, {.kind = ProgressRecord::Kind::kStep,
+                               .compute_seconds = 0.01});
+}
+// A look at a process asleep (state S) with `cpu_ms` of CPU used.
+ProcessState Asleep(int cpu_ms) {
+  return {.state = 'S', .cpu = absl::Milliseconds(cpu_ms)};
+}
 
 class SupervisorPolicyTest : public ::testing::Test {
  protected:
@@ -627,6 +636,168 @@ TEST_F(SupervisorPolicyTest, StoppedDetectionOffWithAnInfiniteBound) {
   policy.OnProcessState(0, true);
   clock.Advance(absl::Hours(1));
   EXPECT_EQ(policy.Evaluate(), Verdict::kRunning);
+}
+
+// A deadlock: rank 1 sleeps without using CPU while rank 0, a step ahead,
+// waits for it in its sync. It is hung once the blocked bound passed (1 s
+// for steps of 50 ms) since the peer got ahead, and it alone is replaced:
+// rank 0 waits for it, and no other node's report is awaited.
+TEST_F(SupervisorPolicyTest, AWorkerBlockedWhileAPeerWaitsForItIsHung) {
+  common::FakeClock clock;
+  SupervisorPolicy policy({.num_workers = 2}, Adaptive(), clock);
+  for (int i = 0; i < 2; ++i) policy.OnInPlaceDeclared(i);
+  for (int step = 0; step < 3; ++step) {
+    clock.Advance(absl::Milliseconds(50));
+    FiguredStep(policy, 0);
+    FiguredStep(policy, 1);
+  }
+  policy.OnProcessState(1, Asleep(700));
+  clock.Advance(absl::Milliseconds(50));
+  FiguredStep(policy, 0);  // rank 0 is a step ahead
+  const absl::Time ahead = clock.Now();
+  policy.OnProcessState(1, Asleep(700));
+  EXPECT_EQ(policy.NextHangDeadline(), ahead + absl::Seconds(1));
+  clock.Advance(absl::Milliseconds(900));
+  policy.OnProcessState(1, Asleep(700));
+  EXPECT_EQ(policy.Evaluate(), Verdict::kRunning);
+  clock.Advance(absl::Milliseconds(100));
+  policy.OnProcessState(1, Asleep(700));
+  ASSERT_EQ(policy.Evaluate(), Verdict::kFailed);
+  ASSERT_EQ(policy.failures().size(), 1u);
+  const LocalFailure& f = policy.failures()[0];
+  EXPECT_EQ(f.local_rank, 1);
+  EXPECT_TRUE(f.blocked);
+  EXPECT_FALSE(f.stopped);
+  EXPECT_EQ(f.waited_by, 0);
+  EXPECT_EQ(f.silent, absl::Seconds(1));
+  EXPECT_EQ(DescribeHang(f),
+            "blocked for 1s in phase step: asleep without using CPU while "
+            "local rank 0, a step ahead, waited for it (a deadlock, or a "
+            "wait that does not end; --hang-bound blocked=SECONDS changes "
+            "the bound)");
+  EXPECT_FALSE(policy.AwaitsRemoteCause(2));
+  const RecoveryDecision decision = policy.DecideRecovery();
+  EXPECT_TRUE(decision.in_place);
+  EXPECT_EQ(decision.replace, std::vector<int>{1});
+  EXPECT_EQ(decision.kill, std::vector<int>{1});
+}
+
+// Ranks 0 and 2 are a step ahead of rank 1, waiting for it in their sync,
+// just past an evaluation (rank 1 recorded the one step after it, which
+// leaves a rank in the phase). Their silence is rank 1's: they are not hung
+// at the step's bound, and rank 1, which computes a step now (a peer is
+// ahead: it waits for nobody evaluating), is bounded as a step, not as the
+// evaluation. Before, ranks 0 and 2 were killed at 10 s and rank 1 kept.
+TEST_F(SupervisorPolicyTest, RanksAStepAheadWaitForTheOneBehind) {
+  common::FakeClock clock;
+  SupervisorPolicy policy({.num_workers = 3}, Adaptive(), clock);
+  for (int i = 0; i < 3; ++i) policy.OnInPlaceDeclared(i);
+  for (int step = 0; step < 3; ++step) {
+    clock.Advance(absl::Milliseconds(50));
+    for (int i = 0; i < 3; ++i) FiguredStep(policy, i);
+  }
+  for (int i = 0; i < 3; ++i) policy.OnRecord(i, PhaseRecord(Phase::kEval));
+  clock.Advance(absl::Milliseconds(50));
+  for (int i = 0; i < 3; ++i) FiguredStep(policy, i);  // the step after
+  clock.Advance(absl::Milliseconds(50));
+  FiguredStep(policy, 0);
+  FiguredStep(policy, 2);
+  EXPECT_EQ(policy.phase(1), Phase::kEval);
+  int cpu_ms = 700;
+  for (int look = 0; look < 99; ++look) {  // busy: a spin, not blocked
+    clock.Advance(absl::Milliseconds(100));
+    policy.OnProcessState(1, Asleep(cpu_ms += 10));
+    ASSERT_EQ(policy.Evaluate(), Verdict::kRunning) << look;
+  }
+  clock.Advance(absl::Milliseconds(200));
+  ASSERT_EQ(policy.Evaluate(), Verdict::kFailed);
+  ASSERT_EQ(policy.failures().size(), 1u);
+  EXPECT_EQ(policy.failures()[0].local_rank, 1);
+  EXPECT_EQ(policy.failures()[0].phase, Phase::kStep);
+  EXPECT_FALSE(policy.failures()[0].blocked);
+  const RecoveryDecision decision = policy.DecideRecovery();
+  EXPECT_TRUE(decision.in_place);
+  EXPECT_EQ(decision.replace, std::vector<int>{1});
+}
+
+// What is not blocked: a rank that uses CPU (an evaluation it does not
+// report, a spin), one in disk sleep (state D), one no peer waits for, one
+// whose records carry no compute figure (a Python program's progress.step()
+// may come after its sync), and any with --hang-bound blocked=0. Each is
+// bounded as a silent step instead.
+TEST_F(SupervisorPolicyTest, OnlyAnIdleRankAPeerWaitsForIsBlocked) {
+  struct Case {
+    const char* what;
+    char state = 'S';  // at every look
+    int cpu_ms_per_look = 0;
+    bool peer_ahead = true;
+    bool figured = true;
+    PhaseBoundsOptions options;
+  };
+  PhaseBoundsOptions never;
+  never.blocked_fixed = absl::InfiniteDuration();
+  const std::vector<Case> cases = {
+      {"busy", 'S', /*cpu_ms_per_look=*/10},
+      {"disk sleep", 'D'},
+      {"running", 'R'},
+      {"nobody waits", 'S', 0, /*peer_ahead=*/false},
+      {"no figures", 'S', 0, true, /*figured=*/false},
+      {"--hang-bound blocked=0", 'S', 0, true, true, never},
+  };
+  for (const Case& c : cases) {
+    common::FakeClock clock;
+    SupervisorPolicy policy({.num_workers = 2}, Adaptive(c.options), clock);
+    for (int step = 0; step < 3; ++step) {
+      clock.Advance(absl::Milliseconds(50));
+      for (int i = 0; i < 2; ++i) {
+        c.figured ? FiguredStep(policy, i) : Step(policy, i);
+      }
+    }
+    if (c.peer_ahead) c.figured ? FiguredStep(policy, 0) : Step(policy, 0);
+    int cpu_ms = 700;
+    for (int look = 0; look < 50; ++look) {  // 5 s of looks
+      policy.OnProcessState(
+          1, {.state = c.state, .cpu = absl::Milliseconds(cpu_ms)});
+      cpu_ms += c.cpu_ms_per_look;
+      ASSERT_EQ(policy.Evaluate(), Verdict::kRunning) << c.what;
+      clock.Advance(absl::Milliseconds(100));
+    }
+  }
+}
+
+// A round's first step records carry no compute figure (libddp has no
+// previous sync to measure from): what an earlier round showed of the
+// program (the agent's figured_steps) lets a worker blocked right after its
+// first step be found too.
+TEST_F(SupervisorPolicyTest, AnEarlierRoundsFiguresCountForTheFirstSteps) {
+  for (bool earlier : {false, true}) {
+    common::FakeClock clock;
+    SupervisorPolicy policy({.num_workers = 2, .figured_steps = earlier},
+                            Adaptive(), clock);
+    Step(policy, 0);
+    Step(policy, 1);
+    EXPECT_EQ(policy.figured_steps(), earlier);
+    policy.OnProcessState(1, Asleep(700));
+    Step(policy, 0);
+    for (int look = 0; look < 20; ++look) {
+      clock.Advance(absl::Milliseconds(100));
+      policy.OnProcessState(1, Asleep(700));
+    }
+    EXPECT_EQ(policy.Evaluate(), earlier ? Verdict::kFailed : Verdict::kRunning)
+        << "figured_steps " << earlier;
+  }
+}
+
+TEST(PhaseBoundsTest, TheBlockedBoundIsASecondOrFiveLongestSteps) {
+  PhaseBounds bounds;
+  EXPECT_EQ(bounds.BlockedBound(), absl::Seconds(1));
+  bounds.Observe(Phase::kStep, absl::Milliseconds(100));
+  EXPECT_EQ(bounds.BlockedBound(), absl::Seconds(1));
+  bounds.Observe(Phase::kStep, absl::Milliseconds(800));
+  EXPECT_EQ(bounds.BlockedBound(), absl::Seconds(4)) << "5 x 0.8 s";
+  PhaseBoundsOptions options;
+  options.blocked_fixed = absl::Seconds(3);
+  EXPECT_EQ(PhaseBounds(options).BlockedBound(), absl::Seconds(3));
 }
 
 // --straggler-policy replace: a named straggler is killed and replaced.
