@@ -8,6 +8,7 @@
 #include <torch/utils.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -309,6 +310,28 @@ void FaultInSync(const Training& t, const std::string& hook, int sig,
       sig == SIGKILL ? "die" : "stop", t.group.rank, role, t.step,
       sig == SIGKILL ? "kills" : "stops");
   raise(sig);
+}
+
+// --test-block-on-sigusr2: SIGUSR2 asks the worker to block; it does so
+// after its current step, where a deadlock leaves it: asleep, no CPU.
+std::atomic<bool> block_requested{false};
+
+void RequestBlock(int) { block_requested.store(true); }
+
+void InstallBlockHook(bool enabled) {
+  if (!enabled) return;
+  struct sigaction action = {};
+  action.sa_handler = RequestBlock;
+  action.sa_flags = SA_RESTART;  // a read or write it lands in goes on
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGUSR2, &action, nullptr);
+}
+
+void BlockIfRequested(const Training& t) {
+  if (!block_requested.load()) return;
+  spdlog::warn("--test-block-on-sigusr2: rank {} blocks for good after step {}",
+               t.group.rank, t.step);
+  for (;;) pause();
 }
 
 // Collective: the rank with the newest state (a survivor) hands its model
@@ -763,6 +786,7 @@ absl::Status TrainEpoch(Training& t, int64_t epoch) {
           absl::StrFormat("%d %d %d\n", t.step, UnixMicros(), getpid());
       (void)!write(t.step_times_fd, line.data(), line.size());
     }
+    BlockIfRequested(t);
     const bool epoch_done = step_end == steps_end;
     if (!epoch_done && options.checkpoint_every > 0 &&
         t.step % options.checkpoint_every == 0) {
@@ -898,6 +922,7 @@ absl::Status Recover(Training& t) {
 }
 
 absl::Status Train(const MnistTrainOptions& options) {
+  InstallBlockHook(options.test_block_on_sigusr2);
   absl::StatusOr<std::unique_ptr<Training>> training = SetUp(options);
   if (!training.ok()) return training.status();
   Training& t = **training;

@@ -51,6 +51,11 @@ struct MnistTrainOptions {
   // The same, but the worker stops itself (SIGSTOP) instead: it hangs in
   // the middle of the sync until the agent's --worker-timeout kills it.
   std::string test_stop_in_sync;
+  // Tests only (a deadlock on demand): on SIGUSR2 the worker blocks for
+  // good once its current step is done: asleep, using no CPU, alive and
+  // not stopped, while its peers wait for it in the next step's sync. A
+  // worker signalled before it installed the handler dies of the signal.
+  bool test_block_on_sigusr2 = false;
 };
 
 // Trains the seed MLP on MNIST with data parallelism over the ranks the

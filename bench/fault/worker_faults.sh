@@ -12,6 +12,10 @@
 #   bench/fault/worker_faults.sh [ROUNDS] [extra fault_harness.py flags]
 #   DDPRUN_FAULT_SETTINGS='default;--hang-bound stopped=0.1' \
 #     bench/fault/worker_faults.sh 3
+# Extra flags come last and win, e.g. deadlocks instead of kills and stops,
+# found blocked (the default) or by the step's bound alone:
+#   DDPRUN_FAULT_SETTINGS='default;--hang-bound blocked=0' \
+#     bench/fault/worker_faults.sh 3 --kinds worker-block
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 rounds=${1:-3}
@@ -49,7 +53,7 @@ for i, s in enumerate(settings):
         for f in json.load(open(path)):
             if f["lost_s"] is not None:
                 lost.setdefault((s, f["kind"]), []).append(f["lost_s"])
-for kind in ("worker-kill", "worker-hang"):
+for kind in sorted({k for (_, k) in lost}):
     base = statistics.median(lost.get((base_setting, kind), [float("nan")]))
     for s in settings:
         v = lost.get((s, kind), [])

@@ -10,6 +10,10 @@ a seeded plan of faults, each of a worker, an agent or the server:
 
   worker-kill      kill -9
   worker-hang      SIGSTOP for good
+  worker-block     blocked for good after its step, asleep without using CPU
+                   (a deadlock: SIGUSR2 to ddprun-mnist, which then runs with
+                   --test-block-on-sigusr2); only when --kinds names it, so
+                   that the default kinds keep CI's seeded plans
   worker-pause     SIGSTOP, then SIGCONT 1-3 s later
   worker-throttle  a straggler: 20 % of one core for 3-6 s (a CPU cgroup
                    quota; where no cgroup can be made, stopped 40 ms of
@@ -78,10 +82,13 @@ import time
 KINDS = ("worker-kill", "worker-hang", "worker-pause", "worker-throttle",
          "agent-kill", "agent-pause", "server-kill", "server-pause",
          "node-partition")
+# Kinds that run only when --kinds names them.
+EXTRA_KINDS = ("worker-block",)
 MOMENTS = ("step", "round-change", "first-step", "checkpoint")
 # Faults after which the job needs a new round (and a restart): the worker
-# is gone, or stopped past the agent's stopped bound (0.1 s) and killed.
-NEEDS_ROUND = ("worker-kill", "worker-hang", "worker-pause")
+# is gone, or stopped past the agent's stopped bound (0.1 s) and killed, or
+# blocked past the blocked bound and killed.
+NEEDS_ROUND = ("worker-kill", "worker-hang", "worker-pause", "worker-block")
 # Faults that may or may not need a new round: a partition is ridden out
 # when it is shorter than the peers' bounds, else recovered by one.
 MAY_NEED_ROUND = ("node-partition",)
@@ -350,6 +357,8 @@ class Job:
                 "--checkpoint-every", str(CHECKPOINT_EVERY),
                 "--step-times", self.steps_path,
                 "--save", self.model_path] + self.args.mnist_flags.split()
+        if "worker-block" in self.args.kinds.split(","):
+            argv.append("--test-block-on-sigusr2")
         if self.cluster:
             argv = self.cluster.prefix(node) + argv
         with open(path, "w") as f:
@@ -585,6 +594,8 @@ def inject(job, fault, rng, pid):
             signal_pid(pid, signal.SIGKILL)
         elif kind == "worker-hang":
             signal_pid(pid, signal.SIGSTOP)
+        elif kind == "worker-block":
+            signal_pid(pid, signal.SIGUSR2)
         elif kind == "worker-pause":
             signal_pid(pid, signal.SIGSTOP)
             time.sleep(rng.uniform(1, 3))
@@ -784,9 +795,9 @@ def main():
     args.build = os.path.abspath(args.build)
     args.data_dir = os.path.abspath(args.data_dir)
     for kind in args.kinds.split(","):
-        if kind and kind not in KINDS:
+        if kind and kind not in KINDS + EXTRA_KINDS:
             sys.exit("--kinds: unknown kind %r; the kinds are %s" %
-                     (kind, ", ".join(KINDS)))
+                     (kind, ", ".join(KINDS + EXTRA_KINDS)))
     for moment in args.moments.split(","):
         if moment and moment not in MOMENTS:
             sys.exit("--moments: unknown moment %r; the moments are %s" %
