@@ -369,9 +369,9 @@ bool SupervisorPolicy::AwaitsRemoteCause(int num_nodes) const {
   if (num_nodes <= 1 || failures_.empty()) return false;
   for (const LocalFailure& f : failures_) {
     const Worker& w = workers_[f.local_rank];
-    // A blocked one is the cause: a local peer waits for it.
+    // One that a local peer waits for (blocked or not) is the cause.
     if (f.cause != v1::FAILURE_CAUSE_HUNG || w.stopped || f.blocked ||
-        clock_.Now() - f.time >= w.hung_bound) {
+        WaitingPeer(w).has_value() || clock_.Now() - f.time >= w.hung_bound) {
       return false;
     }
   }

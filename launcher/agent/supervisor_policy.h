@@ -134,8 +134,8 @@ class SupervisorPolicy {
   // collective), else every hung one.
   RecoveryDecision DecideRecovery() const;
   // After kFailed in a round of `num_nodes`: true while every failure is a
-  // hang of a worker that is neither stopped nor blocked (a local peer
-  // waits for a blocked one: it is the cause) and has been hung for less than
+  // hang of a worker that is neither stopped nor waited for by a local
+  // peer (then it is the cause) and has been hung for less than
   // its phase's bound once more. Silent together with nothing stopped or
   // exited here, they most likely wait for a stopped or dead peer on
   // another node, whose agent reports it (a rejoin); killing them as hung

@@ -715,6 +715,7 @@ TEST_F(SupervisorPolicyTest, RanksAStepAheadWaitForTheOneBehind) {
   EXPECT_EQ(policy.failures()[0].local_rank, 1);
   EXPECT_EQ(policy.failures()[0].phase, Phase::kStep);
   EXPECT_FALSE(policy.failures()[0].blocked);
+  EXPECT_FALSE(policy.AwaitsRemoteCause(2)) << "its local peers wait for it";
   const RecoveryDecision decision = policy.DecideRecovery();
   EXPECT_TRUE(decision.in_place);
   EXPECT_EQ(decision.replace, std::vector<int>{1});
