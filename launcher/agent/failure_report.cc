@@ -24,8 +24,8 @@ std::string DescribeHang(const LocalFailure& f) {
   if (f.blocked) {
     return absl::StrFormat(
         "blocked for %s in phase %s: asleep without using CPU while local "
-        "rank %d, a step ahead, waited for it (a deadlock, or a wait that "
-        "does not end; --hang-bound blocked=SECONDS changes the bound)",
+        "rank %d waited for it (a deadlock, or a wait that does not end; "
+        "--hang-bound blocked=SECONDS changes the bound)",
         silent, phase, f.waited_by);
   }
   return absl::StrFormat(

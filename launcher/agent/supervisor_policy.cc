@@ -29,6 +29,7 @@ SupervisorPolicy::SupervisorPolicy(SupervisorPolicyOptions options,
       // It learns the round from its control pipe and forms a new group.
       w.phase = Phase::kJoin;
       w.reports = true;
+      w.survivor = true;
     }
   }
 }
@@ -57,6 +58,7 @@ void SupervisorPolicy::OnRecord(int local_rank, const ProgressRecord& record) {
   bounds_.Observe(w.phase, now - w.last_record);
   w.last_record = now;
   w.reports = true;
+  if (!w.first_record) w.first_record = now;
   switch (record.kind) {
     case ProgressRecord::Kind::kPhase:
       // Entering the stepping phase: no step is done yet.
@@ -198,16 +200,37 @@ Phase SupervisorPolicy::BoundPhase(const Worker& w) const {
   return w.phase;
 }
 
+std::optional<int> SupervisorPolicy::JoinedPeer(const Worker& w) const {
+  // Survivors are told the round on their control pipes at once, and
+  // libddp reports the join as it takes it (CreateProcessGroup).
+  if (!w.survivor || w.phase != Phase::kJoin || w.first_record || w.exit) {
+    return std::nullopt;
+  }
+  for (int i = 0; i < static_cast<int>(workers_.size()); ++i) {
+    const Worker& peer = workers_[i];
+    if (&peer != &w && peer.survivor && peer.first_record && !peer.exit) {
+      return i;
+    }
+  }
+  return std::nullopt;
+}
+
 std::optional<SupervisorPolicy::Blocked> SupervisorPolicy::BlockedSince(
     const Worker& w) const {
-  if (BoundPhase(w) != Phase::kStep || !w.idle_since) return std::nullopt;
-  std::optional<int> peer = WaitingPeer(w);
-  if (!peer.has_value()) return std::nullopt;
-  // From when the peer got ahead (it began to wait), the worker went idle,
-  // or it last reported, whichever came last.
-  return Blocked{
-      std::max({workers_[*peer].last_step, *w.idle_since, w.last_record}),
-      *peer};
+  if (!w.idle_since) return std::nullopt;
+  // Since when the peer waits: it got ahead, or it took the round...
+  std::optional<Blocked> blocked;
+  if (BoundPhase(w) == Phase::kStep) {
+    if (std::optional<int> peer = WaitingPeer(w)) {
+      blocked = Blocked{workers_[*peer].last_step, *peer};
+    }
+  } else if (std::optional<int> peer = JoinedPeer(w)) {
+    blocked = Blocked{*workers_[*peer].first_record, *peer};
+  }
+  if (!blocked) return std::nullopt;
+  // ... or the worker went idle, or it last reported, whichever came last.
+  blocked->since = std::max({blocked->since, *w.idle_since, w.last_record});
+  return blocked;
 }
 
 absl::Time SupervisorPolicy::SilentSince(const Worker& w) const {

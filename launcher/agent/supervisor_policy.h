@@ -168,6 +168,10 @@ class SupervisorPolicy {
     // Step records in this round, and when the last one came.
     int steps = 0;
     absl::Time last_step;
+    // A survivor of the last round (SupervisorPolicyOptions::survivors),
+    // and when its first record of this round came: it took the round.
+    bool survivor = false;
+    std::optional<absl::Time> first_record;
     // CPU time at the last look, and since when the looks saw it asleep
     // without using CPU (nullopt: it ran, or was not asleep, at the last).
     std::optional<absl::Duration> cpu;
@@ -183,6 +187,9 @@ class SupervisorPolicy {
   std::optional<int> WaitingPeer(const Worker& w) const;
   // A local peer a step behind `w`: `w` waits for it; nullopt: none.
   std::optional<int> AwaitedPeer(const Worker& w) const;
+  // For a survivor that has not taken this round (no record yet): a local
+  // survivor that has, and waits for it in the round's join; nullopt: none.
+  std::optional<int> JoinedPeer(const Worker& w) const;
   // The phase whose bound `w`'s silence counts against: its own, or the
   // step's once it is past an evaluation or a checkpoint with a peer ahead.
   common::Phase BoundPhase(const Worker& w) const;

@@ -672,9 +672,8 @@ TEST_F(SupervisorPolicyTest, AWorkerBlockedWhileAPeerWaitsForItIsHung) {
   EXPECT_EQ(f.silent, absl::Seconds(1));
   EXPECT_EQ(DescribeHang(f),
             "blocked for 1s in phase step: asleep without using CPU while "
-            "local rank 0, a step ahead, waited for it (a deadlock, or a "
-            "wait that does not end; --hang-bound blocked=SECONDS changes "
-            "the bound)");
+            "local rank 0 waited for it (a deadlock, or a wait that does not "
+            "end; --hang-bound blocked=SECONDS changes the bound)");
   EXPECT_FALSE(policy.AwaitsRemoteCause(2));
   const RecoveryDecision decision = policy.DecideRecovery();
   EXPECT_TRUE(decision.in_place);
@@ -719,6 +718,58 @@ TEST_F(SupervisorPolicyTest, RanksAStepAheadWaitForTheOneBehind) {
   const RecoveryDecision decision = policy.DecideRecovery();
   EXPECT_TRUE(decision.in_place);
   EXPECT_EQ(decision.replace, std::vector<int>{1});
+}
+
+// A survivor blocked before a round change (a deadlock) cannot take the
+// next round: it writes nothing, while its local peer, told the round at
+// the same moment, reports its join and waits for it there. It is blocked,
+// hung after the blocked bound; before, every survivor waited out the
+// join's bound (30 s), twice in a job of several nodes.
+TEST_F(SupervisorPolicyTest, ASurvivorThatDoesNotTakeTheRoundIsBlocked) {
+  const SupervisorPolicyOptions options = {.num_workers = 2,
+                                           .in_place = {true, true},
+                                           .survivors = {true, true},
+                                           .figured_steps = true};
+  common::FakeClock clock;
+  SupervisorPolicy policy(options, Adaptive(), clock);
+  policy.OnProcessState(0, Asleep(900));
+  clock.Advance(absl::Milliseconds(100));
+  policy.OnProcessState(0, Asleep(900));  // idle from here
+  clock.Advance(absl::Milliseconds(10));
+  policy.OnRecord(1, PhaseRecord(Phase::kJoin));  // it took the round
+  const absl::Time joined = clock.Now();
+  for (int look = 0; look < 9; ++look) {
+    clock.Advance(absl::Milliseconds(100));
+    policy.OnProcessState(0, Asleep(900));
+    ASSERT_EQ(policy.Evaluate(), Verdict::kRunning) << look;
+  }
+  clock.Advance(absl::Milliseconds(100));
+  policy.OnProcessState(0, Asleep(900));
+  ASSERT_EQ(policy.Evaluate(), Verdict::kFailed);
+  ASSERT_EQ(policy.failures().size(), 1u);
+  EXPECT_EQ(policy.failures()[0].local_rank, 0);
+  EXPECT_TRUE(policy.failures()[0].blocked);
+  EXPECT_EQ(policy.failures()[0].phase, Phase::kJoin);
+  EXPECT_EQ(policy.failures()[0].time, joined + absl::Seconds(1));
+  EXPECT_FALSE(policy.AwaitsRemoteCause(2));
+  EXPECT_EQ(policy.DecideRecovery().replace, std::vector<int>{0});
+
+  // Both silent in the join (neither took the round yet, or both did and
+  // wait for another node): nobody is blocked.
+  for (bool took : {false, true}) {
+    common::FakeClock clock2;
+    SupervisorPolicy both(options, Adaptive(), clock2);
+    if (took) {
+      both.OnRecord(0, PhaseRecord(Phase::kJoin));
+      both.OnRecord(1, PhaseRecord(Phase::kJoin));
+    }
+    for (int look = 0; look < 50; ++look) {
+      clock2.Advance(absl::Milliseconds(100));
+      both.OnProcessState(0, Asleep(900));
+      both.OnProcessState(1, Asleep(800));
+      ASSERT_EQ(both.Evaluate(), Verdict::kRunning) << look << took;
+    }
+  }
 }
 
 // What is not blocked: a rank that uses CPU (an evaluation it does not
