@@ -64,6 +64,13 @@ void SupervisorPolicy::OnRecord(int local_rank, const ProgressRecord& record) {
       // Entering the stepping phase: no step is done yet.
       w.phase = record.phase == Phase::kStep ? Phase::kFirstStep : record.phase;
       w.stepped_in_phase = false;
+      // Steps count from the round's start of stepping, which every rank
+      // reports (libddp's DataParallel): a survivor's step records of the
+      // round before, read at this one's start, must not put it ahead.
+      if (record.phase == Phase::kJoin || record.phase == Phase::kSync ||
+          record.phase == Phase::kStep) {
+        w.steps = 0;
+      }
       break;
     case ProgressRecord::Kind::kStep:
       ++w.steps;

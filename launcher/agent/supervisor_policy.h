@@ -165,7 +165,8 @@ class SupervisorPolicy {
     // A step was recorded since the program entered a phase between steps
     // (an evaluation, a checkpoint): the next one ends it (OnRecord).
     bool stepped_in_phase = false;
-    // Step records in this round, and when the last one came.
+    // Step records since it began stepping in this round (its "phase
+    // step"), and when the last one came.
     int steps = 0;
     absl::Time last_step;
     // A survivor of the last round (SupervisorPolicyOptions::survivors),

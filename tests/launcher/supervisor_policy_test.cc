@@ -681,6 +681,40 @@ TEST_F(SupervisorPolicyTest, AWorkerBlockedWhileAPeerWaitsForItIsHung) {
   EXPECT_EQ(decision.kill, std::vector<int>{1});
 }
 
+// A survivor's step record of the round before, read at this round's
+// start, does not put it ahead: steps count from each rank's "phase step"
+// of the round. Else a replacement blocked after its first step was two
+// behind, no lockstep, and the survivor and it were both killed at the
+// step's bound (a soak's 20 s).
+TEST_F(SupervisorPolicyTest, StepsCountFromTheRoundsStartOfStepping) {
+  common::FakeClock clock;
+  SupervisorPolicy policy({.num_workers = 2,
+                           .expect_reports = {true, true},
+                           .in_place = {true, true},
+                           .survivors = {true, false},
+                           .figured_steps = true},
+                          Adaptive(), clock);
+  FiguredStep(policy, 0);  // the round before's last step, read late
+  for (int i = 0; i < 2; ++i) {
+    policy.OnRecord(i, PhaseRecord(Phase::kJoin));
+    policy.OnRecord(i, PhaseRecord(Phase::kSync));
+    policy.OnRecord(i, PhaseRecord(Phase::kStep));
+    FiguredStep(policy, i);
+  }
+  policy.OnProcessState(1, Asleep(500));
+  FiguredStep(policy, 0);  // a step ahead: it waits for rank 1
+  const absl::Time ahead = clock.Now();
+  clock.Advance(absl::Milliseconds(100));
+  policy.OnProcessState(1, Asleep(500));
+  EXPECT_EQ(policy.NextHangDeadline(), ahead + absl::Milliseconds(1100));
+  clock.Advance(absl::Seconds(1));
+  policy.OnProcessState(1, Asleep(500));
+  ASSERT_EQ(policy.Evaluate(), Verdict::kFailed);
+  ASSERT_EQ(policy.failures().size(), 1u);
+  EXPECT_EQ(policy.failures()[0].local_rank, 1);
+  EXPECT_TRUE(policy.failures()[0].blocked);
+}
+
 // Ranks 0 and 2 are a step ahead of rank 1, waiting for it in their sync,
 // just past an evaluation (rank 1 recorded the one step after it, which
 // leaves a rank in the phase). Their silence is rank 1's: they are not hung
