@@ -63,8 +63,10 @@ struct PhaseBoundsOptions {
   absl::Duration stopped = absl::ZeroDuration();
   // A worker in its step phase that a local peer waits for (the peer
   // recorded a later step: it computed that step and waits in its gradient
-  // sync) while it sleeps without using any CPU is blocked: a deadlock, a
-  // read that never returns. It is hung after this floor, or `factor` x the
+  // sync), or a survivor that has not taken the next round while a local
+  // survivor has, while it sleeps without using any CPU is blocked: a
+  // deadlock, a read that never returns. It is hung after this floor, or
+  // `factor` x the
   // longest step when that is longer; a fixed value (--hang-bound
   // blocked=SECONDS, --worker-timeout) instead. InfiniteDuration: never.
   // The step's own bound (10 s at least) is for a rank that is silent but

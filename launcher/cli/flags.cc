@@ -191,8 +191,7 @@ void AddLaunchFlags(CLI::App& app, LaunchOptions& o, RawLaunchFlags& raw) {
             "PHASE=SECONDS,...: fixed hang bounds by phase (start, join, sync, "
             "first-step, step, checkpoint, stop, eval, stopped, blocked; 0: "
             "never hung there); unset phases adapt: --hang-factor x the "
-            "longest seen, "
-            "at least a floor (docs/ARCHITECTURE.md, 'Hangs')");
+            "longest seen, at least a floor (docs/ARCHITECTURE.md, 'Hangs')");
   AddString(app, "--straggler-policy", &raw.straggler_policy,
             "report: a rank the server names a straggler is only reported; "
             "replace: it is treated as failed and killed, so that in-place "
