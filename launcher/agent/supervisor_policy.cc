@@ -279,7 +279,7 @@ void SupervisorPolicy::MarkHung(int local_rank, absl::Time now) {
   const Phase phase = BoundPhase(w);
   w.hung = true;
   LocalFailure failure{local_rank, ExitStatus{}, v1::FAILURE_CAUSE_HUNG, now};
-  failure.phase = w.phase;
+  failure.phase = phase;
   if (stopped_too_long) {
     w.hung_bound = bounds_.stopped_bound();
     failure.stopped = true;
@@ -290,7 +290,6 @@ void SupervisorPolicy::MarkHung(int local_rank, absl::Time now) {
     failure.waited_by = blocked->waited_by;
     failure.silent = now - blocked->since;
   } else {
-    failure.phase = phase;
     w.hung_bound = bounds_.Bound(phase);
     failure.silent = now - w.last_record;
   }

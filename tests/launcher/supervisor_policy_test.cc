@@ -806,6 +806,32 @@ TEST_F(SupervisorPolicyTest, ASurvivorThatDoesNotTakeTheRoundIsBlocked) {
   }
 }
 
+// The same rank blocked instead (ddprun-mnist's first step after its
+// evaluation, then a deadlock): found blocked after 1 s, and named in the
+// phase it is judged in, the step, not the evaluation it left.
+TEST_F(SupervisorPolicyTest, BlockedJustPastAnEvaluationIsBlockedInAStep) {
+  common::FakeClock clock;
+  SupervisorPolicy policy({.num_workers = 2}, Adaptive(), clock);
+  for (int step = 0; step < 3; ++step) {
+    clock.Advance(absl::Milliseconds(50));
+    for (int i = 0; i < 2; ++i) FiguredStep(policy, i);
+  }
+  for (int i = 0; i < 2; ++i) policy.OnRecord(i, PhaseRecord(Phase::kEval));
+  for (int i = 0; i < 2; ++i) FiguredStep(policy, i);  // the step after
+  policy.OnProcessState(1, Asleep(700));
+  FiguredStep(policy, 0);
+  for (int look = 0; look <= 10; ++look) {
+    policy.OnProcessState(1, Asleep(700));
+    if (look < 10) ASSERT_EQ(policy.Evaluate(), Verdict::kRunning) << look;
+    clock.Advance(absl::Milliseconds(100));
+  }
+  ASSERT_EQ(policy.Evaluate(), Verdict::kFailed);
+  ASSERT_EQ(policy.failures().size(), 1u);
+  EXPECT_TRUE(policy.failures()[0].blocked);
+  EXPECT_EQ(policy.failures()[0].phase, Phase::kStep);
+  EXPECT_EQ(policy.phase(1), Phase::kEval);
+}
+
 // What is not blocked: a rank that uses CPU (an evaluation it does not
 // report, a spin), one in disk sleep (state D), one no peer waits for, one
 // whose records carry no compute figure (a Python program's progress.step()
