@@ -61,6 +61,7 @@ void SupervisorPolicy::OnRecord(int local_rank, const ProgressRecord& record) {
   if (!w.first_record) w.first_record = now;
   switch (record.kind) {
     case ProgressRecord::Kind::kPhase:
+      if (!w.first_phase) w.first_phase = now;
       // Entering the stepping phase: no step is done yet.
       w.phase = record.phase == Phase::kStep ? Phase::kFirstStep : record.phase;
       w.stepped_in_phase = false;
@@ -209,15 +210,14 @@ Phase SupervisorPolicy::BoundPhase(const Worker& w) const {
 
 std::optional<int> SupervisorPolicy::JoinedPeer(const Worker& w) const {
   // Survivors are told the round on their control pipes at once, and
-  // libddp reports the join as it takes it (CreateProcessGroup).
+  // libddp reports the join as it takes it (CreateProcessGroup); a peer in
+  // the join, survivor or replacement, waits there for every local rank.
   if (!w.survivor || w.phase != Phase::kJoin || w.first_record || w.exit) {
     return std::nullopt;
   }
   for (int i = 0; i < static_cast<int>(workers_.size()); ++i) {
     const Worker& peer = workers_[i];
-    if (&peer != &w && peer.survivor && peer.first_record && !peer.exit) {
-      return i;
-    }
+    if (&peer != &w && peer.first_phase && !peer.exit) return i;
   }
   return std::nullopt;
 }
@@ -232,7 +232,7 @@ std::optional<SupervisorPolicy::Blocked> SupervisorPolicy::BlockedSince(
       blocked = Blocked{workers_[*peer].last_step, *peer};
     }
   } else if (std::optional<int> peer = JoinedPeer(w)) {
-    blocked = Blocked{*workers_[*peer].first_record, *peer};
+    blocked = Blocked{*workers_[*peer].first_phase, *peer};
   }
   if (!blocked) return std::nullopt;
   // ... or the worker went idle, or it last reported, whichever came last.

@@ -169,10 +169,12 @@ class SupervisorPolicy {
     // step"), and when the last one came.
     int steps = 0;
     absl::Time last_step;
-    // A survivor of the last round (SupervisorPolicyOptions::survivors),
-    // and when its first record of this round came: it took the round.
+    // A survivor of the last round (SupervisorPolicyOptions::survivors);
+    // when its first record of this round came (a survivor: it took the
+    // round), and its first phase record (it began the round's join).
     bool survivor = false;
     std::optional<absl::Time> first_record;
+    std::optional<absl::Time> first_phase;
     // CPU time at the last look, and since when the looks saw it asleep
     // without using CPU (nullopt: it ran, or was not asleep, at the last).
     std::optional<absl::Duration> cpu;
@@ -189,7 +191,8 @@ class SupervisorPolicy {
   // A local peer a step behind `w`: `w` waits for it; nullopt: none.
   std::optional<int> AwaitedPeer(const Worker& w) const;
   // For a survivor that has not taken this round (no record yet): a local
-  // survivor that has, and waits for it in the round's join; nullopt: none.
+  // peer, survivor or replacement, that has begun the round's join and
+  // waits for it there; nullopt: none.
   std::optional<int> JoinedPeer(const Worker& w) const;
   // The phase whose bound `w`'s silence counts against: its own, or the
   // step's once it is past an evaluation or a checkpoint with a peer ahead.

@@ -788,6 +788,29 @@ TEST_F(SupervisorPolicyTest, ASurvivorThatDoesNotTakeTheRoundIsBlocked) {
   EXPECT_FALSE(policy.AwaitsRemoteCause(2));
   EXPECT_EQ(policy.DecideRecovery().replace, std::vector<int>{0});
 
+  // The waiting peer a replacement (CI's fault_harness_block_test: a
+  // worker killed to open the round change, replaced fresh): the same.
+  common::FakeClock clock3;
+  SupervisorPolicy fresh({.num_workers = 2,
+                          .expect_reports = {true, true},
+                          .in_place = {true, true},
+                          .survivors = {true, false},
+                          .figured_steps = true},
+                         Adaptive(), clock3);
+  fresh.OnProcessState(0, Asleep(900));
+  clock3.Advance(absl::Milliseconds(100));
+  fresh.OnProcessState(0, Asleep(900));
+  fresh.OnRecord(1, {.kind = ProgressRecord::Kind::kInPlace});
+  clock3.Advance(absl::Milliseconds(300));  // its start: not waiting yet
+  fresh.OnProcessState(0, Asleep(900));
+  fresh.OnRecord(1, PhaseRecord(Phase::kJoin));
+  EXPECT_EQ(fresh.NextHangDeadline(), clock3.Now() + absl::Seconds(1));
+  clock3.Advance(absl::Seconds(1));
+  fresh.OnProcessState(0, Asleep(900));
+  ASSERT_EQ(fresh.Evaluate(), Verdict::kFailed);
+  EXPECT_EQ(fresh.failures()[0].local_rank, 0);
+  EXPECT_TRUE(fresh.failures()[0].blocked);
+
   // Both silent in the join (neither took the round yet, or both did and
   // wait for another node): nobody is blocked.
   for (bool took : {false, true}) {
