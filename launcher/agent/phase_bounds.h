@@ -61,14 +61,14 @@ struct PhaseBoundsOptions {
   // wakes it (SIGCHLD, CLD_STOPPED) and that first look comes at once;
   // waiting one monitor interval more cost every hang 0.1 s of a 0.5 s goal.
   absl::Duration stopped = absl::ZeroDuration();
-  // A worker in its step phase that a local peer waits for (the peer
-  // recorded a later step: it computed that step and waits in its gradient
-  // sync), or a survivor that has not taken the next round while a local
-  // survivor has, while it sleeps without using any CPU is blocked: a
-  // deadlock, a read that never returns. It is hung after this floor, or
-  // `factor` x the
-  // longest step when that is longer; a fixed value (--hang-bound
-  // blocked=SECONDS, --worker-timeout) instead. InfiniteDuration: never.
+  // A worker that sleeps without using any CPU while a local peer waits
+  // for it is blocked: a deadlock, a read that never returns. The peer
+  // waits when it recorded a later step (it computed that step and waits
+  // in its gradient sync), or when it began the round's join and the
+  // worker, a survivor, has not taken the round. Blocked, it is hung after
+  // this floor, or `factor` x the longest step when that is longer; a
+  // fixed value (--hang-bound blocked=SECONDS, --worker-timeout) instead.
+  // InfiniteDuration: never.
   // The step's own bound (10 s at least) is for a rank that is silent but
   // busy: an evaluation or a log flush the program does not report looks
   // the same from outside, so a spin is found only there.
