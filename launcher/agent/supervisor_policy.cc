@@ -153,7 +153,14 @@ std::optional<absl::Time> SupervisorPolicy::HangDeadline(
   const absl::Duration bound = bounds_.Bound(BoundPhase(w));
   if (w.reports && bound != absl::InfiniteDuration() &&
       !AwaitedPeer(w).has_value()) {
-    absl::Time silent = SilentSince(w) + bound;
+    absl::Time since = SilentSince(w);
+    // A peer a step ahead says the sync this one waited in is over: its
+    // step is timed from then, not from its record before that wait (an
+    // evaluation of rank 0's, seconds long, would count against it).
+    if (std::optional<int> peer = WaitingPeer(w)) {
+      since = std::max(since, workers_[*peer].last_step);
+    }
+    absl::Time silent = since + bound;
     if (!deadline || silent < *deadline) deadline = silent;
   }
   const absl::Duration blocked_bound = bounds_.BlockedBound();

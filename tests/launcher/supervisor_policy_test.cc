@@ -855,6 +855,35 @@ TEST_F(SupervisorPolicyTest, BlockedJustPastAnEvaluationIsBlockedInAStep) {
   EXPECT_EQ(policy.phase(1), Phase::kEval);
 }
 
+// Rank 1 waited in its sync through rank 0's 30 s evaluation, silent. Once
+// rank 0 is a step ahead, rank 1 computes a step, bounded as one, but from
+// then: its silence through the evaluation does not count (CI's
+// E2eTest.AnEvaluationLongerThanTheStepBoundIsNoHang killed it at once).
+TEST_F(SupervisorPolicyTest, AStepAfterAWaitIsTimedFromTheWaitsEnd) {
+  common::FakeClock clock;
+  PhaseBoundsOptions options;
+  options.fixed[static_cast<int>(Phase::kStep)] = absl::Seconds(2);
+  SupervisorPolicy policy({.num_workers = 2}, Adaptive(options), clock);
+  for (int step = 0; step < 3; ++step) {
+    clock.Advance(absl::Milliseconds(50));
+    for (int i = 0; i < 2; ++i) FiguredStep(policy, i);
+  }
+  for (int i = 0; i < 2; ++i) policy.OnRecord(i, PhaseRecord(Phase::kEval));
+  FiguredStep(policy, 1);  // rank 1 waits for rank 0's evaluation
+  clock.Advance(absl::Seconds(30));
+  FiguredStep(policy, 0);  // rank 0's step after its evaluation
+  clock.Advance(absl::Milliseconds(50));
+  FiguredStep(policy, 0);  // a step ahead: the sync rank 1 waited in is over
+  const absl::Time ahead = clock.Now();
+  int cpu_ms = 100;
+  for (int look = 0; look < 19; ++look) {
+    policy.OnProcessState(1, Asleep(cpu_ms += 10));  // busy computing
+    ASSERT_EQ(policy.Evaluate(), Verdict::kRunning) << look;
+    clock.Advance(absl::Milliseconds(100));
+  }
+  EXPECT_EQ(policy.NextHangDeadline(), ahead + absl::Seconds(2));
+}
+
 // What is not blocked: a rank that uses CPU (an evaluation it does not
 // report, a spin), one in disk sleep (state D), one no peer waits for, one
 // whose records carry no compute figure (a Python program's progress.step()
