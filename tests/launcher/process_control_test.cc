@@ -90,10 +90,14 @@ TEST(ProcessStateTest, ParsesTheStateAndTheCpuTimeAfterTheLastParenthesis) {
 }
 
 // What the agent sees of a blocked worker and of a busy one: asleep with a
-// CPU time that does not move, and running with one that does.
+// CPU time that does not move, and running with one that does. The blocked
+// one opens a FIFO nobody writes to: a read that never returns.
 TEST(ProcessStateTest, ABlockedProcessSleepsWithoutCpuABusyOneUsesIt) {
+  testing::TempDir dir;
+  const std::string fifo = dir.File("never-written");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
   PosixProcessControl control;
-  auto blocked = control.Spawn(Shell("exec sleep 30"));
+  auto blocked = control.Spawn(Shell("exec cat " + fifo));
   auto busy = control.Spawn(Shell("while :; do :; done"));
   ASSERT_TRUE(blocked.ok() && busy.ok());
   std::optional<ProcessState> first;
