@@ -25,6 +25,14 @@ void FiguredStep(SupervisorPolicy& policy, int local_rank) {
   policy.OnRecord(local_rank, {.kind = ProgressRecord::Kind::kStep,
                                .compute_seconds = 0.01});
 }
+// Three steps of 50 ms, recorded by every rank as libddp does.
+void ThreeFiguredSteps(SupervisorPolicy& policy, common::FakeClock& clock,
+                       int workers) {
+  for (int step = 0; step < 3; ++step) {
+    clock.Advance(absl::Milliseconds(50));
+    for (int i = 0; i < workers; ++i) FiguredStep(policy, i);
+  }
+}
 // A look at a process asleep (state S) with `cpu_ms` of CPU used.
 ProcessState Asleep(int cpu_ms) {
   return {.state = 'S', .cpu = absl::Milliseconds(cpu_ms)};
@@ -646,11 +654,7 @@ TEST_F(SupervisorPolicyTest, AWorkerBlockedWhileAPeerWaitsForItIsHung) {
   common::FakeClock clock;
   SupervisorPolicy policy({.num_workers = 2}, Adaptive(), clock);
   for (int i = 0; i < 2; ++i) policy.OnInPlaceDeclared(i);
-  for (int step = 0; step < 3; ++step) {
-    clock.Advance(absl::Milliseconds(50));
-    FiguredStep(policy, 0);
-    FiguredStep(policy, 1);
-  }
+  ThreeFiguredSteps(policy, clock, 2);
   policy.OnProcessState(1, Asleep(700));
   clock.Advance(absl::Milliseconds(50));
   FiguredStep(policy, 0);  // rank 0 is a step ahead
@@ -725,10 +729,7 @@ TEST_F(SupervisorPolicyTest, RanksAStepAheadWaitForTheOneBehind) {
   common::FakeClock clock;
   SupervisorPolicy policy({.num_workers = 3}, Adaptive(), clock);
   for (int i = 0; i < 3; ++i) policy.OnInPlaceDeclared(i);
-  for (int step = 0; step < 3; ++step) {
-    clock.Advance(absl::Milliseconds(50));
-    for (int i = 0; i < 3; ++i) FiguredStep(policy, i);
-  }
+  ThreeFiguredSteps(policy, clock, 3);
   for (int i = 0; i < 3; ++i) policy.OnRecord(i, PhaseRecord(Phase::kEval));
   clock.Advance(absl::Milliseconds(50));
   for (int i = 0; i < 3; ++i) FiguredStep(policy, i);  // the step after
@@ -835,10 +836,7 @@ TEST_F(SupervisorPolicyTest, ASurvivorThatDoesNotTakeTheRoundIsBlocked) {
 TEST_F(SupervisorPolicyTest, BlockedJustPastAnEvaluationIsBlockedInAStep) {
   common::FakeClock clock;
   SupervisorPolicy policy({.num_workers = 2}, Adaptive(), clock);
-  for (int step = 0; step < 3; ++step) {
-    clock.Advance(absl::Milliseconds(50));
-    for (int i = 0; i < 2; ++i) FiguredStep(policy, i);
-  }
+  ThreeFiguredSteps(policy, clock, 2);
   for (int i = 0; i < 2; ++i) policy.OnRecord(i, PhaseRecord(Phase::kEval));
   for (int i = 0; i < 2; ++i) FiguredStep(policy, i);  // the step after
   policy.OnProcessState(1, Asleep(700));
@@ -864,10 +862,7 @@ TEST_F(SupervisorPolicyTest, AStepAfterAWaitIsTimedFromTheWaitsEnd) {
   PhaseBoundsOptions options;
   options.fixed[static_cast<int>(Phase::kStep)] = absl::Seconds(2);
   SupervisorPolicy policy({.num_workers = 2}, Adaptive(options), clock);
-  for (int step = 0; step < 3; ++step) {
-    clock.Advance(absl::Milliseconds(50));
-    for (int i = 0; i < 2; ++i) FiguredStep(policy, i);
-  }
+  ThreeFiguredSteps(policy, clock, 2);
   for (int i = 0; i < 2; ++i) policy.OnRecord(i, PhaseRecord(Phase::kEval));
   FiguredStep(policy, 1);  // rank 1 waits for rank 0's evaluation
   clock.Advance(absl::Seconds(30));
