@@ -368,6 +368,8 @@ TEST(StandbyZygoteNoSubreaperTest, WithoutASubreaperStandbysAreExeced) {
 TEST(StandbyZygoteAgentTest, NothingOutlivesAKilledAgent) {
   testing::TempDir dir;
   testing::SubprocessOptions options;
+  // The job runs until the test kills its agent: at 100 epochs it ended on
+  // a loaded CI machine before the standby was seen waiting.
   options.argv = {testing::Ddprun(),
                   "--standalone",
                   "--nproc-per-node",
@@ -377,7 +379,7 @@ TEST(StandbyZygoteAgentTest, NothingOutlivesAKilledAgent) {
                   "0.05",
                   testing::Mnist(),
                   "--epochs",
-                  "100",
+                  "100000",
                   "--train-limit",
                   "3000",
                   "--data-dir",
