@@ -35,6 +35,8 @@ ProgressRecord ParseProgressRecord(absl::string_view line) {
   ProgressRecord record;
   if (line == "inplace") {
     record.kind = ProgressRecord::Kind::kInPlace;
+  } else if (line == "reports between-steps") {
+    record.kind = ProgressRecord::Kind::kReportsBetweenSteps;
   } else if (line == "step" || absl::StartsWith(line, "step ")) {
     record.kind = ProgressRecord::Kind::kStep;
     for (absl::string_view word :

@@ -20,6 +20,9 @@ namespace ddprun::common {
 //                      left out (libddp writes "step compute=0.012345", older
 //                      workers "step"; a step without it carries no figure)
 //   inplace            the program recovers in place (worker/recovery.h)
+//   reports between-steps
+//                      the program reports every evaluation and checkpoint
+//                      it does between steps (worker/phase.h)
 //
 // Any other line counts as a sign of life and nothing more, so that a newer
 // worker's records never break an older agent.
@@ -50,7 +53,7 @@ std::optional<Phase> ParsePhase(absl::string_view name);
 
 // What one line on the pipe says.
 struct ProgressRecord {
-  enum class Kind { kPhase, kStep, kInPlace, kOther };
+  enum class Kind { kPhase, kStep, kInPlace, kReportsBetweenSteps, kOther };
   Kind kind = Kind::kOther;
   Phase phase = Phase::kStart;  // for kPhase
   // For kStep: the rank's own compute time for the step (the straggler
@@ -69,5 +72,6 @@ inline constexpr char kStepLine[] = "step\n";
 // A step record with the rank's compute time (negative: none, as kStepLine).
 std::string StepLine(double compute_seconds);
 inline constexpr char kInPlaceLine[] = "inplace\n";
+inline constexpr char kReportsBetweenStepsLine[] = "reports between-steps\n";
 
 }  // namespace ddprun::common

@@ -25,6 +25,11 @@ void ReportPhase(int progress_fd, common::Phase phase) {
   WriteRecord(progress_fd, line.data(), line.size());
 }
 
+void DeclareReportsBetweenSteps(int progress_fd) {
+  WriteRecord(progress_fd, common::kReportsBetweenStepsLine,
+              sizeof(common::kReportsBetweenStepsLine) - 1);
+}
+
 void ReportStep(int progress_fd, double compute_seconds) {
   if (progress_fd < 0) return;
   const std::string line = common::StepLine(compute_seconds);

@@ -27,5 +27,13 @@ void ReportPhase(int progress_fd, common::Phase phase);
 // time for it (the step less its wait in the gradient sync), negative when
 // unknown (the first step).
 void ReportStep(int progress_fd, double compute_seconds = -1);
+// Says, once at start, that this program reports every evaluation and
+// checkpoint write it does between steps (ReportPhase). The agent then
+// takes a rank that uses CPU without finishing its step, while a local peer
+// waits for it, for a loop that never ends: hung after a second of CPU or
+// 5x the CPU of its costliest step (--hang-bound spin=SECONDS), not only at
+// the step's bound of 10 s. Without it, the agent learns the same from the
+// program's first evaluation or checkpoint record.
+void DeclareReportsBetweenSteps(int progress_fd);
 
 }  // namespace ddprun::worker

@@ -470,6 +470,7 @@ Agent::RoundOutcome Agent::Supervise(const RunningRound& round) {
   }
   policy_options.survivors = round.survivors;
   policy_options.figured_steps = program_figures_steps_;
+  policy_options.reports_between_steps = program_reports_between_steps_;
   SupervisorPolicy policy(policy_options, phase_bounds_, clock_);
   forming.store(policy.Forming());
   AgentMetrics* metrics = context_.metrics;
@@ -590,9 +591,11 @@ void Agent::Observe(const RunningRound& round, SupervisorPolicy& policy,
       program_recovers_in_place_ = true;
     }
     program_figures_steps_ |= policy.figured_steps();
+    program_reports_between_steps_ |= policy.reports_between_steps();
     // A stopped worker (SIGSTOP) is found by its state, in any phase and
-    // whether or not its program reports; a blocked one by its state and
-    // CPU time too: a look at /proc per worker and monitor interval.
+    // whether or not its program reports; a blocked or spinning one by its
+    // state and CPU time too: a look at /proc per worker and monitor
+    // interval.
     if (i < static_cast<int>(pids.size()) && pids[i] > 0) {
       const std::optional<ProcessState> state = control_.State(pids[i]);
       policy.OnProcessState(i, state.value_or(ProcessState{}));

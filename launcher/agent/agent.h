@@ -223,6 +223,9 @@ class Agent {
   // for the rounds after the one that showed it
   // (SupervisorPolicyOptions::figured_steps).
   bool program_figures_steps_ = false;
+  // Whether the program reports its evaluations and checkpoints, likewise
+  // (SupervisorPolicyOptions::reports_between_steps).
+  bool program_reports_between_steps_ = false;
 };
 
 }  // namespace ddprun::launcher

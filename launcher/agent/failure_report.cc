@@ -28,6 +28,15 @@ std::string DescribeHang(const LocalFailure& f) {
         "--hang-bound blocked=SECONDS changes the bound)",
         silent, phase, f.waited_by);
   }
+  if (f.spinning) {
+    return absl::StrFormat(
+        "spinning for %s in phase %s: used %s of CPU without finishing its "
+        "step while local rank %d waited for it (a loop that does not end; "
+        "--hang-bound spin=SECONDS changes the bound)",
+        silent, phase,
+        absl::FormatDuration(absl::Trunc(f.cpu, absl::Milliseconds(1))),
+        f.waited_by);
+  }
   return absl::StrFormat(
       "no progress for %s in phase %s (its bound; --hang-bound %s=SECONDS "
       "changes it)",

@@ -33,4 +33,13 @@ absl::Duration PhaseBounds::BlockedBound() const {
       longest_[static_cast<int>(common::Phase::kStep)] * options_.factor);
 }
 
+void PhaseBounds::ObserveStepCpu(absl::Duration cpu) {
+  longest_step_cpu_ = std::max(longest_step_cpu_, cpu);
+}
+
+absl::Duration PhaseBounds::SpinBound() const {
+  if (options_.spin_fixed.has_value()) return *options_.spin_fixed;
+  return std::max(options_.spin_floor, longest_step_cpu_ * options_.factor);
+}
+
 }  // namespace ddprun::launcher

@@ -69,11 +69,22 @@ struct PhaseBoundsOptions {
   // this floor, or `factor` x the longest step when that is longer; a
   // fixed value (--hang-bound blocked=SECONDS, --worker-timeout) instead.
   // InfiniteDuration: never.
-  // The step's own bound (10 s at least) is for a rank that is silent but
-  // busy: an evaluation or a log flush the program does not report looks
-  // the same from outside, so a spin is found only there.
   absl::Duration blocked_floor = absl::Seconds(1);
   std::optional<absl::Duration> blocked_fixed;
+  // A worker that uses CPU while a local peer waits for it (as above)
+  // spins: a loop that never ends. It is hung once it used this much CPU
+  // time since the peer began to wait, or `factor` x the most CPU time a
+  // step took when that is more; a fixed value (--hang-bound spin=SECONDS)
+  // instead; InfiniteDuration: never (--worker-timeout sets that: its
+  // bound is wall time, which a spin on several threads outruns).
+  // Counted in CPU time, not wall time, a rank slowed by a busy machine or
+  // a CPU quota (a straggler) is not taken for a spin: it uses no more CPU
+  // per step than before. Only for programs that report the work they do
+  // between steps (an evaluation, a checkpoint: worker/phase.h), since work
+  // of one rank alone that is not reported (an evaluation on rank 0) looks
+  // the same from outside; for others, the step's bound (10 s at least).
+  absl::Duration spin_floor = absl::Seconds(1);
+  std::optional<absl::Duration> spin_fixed;
 };
 
 // Learns phase durations and answers each phase's bound. Owned by the
@@ -98,6 +109,11 @@ class PhaseBounds {
   // How long a worker may stay blocked behind its waiting peers
   // (PhaseBoundsOptions::blocked_floor).
   absl::Duration BlockedBound() const;
+  // A step took `cpu` of CPU time (all of the worker's threads).
+  void ObserveStepCpu(absl::Duration cpu);
+  // How much CPU time a worker may use while its waiting peers wait for it
+  // (PhaseBoundsOptions::spin_floor).
+  absl::Duration SpinBound() const;
   // The longest observed duration of `phase` (zero when none was).
   absl::Duration longest(common::Phase phase) const {
     return longest_[static_cast<int>(phase)];
@@ -107,6 +123,7 @@ class PhaseBounds {
   PhaseBoundsOptions options_;
   std::array<absl::Duration, common::kNumPhases> longest_{};
   std::array<int, common::kNumPhases> seen_{};
+  absl::Duration longest_step_cpu_;
 };
 
 }  // namespace ddprun::launcher

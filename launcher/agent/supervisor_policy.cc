@@ -14,7 +14,8 @@ SupervisorPolicy::SupervisorPolicy(SupervisorPolicyOptions options,
       bounds_(bounds),
       clock_(clock),
       workers_(options_.num_workers),
-      figured_steps_(options_.figured_steps) {
+      figured_steps_(options_.figured_steps),
+      reports_between_steps_(options_.reports_between_steps) {
   const absl::Time now = clock_.Now();
   for (int i = 0; i < static_cast<int>(workers_.size()); ++i) {
     Worker& w = workers_[i];
@@ -62,6 +63,8 @@ void SupervisorPolicy::OnRecord(int local_rank, const ProgressRecord& record) {
   switch (record.kind) {
     case ProgressRecord::Kind::kPhase:
       if (!w.first_phase) w.first_phase = now;
+      reports_between_steps_ |=
+          record.phase == Phase::kEval || record.phase == Phase::kCheckpoint;
       // Entering the stepping phase: no step is done yet.
       w.phase = record.phase == Phase::kStep ? Phase::kFirstStep : record.phase;
       w.stepped_in_phase = false;
@@ -96,6 +99,9 @@ void SupervisorPolicy::OnRecord(int local_rank, const ProgressRecord& record) {
     case ProgressRecord::Kind::kInPlace:
       w.in_place = true;
       break;
+    case ProgressRecord::Kind::kReportsBetweenSteps:
+      reports_between_steps_ = true;
+      break;
     case ProgressRecord::Kind::kOther:
       break;
   }
@@ -127,7 +133,33 @@ void SupervisorPolicy::OnProcessState(int local_rank,
   } else if (!w.idle_since) {
     w.idle_since = now;
   }
+  // What a step costs in CPU: what it used between two looks at which its
+  // step count moved, per step. A look may fall inside a step, so this is a
+  // mean over a few steps, a little more than one's own (its wait in the
+  // sync is in it too), which only widens the spin bound.
+  const bool stepping = w.phase == Phase::kStep || w.phase == Phase::kFirstStep;
+  if (!stepping || w.steps < w.steps_at_look) {
+    w.steps_at_look = -1;
+  }
+  if (stepping && w.steps != w.steps_at_look) {
+    if (w.steps_at_look >= 0 && state.cpu >= w.cpu_at_steps) {
+      bounds_.ObserveStepCpu((state.cpu - w.cpu_at_steps) /
+                             (w.steps - w.steps_at_look));
+    }
+    w.steps_at_look = w.steps;
+    w.cpu_at_steps = state.cpu;
+  }
+  // The CPU it uses while a peer waits counts from this look on, for a
+  // wait that began since the last one.
+  const std::optional<Held> held = HeldBy(w);
+  if (!held) {
+    w.held_since.reset();
+  } else if (w.held_since != held->since) {
+    w.held_since = held->since;
+    w.cpu_at_held = state.cpu;
+  }
   w.cpu = state.cpu;
+  w.last_look = now;
 }
 
 void SupervisorPolicy::OnStraggler(int local_rank) {
@@ -165,7 +197,7 @@ std::optional<absl::Time> SupervisorPolicy::HangDeadline(
   }
   const absl::Duration blocked_bound = bounds_.BlockedBound();
   if (blocked_bound != absl::InfiniteDuration()) {
-    if (std::optional<Blocked> blocked = BlockedSince(w)) {
+    if (std::optional<Held> blocked = BlockedSince(w)) {
       absl::Time blocked_deadline = blocked->since + blocked_bound;
       if (!deadline || blocked_deadline < *deadline) {
         deadline = blocked_deadline;
@@ -229,22 +261,42 @@ std::optional<int> SupervisorPolicy::JoinedPeer(const Worker& w) const {
   return std::nullopt;
 }
 
-std::optional<SupervisorPolicy::Blocked> SupervisorPolicy::BlockedSince(
+std::optional<SupervisorPolicy::Held> SupervisorPolicy::HeldBy(
     const Worker& w) const {
-  if (!w.idle_since) return std::nullopt;
+  if (w.exit || w.hung) return std::nullopt;
   // Since when the peer waits: it got ahead, or it took the round...
-  std::optional<Blocked> blocked;
+  std::optional<Held> held;
   if (BoundPhase(w) == Phase::kStep) {
     if (std::optional<int> peer = WaitingPeer(w)) {
-      blocked = Blocked{workers_[*peer].last_step, *peer};
+      held = Held{workers_[*peer].last_step, *peer};
     }
   } else if (std::optional<int> peer = JoinedPeer(w)) {
-    blocked = Blocked{*workers_[*peer].first_phase, *peer};
+    held = Held{*workers_[*peer].first_phase, *peer};
   }
+  if (!held) return std::nullopt;
+  // ... or the worker last reported, whichever came last.
+  held->since = std::max(held->since, w.last_record);
+  return held;
+}
+
+std::optional<SupervisorPolicy::Held> SupervisorPolicy::BlockedSince(
+    const Worker& w) const {
+  if (!w.idle_since) return std::nullopt;
+  std::optional<Held> blocked = HeldBy(w);
   if (!blocked) return std::nullopt;
-  // ... or the worker went idle, or it last reported, whichever came last.
-  blocked->since = std::max({blocked->since, *w.idle_since, w.last_record});
+  blocked->since = std::max(blocked->since, *w.idle_since);
   return blocked;
+}
+
+std::optional<absl::Duration> SupervisorPolicy::SpunCpu(const Worker& w) const {
+  if (!reports_between_steps_ || !w.held_since || !w.cpu || w.stopped) {
+    return std::nullopt;
+  }
+  // A wait that changed since the last look (a record came) is counted
+  // from the next one.
+  const std::optional<Held> held = HeldBy(w);
+  if (!held || held->since != *w.held_since) return std::nullopt;
+  return *w.cpu - w.cpu_at_held;
 }
 
 absl::Time SupervisorPolicy::SilentSince(const Worker& w) const {
@@ -276,13 +328,17 @@ void SupervisorPolicy::MarkHung(int local_rank, absl::Time now) {
   const bool stopped_too_long =
       w.stopped_since && now - *w.stopped_since >= bounds_.stopped_bound();
   // Which bound it is hung past, judged while it still counts as running.
-  std::optional<Blocked> blocked;
+  std::optional<Held> blocked;
+  std::optional<absl::Duration> spun;
   if (!stopped_too_long) {
     blocked = BlockedSince(w);
     if (blocked && now - blocked->since < bounds_.BlockedBound()) {
       blocked.reset();
     }
+    spun = SpunCpu(w);
+    if (blocked || (spun && *spun < bounds_.SpinBound())) spun.reset();
   }
+  const std::optional<Held> held = HeldBy(w);
   const Phase phase = BoundPhase(w);
   w.hung = true;
   LocalFailure failure{local_rank, ExitStatus{}, v1::FAILURE_CAUSE_HUNG, now};
@@ -296,6 +352,12 @@ void SupervisorPolicy::MarkHung(int local_rank, absl::Time now) {
     failure.blocked = true;
     failure.waited_by = blocked->waited_by;
     failure.silent = now - blocked->since;
+  } else if (spun && held) {
+    w.hung_bound = bounds_.SpinBound();
+    failure.spinning = true;
+    failure.cpu = *spun;
+    failure.waited_by = held->waited_by;
+    failure.silent = now - held->since;
   } else {
     w.hung_bound = bounds_.Bound(phase);
     failure.silent = now - w.last_record;
@@ -355,8 +417,13 @@ std::vector<bool> SupervisorPolicy::in_place_declared() const {
 SupervisorPolicy::Verdict SupervisorPolicy::Evaluate() {
   const absl::Time now = clock_.Now();
   for (int i = 0; i < static_cast<int>(workers_.size()); ++i) {
-    std::optional<absl::Time> deadline = HangDeadline(workers_[i]);
-    if (deadline && now >= *deadline) MarkHung(i, now);
+    const Worker& w = workers_[i];
+    std::optional<absl::Time> deadline = HangDeadline(w);
+    std::optional<absl::Duration> spun = SpunCpu(w);
+    if ((deadline && now >= *deadline) ||
+        (!w.exit && !w.hung && spun && *spun >= bounds_.SpinBound())) {
+      MarkHung(i, now);
+    }
   }
   if (!failures_.empty()) {
     // Once one is hung, every worker stopped now is a culprit, whatever its
@@ -377,6 +444,16 @@ std::optional<absl::Time> SupervisorPolicy::NextHangDeadline() const {
   std::optional<absl::Time> next;
   for (const Worker& w : workers_) {
     std::optional<absl::Time> deadline = HangDeadline(w);
+    // A spin is judged by CPU time, read at each look: the next look is due
+    // when it could have used the rest of its bound on one core.
+    if (std::optional<absl::Duration> spun = SpunCpu(w);
+        spun && !w.exit && !w.hung &&
+        bounds_.SpinBound() != absl::InfiniteDuration()) {
+      const absl::Time spin =
+          w.last_look +
+          std::max(absl::ZeroDuration(), bounds_.SpinBound() - *spun);
+      if (!deadline || spin < *deadline) deadline = spin;
+    }
     if (deadline && (!next || *deadline < *next)) next = deadline;
   }
   return next;
@@ -407,7 +484,8 @@ bool SupervisorPolicy::AwaitsRemoteCause(int num_nodes) const {
     const Worker& w = workers_[f.local_rank];
     // One that a local peer waits for (blocked or not) is the cause.
     if (f.cause != v1::FAILURE_CAUSE_HUNG || w.stopped || f.blocked ||
-        WaitingPeer(w).has_value() || clock_.Now() - f.time >= w.hung_bound) {
+        f.spinning || WaitingPeer(w).has_value() ||
+        clock_.Now() - f.time >= w.hung_bound) {
       return false;
     }
   }

@@ -29,7 +29,12 @@ struct LocalFailure {
   // For a hang: found blocked (asleep, no CPU used) while a local peer
   // waited for it; `silent` is then how long it was blocked.
   bool blocked = false;
-  int waited_by = -1;  // for a blocked hang: the local rank that waited
+  // For a hang: found spinning (using CPU without a step done) while a
+  // local peer waited for it; `silent` is how long it was waited for, `cpu`
+  // the CPU time it used meanwhile.
+  bool spinning = false;
+  absl::Duration cpu;
+  int waited_by = -1;  // blocked or spinning: the local rank that waited
 };
 
 struct SupervisorPolicyOptions {
@@ -55,6 +60,12 @@ struct SupervisorPolicyOptions {
   // records teach it too. Only then can a worker be blocked
   // (OnProcessState).
   bool figured_steps = false;
+  // The program reports the work it does between steps: an evaluation or a
+  // checkpoint write (Phase::kEval, Phase::kCheckpoint). Seen in an earlier
+  // round of the job; this round's records teach it too: the program's
+  // declaration (worker::DeclareReportsBetweenSteps), or its first such
+  // phase. Only then can a worker be found spinning (OnProcessState).
+  bool reports_between_steps = false;
 };
 
 // How the agent answers a failure of its own workers, or a new round that
@@ -98,6 +109,12 @@ class SupervisorPolicy {
   // here (they carry a compute figure): they are written when the step's
   // compute is done, before its sync, which is what makes "a later step"
   // mean "waits for me".
+  //
+  // One that uses CPU instead, while a local peer waits for it, spins: it
+  // is hung once it used PhaseBounds::SpinBound() of CPU time since the
+  // peer began to wait, when the program reports its work between steps
+  // (SupervisorPolicyOptions::reports_between_steps). What a step costs in
+  // CPU is learned here too, from the looks at which the step count moved.
   void OnProcessState(int local_rank, const ProcessState& state);
   // The same, knowing only whether it is stopped (never blocked then).
   void OnProcessState(int local_rank, bool stopped) {
@@ -145,6 +162,8 @@ class SupervisorPolicy {
   std::vector<bool> in_place_declared() const;
   // SupervisorPolicyOptions::figured_steps, or learned since.
   bool figured_steps() const { return figured_steps_; }
+  // SupervisorPolicyOptions::reports_between_steps, or learned since.
+  bool reports_between_steps() const { return reports_between_steps_; }
   // True while a running worker that reports may be exchanging keys
   // through the round's store: it is starting, joining the round, or
   // syncing state. Programs that never report are not counted (they show
@@ -179,6 +198,16 @@ class SupervisorPolicy {
     // without using CPU (nullopt: it ran, or was not asleep, at the last).
     std::optional<absl::Duration> cpu;
     std::optional<absl::Time> idle_since;
+    absl::Time last_look;
+    // The wait of a local peer for it (HeldBy) seen at the last look: when
+    // it began, and the worker's CPU time at the first look after that.
+    std::optional<absl::Time> held_since;
+    absl::Duration cpu_at_held;
+    // Its step count and CPU time at the last look at which the count
+    // moved while it stepped (-1: none since it began stepping), so that
+    // the next such look tells what a step costs in CPU.
+    int steps_at_look = -1;
+    absl::Duration cpu_at_steps;
   };
 
   // When `w` becomes hung if nothing changes; nullopt: it cannot.
@@ -197,13 +226,20 @@ class SupervisorPolicy {
   // The phase whose bound `w`'s silence counts against: its own, or the
   // step's once it is past an evaluation or a checkpoint with a peer ahead.
   common::Phase BoundPhase(const Worker& w) const;
-  // Since when `w` has been blocked while a local peer waits for it, and
-  // that peer; nullopt: it is not (OnProcessState).
-  struct Blocked {
+  // Since when a local peer waits for `w` (a step ahead, or in the round's
+  // join), and that peer; nullopt: none does.
+  struct Held {
     absl::Time since;
     int waited_by = -1;
   };
-  std::optional<Blocked> BlockedSince(const Worker& w) const;
+  std::optional<Held> HeldBy(const Worker& w) const;
+  // The same, from when `w` was also blocked (asleep without using CPU);
+  // nullopt: it is not (OnProcessState).
+  std::optional<Held> BlockedSince(const Worker& w) const;
+  // The CPU time `w` used while a local peer waited for it (since the first
+  // look after the wait began); nullopt: none waits, or spins are not
+  // watched (reports_between_steps_).
+  std::optional<absl::Duration> SpunCpu(const Worker& w) const;
   void MarkHung(int local_rank, absl::Time now);
 
   SupervisorPolicyOptions options_;
@@ -212,6 +248,7 @@ class SupervisorPolicy {
   std::vector<Worker> workers_;
   std::vector<LocalFailure> failures_;
   bool figured_steps_ = false;
+  bool reports_between_steps_ = false;
 };
 
 }  // namespace ddprun::launcher

@@ -189,7 +189,8 @@ void AddLaunchFlags(CLI::App& app, LaunchOptions& o, RawLaunchFlags& raw) {
             "worker is hung (0: each phase's bound adapts: --hang-bound)");
   AddString(app, "--hang-bound", &raw.hang_bound,
             "PHASE=SECONDS,...: fixed hang bounds by phase (start, join, sync, "
-            "first-step, step, checkpoint, stop, eval, stopped, blocked; 0: "
+            "first-step, step, checkpoint, stop, eval, stopped, blocked, "
+            "spin (CPU seconds); 0: "
             "never hung there); unset phases adapt: --hang-factor x the "
             "longest seen, at least a floor (docs/ARCHITECTURE.md, 'Hangs')");
   AddString(app, "--straggler-policy", &raw.straggler_policy,
@@ -314,6 +315,9 @@ absl::Status ParseHangBounds(const std::string& text,
       }
     }
     bounds.blocked_fixed = worker_timeout;
+    // A spin's bound is CPU time, which a spin on several threads uses
+    // faster than the wall time the user gave: the step's bound finds it.
+    bounds.spin_fixed = absl::InfiniteDuration();
   }
   for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipEmpty())) {
     std::pair<std::string, std::string> kv =
@@ -332,12 +336,16 @@ absl::Status ParseHangBounds(const std::string& text,
       bounds.blocked_fixed = bound;
       continue;
     }
+    if (name == "spin") {
+      bounds.spin_fixed = bound;
+      continue;
+    }
     std::optional<common::Phase> phase = common::ParsePhase(name);
     if (!phase.has_value()) {
       return Usage(absl::StrFormat(
           "--hang-bound: unknown phase '%s'; the phases are start, join, "
-          "sync, first-step, step, checkpoint, stop, eval, stopped and "
-          "blocked, e.g. "
+          "sync, first-step, step, checkpoint, stop, eval, stopped, "
+          "blocked and spin, e.g. "
           "--hang-bound step=2,checkpoint=600",
           name));
     }

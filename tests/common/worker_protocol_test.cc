@@ -113,6 +113,10 @@ TEST(WorkerProtocolTest, EveryProgressRecordRoundTrips) {
   absl::string_view in_place = kInPlaceLine;
   ASSERT_TRUE(absl::ConsumeSuffix(&in_place, "\n"));
   EXPECT_EQ(ParseProgressRecord(in_place).kind, ProgressRecord::Kind::kInPlace);
+  absl::string_view reports = kReportsBetweenStepsLine;
+  ASSERT_TRUE(absl::ConsumeSuffix(&reports, "\n"));
+  EXPECT_EQ(ParseProgressRecord(reports).kind,
+            ProgressRecord::Kind::kReportsBetweenSteps);
   EXPECT_EQ(ParseProgressRecord("something newer").kind,
             ProgressRecord::Kind::kOther);
 }

@@ -274,12 +274,13 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{{"--standalone", "--hang-bound", "blocekd=1", "p"},
                  "unknown phase 'blocekd'"}));
 
-// --hang-bound takes every phase, the stop and the blocked bound;
-// --worker-timeout fixes the blocked bound too, so that a user who says
-// "hung after 60 s without progress" has no worker killed sooner.
-TEST(FlagsTest, HangBoundsByPhaseStoppedAndBlocked) {
+// --hang-bound takes every phase, the stop, the blocked and the spin bound;
+// --worker-timeout fixes the blocked bound too and turns the spin bound
+// (CPU time) off, so that a user who says "hung after 60 s without
+// progress" has no worker killed sooner.
+TEST(FlagsTest, HangBoundsByPhaseStoppedBlockedAndSpin) {
   auto c = Parse({"--standalone", "--hang-bound",
-                  "step=2,eval=0,stopped=0.5,blocked=3", "p"});
+                  "step=2,eval=0,stopped=0.5,blocked=3,spin=4", "p"});
   ASSERT_TRUE(c.ok()) << c.status();
   const PhaseBoundsOptions& b = c->launch.hang_bounds;
   EXPECT_EQ(b.fixed[static_cast<int>(common::Phase::kStep)], absl::Seconds(2));
@@ -287,12 +288,19 @@ TEST(FlagsTest, HangBoundsByPhaseStoppedAndBlocked) {
             absl::InfiniteDuration());
   EXPECT_EQ(b.stopped, absl::Milliseconds(500));
   EXPECT_EQ(b.blocked_fixed, absl::Seconds(3));
+  EXPECT_EQ(b.spin_fixed, absl::Seconds(4));
   auto defaults = Parse({"--standalone", "p"});
   ASSERT_TRUE(defaults.ok()) << defaults.status();
   EXPECT_FALSE(defaults->launch.hang_bounds.blocked_fixed.has_value());
+  EXPECT_FALSE(defaults->launch.hang_bounds.spin_fixed.has_value());
   auto timeout = Parse({"--standalone", "--worker-timeout", "60", "p"});
   ASSERT_TRUE(timeout.ok()) << timeout.status();
   EXPECT_EQ(timeout->launch.hang_bounds.blocked_fixed, absl::Seconds(60));
+  EXPECT_EQ(timeout->launch.hang_bounds.spin_fixed, absl::InfiniteDuration());
+  auto both = Parse({"--standalone", "--worker-timeout", "60", "--hang-bound",
+                     "spin=2", "p"});
+  ASSERT_TRUE(both.ok()) << both.status();
+  EXPECT_EQ(both->launch.hang_bounds.spin_fixed, absl::Seconds(2));
 }
 
 using Mode = LaunchOptions::RdzvMode;

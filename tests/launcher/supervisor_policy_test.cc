@@ -947,6 +947,161 @@ TEST_F(SupervisorPolicyTest, AnEarlierRoundsFiguresCountForTheFirstSteps) {
   }
 }
 
+// A look at a process running (state R) with `cpu_ms` of CPU used.
+ProcessState Running(int cpu_ms) {
+  return {.state = 'R', .cpu = absl::Milliseconds(cpu_ms)};
+}
+
+// A spin: rank 1 runs on one core without finishing its step while rank 0,
+// a step ahead, waits for it. The program reports its evaluations, so work
+// between steps is not taken for a spin: rank 1 is hung once it used the
+// spin bound (1 s of CPU for steps that cost little) since rank 0 got
+// ahead, and it alone is replaced.
+TEST_F(SupervisorPolicyTest, ARankThatSpinsWhileAPeerWaitsForItIsHung) {
+  common::FakeClock clock;
+  SupervisorPolicy policy({.num_workers = 2, .reports_between_steps = true},
+                          Adaptive(), clock);
+  for (int i = 0; i < 2; ++i) policy.OnInPlaceDeclared(i);
+  ThreeFiguredSteps(policy, clock, 2);
+  policy.OnProcessState(1, Running(700));
+  clock.Advance(absl::Milliseconds(50));
+  FiguredStep(policy, 0);  // rank 0 is a step ahead
+  const absl::Time ahead = clock.Now();
+  int cpu_ms = 700;
+  policy.OnProcessState(1, Running(cpu_ms));
+  EXPECT_EQ(policy.NextHangDeadline(), ahead + absl::Seconds(1))
+      << "a second of CPU from this look on, at one core";
+  for (int look = 0; look < 9; ++look) {
+    clock.Advance(absl::Milliseconds(100));
+    cpu_ms += 100;
+    policy.OnProcessState(1, Running(cpu_ms));
+    ASSERT_EQ(policy.Evaluate(), Verdict::kRunning) << look;
+  }
+  clock.Advance(absl::Milliseconds(100));
+  cpu_ms += 100;
+  policy.OnProcessState(1, Running(cpu_ms));
+  ASSERT_EQ(policy.Evaluate(), Verdict::kFailed);
+  ASSERT_EQ(policy.failures().size(), 1u);
+  const LocalFailure& f = policy.failures()[0];
+  EXPECT_EQ(f.local_rank, 1);
+  EXPECT_TRUE(f.spinning);
+  EXPECT_FALSE(f.blocked);
+  EXPECT_EQ(f.waited_by, 0);
+  EXPECT_EQ(f.cpu, absl::Seconds(1));
+  EXPECT_EQ(f.silent, absl::Seconds(1));
+  EXPECT_EQ(DescribeHang(f),
+            "spinning for 1s in phase step: used 1s of CPU without finishing "
+            "its step while local rank 0 waited for it (a loop that does not "
+            "end; --hang-bound spin=SECONDS changes the bound)");
+  EXPECT_FALSE(policy.AwaitsRemoteCause(2));
+  const RecoveryDecision decision = policy.DecideRecovery();
+  EXPECT_TRUE(decision.in_place);
+  EXPECT_EQ(decision.replace, std::vector<int>{1});
+  EXPECT_EQ(decision.kill, std::vector<int>{1});
+}
+
+// What a step costs in CPU is learned from the looks at which a rank's
+// step count moved: steps of 400 ms of CPU make the spin bound 2 s. A
+// straggler whose step takes long in wall time (a CPU quota, a busy
+// machine) but no more CPU than before is not a spin.
+TEST_F(SupervisorPolicyTest, TheSpinBoundIsLearnedInCpuTimeSoAStragglerIsNone) {
+  common::FakeClock clock;
+  PhaseBounds& bounds = Adaptive();
+  SupervisorPolicy policy(
+      {.num_workers = 2, .figured_steps = true, .reports_between_steps = true},
+      bounds, clock);
+  int cpu_ms = 0;
+  for (int step = 0; step < 4; ++step) {
+    policy.OnProcessState(1, Running(cpu_ms));
+    clock.Advance(absl::Milliseconds(400));
+    cpu_ms += 400;
+    for (int i = 0; i < 2; ++i) FiguredStep(policy, i);
+  }
+  policy.OnProcessState(1, Running(cpu_ms));
+  EXPECT_EQ(bounds.SpinBound(), absl::Seconds(2)) << "5 x 400 ms";
+  FiguredStep(policy, 0);  // a step ahead
+  // Rank 1, throttled to 20 % of a core, takes 4 s for a step of 400 ms
+  // of CPU; the step's own bound (10 s) is not reached either.
+  for (int look = 0; look < 40; ++look) {
+    clock.Advance(absl::Milliseconds(100));
+    cpu_ms += 20;
+    policy.OnProcessState(1, Running(cpu_ms));
+    ASSERT_EQ(policy.Evaluate(), Verdict::kRunning) << look;
+  }
+  FiguredStep(policy, 1);
+  EXPECT_EQ(policy.Evaluate(), Verdict::kRunning);
+}
+
+// What is not a spin: a rank nobody waits for, one whose program never
+// reported an evaluation or a checkpoint (its rank 0 may evaluate without
+// saying so), and any with --hang-bound spin=0. Each is bounded as a silent
+// step instead (10 s).
+TEST_F(SupervisorPolicyTest, OnlyARankAPeerWaitsForInAReportingProgramSpins) {
+  struct Case {
+    const char* what;
+    bool peer_ahead = true;
+    bool reports = true;
+    PhaseBoundsOptions options;
+  };
+  PhaseBoundsOptions never;
+  never.spin_fixed = absl::InfiniteDuration();
+  const std::vector<Case> cases = {
+      {"nobody waits", /*peer_ahead=*/false},
+      {"work between steps unreported", true, /*reports=*/false},
+      {"--hang-bound spin=0", true, true, never},
+  };
+  for (const Case& c : cases) {
+    common::FakeClock clock;
+    SupervisorPolicy policy(
+        {.num_workers = 2, .reports_between_steps = c.reports},
+        Adaptive(c.options), clock);
+    ThreeFiguredSteps(policy, clock, 2);
+    if (c.peer_ahead) FiguredStep(policy, 0);
+    int cpu_ms = 700;
+    for (int look = 0; look < 50; ++look) {  // 5 s on one core
+      policy.OnProcessState(1, Running(cpu_ms));
+      cpu_ms += 100;
+      ASSERT_EQ(policy.Evaluate(), Verdict::kRunning) << c.what;
+      clock.Advance(absl::Milliseconds(100));
+    }
+  }
+}
+
+// A program says it reports its work between steps by declaring it
+// (worker::DeclareReportsBetweenSteps), or with its first evaluation or
+// checkpoint record; the agent carries that to the next rounds
+// (reports_between_steps).
+TEST_F(SupervisorPolicyTest, AProgramSaysItReportsItsWorkBetweenSteps) {
+  const std::vector<ProgressRecord> records = {
+      {.kind = ProgressRecord::Kind::kReportsBetweenSteps},
+      PhaseRecord(Phase::kEval),
+      PhaseRecord(Phase::kCheckpoint)};
+  for (const ProgressRecord& record : records) {
+    common::FakeClock clock;
+    SupervisorPolicy policy({.num_workers = 2}, Adaptive(), clock);
+    ThreeFiguredSteps(policy, clock, 2);
+    policy.OnRecord(0, PhaseRecord(Phase::kSync));
+    EXPECT_FALSE(policy.reports_between_steps());
+    policy.OnRecord(0, record);
+    EXPECT_TRUE(policy.reports_between_steps())
+        << static_cast<int>(record.kind) << " "
+        << common::PhaseName(record.phase);
+  }
+}
+
+TEST(PhaseBoundsTest, TheSpinBoundIsASecondOrFiveCostliestSteps) {
+  PhaseBounds bounds;
+  EXPECT_EQ(bounds.SpinBound(), absl::Seconds(1));
+  bounds.ObserveStepCpu(absl::Milliseconds(100));
+  EXPECT_EQ(bounds.SpinBound(), absl::Seconds(1));
+  bounds.ObserveStepCpu(absl::Milliseconds(800));
+  bounds.ObserveStepCpu(absl::Milliseconds(300));
+  EXPECT_EQ(bounds.SpinBound(), absl::Seconds(4)) << "5 x 0.8 s";
+  PhaseBoundsOptions options;
+  options.spin_fixed = absl::Seconds(3);
+  EXPECT_EQ(PhaseBounds(options).SpinBound(), absl::Seconds(3));
+}
+
 TEST(PhaseBoundsTest, TheBlockedBoundIsASecondOrFiveLongestSteps) {
   PhaseBounds bounds;
   EXPECT_EQ(bounds.BlockedBound(), absl::Seconds(1));
