@@ -79,6 +79,11 @@ MnistCommandLine ParseMnistFlags(int argc, const char* const* argv) {
                "Tests: on SIGUSR2 the worker blocks for good after its "
                "current step (a deadlock)")
       ->group("");
+  app.add_flag("--test-spin-on-sigusr2", o.test_spin_on_sigusr2,
+               "Tests: on SIGUSR2 the worker spins for good after its "
+               "current step (a loop that never ends)")
+      ->group("")
+      ->excludes("--test-block-on-sigusr2");
   common::AddLogLevelFlag(app, &command.logging.level);
   common::AddVersionFlag(app, "ddprun-mnist");
   command.exit_code = common::ParseFlags(app, argc, argv, "ddprun-mnist");

@@ -312,8 +312,10 @@ void FaultInSync(const Training& t, const std::string& hook, int sig,
   raise(sig);
 }
 
-// --test-block-on-sigusr2: SIGUSR2 asks the worker to block; it does so
-// after its current step, where a deadlock leaves it: asleep, no CPU.
+// --test-block-on-sigusr2 and --test-spin-on-sigusr2: SIGUSR2 asks the
+// worker to hang; it does so after its current step, where a deadlock
+// leaves it asleep without using CPU, and a loop that never ends leaves it
+// running.
 std::atomic<bool> block_requested{false};
 
 void RequestBlock(int) { block_requested.store(true); }
@@ -329,6 +331,13 @@ void InstallBlockHook(bool enabled) {
 
 void BlockIfRequested(const Training& t) {
   if (!block_requested.load()) return;
+  if (t.options.test_spin_on_sigusr2) {
+    spdlog::warn("--test-spin-on-sigusr2: rank {} spins for good after step {}",
+                 t.group.rank, t.step);
+    // A volatile counter, so the loop is not optimised away.
+    for (volatile uint64_t i = 0;; i = i + 1) {
+    }
+  }
   spdlog::warn("--test-block-on-sigusr2: rank {} blocks for good after step {}",
                t.group.rank, t.step);
   for (;;) pause();
@@ -515,6 +524,8 @@ absl::StatusOr<std::unique_ptr<Training>> SetUp(
   if (!env.ok()) return env.status();
   auto t = std::make_unique<Training>(options);
   t->env = *env;
+  // It reports its checkpoints and evaluations (SaveProgress, Evaluate).
+  DeclareReportsBetweenSteps(t->env.progress_fd);
   t->lead = env->rank == 0;
   t->world = env->world_size;
   t->model = prepared->model;
@@ -922,7 +933,8 @@ absl::Status Recover(Training& t) {
 }
 
 absl::Status Train(const MnistTrainOptions& options) {
-  InstallBlockHook(options.test_block_on_sigusr2);
+  InstallBlockHook(options.test_block_on_sigusr2 ||
+                   options.test_spin_on_sigusr2);
   absl::StatusOr<std::unique_ptr<Training>> training = SetUp(options);
   if (!training.ok()) return training.status();
   Training& t = **training;

@@ -56,6 +56,9 @@ struct MnistTrainOptions {
   // not stopped, while its peers wait for it in the next step's sync. A
   // worker signalled before it installed the handler dies of the signal.
   bool test_block_on_sigusr2 = false;
+  // The same, but it spins for good instead: a loop on one core that never
+  // ends, running and using CPU. At most one of the two.
+  bool test_spin_on_sigusr2 = false;
 };
 
 // Trains the seed MLP on MNIST with data parallelism over the ranks the

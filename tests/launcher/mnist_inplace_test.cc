@@ -526,19 +526,23 @@ absl::Duration LongestStepGap(const std::string& step_times) {
   return longest;
 }
 
-// A deadlock: a worker blocks for good after its step, asleep and using no
-// CPU (--test-block-on-sigusr2), alive and not stopped, while its peers
-// wait for it in the next step's sync. With the default hang bounds it is
-// found blocked, long before the step's 10 s bound would find it silent;
-// only it is replaced, and the job ends as the fault-free run does.
-TEST(MnistInPlaceHangTest, ADeadlockedWorkerIsFoundBlockedAndReplaced) {
+// A worker of a 3-rank job hangs for good after its step, on SIGUSR2
+// (ddprun-mnist's `hang_flag`), alive and not stopped, while its peers wait
+// for it in the next step's sync. With the default hang bounds it is found
+// (the agent logs `hung_regex`) long before the step's 10 s bound would
+// find it silent; only it is replaced, and the job ends as the fault-free
+// run does.
+void ExpectAHangOnSigusr2IsFoundAndReplaced(const std::string& hang_flag,
+                                            const std::string& logged,
+                                            const std::string& hung_regex) {
   TempDir dir;
   const std::vector<std::string> flags = {"--standalone", "--nproc-per-node",
                                           "3", "--max-restarts", "3"};
   const std::string reference = RunFaultFree(dir, flags);
-  Job job = StartJob(
-      dir, flags, "agent", "summary.json", Prewarm::kOff,
-      {"--test-block-on-sigusr2", "--step-times", dir.File("steps.txt")});
+  Job job = StartJob(dir, flags, "agent", "summary.json", Prewarm::kOff,
+                     {hang_flag, "--step-times", dir.File("steps.txt")});
+  // After the first evaluation: the program has shown that it reports its
+  // work between steps.
   ASSERT_TRUE(
       WaitFor([&] { return job.err().find("epoch 1/") != std::string::npos; },
               absl::Minutes(3)))
@@ -549,11 +553,8 @@ TEST(MnistInPlaceHangTest, ADeadlockedWorkerIsFoundBlockedAndReplaced) {
   std::optional<ExitInfo> exit = job.agent.Wait(absl::Minutes(4));
   ASSERT_TRUE(exit.has_value()) << job.err();
   ASSERT_TRUE(exit->ok()) << exit->ToString() << "\n" << job.err();
-  EXPECT_THAT(job.err(), HasSubstr("rank 1 blocks for good")) << job.err();
-  EXPECT_THAT(job.err(),
-              ::testing::ContainsRegex(
-                  "worker rank 1 \\(local 1\\) is hung: blocked for "
-                  "[0-9.]+m?s in phase step: asleep without using CPU"));
+  EXPECT_THAT(job.err(), HasSubstr(logged)) << job.err();
+  EXPECT_THAT(job.err(), ::testing::ContainsRegex(hung_regex));
   EXPECT_THAT(job.err(), Not(HasSubstr("no progress for")));
   EXPECT_THAT(job.err(), Not(HasSubstr("rank 0 (local 0) is hung")));
   EXPECT_THAT(job.err(), Not(HasSubstr("rank 2 (local 2) is hung")));
@@ -565,6 +566,25 @@ TEST(MnistInPlaceHangTest, ADeadlockedWorkerIsFoundBlockedAndReplaced) {
   std::cout << "longest gap between two steps: "
             << LongestStepGap(ReadFileOrEmpty(dir.File("steps.txt")))
             << std::endl;
+}
+
+// A deadlock: asleep and using no CPU (--test-block-on-sigusr2). It is
+// found blocked.
+TEST(MnistInPlaceHangTest, ADeadlockedWorkerIsFoundBlockedAndReplaced) {
+  ExpectAHangOnSigusr2IsFoundAndReplaced(
+      "--test-block-on-sigusr2", "rank 1 blocks for good",
+      "worker rank 1 \\(local 1\\) is hung: blocked for [0-9.]+m?s in "
+      "phase step: asleep without using CPU");
+}
+
+// A loop that never ends: running on one core (--test-spin-on-sigusr2).
+// It is found spinning once it used the spin bound of CPU.
+TEST(MnistInPlaceHangTest, ASpinningWorkerIsFoundSpinningAndReplaced) {
+  ExpectAHangOnSigusr2IsFoundAndReplaced(
+      "--test-spin-on-sigusr2", "rank 1 spins for good",
+      "worker rank 1 \\(local 1\\) is hung: spinning for [0-9.]+m?s in "
+      "phase step: used [0-9.]+m?s of CPU without finishing its step while "
+      "local rank [02] waited for it");
 }
 
 // Two agents on one host (two nodes): a worker of node 1 is killed; the
