@@ -14,6 +14,10 @@ a seeded plan of faults, each of a worker, an agent or the server:
                    (a deadlock: SIGUSR2 to ddprun-mnist, which then runs with
                    --test-block-on-sigusr2); only when --kinds names it, so
                    that the default kinds keep CI's seeded plans
+  worker-spin      spinning for good after its step, running on one core
+                   (a loop that never ends: as worker-block, with
+                   --test-spin-on-sigusr2); only when --kinds names it, and
+                   not in one run with worker-block (one signal for both)
   worker-pause     SIGSTOP, then SIGCONT 1-3 s later
   worker-throttle  a straggler: 20 % of one core for 3-6 s (a CPU cgroup
                    quota; where no cgroup can be made, stopped 40 ms of
@@ -83,12 +87,14 @@ KINDS = ("worker-kill", "worker-hang", "worker-pause", "worker-throttle",
          "agent-kill", "agent-pause", "server-kill", "server-pause",
          "node-partition")
 # Kinds that run only when --kinds names them.
-EXTRA_KINDS = ("worker-block",)
+EXTRA_KINDS = ("worker-block", "worker-spin")
 MOMENTS = ("step", "round-change", "first-step", "checkpoint")
 # Faults after which the job needs a new round (and a restart): the worker
 # is gone, or stopped past the agent's stopped bound (0.1 s) and killed, or
-# blocked past the blocked bound and killed.
-NEEDS_ROUND = ("worker-kill", "worker-hang", "worker-pause", "worker-block")
+# blocked past the blocked bound (or spinning past the spin bound) and
+# killed.
+NEEDS_ROUND = ("worker-kill", "worker-hang", "worker-pause", "worker-block",
+               "worker-spin")
 # Faults that may or may not need a new round: a partition is ridden out
 # when it is shorter than the peers' bounds, else recovered by one.
 MAY_NEED_ROUND = ("node-partition",)
@@ -359,6 +365,8 @@ class Job:
                 "--save", self.model_path] + self.args.mnist_flags.split()
         if "worker-block" in self.args.kinds.split(","):
             argv.append("--test-block-on-sigusr2")
+        if "worker-spin" in self.args.kinds.split(","):
+            argv.append("--test-spin-on-sigusr2")
         if self.cluster:
             argv = self.cluster.prefix(node) + argv
         with open(path, "w") as f:
@@ -594,7 +602,7 @@ def inject(job, fault, rng, pid):
             signal_pid(pid, signal.SIGKILL)
         elif kind == "worker-hang":
             signal_pid(pid, signal.SIGSTOP)
-        elif kind == "worker-block":
+        elif kind in ("worker-block", "worker-spin"):
             signal_pid(pid, signal.SIGUSR2)
         elif kind == "worker-pause":
             signal_pid(pid, signal.SIGSTOP)
@@ -798,6 +806,10 @@ def main():
         if kind and kind not in KINDS + EXTRA_KINDS:
             sys.exit("--kinds: unknown kind %r; the kinds are %s" %
                      (kind, ", ".join(KINDS + EXTRA_KINDS)))
+    if {"worker-block", "worker-spin"} <= set(args.kinds.split(",")):
+        sys.exit("--kinds: worker-block and worker-spin cannot be in one run "
+                 "(ddprun-mnist hangs one way on SIGUSR2); run them one at a "
+                 "time")
     for moment in args.moments.split(","):
         if moment and moment not in MOMENTS:
             sys.exit("--moments: unknown moment %r; the moments are %s" %
