@@ -144,17 +144,19 @@ void HeartbeatMux::Pump(const std::string& key, Group& group, absl::Time now,
     Entry entry = std::move(group.pending.front());
     group.pending.pop_front();
     const v1::HeartbeatRequest& beat = entry.request;
-    // Each node's rank figures go with its beat (the server names
-    // stragglers from them).
+    // Each node's rank figures and steps go with its beat (the server names
+    // stragglers from them, and answers the round's most steps).
     if (sent.empty()) {
       message.set_node_id(beat.node_id());
       message.set_round(beat.round());
       *message.mutable_ranks() = beat.ranks();
+      message.set_steps(beat.steps());
     } else {
       v1::NodeBeat* more = message.add_more();
       more->set_node_id(beat.node_id());
       more->set_round(beat.round());
       *more->mutable_ranks() = beat.ranks();
+      more->set_steps(beat.steps());
     }
     for (const v1::NodeBeat& more : beat.more()) *message.add_more() = more;
     nodes += entry.nodes();

@@ -452,6 +452,13 @@ Agent::RoundOutcome Agent::Supervise(const RunningRound& round) {
   heartbeat_options.figures = [this, &figures] {
     return figures.Summary(clock_.Now());
   };
+  // The round's most steps, as the server answers them: a local rank a
+  // step behind is waited for by a rank of another node (OnRoundSteps).
+  std::atomic<int64_t> round_steps{0};
+  heartbeat_options.steps = [&figures] { return figures.MaxSteps(); };
+  heartbeat_options.on_round_steps = [&round_steps](int64_t steps) {
+    round_steps.store(steps);
+  };
   // Stragglers the server names, for the agent's thread (Observe).
   StragglerInbox stragglers;
   if (options_.replace_stragglers) {
@@ -487,6 +494,7 @@ Agent::RoundOutcome Agent::Supervise(const RunningRound& round) {
     if (std::optional<int> sig = events_.stop_signal()) {
       return StopOnSignal(round, *sig);
     }
+    policy.OnRoundSteps(round_steps.load());
     Observe(round, policy, figures, exited);
     forming.store(policy.Forming());
     for (int local_rank : stragglers.Take()) {

@@ -8,6 +8,15 @@
 
 namespace ddprun::launcher {
 
+namespace {
+
+std::string Waiter(const LocalFailure& f) {
+  return f.waited_by >= 0 ? absl::StrCat("local rank ", f.waited_by)
+                          : "a rank of another node";
+}
+
+}  // namespace
+
 std::string DescribeHang(const LocalFailure& f) {
   const absl::string_view phase = common::PhaseName(f.phase);
   // Whole milliseconds: "34ms", not "34.19673ms".
@@ -23,19 +32,19 @@ std::string DescribeHang(const LocalFailure& f) {
   }
   if (f.blocked) {
     return absl::StrFormat(
-        "blocked for %s in phase %s: asleep without using CPU while local "
-        "rank %d waited for it (a deadlock, or a wait that does not end; "
+        "blocked for %s in phase %s: asleep without using CPU while %s "
+        "waited for it (a deadlock, or a wait that does not end; "
         "--hang-bound blocked=SECONDS changes the bound)",
-        silent, phase, f.waited_by);
+        silent, phase, Waiter(f));
   }
   if (f.spinning) {
     return absl::StrFormat(
         "spinning for %s in phase %s: used %s of CPU without finishing its "
-        "step while local rank %d waited for it (a loop that does not end; "
+        "step while %s waited for it (a loop that does not end; "
         "--hang-bound spin=SECONDS changes the bound)",
         silent, phase,
         absl::FormatDuration(absl::Trunc(f.cpu, absl::Milliseconds(1))),
-        f.waited_by);
+        Waiter(f));
   }
   return absl::StrFormat(
       "no progress for %s in phase %s (its bound; --hang-bound %s=SECONDS "

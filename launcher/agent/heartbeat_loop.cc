@@ -68,6 +68,7 @@ void HeartbeatLoop::Run() {
     if (options_.figures) figures = options_.figures();
     const bool with_figures = policy_.FiguresDue(figures, sent);
     request.clear_ranks();
+    if (options_.steps) request.set_steps(options_.steps());
     if (with_figures) {
       for (const v1::RankFigures& f : figures) *request.add_ranks() = f;
     }
@@ -78,6 +79,10 @@ void HeartbeatLoop::Run() {
     absl::StatusOr<v1::HeartbeatResponse>& response = *sent_beat;
     if (with_figures && response.ok()) {
       policy_.FiguresDelivered(figures, sent);
+    }
+    if (response.ok() && options_.on_round_steps &&
+        response->round_steps() > 0) {
+      options_.on_round_steps(response->round_steps());
     }
     if (response.ok() && options_.on_stragglers &&
         !response->straggler_local_ranks().empty()) {

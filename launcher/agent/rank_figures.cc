@@ -12,10 +12,19 @@ RankFigures::RankFigures(int num_ranks, absl::Time round_start,
 
 void RankFigures::OnRecord(int local_rank, const common::ProgressRecord& record,
                            absl::Time now) {
-  if (record.kind != common::ProgressRecord::Kind::kStep) return;
+  using Kind = common::ProgressRecord::Kind;
+  if (record.kind != Kind::kStep && record.kind != Kind::kPhase) return;
   absl::MutexLock lock(&mu_);
   if (local_rank < 0 || local_rank >= static_cast<int>(ranks_.size())) return;
   Rank& r = ranks_[local_rank];
+  if (record.kind == Kind::kPhase) {
+    if (record.phase == common::Phase::kJoin ||
+        record.phase == common::Phase::kSync ||
+        record.phase == common::Phase::kFirstStep) {
+      r.steps = 0;
+    }
+    return;
+  }
   ++r.steps;
   r.samples.push_back({now, record.compute_seconds.value_or(-1)});
   while (
@@ -37,6 +46,13 @@ void RankFigures::SetExited(int local_rank) {
   if (local_rank < 0 || local_rank >= static_cast<int>(ranks_.size())) return;
   ranks_[local_rank].exited = true;
   ranks_[local_rank].phase = "exited";
+}
+
+int64_t RankFigures::MaxSteps() const {
+  absl::MutexLock lock(&mu_);
+  int64_t most = 0;
+  for (const Rank& r : ranks_) most = std::max(most, r.steps);
+  return most;
 }
 
 std::vector<v1::RankFigures> RankFigures::Summary(absl::Time now) const {

@@ -39,6 +39,9 @@ class RankFigures {
   void SetExited(int local_rank);
 
   std::vector<v1::RankFigures> Summary(absl::Time now) const;
+  // The most steps a local rank completed in the round
+  // (HeartbeatRequest.steps).
+  int64_t MaxSteps() const;
 
  private:
   struct Sample {
@@ -48,6 +51,9 @@ class RankFigures {
   struct Rank {
     std::string phase = "start";
     bool exited = false;
+    // Steps since it began stepping in the round (its "phase step"), as the
+    // supervisor counts them: a survivor's step record of the round before,
+    // read at this round's start, does not count.
     int64_t steps = 0;
     std::deque<Sample> samples;
   };

@@ -162,6 +162,12 @@ void SupervisorPolicy::OnProcessState(int local_rank,
   w.last_look = now;
 }
 
+void SupervisorPolicy::OnRoundSteps(int64_t steps) {
+  if (steps <= round_steps_) return;
+  round_steps_ = steps;
+  round_steps_since_ = clock_.Now();
+}
+
 void SupervisorPolicy::OnStraggler(int local_rank) {
   if (local_rank < 0 || local_rank >= static_cast<int>(workers_.size())) return;
   Worker& w = workers_[local_rank];
@@ -189,8 +195,8 @@ std::optional<absl::Time> SupervisorPolicy::HangDeadline(
     // A peer a step ahead says the sync this one waited in is over: its
     // step is timed from then, not from its record before that wait (an
     // evaluation of rank 0's, seconds long, would count against it).
-    if (std::optional<int> peer = WaitingPeer(w)) {
-      since = std::max(since, workers_[*peer].last_step);
+    if (std::optional<Held> ahead = AheadPeer(w)) {
+      since = std::max(since, ahead->since);
     }
     absl::Time silent = since + bound;
     if (!deadline || silent < *deadline) deadline = silent;
@@ -222,6 +228,21 @@ std::optional<int> SupervisorPolicy::WaitingPeer(const Worker& w) const {
   return std::nullopt;
 }
 
+std::optional<SupervisorPolicy::Held> SupervisorPolicy::AheadPeer(
+    const Worker& w) const {
+  if (std::optional<int> peer = WaitingPeer(w)) {
+    return Held{workers_[*peer].last_step, *peer};
+  }
+  // The server's figure: some rank of the round, on this node or another,
+  // recorded the next step, and waits for this one in its sync. Known
+  // since the answer that brought it (a little after the rank got there).
+  if (figured_steps_ && w.reports && !w.exit && round_steps_ > 0 &&
+      round_steps_ == w.steps + 1) {
+    return Held{round_steps_since_, -1};
+  }
+  return std::nullopt;
+}
+
 std::optional<int> SupervisorPolicy::AwaitedPeer(const Worker& w) const {
   // Found hung, the peer is still awaited: the waiting ones are not hung
   // for it (and are kept, when the round goes on in place).
@@ -241,7 +262,7 @@ Phase SupervisorPolicy::BoundPhase(const Worker& w) const {
   // peer a step ahead: it computes a step, not waiting for a rank still
   // evaluating, and is bounded as a step.
   if ((w.phase == Phase::kEval || w.phase == Phase::kCheckpoint) &&
-      w.stepped_in_phase && WaitingPeer(w).has_value()) {
+      w.stepped_in_phase && AheadPeer(w).has_value()) {
     return Phase::kStep;
   }
   return w.phase;
@@ -267,9 +288,7 @@ std::optional<SupervisorPolicy::Held> SupervisorPolicy::HeldBy(
   // Since when the peer waits: it got ahead, or it took the round...
   std::optional<Held> held;
   if (BoundPhase(w) == Phase::kStep) {
-    if (std::optional<int> peer = WaitingPeer(w)) {
-      held = Held{workers_[*peer].last_step, *peer};
-    }
+    held = AheadPeer(w);
   } else if (std::optional<int> peer = JoinedPeer(w)) {
     held = Held{*workers_[*peer].first_phase, *peer};
   }
@@ -482,9 +501,9 @@ bool SupervisorPolicy::AwaitsRemoteCause(int num_nodes) const {
   if (num_nodes <= 1 || failures_.empty()) return false;
   for (const LocalFailure& f : failures_) {
     const Worker& w = workers_[f.local_rank];
-    // One that a local peer waits for (blocked or not) is the cause.
+    // One that a peer waits for (blocked or not) is the cause.
     if (f.cause != v1::FAILURE_CAUSE_HUNG || w.stopped || f.blocked ||
-        f.spinning || WaitingPeer(w).has_value() ||
+        f.spinning || AheadPeer(w).has_value() ||
         clock_.Now() - f.time >= w.hung_bound) {
       return false;
     }

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -34,7 +35,9 @@ struct LocalFailure {
   // the CPU time it used meanwhile.
   bool spinning = false;
   absl::Duration cpu;
-  int waited_by = -1;  // blocked or spinning: the local rank that waited
+  // Blocked or spinning: the local rank that waited; -1: a rank of another
+  // node (SupervisorPolicy::OnRoundSteps).
+  int waited_by = -1;
 };
 
 struct SupervisorPolicyOptions {
@@ -124,6 +127,12 @@ class SupervisorPolicy {
   // replaces stragglers (--straggler-policy replace): it is a failure
   // (FAILURE_CAUSE_STRAGGLER), killed and replaced as a hung one is.
   void OnStraggler(int local_rank);
+  // The most steps any rank of the round completed, as the server last
+  // answered (HeartbeatResponse.round_steps). A local rank one step behind
+  // it is waited for by a rank of another node, as by a local peer a step
+  // ahead: it can be blocked or spinning (OnProcessState) with no local
+  // peer, as a node's only rank is.
+  void OnRoundSteps(int64_t steps);
 
   // Also turns a worker silent past its phase's bound, or stopped past the
   // stopped bound, into a "hung" failure.
@@ -151,8 +160,8 @@ class SupervisorPolicy {
   // collective), else every hung one.
   RecoveryDecision DecideRecovery() const;
   // After kFailed in a round of `num_nodes`: true while every failure is a
-  // hang of a worker that is neither stopped nor waited for by a local
-  // peer (then it is the cause) and has been hung for less than
+  // hang of a worker that is neither stopped nor waited for by a peer
+  // (then it is the cause) and has been hung for less than
   // its phase's bound once more. Silent together with nothing stopped or
   // exited here, they most likely wait for a stopped or dead peer on
   // another node, whose agent reports it (a rejoin); killing them as hung
@@ -217,6 +226,13 @@ class SupervisorPolicy {
   // A local peer a step ahead of `w`: it waits for `w` in its sync
   // (libddp's records only: figured_steps_); nullopt: none.
   std::optional<int> WaitingPeer(const Worker& w) const;
+  struct Held {
+    absl::Time since;
+    int waited_by = -1;  // local rank; -1: a rank of another node
+  };
+  // A rank a step ahead of `w`, local (WaitingPeer) or of another node
+  // (round_steps_), and since when it is: it waits for `w`; nullopt: none.
+  std::optional<Held> AheadPeer(const Worker& w) const;
   // A local peer a step behind `w`: `w` waits for it; nullopt: none.
   std::optional<int> AwaitedPeer(const Worker& w) const;
   // For a survivor that has not taken this round (no record yet): a local
@@ -226,12 +242,8 @@ class SupervisorPolicy {
   // The phase whose bound `w`'s silence counts against: its own, or the
   // step's once it is past an evaluation or a checkpoint with a peer ahead.
   common::Phase BoundPhase(const Worker& w) const;
-  // Since when a local peer waits for `w` (a step ahead, or in the round's
-  // join), and that peer; nullopt: none does.
-  struct Held {
-    absl::Time since;
-    int waited_by = -1;
-  };
+  // Since when a peer waits for `w` (a step ahead, or a local one in the
+  // round's join), and that peer; nullopt: none does.
   std::optional<Held> HeldBy(const Worker& w) const;
   // The same, from when `w` was also blocked (asleep without using CPU);
   // nullopt: it is not (OnProcessState).
@@ -249,6 +261,9 @@ class SupervisorPolicy {
   std::vector<LocalFailure> failures_;
   bool figured_steps_ = false;
   bool reports_between_steps_ = false;
+  // OnRoundSteps: the round's most steps, and when it was first answered.
+  int64_t round_steps_ = 0;
+  absl::Time round_steps_since_;
 };
 
 }  // namespace ddprun::launcher

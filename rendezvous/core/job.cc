@@ -420,6 +420,7 @@ void Job::Close(absl::Time now, Effects* effects) {
     node.ranks.Clear();
   }
   stragglers_.Reset();  // ranks move between rounds
+  round_steps_ = 0;
   last_members_.clear();
   last_peers_.clear();
   int offset = 0;
@@ -612,6 +613,7 @@ v1::HeartbeatResponse Job::Heartbeat(const v1::HeartbeatRequest& request,
     if (it->second.member && request.round() == round_ &&
         state_ == v1::JOB_STATE_RUNNING) {
       if (!request.ranks().empty()) TakeFigures(it->second, request, now);
+      round_steps_ = std::max(round_steps_, request.steps());
       // Every heartbeat, not only those with figures: a large job's nodes
       // send figures every few seconds (figures_interval_ms), and the
       // straggler windows must still pass once a second.
@@ -638,6 +640,7 @@ v1::HeartbeatResponse Job::HeartbeatAnswer(const std::string& node_id,
     response.set_rejoin(round != round_ || state_ != v1::JOB_STATE_RUNNING ||
                         !member);
     if (!response.rejoin()) {
+      response.set_round_steps(round_steps_);
       for (const StragglerDetector::Straggler& s : stragglers_.stragglers()) {
         if (s.sample.node_id == node_id) {
           response.add_straggler_local_ranks(s.sample.local_rank);
@@ -1100,6 +1103,7 @@ void Job::StartResuming(const v1::RoundRecord& record, absl::Time now,
     }
   }
   round_ = a.round();
+  round_steps_ = 0;
   state_ = v1::JOB_STATE_RUNNING;
   min_reached_at_.reset();
   heartbeat_interval_ms_ = a.heartbeat_interval_ms() > 0

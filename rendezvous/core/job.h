@@ -415,6 +415,9 @@ class Job {
   std::optional<JobResumption> resuming_;
   PollPacing poll_pacing_;
   StragglerDetector stragglers_;
+  // The most steps a rank of the running round reported
+  // (HeartbeatRequest.steps, HeartbeatResponse.round_steps).
+  int64_t round_steps_ = 0;
   JobEvents events_;
 };
 

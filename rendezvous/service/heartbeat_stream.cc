@@ -29,6 +29,7 @@ absl::StatusOr<v1::HeartbeatResponse> AnswerHeartbeat(
     one.set_node_id(beat.node_id());
     one.set_round(beat.round());
     *one.mutable_ranks() = beat.ranks();
+    one.set_steps(beat.steps());
     absl::StatusOr<v1::HeartbeatResponse> each = jobs->Heartbeat(one);
     if (!each.ok()) return each.status();
     *answer->add_more() = *std::move(each);

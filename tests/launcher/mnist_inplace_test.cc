@@ -823,6 +823,70 @@ std::string RunFaultFreeNodes(
   return ReadFileOrEmpty(dir.File(name + ".json"));
 }
 
+// A node's only rank hangs for good after its step (ddprun-mnist's
+// `hang_flag` on SIGUSR2) while the other node's only rank waits for it in
+// the next step's sync. No local peer waits for it; the server's answer
+// that a rank of the round completed the next step (round_steps) tells its
+// agent that one of another node does. It is found as with a local peer
+// (the agent logs `hung_regex`), not at the step's bound twice over (10 s,
+// then as long again for another node's report), and replaced in place;
+// the job ends as the fault-free run does.
+void ExpectALoneRankHangIsFound(const std::string& hang_flag,
+                                const std::string& hung_regex) {
+  auto server = rendezvous::Server::Start(rendezvous::ServerOptions{});
+  ASSERT_TRUE(server.ok()) << server.status();
+  TempDir dir;
+  auto flags_of = [&](const std::string& run_id, int node_rank) {
+    return NodeFlags((*server)->endpoint(), run_id, "2", node_rank, "30");
+  };
+  const std::string reference = RunFaultFreeNodes(
+      dir, "reference", {flags_of("reference", 0), flags_of("reference", 1)});
+  const std::vector<std::string> mnist = {hang_flag, "--step-times",
+                                          dir.File("steps.txt")};
+  Job node0 = StartJob(dir, flags_of("hang", 0), "agent0", "summary.json",
+                       Prewarm::kOff, mnist);
+  Job node1 = StartJob(dir, flags_of("hang", 1), "agent1", "summary1.json",
+                       Prewarm::kOff, mnist);
+  auto errs = [&] { return node0.err() + node1.err(); };
+  // After the first evaluation, as the other hang tests.
+  ASSERT_TRUE(
+      WaitFor([&] { return node0.err().find("epoch 1/") != std::string::npos; },
+              absl::Minutes(3)))
+      << errs();
+  const std::vector<pid_t> victims = Workers(node1.agent.pid());
+  ASSERT_EQ(victims.size(), 1u) << errs();
+  ASSERT_EQ(kill(victims[0], SIGUSR2), 0);
+  std::optional<ExitInfo> e0 = node0.agent.Wait(absl::Minutes(4));
+  std::optional<ExitInfo> e1 = node1.agent.Wait(absl::Minutes(4));
+  ASSERT_TRUE(e0.has_value() && e0->ok()) << errs();
+  ASSERT_TRUE(e1.has_value() && e1->ok()) << errs();
+  EXPECT_THAT(node1.err(), ::testing::ContainsRegex(hung_regex)) << errs();
+  EXPECT_THAT(errs(), Not(HasSubstr("no progress for")));
+  EXPECT_THAT(node0.err(), Not(HasSubstr("is hung")));
+  ExpectExactInPlaceRun(ReadFileOrEmpty(dir.File("summary.json")), reference,
+                        errs(), 2);
+  // The figure (bench/fault/README.md), not a bound.
+  std::cout << "longest gap between two steps: "
+            << LongestStepGap(ReadFileOrEmpty(dir.File("steps.txt")))
+            << std::endl;
+}
+
+TEST(MnistInPlaceTwoAgentsTest, ANodesOnlyRankDeadlockedIsFoundBlocked) {
+  ExpectALoneRankHangIsFound(
+      "--test-block-on-sigusr2",
+      "worker rank 1 \\(local 0\\) is hung: blocked for [0-9.]+m?s in "
+      "phase step: asleep without using CPU while a rank of another node "
+      "waited for it");
+}
+
+TEST(MnistInPlaceTwoAgentsTest, ANodesOnlyRankSpinningIsFoundSpinning) {
+  ExpectALoneRankHangIsFound(
+      "--test-spin-on-sigusr2",
+      "worker rank 1 \\(local 0\\) is hung: spinning for [0-9.]+m?s in "
+      "phase step: used [0-9.]+m?s of CPU without finishing its step while "
+      "a rank of another node waited for it");
+}
+
 // The summary's accounting after in-place rounds: every epoch adds up to
 // the data set and `resumes` in-place recoveries. The accuracy is that of
 // the fault-free run (same seed) within kAccuracyTolerance; a run whose

@@ -65,6 +65,31 @@ TEST(RankFiguresTest, OldRecordsLeaveTheWindow) {
   EXPECT_EQ(summary[0].samples(), 0);
 }
 
+// Steps count from the rank's start of stepping in the round, as the
+// supervisor counts them: a survivor's step record of the round before,
+// read at this round's start, is not one. The heartbeats send the most.
+TEST(RankFiguresTest, StepsCountFromTheRoundsStartOfStepping) {
+  RankFigures figures(2, absl::UnixEpoch());
+  const absl::Time now = absl::UnixEpoch() + absl::Seconds(1);
+  figures.OnRecord(0, Step(0.01), now);  // the round before's, read late
+  EXPECT_EQ(figures.MaxSteps(), 1);
+  for (common::Phase phase : {common::Phase::kJoin, common::Phase::kSync,
+                              common::Phase::kFirstStep}) {
+    figures.OnRecord(
+        0, {.kind = common::ProgressRecord::Kind::kPhase, .phase = phase}, now);
+  }
+  EXPECT_EQ(figures.MaxSteps(), 0);
+  for (int i = 0; i < 3; ++i) figures.OnRecord(0, Step(0.01), now);
+  figures.OnRecord(1, Step(0.01), now);
+  figures.OnRecord(1,
+                   {.kind = common::ProgressRecord::Kind::kPhase,
+                    .phase = common::Phase::kEval},
+                   now);  // an evaluation does not reset the count
+  figures.OnRecord(1, Step(0.01), now);
+  EXPECT_EQ(figures.MaxSteps(), 3);
+  EXPECT_EQ(figures.Summary(now)[1].steps(), 2);
+}
+
 TEST(RankFiguresTest, AnExitedRankStaysExited) {
   RankFigures figures(1, absl::UnixEpoch());
   figures.SetExited(0);

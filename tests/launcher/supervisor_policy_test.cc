@@ -3,6 +3,7 @@
 #include <deque>
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "launcher/agent/failure_report.h"
 
@@ -998,6 +999,74 @@ TEST_F(SupervisorPolicyTest, ARankThatSpinsWhileAPeerWaitsForItIsHung) {
   EXPECT_TRUE(decision.in_place);
   EXPECT_EQ(decision.replace, std::vector<int>{1});
   EXPECT_EQ(decision.kill, std::vector<int>{1});
+}
+
+// A node's only rank, deadlocked or spinning: no local peer waits for it,
+// but the server answers that a rank of the round completed the next step
+// (OnRoundSteps), so a rank of another node does. It is hung as with a
+// local peer, and it is the cause: no other node's report is awaited.
+TEST_F(SupervisorPolicyTest, ANodesOnlyRankAnotherNodeWaitsForIsHung) {
+  for (bool spin : {false, true}) {
+    common::FakeClock clock;
+    SupervisorPolicy policy({.num_workers = 1, .reports_between_steps = true},
+                            Adaptive(), clock);
+    policy.OnInPlaceDeclared(0);
+    ThreeFiguredSteps(policy, clock, 1);
+    policy.OnRoundSteps(3);  // level with the others: nobody waits
+    int cpu_ms = 700;
+    auto look = [&] {
+      policy.OnProcessState(0, spin ? Running(cpu_ms) : Asleep(cpu_ms));
+      if (spin) cpu_ms += 100;
+    };
+    for (int i = 0; i < 20; ++i) {
+      look();
+      ASSERT_EQ(policy.Evaluate(), Verdict::kRunning) << spin << " " << i;
+      clock.Advance(absl::Milliseconds(100));
+    }
+    policy.OnRoundSteps(4);  // another node's rank is a step ahead
+    const absl::Time ahead = clock.Now();
+    look();
+    EXPECT_EQ(policy.NextHangDeadline(), ahead + absl::Seconds(1)) << spin;
+    for (int i = 0; i < 9; ++i) {
+      clock.Advance(absl::Milliseconds(100));
+      look();
+      ASSERT_EQ(policy.Evaluate(), Verdict::kRunning) << spin << " " << i;
+    }
+    clock.Advance(absl::Milliseconds(100));
+    look();
+    ASSERT_EQ(policy.Evaluate(), Verdict::kFailed) << spin;
+    const LocalFailure& f = policy.failures()[0];
+    EXPECT_EQ(f.blocked, !spin);
+    EXPECT_EQ(f.spinning, spin);
+    EXPECT_EQ(f.waited_by, -1);
+    EXPECT_THAT(DescribeHang(f),
+                ::testing::HasSubstr("while a rank of another node waited "
+                                     "for it"));
+    EXPECT_FALSE(policy.AwaitsRemoteCause(2)) << spin;
+    const RecoveryDecision decision = policy.DecideRecovery();
+    EXPECT_TRUE(decision.in_place);
+    EXPECT_EQ(decision.replace, std::vector<int>{0});
+  }
+}
+
+// The round's most steps two ahead is no lockstep (a figure of another
+// round's stepping, or a count this rank missed): nothing is inferred. Nor
+// from a program whose records carry no compute figure.
+TEST_F(SupervisorPolicyTest, TheRoundsStepsCountOnlyOneStepAhead) {
+  for (int ahead : {2, 1}) {
+    common::FakeClock clock;
+    SupervisorPolicy policy({.num_workers = 1}, Adaptive(), clock);
+    for (int step = 0; step < 3; ++step) {
+      clock.Advance(absl::Milliseconds(50));
+      ahead == 2 ? FiguredStep(policy, 0) : Step(policy, 0);
+    }
+    policy.OnRoundSteps(3 + ahead);
+    for (int i = 0; i < 50; ++i) {
+      policy.OnProcessState(0, Asleep(700));
+      ASSERT_EQ(policy.Evaluate(), Verdict::kRunning) << ahead << " " << i;
+      clock.Advance(absl::Milliseconds(100));
+    }
+  }
 }
 
 // What a step costs in CPU is learned from the looks at which a rank's

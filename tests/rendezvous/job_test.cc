@@ -941,6 +941,34 @@ TEST_F(JobTest, StragglerWindowsPassOnHeartbeatsWithoutFigures) {
   EXPECT_EQ(status.stragglers(0).node_id(), "b");
 }
 
+// Every heartbeat carries the most steps of its node's ranks; the answer
+// carries the round's most (an agent's rank one behind it is waited for),
+// never less than it was, and none once the round is over.
+TEST_F(JobTest, AnswersTheRoundsMostStepsUntilTheRoundIsOver) {
+  FormFirstRound();
+  auto beat = [&](const std::string& node, int64_t round, int64_t steps) {
+    v1::HeartbeatRequest request;
+    request.set_run_id("job");
+    request.set_node_id(node);
+    request.set_round(round);
+    request.set_steps(steps);
+    absl::StatusOr<v1::HeartbeatResponse> response = table_.Heartbeat(request);
+    EXPECT_TRUE(response.ok()) << response.status();
+    return response.ok() ? *response : v1::HeartbeatResponse();
+  };
+  EXPECT_EQ(beat("a", 0, 0).round_steps(), 0);
+  EXPECT_EQ(beat("b", 0, 7).round_steps(), 7);
+  EXPECT_EQ(beat("a", 0, 6).round_steps(), 7);
+  EXPECT_EQ(beat("b", 0, 5).round_steps(), 7) << "never less";
+  EXPECT_EQ(beat("a", 0, 9).round_steps(), 9);
+  EXPECT_EQ(beat("b", 5, 90).round_steps(), 0) << "not its round";
+  EXPECT_EQ(beat("a", 0, 9).round_steps(), 9);
+  Fail("a", 0, 0);
+  const v1::HeartbeatResponse over = beat("b", 0, 10);
+  EXPECT_TRUE(over.rejoin());
+  EXPECT_EQ(over.round_steps(), 0);
+}
+
 TEST(JobEventsTest, KeepsTheFirstAndTheLatest) {
   JobEvents events(/*max_events=*/4, /*keep_first=*/1);
   for (int i = 0; i < 10; ++i) {
