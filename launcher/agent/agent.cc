@@ -478,6 +478,7 @@ Agent::RoundOutcome Agent::Supervise(const RunningRound& round) {
   policy_options.survivors = round.survivors;
   policy_options.figured_steps = program_figures_steps_;
   policy_options.reports_between_steps = program_reports_between_steps_;
+  policy_options.multi_node = round.assignment.num_nodes() > 1;
   SupervisorPolicy policy(policy_options, phase_bounds_, clock_);
   forming.store(policy.Forming());
   AgentMetrics* metrics = context_.metrics;

@@ -282,6 +282,21 @@ std::optional<int> SupervisorPolicy::JoinedPeer(const Worker& w) const {
   return std::nullopt;
 }
 
+std::optional<SupervisorPolicy::Held> SupervisorPolicy::JoinWaiter(
+    const Worker& w) const {
+  if (std::optional<int> peer = JoinedPeer(w)) {
+    return Held{*workers_[*peer].first_phase, *peer};
+  }
+  // Told the round at the policy's start (last_record), it reads it at
+  // once: libddp aborts the collective in flight when its control pipe
+  // says so, and reports the join as it takes it.
+  if (options_.multi_node && w.survivor && w.phase == Phase::kJoin &&
+      !w.first_record && !w.exit) {
+    return Held{w.last_record, -1};
+  }
+  return std::nullopt;
+}
+
 std::optional<SupervisorPolicy::Held> SupervisorPolicy::HeldBy(
     const Worker& w) const {
   if (w.exit || w.hung) return std::nullopt;
@@ -289,8 +304,8 @@ std::optional<SupervisorPolicy::Held> SupervisorPolicy::HeldBy(
   std::optional<Held> held;
   if (BoundPhase(w) == Phase::kStep) {
     held = AheadPeer(w);
-  } else if (std::optional<int> peer = JoinedPeer(w)) {
-    held = Held{*workers_[*peer].first_phase, *peer};
+  } else {
+    held = JoinWaiter(w);
   }
   if (!held) return std::nullopt;
   // ... or the worker last reported, whichever came last.

@@ -69,6 +69,11 @@ struct SupervisorPolicyOptions {
   // declaration (worker::DeclareReportsBetweenSteps), or its first such
   // phase. Only then can a worker be found spinning (OnProcessState).
   bool reports_between_steps = false;
+  // The round has ranks on other nodes. They wait in the round's join for
+  // every survivor here to take it, so a survivor that has not, blocked or
+  // spinning, is hung even with no local peer in the join (a node's only
+  // rank).
+  bool multi_node = false;
 };
 
 // How the agent answers a failure of its own workers, or a new round that
@@ -239,6 +244,10 @@ class SupervisorPolicy {
   // peer, survivor or replacement, that has begun the round's join and
   // waits for it there; nullopt: none.
   std::optional<int> JoinedPeer(const Worker& w) const;
+  // Since when a peer waits in the round's join for `w`, a survivor that has
+  // not taken the round: a local one (JoinedPeer), or those of other nodes
+  // (multi_node: since the round was sent to it); nullopt: none.
+  std::optional<Held> JoinWaiter(const Worker& w) const;
   // The phase whose bound `w`'s silence counts against: its own, or the
   // step's once it is past an evaluation or a checkpoint with a peer ahead.
   common::Phase BoundPhase(const Worker& w) const;

@@ -1069,6 +1069,57 @@ TEST_F(SupervisorPolicyTest, TheRoundsStepsCountOnlyOneStepAhead) {
   }
 }
 
+// A node's only rank, a survivor, blocked or spinning when its round
+// changed: no local peer waits in the join, but the round has ranks on
+// other nodes (multi_node), which wait there for it. It is hung from when
+// the round was sent to it, as with a local peer; in a round of this node
+// alone, nobody waits for it.
+TEST_F(SupervisorPolicyTest, ANodesOnlySurvivorThatDoesNotTakeTheRoundIsHung) {
+  for (bool spin : {false, true}) {
+    for (bool multi_node : {true, false}) {
+      common::FakeClock clock;
+      SupervisorPolicy policy({.num_workers = 1,
+                               .in_place = {true},
+                               .survivors = {true},
+                               .figured_steps = true,
+                               .reports_between_steps = true,
+                               .multi_node = multi_node},
+                              Adaptive(), clock);
+      const absl::Time told = clock.Now();
+      int cpu_ms = 900;
+      auto look = [&] {
+        policy.OnProcessState(0, spin ? Running(cpu_ms) : Asleep(cpu_ms));
+        if (spin) cpu_ms += 100;
+      };
+      // A spin counts from the first look; being asleep without using CPU,
+      // from the second (the first has no CPU time to compare with).
+      const absl::Time hung_at =
+          told + (spin ? absl::Seconds(1) : absl::Milliseconds(1100));
+      look();
+      while (clock.Now() + absl::Milliseconds(100) < hung_at) {
+        clock.Advance(absl::Milliseconds(100));
+        look();
+        ASSERT_EQ(policy.Evaluate(), Verdict::kRunning) << spin;
+      }
+      clock.Advance(absl::Milliseconds(100));
+      look();
+      if (!multi_node) {
+        EXPECT_EQ(policy.Evaluate(), Verdict::kRunning) << spin;
+        continue;
+      }
+      ASSERT_EQ(policy.Evaluate(), Verdict::kFailed) << spin;
+      const LocalFailure& f = policy.failures()[0];
+      EXPECT_EQ(f.blocked, !spin);
+      EXPECT_EQ(f.spinning, spin);
+      EXPECT_EQ(f.phase, Phase::kJoin);
+      EXPECT_EQ(f.waited_by, -1);
+      EXPECT_EQ(f.time, hung_at) << spin;
+      EXPECT_FALSE(policy.AwaitsRemoteCause(2));
+      EXPECT_EQ(policy.DecideRecovery().replace, std::vector<int>{0});
+    }
+  }
+}
+
 // What a step costs in CPU is learned from the looks at which a rank's
 // step count moved: steps of 400 ms of CPU make the spin bound 2 s. A
 // straggler whose step takes long in wall time (a CPU quota, a busy
