@@ -4,7 +4,7 @@ real job, and the invariants every run must keep.
 
 The job: ddprun-rendezvous on a kernel-chosen port, two ddprun agents (two
 nodes of this host, --nnodes 2: a fixed world of 4) with two ddprun-mnist
-workers each, real MNIST, checkpoints on, default hang bounds. First a
+workers each (--nproc-per-node), real MNIST, checkpoints on, default hang bounds. First a
 fault-free run of the same command (the reference), then the faulted run(s):
 a seeded plan of faults, each of a worker, an agent or the server:
 
@@ -103,7 +103,6 @@ AGENT_RESTART_DELAY = 2.0
 PAUSE_SECONDS = 2.0
 CHECKPOINT_EVERY = 20
 NODES = 2
-PER_NODE = 2
 
 
 def log(message):
@@ -349,7 +348,8 @@ class Job:
         self.agent_logs.append(path)
         host = Cluster.address(None) if self.cluster else "127.0.0.1"
         argv = [os.path.join(self.args.build, "launcher/ddprun"),
-                "--nnodes", str(NODES), "--nproc-per-node", str(PER_NODE),
+                "--nnodes", str(NODES),
+                "--nproc-per-node", str(self.args.nproc_per_node),
                 "--rdzv-endpoint", "%s:%d" % (host, self.server_port),
                 "--rdzv-id", self.run_id, "--max-restarts", "1000",
                 "--log-dir", os.path.join(self.folder, "logs"),
@@ -797,6 +797,9 @@ def main():
     parser.add_argument("--mnist-flags", default="",
                         help="more ddprun-mnist flags, e.g. "
                         "--mnist-flags='--log-level debug'")
+    parser.add_argument("--nproc-per-node", type=int, default=2,
+                        help="workers per node; 1: each node's only rank "
+                        "hangs with no local peer to wait for it")
     parser.add_argument("--work-dir")
     parser.add_argument("--json", help="write the per-fault figures here")
     args = parser.parse_args()
