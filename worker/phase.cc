@@ -5,6 +5,8 @@
 
 #include <string>
 
+#include "worker/broken_pipes.h"
+
 namespace ddprun::worker {
 namespace {
 
@@ -21,11 +23,15 @@ void WriteRecord(int fd, const char* data, size_t size) {
 }  // namespace
 
 void ReportPhase(int progress_fd, common::Phase phase) {
+  // A phase may come before the process group, which ignores SIGPIPE for
+  // the steps' records; a pipe the agent closed must not kill the worker.
+  if (progress_fd >= 0) IgnoreBrokenPipes();
   const std::string line = common::PhaseLine(phase);
   WriteRecord(progress_fd, line.data(), line.size());
 }
 
 void DeclareReportsBetweenSteps(int progress_fd) {
+  if (progress_fd >= 0) IgnoreBrokenPipes();  // as ReportPhase
   WriteRecord(progress_fd, common::kReportsBetweenStepsLine,
               sizeof(common::kReportsBetweenStepsLine) - 1);
 }
