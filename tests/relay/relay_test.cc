@@ -476,9 +476,16 @@ TEST_F(RelayTest, ACallerCancelledBeforeTheFlushNeverJoins) {
 TEST_F(RelayTest, ACallerCancelledAfterTheFlushIsDroppedPromptly) {
   StartServer();
   StartRelay(/*max_batch=*/1, absl::Milliseconds(2));
-  // A heartbeat timeout far beyond the bound below: only the relay's Leave
-  // can drop the node in time.
-  v1::JoinRequest gone = NodeJoin("late", "gone", 2, /*timeout_ms=*/600000);
+  // A heartbeat timeout far beyond the bound below, and an interval that
+  // makes the grace for a member's first heartbeat as long (4 intervals):
+  // only the relay's Leave can drop the node in time. (With 100 ms, the
+  // grace's 2 s floor dropped it first on a loaded CI machine.)
+  auto slow_beats = [](v1::JoinRequest request) {
+    request.mutable_config()->set_heartbeat_interval_ms(60000);
+    return request;
+  };
+  v1::JoinRequest gone =
+      slow_beats(NodeJoin("late", "gone", 2, /*timeout_ms=*/600000));
   grpc::ClientContext context;
   grpc::Status gone_status;
   std::thread caller([&] {
@@ -496,7 +503,7 @@ TEST_F(RelayTest, ACallerCancelledAfterTheFlushIsDroppedPromptly) {
   EXPECT_EQ(gone_status.error_code(), grpc::StatusCode::CANCELLED);
   // The round closes with "gone" (its batch was parked upstream) ...
   std::vector<v1::JoinResponse> answers =
-      JoinAll(direct_.get(), {NodeJoin("late", "b", 2, 600000)});
+      JoinAll(direct_.get(), {slow_beats(NodeJoin("late", "b", 2, 600000))});
   ASSERT_TRUE(answers[0].has_assignment());
   // ... and the relay's Leave ends it at once: b is told to rejoin.
   v1::HeartbeatRequest beat;
