@@ -23,6 +23,8 @@ namespace ddprun::common {
 //   reports between-steps
 //                      the program reports every evaluation and checkpoint
 //                      it does between steps (worker/phase.h)
+//   round-failed       the round it was joining could not form (a peer not
+//                      reached); it waits for the next (worker/recovery.h)
 //
 // Any other line counts as a sign of life and nothing more, so that a newer
 // worker's records never break an older agent.
@@ -53,7 +55,14 @@ std::optional<Phase> ParsePhase(absl::string_view name);
 
 // What one line on the pipe says.
 struct ProgressRecord {
-  enum class Kind { kPhase, kStep, kInPlace, kReportsBetweenSteps, kOther };
+  enum class Kind {
+    kPhase,
+    kStep,
+    kInPlace,
+    kReportsBetweenSteps,
+    kRoundFailed,
+    kOther
+  };
   Kind kind = Kind::kOther;
   Phase phase = Phase::kStart;  // for kPhase
   // For kStep: the rank's own compute time for the step (the straggler
@@ -73,5 +82,6 @@ inline constexpr char kStepLine[] = "step\n";
 std::string StepLine(double compute_seconds);
 inline constexpr char kInPlaceLine[] = "inplace\n";
 inline constexpr char kReportsBetweenStepsLine[] = "reports between-steps\n";
+inline constexpr char kRoundFailedLine[] = "round-failed\n";
 
 }  // namespace ddprun::common

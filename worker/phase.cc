@@ -36,6 +36,12 @@ void DeclareReportsBetweenSteps(int progress_fd) {
               sizeof(common::kReportsBetweenStepsLine) - 1);
 }
 
+void ReportRoundFailed(int progress_fd) {
+  if (progress_fd >= 0) IgnoreBrokenPipes();  // as ReportPhase
+  WriteRecord(progress_fd, common::kRoundFailedLine,
+              sizeof(common::kRoundFailedLine) - 1);
+}
+
 void ReportStep(int progress_fd, double compute_seconds) {
   if (progress_fd < 0) return;
   const std::string line = common::StepLine(compute_seconds);

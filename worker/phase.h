@@ -35,5 +35,11 @@ void ReportStep(int progress_fd, double compute_seconds = -1);
 // the step's bound of 10 s. Without it, the agent learns the same from the
 // program's first evaluation or checkpoint record.
 void DeclareReportsBetweenSteps(int progress_fd);
+// Says that the round this worker was joining could not form (a peer it
+// could not reach), and that it waits for the next one
+// (Membership::JoinNextRound writes it). If no next round comes soon (the
+// peer is alive and nobody else ends the round: a network cut while the
+// round formed), the agent ends it by replacing this worker.
+void ReportRoundFailed(int progress_fd);
 
 }  // namespace ddprun::worker

@@ -187,6 +187,8 @@ absl::Status EndedWhileForming(const WorkerEnv& env,
                                const absl::Status& joined) {
   spdlog::warn("round {} ended while it formed ({}); waiting for the next",
                env.round, std::string(joined.message()));
+  // Its agent ends the round if nobody else does.
+  ReportRoundFailed(env.progress_fd);
   return absl::Status(joined.code(),
                       absl::StrFormat("joining round %d failed: %s", env.round,
                                       joined.message()));

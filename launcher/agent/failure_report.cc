@@ -37,6 +37,13 @@ std::string DescribeHang(const LocalFailure& f) {
         "--hang-bound blocked=SECONDS changes the bound)",
         silent, phase, Waiter(f));
   }
+  if (f.gave_up_round) {
+    return absl::StrFormat(
+        "waiting for %s in phase %s for a next round that did not come: its "
+        "round could not form (a peer it could not reach) and nobody else "
+        "ended it",
+        silent, phase);
+  }
   if (f.spinning) {
     return absl::StrFormat(
         "spinning for %s in phase %s: used %s of CPU without finishing its "

@@ -85,6 +85,14 @@ struct PhaseBoundsOptions {
   // the same from outside; for others, the step's bound (10 s at least).
   absl::Duration spin_floor = absl::Seconds(1);
   std::optional<absl::Duration> spin_fixed;
+  // How long a worker whose round could not form (worker::
+  // ReportRoundFailed: a peer it could not reach) waits for the next one
+  // before its agent ends the round by replacing it. When a peer was lost,
+  // the server hears it well within a second (its heartbeat stream ends,
+  // its orphan guard reports) and the next heartbeat brings the next round;
+  // when none comes, nobody else will end the round (a network cut while
+  // it formed: its peers wait in the join for its bound, twice over).
+  absl::Duration round_failed = absl::Seconds(3);
 };
 
 // Learns phase durations and answers each phase's bound. Owned by the
@@ -109,6 +117,7 @@ class PhaseBounds {
   // How long a worker may stay blocked behind its waiting peers
   // (PhaseBoundsOptions::blocked_floor).
   absl::Duration BlockedBound() const;
+  absl::Duration round_failed_bound() const { return options_.round_failed; }
   // A step took `cpu` of CPU time (all of the worker's threads).
   void ObserveStepCpu(absl::Duration cpu);
   // How much CPU time a worker may use while its waiting peers wait for it

@@ -63,6 +63,7 @@ void SupervisorPolicy::OnRecord(int local_rank, const ProgressRecord& record) {
   switch (record.kind) {
     case ProgressRecord::Kind::kPhase:
       if (!w.first_phase) w.first_phase = now;
+      w.gave_up.reset();
       reports_between_steps_ |=
           record.phase == Phase::kEval || record.phase == Phase::kCheckpoint;
       // Entering the stepping phase: no step is done yet.
@@ -101,6 +102,9 @@ void SupervisorPolicy::OnRecord(int local_rank, const ProgressRecord& record) {
       break;
     case ProgressRecord::Kind::kReportsBetweenSteps:
       reports_between_steps_ = true;
+      break;
+    case ProgressRecord::Kind::kRoundFailed:
+      if (!w.gave_up) w.gave_up = now;
       break;
     case ProgressRecord::Kind::kOther:
       break;
@@ -200,6 +204,13 @@ std::optional<absl::Time> SupervisorPolicy::HangDeadline(
     }
     absl::Time silent = since + bound;
     if (!deadline || silent < *deadline) deadline = silent;
+  }
+  // Its round could not form and it waits for the next: the round ends
+  // elsewhere within about a heartbeat when a peer was lost; when none
+  // comes, nobody else will end it (a network cut while it formed).
+  if (w.gave_up) {
+    const absl::Time gave_up = *w.gave_up + bounds_.round_failed_bound();
+    if (!deadline || gave_up < *deadline) deadline = gave_up;
   }
   const absl::Duration blocked_bound = bounds_.BlockedBound();
   if (blocked_bound != absl::InfiniteDuration()) {
@@ -333,6 +344,14 @@ std::optional<absl::Duration> SupervisorPolicy::SpunCpu(const Worker& w) const {
   return *w.cpu - w.cpu_at_held;
 }
 
+std::optional<absl::Duration> SupervisorPolicy::SpunPastBound(
+    const Worker& w) const {
+  if (w.exit || w.hung) return std::nullopt;
+  std::optional<absl::Duration> spun = SpunCpu(w);
+  if (!spun || *spun < bounds_.SpinBound()) return std::nullopt;
+  return spun;
+}
+
 absl::Time SupervisorPolicy::SilentSince(const Worker& w) const {
   if (w.phase != Phase::kJoin) return w.last_record;
   // A worker joining the round's group waits for every local member: its
@@ -369,8 +388,7 @@ void SupervisorPolicy::MarkHung(int local_rank, absl::Time now) {
     if (blocked && now - blocked->since < bounds_.BlockedBound()) {
       blocked.reset();
     }
-    spun = SpunCpu(w);
-    if (blocked || (spun && *spun < bounds_.SpinBound())) spun.reset();
+    if (!blocked) spun = SpunPastBound(w);
   }
   const std::optional<Held> held = HeldBy(w);
   const Phase phase = BoundPhase(w);
@@ -386,6 +404,10 @@ void SupervisorPolicy::MarkHung(int local_rank, absl::Time now) {
     failure.blocked = true;
     failure.waited_by = blocked->waited_by;
     failure.silent = now - blocked->since;
+  } else if (w.gave_up && now - *w.gave_up >= bounds_.round_failed_bound()) {
+    w.hung_bound = bounds_.round_failed_bound();
+    failure.gave_up_round = true;
+    failure.silent = now - *w.gave_up;
   } else if (spun && held) {
     w.hung_bound = bounds_.SpinBound();
     failure.spinning = true;
@@ -453,9 +475,7 @@ SupervisorPolicy::Verdict SupervisorPolicy::Evaluate() {
   for (int i = 0; i < static_cast<int>(workers_.size()); ++i) {
     const Worker& w = workers_[i];
     std::optional<absl::Time> deadline = HangDeadline(w);
-    std::optional<absl::Duration> spun = SpunCpu(w);
-    if ((deadline && now >= *deadline) ||
-        (!w.exit && !w.hung && spun && *spun >= bounds_.SpinBound())) {
+    if ((deadline && now >= *deadline) || SpunPastBound(w).has_value()) {
       MarkHung(i, now);
     }
   }
@@ -518,7 +538,7 @@ bool SupervisorPolicy::AwaitsRemoteCause(int num_nodes) const {
     const Worker& w = workers_[f.local_rank];
     // One that a peer waits for (blocked or not) is the cause.
     if (f.cause != v1::FAILURE_CAUSE_HUNG || w.stopped || f.blocked ||
-        f.spinning || AheadPeer(w).has_value() ||
+        f.spinning || f.gave_up_round || AheadPeer(w).has_value() ||
         clock_.Now() - f.time >= w.hung_bound) {
       return false;
     }

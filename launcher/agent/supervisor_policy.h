@@ -35,6 +35,9 @@ struct LocalFailure {
   // the CPU time it used meanwhile.
   bool spinning = false;
   absl::Duration cpu;
+  // For a hang: it said its round could not form (worker::
+  // ReportRoundFailed) and no next round came; `silent` is since when.
+  bool gave_up_round = false;
   // Blocked or spinning: the local rank that waited; -1: a rank of another
   // node (SupervisorPolicy::OnRoundSteps).
   int waited_by = -1;
@@ -208,6 +211,8 @@ class SupervisorPolicy {
     bool survivor = false;
     std::optional<absl::Time> first_record;
     std::optional<absl::Time> first_phase;
+    // When it said its round could not form (it waits for the next).
+    std::optional<absl::Time> gave_up;
     // CPU time at the last look, and since when the looks saw it asleep
     // without using CPU (nullopt: it ran, or was not asleep, at the last).
     std::optional<absl::Duration> cpu;
@@ -261,6 +266,9 @@ class SupervisorPolicy {
   // look after the wait began); nullopt: none waits, or spins are not
   // watched (reports_between_steps_).
   std::optional<absl::Duration> SpunCpu(const Worker& w) const;
+  // SpunCpu once it reached PhaseBounds::SpinBound(): `w` spins; nullopt:
+  // it does not (yet).
+  std::optional<absl::Duration> SpunPastBound(const Worker& w) const;
   void MarkHung(int local_rank, absl::Time now);
 
   SupervisorPolicyOptions options_;

@@ -117,6 +117,10 @@ TEST(WorkerProtocolTest, EveryProgressRecordRoundTrips) {
   ASSERT_TRUE(absl::ConsumeSuffix(&reports, "\n"));
   EXPECT_EQ(ParseProgressRecord(reports).kind,
             ProgressRecord::Kind::kReportsBetweenSteps);
+  absl::string_view round_failed = kRoundFailedLine;
+  ASSERT_TRUE(absl::ConsumeSuffix(&round_failed, "\n"));
+  EXPECT_EQ(ParseProgressRecord(round_failed).kind,
+            ProgressRecord::Kind::kRoundFailed);
   EXPECT_EQ(ParseProgressRecord("something newer").kind,
             ProgressRecord::Kind::kOther);
 }

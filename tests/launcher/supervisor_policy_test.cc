@@ -1120,6 +1120,47 @@ TEST_F(SupervisorPolicyTest, ANodesOnlySurvivorThatDoesNotTakeTheRoundIsHung) {
   }
 }
 
+// A worker whose round could not form (a peer it could not reach while a
+// network cut lasted) waits for the next round, and nobody else ends this
+// one: its peers wait in the join. A next round that comes ends the wait
+// (a new policy); when none came within the bound (3 s), it is hung and
+// replaced, which ends the round at once. Before, the job waited the
+// join's bound twice over (60 s in CI's fault_harness_partition_test).
+TEST_F(SupervisorPolicyTest, AWorkerWhoseRoundCouldNotFormIsReplacedInTime) {
+  common::FakeClock clock;
+  SupervisorPolicy policy({.num_workers = 2,
+                           .in_place = {true, true},
+                           .survivors = {true, true},
+                           .figured_steps = true,
+                           .multi_node = true},
+                          Adaptive(), clock);
+  for (int i = 0; i < 2; ++i) policy.OnRecord(i, PhaseRecord(Phase::kJoin));
+  clock.Advance(absl::Milliseconds(300));
+  policy.OnRecord(1, {.kind = ProgressRecord::Kind::kRoundFailed});
+  const absl::Time gave_up = clock.Now();
+  EXPECT_EQ(policy.NextHangDeadline(), gave_up + absl::Seconds(3));
+  clock.Advance(absl::Milliseconds(2900));
+  for (int i = 0; i < 2; ++i) policy.OnProcessState(i, Asleep(500));
+  EXPECT_EQ(policy.Evaluate(), Verdict::kRunning);
+  clock.Advance(absl::Milliseconds(100));
+  ASSERT_EQ(policy.Evaluate(), Verdict::kFailed);
+  ASSERT_EQ(policy.failures().size(), 1u);
+  const LocalFailure& f = policy.failures()[0];
+  EXPECT_EQ(f.local_rank, 1);
+  EXPECT_TRUE(f.gave_up_round);
+  EXPECT_EQ(f.phase, Phase::kJoin);
+  EXPECT_EQ(f.silent, absl::Seconds(3));
+  EXPECT_EQ(DescribeHang(f),
+            "waiting for 3s in phase join for a next round that did not come: "
+            "its round could not form (a peer it could not reach) and nobody "
+            "else ended it");
+  EXPECT_FALSE(policy.AwaitsRemoteCause(2));
+  const RecoveryDecision decision = policy.DecideRecovery();
+  EXPECT_TRUE(decision.in_place);
+  EXPECT_EQ(decision.replace, std::vector<int>{1});
+  EXPECT_EQ(decision.kill, std::vector<int>{1});
+}
+
 // What a step costs in CPU is learned from the looks at which a rank's
 // step count moved: steps of 400 ms of CPU make the spin bound 2 s. A
 // straggler whose step takes long in wall time (a CPU quota, a busy
