@@ -20,26 +20,27 @@ void WriteRecord(int fd, const char* data, size_t size) {
   // the next record counts. EPIPE: the agent is gone, and so are we soon.
 }
 
+// A record that comes rarely, maybe before the process group ignores
+// SIGPIPE for the steps' records: a pipe the agent closed must not kill the
+// worker. (A step's record skips the sigaction, one per step.)
+void WriteRareRecord(int fd, const std::string& line) {
+  if (fd < 0) return;
+  IgnoreBrokenPipes();
+  WriteRecord(fd, line.data(), line.size());
+}
+
 }  // namespace
 
 void ReportPhase(int progress_fd, common::Phase phase) {
-  // A phase may come before the process group, which ignores SIGPIPE for
-  // the steps' records; a pipe the agent closed must not kill the worker.
-  if (progress_fd >= 0) IgnoreBrokenPipes();
-  const std::string line = common::PhaseLine(phase);
-  WriteRecord(progress_fd, line.data(), line.size());
+  WriteRareRecord(progress_fd, common::PhaseLine(phase));
 }
 
 void DeclareReportsBetweenSteps(int progress_fd) {
-  if (progress_fd >= 0) IgnoreBrokenPipes();  // as ReportPhase
-  WriteRecord(progress_fd, common::kReportsBetweenStepsLine,
-              sizeof(common::kReportsBetweenStepsLine) - 1);
+  WriteRareRecord(progress_fd, common::kReportsBetweenStepsLine);
 }
 
 void ReportRoundFailed(int progress_fd) {
-  if (progress_fd >= 0) IgnoreBrokenPipes();  // as ReportPhase
-  WriteRecord(progress_fd, common::kRoundFailedLine,
-              sizeof(common::kRoundFailedLine) - 1);
+  WriteRareRecord(progress_fd, common::kRoundFailedLine);
 }
 
 void ReportStep(int progress_fd, double compute_seconds) {
