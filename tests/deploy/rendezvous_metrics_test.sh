@@ -22,6 +22,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
+: >"$work/out"  # the loop below may read it before the server's shell opens it
 "$rendezvous" --port 0 --metrics-port 0 >"$work/out" 2>"$work/err" &
 pids+=($!)
 url=
