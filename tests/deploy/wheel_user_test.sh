@@ -96,6 +96,7 @@ pids=()
 check_job static
 
 # ddprun status against the wheel's ddprun-rendezvous, after a job there.
+: >"$work/rdzv.out"  # the loop below may read it before the server's shell opens it
 "$venv/bin/ddprun-rendezvous" --port 0 >"$work/rdzv.out" 2>"$work/rdzv.log" &
 pids+=($!)
 endpoint=
