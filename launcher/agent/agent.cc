@@ -470,6 +470,7 @@ Agent::RoundOutcome Agent::Supervise(const RunningRound& round) {
                           [this] { events_.PostRejoin(); });
   SupervisorPolicyOptions policy_options;
   policy_options.num_workers = options_.nproc_per_node;
+  policy_options.first_rank = round.assignment.rank_offset();
   policy_options.expect_reports = workers_report_;
   for (int i = 0; i < round.group.size(); ++i) {
     policy_options.in_place.push_back(round.group.slot(i).declared_in_place ||

@@ -4,12 +4,26 @@
 
 namespace ddprun::launcher {
 
+namespace {
+
+// The phases whose blocked bound is learned by rank (BlockedBound).
+bool LearnedByRank(common::Phase phase) {
+  return phase == common::Phase::kEval || phase == common::Phase::kCheckpoint;
+}
+
+}  // namespace
+
 PhaseBounds::PhaseBounds(PhaseBoundsOptions options) : options_(options) {}
 
-void PhaseBounds::Observe(common::Phase phase, absl::Duration duration) {
+void PhaseBounds::Observe(common::Phase phase, absl::Duration duration,
+                          int rank) {
   absl::Duration& longest = longest_[static_cast<int>(phase)];
   longest = std::max(longest, duration);
   ++seen_[static_cast<int>(phase)];
+  if (rank >= 0 && LearnedByRank(phase)) {
+    absl::Duration& own = rank_longest_[{rank, phase}];
+    own = std::max(own, duration);
+  }
 }
 
 absl::Duration PhaseBounds::Bound(common::Phase phase) const {
@@ -26,8 +40,16 @@ absl::Duration PhaseBounds::Bound(common::Phase phase) const {
   return std::max(floor, longest * options_.factor);
 }
 
-absl::Duration PhaseBounds::BlockedBound() const {
+absl::Duration PhaseBounds::BlockedBound(common::Phase phase, int rank) const {
   if (options_.blocked_fixed.has_value()) return *options_.blocked_fixed;
+  if (LearnedByRank(phase)) {
+    auto own = rank_longest_.find({rank, phase});
+    if (own == rank_longest_.end()) {
+      return std::max(options_.blocked_unseen_floor,
+                      longest_[static_cast<int>(phase)] * options_.factor);
+    }
+    return std::max(options_.blocked_floor, own->second * options_.factor);
+  }
   return std::max(
       options_.blocked_floor,
       longest_[static_cast<int>(common::Phase::kStep)] * options_.factor);

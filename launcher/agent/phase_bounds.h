@@ -1,7 +1,9 @@
 #pragma once
 
 #include <array>
+#include <map>
 #include <optional>
+#include <utility>
 
 #include "absl/time/time.h"
 #include "common/progress_record.h"
@@ -71,6 +73,16 @@ struct PhaseBoundsOptions {
   // InfiniteDuration: never.
   absl::Duration blocked_floor = absl::Seconds(1);
   std::optional<absl::Duration> blocked_fixed;
+  // A worker in an evaluation or a checkpoint write it reported (Phase::
+  // kEval, kCheckpoint) is blocked the same way when a peer already did the
+  // step after it and waits for it there: hung after the blocked floor, or
+  // `factor` x the longest that phase took on the same global rank when
+  // that is longer. The rank's own: only the rank that writes or evaluates
+  // (rank 0, most often) takes long there, and a write to a socket (a
+  // checkpoint uploaded to a store) sleeps without using CPU. Before that
+  // rank was seen in the phase in this job, its floor is this one, as long
+  // as an unreported pause between two steps may take (the step's floor).
+  absl::Duration blocked_unseen_floor = absl::Seconds(10);
   // A worker that uses CPU while a local peer waits for it (as above)
   // spins: a loop that never ends. It is hung once it used this much CPU
   // time since the peer began to wait, or `factor` x the most CPU time a
@@ -102,9 +114,9 @@ class PhaseBounds {
  public:
   explicit PhaseBounds(PhaseBoundsOptions options = {});
 
-  // A worker spent `duration` in `phase` (it left the phase, or reported
-  // again within it).
-  void Observe(common::Phase phase, absl::Duration duration);
+  // The worker of global rank `rank` spent `duration` in `phase` (it left
+  // the phase, or reported again within it).
+  void Observe(common::Phase phase, absl::Duration duration, int rank = -1);
   // The bound of `phase`: fixed, or max(floor, factor x longest observed),
   // the floor being the learned one once the phase was seen often enough.
   // Until steps were seen `learn_after` times, the first step stands for
@@ -114,9 +126,12 @@ class PhaseBounds {
   // floor).
   absl::Duration Bound(common::Phase phase) const;
   absl::Duration stopped_bound() const { return options_.stopped; }
-  // How long a worker may stay blocked behind its waiting peers
-  // (PhaseBoundsOptions::blocked_floor).
-  absl::Duration BlockedBound() const;
+  // How long the worker of global rank `rank` may stay blocked in `phase`
+  // behind its waiting peers (PhaseBoundsOptions::blocked_floor): in a step
+  // or the round's join by the longest step, in an evaluation or a
+  // checkpoint write by that rank's longest there
+  // (PhaseBoundsOptions::blocked_unseen_floor before it was seen there).
+  absl::Duration BlockedBound(common::Phase phase, int rank = -1) const;
   absl::Duration round_failed_bound() const { return options_.round_failed; }
   // A step took `cpu` of CPU time (all of the worker's threads).
   void ObserveStepCpu(absl::Duration cpu);
@@ -132,6 +147,8 @@ class PhaseBounds {
   PhaseBoundsOptions options_;
   std::array<absl::Duration, common::kNumPhases> longest_{};
   std::array<int, common::kNumPhases> seen_{};
+  // By global rank: the longest evaluation and checkpoint phase seen there.
+  std::map<std::pair<int, common::Phase>, absl::Duration> rank_longest_;
   absl::Duration longest_step_cpu_;
 };
 

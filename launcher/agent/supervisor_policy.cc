@@ -19,6 +19,7 @@ SupervisorPolicy::SupervisorPolicy(SupervisorPolicyOptions options,
   const absl::Time now = clock_.Now();
   for (int i = 0; i < static_cast<int>(workers_.size()); ++i) {
     Worker& w = workers_[i];
+    w.rank = options_.first_rank + i;
     w.last_record = now;
     w.reports = i < static_cast<int>(options_.expect_reports.size()) &&
                 options_.expect_reports[i];
@@ -56,7 +57,7 @@ void SupervisorPolicy::OnRecord(int local_rank, const ProgressRecord& record) {
   const absl::Time now = clock_.Now();
   // What the phase took so far teaches its bound; a record within the
   // stepping phases is the end of one step.
-  bounds_.Observe(w.phase, now - w.last_record);
+  bounds_.Observe(w.phase, now - w.last_record, w.rank);
   w.last_record = now;
   w.reports = true;
   if (!w.first_record) w.first_record = now;
@@ -212,7 +213,7 @@ std::optional<absl::Time> SupervisorPolicy::HangDeadline(
     const absl::Time gave_up = *w.gave_up + bounds_.round_failed_bound();
     if (!deadline || gave_up < *deadline) deadline = gave_up;
   }
-  const absl::Duration blocked_bound = bounds_.BlockedBound();
+  const absl::Duration blocked_bound = BlockedBound(w);
   if (blocked_bound != absl::InfiniteDuration()) {
     if (std::optional<Held> blocked = BlockedSince(w)) {
       absl::Time blocked_deadline = blocked->since + blocked_bound;
@@ -324,13 +325,35 @@ std::optional<SupervisorPolicy::Held> SupervisorPolicy::HeldBy(
   return held;
 }
 
+std::optional<SupervisorPolicy::Held> SupervisorPolicy::HeldBetweenSteps(
+    const Worker& w) const {
+  // A step recorded since the phase began: BoundPhase bounds it as a step
+  // (HeldBy), or no peer is ahead.
+  if ((w.phase != Phase::kEval && w.phase != Phase::kCheckpoint) ||
+      w.stepped_in_phase || w.exit || w.hung) {
+    return std::nullopt;
+  }
+  // Every rank reports the phase (worker/phase.h) and the ones with
+  // nothing to do there go on to their next step: one that recorded it
+  // waits in its sync for this one, still writing or evaluating.
+  std::optional<Held> held = AheadPeer(w);
+  if (!held) return std::nullopt;
+  held->since = std::max(held->since, w.last_record);
+  return held;
+}
+
 std::optional<SupervisorPolicy::Held> SupervisorPolicy::BlockedSince(
     const Worker& w) const {
   if (!w.idle_since) return std::nullopt;
   std::optional<Held> blocked = HeldBy(w);
+  if (!blocked) blocked = HeldBetweenSteps(w);
   if (!blocked) return std::nullopt;
   blocked->since = std::max(blocked->since, *w.idle_since);
   return blocked;
+}
+
+absl::Duration SupervisorPolicy::BlockedBound(const Worker& w) const {
+  return bounds_.BlockedBound(BoundPhase(w), w.rank);
 }
 
 std::optional<absl::Duration> SupervisorPolicy::SpunCpu(const Worker& w) const {
@@ -385,7 +408,7 @@ void SupervisorPolicy::MarkHung(int local_rank, absl::Time now) {
   std::optional<absl::Duration> spun;
   if (!stopped_too_long) {
     blocked = BlockedSince(w);
-    if (blocked && now - blocked->since < bounds_.BlockedBound()) {
+    if (blocked && now - blocked->since < BlockedBound(w)) {
       blocked.reset();
     }
     if (!blocked) spun = SpunPastBound(w);
@@ -400,7 +423,7 @@ void SupervisorPolicy::MarkHung(int local_rank, absl::Time now) {
     failure.stopped = true;
     failure.silent = now - *w.stopped_since;
   } else if (blocked) {
-    w.hung_bound = bounds_.BlockedBound();
+    w.hung_bound = BlockedBound(w);
     failure.blocked = true;
     failure.waited_by = blocked->waited_by;
     failure.silent = now - blocked->since;

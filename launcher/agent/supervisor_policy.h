@@ -45,6 +45,9 @@ struct LocalFailure {
 
 struct SupervisorPolicyOptions {
   int num_workers = 1;
+  // The global rank of local rank 0 this round: PhaseBounds learns what
+  // evaluations and checkpoint writes take by rank (BlockedBound).
+  int first_rank = 0;
   // By local rank: whether that rank's program reports on its progress
   // pipe (its worker did in an earlier round of this job): then a worker
   // that reports nothing within the start-up bound is hung too. Otherwise a
@@ -121,6 +124,12 @@ class SupervisorPolicy {
   // compute is done, before its sync, which is what makes "a later step"
   // mean "waits for me".
   //
+  // The same holds in an evaluation or a checkpoint write the program
+  // reported, before its next step record: a peer that recorded a later
+  // step did its step after that phase and waits for it. It is blocked
+  // past PhaseBounds::BlockedBound() of that phase on its rank, which
+  // learns from the rank's own such phases (a write to a socket sleeps).
+  //
   // One that uses CPU instead, while a local peer waits for it, spins: it
   // is hung once it used PhaseBounds::SpinBound() of CPU time since the
   // peer began to wait, when the program reports its work between steps
@@ -189,6 +198,7 @@ class SupervisorPolicy {
 
  private:
   struct Worker {
+    int rank = 0;  // global
     std::optional<ExitStatus> exit;
     common::Phase phase = common::Phase::kStart;
     absl::Time last_record;  // or when the phase began, before any record
@@ -259,9 +269,15 @@ class SupervisorPolicy {
   // Since when a peer waits for `w` (a step ahead, or a local one in the
   // round's join), and that peer; nullopt: none does.
   std::optional<Held> HeldBy(const Worker& w) const;
-  // The same, from when `w` was also blocked (asleep without using CPU);
-  // nullopt: it is not (OnProcessState).
+  // In an evaluation or a checkpoint write that `w` reported, with no step
+  // recorded since: since when a peer a step ahead waits for it; nullopt:
+  // none does, or `w` is elsewhere (blocked only: such a phase uses CPU).
+  std::optional<Held> HeldBetweenSteps(const Worker& w) const;
+  // HeldBy or HeldBetweenSteps, from when `w` was also blocked (asleep
+  // without using CPU); nullopt: it is not (OnProcessState).
   std::optional<Held> BlockedSince(const Worker& w) const;
+  // How long `w` may stay blocked where it is (PhaseBounds::BlockedBound).
+  absl::Duration BlockedBound(const Worker& w) const;
   // The CPU time `w` used while a local peer waited for it (since the first
   // look after the wait began); nullopt: none waits, or spins are not
   // watched (reports_between_steps_).

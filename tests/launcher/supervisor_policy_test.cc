@@ -854,6 +854,96 @@ TEST_F(SupervisorPolicyTest, BlockedJustPastAnEvaluationIsBlockedInAStep) {
   EXPECT_EQ(policy.phase(1), Phase::kEval);
 }
 
+// A deadlock inside a checkpoint write: rank 0 reported the checkpoint and
+// sleeps without using CPU, while rank 1, with nothing to write, did its
+// next step and waits for rank 0 in that step's sync. Rank 0 is found
+// blocked in the checkpoint, not at the checkpoint's own bound (30 s once
+// learned, 600 s before): after 1 s, since its earlier write took 200 ms
+// (5 x 200 ms), or 10 s in its first checkpoint of the job, where nothing
+// says yet how long its writes sleep (a checkpoint sent to a store over a
+// socket sleeps too).
+TEST_F(SupervisorPolicyTest, ADeadlockInACheckpointWriteIsFoundBlocked) {
+  for (bool first : {false, true}) {
+    SCOPED_TRACE(first ? "the rank's first checkpoint" : "a later one");
+    common::FakeClock clock;
+    SupervisorPolicy policy({.num_workers = 2, .first_rank = 4}, Adaptive(),
+                            clock);
+    for (int i = 0; i < 2; ++i) policy.OnInPlaceDeclared(i);
+    ThreeFiguredSteps(policy, clock, 2);
+    if (!first) {  // a checkpoint of 200 ms on rank 4, ended by two steps
+      for (int i = 0; i < 2; ++i) {
+        policy.OnRecord(i, PhaseRecord(Phase::kCheckpoint));
+      }
+      clock.Advance(absl::Milliseconds(200));
+      for (int step = 0; step < 2; ++step) {
+        for (int i = 0; i < 2; ++i) FiguredStep(policy, i);
+        clock.Advance(absl::Milliseconds(50));
+      }
+    }
+    for (int i = 0; i < 2; ++i) {
+      policy.OnRecord(i, PhaseRecord(Phase::kCheckpoint));
+    }
+    policy.OnProcessState(0, Asleep(700));
+    clock.Advance(absl::Milliseconds(50));
+    FiguredStep(policy, 1);  // rank 5's step after the checkpoint
+    const absl::Time ahead = clock.Now();
+    const absl::Duration bound = first ? absl::Seconds(10) : absl::Seconds(1);
+    policy.OnProcessState(0, Asleep(700));
+    EXPECT_EQ(policy.NextHangDeadline(), ahead + bound);
+    const int looks = static_cast<int>(bound / absl::Milliseconds(100));
+    for (int look = 1; look <= looks; ++look) {
+      ASSERT_EQ(policy.Evaluate(), Verdict::kRunning) << look;
+      clock.Advance(absl::Milliseconds(100));
+      policy.OnProcessState(0, Asleep(700));
+    }
+    ASSERT_EQ(policy.Evaluate(), Verdict::kFailed);
+    ASSERT_EQ(policy.failures().size(), 1u);
+    const LocalFailure& f = policy.failures()[0];
+    EXPECT_EQ(f.local_rank, 0);
+    EXPECT_TRUE(f.blocked);
+    EXPECT_EQ(f.phase, Phase::kCheckpoint);
+    EXPECT_EQ(f.waited_by, 1);
+    EXPECT_EQ(f.silent, bound);
+    EXPECT_THAT(
+        DescribeHang(f),
+        ::testing::StartsWith("blocked for " + absl::FormatDuration(bound) +
+                              " in phase checkpoint: asleep without "
+                              "using CPU while local rank 1 waited"));
+    const RecoveryDecision decision = policy.DecideRecovery();
+    EXPECT_TRUE(decision.in_place);
+    EXPECT_EQ(decision.replace, std::vector<int>{0});
+  }
+}
+
+// Rank 0 evaluates while rank 1, a step ahead, waits for it: an
+// evaluation uses CPU, and one that sleeps (reading the test set) does so
+// within 5x its longest; neither is blocked. Nor is a rank in an
+// evaluation that no peer waits for yet.
+TEST_F(SupervisorPolicyTest, AnEvaluationThatWorksOrWaitsAloneIsNotBlocked) {
+  struct Case {
+    const char* what;
+    int cpu_ms_per_look = 0;
+    bool peer_ahead = true;
+  };
+  for (const Case& c : {Case{"busy", 10}, Case{"nobody waits", 0, false}}) {
+    common::FakeClock clock;
+    SupervisorPolicy policy({.num_workers = 2}, Adaptive(), clock);
+    ThreeFiguredSteps(policy, clock, 2);
+    for (int i = 0; i < 2; ++i) policy.OnRecord(i, PhaseRecord(Phase::kEval));
+    if (c.peer_ahead) FiguredStep(policy, 1);
+    int cpu_ms = 700;
+    for (int look = 0; look < 150; ++look) {  // 15 s of looks
+      policy.OnProcessState(0, Asleep(cpu_ms += c.cpu_ms_per_look));
+      ASSERT_EQ(policy.Evaluate(), Verdict::kRunning) << c.what << look;
+      clock.Advance(absl::Milliseconds(100));
+    }
+  }
+  // A slow evaluation seen before (4 s, asleep): 20 s asleep is its bound.
+  PhaseBounds& bounds = Adaptive();
+  bounds.Observe(Phase::kEval, absl::Seconds(4), /*rank=*/0);
+  EXPECT_EQ(bounds.BlockedBound(Phase::kEval, 0), absl::Seconds(20));
+}
+
 // Rank 1 waited in its sync through rank 0's 30 s evaluation, silent. Once
 // rank 0 is a step ahead, rank 1 computes a step, bounded as one, but from
 // then: its silence through the evaluation does not count (CI's
@@ -1265,14 +1355,35 @@ TEST(PhaseBoundsTest, TheSpinBoundIsASecondOrFiveCostliestSteps) {
 
 TEST(PhaseBoundsTest, TheBlockedBoundIsASecondOrFiveLongestSteps) {
   PhaseBounds bounds;
-  EXPECT_EQ(bounds.BlockedBound(), absl::Seconds(1));
+  EXPECT_EQ(bounds.BlockedBound(Phase::kStep), absl::Seconds(1));
   bounds.Observe(Phase::kStep, absl::Milliseconds(100));
-  EXPECT_EQ(bounds.BlockedBound(), absl::Seconds(1));
+  EXPECT_EQ(bounds.BlockedBound(Phase::kStep), absl::Seconds(1));
   bounds.Observe(Phase::kStep, absl::Milliseconds(800));
-  EXPECT_EQ(bounds.BlockedBound(), absl::Seconds(4)) << "5 x 0.8 s";
+  EXPECT_EQ(bounds.BlockedBound(Phase::kStep), absl::Seconds(4)) << "5 x 0.8 s";
+  EXPECT_EQ(bounds.BlockedBound(Phase::kJoin), absl::Seconds(4));
   PhaseBoundsOptions options;
   options.blocked_fixed = absl::Seconds(3);
-  EXPECT_EQ(PhaseBounds(options).BlockedBound(), absl::Seconds(3));
+  EXPECT_EQ(PhaseBounds(options).BlockedBound(Phase::kStep), absl::Seconds(3));
+  EXPECT_EQ(PhaseBounds(options).BlockedBound(Phase::kCheckpoint, 0),
+            absl::Seconds(3));
+}
+
+// In a checkpoint write or an evaluation, the rank's own longest there
+// counts: the writer's, not its peers' that only passed through the phase.
+TEST(PhaseBoundsTest, ACheckpointsBlockedBoundIsLearnedByRank) {
+  PhaseBounds bounds;
+  EXPECT_EQ(bounds.BlockedBound(Phase::kCheckpoint, 0), absl::Seconds(10));
+  bounds.Observe(Phase::kCheckpoint, absl::Milliseconds(50), /*rank=*/1);
+  EXPECT_EQ(bounds.BlockedBound(Phase::kCheckpoint, 1), absl::Seconds(1));
+  EXPECT_EQ(bounds.BlockedBound(Phase::kCheckpoint, 0), absl::Seconds(10))
+      << "rank 1's checkpoints say nothing of rank 0's writes";
+  bounds.Observe(Phase::kCheckpoint, absl::Milliseconds(600), /*rank=*/0);
+  EXPECT_EQ(bounds.BlockedBound(Phase::kCheckpoint, 0), absl::Seconds(3))
+      << "5 x 0.6 s";
+  EXPECT_EQ(bounds.BlockedBound(Phase::kEval, 0), absl::Seconds(10));
+  bounds.Observe(Phase::kCheckpoint, absl::Seconds(3), /*rank=*/2);
+  EXPECT_EQ(bounds.BlockedBound(Phase::kCheckpoint, 3), absl::Seconds(15))
+      << "unseen: 5 x the longest of any rank, when above 10 s";
 }
 
 // --straggler-policy replace: a named straggler is killed and replaced.
