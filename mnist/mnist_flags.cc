@@ -84,6 +84,13 @@ MnistCommandLine ParseMnistFlags(int argc, const char* const* argv) {
                "current step (a loop that never ends)")
       ->group("")
       ->excludes("--test-block-on-sigusr2");
+  app.add_flag("--test-block-in-checkpoint-on-sigusr2",
+               o.test_block_in_checkpoint_on_sigusr2,
+               "Tests: on SIGUSR2 the worker blocks for good at the end of "
+               "its next checkpoint write (a deadlock in a checkpoint)")
+      ->group("")
+      ->excludes("--test-block-on-sigusr2")
+      ->excludes("--test-spin-on-sigusr2");
   common::AddLogLevelFlag(app, &command.logging.level);
   common::AddVersionFlag(app, "ddprun-mnist");
   command.exit_code = common::ParseFlags(app, argc, argv, "ddprun-mnist");

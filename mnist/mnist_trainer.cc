@@ -315,7 +315,11 @@ void FaultInSync(const Training& t, const std::string& hook, int sig,
 // --test-block-on-sigusr2 and --test-spin-on-sigusr2: SIGUSR2 asks the
 // worker to hang; it does so after its current step, where a deadlock
 // leaves it asleep without using CPU, and a loop that never ends leaves it
-// running.
+// running. A deadlock also comes at the end of a checkpoint write or an
+// evaluation, still in its phase, when the signal came there; a spin waits
+// for the next step's end (the agent judges spins in steps only).
+// --test-block-in-checkpoint-on-sigusr2 waits for a checkpoint's end.
+enum class HangPoint { kStep, kCheckpoint, kEval };
 std::atomic<bool> block_requested{false};
 
 void RequestBlock(int) { block_requested.store(true); }
@@ -329,17 +333,24 @@ void InstallBlockHook(bool enabled) {
   sigaction(SIGUSR2, &action, nullptr);
 }
 
-void BlockIfRequested(const Training& t) {
+void BlockIfRequested(const Training& t, HangPoint at) {
   if (!block_requested.load()) return;
+  if (t.options.test_block_in_checkpoint_on_sigusr2 &&
+      at != HangPoint::kCheckpoint) {
+    return;
+  }
   if (t.options.test_spin_on_sigusr2) {
+    if (at != HangPoint::kStep) return;
     spdlog::warn("--test-spin-on-sigusr2: rank {} spins for good after step {}",
                  t.group.rank, t.step);
     // A volatile counter, so the loop is not optimised away.
     for (volatile uint64_t i = 0;; i = i + 1) {
     }
   }
-  spdlog::warn("--test-block-on-sigusr2: rank {} blocks for good after step {}",
-               t.group.rank, t.step);
+  static constexpr const char* kWhere[] = {"after", "in its checkpoint after",
+                                           "in its evaluation after"};
+  spdlog::warn("--test-block-on-sigusr2: rank {} blocks for good {} step {}",
+               t.group.rank, kWhere[static_cast<int>(at)], t.step);
   for (;;) pause();
 }
 
@@ -656,7 +667,10 @@ absl::Status SaveProgress(const Training& t, int64_t epoch, int64_t position) {
   // Every rank: the others wait for rank 0's write in their next step, and
   // a checkpoint's bound is not a step's. The next step ends the phase.
   ReportPhase(t.env.progress_fd, Phase::kCheckpoint);
-  if (!t.lead) return absl::OkStatus();
+  if (!t.lead) {
+    BlockIfRequested(t, HangPoint::kCheckpoint);
+    return absl::OkStatus();
+  }
   TrainingCheckpoint c;
   c.model = StateDict(*t.model);
   c.lr = t.options.lr;
@@ -673,6 +687,7 @@ absl::Status SaveProgress(const Training& t, int64_t epoch, int64_t position) {
   // What a restart resumes from (tests/launcher/partition_test.py).
   spdlog::info("checkpoint of step {} saved (epoch {}, sample {}) in round {}",
                t.step, epoch + 1, position, t.env.round);
+  BlockIfRequested(t, HangPoint::kCheckpoint);
   return absl::OkStatus();
 }
 
@@ -797,7 +812,7 @@ absl::Status TrainEpoch(Training& t, int64_t epoch) {
           absl::StrFormat("%d %d %d\n", t.step, UnixMicros(), getpid());
       (void)!write(t.step_times_fd, line.data(), line.size());
     }
-    BlockIfRequested(t);
+    BlockIfRequested(t, HangPoint::kStep);
     const bool epoch_done = step_end == steps_end;
     if (!epoch_done && options.checkpoint_every > 0 &&
         t.step % options.checkpoint_every == 0) {
@@ -829,6 +844,7 @@ absl::Status TrainEpoch(Training& t, int64_t epoch) {
         epoch + 1, options.epochs, batches ? loss_sum / batches : 0.0,
         epoch_samples / std::max(epoch_seconds, 1e-9), 100.0 * accuracy);
   }
+  BlockIfRequested(t, HangPoint::kEval);
   t.summary.epochs = static_cast<int>(epoch + 1);
   return absl::OkStatus();
 }
@@ -934,7 +950,8 @@ absl::Status Recover(Training& t) {
 
 absl::Status Train(const MnistTrainOptions& options) {
   InstallBlockHook(options.test_block_on_sigusr2 ||
-                   options.test_spin_on_sigusr2);
+                   options.test_spin_on_sigusr2 ||
+                   options.test_block_in_checkpoint_on_sigusr2);
   absl::StatusOr<std::unique_ptr<Training>> training = SetUp(options);
   if (!training.ok()) return training.status();
   Training& t = **training;

@@ -59,6 +59,10 @@ struct MnistTrainOptions {
   // The same, but it spins for good instead: a loop on one core that never
   // ends, running and using CPU. At most one of the two.
   bool test_spin_on_sigusr2 = false;
+  // As test_block_on_sigusr2, but only at the end of its next checkpoint
+  // write (--checkpoint-dir), in the checkpoint's phase: a deadlock in a
+  // checkpoint, while its peers wait for it in their next step's sync.
+  bool test_block_in_checkpoint_on_sigusr2 = false;
 };
 
 // Trains the seed MLP on MNIST with data parallelism over the ranks the

@@ -10,10 +10,11 @@ a seeded plan of faults, each of a worker, an agent or the server:
 
   worker-kill      kill -9
   worker-hang      SIGSTOP for good
-  worker-block     blocked for good after its step, asleep without using CPU
-                   (a deadlock: SIGUSR2 to ddprun-mnist, which then runs with
-                   --test-block-on-sigusr2); only when --kinds names it, so
-                   that the default kinds keep CI's seeded plans
+  worker-block     blocked for good after its step, or at the end of the
+                   checkpoint write or evaluation it is in, asleep without
+                   using CPU (a deadlock: SIGUSR2 to ddprun-mnist, which then
+                   runs with --test-block-on-sigusr2); only when --kinds
+                   names it, so that the default kinds keep CI's seeded plans
   worker-spin      spinning for good after its step, running on one core
                    (a loop that never ends: as worker-block, with
                    --test-spin-on-sigusr2); only when --kinds names it, and
