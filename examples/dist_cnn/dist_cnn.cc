@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "worker/ddp.h"
+#include "worker/phase.h"
 #include "worker/process_group.h"
 #include "worker/worker_env.h"
 
@@ -125,6 +126,9 @@ int main(int argc, char** argv) {
   // As the README's snippet: the environment ddprun (or torchrun) gives.
   auto env = ddprun::worker::ReadWorkerEnv();
   if (!env.ok()) return Fail(env.status().ToString());
+  // Nothing between its steps goes unreported (it has no evaluation or
+  // checkpoint): a rank that spins in a step is found after 1 s of CPU.
+  ddprun::worker::DeclareReportsBetweenSteps(env->progress_fd);
   ddprun::worker::ProcessGroupOptions group_options;  // the defaults
   if (o.process_group) {
     group_options.gradient_sync = ddprun::worker::GradientSync::kProcessGroup;
