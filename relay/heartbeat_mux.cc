@@ -151,12 +151,14 @@ void HeartbeatMux::Pump(const std::string& key, Group& group, absl::Time now,
       message.set_round(beat.round());
       *message.mutable_ranks() = beat.ranks();
       message.set_steps(beat.steps());
+      message.set_steps_age_ms(beat.steps_age_ms());
     } else {
       v1::NodeBeat* more = message.add_more();
       more->set_node_id(beat.node_id());
       more->set_round(beat.round());
       *more->mutable_ranks() = beat.ranks();
       more->set_steps(beat.steps());
+      more->set_steps_age_ms(beat.steps_age_ms());
     }
     for (const v1::NodeBeat& more : beat.more()) *message.add_more() = more;
     nodes += entry.nodes();

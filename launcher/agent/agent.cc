@@ -452,13 +452,21 @@ Agent::RoundOutcome Agent::Supervise(const RunningRound& round) {
   heartbeat_options.figures = [this, &figures] {
     return figures.Summary(clock_.Now());
   };
-  // The round's most steps, as the server answers them: a local rank a
-  // step behind is waited for by a rank of another node (OnRoundSteps).
-  std::atomic<int64_t> round_steps{0};
-  heartbeat_options.steps = [&figures] { return figures.MaxSteps(); };
-  heartbeat_options.on_round_steps = [&round_steps](int64_t steps) {
-    round_steps.store(steps);
+  // The round's most steps, as the server answers them, and since when a
+  // rank has been there: a local rank a step behind is waited for by a rank
+  // of another node from then (OnRoundSteps). Both ways they are dated by
+  // age, not by a clock another machine would read.
+  RoundStepsInbox round_steps;
+  heartbeat_options.steps = [this, &figures] {
+    const RankFigures::MostSteps most = figures.Most();
+    return HeartbeatLoopOptions::Steps{
+        most.steps,
+        most.steps > 0 ? clock_.Now() - most.reached : absl::ZeroDuration()};
   };
+  heartbeat_options.on_round_steps =
+      [this, &round_steps](HeartbeatLoopOptions::Steps steps) {
+        round_steps.Post(steps.steps, clock_.Now() - steps.age);
+      };
   // Stragglers the server names, for the agent's thread (Observe).
   StragglerInbox stragglers;
   if (options_.replace_stragglers) {
@@ -496,7 +504,9 @@ Agent::RoundOutcome Agent::Supervise(const RunningRound& round) {
     if (std::optional<int> sig = events_.stop_signal()) {
       return StopOnSignal(round, *sig);
     }
-    policy.OnRoundSteps(round_steps.load());
+    if (std::optional<RoundStepsInbox::Latest> latest = round_steps.Take()) {
+      policy.OnRoundSteps(latest->steps, latest->since);
+    }
     Observe(round, policy, figures, exited);
     forming.store(policy.Forming());
     for (int local_rank : stragglers.Take()) {

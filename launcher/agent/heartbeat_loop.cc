@@ -1,5 +1,7 @@
 #include "launcher/agent/heartbeat_loop.h"
 
+#include <algorithm>
+
 #include "absl/time/clock.h"
 #include "spdlog/spdlog.h"
 
@@ -68,7 +70,12 @@ void HeartbeatLoop::Run() {
     if (options_.figures) figures = options_.figures();
     const bool with_figures = policy_.FiguresDue(figures, sent);
     request.clear_ranks();
-    if (options_.steps) request.set_steps(options_.steps());
+    if (options_.steps) {
+      const HeartbeatLoopOptions::Steps steps = options_.steps();
+      request.set_steps(steps.steps);
+      request.set_steps_age_ms(
+          std::max<int64_t>(0, absl::ToInt64Milliseconds(steps.age)));
+    }
     if (with_figures) {
       for (const v1::RankFigures& f : figures) *request.add_ranks() = f;
     }
@@ -82,7 +89,9 @@ void HeartbeatLoop::Run() {
     }
     if (response.ok() && options_.on_round_steps &&
         response->round_steps() > 0) {
-      options_.on_round_steps(response->round_steps());
+      options_.on_round_steps(
+          {response->round_steps(),
+           absl::Milliseconds(response->round_steps_age_ms())});
     }
     if (response.ok() && options_.on_stragglers &&
         !response->straggler_local_ranks().empty()) {

@@ -53,12 +53,18 @@ struct HeartbeatLoopOptions {
   // Called (on the loop's thread) with this node's local ranks that the
   // server names stragglers, whenever an answer names any. Unset: ignored.
   std::function<void(std::vector<int>)> on_stragglers;
-  // The most steps a local rank completed in the round, sent with every
-  // heartbeat (HeartbeatRequest.steps); and called (on the loop's thread)
-  // with the round's most, from every answer that carries it
-  // (HeartbeatResponse.round_steps). Unset: none sent, or ignored.
-  std::function<int64_t()> steps;
-  std::function<void(int64_t)> on_round_steps;
+  // The most steps a local rank completed in the round and how long ago
+  // the first got there, sent with every heartbeat (HeartbeatRequest.steps,
+  // steps_age_ms); and called (on the loop's thread) with the round's most
+  // and their age, from every answer that carries them
+  // (HeartbeatResponse.round_steps, round_steps_age_ms). Unset: none sent,
+  // or ignored.
+  struct Steps {
+    int64_t steps = 0;
+    absl::Duration age;
+  };
+  std::function<Steps()> steps;
+  std::function<void(Steps)> on_round_steps;
 };
 
 // Heartbeats the rendezvous for one round on a thread of its own, so that a

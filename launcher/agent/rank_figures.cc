@@ -26,6 +26,7 @@ void RankFigures::OnRecord(int local_rank, const common::ProgressRecord& record,
     return;
   }
   ++r.steps;
+  r.stepped = now;
   r.samples.push_back({now, record.compute_seconds.value_or(-1)});
   while (
       static_cast<int>(r.samples.size()) > options_.max_samples ||
@@ -48,10 +49,15 @@ void RankFigures::SetExited(int local_rank) {
   ranks_[local_rank].phase = "exited";
 }
 
-int64_t RankFigures::MaxSteps() const {
+RankFigures::MostSteps RankFigures::Most() const {
   absl::MutexLock lock(&mu_);
-  int64_t most = 0;
-  for (const Rank& r : ranks_) most = std::max(most, r.steps);
+  MostSteps most;
+  for (const Rank& r : ranks_) {
+    if (r.steps > most.steps ||
+        (r.steps == most.steps && r.steps > 0 && r.stepped < most.reached)) {
+      most = {r.steps, r.stepped};
+    }
+  }
   return most;
 }
 

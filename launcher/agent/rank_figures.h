@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,9 +40,14 @@ class RankFigures {
   void SetExited(int local_rank);
 
   std::vector<v1::RankFigures> Summary(absl::Time now) const;
-  // The most steps a local rank completed in the round
-  // (HeartbeatRequest.steps).
-  int64_t MaxSteps() const;
+  // The most steps a local rank completed in the round, and when the first
+  // rank with that many recorded its last (HeartbeatRequest.steps,
+  // steps_age_ms); steps 0: none yet.
+  struct MostSteps {
+    int64_t steps = 0;
+    absl::Time reached;
+  };
+  MostSteps Most() const;
 
  private:
   struct Sample {
@@ -55,6 +61,7 @@ class RankFigures {
     // supervisor counts them: a survivor's step record of the round before,
     // read at this round's start, does not count.
     int64_t steps = 0;
+    absl::Time stepped;  // when its last step record came
     std::deque<Sample> samples;
   };
 
@@ -62,6 +69,32 @@ class RankFigures {
   const absl::Time round_start_;
   mutable absl::Mutex mu_;
   std::vector<Rank> ranks_ ABSL_GUARDED_BY(mu_);
+};
+
+// The round's most steps and since when a rank has been there, as the
+// server last answered them, handed from the heartbeat thread (Post) to the
+// agent's (Take). Thread-safe.
+class RoundStepsInbox {
+ public:
+  struct Latest {
+    int64_t steps = 0;
+    absl::Time since;
+  };
+  void Post(int64_t steps, absl::Time since) {
+    absl::MutexLock lock(&mu_);
+    latest_ = Latest{steps, since};
+  }
+  // The latest answer since the last Take; nullopt: none came.
+  std::optional<Latest> Take() {
+    absl::MutexLock lock(&mu_);
+    std::optional<Latest> out;
+    out.swap(latest_);
+    return out;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::optional<Latest> latest_ ABSL_GUARDED_BY(mu_);
 };
 
 // The local ranks the server names stragglers, handed from the heartbeat

@@ -167,10 +167,10 @@ void SupervisorPolicy::OnProcessState(int local_rank,
   w.last_look = now;
 }
 
-void SupervisorPolicy::OnRoundSteps(int64_t steps) {
+void SupervisorPolicy::OnRoundSteps(int64_t steps, absl::Time since) {
   if (steps <= round_steps_) return;
   round_steps_ = steps;
-  round_steps_since_ = clock_.Now();
+  round_steps_since_ = std::min(since, clock_.Now());
 }
 
 void SupervisorPolicy::OnStraggler(int local_rank) {
@@ -246,8 +246,8 @@ std::optional<SupervisorPolicy::Held> SupervisorPolicy::AheadPeer(
     return Held{workers_[*peer].last_step, *peer};
   }
   // The server's figure: some rank of the round, on this node or another,
-  // recorded the next step, and waits for this one in its sync. Known
-  // since the answer that brought it (a little after the rank got there).
+  // recorded the next step, and waits for this one in its sync, since it
+  // got there (as its agent dated it).
   if (figured_steps_ && w.reports && !w.exit && round_steps_ > 0 &&
       round_steps_ == w.steps + 1) {
     return Held{round_steps_since_, -1};

@@ -145,11 +145,13 @@ class SupervisorPolicy {
   // (FAILURE_CAUSE_STRAGGLER), killed and replaced as a hung one is.
   void OnStraggler(int local_rank);
   // The most steps any rank of the round completed, as the server last
-  // answered (HeartbeatResponse.round_steps). A local rank one step behind
-  // it is waited for by a rank of another node, as by a local peer a step
-  // ahead: it can be blocked or spinning (OnProcessState) with no local
-  // peer, as a node's only rank is.
-  void OnRoundSteps(int64_t steps);
+  // answered (HeartbeatResponse.round_steps), and since when the first rank
+  // there has been (round_steps_age_ms; the answer's time from older
+  // servers). A local rank one step behind it is waited for by a rank of
+  // another node, as by a local peer a step ahead, from then: it can be
+  // blocked or spinning (OnProcessState) with no local peer, as a node's
+  // only rank is.
+  void OnRoundSteps(int64_t steps, absl::Time since);
 
   // Also turns a worker silent past its phase's bound, or stopped past the
   // stopped bound, into a "hung" failure.
@@ -294,7 +296,8 @@ class SupervisorPolicy {
   std::vector<LocalFailure> failures_;
   bool figured_steps_ = false;
   bool reports_between_steps_ = false;
-  // OnRoundSteps: the round's most steps, and when it was first answered.
+  // OnRoundSteps: the round's most steps, and since when a rank has been
+  // there.
   int64_t round_steps_ = 0;
   absl::Time round_steps_since_;
 };

@@ -613,14 +613,31 @@ v1::HeartbeatResponse Job::Heartbeat(const v1::HeartbeatRequest& request,
     if (it->second.member && request.round() == round_ &&
         state_ == v1::JOB_STATE_RUNNING) {
       if (!request.ranks().empty()) TakeFigures(it->second, request, now);
-      round_steps_ = std::max(round_steps_, request.steps());
+      TakeSteps(request.steps(), request.steps_age_ms(), now);
       // Every heartbeat, not only those with figures: a large job's nodes
       // send figures every few seconds (figures_interval_ms), and the
       // straggler windows must still pass once a second.
       EvaluateStragglers(now);
     }
   }
-  return HeartbeatAnswer(request.node_id(), request.round());
+  v1::HeartbeatResponse response =
+      HeartbeatAnswer(request.node_id(), request.round());
+  if (response.round_steps() > 0) {
+    response.set_round_steps_age_ms(std::max<int64_t>(
+        0, absl::ToInt64Milliseconds(now - round_steps_reached_)));
+  }
+  return response;
+}
+
+void Job::TakeSteps(int64_t steps, int64_t age_ms, absl::Time now) {
+  if (steps <= 0 || steps < round_steps_) return;
+  const absl::Time reached =
+      now - absl::Milliseconds(std::max<int64_t>(0, age_ms));
+  // The first rank there: it has waited longest.
+  if (steps > round_steps_ || reached < round_steps_reached_) {
+    round_steps_reached_ = reached;
+  }
+  round_steps_ = steps;
 }
 
 v1::HeartbeatResponse Job::HeartbeatAnswer(const std::string& node_id,

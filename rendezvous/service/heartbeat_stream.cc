@@ -30,6 +30,7 @@ absl::StatusOr<v1::HeartbeatResponse> AnswerHeartbeat(
     one.set_round(beat.round());
     *one.mutable_ranks() = beat.ranks();
     one.set_steps(beat.steps());
+    one.set_steps_age_ms(beat.steps_age_ms());
     absl::StatusOr<v1::HeartbeatResponse> each = jobs->Heartbeat(one);
     if (!each.ok()) return each.status();
     *answer->add_more() = *std::move(each);

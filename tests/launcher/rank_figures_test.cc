@@ -72,13 +72,13 @@ TEST(RankFiguresTest, StepsCountFromTheRoundsStartOfStepping) {
   RankFigures figures(2, absl::UnixEpoch());
   const absl::Time now = absl::UnixEpoch() + absl::Seconds(1);
   figures.OnRecord(0, Step(0.01), now);  // the round before's, read late
-  EXPECT_EQ(figures.MaxSteps(), 1);
+  EXPECT_EQ(figures.Most().steps, 1);
   for (common::Phase phase : {common::Phase::kJoin, common::Phase::kSync,
                               common::Phase::kFirstStep}) {
     figures.OnRecord(
         0, {.kind = common::ProgressRecord::Kind::kPhase, .phase = phase}, now);
   }
-  EXPECT_EQ(figures.MaxSteps(), 0);
+  EXPECT_EQ(figures.Most().steps, 0);
   for (int i = 0; i < 3; ++i) figures.OnRecord(0, Step(0.01), now);
   figures.OnRecord(1, Step(0.01), now);
   figures.OnRecord(1,
@@ -86,8 +86,26 @@ TEST(RankFiguresTest, StepsCountFromTheRoundsStartOfStepping) {
                     .phase = common::Phase::kEval},
                    now);  // an evaluation does not reset the count
   figures.OnRecord(1, Step(0.01), now);
-  EXPECT_EQ(figures.MaxSteps(), 3);
+  EXPECT_EQ(figures.Most().steps, 3);
   EXPECT_EQ(figures.Summary(now)[1].steps(), 2);
+}
+
+// The heartbeats date the most steps by the first rank that got there: it
+// has waited in its sync for the others since.
+TEST(RankFiguresTest, TheMostStepsAreDatedByTheFirstRankThere) {
+  RankFigures figures(3, absl::UnixEpoch());
+  const absl::Time t0 = absl::UnixEpoch() + absl::Seconds(1);
+  figures.OnRecord(1, Step(0.01), t0);
+  figures.OnRecord(2, Step(0.01), t0 + absl::Milliseconds(5));
+  figures.OnRecord(2, Step(0.01), t0 + absl::Milliseconds(20));
+  figures.OnRecord(0, Step(0.01), t0 + absl::Milliseconds(30));
+  figures.OnRecord(1, Step(0.01), t0 + absl::Milliseconds(40));
+  EXPECT_EQ(figures.Most().steps, 2);
+  EXPECT_EQ(figures.Most().reached, t0 + absl::Milliseconds(20));
+  figures.OnRecord(0, Step(0.01), t0 + absl::Milliseconds(50));
+  figures.OnRecord(0, Step(0.01), t0 + absl::Milliseconds(60));
+  EXPECT_EQ(figures.Most().steps, 3);
+  EXPECT_EQ(figures.Most().reached, t0 + absl::Milliseconds(60));
 }
 
 TEST(RankFiguresTest, AnExitedRankStaysExited) {

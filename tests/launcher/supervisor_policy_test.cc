@@ -1102,7 +1102,7 @@ TEST_F(SupervisorPolicyTest, ANodesOnlyRankAnotherNodeWaitsForIsHung) {
                             Adaptive(), clock);
     policy.OnInPlaceDeclared(0);
     ThreeFiguredSteps(policy, clock, 1);
-    policy.OnRoundSteps(3);  // level with the others: nobody waits
+    policy.OnRoundSteps(3, clock.Now());  // level with the others
     int cpu_ms = 700;
     auto look = [&] {
       policy.OnProcessState(0, spin ? Running(cpu_ms) : Asleep(cpu_ms));
@@ -1113,7 +1113,7 @@ TEST_F(SupervisorPolicyTest, ANodesOnlyRankAnotherNodeWaitsForIsHung) {
       ASSERT_EQ(policy.Evaluate(), Verdict::kRunning) << spin << " " << i;
       clock.Advance(absl::Milliseconds(100));
     }
-    policy.OnRoundSteps(4);  // another node's rank is a step ahead
+    policy.OnRoundSteps(4, clock.Now());  // another node's rank, a step ahead
     const absl::Time ahead = clock.Now();
     look();
     EXPECT_EQ(policy.NextHangDeadline(), ahead + absl::Seconds(1)) << spin;
@@ -1139,6 +1139,37 @@ TEST_F(SupervisorPolicyTest, ANodesOnlyRankAnotherNodeWaitsForIsHung) {
   }
 }
 
+// The answer comes a heartbeat or two after the rank of another node got a
+// step ahead; the server says how long ago (round_steps_age_ms), and the
+// wait is timed from then: a node's only rank, deadlocked, is found 1 s
+// after the peer began to wait, not 1 s after the answer.
+TEST_F(SupervisorPolicyTest, ARemoteWaitIsTimedFromWhenThePeerGotAhead) {
+  common::FakeClock clock;
+  SupervisorPolicy policy({.num_workers = 1}, Adaptive(), clock);
+  policy.OnInPlaceDeclared(0);
+  ThreeFiguredSteps(policy, clock, 1);
+  policy.OnProcessState(0, Asleep(700));
+  clock.Advance(absl::Milliseconds(100));
+  policy.OnProcessState(0, Asleep(700));  // asleep from here
+  clock.Advance(absl::Milliseconds(50));
+  const absl::Time ahead = clock.Now();  // another node's rank records
+  clock.Advance(absl::Milliseconds(450));
+  policy.OnRoundSteps(4, ahead);  // the answer that says so
+  policy.OnProcessState(0, Asleep(700));
+  EXPECT_EQ(policy.NextHangDeadline(), ahead + absl::Seconds(1));
+  // A date in the future (clocks are not compared, but an answer is not
+  // trusted to be earlier than now) counts from now.
+  SupervisorPolicy later({.num_workers = 1}, Adaptive(), clock);
+  ThreeFiguredSteps(later, clock, 1);
+  for (int i = 0; i < 2; ++i) {
+    later.OnProcessState(0, Asleep(700));
+    clock.Advance(absl::Milliseconds(100));
+  }
+  later.OnRoundSteps(4, clock.Now() + absl::Hours(1));
+  later.OnProcessState(0, Asleep(700));
+  EXPECT_EQ(later.NextHangDeadline(), clock.Now() + absl::Seconds(1));
+}
+
 // The round's most steps two ahead is no lockstep (a figure of another
 // round's stepping, or a count this rank missed): nothing is inferred. Nor
 // from a program whose records carry no compute figure.
@@ -1150,7 +1181,7 @@ TEST_F(SupervisorPolicyTest, TheRoundsStepsCountOnlyOneStepAhead) {
       clock.Advance(absl::Milliseconds(50));
       ahead == 2 ? FiguredStep(policy, 0) : Step(policy, 0);
     }
-    policy.OnRoundSteps(3 + ahead);
+    policy.OnRoundSteps(3 + ahead, clock.Now());
     for (int i = 0; i < 50; ++i) {
       policy.OnProcessState(0, Asleep(700));
       ASSERT_EQ(policy.Evaluate(), Verdict::kRunning) << ahead << " " << i;

@@ -282,6 +282,8 @@ TEST_F(HeartbeatStreamTest, ABatchOfNodesIsAnsweredNodeByNode) {
   v1::NodeBeat* member = batch.add_more();
   member->set_node_id("n1");
   member->set_round(round);
+  member->set_steps(5);  // ahead of n0, for 2 s (as its agent dates it)
+  member->set_steps_age_ms(2000);
   v1::NodeBeat* stranger = batch.add_more();
   stranger->set_node_id("not-a-member");
   stranger->set_round(round);
@@ -293,6 +295,8 @@ TEST_F(HeartbeatStreamTest, ABatchOfNodesIsAnsweredNodeByNode) {
   ASSERT_EQ(unary.more_size(), 2);
   EXPECT_FALSE(unary.more(0).rejoin());
   EXPECT_EQ(unary.more(0).round(), round);
+  EXPECT_EQ(unary.more(0).round_steps(), 5);
+  EXPECT_GE(unary.more(0).round_steps_age_ms(), 2000);
   EXPECT_TRUE(unary.more(1).rejoin());
 
   auto context = BoundedContext();

@@ -969,6 +969,39 @@ TEST_F(JobTest, AnswersTheRoundsMostStepsUntilTheRoundIsOver) {
   EXPECT_EQ(over.round_steps(), 0);
 }
 
+// The round's most steps are dated by when the first rank got there, as
+// its agent said (steps_age_ms), and answered with their age: an agent
+// times its rank behind from then, not from when the answer came.
+TEST_F(JobTest, AnswersHowLongAgoTheFirstRankGotToTheMostSteps) {
+  FormFirstRound();
+  auto beat = [&](const std::string& node, int64_t steps, int64_t age_ms) {
+    v1::HeartbeatRequest request;
+    request.set_run_id("job");
+    request.set_node_id(node);
+    request.set_round(0);
+    request.set_steps(steps);
+    request.set_steps_age_ms(age_ms);
+    absl::StatusOr<v1::HeartbeatResponse> response = table_.Heartbeat(request);
+    EXPECT_TRUE(response.ok()) << response.status();
+    return response.ok() ? *response : v1::HeartbeatResponse();
+  };
+  v1::HeartbeatResponse r = beat("a", 7, 120);
+  EXPECT_EQ(r.round_steps(), 7);
+  EXPECT_EQ(r.round_steps_age_ms(), 120);
+  Advance(absl::Milliseconds(100));
+  r = beat("b", 7, 30);  // b got there later than a
+  EXPECT_EQ(r.round_steps_age_ms(), 220);
+  r = beat("b", 7, 400);  // b says it got there before a: it waited longest
+  EXPECT_EQ(r.round_steps_age_ms(), 400);
+  Advance(absl::Milliseconds(50));
+  EXPECT_EQ(beat("a", 6, 0).round_steps_age_ms(), 450) << "behind: no news";
+  r = beat("a", 8, -5);  // a negative age (a confused agent) counts as 0
+  EXPECT_EQ(r.round_steps(), 8);
+  EXPECT_EQ(r.round_steps_age_ms(), 0);
+  Advance(absl::Milliseconds(10));
+  EXPECT_EQ(beat("b", 7, 0).round_steps_age_ms(), 10);
+}
+
 TEST(JobEventsTest, KeepsTheFirstAndTheLatest) {
   JobEvents events(/*max_events=*/4, /*keep_first=*/1);
   for (int i = 0; i < 10; ++i) {
