@@ -7,6 +7,14 @@ namespace ddprun::launcher {
 using common::Phase;
 using common::ProgressRecord;
 
+namespace {
+
+// How far back a worker's looks are kept (Worker::looks): longer than a
+// heartbeat answer may come after the wait it tells of began.
+constexpr absl::Duration kLooksKept = absl::Seconds(5);
+
+}  // namespace
+
 SupervisorPolicy::SupervisorPolicy(SupervisorPolicyOptions options,
                                    PhaseBounds& bounds,
                                    const common::Clock& clock)
@@ -154,14 +162,26 @@ void SupervisorPolicy::OnProcessState(int local_rank,
     w.steps_at_look = w.steps;
     w.cpu_at_steps = state.cpu;
   }
-  // The CPU it uses while a peer waits counts from this look on, for a
-  // wait that began since the last one.
+  w.looks.push_back({now, state.cpu});
+  while (w.looks.size() > 1 && now - w.looks.front().time > kLooksKept) {
+    w.looks.pop_front();
+  }
+  // The CPU it uses while a peer waits counts from the first look since the
+  // wait began: this one for a wait that began since the last, an earlier
+  // one for a wait learned late (never from before it began: the step it
+  // computed then is no spin).
   const std::optional<Held> held = HeldBy(w);
   if (!held) {
     w.held_since.reset();
   } else if (w.held_since != held->since) {
     w.held_since = held->since;
     w.cpu_at_held = state.cpu;
+    for (const Worker::Look& look : w.looks) {
+      if (look.time >= held->since) {
+        w.cpu_at_held = look.cpu;
+        break;
+      }
+    }
   }
   w.cpu = state.cpu;
   w.last_look = now;

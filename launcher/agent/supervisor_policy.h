@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <string>
 #include <vector>
@@ -234,6 +235,14 @@ class SupervisorPolicy {
     // it began, and the worker's CPU time at the first look after that.
     std::optional<absl::Time> held_since;
     absl::Duration cpu_at_held;
+    // Its CPU time at the looks of the last few seconds, oldest first: a
+    // wait learned late (another node's, from the server's answer) counts
+    // the CPU used since the first look after it began.
+    struct Look {
+      absl::Time time;
+      absl::Duration cpu;
+    };
+    std::deque<Look> looks;
     // Its step count and CPU time at the last look at which the count
     // moved while it stepped (-1: none since it began stepping), so that
     // the next such look tells what a step costs in CPU.

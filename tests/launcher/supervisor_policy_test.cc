@@ -1170,6 +1170,43 @@ TEST_F(SupervisorPolicyTest, ARemoteWaitIsTimedFromWhenThePeerGotAhead) {
   EXPECT_EQ(later.NextHangDeadline(), clock.Now() + absl::Seconds(1));
 }
 
+// The same for a spin: learned from an answer 0.55 s after the rank of
+// another node got ahead, its CPU counts from the first look since then,
+// not from the look after the answer. Found after 1 s of CPU from there.
+TEST_F(SupervisorPolicyTest, ASpinLearnedLateCountsItsCpuFromTheWaitsStart) {
+  common::FakeClock clock;
+  SupervisorPolicy policy({.num_workers = 1, .reports_between_steps = true},
+                          Adaptive(), clock);
+  policy.OnInPlaceDeclared(0);
+  ThreeFiguredSteps(policy, clock, 1);
+  int cpu_ms = 700;
+  auto look = [&] {
+    policy.OnProcessState(0, Running(cpu_ms));
+    cpu_ms += 100;  // a full core
+  };
+  look();
+  clock.Advance(absl::Milliseconds(50));
+  const absl::Time ahead = clock.Now();
+  for (int i = 0; i < 5; ++i) {  // the first at ahead + 50 ms, CPU 800 ms
+    clock.Advance(absl::Milliseconds(i == 0 ? 50 : 100));
+    look();
+  }
+  policy.OnRoundSteps(4, ahead);
+  for (int i = 0; i < 5; ++i) {
+    clock.Advance(absl::Milliseconds(100));
+    look();
+    ASSERT_EQ(policy.Evaluate(), Verdict::kRunning) << i;
+  }
+  clock.Advance(absl::Milliseconds(100));
+  look();  // CPU 1800 ms: 1 s since the first look after `ahead`
+  ASSERT_EQ(policy.Evaluate(), Verdict::kFailed);
+  const LocalFailure& f = policy.failures()[0];
+  EXPECT_TRUE(f.spinning);
+  EXPECT_EQ(f.cpu, absl::Seconds(1));
+  EXPECT_EQ(f.silent, absl::Milliseconds(1050));
+  EXPECT_EQ(f.waited_by, -1);
+}
+
 // The round's most steps two ahead is no lockstep (a figure of another
 // round's stepping, or a count this rank missed): nothing is inferred. Nor
 // from a program whose records carry no compute figure.
