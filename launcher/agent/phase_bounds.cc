@@ -50,13 +50,16 @@ absl::Duration PhaseBounds::BlockedBound(common::Phase phase, int rank) const {
     }
     return std::max(options_.blocked_floor, own->second * options_.factor);
   }
-  return std::max(
-      options_.blocked_floor,
-      longest_[static_cast<int>(common::Phase::kStep)] * options_.factor);
+  return std::max(options_.blocked_floor,
+                  longest_step_compute_ * options_.factor);
 }
 
 void PhaseBounds::ObserveStepCpu(absl::Duration cpu) {
   longest_step_cpu_ = std::max(longest_step_cpu_, cpu);
+}
+
+void PhaseBounds::ObserveStepCompute(absl::Duration compute) {
+  longest_step_compute_ = std::max(longest_step_compute_, compute);
 }
 
 absl::Duration PhaseBounds::SpinBound() const {

@@ -68,9 +68,15 @@ struct PhaseBoundsOptions {
   // waits when it recorded a later step (it computed that step and waits
   // in its gradient sync), or when it began the round's join and the
   // worker, a survivor, has not taken the round. Blocked, it is hung after
-  // this floor, or `factor` x the longest step when that is longer; a
-  // fixed value (--hang-bound blocked=SECONDS, --worker-timeout) instead.
-  // InfiniteDuration: never.
+  // this floor, or `factor` x the most compute time a step took when that
+  // is longer; a fixed value (--hang-bound blocked=SECONDS,
+  // --worker-timeout) instead. InfiniteDuration: never. Compute time is
+  // what libddp's step records say (ObserveStepCompute): the rank's own
+  // time from its last sync to its next, data loading included, not its
+  // waits for peers nor the agent's delay in reading the record. The time
+  // between two records has both: one step that waited 4 s for a cut-off
+  // node, or read by an agent stopped for 2 s, made every later deadlock
+  // wait 10-20 s (the soak's worker-block after an agent-pause).
   absl::Duration blocked_floor = absl::Seconds(1);
   std::optional<absl::Duration> blocked_fixed;
   // A worker in an evaluation or a checkpoint write it reported (Phase::
@@ -128,13 +134,16 @@ class PhaseBounds {
   absl::Duration stopped_bound() const { return options_.stopped; }
   // How long the worker of global rank `rank` may stay blocked in `phase`
   // behind its waiting peers (PhaseBoundsOptions::blocked_floor): in a step
-  // or the round's join by the longest step, in an evaluation or a
+  // or the round's join by the costliest step's compute, in an evaluation or a
   // checkpoint write by that rank's longest there
   // (PhaseBoundsOptions::blocked_unseen_floor before it was seen there).
   absl::Duration BlockedBound(common::Phase phase, int rank = -1) const;
   absl::Duration round_failed_bound() const { return options_.round_failed; }
   // A step took `cpu` of CPU time (all of the worker's threads).
   void ObserveStepCpu(absl::Duration cpu);
+  // A step's record said it computed for `compute` (ProgressRecord::
+  // compute_seconds): its own time, without its wait for peers.
+  void ObserveStepCompute(absl::Duration compute);
   // How much CPU time a worker may use while its waiting peers wait for it
   // (PhaseBoundsOptions::spin_floor).
   absl::Duration SpinBound() const;
@@ -150,6 +159,7 @@ class PhaseBounds {
   // By global rank: the longest evaluation and checkpoint phase seen there.
   std::map<std::pair<int, common::Phase>, absl::Duration> rank_longest_;
   absl::Duration longest_step_cpu_;
+  absl::Duration longest_step_compute_;
 };
 
 }  // namespace ddprun::launcher

@@ -90,6 +90,11 @@ void SupervisorPolicy::OnRecord(int local_rank, const ProgressRecord& record) {
       ++w.steps;
       w.last_step = now;
       figured_steps_ |= record.compute_seconds.has_value();
+      // A step's own compute bounds a blocked rank (not the first after an
+      // evaluation or a checkpoint: that one's figure has the pause in it).
+      if (record.compute_seconds.has_value() && w.phase == Phase::kStep) {
+        bounds_.ObserveStepCompute(absl::Seconds(*record.compute_seconds));
+      }
       // An evaluation or a checkpoint write ends with the next step done,
       // and the first step record after it does not say that: libddp
       // writes a step's record once its compute is done, before the

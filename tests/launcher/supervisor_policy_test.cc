@@ -686,6 +686,29 @@ TEST_F(SupervisorPolicyTest, AWorkerBlockedWhileAPeerWaitsForItIsHung) {
   EXPECT_EQ(decision.kill, std::vector<int>{1});
 }
 
+// An agent stopped for 2 s (the soak's agent-pause) reads its workers'
+// records late: the time between two records is then its own delay, not a
+// step's. The blocked bound follows what each record says its step
+// computed (10 ms here), so a deadlock after that is still found after 1 s.
+// Bounded by the time between records it took 10 s (5 x that 2 s), and
+// the soak's deadlocks after an agent-pause waited the step's 10 s bound.
+TEST_F(SupervisorPolicyTest, AnAgentsStallDoesNotWidenTheBlockedBound) {
+  common::FakeClock clock;
+  SupervisorPolicy policy({.num_workers = 2}, Adaptive(), clock);
+  for (int i = 0; i < 2; ++i) policy.OnInPlaceDeclared(i);
+  ThreeFiguredSteps(policy, clock, 2);
+  clock.Advance(absl::Seconds(2));  // the agent was stopped
+  for (int i = 0; i < 2; ++i) FiguredStep(policy, i);
+  clock.Advance(absl::Milliseconds(50));
+  for (int i = 0; i < 2; ++i) FiguredStep(policy, i);
+  policy.OnProcessState(1, Asleep(700));
+  clock.Advance(absl::Milliseconds(50));
+  FiguredStep(policy, 0);  // rank 0 is a step ahead
+  const absl::Time ahead = clock.Now();
+  policy.OnProcessState(1, Asleep(700));
+  EXPECT_EQ(policy.NextHangDeadline(), ahead + absl::Seconds(1));
+}
+
 // A survivor's step record of the round before, read at this round's
 // start, does not put it ahead: steps count from each rank's "phase step"
 // of the round. Else a replacement blocked after its first step was two
@@ -1421,12 +1444,15 @@ TEST(PhaseBoundsTest, TheSpinBoundIsASecondOrFiveCostliestSteps) {
   EXPECT_EQ(PhaseBounds(options).SpinBound(), absl::Seconds(3));
 }
 
-TEST(PhaseBoundsTest, TheBlockedBoundIsASecondOrFiveLongestSteps) {
+TEST(PhaseBoundsTest, TheBlockedBoundIsASecondOrFiveCostliestComputes) {
   PhaseBounds bounds;
   EXPECT_EQ(bounds.BlockedBound(Phase::kStep), absl::Seconds(1));
-  bounds.Observe(Phase::kStep, absl::Milliseconds(100));
+  bounds.ObserveStepCompute(absl::Milliseconds(100));
   EXPECT_EQ(bounds.BlockedBound(Phase::kStep), absl::Seconds(1));
-  bounds.Observe(Phase::kStep, absl::Milliseconds(800));
+  bounds.Observe(Phase::kStep, absl::Seconds(4));  // a step that waited
+  EXPECT_EQ(bounds.BlockedBound(Phase::kStep), absl::Seconds(1))
+      << "the time between records is not the rank's own";
+  bounds.ObserveStepCompute(absl::Milliseconds(800));
   EXPECT_EQ(bounds.BlockedBound(Phase::kStep), absl::Seconds(4)) << "5 x 0.8 s";
   EXPECT_EQ(bounds.BlockedBound(Phase::kJoin), absl::Seconds(4));
   PhaseBoundsOptions options;
