@@ -537,6 +537,10 @@ class Fault:
         self.lost = None  # seconds lost to it (set afterwards)
         # A throttle made of stops (no cgroup): may be taken for a hang.
         self.stopping = False
+        # A worker left hung (stopped, deadlocked, spinning) until its agent
+        # kills it: its pid, and when it was first seen gone.
+        self.held_pid = None
+        self.gone = 0.0
 
 
 def plan_faults(rng, count, kinds, moments=MOMENTS):
@@ -603,8 +607,10 @@ def inject(job, fault, rng, pid):
             signal_pid(pid, signal.SIGKILL)
         elif kind == "worker-hang":
             signal_pid(pid, signal.SIGSTOP)
+            fault.held_pid = pid
         elif kind in ("worker-block", "worker-spin"):
             signal_pid(pid, signal.SIGUSR2)
+            fault.held_pid = pid
         elif kind == "worker-pause":
             signal_pid(pid, signal.SIGSTOP)
             time.sleep(rng.uniform(1, 3))
@@ -669,9 +675,24 @@ def inject(job, fault, rng, pid):
 
 
 def recovered(job, fault):
-    """A step completed after the fault ended."""
+    """A step completed after the fault ended.
+
+    A hung worker's fault ends when its agent has killed it: the steps its
+    peers complete before that (the one in flight) are no recovery, and the
+    next fault must not land while this one is still being found (a
+    first-step or round-change moment kills a worker at once).
+    """
+    if job.finished():
+        return True
+    end = fault.end
+    if fault.held_pid is not None:
+        if alive(fault.held_pid):
+            return False
+        if not fault.gone:
+            fault.gone = time.time()
+        end = fault.gone
     times = job.step_times()
-    return job.finished() or (times and max(times.values()) > fault.end)
+    return bool(times) and max(times.values()) > end
 
 
 def sha256(path):
@@ -730,7 +751,9 @@ def run_faulted(args, work, seed, reference, median_step):
         own = fault.end - fault.start
         begin = fault.trigger or fault.start
         before = max((k for k in steps if times[k] <= begin), default=steps[0])
-        after = min((k for k in steps if times[k] > fault.end), default=steps[-1])
+        # A hung worker's fault lasts until its agent killed it (recovered).
+        after = min((k for k in steps if times[k] > max(fault.end, fault.gone)),
+                    default=steps[-1])
         last = min(after + 3, steps[-1])
         fault.lost = max(0.0, times[last] - times[before] -
                          (last - before) * median_step)
