@@ -25,6 +25,9 @@ namespace ddprun::common {
 //                      it does between steps (worker/phase.h)
 //   round-failed       the round it was joining could not form (a peer not
 //                      reached); it waits for the next (worker/recovery.h)
+//   collective         it enters the next collective of its state sync
+//                      (worker::SyncFromSurvivor): every rank of the round
+//                      makes the same ones in the same order
 //
 // Any other line counts as a sign of life and nothing more, so that a newer
 // worker's records never break an older agent.
@@ -61,6 +64,7 @@ struct ProgressRecord {
     kInPlace,
     kReportsBetweenSteps,
     kRoundFailed,
+    kCollective,
     kOther
   };
   Kind kind = Kind::kOther;
@@ -83,5 +87,6 @@ std::string StepLine(double compute_seconds);
 inline constexpr char kInPlaceLine[] = "inplace\n";
 inline constexpr char kReportsBetweenStepsLine[] = "reports between-steps\n";
 inline constexpr char kRoundFailedLine[] = "round-failed\n";
+inline constexpr char kCollectiveLine[] = "collective\n";
 
 }  // namespace ddprun::common

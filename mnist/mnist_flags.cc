@@ -75,6 +75,10 @@ MnistCommandLine ParseMnistFlags(int argc, const char* const* argv) {
                  "Tests: as --test-die-in-sync, but the worker stops itself "
                  "(SIGSTOP): a hang in the middle of a state sync")
       ->group("");
+  app.add_option("--test-block-in-sync", o.test_block_in_sync,
+                 "Tests: as --test-die-in-sync, but the worker blocks for "
+                 "good: a deadlock in the middle of a state sync")
+      ->group("");
   app.add_flag("--test-block-on-sigusr2", o.test_block_on_sigusr2,
                "Tests: on SIGUSR2 the worker blocks for good after its "
                "current step (a deadlock)")

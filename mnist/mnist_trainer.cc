@@ -172,6 +172,10 @@ absl::Status ValidateOptions(const MnistTrainOptions& o) {
       !s.ok()) {
     return s;
   }
+  if (absl::Status s = check_hook("--test-block-in-sync", o.test_block_in_sync);
+      !s.ok()) {
+    return s;
+  }
   if (o.batch_size < 1 || o.epochs < 1 || o.lr <= 0 || o.accumulate < 1 ||
       o.bucket_mb <= 0 || o.max_steps < 0 || o.checkpoint_every < 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -287,10 +291,13 @@ absl::Status DecodeState(const std::vector<int64_t>& r, Training& t) {
   return absl::OkStatus();
 }
 
-// --test-die-in-sync (SIGKILL) and --test-stop-in-sync (SIGSTOP): this
-// worker dies or stops here when its role matches and it is the first of
-// the job to create the marker file.
-void FaultInSync(const Training& t, const std::string& hook, int sig,
+// --test-die-in-sync (SIGKILL), --test-stop-in-sync (SIGSTOP) and
+// --test-block-in-sync (a wait that never ends): this worker dies, stops or
+// blocks here when its role matches and it is the first of the job to
+// create the marker file.
+enum class SyncFault { kDie, kStop, kBlock };
+
+void FaultInSync(const Training& t, const std::string& hook, SyncFault fault,
                  bool has_state, int source) {
   if (hook.empty()) return;
   const size_t colon = hook.find(':');
@@ -304,12 +311,16 @@ void FaultInSync(const Training& t, const std::string& hook, int sig,
   const std::string step = std::to_string(t.step) + "\n";
   (void)!write(fd, step.data(), step.size());
   close(fd);
-  spdlog::warn(
-      "--test-{}-in-sync: rank {} ({} of the state sync, step {}) "
-      "{} itself",
-      sig == SIGKILL ? "die" : "stop", t.group.rank, role, t.step,
-      sig == SIGKILL ? "kills" : "stops");
-  raise(sig);
+  static constexpr const char* kFlag[] = {"die", "stop", "block"};
+  static constexpr const char* kDoes[] = {"kills itself", "stops itself",
+                                          "blocks for good"};
+  const int i = static_cast<int>(fault);
+  spdlog::warn("--test-{}-in-sync: rank {} ({} of the state sync, step {}) {}",
+               kFlag[i], t.group.rank, role, t.step, kDoes[i]);
+  if (fault == SyncFault::kBlock) {
+    for (;;) pause();
+  }
+  raise(fault == SyncFault::kDie ? SIGKILL : SIGSTOP);
 }
 
 // --test-block-on-sigusr2 and --test-spin-on-sigusr2: SIGUSR2 asks the
@@ -318,8 +329,10 @@ void FaultInSync(const Training& t, const std::string& hook, int sig,
 // running. A deadlock also comes at the end of a checkpoint write or an
 // evaluation, still in its phase, when the signal came there; a spin waits
 // for the next step's end (the agent judges spins in steps only).
-// --test-block-in-checkpoint-on-sigusr2 waits for a checkpoint's end.
-enum class HangPoint { kStep, kCheckpoint, kEval };
+// A deadlock also comes in the middle of a state sync (before its tensors),
+// when the signal came before that. --test-block-in-checkpoint-on-sigusr2
+// waits for a checkpoint's end.
+enum class HangPoint { kStep, kCheckpoint, kEval, kSync };
 std::atomic<bool> block_requested{false};
 
 void RequestBlock(int) { block_requested.store(true); }
@@ -348,7 +361,8 @@ void BlockIfRequested(const Training& t, HangPoint at) {
     }
   }
   static constexpr const char* kWhere[] = {"after", "in its checkpoint after",
-                                           "in its evaluation after"};
+                                           "in its evaluation after",
+                                           "in its state sync at"};
   spdlog::warn("--test-block-on-sigusr2: rank {} blocks for good {} step {}",
                t.group.rank, kWhere[static_cast<int>(at)], t.step);
   for (;;) pause();
@@ -363,10 +377,16 @@ absl::StatusOr<int> SyncState(Training& t, bool has_state) {
   std::vector<at::Tensor> tensors = t.model->parameters();
   StateSyncOptions sync_options;
   if (!t.options.test_die_in_sync.empty() ||
-      !t.options.test_stop_in_sync.empty()) {
+      !t.options.test_stop_in_sync.empty() ||
+      !t.options.test_block_in_sync.empty() ||
+      t.options.test_block_on_sigusr2) {
     sync_options.before_tensors = [&t, has_state](int source) {
-      FaultInSync(t, t.options.test_die_in_sync, SIGKILL, has_state, source);
-      FaultInSync(t, t.options.test_stop_in_sync, SIGSTOP, has_state, source);
+      const MnistTrainOptions& o = t.options;
+      FaultInSync(t, o.test_die_in_sync, SyncFault::kDie, has_state, source);
+      FaultInSync(t, o.test_stop_in_sync, SyncFault::kStop, has_state, source);
+      FaultInSync(t, o.test_block_in_sync, SyncFault::kBlock, has_state,
+                  source);
+      BlockIfRequested(t, HangPoint::kSync);
     };
   }
   absl::StatusOr<int> source = SyncFromSurvivor(t.group, has_state, t.step,

@@ -43,6 +43,10 @@ void ReportRoundFailed(int progress_fd) {
   WriteRareRecord(progress_fd, common::kRoundFailedLine);
 }
 
+void ReportCollective(int progress_fd) {
+  WriteRareRecord(progress_fd, common::kCollectiveLine);
+}
+
 void ReportStep(int progress_fd, double compute_seconds) {
   if (progress_fd < 0) return;
   const std::string line = common::StepLine(compute_seconds);

@@ -41,5 +41,12 @@ void DeclareReportsBetweenSteps(int progress_fd);
 // peer is alive and nobody else ends the round: a network cut while the
 // round formed), the agent ends it by replacing this worker.
 void ReportRoundFailed(int progress_fd);
+// Says that this worker enters the next collective of its state sync
+// (SyncFromSurvivor writes it before each one). Every rank makes the same
+// ones in the same order, so a local peer that entered more of them, or
+// finished the sync, waits for this one: asleep without using CPU
+// meanwhile, it is blocked (a deadlock in the sync), and found within a
+// second or so, not at the sync's bound.
+void ReportCollective(int progress_fd);
 
 }  // namespace ddprun::worker

@@ -218,6 +218,19 @@ absl::StatusOr<WorkerEnv> Membership::JoinFirstRound(
   return JoinNextRound(EndedWhileForming(first, joined), join);
 }
 
+namespace {
+
+// Waits for one collective of the state sync, having told the agent that
+// this rank entered it (its work is started): a rank that a local peer got
+// ahead of, asleep, is deadlocked in the sync (worker/phase.h).
+void AwaitSyncCollective(const ProcessGroup& group,
+                         const c10::intrusive_ptr<::c10d::Work>& work) {
+  ReportCollective(group.progress_fd);
+  WaitOrAbandon(group.collectives, work);
+}
+
+}  // namespace
+
 absl::StatusOr<int> SyncFromSurvivor(const ProcessGroup& group, bool has_state,
                                      int64_t version,
                                      std::vector<int64_t>& record,
@@ -225,6 +238,7 @@ absl::StatusOr<int> SyncFromSurvivor(const ProcessGroup& group, bool has_state,
                                      const StateSyncOptions& options) {
   ReportPhase(group.progress_fd, common::Phase::kSync);
   if (!group.collectives) return has_state ? group.rank : -1;
+
   const int64_t world = group.world_size;
   // One allreduce(max) of a key that orders (has state, version, -rank).
   const int64_t key = has_state ? std::max<int64_t>(version, 0) * world +
@@ -234,7 +248,7 @@ absl::StatusOr<int> SyncFromSurvivor(const ProcessGroup& group, bool has_state,
       at::tensor({key}, at::kLong).to(group.device)};
   ::c10d::AllreduceOptions max;
   max.reduceOp = ::c10d::ReduceOp::MAX;
-  WaitOrAbandon(group.collectives, group.collectives->allreduce(keys, max));
+  AwaitSyncCollective(group, group.collectives->allreduce(keys, max));
   const int64_t best = keys[0].cpu().item<int64_t>();
   if (best < 0) return -1;
   const int source = static_cast<int>(world - 1 - best % world);
@@ -244,8 +258,7 @@ absl::StatusOr<int> SyncFromSurvivor(const ProcessGroup& group, bool has_state,
   std::vector<at::Tensor> size = {
       at::tensor({static_cast<int64_t>(record.size())}, at::kLong)
           .to(group.device)};
-  WaitOrAbandon(group.collectives,
-                group.collectives->broadcast(size, from_source));
+  AwaitSyncCollective(group, group.collectives->broadcast(size, from_source));
   const int64_t n = size[0].cpu().item<int64_t>();
   std::vector<int64_t> received;
   if (n > 0) {
@@ -253,8 +266,8 @@ absl::StatusOr<int> SyncFromSurvivor(const ProcessGroup& group, bool has_state,
     padded.resize(n, 0);
     std::vector<at::Tensor> values = {
         at::tensor(padded, at::kLong).to(group.device)};
-    WaitOrAbandon(group.collectives,
-                  group.collectives->broadcast(values, from_source));
+    AwaitSyncCollective(group,
+                        group.collectives->broadcast(values, from_source));
     at::Tensor on_host = values[0].cpu();
     const int64_t* v = on_host.data_ptr<int64_t>();
     received.assign(v, v + n);
@@ -274,8 +287,7 @@ absl::StatusOr<int> SyncFromSurvivor(const ProcessGroup& group, bool has_state,
     std::vector<at::Tensor> flat_parts;
     for (const at::Tensor& t : same_type) flat_parts.push_back(t.reshape({-1}));
     std::vector<at::Tensor> flat = {at::cat(flat_parts)};
-    WaitOrAbandon(group.collectives,
-                  group.collectives->broadcast(flat, from_source));
+    AwaitSyncCollective(group, group.collectives->broadcast(flat, from_source));
     flats.emplace_back(&same_type, flat[0]);
   }
   for (auto& [same_type, flat] : flats) {

@@ -75,6 +75,10 @@ void SupervisorPolicy::OnRecord(int local_rank, const ProgressRecord& record) {
       w.gave_up.reset();
       reports_between_steps_ |=
           record.phase == Phase::kEval || record.phase == Phase::kCheckpoint;
+      if (w.phase == Phase::kSync && record.phase != Phase::kSync) {
+        w.left_sync = now;
+      }
+      w.collectives = 0;
       // Entering the stepping phase: no step is done yet.
       w.phase = record.phase == Phase::kStep ? Phase::kFirstStep : record.phase;
       w.stepped_in_phase = false;
@@ -119,6 +123,10 @@ void SupervisorPolicy::OnRecord(int local_rank, const ProgressRecord& record) {
       break;
     case ProgressRecord::Kind::kRoundFailed:
       if (!w.gave_up) w.gave_up = now;
+      break;
+    case ProgressRecord::Kind::kCollective:
+      ++w.collectives;
+      w.last_collective = now;
       break;
     case ProgressRecord::Kind::kOther:
       break;
@@ -367,11 +375,35 @@ std::optional<SupervisorPolicy::Held> SupervisorPolicy::HeldBetweenSteps(
   return held;
 }
 
+std::optional<SupervisorPolicy::Held> SupervisorPolicy::HeldInSync(
+    const Worker& w) const {
+  if (w.phase != Phase::kSync || w.exit || w.hung) return std::nullopt;
+  // libddp records each collective of the sync as it enters it, and every
+  // rank makes the same ones: a peer that entered more, or went on to its
+  // first step, is past one that needs this rank, and waits in the next.
+  std::optional<Held> held;
+  for (int i = 0; i < static_cast<int>(workers_.size()); ++i) {
+    const Worker& peer = workers_[i];
+    if (&peer == &w || peer.exit) continue;
+    std::optional<absl::Time> since;
+    if (peer.phase == Phase::kSync && peer.collectives > w.collectives) {
+      since = peer.last_collective;
+    } else if (peer.phase != Phase::kSync && peer.left_sync) {
+      since = peer.left_sync;
+    }
+    if (since && (!held || *since < held->since)) held = Held{*since, i};
+  }
+  if (!held) return std::nullopt;
+  held->since = std::max(held->since, w.last_record);
+  return held;
+}
+
 std::optional<SupervisorPolicy::Held> SupervisorPolicy::BlockedSince(
     const Worker& w) const {
   if (!w.idle_since) return std::nullopt;
   std::optional<Held> blocked = HeldBy(w);
   if (!blocked) blocked = HeldBetweenSteps(w);
+  if (!blocked) blocked = HeldInSync(w);
   if (!blocked) return std::nullopt;
   blocked->since = std::max(blocked->since, *w.idle_since);
   return blocked;

@@ -130,6 +130,9 @@ class SupervisorPolicy {
   // step did its step after that phase and waits for it. It is blocked
   // past PhaseBounds::BlockedBound() of that phase on its rank, which
   // learns from the rank's own such phases (a write to a socket sleeps).
+  // And in the state sync, when a local peer entered more of the sync's
+  // collectives (libddp's records) or finished it: every rank makes the
+  // same ones, so that peer waits for this one.
   //
   // One that uses CPU instead, while a local peer waits for it, spins: it
   // is hung once it used PhaseBounds::SpinBound() of CPU time since the
@@ -226,6 +229,12 @@ class SupervisorPolicy {
     std::optional<absl::Time> first_phase;
     // When it said its round could not form (it waits for the next).
     std::optional<absl::Time> gave_up;
+    // The collectives of its state sync it entered (ProgressRecord::Kind::
+    // kCollective; each phase record starts the count again), and when the
+    // last one came; when it left the round's sync for its next phase.
+    int collectives = 0;
+    absl::Time last_collective;
+    std::optional<absl::Time> left_sync;
     // CPU time at the last look, and since when the looks saw it asleep
     // without using CPU (nullopt: it ran, or was not asleep, at the last).
     std::optional<absl::Duration> cpu;
@@ -284,8 +293,14 @@ class SupervisorPolicy {
   // recorded since: since when a peer a step ahead waits for it; nullopt:
   // none does, or `w` is elsewhere (blocked only: such a phase uses CPU).
   std::optional<Held> HeldBetweenSteps(const Worker& w) const;
-  // HeldBy or HeldBetweenSteps, from when `w` was also blocked (asleep
-  // without using CPU); nullopt: it is not (OnProcessState).
+  // In the round's state sync: since when a local peer waits for `w` there,
+  // having entered more of the sync's collectives than `w` (it is past the
+  // one `w` has yet to enter) or finished the sync (it waits in its first
+  // step's gradient sync); nullopt: none does, or `w` is elsewhere (blocked
+  // only: receiving a large model uses CPU).
+  std::optional<Held> HeldInSync(const Worker& w) const;
+  // HeldBy, HeldBetweenSteps or HeldInSync, from when `w` was also blocked
+  // (asleep without using CPU); nullopt: it is not (OnProcessState).
   std::optional<Held> BlockedSince(const Worker& w) const;
   // How long `w` may stay blocked where it is (PhaseBounds::BlockedBound).
   absl::Duration BlockedBound(const Worker& w) const;

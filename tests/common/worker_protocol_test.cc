@@ -121,6 +121,10 @@ TEST(WorkerProtocolTest, EveryProgressRecordRoundTrips) {
   ASSERT_TRUE(absl::ConsumeSuffix(&round_failed, "\n"));
   EXPECT_EQ(ParseProgressRecord(round_failed).kind,
             ProgressRecord::Kind::kRoundFailed);
+  absl::string_view collective = kCollectiveLine;
+  ASSERT_TRUE(absl::ConsumeSuffix(&collective, "\n"));
+  EXPECT_EQ(ParseProgressRecord(collective).kind,
+            ProgressRecord::Kind::kCollective);
   EXPECT_EQ(ParseProgressRecord("something newer").kind,
             ProgressRecord::Kind::kOther);
 }

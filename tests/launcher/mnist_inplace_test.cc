@@ -1253,22 +1253,27 @@ struct SyncFault {
   int64_t died_at = -1;  // the step of the worker that died in the sync
 };
 
-// With `stop`, the worker in `role` stops (SIGSTOP, --test-stop-in-sync)
-// instead of dying: a hang in the sync, which the agent's --worker-timeout
-// ends.
+// What the worker in `role` does in the sync: dies (--test-die-in-sync);
+// stops (SIGSTOP, --test-stop-in-sync), a hang that the agent's
+// --worker-timeout ends; or blocks for good (--test-block-in-sync), a
+// deadlock that the agent's default bounds end.
+enum class InSync { kDie, kStop, kBlock };
+
 SyncFault RunSyncFault(int nproc, const std::string& role,
                        const std::vector<std::string>& extra,
-                       bool stop = false) {
+                       InSync what = InSync::kDie) {
   TempDir dir;
   const std::string marker = dir.File("died-in-sync");
   std::vector<std::string> argv = Concat(
       {Ddprun(), "--standalone", "--nproc-per-node", std::to_string(nproc),
        "--max-restarts", "3", "--monitor-interval", "0.05"},
-      stop ? std::vector<std::string>{"--worker-timeout", "2"}
-           : std::vector<std::string>{});
+      what == InSync::kStop ? std::vector<std::string>{"--worker-timeout", "2"}
+                            : std::vector<std::string>{});
   argv =
       Concat(argv, SmallMnistArgs(dir, "summary.json", kTrainSamples, kEpochs));
-  const std::string hook = stop ? "--test-stop-in-sync" : "--test-die-in-sync";
+  static constexpr const char* kHook[] = {
+      "--test-die-in-sync", "--test-stop-in-sync", "--test-block-in-sync"};
+  const std::string hook = kHook[static_cast<int>(what)];
   argv = Concat(argv, Concat({hook, role + ":" + marker}, extra));
   SubprocessOptions options;
   options.argv = argv;
@@ -1300,7 +1305,9 @@ SyncFault RunSyncFault(int nproc, const std::string& role,
   // Two faults, two new rounds; no more.
   EXPECT_THAT(fault.log, HasSubstr("restart 2/3"));
   EXPECT_THAT(fault.log, Not(HasSubstr("restart 3/3")));
-  EXPECT_THAT(fault.log, HasSubstr(stop ? "stops itself" : "kills itself"));
+  static constexpr const char* kDoes[] = {"kills itself", "stops itself",
+                                          "blocks for good"};
+  EXPECT_THAT(fault.log, HasSubstr(kDoes[static_cast<int>(what)]));
   EXPECT_EQ(SummaryNumber(fault.summary, "world_size"), nproc);
   EXPECT_EQ(SummaryList(fault.summary, "epoch_samples"),
             std::vector<int64_t>(kEpochs, kTrainSamples))
@@ -1378,7 +1385,7 @@ TEST(MnistInPlaceSyncFaultTest, TheOnlySurvivorDiesInTheSyncCheckpointResumes) {
 // which still holds the state: the job completes with its samples
 // accounted exactly, no step lost, and nothing left hanging.
 TEST(MnistInPlaceSyncFaultTest, TheSurvivorSendingTheStateStopsInTheSync) {
-  SyncFault fault = RunSyncFault(3, "source", {}, /*stop=*/true);
+  SyncFault fault = RunSyncFault(3, "source", {}, InSync::kStop);
   ASSERT_FALSE(fault.summary.empty()) << fault.log;
   std::vector<std::pair<int64_t, int64_t>> survivors =
       StoppedAndResumed(fault.log);
@@ -1393,12 +1400,38 @@ TEST(MnistInPlaceSyncFaultTest, TheSurvivorSendingTheStateStopsInTheSync) {
   EXPECT_THAT(fault.log, Not(HasSubstr("resuming from step")));
 }
 
+// As TheSurvivorSendingTheStateStopsInTheSync, but the source deadlocks:
+// asleep, using no CPU, not stopped, between two collectives of the sync,
+// with the default bounds. Rank 2 entered the sync's next collective and
+// waits there for it: it is found blocked in the sync within about a
+// second (libddp's collective records), not at the sync's bound (120 s
+// before the job learned it), and the next round syncs from rank 2.
+TEST(MnistInPlaceSyncFaultTest, TheSurvivorSendingTheStateDeadlocksInTheSync) {
+  SyncFault fault = RunSyncFault(3, "source", {}, InSync::kBlock);
+  ASSERT_FALSE(fault.summary.empty()) << fault.log;
+  std::vector<std::pair<int64_t, int64_t>> survivors =
+      StoppedAndResumed(fault.log);
+  ASSERT_EQ(survivors.size(), 1u) << fault.log;
+  const int64_t resumed = survivors[0].second;
+  EXPECT_EQ(survivors[0].first, resumed) << "steps lost";
+  EXPECT_GE(resumed, fault.died_at - 1);
+  EXPECT_LE(resumed, fault.died_at);
+  EXPECT_THAT(fault.log,
+              ::testing::ContainsRegex(
+                  "worker rank 0 \\(local 0\\) is hung: blocked for "
+                  "[0-9.]+m?s in phase sync: asleep without using CPU while "
+                  "local rank [12] waited for it"));
+  EXPECT_THAT(fault.log, Not(HasSubstr("no progress for")));
+  EXPECT_THAT(fault.log, HasSubstr("the state sync of round 1 failed"));
+  EXPECT_THAT(fault.log, Not(HasSubstr("resuming from step")));
+}
+
 // Two workers: rank 1 is killed and its replacement stops (SIGSTOP) while
 // it receives rank 0's state; rank 0 waits for it in the sync. The hang
 // timeout ends it, and rank 0 hands its state to the next replacement: no
 // step lost, every epoch's samples accounted.
 TEST(MnistInPlaceSyncFaultTest, TheNewMemberStopsWhileItReceivesTheState) {
-  SyncFault fault = RunSyncFault(2, "receiver", {}, /*stop=*/true);
+  SyncFault fault = RunSyncFault(2, "receiver", {}, InSync::kStop);
   ASSERT_FALSE(fault.summary.empty()) << fault.log;
   std::vector<std::pair<int64_t, int64_t>> stops = StoppedAndResumed(fault.log);
   ASSERT_GE(stops.size(), 1u) << fault.log;

@@ -854,6 +854,108 @@ TEST_F(SupervisorPolicyTest, ASurvivorThatDoesNotTakeTheRoundIsBlocked) {
   }
 }
 
+// A collective of the state sync, entered (libddp's record).
+void EnterCollective(SupervisorPolicy& policy, int local_rank) {
+  policy.OnRecord(local_rank, {.kind = ProgressRecord::Kind::kCollective});
+}
+
+// A deadlock in the state sync: every rank makes the sync's collectives in
+// the same order, so a local peer that entered more of them (or finished the
+// sync and stepped on) waits for the rank that did not. Asleep without
+// using CPU meanwhile, that rank is blocked after 1 s, not at the sync's
+// bound (120 s, 30 s once learned), and it alone is replaced.
+TEST_F(SupervisorPolicyTest, ADeadlockInTheStateSyncIsFoundBlocked) {
+  for (const bool peer_finished : {false, true}) {
+    SCOPED_TRACE(peer_finished ? "the peer finished the sync"
+                               : "the peer entered the next collective");
+    common::FakeClock clock;
+    SupervisorPolicy policy({.num_workers = 2,
+                             .expect_reports = {true, true},
+                             .in_place = {true, true},
+                             .survivors = {true, false},
+                             .figured_steps = true},
+                            Adaptive(), clock);
+    for (int i = 0; i < 2; ++i) {
+      policy.OnRecord(i, PhaseRecord(Phase::kJoin));
+      policy.OnRecord(i, PhaseRecord(Phase::kSync));
+      for (int c = 0; c < 3; ++c) EnterCollective(policy, i);
+    }
+    policy.OnProcessState(1, Asleep(900));
+    clock.Advance(absl::Milliseconds(20));
+    // Rank 1 stops in the program's own code between two collectives.
+    if (peer_finished) {
+      policy.OnRecord(0, PhaseRecord(Phase::kStep));
+    } else {
+      EnterCollective(policy, 0);
+    }
+    const absl::Time ahead = clock.Now();
+    policy.OnProcessState(1, Asleep(900));
+    EXPECT_EQ(policy.NextHangDeadline(), ahead + absl::Seconds(1));
+    clock.Advance(absl::Milliseconds(900));
+    policy.OnProcessState(1, Asleep(900));
+    EXPECT_EQ(policy.Evaluate(), Verdict::kRunning);
+    clock.Advance(absl::Milliseconds(100));
+    policy.OnProcessState(1, Asleep(900));
+    ASSERT_EQ(policy.Evaluate(), Verdict::kFailed);
+    ASSERT_EQ(policy.failures().size(), 1u);
+    const LocalFailure& f = policy.failures()[0];
+    EXPECT_EQ(f.local_rank, 1);
+    EXPECT_TRUE(f.blocked);
+    EXPECT_EQ(f.phase, Phase::kSync);
+    EXPECT_EQ(f.waited_by, 0);
+    EXPECT_EQ(DescribeHang(f),
+              "blocked for 1s in phase sync: asleep without using CPU while "
+              "local rank 0 waited for it (a deadlock, or a wait that does "
+              "not end; --hang-bound blocked=SECONDS changes the bound)");
+    EXPECT_FALSE(policy.AwaitsRemoteCause(2));
+    const RecoveryDecision decision = policy.DecideRecovery();
+    EXPECT_TRUE(decision.in_place);
+    EXPECT_EQ(decision.replace, std::vector<int>{1});
+  }
+}
+
+// In the sync, nobody is blocked while no local peer is past it: both
+// waiting in the same collective (for a rank of another node), a rank
+// behind that uses CPU (it receives a large model), or one behind a peer
+// that left the sync only to end (it exited).
+TEST_F(SupervisorPolicyTest, OnlyARankBehindInTheSyncAndIdleIsBlocked) {
+  struct Case {
+    const char* what;
+    bool peer_ahead = true;
+    int cpu_ms_per_look = 0;
+    bool peer_exits = false;
+  };
+  const std::vector<Case> cases = {
+      {"in the same collective", /*peer_ahead=*/false},
+      {"receiving", true, /*cpu_ms_per_look=*/10},
+      {"the peer ahead ended", true, 0, /*peer_exits=*/true},
+  };
+  for (const Case& c : cases) {
+    common::FakeClock clock;
+    SupervisorPolicy policy({.num_workers = 2,
+                             .expect_reports = {true, true},
+                             .in_place = {true, true},
+                             .survivors = {true, true},
+                             .figured_steps = true},
+                            Adaptive(), clock);
+    for (int i = 0; i < 2; ++i) {
+      policy.OnRecord(i, PhaseRecord(Phase::kJoin));
+      policy.OnRecord(i, PhaseRecord(Phase::kSync));
+      EnterCollective(policy, i);
+    }
+    if (c.peer_ahead) EnterCollective(policy, 0);
+    if (c.peer_exits) policy.OnExit(0, ExitStatus::Exited(0));
+    int cpu_ms = 900;
+    for (int look = 0; look < 50; ++look) {  // 5 s of looks
+      policy.OnProcessState(1, Asleep(cpu_ms));
+      if (!c.peer_exits) policy.OnProcessState(0, Asleep(800));
+      cpu_ms += c.cpu_ms_per_look;
+      ASSERT_EQ(policy.Evaluate(), Verdict::kRunning) << c.what;
+      clock.Advance(absl::Milliseconds(100));
+    }
+  }
+}
+
 // The same rank blocked instead (ddprun-mnist's first step after its
 // evaluation, then a deadlock): found blocked after 1 s, and named in the
 // phase it is judged in, the step, not the evaluation it left.

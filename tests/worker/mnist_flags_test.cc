@@ -61,6 +61,8 @@ TEST(MnistFlagsTest, FlagsFillTheTrainOptions) {
                                     "source:/x",
                                     "--test-stop-in-sync",
                                     "receiver:/y",
+                                    "--test-block-in-sync",
+                                    "source:/z",
                                     "--log-level",
                                     "debug"});
   ASSERT_FALSE(command.exit_code.has_value());
@@ -89,6 +91,7 @@ TEST(MnistFlagsTest, FlagsFillTheTrainOptions) {
   EXPECT_EQ(o.gradient_sync, "process-group");
   EXPECT_EQ(o.test_die_in_sync, "source:/x");
   EXPECT_EQ(o.test_stop_in_sync, "receiver:/y");
+  EXPECT_EQ(o.test_block_in_sync, "source:/z");
   EXPECT_EQ(command.logging.level, "debug");
   EXPECT_EQ(command.logging.name, "ddprun-mnist");
 }
