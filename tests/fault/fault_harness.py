@@ -723,6 +723,10 @@ def run_faulted(args, work, seed, reference, median_step):
                 continue
             log("%s at %s: %s" % (fault.kind, fault.moment, fault.target))
             wait_for(lambda: recovered(job, fault), args.recovery_bound + 30)
+            # Its lost time is counted to three steps past its recovery
+            # (below): the next fault lands after them, not in its count.
+            settled = job.last_step() + 3
+            wait_for(lambda: job.last_step() >= settled or job.finished(), 60)
         finished = wait_for(job.finished, args.job_bound, 0.1)
     finally:
         job.stop_everything()
