@@ -41,6 +41,8 @@ ProgressRecord ParseProgressRecord(absl::string_view line) {
     record.kind = ProgressRecord::Kind::kRoundFailed;
   } else if (line == "collective") {
     record.kind = ProgressRecord::Kind::kCollective;
+  } else if (line == "collective done") {
+    record.kind = ProgressRecord::Kind::kCollectiveDone;
   } else if (line == "step" || absl::StartsWith(line, "step ")) {
     record.kind = ProgressRecord::Kind::kStep;
     for (absl::string_view word :

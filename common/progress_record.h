@@ -28,6 +28,7 @@ namespace ddprun::common {
 //   collective         it enters the next collective of its state sync
 //                      (worker::SyncFromSurvivor): every rank of the round
 //                      makes the same ones in the same order
+//   collective done    that collective completed here
 //
 // Any other line counts as a sign of life and nothing more, so that a newer
 // worker's records never break an older agent.
@@ -65,6 +66,7 @@ struct ProgressRecord {
     kReportsBetweenSteps,
     kRoundFailed,
     kCollective,
+    kCollectiveDone,
     kOther
   };
   Kind kind = Kind::kOther;
@@ -88,5 +90,6 @@ inline constexpr char kInPlaceLine[] = "inplace\n";
 inline constexpr char kReportsBetweenStepsLine[] = "reports between-steps\n";
 inline constexpr char kRoundFailedLine[] = "round-failed\n";
 inline constexpr char kCollectiveLine[] = "collective\n";
+inline constexpr char kCollectiveDoneLine[] = "collective done\n";
 
 }  // namespace ddprun::common

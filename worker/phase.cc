@@ -47,6 +47,10 @@ void ReportCollective(int progress_fd) {
   WriteRareRecord(progress_fd, common::kCollectiveLine);
 }
 
+void ReportCollectiveDone(int progress_fd) {
+  WriteRareRecord(progress_fd, common::kCollectiveDoneLine);
+}
+
 void ReportStep(int progress_fd, double compute_seconds) {
   if (progress_fd < 0) return;
   const std::string line = common::StepLine(compute_seconds);

@@ -41,12 +41,17 @@ void DeclareReportsBetweenSteps(int progress_fd);
 // peer is alive and nobody else ends the round: a network cut while the
 // round formed), the agent ends it by replacing this worker.
 void ReportRoundFailed(int progress_fd);
-// Says that this worker enters the next collective of its state sync
-// (SyncFromSurvivor writes it before each one). Every rank makes the same
-// ones in the same order, so a local peer that entered more of them, or
-// finished the sync, waits for this one: asleep without using CPU
-// meanwhile, it is blocked (a deadlock in the sync), and found within a
-// second or so, not at the sync's bound.
+// Say that this worker enters the next collective of its state sync, and
+// that the collective completed here (SyncFromSurvivor writes both around
+// each one). Every rank makes the same ones in the same order, so a local
+// peer that entered more of them, or finished the sync, waits for this
+// one. Outside any collective (the last one completed, the next not
+// entered) and asleep without using CPU meanwhile, it is blocked (a
+// deadlock in the sync), and found within a second or so, not at the
+// sync's bound. Inside one, it may wait for a rank elsewhere: a broadcast
+// relayed through a rank that deadlocked completes on some ranks, not on
+// others.
 void ReportCollective(int progress_fd);
+void ReportCollectiveDone(int progress_fd);
 
 }  // namespace ddprun::worker

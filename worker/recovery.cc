@@ -220,13 +220,15 @@ absl::StatusOr<WorkerEnv> Membership::JoinFirstRound(
 
 namespace {
 
-// Waits for one collective of the state sync, having told the agent that
-// this rank entered it (its work is started): a rank that a local peer got
-// ahead of, asleep, is deadlocked in the sync (worker/phase.h).
+// Waits for one collective of the state sync, telling the agent that this
+// rank entered it (its work is started) and that it completed: a rank
+// outside the sync's collectives that a local peer got ahead of, asleep,
+// is deadlocked in the sync (worker/phase.h).
 void AwaitSyncCollective(const ProcessGroup& group,
                          const c10::intrusive_ptr<::c10d::Work>& work) {
   ReportCollective(group.progress_fd);
   WaitOrAbandon(group.collectives, work);
+  ReportCollectiveDone(group.progress_fd);
 }
 
 }  // namespace
@@ -238,7 +240,6 @@ absl::StatusOr<int> SyncFromSurvivor(const ProcessGroup& group, bool has_state,
                                      const StateSyncOptions& options) {
   ReportPhase(group.progress_fd, common::Phase::kSync);
   if (!group.collectives) return has_state ? group.rank : -1;
-
   const int64_t world = group.world_size;
   // One allreduce(max) of a key that orders (has state, version, -rank).
   const int64_t key = has_state ? std::max<int64_t>(version, 0) * world +

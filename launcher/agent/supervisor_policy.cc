@@ -79,6 +79,7 @@ void SupervisorPolicy::OnRecord(int local_rank, const ProgressRecord& record) {
         w.left_sync = now;
       }
       w.collectives = 0;
+      w.collectives_done = 0;
       // Entering the stepping phase: no step is done yet.
       w.phase = record.phase == Phase::kStep ? Phase::kFirstStep : record.phase;
       w.stepped_in_phase = false;
@@ -127,6 +128,9 @@ void SupervisorPolicy::OnRecord(int local_rank, const ProgressRecord& record) {
     case ProgressRecord::Kind::kCollective:
       ++w.collectives;
       w.last_collective = now;
+      break;
+    case ProgressRecord::Kind::kCollectiveDone:
+      ++w.collectives_done;
       break;
     case ProgressRecord::Kind::kOther:
       break;
@@ -377,10 +381,18 @@ std::optional<SupervisorPolicy::Held> SupervisorPolicy::HeldBetweenSteps(
 
 std::optional<SupervisorPolicy::Held> SupervisorPolicy::HeldInSync(
     const Worker& w) const {
-  if (w.phase != Phase::kSync || w.exit || w.hung) return std::nullopt;
-  // libddp records each collective of the sync as it enters it, and every
-  // rank makes the same ones: a peer that entered more, or went on to its
-  // first step, is past one that needs this rank, and waits in the next.
+  // Inside a collective it may wait for a rank elsewhere that has not
+  // entered it: a broadcast relayed through that rank completed on the
+  // peer, not here (the soak's replacement deadlocked in a sync on one
+  // node, an innocent rank killed on the other).
+  if (w.phase != Phase::kSync || w.exit || w.hung ||
+      w.collectives_done < w.collectives) {
+    return std::nullopt;
+  }
+  // libddp records each collective of the sync as it enters it and as it
+  // completes, and every rank makes the same ones: a peer that entered
+  // more, or went on to its first step, while this one is in its own code
+  // between two, waits for it in the next.
   std::optional<Held> held;
   for (int i = 0; i < static_cast<int>(workers_.size()); ++i) {
     const Worker& peer = workers_[i];

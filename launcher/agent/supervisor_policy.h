@@ -231,9 +231,11 @@ class SupervisorPolicy {
     std::optional<absl::Time> gave_up;
     // The collectives of its state sync it entered (ProgressRecord::Kind::
     // kCollective; each phase record starts the count again), and when the
-    // last one came; when it left the round's sync for its next phase.
+    // last one came; those that completed (kCollectiveDone); when it left
+    // the round's sync for its next phase.
     int collectives = 0;
     absl::Time last_collective;
+    int collectives_done = 0;
     std::optional<absl::Time> left_sync;
     // CPU time at the last look, and since when the looks saw it asleep
     // without using CPU (nullopt: it ran, or was not asleep, at the last).
@@ -293,11 +295,14 @@ class SupervisorPolicy {
   // recorded since: since when a peer a step ahead waits for it; nullopt:
   // none does, or `w` is elsewhere (blocked only: such a phase uses CPU).
   std::optional<Held> HeldBetweenSteps(const Worker& w) const;
-  // In the round's state sync: since when a local peer waits for `w` there,
-  // having entered more of the sync's collectives than `w` (it is past the
-  // one `w` has yet to enter) or finished the sync (it waits in its first
-  // step's gradient sync); nullopt: none does, or `w` is elsewhere (blocked
-  // only: receiving a large model uses CPU).
+  // In the round's state sync, outside its collectives (the last one `w`
+  // entered completed): since when a local peer waits for `w` there, having
+  // entered more of the sync's collectives than `w` (it is past the one `w`
+  // has yet to enter) or finished the sync (it waits in its first step's
+  // gradient sync); nullopt: none does, or `w` is elsewhere. Inside a
+  // collective `w` may itself wait for a rank elsewhere (a broadcast relayed
+  // through a deadlocked rank completes on some ranks only). Blocked only:
+  // receiving a large model uses CPU.
   std::optional<Held> HeldInSync(const Worker& w) const;
   // HeldBy, HeldBetweenSteps or HeldInSync, from when `w` was also blocked
   // (asleep without using CPU); nullopt: it is not (OnProcessState).

@@ -125,6 +125,10 @@ TEST(WorkerProtocolTest, EveryProgressRecordRoundTrips) {
   ASSERT_TRUE(absl::ConsumeSuffix(&collective, "\n"));
   EXPECT_EQ(ParseProgressRecord(collective).kind,
             ProgressRecord::Kind::kCollective);
+  absl::string_view done = kCollectiveDoneLine;
+  ASSERT_TRUE(absl::ConsumeSuffix(&done, "\n"));
+  EXPECT_EQ(ParseProgressRecord(done).kind,
+            ProgressRecord::Kind::kCollectiveDone);
   EXPECT_EQ(ParseProgressRecord("something newer").kind,
             ProgressRecord::Kind::kOther);
 }
