@@ -78,14 +78,19 @@ TEST(DropinTest, StackedSingleNodeOnPortZero) {
 }
 
 TEST(DropinTest, TorchrunsLinePrefixAndItsTemplate) {
+  // --tee without --log-dir keeps the logs in a temporary folder, as
+  // torchrun does: under TMPDIR, the test's own.
+  TempDir tmp;
   std::vector<std::string> line = {
       Ddprun(), "--nproc-per-node", "2",           "--tee",   "3",
       "--role", "trainer",          FaultWorker(), "--print", "hi"};
-  RunResult plain = RunCommand(line, absl::Seconds(60));
+  RunResult plain =
+      RunCommand(line, absl::Seconds(60), {{"TMPDIR", tmp.path()}});
   ASSERT_TRUE(plain.exit.ok()) << plain.err;
   EXPECT_THAT(plain.out, HasSubstr("[trainer1]:hi\n"));
   RunResult templated = RunCommand(line, absl::Seconds(60),
-                                   {{"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE",
+                                   {{"TMPDIR", tmp.path()},
+                                    {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE",
                                      "${role_name}-${rank}-${local_rank}> "}});
   ASSERT_TRUE(templated.exit.ok()) << templated.err;
   EXPECT_THAT(templated.out, HasSubstr("trainer-1-1> hi\n"));

@@ -177,6 +177,8 @@ def run_case_once(ddprun, case, mnist=None):
             env = {k: v for k, v in os.environ.items() if not k.startswith("PET_")}
             env["PYTHONPATH"] = HERE
             env["PYTHON_EXEC"] = "/usr/bin/python3"  # the Python with torch
+            # Logs kept without --log-dir go to a temporary folder: ours.
+            env["TMPDIR"] = out
             if mnist is not None:
                 # Several cases share CI's 2 cores: one thread per worker.
                 env["OMP_NUM_THREADS"] = "1"

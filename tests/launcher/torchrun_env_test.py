@@ -35,7 +35,10 @@ def free_port():
 
 
 def run(launcher, line, out_dir, home, extra_env=None):
-    env = {"PATH": "/usr/bin:/bin", "HOME": home, "LANG": "C.UTF-8"}
+    # TMPDIR: --redirects/--tee without --log-dir log into a temporary
+    # folder that both launchers keep; the test's own, not /tmp.
+    env = {"PATH": "/usr/bin:/bin", "HOME": home, "LANG": "C.UTF-8",
+           "TMPDIR": home}
     env.update(extra_env or {})
     argv = launcher + line + [DUMP, out_dir]
     p = subprocess.run(argv, env=env, stdout=subprocess.PIPE,

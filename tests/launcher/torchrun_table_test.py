@@ -67,8 +67,10 @@ def main():
         want = re.search(r'"([^"]+)"', m["rest"])
         for extra, argv in forms:
             with tempfile.TemporaryDirectory() as work:
+                # TMPDIR: a row with --redirects or --tee keeps its logs
+                # in a temporary folder; the test's own, not /tmp.
                 p = subprocess.run([args.ddprun] + argv, cwd=work,
-                                   env={**base_env, **extra},
+                                   env={**base_env, "TMPDIR": work, **extra},
                                    stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, text=True,
                                    timeout=60)
