@@ -130,9 +130,10 @@ class SupervisorPolicy {
   // step did its step after that phase and waits for it. It is blocked
   // past PhaseBounds::BlockedBound() of that phase on its rank, which
   // learns from the rank's own such phases (a write to a socket sleeps).
-  // And in the state sync, when a local peer entered more of the sync's
-  // collectives (libddp's records) or finished it: every rank makes the
-  // same ones, so that peer waits for this one.
+  // And in the state sync, outside its collectives (the last one it entered
+  // completed), when a local peer entered more of the sync's collectives
+  // (libddp's records) or finished it: every rank makes the same ones, so
+  // that peer waits for this one (HeldInSync).
   //
   // One that uses CPU instead, while a local peer waits for it, spins: it
   // is hung once it used PhaseBounds::SpinBound() of CPU time since the
