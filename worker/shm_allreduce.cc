@@ -30,7 +30,7 @@ namespace ddprun::worker {
 namespace {
 
 constexpr uint64_t kMagic = 0x646470727573686dULL;  // "ddprushm"
-constexpr int kVersion = 5;
+constexpr int kVersion = 6;
 constexpr int kMaxLocal = 64;
 constexpr int64_t kAlignFloats = 16;  // 64 bytes: chunks never share a line
 // How a waiter waits: busy checks (a peer on another core answers within
@@ -223,8 +223,13 @@ struct ShmAllreduce::Header {
   alignas(64) std::atomic<uint32_t> generation{0};
   std::atomic<uint32_t> sleepers{0};
   alignas(64) std::atomic<int32_t> attached{0};
-  // 0, or 1 + the local rank that failed first, with its message.
+  // 0, or 1 + the local rank that failed first, with its message. The rank
+  // that wins `failure_claimed` writes `failure`, then stores `failed`:
+  // a rank that sees `failed` set reads the whole message, never an empty
+  // or half-written one (a reader that looked between the store of the
+  // rank and the copy of the text once saw "failed: " and nothing more).
   std::atomic<int32_t> failed{0};
+  std::atomic<int32_t> failure_claimed{0};
   char failure[512] = {};
   int32_t pid[kMaxLocal] = {};
   std::atomic<int32_t> present[kMaxLocal] = {};
@@ -459,10 +464,11 @@ void ShmAllreduce::Signal() {
 absl::Status ShmAllreduce::Fail(absl::Status status) {
   if (failed_.ok()) failed_ = status;
   int32_t none = 0;
-  if (header_->failed.compare_exchange_strong(none, options_.local_rank + 1)) {
+  if (header_->failure_claimed.compare_exchange_strong(none, 1)) {
     std::string message(status.message());
     std::strncpy(header_->failure, message.c_str(),
                  sizeof(header_->failure) - 1);
+    header_->failed.store(options_.local_rank + 1);  // publishes the text
     Signal();
   }
   return failed_;
