@@ -144,14 +144,16 @@ void HeartbeatMux::Pump(const std::string& key, Group& group, absl::Time now,
     Entry entry = std::move(group.pending.front());
     group.pending.pop_front();
     const v1::HeartbeatRequest& beat = entry.request;
-    // Each node's rank figures and steps go with its beat (the server names
-    // stragglers from them, and answers the round's most steps).
+    // Each node's rank figures, steps and sync go with its beat (the server
+    // names stragglers from them, and answers the round's most of each).
     if (sent.empty()) {
       message.set_node_id(beat.node_id());
       message.set_round(beat.round());
       *message.mutable_ranks() = beat.ranks();
       message.set_steps(beat.steps());
       message.set_steps_age_ms(beat.steps_age_ms());
+      message.set_sync(beat.sync());
+      message.set_sync_age_ms(beat.sync_age_ms());
     } else {
       v1::NodeBeat* more = message.add_more();
       more->set_node_id(beat.node_id());
@@ -159,6 +161,8 @@ void HeartbeatMux::Pump(const std::string& key, Group& group, absl::Time now,
       *more->mutable_ranks() = beat.ranks();
       more->set_steps(beat.steps());
       more->set_steps_age_ms(beat.steps_age_ms());
+      more->set_sync(beat.sync());
+      more->set_sync_age_ms(beat.sync_age_ms());
     }
     for (const v1::NodeBeat& more : beat.more()) *message.add_more() = more;
     nodes += entry.nodes();

@@ -420,7 +420,8 @@ void Job::Close(absl::Time now, Effects* effects) {
     node.ranks.Clear();
   }
   stragglers_.Reset();  // ranks move between rounds
-  round_steps_ = 0;
+  round_steps_.Reset();
+  round_sync_.Reset();
   last_members_.clear();
   last_peers_.clear();
   int offset = 0;
@@ -613,7 +614,8 @@ v1::HeartbeatResponse Job::Heartbeat(const v1::HeartbeatRequest& request,
     if (it->second.member && request.round() == round_ &&
         state_ == v1::JOB_STATE_RUNNING) {
       if (!request.ranks().empty()) TakeFigures(it->second, request, now);
-      TakeSteps(request.steps(), request.steps_age_ms(), now);
+      round_steps_.Take(request.steps(), request.steps_age_ms(), now);
+      round_sync_.Take(request.sync(), request.sync_age_ms(), now);
       // Every heartbeat, not only those with figures: a large job's nodes
       // send figures every few seconds (figures_interval_ms), and the
       // straggler windows must still pass once a second.
@@ -623,21 +625,12 @@ v1::HeartbeatResponse Job::Heartbeat(const v1::HeartbeatRequest& request,
   v1::HeartbeatResponse response =
       HeartbeatAnswer(request.node_id(), request.round());
   if (response.round_steps() > 0) {
-    response.set_round_steps_age_ms(std::max<int64_t>(
-        0, absl::ToInt64Milliseconds(now - round_steps_reached_)));
+    response.set_round_steps_age_ms(round_steps_.AgeMs(now));
+  }
+  if (response.round_sync() > 0) {
+    response.set_round_sync_age_ms(round_sync_.AgeMs(now));
   }
   return response;
-}
-
-void Job::TakeSteps(int64_t steps, int64_t age_ms, absl::Time now) {
-  if (steps <= 0 || steps < round_steps_) return;
-  const absl::Time reached =
-      now - absl::Milliseconds(std::max<int64_t>(0, age_ms));
-  // The first rank there: it has waited longest.
-  if (steps > round_steps_ || reached < round_steps_reached_) {
-    round_steps_reached_ = reached;
-  }
-  round_steps_ = steps;
 }
 
 v1::HeartbeatResponse Job::HeartbeatAnswer(const std::string& node_id,
@@ -657,7 +650,8 @@ v1::HeartbeatResponse Job::HeartbeatAnswer(const std::string& node_id,
     response.set_rejoin(round != round_ || state_ != v1::JOB_STATE_RUNNING ||
                         !member);
     if (!response.rejoin()) {
-      response.set_round_steps(round_steps_);
+      response.set_round_steps(round_steps_.value());
+      response.set_round_sync(round_sync_.value());
       for (const StragglerDetector::Straggler& s : stragglers_.stragglers()) {
         if (s.sample.node_id == node_id) {
           response.add_straggler_local_ranks(s.sample.local_rank);
@@ -1120,7 +1114,8 @@ void Job::StartResuming(const v1::RoundRecord& record, absl::Time now,
     }
   }
   round_ = a.round();
-  round_steps_ = 0;
+  round_steps_.Reset();
+  round_sync_.Reset();
   state_ = v1::JOB_STATE_RUNNING;
   min_reached_at_.reset();
   heartbeat_interval_ms_ = a.heartbeat_interval_ms() > 0

@@ -14,6 +14,7 @@
 #include "rendezvous/core/job_events.h"
 #include "rendezvous/core/job_resumption.h"
 #include "rendezvous/core/poll_pacing.h"
+#include "rendezvous/core/round_most.h"
 #include "rendezvous/core/straggler_detector.h"
 
 namespace ddprun::rendezvous {
@@ -346,10 +347,6 @@ class Job {
   // them and hands them to the straggler detector.
   void TakeFigures(Node& node, const v1::HeartbeatRequest& request,
                    absl::Time now);
-  // A member's heartbeat of the running round said its ranks' most steps,
-  // reached `age_ms` before `now`: the round's most, and when it was first
-  // reached (HeartbeatResponse.round_steps, round_steps_age_ms).
-  void TakeSteps(int64_t steps, int64_t age_ms, absl::Time now);
   // Has the straggler detector compare the ranks when a window is due (on
   // any member's heartbeat of the running round) and logs and records what
   // it decides.
@@ -420,10 +417,10 @@ class Job {
   PollPacing poll_pacing_;
   StragglerDetector stragglers_;
   // The most steps a rank of the running round reported
-  // (HeartbeatRequest.steps, HeartbeatResponse.round_steps), and when the
-  // first rank got there, as its agent dated it (steps_age_ms).
-  int64_t round_steps_ = 0;
-  absl::Time round_steps_reached_;
+  // (HeartbeatRequest.steps, HeartbeatResponse.round_steps), and the furthest
+  // one got through the round's state sync (sync, round_sync).
+  RoundMost round_steps_;
+  RoundMost round_sync_;
   JobEvents events_;
 };
 

@@ -31,6 +31,8 @@ absl::StatusOr<v1::HeartbeatResponse> AnswerHeartbeat(
     *one.mutable_ranks() = beat.ranks();
     one.set_steps(beat.steps());
     one.set_steps_age_ms(beat.steps_age_ms());
+    one.set_sync(beat.sync());
+    one.set_sync_age_ms(beat.sync_age_ms());
     absl::StatusOr<v1::HeartbeatResponse> each = jobs->Heartbeat(one);
     if (!each.ok()) return each.status();
     *answer->add_more() = *std::move(each);

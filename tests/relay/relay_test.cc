@@ -335,16 +335,22 @@ TEST_F(RelayTest, UnaryHeartbeatGoesThroughTheMux) {
   figures->set_steps(7);
   request.set_steps(7);
   request.set_steps_age_ms(300);
+  request.set_sync(4);
+  request.set_sync_age_ms(200);
   v1::HeartbeatResponse response;
   auto context = BoundedContext();
   grpc::Status status = stub_->Heartbeat(context.get(), request, &response);
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_FALSE(response.rejoin());
   EXPECT_EQ(response.state(), v1::JOB_STATE_RUNNING);
-  // Its steps and their age went through, and came back as the round's.
+  // Its steps, its sync and their ages went through, and came back as the
+  // round's.
   EXPECT_EQ(response.round_steps(), 7);
   EXPECT_GE(response.round_steps_age_ms(), 300);
   EXPECT_LT(response.round_steps_age_ms(), 300 + 60'000);
+  EXPECT_EQ(response.round_sync(), 4);
+  EXPECT_GE(response.round_sync_age_ms(), 200);
+  EXPECT_LT(response.round_sync_age_ms(), 200 + 60'000);
   // The node's rank figures went through with its beat.
   auto job = Job("unary");
   ASSERT_TRUE(job.has_value());

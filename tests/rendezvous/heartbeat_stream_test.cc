@@ -284,6 +284,8 @@ TEST_F(HeartbeatStreamTest, ABatchOfNodesIsAnsweredNodeByNode) {
   member->set_round(round);
   member->set_steps(5);  // ahead of n0, for 2 s (as its agent dates it)
   member->set_steps_age_ms(2000);
+  member->set_sync(3);  // and through the round's state sync, for 1 s
+  member->set_sync_age_ms(1000);
   v1::NodeBeat* stranger = batch.add_more();
   stranger->set_node_id("not-a-member");
   stranger->set_round(round);
@@ -297,6 +299,9 @@ TEST_F(HeartbeatStreamTest, ABatchOfNodesIsAnsweredNodeByNode) {
   EXPECT_EQ(unary.more(0).round(), round);
   EXPECT_EQ(unary.more(0).round_steps(), 5);
   EXPECT_GE(unary.more(0).round_steps_age_ms(), 2000);
+  EXPECT_EQ(unary.more(0).round_sync(), 3);
+  EXPECT_GE(unary.more(0).round_sync_age_ms(), 1000);
+  EXPECT_LT(unary.more(0).round_sync_age_ms(), 2000);
   EXPECT_TRUE(unary.more(1).rejoin());
 
   auto context = BoundedContext();

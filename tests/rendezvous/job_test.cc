@@ -969,6 +969,50 @@ TEST_F(JobTest, AnswersTheRoundsMostStepsUntilTheRoundIsOver) {
   EXPECT_EQ(over.round_steps(), 0);
 }
 
+// The heartbeats also say how far their node's ranks got through the
+// round's state sync; the answer carries the round's furthest, dated by the
+// first rank there, apart from the steps, and a new round starts it again.
+TEST_F(JobTest, AnswersTheRoundsFurthestInTheSyncUntilTheNextRound) {
+  FormFirstRound();
+  auto beat = [&](const std::string& node, int64_t round, int64_t sync,
+                  int64_t age_ms) {
+    v1::HeartbeatRequest request;
+    request.set_run_id("job");
+    request.set_node_id(node);
+    request.set_round(round);
+    request.set_sync(sync);
+    request.set_sync_age_ms(age_ms);
+    absl::StatusOr<v1::HeartbeatResponse> response = table_.Heartbeat(request);
+    EXPECT_TRUE(response.ok()) << response.status();
+    return response.ok() ? *response : v1::HeartbeatResponse();
+  };
+  v1::HeartbeatResponse r = beat("a", 0, 0, 0);
+  EXPECT_EQ(r.round_sync(), 0);
+  EXPECT_EQ(r.round_sync_age_ms(), 0);
+  r = beat("b", 0, 2, 300);
+  EXPECT_EQ(r.round_sync(), 2);
+  EXPECT_EQ(r.round_sync_age_ms(), 300);
+  EXPECT_EQ(r.round_steps(), 0) << "the sync is not steps";
+  Advance(absl::Milliseconds(100));
+  r = beat("a", 0, 1, 0);
+  EXPECT_EQ(r.round_sync(), 2) << "never less";
+  EXPECT_EQ(r.round_sync_age_ms(), 400);
+  r = beat("a", 0, 3, 20);
+  EXPECT_EQ(r.round_sync(), 3);
+  EXPECT_EQ(r.round_sync_age_ms(), 20);
+  Fail("a", 0, 0);
+  EXPECT_EQ(beat("b", 0, 4, 0).round_sync(), 0) << "its round is over";
+  WaiterId a = Join("a");
+  WaiterId b = Join("b");
+  ASSERT_TRUE(Answered(a) && Answered(b));
+  const int64_t next = AssignmentOf(a).round();
+  ASSERT_GT(next, 0);
+  r = beat("a", next, 0, 0);
+  EXPECT_FALSE(r.rejoin());
+  EXPECT_EQ(r.round_sync(), 0) << "a new round's sync starts again";
+  EXPECT_EQ(beat("b", next, 1, 0).round_sync(), 1);
+}
+
 // The round's most steps are dated by when the first rank got there, as
 // its agent said (steps_age_ms), and answered with their age: an agent
 // times its rank behind from then, not from when the answer came.
