@@ -452,20 +452,27 @@ Agent::RoundOutcome Agent::Supervise(const RunningRound& round) {
   heartbeat_options.figures = [this, &figures] {
     return figures.Summary(clock_.Now());
   };
-  // The round's most steps, as the server answers them, and since when a
-  // rank has been there: a local rank a step behind is waited for by a rank
-  // of another node from then (OnRoundSteps). Both ways they are dated by
-  // age, not by a clock another machine would read.
-  RoundStepsInbox round_steps;
-  heartbeat_options.steps = [this, &figures] {
-    const RankFigures::MostSteps most = figures.Most();
-    return HeartbeatLoopOptions::Steps{
-        most.steps,
-        most.steps > 0 ? clock_.Now() - most.reached : absl::ZeroDuration()};
+  // The round's most steps and its furthest in the state sync, as the
+  // server answers them, and since when a rank has been there: a local rank
+  // behind is waited for by a rank of another node from then (OnRoundSteps,
+  // OnRoundSync). Both ways they are dated by age, not by a clock another
+  // machine would read.
+  RoundProgressInbox round_progress;
+  heartbeat_options.progress = [this, &figures] {
+    const absl::Time now = clock_.Now();
+    auto age = [now](const RankFigures::Most& most) {
+      return most.value > 0 ? now - most.reached : absl::ZeroDuration();
+    };
+    const RankFigures::Most steps = figures.MostSteps();
+    const RankFigures::Most sync = figures.MostSync();
+    return HeartbeatLoopOptions::Progress{steps.value, age(steps), sync.value,
+                                          age(sync)};
   };
-  heartbeat_options.on_round_steps =
-      [this, &round_steps](HeartbeatLoopOptions::Steps steps) {
-        round_steps.Post(steps.steps, clock_.Now() - steps.age);
+  heartbeat_options.on_round_progress =
+      [this, &round_progress](HeartbeatLoopOptions::Progress round) {
+        const absl::Time now = clock_.Now();
+        round_progress.Post({round.steps, now - round.steps_age, round.sync,
+                             now - round.sync_age});
       };
   // Stragglers the server names, for the agent's thread (Observe).
   StragglerInbox stragglers;
@@ -504,8 +511,10 @@ Agent::RoundOutcome Agent::Supervise(const RunningRound& round) {
     if (std::optional<int> sig = events_.stop_signal()) {
       return StopOnSignal(round, *sig);
     }
-    if (std::optional<RoundStepsInbox::Latest> latest = round_steps.Take()) {
-      policy.OnRoundSteps(latest->steps, latest->since);
+    if (std::optional<RoundProgressInbox::Latest> latest =
+            round_progress.Take()) {
+      policy.OnRoundSteps(latest->steps, latest->steps_since);
+      policy.OnRoundSync(latest->sync, latest->sync_since);
     }
     Observe(round, policy, figures, exited);
     forming.store(policy.Forming());

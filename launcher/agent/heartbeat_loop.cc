@@ -70,11 +70,14 @@ void HeartbeatLoop::Run() {
     if (options_.figures) figures = options_.figures();
     const bool with_figures = policy_.FiguresDue(figures, sent);
     request.clear_ranks();
-    if (options_.steps) {
-      const HeartbeatLoopOptions::Steps steps = options_.steps();
-      request.set_steps(steps.steps);
+    if (options_.progress) {
+      const HeartbeatLoopOptions::Progress progress = options_.progress();
+      request.set_steps(progress.steps);
       request.set_steps_age_ms(
-          std::max<int64_t>(0, absl::ToInt64Milliseconds(steps.age)));
+          std::max<int64_t>(0, absl::ToInt64Milliseconds(progress.steps_age)));
+      request.set_sync(progress.sync);
+      request.set_sync_age_ms(
+          std::max<int64_t>(0, absl::ToInt64Milliseconds(progress.sync_age)));
     }
     if (with_figures) {
       for (const v1::RankFigures& f : figures) *request.add_ranks() = f;
@@ -87,11 +90,13 @@ void HeartbeatLoop::Run() {
     if (with_figures && response.ok()) {
       policy_.FiguresDelivered(figures, sent);
     }
-    if (response.ok() && options_.on_round_steps &&
-        response->round_steps() > 0) {
-      options_.on_round_steps(
+    if (response.ok() && options_.on_round_progress &&
+        (response->round_steps() > 0 || response->round_sync() > 0)) {
+      options_.on_round_progress(
           {response->round_steps(),
-           absl::Milliseconds(response->round_steps_age_ms())});
+           absl::Milliseconds(response->round_steps_age_ms()),
+           response->round_sync(),
+           absl::Milliseconds(response->round_sync_age_ms())});
     }
     if (response.ok() && options_.on_stragglers &&
         !response->straggler_local_ranks().empty()) {

@@ -53,18 +53,20 @@ struct HeartbeatLoopOptions {
   // Called (on the loop's thread) with this node's local ranks that the
   // server names stragglers, whenever an answer names any. Unset: ignored.
   std::function<void(std::vector<int>)> on_stragglers;
-  // The most steps a local rank completed in the round and how long ago
-  // the first got there, sent with every heartbeat (HeartbeatRequest.steps,
-  // steps_age_ms); and called (on the loop's thread) with the round's most
-  // and their age, from every answer that carries them
-  // (HeartbeatResponse.round_steps, round_steps_age_ms). Unset: none sent,
-  // or ignored.
-  struct Steps {
+  // The most steps a local rank completed in the round, and the furthest
+  // one got through the round's state sync, each with how long ago the first
+  // got there, sent with every heartbeat (HeartbeatRequest.steps,
+  // steps_age_ms, sync, sync_age_ms); and called (on the loop's thread) with
+  // the round's, from every answer that carries any (HeartbeatResponse.
+  // round_steps, round_sync and their ages). Unset: none sent, or ignored.
+  struct Progress {
     int64_t steps = 0;
-    absl::Duration age;
+    absl::Duration steps_age;
+    int64_t sync = 0;
+    absl::Duration sync_age;
   };
-  std::function<Steps()> steps;
-  std::function<void(Steps)> on_round_steps;
+  std::function<Progress()> progress;
+  std::function<void(Progress)> on_round_progress;
 };
 
 // Heartbeats the rendezvous for one round on a thread of its own, so that a

@@ -13,11 +13,32 @@ RankFigures::RankFigures(int num_ranks, absl::Time round_start,
 void RankFigures::OnRecord(int local_rank, const common::ProgressRecord& record,
                            absl::Time now) {
   using Kind = common::ProgressRecord::Kind;
-  if (record.kind != Kind::kStep && record.kind != Kind::kPhase) return;
+  if (record.kind != Kind::kStep && record.kind != Kind::kPhase &&
+      record.kind != Kind::kCollective) {
+    return;
+  }
   absl::MutexLock lock(&mu_);
   if (local_rank < 0 || local_rank >= static_cast<int>(ranks_.size())) return;
   Rank& r = ranks_[local_rank];
+  if (record.kind == Kind::kCollective) {
+    if (r.in_sync) {
+      ++r.sync;
+      r.synced = now;
+    }
+    return;
+  }
   if (record.kind == Kind::kPhase) {
+    // The sync's collectives count from its record; leaving it is one
+    // more. A join starts a round again.
+    if (record.phase == common::Phase::kSync) {
+      r.in_sync = true;
+      r.sync = 0;
+    } else if (r.in_sync) {
+      r.in_sync = false;
+      ++r.sync;
+      r.synced = now;
+    }
+    if (record.phase == common::Phase::kJoin) r.sync = 0;
     if (record.phase == common::Phase::kJoin ||
         record.phase == common::Phase::kSync ||
         record.phase == common::Phase::kFirstStep) {
@@ -49,16 +70,26 @@ void RankFigures::SetExited(int local_rank) {
   ranks_[local_rank].phase = "exited";
 }
 
-RankFigures::MostSteps RankFigures::Most() const {
+RankFigures::Most RankFigures::MostOf(int64_t Rank::*value,
+                                      absl::Time Rank::*reached) const {
   absl::MutexLock lock(&mu_);
-  MostSteps most;
+  Most most;
   for (const Rank& r : ranks_) {
-    if (r.steps > most.steps ||
-        (r.steps == most.steps && r.steps > 0 && r.stepped < most.reached)) {
-      most = {r.steps, r.stepped};
+    const int64_t v = r.*value;
+    if (v > most.value ||
+        (v == most.value && v > 0 && r.*reached < most.reached)) {
+      most = {v, r.*reached};
     }
   }
   return most;
+}
+
+RankFigures::Most RankFigures::MostSteps() const {
+  return MostOf(&Rank::steps, &Rank::stepped);
+}
+
+RankFigures::Most RankFigures::MostSync() const {
+  return MostOf(&Rank::sync, &Rank::synced);
 }
 
 std::vector<v1::RankFigures> RankFigures::Summary(absl::Time now) const {

@@ -40,14 +40,21 @@ class RankFigures {
   void SetExited(int local_rank);
 
   std::vector<v1::RankFigures> Summary(absl::Time now) const;
-  // The most steps a local rank completed in the round, and when the first
-  // rank with that many recorded its last (HeartbeatRequest.steps,
-  // steps_age_ms); steps 0: none yet.
-  struct MostSteps {
-    int64_t steps = 0;
+  // The most of a figure any local rank reached in the round, and when the
+  // first rank got there; value 0: none yet.
+  struct Most {
+    int64_t value = 0;
     absl::Time reached;
   };
-  MostSteps Most() const;
+  // The most steps a local rank completed in the round, dated by its last
+  // step record (HeartbeatRequest.steps, steps_age_ms).
+  Most MostSteps() const;
+  // How far a local rank got through the round's state sync: the sync's
+  // collectives it entered, one more once it left the sync
+  // (HeartbeatRequest.sync, sync_age_ms). Counted only from the rank's sync
+  // record of this round: a survivor's records of the round before, read
+  // at this one's start, do not count.
+  Most MostSync() const;
 
  private:
   struct Sample {
@@ -62,8 +69,15 @@ class RankFigures {
     // read at this round's start, does not count.
     int64_t steps = 0;
     absl::Time stepped;  // when its last step record came
+    // In the round's state sync (its sync record came), how far it got
+    // (MostSync), and since when.
+    bool in_sync = false;
+    int64_t sync = 0;
+    absl::Time synced;
     std::deque<Sample> samples;
   };
+
+  Most MostOf(int64_t Rank::*value, absl::Time Rank::*reached) const;
 
   const RankFiguresOptions options_;
   const absl::Time round_start_;
@@ -71,18 +85,20 @@ class RankFigures {
   std::vector<Rank> ranks_ ABSL_GUARDED_BY(mu_);
 };
 
-// The round's most steps and since when a rank has been there, as the
-// server last answered them, handed from the heartbeat thread (Post) to the
-// agent's (Take). Thread-safe.
-class RoundStepsInbox {
+// The round's most steps and its furthest in the state sync, and since when
+// a rank has been there, as the server last answered them, handed from the
+// heartbeat thread (Post) to the agent's (Take). Thread-safe.
+class RoundProgressInbox {
  public:
   struct Latest {
     int64_t steps = 0;
-    absl::Time since;
+    absl::Time steps_since;
+    int64_t sync = 0;
+    absl::Time sync_since;
   };
-  void Post(int64_t steps, absl::Time since) {
+  void Post(Latest latest) {
     absl::MutexLock lock(&mu_);
-    latest_ = Latest{steps, since};
+    latest_ = latest;
   }
   // The latest answer since the last Take; nullopt: none came.
   std::optional<Latest> Take() {

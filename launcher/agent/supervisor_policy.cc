@@ -210,6 +210,12 @@ void SupervisorPolicy::OnRoundSteps(int64_t steps, absl::Time since) {
   round_steps_since_ = std::min(since, clock_.Now());
 }
 
+void SupervisorPolicy::OnRoundSync(int64_t sync, absl::Time since) {
+  if (sync <= round_sync_) return;
+  round_sync_ = sync;
+  round_sync_since_ = std::min(since, clock_.Now());
+}
+
 void SupervisorPolicy::OnStraggler(int local_rank) {
   if (local_rank < 0 || local_rank >= static_cast<int>(workers_.size())) return;
   Worker& w = workers_[local_rank];
@@ -404,6 +410,12 @@ std::optional<SupervisorPolicy::Held> SupervisorPolicy::HeldInSync(
       since = peer.left_sync;
     }
     if (since && (!held || *since < held->since)) held = Held{*since, i};
+  }
+  // The server's figure: a rank of the round, on this node or another,
+  // entered more of the sync's collectives or finished it, and waits.
+  if (round_sync_ > w.collectives &&
+      (!held || round_sync_since_ < held->since)) {
+    held = Held{round_sync_since_, -1};
   }
   if (!held) return std::nullopt;
   held->since = std::max(held->since, w.last_record);

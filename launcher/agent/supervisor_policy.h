@@ -157,6 +157,13 @@ class SupervisorPolicy {
   // blocked or spinning (OnProcessState) with no local peer, as a node's
   // only rank is.
   void OnRoundSteps(int64_t steps, absl::Time since);
+  // The furthest any rank of the round got through the round's state sync,
+  // as the server last answered (HeartbeatResponse.round_sync: collectives
+  // of the sync entered, one more for leaving it), and since when the first
+  // rank there has been. A local rank in the sync that entered fewer of its
+  // collectives, outside them, is waited for by that rank (HeldInSync), as
+  // by a local peer past it: a node's only rank has none.
+  void OnRoundSync(int64_t sync, absl::Time since);
 
   // Also turns a worker silent past its phase's bound, or stopped past the
   // stopped bound, into a "hung" failure.
@@ -300,7 +307,8 @@ class SupervisorPolicy {
   // entered completed): since when a local peer waits for `w` there, having
   // entered more of the sync's collectives than `w` (it is past the one `w`
   // has yet to enter) or finished the sync (it waits in its first step's
-  // gradient sync); nullopt: none does, or `w` is elsewhere. Inside a
+  // gradient sync), or a rank of another node did (round_sync_); nullopt:
+  // none does, or `w` is elsewhere. Inside a
   // collective `w` may itself wait for a rank elsewhere (a broadcast relayed
   // through a deadlocked rank completes on some ranks only). Blocked only:
   // receiving a large model uses CPU.
@@ -330,6 +338,10 @@ class SupervisorPolicy {
   // there.
   int64_t round_steps_ = 0;
   absl::Time round_steps_since_;
+  // OnRoundSync: the round's furthest in the state sync, and since when a
+  // rank has been there.
+  int64_t round_sync_ = 0;
+  absl::Time round_sync_since_;
 };
 
 }  // namespace ddprun::launcher

@@ -72,13 +72,13 @@ TEST(RankFiguresTest, StepsCountFromTheRoundsStartOfStepping) {
   RankFigures figures(2, absl::UnixEpoch());
   const absl::Time now = absl::UnixEpoch() + absl::Seconds(1);
   figures.OnRecord(0, Step(0.01), now);  // the round before's, read late
-  EXPECT_EQ(figures.Most().steps, 1);
+  EXPECT_EQ(figures.MostSteps().value, 1);
   for (common::Phase phase : {common::Phase::kJoin, common::Phase::kSync,
                               common::Phase::kFirstStep}) {
     figures.OnRecord(
         0, {.kind = common::ProgressRecord::Kind::kPhase, .phase = phase}, now);
   }
-  EXPECT_EQ(figures.Most().steps, 0);
+  EXPECT_EQ(figures.MostSteps().value, 0);
   for (int i = 0; i < 3; ++i) figures.OnRecord(0, Step(0.01), now);
   figures.OnRecord(1, Step(0.01), now);
   figures.OnRecord(1,
@@ -86,7 +86,7 @@ TEST(RankFiguresTest, StepsCountFromTheRoundsStartOfStepping) {
                     .phase = common::Phase::kEval},
                    now);  // an evaluation does not reset the count
   figures.OnRecord(1, Step(0.01), now);
-  EXPECT_EQ(figures.Most().steps, 3);
+  EXPECT_EQ(figures.MostSteps().value, 3);
   EXPECT_EQ(figures.Summary(now)[1].steps(), 2);
 }
 
@@ -100,12 +100,58 @@ TEST(RankFiguresTest, TheMostStepsAreDatedByTheFirstRankThere) {
   figures.OnRecord(2, Step(0.01), t0 + absl::Milliseconds(20));
   figures.OnRecord(0, Step(0.01), t0 + absl::Milliseconds(30));
   figures.OnRecord(1, Step(0.01), t0 + absl::Milliseconds(40));
-  EXPECT_EQ(figures.Most().steps, 2);
-  EXPECT_EQ(figures.Most().reached, t0 + absl::Milliseconds(20));
+  EXPECT_EQ(figures.MostSteps().value, 2);
+  EXPECT_EQ(figures.MostSteps().reached, t0 + absl::Milliseconds(20));
   figures.OnRecord(0, Step(0.01), t0 + absl::Milliseconds(50));
   figures.OnRecord(0, Step(0.01), t0 + absl::Milliseconds(60));
-  EXPECT_EQ(figures.Most().steps, 3);
-  EXPECT_EQ(figures.Most().reached, t0 + absl::Milliseconds(60));
+  EXPECT_EQ(figures.MostSteps().value, 3);
+  EXPECT_EQ(figures.MostSteps().reached, t0 + absl::Milliseconds(60));
+}
+
+// How far a rank got through the round's state sync: the collectives it
+// entered, one more once it left the sync, counted from its sync record of
+// this round only, and dated by the first rank there.
+TEST(RankFiguresTest, TheSyncCountsCollectivesFromTheRoundsSyncRecord) {
+  using Kind = common::ProgressRecord::Kind;
+  const common::ProgressRecord sync{.kind = Kind::kPhase,
+                                    .phase = common::Phase::kSync};
+  const common::ProgressRecord first_step{.kind = Kind::kPhase,
+                                          .phase = common::Phase::kStep};
+  const common::ProgressRecord join{.kind = Kind::kPhase,
+                                    .phase = common::Phase::kJoin};
+  const common::ProgressRecord collective{.kind = Kind::kCollective};
+  const common::ProgressRecord done{.kind = Kind::kCollectiveDone};
+  RankFigures figures(2, absl::UnixEpoch());
+  const absl::Time t0 = absl::UnixEpoch() + absl::Seconds(1);
+  auto at = [t0](int ms) { return t0 + absl::Milliseconds(ms); };
+  // A survivor's collective and first step of the round before, read at
+  // this round's start: no sync record came, nothing counts.
+  figures.OnRecord(0, collective, at(0));
+  figures.OnRecord(0, first_step, at(1));
+  EXPECT_EQ(figures.MostSync().value, 0);
+
+  for (int r : {0, 1}) figures.OnRecord(r, sync, at(2));
+  EXPECT_EQ(figures.MostSync().value, 0);
+  figures.OnRecord(1, collective, at(10));
+  figures.OnRecord(0, collective, at(12));
+  EXPECT_EQ(figures.MostSync().value, 1);
+  EXPECT_EQ(figures.MostSync().reached, at(10)) << "the first rank there";
+  figures.OnRecord(1, done, at(20));  // completing one is no further
+  EXPECT_EQ(figures.MostSync().value, 1);
+  figures.OnRecord(0, done, at(21));
+  figures.OnRecord(0, collective, at(30));
+  EXPECT_EQ(figures.MostSync().value, 2);
+  EXPECT_EQ(figures.MostSync().reached, at(30));
+  figures.OnRecord(0, done, at(40));
+  figures.OnRecord(0, first_step, at(50));  // finished the sync
+  EXPECT_EQ(figures.MostSync().value, 3);
+  EXPECT_EQ(figures.MostSync().reached, at(50));
+  // Later steps and records leave it there, until a join starts a round.
+  figures.OnRecord(0, Step(0.01), at(60));
+  figures.OnRecord(0, collective, at(70));
+  EXPECT_EQ(figures.MostSync().value, 3);
+  figures.OnRecord(0, join, at(80));
+  EXPECT_EQ(figures.MostSync().value, 1) << "rank 1's, still in the sync";
 }
 
 TEST(RankFiguresTest, AnExitedRankStaysExited) {

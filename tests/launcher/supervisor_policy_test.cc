@@ -975,6 +975,89 @@ TEST_F(SupervisorPolicyTest, OnlyARankBehindInTheSyncAndIdleIsBlocked) {
   }
 }
 
+// A node's only rank deadlocked in the state sync: no local peer is past
+// it, but the server answers that a rank of the round entered more of the
+// sync's collectives, or finished the sync (OnRoundSync). It is blocked 1 s
+// after that rank got there, as the answer dates it, and it is the cause.
+// Level with the round, inside a collective, or receiving (using CPU), it
+// is not.
+TEST_F(SupervisorPolicyTest, ANodesOnlyRankDeadlockedInTheSyncIsFoundBlocked) {
+  struct Case {
+    const char* what;
+    int64_t round_sync;  // the rank entered 2 collectives and completed them
+    bool inside = false;
+    int cpu_ms_per_look = 0;
+    bool blocked;
+  };
+  const std::vector<Case> cases = {
+      // 3 both ways: each collective entered, and leaving the sync.
+      {"a rank entered the next collective, or finished the sync", 3, false, 0,
+       true},
+      {"a rank further on", 5, false, 0, true},
+      {"level with the round", 2, false, 0, false},
+      {"inside the next collective", 3, /*inside=*/true, 0, false},
+      {"receiving", 3, false, /*cpu_ms_per_look=*/10, false},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    common::FakeClock clock;
+    SupervisorPolicy policy({.num_workers = 1,
+                             .expect_reports = {true},
+                             .in_place = {true},
+                             .survivors = {true},
+                             .figured_steps = true,
+                             .multi_node = true},
+                            Adaptive(), clock);
+    policy.OnRecord(0, PhaseRecord(Phase::kJoin));
+    policy.OnRecord(0, PhaseRecord(Phase::kSync));
+    for (int i = 0; i < 2; ++i) Collective(policy, 0);
+    if (c.inside) EnterCollective(policy, 0);
+    int cpu_ms = 900;
+    auto look = [&] {
+      policy.OnProcessState(0, Asleep(cpu_ms));
+      cpu_ms += c.cpu_ms_per_look;
+    };
+    look();
+    clock.Advance(absl::Milliseconds(100));
+    look();
+    // Another node's rank got there 300 ms before the answer came.
+    const absl::Time ahead = clock.Now();
+    clock.Advance(absl::Milliseconds(300));
+    policy.OnRoundSync(c.round_sync, ahead);
+    look();
+    ASSERT_EQ(policy.Evaluate(), Verdict::kRunning);
+    if (!c.blocked) {
+      for (int i = 0; i < 50; ++i) {  // 5 s of looks
+        clock.Advance(absl::Milliseconds(100));
+        look();
+        ASSERT_EQ(policy.Evaluate(), Verdict::kRunning) << i;
+      }
+      continue;
+    }
+    EXPECT_EQ(policy.NextHangDeadline(), ahead + absl::Seconds(1));
+    clock.Advance(absl::Milliseconds(600));
+    look();
+    EXPECT_EQ(policy.Evaluate(), Verdict::kRunning);
+    clock.Advance(absl::Milliseconds(100));
+    look();
+    ASSERT_EQ(policy.Evaluate(), Verdict::kFailed);
+    ASSERT_EQ(policy.failures().size(), 1u);
+    const LocalFailure& f = policy.failures()[0];
+    EXPECT_TRUE(f.blocked);
+    EXPECT_EQ(f.phase, Phase::kSync);
+    EXPECT_EQ(f.waited_by, -1);
+    EXPECT_THAT(DescribeHang(f),
+                ::testing::HasSubstr("blocked for 1s in phase sync"));
+    EXPECT_THAT(DescribeHang(f),
+                ::testing::HasSubstr("while a rank of another node waited "
+                                     "for it"));
+    EXPECT_FALSE(policy.AwaitsRemoteCause(2));
+    const RecoveryDecision decision = policy.DecideRecovery();
+    EXPECT_TRUE(decision.in_place);
+    EXPECT_EQ(decision.replace, std::vector<int>{0});
+  }
+}
+
 // The same rank blocked instead (ddprun-mnist's first step after its
 // evaluation, then a deadlock): found blocked after 1 s, and named in the
 // phase it is judged in, the step, not the evaluation it left.
