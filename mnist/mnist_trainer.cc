@@ -329,11 +329,12 @@ void FaultInSync(const Training& t, const std::string& hook, SyncFault fault,
 // running. A deadlock also comes at the end of a checkpoint write or an
 // evaluation, still in its phase, when the signal came there; a spin waits
 // for the next step's end (the agent judges spins in steps only).
-// --test-block-in-checkpoint-on-sigusr2 waits for a checkpoint's end. Not
-// in a state sync (--test-block-in-sync does that): a node's only rank
-// deadlocked there is found at the sync's bound only (its agent sees no
-// local peer past it), and the fault harness's lone-rank runs would stall.
-enum class HangPoint { kStep, kCheckpoint, kEval };
+// A deadlock also comes in the middle of a state sync (before its tensors),
+// when the signal came before that: its agent finds it by a local peer
+// past it there, or by the round's furthest in the sync that the server
+// answers (a node's only rank). --test-block-in-checkpoint-on-sigusr2
+// waits for a checkpoint's end.
+enum class HangPoint { kStep, kCheckpoint, kEval, kSync };
 std::atomic<bool> block_requested{false};
 
 void RequestBlock(int) { block_requested.store(true); }
@@ -362,7 +363,8 @@ void BlockIfRequested(const Training& t, HangPoint at) {
     }
   }
   static constexpr const char* kWhere[] = {"after", "in its checkpoint after",
-                                           "in its evaluation after"};
+                                           "in its evaluation after",
+                                           "in its state sync at"};
   spdlog::warn("--test-block-on-sigusr2: rank {} blocks for good {} step {}",
                t.group.rank, kWhere[static_cast<int>(at)], t.step);
   for (;;) pause();
@@ -378,13 +380,15 @@ absl::StatusOr<int> SyncState(Training& t, bool has_state) {
   StateSyncOptions sync_options;
   if (!t.options.test_die_in_sync.empty() ||
       !t.options.test_stop_in_sync.empty() ||
-      !t.options.test_block_in_sync.empty()) {
+      !t.options.test_block_in_sync.empty() ||
+      t.options.test_block_on_sigusr2) {
     sync_options.before_tensors = [&t, has_state](int source) {
       const MnistTrainOptions& o = t.options;
       FaultInSync(t, o.test_die_in_sync, SyncFault::kDie, has_state, source);
       FaultInSync(t, o.test_stop_in_sync, SyncFault::kStop, has_state, source);
       FaultInSync(t, o.test_block_in_sync, SyncFault::kBlock, has_state,
                   source);
+      BlockIfRequested(t, HangPoint::kSync);
     };
   }
   absl::StatusOr<int> source = SyncFromSurvivor(t.group, has_state, t.step,

@@ -57,7 +57,8 @@ struct MnistTrainOptions {
   std::string test_block_in_sync;
   // Tests only (a deadlock on demand): on SIGUSR2 the worker blocks for
   // good once its current step is done: asleep, using no CPU, alive and
-  // not stopped, while its peers wait for it in the next step's sync. A
+  // not stopped, while its peers wait for it in the next step's sync (or
+  // in the middle of a state sync, when the signal finds it before that). A
   // worker signalled before it installed the handler dies of the signal.
   bool test_block_on_sigusr2 = false;
   // The same, but it spins for good instead: a loop on one core that never

@@ -909,6 +909,73 @@ TEST(MnistInPlaceTwoAgentsTest, ANodesOnlyRankSpinningIsFoundSpinning) {
       "a rank of another node waited for it");
 }
 
+// A node's only rank deadlocks in the state sync: node 0's worker is
+// killed, and its replacement, receiving the state, blocks for good between
+// two collectives of the sync (--test-block-in-sync receiver:), while node
+// 1's survivor, sending it, waits in the next. No local peer is past it;
+// the server's answer that a rank of the round got further through the
+// sync (round_sync) tells its agent that one of another node waits. It is
+// found blocked in the sync within about a second, not at the sync's bound
+// (120 s, then as long again for another node's report), and the survivor
+// hands its state to the next replacement: no step lost, every sample
+// once.
+TEST(MnistInPlaceTwoAgentsTest, ANodesOnlyRankDeadlockedInTheSyncIsFound) {
+  auto server = rendezvous::Server::Start(rendezvous::ServerOptions{});
+  ASSERT_TRUE(server.ok()) << server.status();
+  TempDir dir;
+  auto flags_of = [&](const std::string& run_id, int node_rank) {
+    return NodeFlags((*server)->endpoint(), run_id, "2", node_rank, "30");
+  };
+  const std::string reference = RunFaultFreeNodes(
+      dir, "reference", {flags_of("reference", 0), flags_of("reference", 1)});
+  const std::string marker = dir.File("blocked-in-sync");
+  const std::vector<std::string> mnist = {"--test-block-in-sync",
+                                          "receiver:" + marker};
+  Job node0 = StartJob(dir, flags_of("sync", 0), "agent0", "summary.json",
+                       Prewarm::kOff, mnist);
+  Job node1 = StartJob(dir, flags_of("sync", 1), "agent1", "summary1.json",
+                       Prewarm::kOff, mnist);
+  auto errs = [&] { return node0.err() + node1.err(); };
+  ASSERT_TRUE(
+      WaitFor([&] { return node0.err().find("epoch 1/") != std::string::npos; },
+              absl::Minutes(3)))
+      << errs();
+  const std::vector<pid_t> victims = Workers(node0.agent.pid());
+  ASSERT_EQ(victims.size(), 1u) << errs();
+  ASSERT_EQ(kill(victims[0], SIGKILL), 0);
+  std::optional<ExitInfo> e0 = node0.agent.Wait(absl::Minutes(4));
+  std::optional<ExitInfo> e1 = node1.agent.Wait(absl::Minutes(4));
+  ASSERT_TRUE(e0.has_value() && e0->ok()) << errs();
+  ASSERT_TRUE(e1.has_value() && e1->ok()) << errs();
+  EXPECT_FALSE(ReadFileOrEmpty(marker).empty())
+      << "nobody blocked in the sync\n"
+      << errs();
+  EXPECT_THAT(node0.err(), HasSubstr("blocks for good"));
+  EXPECT_THAT(node0.err(),
+              ::testing::ContainsRegex(
+                  "worker rank 0 \\(local 0\\) is hung: blocked for "
+                  "[0-9.]+m?s in phase sync: asleep without using CPU while "
+                  "a rank of another node waited for it"))
+      << errs();
+  EXPECT_THAT(errs(), Not(HasSubstr("no progress for")));
+  EXPECT_THAT(node1.err(), Not(HasSubstr("is hung")));
+  EXPECT_THAT(errs(), Not(HasSubstr("resuming from step")));
+  // The survivor stopped once and resumed where it stopped, both times.
+  std::vector<std::pair<int64_t, int64_t>> stops =
+      StoppedAndResumed(node1.err());
+  ASSERT_GE(stops.size(), 1u) << errs();
+  for (const auto& [stopped, resumed] : stops) {
+    EXPECT_EQ(stopped, resumed) << "steps lost\n" << errs();
+  }
+  const std::string summary = ReadFileOrEmpty(dir.File("summary.json"));
+  ASSERT_FALSE(summary.empty()) << errs();
+  EXPECT_EQ(SummaryNumber(summary, "world_size"), 2);
+  EXPECT_EQ(SummaryList(summary, "epoch_samples"),
+            std::vector<int64_t>(kEpochs, kTrainSamples))
+      << summary;
+  EXPECT_EQ(SummaryNumber(summary, "steps"), SummaryNumber(reference, "steps"));
+}
+
 // The summary's accounting after in-place rounds: every epoch adds up to
 // the data set and `resumes` in-place recoveries. The accuracy is that of
 // the fault-free run (same seed) within kAccuracyTolerance; a run whose
