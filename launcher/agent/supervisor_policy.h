@@ -246,9 +246,11 @@ class SupervisorPolicy {
     int collectives_done = 0;
     std::optional<absl::Time> left_sync;
     // CPU time at the last look, and since when the looks saw it asleep
-    // without using CPU (nullopt: it ran, or was not asleep, at the last).
+    // without using CPU (nullopt: it ran, or was not asleep, at the last),
+    // with its CPU time then.
     std::optional<absl::Duration> cpu;
     std::optional<absl::Time> idle_since;
+    absl::Duration cpu_at_idle;
     absl::Time last_look;
     // The wait of a local peer for it (HeldBy) seen at the last look: when
     // it began, and the worker's CPU time at the first look after that.

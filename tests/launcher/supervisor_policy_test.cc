@@ -1058,6 +1058,35 @@ TEST_F(SupervisorPolicyTest, ANodesOnlyRankDeadlockedInTheSyncIsFoundBlocked) {
   }
 }
 
+// A deadlocked rank's other threads (Gloo's, gRPC's) wake now and then, and
+// /proc charges CPU in ticks of 10 ms: one stray tick 0.8 s into the wait
+// does not start the blocked bound again (the fault harness found such a
+// rank after 1.9 s instead of 1.1 s). A tick at every third look (a rank
+// whose own threads do some work while it waits for them) is no deadlock.
+TEST_F(SupervisorPolicyTest, AStrayTickLeavesADeadlockedRankBlocked) {
+  for (const bool steady : {false, true}) {
+    SCOPED_TRACE(steady ? "a tick every third look" : "one stray tick");
+    common::FakeClock clock;
+    SupervisorPolicy policy({.num_workers = 2}, Adaptive(), clock);
+    ThreeFiguredSteps(policy, clock, 2);
+    policy.OnProcessState(1, Asleep(700));
+    FiguredStep(policy, 0);  // rank 0 a step ahead: it waits for rank 1
+    int cpu_ms = 700;
+    for (int look = 0; look <= 50; ++look) {
+      if (steady ? look % 3 == 2 : look == 8) cpu_ms += 10;
+      policy.OnProcessState(1, Asleep(cpu_ms));
+      if (!steady && look == 10) break;
+      ASSERT_EQ(policy.Evaluate(), Verdict::kRunning) << look;
+      clock.Advance(absl::Milliseconds(100));
+    }
+    if (steady) continue;
+    ASSERT_EQ(policy.Evaluate(), Verdict::kFailed);
+    ASSERT_EQ(policy.failures().size(), 1u);
+    EXPECT_TRUE(policy.failures()[0].blocked);
+    EXPECT_EQ(policy.failures()[0].local_rank, 1);
+  }
+}
+
 // The same rank blocked instead (ddprun-mnist's first step after its
 // evaluation, then a deadlock): found blocked after 1 s, and named in the
 // phase it is judged in, the step, not the evaluation it left.
