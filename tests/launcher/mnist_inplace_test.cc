@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <iterator>
 #include <map>
@@ -845,6 +846,52 @@ std::string RunFaultFreeNodes(
   return ReadFileOrEmpty(dir.File(name + ".json"));
 }
 
+// Two agents of one rank each, against a rendezvous of their own: the
+// fault-free run, then the same job with `mnist` flags, where `fault(agent0,
+// agent1)` strikes once node 0 logged its first evaluation. Both agents must
+// end well. nullopt: the run did not get that far (a failure is recorded).
+struct LoneNodes {
+  std::string reference;  // rank 0's summary of the fault-free run
+  std::string summary;    // and of the faulted one
+  std::string err0;       // each agent's log (its workers' too)
+  std::string err1;
+  std::string errs() const { return err0 + err1; }
+};
+
+std::optional<LoneNodes> RunTwoLoneNodes(
+    const TempDir& dir, const std::vector<std::string>& mnist,
+    const std::function<void(pid_t, pid_t)>& fault) {
+  auto server = rendezvous::Server::Start(rendezvous::ServerOptions{});
+  EXPECT_TRUE(server.ok()) << server.status();
+  if (!server.ok()) return std::nullopt;
+  auto flags_of = [&](const std::string& run_id, int node_rank) {
+    return NodeFlags((*server)->endpoint(), run_id, "2", node_rank, "30");
+  };
+  LoneNodes run;
+  run.reference = RunFaultFreeNodes(
+      dir, "reference", {flags_of("reference", 0), flags_of("reference", 1)});
+  Job node0 = StartJob(dir, flags_of("faulted", 0), "agent0", "summary.json",
+                       Prewarm::kOff, mnist);
+  Job node1 = StartJob(dir, flags_of("faulted", 1), "agent1", "summary1.json",
+                       Prewarm::kOff, mnist);
+  auto errs = [&] { return node0.err() + node1.err(); };
+  // After the first evaluation, as the other hang tests.
+  const bool evaluated =
+      WaitFor([&] { return node0.err().find("epoch 1/") != std::string::npos; },
+              absl::Minutes(3));
+  EXPECT_TRUE(evaluated) << errs();
+  if (evaluated) fault(node0.agent.pid(), node1.agent.pid());
+  std::optional<ExitInfo> e0 = node0.agent.Wait(absl::Minutes(4));
+  std::optional<ExitInfo> e1 = node1.agent.Wait(absl::Minutes(4));
+  run.err0 = node0.err();
+  run.err1 = node1.err();
+  EXPECT_TRUE(e0.has_value() && e0->ok()) << run.errs();
+  EXPECT_TRUE(e1.has_value() && e1->ok()) << run.errs();
+  if (!evaluated || !e0 || !e0->ok() || !e1 || !e1->ok()) return std::nullopt;
+  run.summary = ReadFileOrEmpty(dir.File("summary.json"));
+  return run;
+}
+
 // A node's only rank hangs for good after its step (ddprun-mnist's
 // `hang_flag` on SIGUSR2) while the other node's only rank waits for it in
 // the next step's sync. No local peer waits for it; the server's answer
@@ -855,38 +902,19 @@ std::string RunFaultFreeNodes(
 // the job ends as the fault-free run does.
 void ExpectALoneRankHangIsFound(const std::string& hang_flag,
                                 const std::string& hung_regex) {
-  auto server = rendezvous::Server::Start(rendezvous::ServerOptions{});
-  ASSERT_TRUE(server.ok()) << server.status();
   TempDir dir;
-  auto flags_of = [&](const std::string& run_id, int node_rank) {
-    return NodeFlags((*server)->endpoint(), run_id, "2", node_rank, "30");
-  };
-  const std::string reference = RunFaultFreeNodes(
-      dir, "reference", {flags_of("reference", 0), flags_of("reference", 1)});
-  const std::vector<std::string> mnist = {hang_flag, "--step-times",
-                                          dir.File("steps.txt")};
-  Job node0 = StartJob(dir, flags_of("hang", 0), "agent0", "summary.json",
-                       Prewarm::kOff, mnist);
-  Job node1 = StartJob(dir, flags_of("hang", 1), "agent1", "summary1.json",
-                       Prewarm::kOff, mnist);
-  auto errs = [&] { return node0.err() + node1.err(); };
-  // After the first evaluation, as the other hang tests.
-  ASSERT_TRUE(
-      WaitFor([&] { return node0.err().find("epoch 1/") != std::string::npos; },
-              absl::Minutes(3)))
-      << errs();
-  const std::vector<pid_t> victims = Workers(node1.agent.pid());
-  ASSERT_EQ(victims.size(), 1u) << errs();
-  ASSERT_EQ(kill(victims[0], SIGUSR2), 0);
-  std::optional<ExitInfo> e0 = node0.agent.Wait(absl::Minutes(4));
-  std::optional<ExitInfo> e1 = node1.agent.Wait(absl::Minutes(4));
-  ASSERT_TRUE(e0.has_value() && e0->ok()) << errs();
-  ASSERT_TRUE(e1.has_value() && e1->ok()) << errs();
-  EXPECT_THAT(node1.err(), ::testing::ContainsRegex(hung_regex)) << errs();
-  EXPECT_THAT(errs(), Not(HasSubstr("no progress for")));
-  EXPECT_THAT(node0.err(), Not(HasSubstr("is hung")));
-  ExpectExactInPlaceRun(ReadFileOrEmpty(dir.File("summary.json")), reference,
-                        errs(), 2);
+  std::optional<LoneNodes> run =
+      RunTwoLoneNodes(dir, {hang_flag, "--step-times", dir.File("steps.txt")},
+                      [](pid_t, pid_t agent1) {
+                        const std::vector<pid_t> victims = Workers(agent1);
+                        ASSERT_EQ(victims.size(), 1u);
+                        ASSERT_EQ(kill(victims[0], SIGUSR2), 0);
+                      });
+  ASSERT_TRUE(run.has_value());
+  EXPECT_THAT(run->err1, ::testing::ContainsRegex(hung_regex)) << run->errs();
+  EXPECT_THAT(run->errs(), Not(HasSubstr("no progress for")));
+  EXPECT_THAT(run->err0, Not(HasSubstr("is hung")));
+  ExpectExactInPlaceRun(run->summary, run->reference, run->errs(), 2);
   // The figure (bench/fault/README.md), not a bound.
   std::cout << "longest gap between two steps: "
             << LongestStepGap(ReadFileOrEmpty(dir.File("steps.txt")))
@@ -920,60 +948,42 @@ TEST(MnistInPlaceTwoAgentsTest, ANodesOnlyRankSpinningIsFoundSpinning) {
 // hands its state to the next replacement: no step lost, every sample
 // once.
 TEST(MnistInPlaceTwoAgentsTest, ANodesOnlyRankDeadlockedInTheSyncIsFound) {
-  auto server = rendezvous::Server::Start(rendezvous::ServerOptions{});
-  ASSERT_TRUE(server.ok()) << server.status();
   TempDir dir;
-  auto flags_of = [&](const std::string& run_id, int node_rank) {
-    return NodeFlags((*server)->endpoint(), run_id, "2", node_rank, "30");
-  };
-  const std::string reference = RunFaultFreeNodes(
-      dir, "reference", {flags_of("reference", 0), flags_of("reference", 1)});
   const std::string marker = dir.File("blocked-in-sync");
-  const std::vector<std::string> mnist = {"--test-block-in-sync",
-                                          "receiver:" + marker};
-  Job node0 = StartJob(dir, flags_of("sync", 0), "agent0", "summary.json",
-                       Prewarm::kOff, mnist);
-  Job node1 = StartJob(dir, flags_of("sync", 1), "agent1", "summary1.json",
-                       Prewarm::kOff, mnist);
-  auto errs = [&] { return node0.err() + node1.err(); };
-  ASSERT_TRUE(
-      WaitFor([&] { return node0.err().find("epoch 1/") != std::string::npos; },
-              absl::Minutes(3)))
-      << errs();
-  const std::vector<pid_t> victims = Workers(node0.agent.pid());
-  ASSERT_EQ(victims.size(), 1u) << errs();
-  ASSERT_EQ(kill(victims[0], SIGKILL), 0);
-  std::optional<ExitInfo> e0 = node0.agent.Wait(absl::Minutes(4));
-  std::optional<ExitInfo> e1 = node1.agent.Wait(absl::Minutes(4));
-  ASSERT_TRUE(e0.has_value() && e0->ok()) << errs();
-  ASSERT_TRUE(e1.has_value() && e1->ok()) << errs();
+  std::optional<LoneNodes> run =
+      RunTwoLoneNodes(dir, {"--test-block-in-sync", "receiver:" + marker},
+                      [](pid_t agent0, pid_t) {
+                        const std::vector<pid_t> victims = Workers(agent0);
+                        ASSERT_EQ(victims.size(), 1u);
+                        ASSERT_EQ(kill(victims[0], SIGKILL), 0);
+                      });
+  ASSERT_TRUE(run.has_value());
   EXPECT_FALSE(ReadFileOrEmpty(marker).empty())
       << "nobody blocked in the sync\n"
-      << errs();
-  EXPECT_THAT(node0.err(), HasSubstr("blocks for good"));
-  EXPECT_THAT(node0.err(),
+      << run->errs();
+  EXPECT_THAT(run->err0, HasSubstr("blocks for good"));
+  EXPECT_THAT(run->err0,
               ::testing::ContainsRegex(
                   "worker rank 0 \\(local 0\\) is hung: blocked for "
                   "[0-9.]+m?s in phase sync: asleep without using CPU while "
                   "a rank of another node waited for it"))
-      << errs();
-  EXPECT_THAT(errs(), Not(HasSubstr("no progress for")));
-  EXPECT_THAT(node1.err(), Not(HasSubstr("is hung")));
-  EXPECT_THAT(errs(), Not(HasSubstr("resuming from step")));
+      << run->errs();
+  EXPECT_THAT(run->errs(), Not(HasSubstr("no progress for")));
+  EXPECT_THAT(run->err1, Not(HasSubstr("is hung")));
+  EXPECT_THAT(run->errs(), Not(HasSubstr("resuming from step")));
   // The survivor stopped once and resumed where it stopped, both times.
-  std::vector<std::pair<int64_t, int64_t>> stops =
-      StoppedAndResumed(node1.err());
-  ASSERT_GE(stops.size(), 1u) << errs();
+  std::vector<std::pair<int64_t, int64_t>> stops = StoppedAndResumed(run->err1);
+  ASSERT_GE(stops.size(), 1u) << run->errs();
   for (const auto& [stopped, resumed] : stops) {
-    EXPECT_EQ(stopped, resumed) << "steps lost\n" << errs();
+    EXPECT_EQ(stopped, resumed) << "steps lost\n" << run->errs();
   }
-  const std::string summary = ReadFileOrEmpty(dir.File("summary.json"));
-  ASSERT_FALSE(summary.empty()) << errs();
-  EXPECT_EQ(SummaryNumber(summary, "world_size"), 2);
-  EXPECT_EQ(SummaryList(summary, "epoch_samples"),
+  ASSERT_FALSE(run->summary.empty()) << run->errs();
+  EXPECT_EQ(SummaryNumber(run->summary, "world_size"), 2);
+  EXPECT_EQ(SummaryList(run->summary, "epoch_samples"),
             std::vector<int64_t>(kEpochs, kTrainSamples))
-      << summary;
-  EXPECT_EQ(SummaryNumber(summary, "steps"), SummaryNumber(reference, "steps"));
+      << run->summary;
+  EXPECT_EQ(SummaryNumber(run->summary, "steps"),
+            SummaryNumber(run->reference, "steps"));
 }
 
 // The summary's accounting after in-place rounds: every epoch adds up to
