@@ -72,12 +72,16 @@ class JobTest : public ::testing::Test {
 
   v1::HeartbeatResponse Heartbeat(const std::string& node, int64_t round) {
     v1::HeartbeatRequest request;
-    request.set_run_id("job");
     request.set_node_id(node);
     request.set_round(round);
-    auto response = table_.Heartbeat(request);
+    return Heartbeat(std::move(request));
+  }
+  // A heartbeat of job "job" with what `request` carries.
+  v1::HeartbeatResponse Heartbeat(v1::HeartbeatRequest request) {
+    request.set_run_id("job");
+    absl::StatusOr<v1::HeartbeatResponse> response = table_.Heartbeat(request);
     EXPECT_TRUE(response.ok()) << response.status();
-    return *response;
+    return response.ok() ? *response : v1::HeartbeatResponse();
   }
 
   v1::ReportFailureResponse Fail(const std::string& node, int64_t round,
@@ -948,13 +952,10 @@ TEST_F(JobTest, AnswersTheRoundsMostStepsUntilTheRoundIsOver) {
   FormFirstRound();
   auto beat = [&](const std::string& node, int64_t round, int64_t steps) {
     v1::HeartbeatRequest request;
-    request.set_run_id("job");
     request.set_node_id(node);
     request.set_round(round);
     request.set_steps(steps);
-    absl::StatusOr<v1::HeartbeatResponse> response = table_.Heartbeat(request);
-    EXPECT_TRUE(response.ok()) << response.status();
-    return response.ok() ? *response : v1::HeartbeatResponse();
+    return Heartbeat(std::move(request));
   };
   EXPECT_EQ(beat("a", 0, 0).round_steps(), 0);
   EXPECT_EQ(beat("b", 0, 7).round_steps(), 7);
@@ -977,14 +978,11 @@ TEST_F(JobTest, AnswersTheRoundsFurthestInTheSyncUntilTheNextRound) {
   auto beat = [&](const std::string& node, int64_t round, int64_t sync,
                   int64_t age_ms) {
     v1::HeartbeatRequest request;
-    request.set_run_id("job");
     request.set_node_id(node);
     request.set_round(round);
     request.set_sync(sync);
     request.set_sync_age_ms(age_ms);
-    absl::StatusOr<v1::HeartbeatResponse> response = table_.Heartbeat(request);
-    EXPECT_TRUE(response.ok()) << response.status();
-    return response.ok() ? *response : v1::HeartbeatResponse();
+    return Heartbeat(std::move(request));
   };
   v1::HeartbeatResponse r = beat("a", 0, 0, 0);
   EXPECT_EQ(r.round_sync(), 0);
@@ -1020,14 +1018,11 @@ TEST_F(JobTest, AnswersHowLongAgoTheFirstRankGotToTheMostSteps) {
   FormFirstRound();
   auto beat = [&](const std::string& node, int64_t steps, int64_t age_ms) {
     v1::HeartbeatRequest request;
-    request.set_run_id("job");
     request.set_node_id(node);
     request.set_round(0);
     request.set_steps(steps);
     request.set_steps_age_ms(age_ms);
-    absl::StatusOr<v1::HeartbeatResponse> response = table_.Heartbeat(request);
-    EXPECT_TRUE(response.ok()) << response.status();
-    return response.ok() ? *response : v1::HeartbeatResponse();
+    return Heartbeat(std::move(request));
   };
   v1::HeartbeatResponse r = beat("a", 7, 120);
   EXPECT_EQ(r.round_steps(), 7);
