@@ -30,6 +30,14 @@ std::string DescribeHang(const LocalFailure& f) {
     return absl::StrFormat("stopped (state T) for %s in phase %s", silent,
                            phase);
   }
+  if (f.quiet) {
+    return absl::StrFormat(
+        "blocked for %s in phase %s: asleep without using CPU, reading or "
+        "writing, or a child process, while %s waited for it, the first "
+        "time this rank was there (a deadlock, or a wait that does not end; "
+        "--hang-bound blocked=SECONDS changes the bound)",
+        silent, phase, Waiter(f));
+  }
   if (f.blocked) {
     return absl::StrFormat(
         "blocked for %s in phase %s: asleep without using CPU while %s "

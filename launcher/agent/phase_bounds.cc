@@ -54,6 +54,20 @@ absl::Duration PhaseBounds::BlockedBound(common::Phase phase, int rank) const {
                   longest_step_compute_ * options_.factor);
 }
 
+absl::Duration PhaseBounds::QuietBound(common::Phase phase, int rank) const {
+  if (options_.blocked_fixed.has_value() || !LearnedByRank(phase) ||
+      rank_longest_.count({rank, phase}) > 0 ||
+      found_quiet_.count({rank, phase}) > 0) {
+    return absl::InfiniteDuration();
+  }
+  return std::max(options_.blocked_floor,
+                  longest_[static_cast<int>(phase)] * options_.factor);
+}
+
+void PhaseBounds::ObserveFoundQuiet(common::Phase phase, int rank) {
+  found_quiet_.insert({rank, phase});
+}
+
 void PhaseBounds::ObserveStepCpu(absl::Duration cpu) {
   longest_step_cpu_ = std::max(longest_step_cpu_, cpu);
 }

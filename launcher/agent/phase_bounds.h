@@ -3,6 +3,7 @@
 #include <array>
 #include <map>
 #include <optional>
+#include <set>
 #include <utility>
 
 #include "absl/time/time.h"
@@ -87,7 +88,8 @@ struct PhaseBoundsOptions {
   // (rank 0, most often) takes long there, and a write to a socket (a
   // checkpoint uploaded to a store) sleeps without using CPU. Before that
   // rank was seen in the phase in this job, its floor is this one, as long
-  // as an unreported pause between two steps may take (the step's floor).
+  // as an unreported pause between two steps may take (the step's floor),
+  // unless the worker is quiet there (PhaseBounds::QuietBound).
   absl::Duration blocked_unseen_floor = absl::Seconds(10);
   // A worker that uses CPU while a local peer waits for it (as above)
   // spins: a loop that never ends. It is hung once it used this much CPU
@@ -138,6 +140,20 @@ class PhaseBounds {
   // checkpoint write by that rank's longest there
   // (PhaseBoundsOptions::blocked_unseen_floor before it was seen there).
   absl::Duration BlockedBound(common::Phase phase, int rank = -1) const;
+  // How long the worker of global rank `rank` may stay quiet in an
+  // evaluation or a checkpoint write behind its waiting peers before that
+  // rank was seen there: blocked (asleep, no CPU used), and with nothing
+  // read or written and no child process to wait for. Then none of what the
+  // unseen floor waits out is under way (an upload, a copy by another
+  // program), and the bound is the blocked floor, or `factor` x the longest
+  // any rank took in the phase. InfiniteDuration where the rule does not
+  // apply: in other phases, once the rank was seen there, once it was found
+  // quiet there (the next time waits the unseen floor: a wait the looks
+  // cannot see, such as a reply from a store, would otherwise cost every
+  // attempt), or with a fixed blocked bound.
+  absl::Duration QuietBound(common::Phase phase, int rank) const;
+  // The worker of global rank `rank` was found hung by QuietBound.
+  void ObserveFoundQuiet(common::Phase phase, int rank);
   absl::Duration round_failed_bound() const { return options_.round_failed; }
   // A step took `cpu` of CPU time (all of the worker's threads).
   void ObserveStepCpu(absl::Duration cpu);
@@ -158,6 +174,8 @@ class PhaseBounds {
   std::array<int, common::kNumPhases> seen_{};
   // By global rank: the longest evaluation and checkpoint phase seen there.
   std::map<std::pair<int, common::Phase>, absl::Duration> rank_longest_;
+  // Ranks and phases where ObserveFoundQuiet was called.
+  std::set<std::pair<int, common::Phase>> found_quiet_;
   absl::Duration longest_step_cpu_;
   absl::Duration longest_step_compute_;
 };

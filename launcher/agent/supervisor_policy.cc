@@ -181,6 +181,16 @@ void SupervisorPolicy::OnProcessState(int local_rank,
     w.idle_since = now;
     w.cpu_at_idle = state.cpu;
   }
+  // Quiet: idle, with no child process, and its I/O as at the first quiet
+  // look (QuietBound).
+  bool quiet = idle && state.io.has_value() && state.has_children == false;
+  if (quiet && w.quiet_since) quiet = *state.io == w.io_at_quiet;
+  if (!quiet) {
+    w.quiet_since.reset();
+  } else if (!w.quiet_since) {
+    w.quiet_since = now;
+    w.io_at_quiet = *state.io;
+  }
   // What a step costs in CPU: what it used between two looks at which its
   // step count moved, per step. A look may fall inside a step, so this is a
   // mean over a few steps, a little more than one's own (its wait in the
@@ -281,6 +291,13 @@ std::optional<absl::Time> SupervisorPolicy::HangDeadline(
       if (!deadline || blocked_deadline < *deadline) {
         deadline = blocked_deadline;
       }
+    }
+  }
+  const absl::Duration quiet_bound = QuietBound(w);
+  if (quiet_bound != absl::InfiniteDuration()) {
+    if (std::optional<Held> quiet = QuietSince(w)) {
+      absl::Time quiet_deadline = quiet->since + quiet_bound;
+      if (!deadline || quiet_deadline < *deadline) deadline = quiet_deadline;
     }
   }
   return deadline;
@@ -455,6 +472,19 @@ absl::Duration SupervisorPolicy::BlockedBound(const Worker& w) const {
   return bounds_.BlockedBound(BoundPhase(w), w.rank);
 }
 
+std::optional<SupervisorPolicy::Held> SupervisorPolicy::QuietSince(
+    const Worker& w) const {
+  if (!w.quiet_since) return std::nullopt;
+  std::optional<Held> quiet = BlockedSince(w);
+  if (!quiet) return std::nullopt;
+  quiet->since = std::max(quiet->since, *w.quiet_since);
+  return quiet;
+}
+
+absl::Duration SupervisorPolicy::QuietBound(const Worker& w) const {
+  return bounds_.QuietBound(BoundPhase(w), w.rank);
+}
+
 std::optional<absl::Duration> SupervisorPolicy::SpunCpu(const Worker& w) const {
   if (!reports_between_steps_ || !w.held_since || !w.cpu || w.stopped) {
     return std::nullopt;
@@ -504,17 +534,21 @@ void SupervisorPolicy::MarkHung(int local_rank, absl::Time now) {
       w.stopped_since && now - *w.stopped_since >= bounds_.stopped_bound();
   // Which bound it is hung past, judged while it still counts as running.
   std::optional<Held> blocked;
+  std::optional<Held> quiet;
   std::optional<absl::Duration> spun;
   if (!stopped_too_long) {
     blocked = BlockedSince(w);
     if (blocked && now - blocked->since < BlockedBound(w)) {
       blocked.reset();
     }
-    if (!blocked) spun = SpunPastBound(w);
+    if (!blocked) {
+      quiet = QuietSince(w);
+      if (quiet && now - quiet->since < QuietBound(w)) quiet.reset();
+    }
+    if (!blocked && !quiet) spun = SpunPastBound(w);
   }
   const std::optional<Held> held = HeldBy(w);
   const Phase phase = BoundPhase(w);
-  w.hung = true;
   LocalFailure failure{local_rank, ExitStatus{}, v1::FAILURE_CAUSE_HUNG, now};
   failure.phase = phase;
   if (stopped_too_long) {
@@ -526,6 +560,13 @@ void SupervisorPolicy::MarkHung(int local_rank, absl::Time now) {
     failure.blocked = true;
     failure.waited_by = blocked->waited_by;
     failure.silent = now - blocked->since;
+  } else if (quiet) {
+    w.hung_bound = QuietBound(w);
+    bounds_.ObserveFoundQuiet(phase, w.rank);
+    failure.blocked = true;
+    failure.quiet = true;
+    failure.waited_by = quiet->waited_by;
+    failure.silent = now - quiet->since;
   } else if (w.gave_up && now - *w.gave_up >= bounds_.round_failed_bound()) {
     w.hung_bound = bounds_.round_failed_bound();
     failure.gave_up_round = true;
@@ -540,6 +581,7 @@ void SupervisorPolicy::MarkHung(int local_rank, absl::Time now) {
     w.hung_bound = bounds_.Bound(phase);
     failure.silent = now - w.last_record;
   }
+  w.hung = true;
   failures_.push_back(failure);
 }
 

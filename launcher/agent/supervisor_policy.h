@@ -31,6 +31,10 @@ struct LocalFailure {
   // For a hang: found blocked (asleep, no CPU used) while a local peer
   // waited for it; `silent` is then how long it was blocked.
   bool blocked = false;
+  // Blocked, found by PhaseBounds::QuietBound: also without I/O or a child
+  // process, in an evaluation or a checkpoint write before its rank was
+  // seen there.
+  bool quiet = false;
   // For a hang: found spinning (using CPU without a step done) while a
   // local peer waited for it; `silent` is how long it was waited for, `cpu`
   // the CPU time it used meanwhile.
@@ -251,6 +255,10 @@ class SupervisorPolicy {
     std::optional<absl::Duration> cpu;
     std::optional<absl::Time> idle_since;
     absl::Duration cpu_at_idle;
+    // Since when the looks saw it idle with no child process and no I/O
+    // (ProcessState::io as it was then), as PhaseBounds::QuietBound asks.
+    std::optional<absl::Time> quiet_since;
+    uint64_t io_at_quiet = 0;
     absl::Time last_look;
     // The wait of a local peer for it (HeldBy) seen at the last look: when
     // it began, and the worker's CPU time at the first look after that.
@@ -320,6 +328,11 @@ class SupervisorPolicy {
   std::optional<Held> BlockedSince(const Worker& w) const;
   // How long `w` may stay blocked where it is (PhaseBounds::BlockedBound).
   absl::Duration BlockedBound(const Worker& w) const;
+  // BlockedSince, from when `w` was also quiet (no I/O, no child process);
+  // nullopt: it is not.
+  std::optional<Held> QuietSince(const Worker& w) const;
+  // How long `w` may stay quiet where it is (PhaseBounds::QuietBound).
+  absl::Duration QuietBound(const Worker& w) const;
   // The CPU time `w` used while a local peer waited for it (since the first
   // look after the wait began); nullopt: none waits, or spins are not
   // watched (reports_between_steps_).

@@ -181,7 +181,7 @@ bool PosixProcessControl::IsStopped(pid_t pid) {
 }
 
 std::optional<ProcessState> PosixProcessControl::State(pid_t pid) {
-  return ReadProcessState(pid);
+  return ReadProcessActivity(pid);
 }
 
 bool MayLeaveIdlePolicy(uint64_t cap_eff, uint64_t nice_limit, int nice) {

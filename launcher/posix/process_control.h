@@ -49,8 +49,8 @@ class ProcessControl {
   // rather than a worker waiting for it. Not a process held by a debugger
   // (state t). False when unknown.
   virtual bool IsStopped(pid_t pid) { return false; }
-  // Its state and CPU time at this look (process_state.h); nullopt when
-  // unknown.
+  // Its state, CPU time, I/O and children at this look (process_state.h:
+  // ReadProcessActivity); nullopt when unknown.
   virtual std::optional<ProcessState> State(pid_t pid) { return std::nullopt; }
   // Whether RestoreNormalPriority can succeed here (moving a process off
   // SCHED_IDLE needs CAP_SYS_NICE or an RLIMIT_NICE that allows the nice

@@ -7,8 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "common/proc_stat.h"
 
 namespace ddprun::launcher {
@@ -31,12 +33,59 @@ std::optional<ProcessState> ParseProcessStat(absl::string_view text,
   return state;
 }
 
+std::optional<uint64_t> ParseProcessIo(absl::string_view text) {
+  // Lines of "name: value"; the sum of the four that count bytes moved.
+  constexpr absl::string_view kFields[] = {"rchar", "wchar", "read_bytes",
+                                           "write_bytes"};
+  uint64_t sum = 0;
+  int found = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    std::pair<absl::string_view, absl::string_view> field =
+        absl::StrSplit(line, absl::MaxSplits(':', 1));
+    for (absl::string_view name : kFields) {
+      uint64_t value = 0;
+      if (field.first == name &&
+          absl::SimpleAtoi(absl::StripAsciiWhitespace(field.second), &value)) {
+        sum += value;
+        ++found;
+      }
+    }
+  }
+  if (found != static_cast<int>(std::size(kFields))) return std::nullopt;
+  return sum;
+}
+
+namespace {
+
+// The whole of a small /proc file; nullopt when it cannot be opened.
+std::optional<std::string> ReadProcFile(const std::string& path) {
+  std::ifstream file(path);
+  if (!file) return std::nullopt;
+  return std::string((std::istreambuf_iterator<char>(file)),
+                     std::istreambuf_iterator<char>());
+}
+
+}  // namespace
+
 std::optional<ProcessState> ReadProcessState(pid_t pid) {
-  std::ifstream stat(absl::StrFormat("/proc/%d/stat", pid));
-  if (!stat) return std::nullopt;
-  const std::string text((std::istreambuf_iterator<char>(stat)),
-                         std::istreambuf_iterator<char>());
-  return ParseProcessStat(text, sysconf(_SC_CLK_TCK));
+  const std::optional<std::string> text =
+      ReadProcFile(absl::StrFormat("/proc/%d/stat", pid));
+  if (!text) return std::nullopt;
+  return ParseProcessStat(*text, sysconf(_SC_CLK_TCK));
+}
+
+std::optional<ProcessState> ReadProcessActivity(pid_t pid) {
+  std::optional<ProcessState> state = ReadProcessState(pid);
+  if (!state) return std::nullopt;
+  if (std::optional<std::string> io =
+          ReadProcFile(absl::StrFormat("/proc/%d/io", pid))) {
+    state->io = ParseProcessIo(*io);
+  }
+  if (std::optional<std::string> children = ReadProcFile(
+          absl::StrFormat("/proc/%d/task/%d/children", pid, pid))) {
+    state->has_children = !absl::StripAsciiWhitespace(*children).empty();
+  }
+  return state;
 }
 
 }  // namespace ddprun::launcher

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -118,6 +119,17 @@ VictimAndOthers SplitAt(pid_t agent, int rank) {
     }
   }
   return workers;
+}
+
+// Whether `pid` has a handler for `signal` (/proc/PID/status, SigCgt).
+bool CatchesSignal(pid_t pid, int signal) {
+  const std::string status =
+      ReadFileOrEmpty(absl::StrCat("/proc/", pid, "/status"));
+  const size_t at = status.find("SigCgt:");
+  if (at == std::string::npos) return false;
+  const uint64_t mask =
+      std::strtoull(status.c_str() + at + 7, nullptr, /*base=*/16);
+  return (mask >> (signal - 1)) & 1;
 }
 
 // Each of `kept` is still a worker of `agent`: it was not restarted.
@@ -535,7 +547,7 @@ absl::Duration LongestStepGap(const std::string& step_times) {
 // job ends as the fault-free run does.
 void ExpectAHangOnSigusr2IsFoundAndReplaced(
     const std::vector<std::string>& hang_flags, const std::string& logged,
-    const std::string& hung_regex, int victim = 1) {
+    const std::string& hung_regex, int victim = 1, bool signal_early = false) {
   TempDir dir;
   const std::vector<std::string> flags = {"--standalone", "--nproc-per-node",
                                           "3", "--max-restarts", "3"};
@@ -543,13 +555,26 @@ void ExpectAHangOnSigusr2IsFoundAndReplaced(
   Job job =
       StartJob(dir, flags, "agent", "summary.json", Prewarm::kOff,
                Concat(hang_flags, {"--step-times", dir.File("steps.txt")}));
-  // After the first evaluation: the program has shown that it reports its
-  // work between steps.
-  ASSERT_TRUE(
-      WaitFor([&] { return job.err().find("epoch 1/") != std::string::npos; },
-              absl::Minutes(3)))
-      << job.err();
-  const VictimAndOthers workers = SplitAt(job.agent.pid(), victim);
+  VictimAndOthers workers;
+  if (signal_early) {
+    // Once the victim catches the signal (its handler is set as training
+    // begins, before the data is loaded): long before its first checkpoint.
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          workers = SplitAt(job.agent.pid(), victim);
+          return workers.victim > 0 && CatchesSignal(workers.victim, SIGUSR2);
+        },
+        absl::Minutes(3)))
+        << job.err();
+  } else {
+    // After the first evaluation: the program has shown that it reports its
+    // work between steps.
+    ASSERT_TRUE(
+        WaitFor([&] { return job.err().find("epoch 1/") != std::string::npos; },
+                absl::Minutes(3)))
+        << job.err();
+    workers = SplitAt(job.agent.pid(), victim);
+  }
   ASSERT_GT(workers.victim, 0) << job.err();
   ASSERT_EQ(kill(workers.victim, SIGUSR2), 0);
   std::optional<ExitInfo> exit = job.agent.Wait(absl::Minutes(4));
@@ -608,6 +633,23 @@ TEST(MnistInPlaceHangTest, ADeadlockInACheckpointWriteIsFoundBlocked) {
       "phase checkpoint: asleep without using CPU while local rank [12] "
       "waited for it",
       /*victim=*/0);
+}
+
+// A deadlock in the writer's first checkpoint of the job: signalled as
+// training begins, rank 0 blocks at the end of its first checkpoint write
+// (at the first epoch's end, step 125). Never seen to end a checkpoint, it
+// is found by its quiet (no CPU, no I/O, no child process), not after the
+// 10 s that a first checkpoint's wait on a socket may take.
+TEST(MnistInPlaceHangTest, ADeadlockInARanksFirstCheckpointIsFoundQuiet) {
+  TempDir checkpoints;
+  ExpectAHangOnSigusr2IsFoundAndReplaced(
+      {"--test-block-in-checkpoint-on-sigusr2", "--checkpoint-dir",
+       checkpoints.path()},
+      "rank 0 blocks for good in its checkpoint after step 125",
+      "worker rank 0 \\(local 0\\) is hung: blocked for [0-9.]+m?s in "
+      "phase checkpoint: asleep without using CPU, reading or writing, or a "
+      "child process, while local rank [12] waited for it, the first time",
+      /*victim=*/0, /*signal_early=*/true);
 }
 
 // Two agents on one host (two nodes): a worker of node 1 is killed; the

@@ -135,6 +135,72 @@ TEST(ProcessStateTest, ABlockedProcessSleepsWithoutCpuABusyOneUsesIt) {
   EXPECT_FALSE(control.State(*busy).has_value()) << "reaped: gone";
 }
 
+TEST(ProcessStateTest, ParsesTheBytesMovedFromProcIo) {
+  const std::string io =
+      "rchar: 1000\nwchar: 200\nsyscr: 7\nsyscw: 3\nread_bytes: 4096\n"
+      "write_bytes: 8192\ncancelled_write_bytes: 0\n";
+  EXPECT_EQ(ParseProcessIo(io), 1000u + 200u + 4096u + 8192u);
+  EXPECT_FALSE(ParseProcessIo("rchar: 1000\nwchar: 200\n").has_value());
+  EXPECT_FALSE(ParseProcessIo("").has_value());
+}
+
+// What the agent's look tells of a worker's I/O and children: a shell that
+// waits for its child (`sleep`, started in the background) has one, and its
+// I/O stands still while it waits; a process that copies data moves its
+// I/O; one blocked on a FIFO has no child and moves nothing.
+TEST(ProcessStateTest, TellsAProcessWithAChildAndOneDoingIoFromAQuietOne) {
+  testing::TempDir dir;
+  const std::string fifo = dir.File("never-written");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  PosixProcessControl control;
+  auto parent = control.Spawn(Shell("sleep 30 & wait"));
+  auto copier = control.Spawn(Shell("exec cat /dev/zero > /dev/null"));
+  auto quiet = control.Spawn(Shell("exec cat " + fifo));
+  ASSERT_TRUE(parent.ok() && copier.ok() && quiet.ok());
+  EXPECT_TRUE(testing::WaitFor(
+      [&] {
+        std::optional<ProcessState> s = control.State(*parent);
+        return s.has_value() && s->has_children == true;
+      },
+      absl::Seconds(10)))
+      << "the shell's background sleep was never seen";
+  std::optional<ProcessState> copying = control.State(*copier);
+  ASSERT_TRUE(copying.has_value() && copying->io.has_value());
+  EXPECT_EQ(copying->has_children, false);
+  EXPECT_TRUE(testing::WaitFor(
+      [&] {
+        std::optional<ProcessState> s = control.State(*copier);
+        return s.has_value() && s->io.has_value() && *s->io > *copying->io;
+      },
+      absl::Seconds(10)))
+      << "a copy's I/O never moved";
+  std::optional<ProcessState> first;
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        first = control.State(*quiet);
+        return first.has_value() && first->sleeping() && first->io.has_value();
+      },
+      absl::Seconds(10)));
+  EXPECT_EQ(first->has_children, false);
+  // The copier ran meanwhile: long enough for the blocked one to move,
+  // had it anything to move.
+  std::optional<ProcessState> second = control.State(*quiet);
+  ASSERT_TRUE(second.has_value());
+  EXPECT_EQ(second->io, first->io);
+  EXPECT_FALSE(ReadProcessState(*quiet)->io.has_value())
+      << "IsStopped's read of /proc/PID/stat alone reads no more";
+  for (pid_t pid : {*parent, *copier, *quiet}) {
+    control.SignalGroup(pid, SIGKILL);
+  }
+  int reaped = 0;
+  EXPECT_TRUE(testing::WaitFor(
+      [&] {
+        while (control.ReapAny().has_value()) ++reaped;
+        return reaped == 3;
+      },
+      absl::Seconds(10)));
+}
+
 TEST(ProcessControlTest, MissingProgramIsAClearErrorNotExit127) {
   PosixProcessControl control;
   SpawnRequest r;

@@ -1,6 +1,7 @@
 #include "launcher/agent/supervisor_policy.h"
 
 #include <deque>
+#include <functional>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -1168,6 +1169,116 @@ TEST_F(SupervisorPolicyTest, ADeadlockInACheckpointWriteIsFoundBlocked) {
     const RecoveryDecision decision = policy.DecideRecovery();
     EXPECT_TRUE(decision.in_place);
     EXPECT_EQ(decision.replace, std::vector<int>{0});
+  }
+}
+
+// A look at a process asleep with `cpu_ms` of CPU used, `io` bytes moved
+// (ProcessState::io) and no child process.
+ProcessState Quiet(int cpu_ms, uint64_t io) {
+  return {.state = 'S',
+          .cpu = absl::Milliseconds(cpu_ms),
+          .io = io,
+          .has_children = false};
+}
+
+// A deadlock in the writer's first checkpoint of the job, found quiet:
+// asleep, no CPU used, nothing read or written and no child process, while
+// rank 1 waits for it a step ahead. Then no upload or copy is under way,
+// and 1 s is its bound, not the 10 s a first checkpoint is given (a
+// checkpoint sent over a socket sleeps). Once found so, the rank's next
+// first checkpoint (it was never seen to end one) is given the 10 s: a
+// wait the looks cannot see would otherwise cost every attempt.
+TEST_F(SupervisorPolicyTest, ADeadlockInARanksFirstCheckpointIsFoundQuiet) {
+  PhaseBounds& bounds = Adaptive();
+  for (absl::Duration bound : {absl::Seconds(1), absl::Seconds(10)}) {
+    SCOPED_TRACE(absl::FormatDuration(bound));
+    common::FakeClock clock;
+    SupervisorPolicy policy({.num_workers = 2}, bounds, clock);
+    for (int i = 0; i < 2; ++i) policy.OnInPlaceDeclared(i);
+    ThreeFiguredSteps(policy, clock, 2);
+    for (int i = 0; i < 2; ++i) {
+      policy.OnRecord(i, PhaseRecord(Phase::kCheckpoint));
+    }
+    policy.OnProcessState(0, Quiet(700, 5000));
+    clock.Advance(absl::Milliseconds(50));
+    FiguredStep(policy, 1);
+    const absl::Time ahead = clock.Now();
+    policy.OnProcessState(0, Quiet(700, 5000));
+    EXPECT_EQ(policy.NextHangDeadline(), ahead + bound);
+    const int looks = static_cast<int>(bound / absl::Milliseconds(100));
+    for (int look = 1; look <= looks; ++look) {
+      ASSERT_EQ(policy.Evaluate(), Verdict::kRunning) << look;
+      clock.Advance(absl::Milliseconds(100));
+      policy.OnProcessState(0, Quiet(700, 5000));
+    }
+    ASSERT_EQ(policy.Evaluate(), Verdict::kFailed);
+    ASSERT_EQ(policy.failures().size(), 1u);
+    const LocalFailure& f = policy.failures()[0];
+    EXPECT_TRUE(f.blocked);
+    EXPECT_EQ(f.quiet, bound == absl::Seconds(1));
+    EXPECT_EQ(f.phase, Phase::kCheckpoint);
+    EXPECT_EQ(f.waited_by, 1);
+    EXPECT_EQ(f.silent, bound);
+    if (f.quiet) {
+      EXPECT_THAT(DescribeHang(f),
+                  ::testing::StartsWith(
+                      "blocked for 1s in phase checkpoint: asleep without "
+                      "using CPU, reading or writing, or a child process, "
+                      "while local rank 1 waited for it, the first time"));
+    }
+    EXPECT_EQ(policy.DecideRecovery().replace, std::vector<int>{0});
+  }
+}
+
+// In the writer's first checkpoint, a wait that is not quiet is given the
+// 10 s of a first checkpoint: one whose I/O moves (an upload, a copy), one
+// with a child process (a program it runs to copy the file), one whose I/O
+// is not known, and any with a fixed blocked bound.
+TEST_F(SupervisorPolicyTest, AFirstCheckpointThatIsNotQuietIsGivenItsFloor) {
+  struct Case {
+    const char* what;
+    std::function<ProcessState(int look)> state;
+    PhaseBoundsOptions options;
+  };
+  PhaseBoundsOptions fixed;
+  fixed.blocked_fixed = absl::Seconds(4);
+  const std::vector<Case> cases = {
+      {"I/O moves", [](int look) { return Quiet(700, 5000 + look); }, {}},
+      {"a child process",
+       [](int) {
+         ProcessState s = Quiet(700, 5000);
+         s.has_children = true;
+         return s;
+       },
+       {}},
+      {"I/O unknown", [](int) { return Asleep(700); }, {}},
+      {"a fixed bound", [](int) { return Quiet(700, 5000); }, fixed},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    common::FakeClock clock;
+    SupervisorPolicy policy({.num_workers = 2}, Adaptive(c.options), clock);
+    ThreeFiguredSteps(policy, clock, 2);
+    for (int i = 0; i < 2; ++i) {
+      policy.OnRecord(i, PhaseRecord(Phase::kCheckpoint));
+    }
+    policy.OnProcessState(0, c.state(0));
+    clock.Advance(absl::Milliseconds(50));
+    FiguredStep(policy, 1);
+    const absl::Time ahead = clock.Now();
+    const absl::Duration bound =
+        c.options.blocked_fixed.value_or(absl::Seconds(10));
+    const int looks = static_cast<int>(bound / absl::Milliseconds(100));
+    for (int look = 1; look <= looks; ++look) {
+      policy.OnProcessState(0, c.state(look));
+      ASSERT_EQ(policy.Evaluate(), Verdict::kRunning) << look;
+      clock.Advance(absl::Milliseconds(100));
+    }
+    policy.OnProcessState(0, c.state(looks + 1));
+    ASSERT_EQ(policy.Evaluate(), Verdict::kFailed);
+    ASSERT_EQ(policy.failures().size(), 1u);
+    EXPECT_FALSE(policy.failures()[0].quiet);
+    EXPECT_GE(clock.Now() - ahead, bound);
   }
 }
 
