@@ -30,20 +30,20 @@ std::string DescribeHang(const LocalFailure& f) {
     return absl::StrFormat("stopped (state T) for %s in phase %s", silent,
                            phase);
   }
-  if (f.quiet) {
-    return absl::StrFormat(
-        "blocked for %s in phase %s: asleep without using CPU, reading or "
-        "writing, or a child process, while %s waited for it, the first "
-        "time this rank was there (a deadlock, or a wait that does not end; "
-        "--hang-bound blocked=SECONDS changes the bound)",
-        silent, phase, Waiter(f));
-  }
   if (f.blocked) {
+    std::string quiet;
+    if (f.quiet) {
+      quiet = f.first_time ? ", and quiet (no bytes read or written, no "
+                             "child process) the first time this rank was "
+                             "there"
+                           : ", and quiet (no bytes read or written, no "
+                             "child process)";
+    }
     return absl::StrFormat(
         "blocked for %s in phase %s: asleep without using CPU while %s "
-        "waited for it (a deadlock, or a wait that does not end; "
+        "waited for it%s (a deadlock, or a wait that does not end; "
         "--hang-bound blocked=SECONDS changes the bound)",
-        silent, phase, Waiter(f));
+        silent, phase, Waiter(f), quiet);
   }
   if (f.gave_up_round) {
     return absl::StrFormat(

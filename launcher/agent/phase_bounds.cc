@@ -55,13 +55,22 @@ absl::Duration PhaseBounds::BlockedBound(common::Phase phase, int rank) const {
 }
 
 absl::Duration PhaseBounds::QuietBound(common::Phase phase, int rank) const {
-  if (options_.blocked_fixed.has_value() || !LearnedByRank(phase) ||
-      rank_longest_.count({rank, phase}) > 0 ||
-      found_quiet_.count({rank, phase}) > 0) {
-    return absl::InfiniteDuration();
+  if (options_.blocked_fixed.has_value()) return absl::InfiniteDuration();
+  if (!LearnedByRank(phase)) {
+    return std::max(options_.quiet_floor,
+                    longest_step_compute_ * options_.factor);
   }
-  return std::max(options_.blocked_floor,
+  auto own = rank_longest_.find({rank, phase});
+  if (own != rank_longest_.end()) {
+    return std::max(options_.quiet_floor, own->second * options_.factor);
+  }
+  if (found_quiet_.count({rank, phase}) > 0) return absl::InfiniteDuration();
+  return std::max(options_.quiet_floor,
                   longest_[static_cast<int>(phase)] * options_.factor);
+}
+
+bool PhaseBounds::FirstTimeThere(common::Phase phase, int rank) const {
+  return LearnedByRank(phase) && rank_longest_.count({rank, phase}) == 0;
 }
 
 void PhaseBounds::ObserveFoundQuiet(common::Phase phase, int rank) {

@@ -80,6 +80,14 @@ struct PhaseBoundsOptions {
   // wait 10-20 s (the soak's worker-block after an agent-pause).
   absl::Duration blocked_floor = absl::Seconds(1);
   std::optional<absl::Duration> blocked_fixed;
+  // A blocked worker that is also quiet (it moved no bytes, /proc/PID/io,
+  // since it went idle, and has no child process) is hung after this floor
+  // instead, or `factor` x the figure its blocked bound takes when that is
+  // longer (PhaseBounds::QuietBound). Nothing it could wait for is under way
+  // in it (a read, a write, a program it runs), and a rank that computes
+  // is not asleep: a busy machine leaves it runnable (state R), a page
+  // fault in disk sleep (D). A deadlock costs half a second less.
+  absl::Duration quiet_floor = absl::Milliseconds(500);
   // A worker in an evaluation or a checkpoint write it reported (Phase::
   // kEval, kCheckpoint) is blocked the same way when a peer already did the
   // step after it and waits for it there: hung after the blocked floor, or
@@ -140,18 +148,21 @@ class PhaseBounds {
   // checkpoint write by that rank's longest there
   // (PhaseBoundsOptions::blocked_unseen_floor before it was seen there).
   absl::Duration BlockedBound(common::Phase phase, int rank = -1) const;
-  // How long the worker of global rank `rank` may stay quiet in an
-  // evaluation or a checkpoint write behind its waiting peers before that
-  // rank was seen there: blocked (asleep, no CPU used), and with nothing
-  // read or written and no child process to wait for. Then none of what the
-  // unseen floor waits out is under way (an upload, a copy by another
-  // program), and the bound is the blocked floor, or `factor` x the longest
-  // any rank took in the phase. InfiniteDuration where the rule does not
-  // apply: in other phases, once the rank was seen there, once it was found
-  // quiet there (the next time waits the unseen floor: a wait the looks
-  // cannot see, such as a reply from a store, would otherwise cost every
-  // attempt), or with a fixed blocked bound.
+  // How long the worker of global rank `rank` may stay quiet in `phase`
+  // behind its waiting peers: blocked (asleep, no CPU used), with nothing
+  // read or written and no child process to wait for
+  // (PhaseBoundsOptions::quiet_floor), or `factor` x the figure of
+  // BlockedBound. In an evaluation or a checkpoint write before the rank was
+  // seen there, the figure is the longest any rank took there: none of what
+  // the unseen floor waits out (an upload, a copy by another program) is
+  // under way. InfiniteDuration with a fixed blocked bound, and there once
+  // the rank was found quiet there: the next time waits the unseen floor,
+  // since a wait the looks cannot see (a store's reply after the last byte)
+  // would otherwise cost every attempt.
   absl::Duration QuietBound(common::Phase phase, int rank) const;
+  // Whether `phase` is learned by rank (an evaluation, a checkpoint write)
+  // and the worker of global rank `rank` was not seen to end it yet.
+  bool FirstTimeThere(common::Phase phase, int rank) const;
   // The worker of global rank `rank` was found hung by QuietBound.
   void ObserveFoundQuiet(common::Phase phase, int rank);
   absl::Duration round_failed_bound() const { return options_.round_failed; }

@@ -562,6 +562,7 @@ void SupervisorPolicy::MarkHung(int local_rank, absl::Time now) {
     failure.silent = now - blocked->since;
   } else if (quiet) {
     w.hung_bound = QuietBound(w);
+    failure.first_time = bounds_.FirstTimeThere(phase, w.rank);
     bounds_.ObserveFoundQuiet(phase, w.rank);
     failure.blocked = true;
     failure.quiet = true;

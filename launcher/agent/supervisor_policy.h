@@ -32,9 +32,10 @@ struct LocalFailure {
   // waited for it; `silent` is then how long it was blocked.
   bool blocked = false;
   // Blocked, found by PhaseBounds::QuietBound: also without I/O or a child
-  // process, in an evaluation or a checkpoint write before its rank was
-  // seen there.
+  // process; `first_time`: in an evaluation or a checkpoint write before
+  // its rank was seen to end one.
   bool quiet = false;
+  bool first_time = false;
   // For a hang: found spinning (using CPU without a step done) while a
   // local peer waited for it; `silent` is how long it was waited for, `cpu`
   // the CPU time it used meanwhile.

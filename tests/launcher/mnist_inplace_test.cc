@@ -600,12 +600,15 @@ void ExpectAHangOnSigusr2IsFoundAndReplaced(
 }
 
 // A deadlock: asleep and using no CPU (--test-block-on-sigusr2). It is
-// found blocked.
+// found blocked, and quiet: it reads and writes nothing and has no child
+// process, so its bound is the quiet one (PhaseBounds::QuietBound).
 TEST(MnistInPlaceHangTest, ADeadlockedWorkerIsFoundBlockedAndReplaced) {
   ExpectAHangOnSigusr2IsFoundAndReplaced(
       {"--test-block-on-sigusr2"}, "rank 1 blocks for good",
       "worker rank 1 \\(local 1\\) is hung: blocked for [0-9.]+m?s in "
-      "phase step: asleep without using CPU");
+      "phase step: asleep without using CPU while local rank [02] waited "
+      "for it, and quiet \\(no bytes read or written, no child process\\) "
+      "\\(a deadlock");
 }
 
 // A loop that never ends: running on one core (--test-spin-on-sigusr2).
@@ -647,8 +650,9 @@ TEST(MnistInPlaceHangTest, ADeadlockInARanksFirstCheckpointIsFoundQuiet) {
        checkpoints.path()},
       "rank 0 blocks for good in its checkpoint after step 125",
       "worker rank 0 \\(local 0\\) is hung: blocked for [0-9.]+m?s in "
-      "phase checkpoint: asleep without using CPU, reading or writing, or a "
-      "child process, while local rank [12] waited for it, the first time",
+      "phase checkpoint: asleep without using CPU while local rank [12] "
+      "waited for it, and quiet \\(no bytes read or written, no child "
+      "process\\) the first time this rank was there",
       /*victim=*/0, /*signal_early=*/true);
 }
 

@@ -1184,13 +1184,14 @@ ProcessState Quiet(int cpu_ms, uint64_t io) {
 // A deadlock in the writer's first checkpoint of the job, found quiet:
 // asleep, no CPU used, nothing read or written and no child process, while
 // rank 1 waits for it a step ahead. Then no upload or copy is under way,
-// and 1 s is its bound, not the 10 s a first checkpoint is given (a
-// checkpoint sent over a socket sleeps). Once found so, the rank's next
-// first checkpoint (it was never seen to end one) is given the 10 s: a
-// wait the looks cannot see would otherwise cost every attempt.
+// and the quiet floor (0.5 s) is its bound, not the 10 s a first
+// checkpoint is given (a checkpoint sent over a socket sleeps). Once found
+// so, the rank's next first checkpoint (it was never seen to end one) is
+// given the 10 s: a wait the looks cannot see would otherwise cost every
+// attempt.
 TEST_F(SupervisorPolicyTest, ADeadlockInARanksFirstCheckpointIsFoundQuiet) {
   PhaseBounds& bounds = Adaptive();
-  for (absl::Duration bound : {absl::Seconds(1), absl::Seconds(10)}) {
+  for (absl::Duration bound : {absl::Milliseconds(500), absl::Seconds(10)}) {
     SCOPED_TRACE(absl::FormatDuration(bound));
     common::FakeClock clock;
     SupervisorPolicy policy({.num_workers = 2}, bounds, clock);
@@ -1215,16 +1216,18 @@ TEST_F(SupervisorPolicyTest, ADeadlockInARanksFirstCheckpointIsFoundQuiet) {
     ASSERT_EQ(policy.failures().size(), 1u);
     const LocalFailure& f = policy.failures()[0];
     EXPECT_TRUE(f.blocked);
-    EXPECT_EQ(f.quiet, bound == absl::Seconds(1));
+    EXPECT_EQ(f.quiet, bound == absl::Milliseconds(500));
+    EXPECT_EQ(f.first_time, f.quiet);
     EXPECT_EQ(f.phase, Phase::kCheckpoint);
     EXPECT_EQ(f.waited_by, 1);
     EXPECT_EQ(f.silent, bound);
     if (f.quiet) {
       EXPECT_THAT(DescribeHang(f),
                   ::testing::StartsWith(
-                      "blocked for 1s in phase checkpoint: asleep without "
-                      "using CPU, reading or writing, or a child process, "
-                      "while local rank 1 waited for it, the first time"));
+                      "blocked for 500ms in phase checkpoint: asleep without "
+                      "using CPU while local rank 1 waited for it, and quiet "
+                      "(no bytes read or written, no child process) the "
+                      "first time this rank was there"));
     }
     EXPECT_EQ(policy.DecideRecovery().replace, std::vector<int>{0});
   }
@@ -1279,6 +1282,73 @@ TEST_F(SupervisorPolicyTest, AFirstCheckpointThatIsNotQuietIsGivenItsFloor) {
     ASSERT_EQ(policy.failures().size(), 1u);
     EXPECT_FALSE(policy.failures()[0].quiet);
     EXPECT_GE(clock.Now() - ahead, bound);
+  }
+}
+
+// A deadlock in a step, quiet: found after the quiet floor (0.5 s), or 5x
+// the costliest step's compute when that is longer, not the blocked floor
+// (1 s). One whose I/O moves, or that has a child process, waits for
+// something under way: it is given the blocked floor.
+TEST_F(SupervisorPolicyTest, AQuietDeadlockInAStepIsFoundAfterHalfASecond) {
+  struct Case {
+    const char* what;
+    std::function<ProcessState(int look)> state;
+    double compute_seconds = 0.01;
+    absl::Duration bound;
+    bool quiet = true;
+  };
+  const std::vector<Case> cases = {
+      {"quiet", [](int) { return Quiet(700, 5000); }, 0.01,
+       absl::Milliseconds(500)},
+      {"quiet, steps of 160 ms", [](int) { return Quiet(700, 5000); }, 0.16,
+       absl::Milliseconds(800)},
+      {"I/O moves", [](int look) { return Quiet(700, 5000 + look); }, 0.01,
+       absl::Seconds(1), false},
+      {"a child process",
+       [](int) {
+         ProcessState s = Quiet(700, 5000);
+         s.has_children = true;
+         return s;
+       },
+       0.01, absl::Seconds(1), false},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    common::FakeClock clock;
+    SupervisorPolicy policy({.num_workers = 2}, Adaptive(), clock);
+    for (int step = 0; step < 3; ++step) {
+      clock.Advance(absl::Milliseconds(50));
+      for (int i = 0; i < 2; ++i) {
+        policy.OnRecord(i, {.kind = ProgressRecord::Kind::kStep,
+                            .compute_seconds = c.compute_seconds});
+      }
+    }
+    policy.OnProcessState(1, c.state(0));
+    clock.Advance(absl::Milliseconds(50));
+    FiguredStep(policy, 0);  // rank 0 waits for rank 1 in its sync
+    const absl::Time ahead = clock.Now();
+    const int looks = static_cast<int>(c.bound / absl::Milliseconds(100));
+    for (int look = 1; look <= looks; ++look) {
+      policy.OnProcessState(1, c.state(look));
+      ASSERT_EQ(policy.Evaluate(), Verdict::kRunning) << look;
+      clock.Advance(absl::Milliseconds(100));
+    }
+    policy.OnProcessState(1, c.state(looks + 1));
+    ASSERT_EQ(policy.Evaluate(), Verdict::kFailed);
+    ASSERT_EQ(policy.failures().size(), 1u);
+    const LocalFailure& f = policy.failures()[0];
+    EXPECT_EQ(f.local_rank, 1);
+    EXPECT_TRUE(f.blocked);
+    EXPECT_EQ(f.quiet, c.quiet);
+    EXPECT_FALSE(f.first_time);
+    EXPECT_EQ(f.phase, Phase::kStep);
+    EXPECT_EQ(clock.Now() - ahead, c.bound);
+    if (c.quiet) {
+      EXPECT_THAT(DescribeHang(f),
+                  ::testing::HasSubstr(
+                      "while local rank 0 waited for it, and quiet (no bytes "
+                      "read or written, no child process) (a deadlock"));
+    }
   }
 }
 
