@@ -39,6 +39,18 @@ ExitStatus WaitForExit(PosixProcessControl& control, pid_t pid) {
   return status.value_or(ExitStatus{});
 }
 
+// Kills each of `pids`' process groups and reaps them (bounded).
+void KillAndReap(PosixProcessControl& control, std::vector<pid_t> pids) {
+  for (pid_t pid : pids) control.SignalGroup(pid, SIGKILL);
+  size_t reaped = 0;
+  EXPECT_TRUE(testing::WaitFor(
+      [&] {
+        while (control.ReapAny().has_value()) ++reaped;
+        return reaped == pids.size();
+      },
+      absl::Seconds(10)));
+}
+
 SpawnRequest Shell(const std::string& script) {
   SpawnRequest r;
   r.argv = {"/bin/sh", "-c", script};
@@ -123,15 +135,7 @@ TEST(ProcessStateTest, ABlockedProcessSleepsWithoutCpuABusyOneUsesIt) {
   ::kill(*blocked, SIGSTOP);
   EXPECT_TRUE(testing::WaitFor([&] { return control.IsStopped(*blocked); },
                                absl::Seconds(10)));
-  control.SignalGroup(*blocked, SIGKILL);
-  control.SignalGroup(*busy, SIGKILL);
-  int reaped = 0;
-  EXPECT_TRUE(testing::WaitFor(
-      [&] {
-        while (control.ReapAny().has_value()) ++reaped;
-        return reaped == 2;
-      },
-      absl::Seconds(10)));
+  KillAndReap(control, {*blocked, *busy});
   EXPECT_FALSE(control.State(*busy).has_value()) << "reaped: gone";
 }
 
@@ -145,15 +149,15 @@ TEST(ProcessStateTest, ParsesTheBytesMovedFromProcIo) {
 }
 
 // What the agent's look tells of a worker's I/O and children: a shell that
-// waits for its child (`sleep`, started in the background) has one, and its
-// I/O stands still while it waits; a process that copies data moves its
-// I/O; one blocked on a FIFO has no child and moves nothing.
+// waits for its child (a `cat` of a FIFO, started in the background) has
+// one, and its I/O stands still while it waits; a process that copies data
+// moves its I/O; one blocked on a FIFO has no child and moves nothing.
 TEST(ProcessStateTest, TellsAProcessWithAChildAndOneDoingIoFromAQuietOne) {
   testing::TempDir dir;
   const std::string fifo = dir.File("never-written");
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
   PosixProcessControl control;
-  auto parent = control.Spawn(Shell("sleep 30 & wait"));
+  auto parent = control.Spawn(Shell("cat " + fifo + " & wait"));
   auto copier = control.Spawn(Shell("exec cat /dev/zero > /dev/null"));
   auto quiet = control.Spawn(Shell("exec cat " + fifo));
   ASSERT_TRUE(parent.ok() && copier.ok() && quiet.ok());
@@ -189,16 +193,7 @@ TEST(ProcessStateTest, TellsAProcessWithAChildAndOneDoingIoFromAQuietOne) {
   EXPECT_EQ(second->io, first->io);
   EXPECT_FALSE(ReadProcessState(*quiet)->io.has_value())
       << "IsStopped's read of /proc/PID/stat alone reads no more";
-  for (pid_t pid : {*parent, *copier, *quiet}) {
-    control.SignalGroup(pid, SIGKILL);
-  }
-  int reaped = 0;
-  EXPECT_TRUE(testing::WaitFor(
-      [&] {
-        while (control.ReapAny().has_value()) ++reaped;
-        return reaped == 3;
-      },
-      absl::Seconds(10)));
+  KillAndReap(control, {*parent, *copier, *quiet});
 }
 
 TEST(ProcessControlTest, MissingProgramIsAClearErrorNotExit127) {
