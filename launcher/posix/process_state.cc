@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -65,6 +66,35 @@ std::optional<std::string> ReadProcFile(const std::string& path) {
                      std::istreambuf_iterator<char>());
 }
 
+// Whether any thread of `pid` has a child: each thread's children are
+// listed under it alone (/proc/PID/task/TID/children), and a program's
+// helper thread that runs a command (a checkpoint's upload) is not its main
+// thread. A thread that ends while this reads is skipped. nullopt when the
+// main thread's list or the threads cannot be read (a kernel without
+// CONFIG_PROC_CHILDREN has no such lists).
+std::optional<bool> HasChildren(pid_t pid) {
+  std::optional<std::string> main_children =
+      ReadProcFile(absl::StrFormat("/proc/%d/task/%d/children", pid, pid));
+  if (!main_children) return std::nullopt;
+  if (!absl::StripAsciiWhitespace(*main_children).empty()) return true;
+  std::error_code error;
+  std::filesystem::directory_iterator tasks(
+      absl::StrFormat("/proc/%d/task", pid), error);
+  if (error) return std::nullopt;
+  // increment(error), not a range-for: the process may end while this
+  // reads, and the agent's look must not throw.
+  for (; !error && tasks != std::filesystem::directory_iterator();
+       tasks.increment(error)) {
+    std::optional<std::string> children =
+        ReadProcFile(tasks->path().string() + "/children");
+    if (children && !absl::StripAsciiWhitespace(*children).empty()) {
+      return true;
+    }
+  }
+  if (error) return std::nullopt;
+  return false;
+}
+
 }  // namespace
 
 std::optional<ProcessState> ReadProcessState(pid_t pid) {
@@ -81,10 +111,7 @@ std::optional<ProcessState> ReadProcessActivity(pid_t pid) {
           ReadProcFile(absl::StrFormat("/proc/%d/io", pid))) {
     state->io = ParseProcessIo(*io);
   }
-  if (std::optional<std::string> children = ReadProcFile(
-          absl::StrFormat("/proc/%d/task/%d/children", pid, pid))) {
-    state->has_children = !absl::StripAsciiWhitespace(*children).empty();
-  }
+  state->has_children = HasChildren(pid);
   return state;
 }
 

@@ -24,9 +24,9 @@ struct ProcessState {
   // Only whether it changes between two looks means anything. nullopt: not
   // read, or unreadable.
   std::optional<uint64_t> io;
-  // Whether its main thread has a child process that has not been waited
-  // for (/proc/PID/task/PID/children: the children forked by other threads
-  // are not listed there). nullopt: not read, or unreadable.
+  // Whether one of its threads has a child process that has not been
+  // waited for (/proc/PID/task/*/children). nullopt: not read, or
+  // unreadable.
   std::optional<bool> has_children;
 
   bool stopped() const { return state == 'T'; }
@@ -46,8 +46,9 @@ std::optional<uint64_t> ParseProcessIo(absl::string_view text);
 // unreadable.
 std::optional<ProcessState> ReadProcessState(pid_t pid);
 
-// ReadProcessState, with ProcessState::io and has_children too: two more
-// small reads of /proc, for the agent's looks at its workers.
+// ReadProcessState, with ProcessState::io and has_children too: more small
+// reads of /proc (one per thread for the children), for the agent's looks
+// at its workers.
 std::optional<ProcessState> ReadProcessActivity(pid_t pid);
 
 }  // namespace ddprun::launcher

@@ -11,8 +11,11 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/notification.h"
 #include "common/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -194,6 +197,40 @@ TEST(ProcessStateTest, TellsAProcessWithAChildAndOneDoingIoFromAQuietOne) {
   EXPECT_FALSE(ReadProcessState(*quiet)->io.has_value())
       << "IsStopped's read of /proc/PID/stat alone reads no more";
   KillAndReap(control, {*parent, *copier, *quiet});
+}
+
+TEST(ProcessStateTest, SeesAChildThatAHelperThreadStarted) {
+  // This test's own process: a helper thread starts a `cat` of a FIFO that
+  // is never written, as a program's upload thread runs a command, and
+  // stays alive while the main thread looks.
+  testing::TempDir dir;
+  const std::string fifo = dir.File("never-written");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  std::optional<ProcessState> before = ReadProcessActivity(getpid());
+  ASSERT_TRUE(before.has_value());
+  ASSERT_EQ(before->has_children, false);
+  PosixProcessControl control;
+  absl::Notification started;
+  absl::Notification looked;
+  absl::StatusOr<pid_t> child;
+  std::thread helper([&] {
+    child = control.Spawn(Shell("exec cat " + fifo));
+    started.Notify();
+    looked.WaitForNotification();
+  });
+  started.WaitForNotification();
+  ASSERT_TRUE(child.ok()) << child.status();
+  std::ifstream main_list(
+      absl::StrFormat("/proc/%d/task/%d/children", getpid(), getpid()));
+  std::string main_children;
+  std::getline(main_list, main_children);
+  EXPECT_EQ(main_children, "") << "the child is the helper thread's";
+  std::optional<ProcessState> after = ReadProcessActivity(getpid());
+  looked.Notify();
+  helper.join();
+  ASSERT_TRUE(after.has_value());
+  EXPECT_EQ(after->has_children, true);
+  KillAndReap(control, {*child});
 }
 
 TEST(ProcessControlTest, MissingProgramIsAClearErrorNotExit127) {
