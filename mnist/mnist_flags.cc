@@ -95,6 +95,15 @@ MnistCommandLine ParseMnistFlags(int argc, const char* const* argv) {
       ->group("")
       ->excludes("--test-block-on-sigusr2")
       ->excludes("--test-spin-on-sigusr2");
+  app.add_flag("--test-spin-in-checkpoint-on-sigusr2",
+               o.test_spin_in_checkpoint_on_sigusr2,
+               "Tests: on SIGUSR2 the worker spins for good at the end of "
+               "its next checkpoint write that is not its first (a loop "
+               "that never ends in a checkpoint)")
+      ->group("")
+      ->excludes("--test-block-on-sigusr2")
+      ->excludes("--test-spin-on-sigusr2")
+      ->excludes("--test-block-in-checkpoint-on-sigusr2");
   common::AddLogLevelFlag(app, &command.logging.level);
   common::AddVersionFlag(app, "ddprun-mnist");
   command.exit_code = common::ParseFlags(app, argc, argv, "ddprun-mnist");

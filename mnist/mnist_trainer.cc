@@ -8,6 +8,7 @@
 #include <torch/utils.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -327,13 +328,17 @@ void FaultInSync(const Training& t, const std::string& hook, SyncFault fault,
 // worker to hang; it does so after its current step, where a deadlock
 // leaves it asleep without using CPU, and a loop that never ends leaves it
 // running. A deadlock also comes at the end of a checkpoint write or an
-// evaluation, still in its phase, when the signal came there; a spin waits
-// for the next step's end (the agent judges spins in steps only).
-// A deadlock also comes in the middle of a state sync (before its tensors),
-// when the signal came before that: its agent finds it by a local peer
-// past it there, or by the round's furthest in the sync that the server
-// answers (a node's only rank). --test-block-in-checkpoint-on-sigusr2
-// waits for a checkpoint's end.
+// evaluation, still in its phase, when the signal came there; a spin too,
+// when this process went through that phase before: its agent bounds a
+// spin there by what the phase cost the rank in CPU, and the first time,
+// only by the phase's own bound (minutes), so a spin then waits for the
+// next step's end. A deadlock also comes in the middle of a state sync
+// (before its tensors), when the signal came before that: its agent finds
+// it by a local peer past it there, or by the round's furthest in the sync
+// that the server answers (a node's only rank); a spin does not (a
+// receiver's CPU while it receives is no spin). --test-block-in-checkpoint-
+// on-sigusr2 and --test-spin-in-checkpoint-on-sigusr2 wait for a
+// checkpoint's end.
 enum class HangPoint { kStep, kCheckpoint, kEval, kSync };
 std::atomic<bool> block_requested{false};
 
@@ -348,23 +353,32 @@ void InstallBlockHook(bool enabled) {
   sigaction(SIGUSR2, &action, nullptr);
 }
 
+// How often this process came to each HangPoint (BlockIfRequested).
+std::array<int, 4> hang_points_reached{};
+
 void BlockIfRequested(const Training& t, HangPoint at) {
+  const int reached_before = hang_points_reached[static_cast<int>(at)]++;
   if (!block_requested.load()) return;
-  if (t.options.test_block_in_checkpoint_on_sigusr2 &&
+  if ((t.options.test_block_in_checkpoint_on_sigusr2 ||
+       t.options.test_spin_in_checkpoint_on_sigusr2) &&
       at != HangPoint::kCheckpoint) {
     return;
-  }
-  if (t.options.test_spin_on_sigusr2) {
-    if (at != HangPoint::kStep) return;
-    spdlog::warn("--test-spin-on-sigusr2: rank {} spins for good after step {}",
-                 t.group.rank, t.step);
-    // A volatile counter, so the loop is not optimised away.
-    for (volatile uint64_t i = 0;; i = i + 1) {
-    }
   }
   static constexpr const char* kWhere[] = {"after", "in its checkpoint after",
                                            "in its evaluation after",
                                            "in its state sync at"};
+  if (t.options.test_spin_on_sigusr2 ||
+      t.options.test_spin_in_checkpoint_on_sigusr2) {
+    if (at == HangPoint::kSync ||
+        (at != HangPoint::kStep && reached_before == 0)) {
+      return;
+    }
+    spdlog::warn("--test-spin-on-sigusr2: rank {} spins for good {} step {}",
+                 t.group.rank, kWhere[static_cast<int>(at)], t.step);
+    // A volatile counter, so the loop is not optimised away.
+    for (volatile uint64_t i = 0;; i = i + 1) {
+    }
+  }
   spdlog::warn("--test-block-on-sigusr2: rank {} blocks for good {} step {}",
                t.group.rank, kWhere[static_cast<int>(at)], t.step);
   for (;;) pause();
@@ -973,7 +987,8 @@ absl::Status Recover(Training& t) {
 absl::Status Train(const MnistTrainOptions& options) {
   InstallBlockHook(options.test_block_on_sigusr2 ||
                    options.test_spin_on_sigusr2 ||
-                   options.test_block_in_checkpoint_on_sigusr2);
+                   options.test_block_in_checkpoint_on_sigusr2 ||
+                   options.test_spin_in_checkpoint_on_sigusr2);
   absl::StatusOr<std::unique_ptr<Training>> training = SetUp(options);
   if (!training.ok()) return training.status();
   Training& t = **training;

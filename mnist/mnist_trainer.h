@@ -62,12 +62,18 @@ struct MnistTrainOptions {
   // worker signalled before it installed the handler dies of the signal.
   bool test_block_on_sigusr2 = false;
   // The same, but it spins for good instead: a loop on one core that never
-  // ends, running and using CPU. At most one of the two.
+  // ends, running and using CPU. It spins at the end of a checkpoint write
+  // or an evaluation, in its phase, when the signal came there and this
+  // process went through that phase before (its agent then knows what the
+  // phase costs it in CPU); else after its step. At most one of the two.
   bool test_spin_on_sigusr2 = false;
   // As test_block_on_sigusr2, but only at the end of its next checkpoint
   // write (--checkpoint-dir), in the checkpoint's phase: a deadlock in a
   // checkpoint, while its peers wait for it in their next step's sync.
   bool test_block_in_checkpoint_on_sigusr2 = false;
+  // As test_spin_on_sigusr2, but only at the end of its next checkpoint
+  // write that is not its first: a loop that never ends in a checkpoint.
+  bool test_spin_in_checkpoint_on_sigusr2 = false;
 };
 
 // Trains the seed MLP on MNIST with data parallelism over the ranks the

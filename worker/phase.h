@@ -32,8 +32,9 @@ void ReportStep(int progress_fd, double compute_seconds = -1);
 // takes a rank that uses CPU without finishing its step, while a local peer
 // waits for it, for a loop that never ends: hung after a second of CPU or
 // 5x the CPU of its costliest step (--hang-bound spin=SECONDS), not only at
-// the step's bound of 10 s. Without it, the agent learns the same from the
-// program's first evaluation or checkpoint record.
+// the step's bound of 10 s; in an evaluation or a checkpoint write, 5x the
+// CPU the rank's own took there once it did one. Without it, the agent learns
+// the same from the program's first evaluation or checkpoint record.
 void DeclareReportsBetweenSteps(int progress_fd);
 // Says that the round this worker was joining could not form (a peer it
 // could not reach), and that it waits for the next one

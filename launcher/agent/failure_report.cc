@@ -53,12 +53,16 @@ std::string DescribeHang(const LocalFailure& f) {
         silent, phase);
   }
   if (f.spinning) {
+    absl::string_view work = "its step";
+    if (f.phase == common::Phase::kCheckpoint) work = "its checkpoint write";
+    if (f.phase == common::Phase::kEval) work = "its evaluation";
+    if (f.phase == common::Phase::kJoin) work = "its join of the round";
     return absl::StrFormat(
-        "spinning for %s in phase %s: used %s of CPU without finishing its "
-        "step while %s waited for it (a loop that does not end; "
+        "spinning for %s in phase %s: used %s of CPU without finishing %s "
+        "while %s waited for it (a loop that does not end; "
         "--hang-bound spin=SECONDS changes the bound)",
         silent, phase,
-        absl::FormatDuration(absl::Trunc(f.cpu, absl::Milliseconds(1))),
+        absl::FormatDuration(absl::Trunc(f.cpu, absl::Milliseconds(1))), work,
         Waiter(f));
   }
   return absl::StrFormat(

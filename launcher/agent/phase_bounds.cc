@@ -6,7 +6,8 @@ namespace ddprun::launcher {
 
 namespace {
 
-// The phases whose blocked bound is learned by rank (BlockedBound).
+// The phases whose blocked and spin bounds are learned by rank
+// (BlockedBound, SpinBound).
 bool LearnedByRank(common::Phase phase) {
   return phase == common::Phase::kEval || phase == common::Phase::kCheckpoint;
 }
@@ -85,9 +86,24 @@ void PhaseBounds::ObserveStepCompute(absl::Duration compute) {
   longest_step_compute_ = std::max(longest_step_compute_, compute);
 }
 
+void PhaseBounds::ObservePhaseCpu(common::Phase phase, absl::Duration cpu,
+                                  int rank) {
+  if (rank < 0 || !LearnedByRank(phase)) return;
+  absl::Duration& most = rank_most_cpu_[{rank, phase}];
+  most = std::max(most, cpu);
+}
+
 absl::Duration PhaseBounds::SpinBound() const {
   if (options_.spin_fixed.has_value()) return *options_.spin_fixed;
   return std::max(options_.spin_floor, longest_step_cpu_ * options_.factor);
+}
+
+absl::Duration PhaseBounds::SpinBound(common::Phase phase, int rank) const {
+  if (!LearnedByRank(phase)) return SpinBound();
+  if (options_.spin_fixed.has_value()) return *options_.spin_fixed;
+  auto own = rank_most_cpu_.find({rank, phase});
+  if (own == rank_most_cpu_.end()) return absl::InfiniteDuration();
+  return std::max(options_.spin_floor, own->second * options_.factor);
 }
 
 }  // namespace ddprun::launcher

@@ -111,6 +111,13 @@ struct PhaseBoundsOptions {
   // between steps (an evaluation, a checkpoint: worker/phase.h), since work
   // of one rank alone that is not reported (an evaluation on rank 0) looks
   // the same from outside; for others, the step's bound (10 s at least).
+  // In an evaluation or a checkpoint write it reported, while a peer that
+  // did the step after it waits for it, the figure is instead the most CPU
+  // time that phase took on the same global rank (ObservePhaseCpu): the
+  // rank that evaluates or writes uses seconds of CPU where the others use
+  // none. Before that rank was seen to end the phase, a spin there is
+  // bounded by the phase's bound only: a first evaluation of a large model
+  // may take minutes of CPU.
   absl::Duration spin_floor = absl::Seconds(1);
   std::optional<absl::Duration> spin_fixed;
   // How long a worker whose round could not form (worker::
@@ -171,9 +178,16 @@ class PhaseBounds {
   // A step's record said it computed for `compute` (ProgressRecord::
   // compute_seconds): its own time, without its wait for peers.
   void ObserveStepCompute(absl::Duration compute);
+  // The worker of global rank `rank` used `cpu` of CPU time in `phase` (an
+  // evaluation or a checkpoint write, the step that ends it included).
+  void ObservePhaseCpu(common::Phase phase, absl::Duration cpu, int rank);
   // How much CPU time a worker may use while its waiting peers wait for it
-  // (PhaseBoundsOptions::spin_floor).
+  // (PhaseBoundsOptions::spin_floor): in a step or the round's join, by the
+  // costliest step; in an evaluation or a checkpoint write, by the most that
+  // phase took on global rank `rank` (InfiniteDuration before it was seen
+  // there, unless fixed).
   absl::Duration SpinBound() const;
+  absl::Duration SpinBound(common::Phase phase, int rank) const;
   // The longest observed duration of `phase` (zero when none was).
   absl::Duration longest(common::Phase phase) const {
     return longest_[static_cast<int>(phase)];
@@ -185,6 +199,9 @@ class PhaseBounds {
   std::array<int, common::kNumPhases> seen_{};
   // By global rank: the longest evaluation and checkpoint phase seen there.
   std::map<std::pair<int, common::Phase>, absl::Duration> rank_longest_;
+  // By global rank: the most CPU time an evaluation and a checkpoint phase
+  // took there.
+  std::map<std::pair<int, common::Phase>, absl::Duration> rank_most_cpu_;
   // Ranks and phases where ObserveFoundQuiet was called.
   std::set<std::pair<int, common::Phase>> found_quiet_;
   absl::Duration longest_step_cpu_;

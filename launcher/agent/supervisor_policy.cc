@@ -90,7 +90,8 @@ void SupervisorPolicy::OnRecord(int local_rank, const ProgressRecord& record) {
       w.collectives = 0;
       w.collectives_done = 0;
       // Entering the stepping phase: no step is done yet.
-      w.phase = record.phase == Phase::kStep ? Phase::kFirstStep : record.phase;
+      SetPhase(w,
+               record.phase == Phase::kStep ? Phase::kFirstStep : record.phase);
       w.stepped_in_phase = false;
       // Steps count from the round's start of stepping, which every rank
       // reports (libddp's DataParallel): a survivor's step records of the
@@ -122,7 +123,7 @@ void SupervisorPolicy::OnRecord(int local_rank, const ProgressRecord& record) {
         w.stepped_in_phase = true;
         break;
       }
-      w.phase = Phase::kStep;
+      SetPhase(w, Phase::kStep);
       w.stepped_in_phase = false;
       break;
     case ProgressRecord::Kind::kInPlace:
@@ -144,6 +145,26 @@ void SupervisorPolicy::OnRecord(int local_rank, const ProgressRecord& record) {
     case ProgressRecord::Kind::kOther:
       break;
   }
+}
+
+void SupervisorPolicy::SetPhase(Worker& w, Phase next) {
+  // What an evaluation or a checkpoint write costs its rank in CPU
+  // (PhaseBounds::SpinBound): from the last look before it began to the
+  // first after it ended, a little more than the phase itself (the step
+  // that ends it is in it), which only widens the bound. Not from its
+  // records: libddp's phase records carry no CPU figure.
+  const bool between_steps =
+      w.phase == Phase::kEval || w.phase == Phase::kCheckpoint;
+  if (next != w.phase) {
+    if (between_steps && w.cpu_before_phase) {
+      w.ended_phases.push_back({w.phase, *w.cpu_before_phase});
+    }
+    w.cpu_before_phase.reset();
+    if (next == Phase::kEval || next == Phase::kCheckpoint) {
+      w.cpu_before_phase = w.cpu;
+    }
+  }
+  w.phase = next;
 }
 
 void SupervisorPolicy::OnInPlaceDeclared(int local_rank) {
@@ -207,6 +228,13 @@ void SupervisorPolicy::OnProcessState(int local_rank,
     w.steps_at_look = w.steps;
     w.cpu_at_steps = state.cpu;
   }
+  for (const Worker::PhaseCpu& ended : w.ended_phases) {
+    if (state.cpu >= ended.cpu_before) {
+      bounds_.ObservePhaseCpu(ended.phase, state.cpu - ended.cpu_before,
+                              w.rank);
+    }
+  }
+  w.ended_phases.clear();
   w.looks.push_back({now, state.cpu});
   while (w.looks.size() > 1 && now - w.looks.front().time > kLooksKept) {
     w.looks.pop_front();
@@ -215,7 +243,7 @@ void SupervisorPolicy::OnProcessState(int local_rank,
   // wait began: this one for a wait that began since the last, an earlier
   // one for a wait learned late (never from before it began: the step it
   // computed then is no spin).
-  const std::optional<Held> held = HeldBy(w);
+  const std::optional<Held> held = SpinHeld(w);
   if (!held) {
     w.held_since.reset();
   } else if (w.held_since != held->since) {
@@ -485,13 +513,23 @@ absl::Duration SupervisorPolicy::QuietBound(const Worker& w) const {
   return bounds_.QuietBound(BoundPhase(w), w.rank);
 }
 
+std::optional<SupervisorPolicy::Held> SupervisorPolicy::SpinHeld(
+    const Worker& w) const {
+  if (std::optional<Held> held = HeldBy(w)) return held;
+  return HeldBetweenSteps(w);
+}
+
+absl::Duration SupervisorPolicy::SpinBound(const Worker& w) const {
+  return bounds_.SpinBound(BoundPhase(w), w.rank);
+}
+
 std::optional<absl::Duration> SupervisorPolicy::SpunCpu(const Worker& w) const {
   if (!reports_between_steps_ || !w.held_since || !w.cpu || w.stopped) {
     return std::nullopt;
   }
   // A wait that changed since the last look (a record came) is counted
   // from the next one.
-  const std::optional<Held> held = HeldBy(w);
+  const std::optional<Held> held = SpinHeld(w);
   if (!held || held->since != *w.held_since) return std::nullopt;
   return *w.cpu - w.cpu_at_held;
 }
@@ -500,7 +538,7 @@ std::optional<absl::Duration> SupervisorPolicy::SpunPastBound(
     const Worker& w) const {
   if (w.exit || w.hung) return std::nullopt;
   std::optional<absl::Duration> spun = SpunCpu(w);
-  if (!spun || *spun < bounds_.SpinBound()) return std::nullopt;
+  if (!spun || *spun < SpinBound(w)) return std::nullopt;
   return spun;
 }
 
@@ -547,7 +585,7 @@ void SupervisorPolicy::MarkHung(int local_rank, absl::Time now) {
     }
     if (!blocked && !quiet) spun = SpunPastBound(w);
   }
-  const std::optional<Held> held = HeldBy(w);
+  const std::optional<Held> held = SpinHeld(w);
   const Phase phase = BoundPhase(w);
   LocalFailure failure{local_rank, ExitStatus{}, v1::FAILURE_CAUSE_HUNG, now};
   failure.phase = phase;
@@ -573,7 +611,7 @@ void SupervisorPolicy::MarkHung(int local_rank, absl::Time now) {
     failure.gave_up_round = true;
     failure.silent = now - *w.gave_up;
   } else if (spun && held) {
-    w.hung_bound = bounds_.SpinBound();
+    w.hung_bound = SpinBound(w);
     failure.spinning = true;
     failure.cpu = *spun;
     failure.waited_by = held->waited_by;
@@ -667,10 +705,9 @@ std::optional<absl::Time> SupervisorPolicy::NextHangDeadline() const {
     // when it could have used the rest of its bound on one core.
     if (std::optional<absl::Duration> spun = SpunCpu(w);
         spun && !w.exit && !w.hung &&
-        bounds_.SpinBound() != absl::InfiniteDuration()) {
+        SpinBound(w) != absl::InfiniteDuration()) {
       const absl::Time spin =
-          w.last_look +
-          std::max(absl::ZeroDuration(), bounds_.SpinBound() - *spun);
+          w.last_look + std::max(absl::ZeroDuration(), SpinBound(w) - *spun);
       if (!deadline || spin < *deadline) deadline = spin;
     }
     if (deadline && (!next || *deadline < *next)) next = deadline;

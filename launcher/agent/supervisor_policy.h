@@ -140,11 +140,14 @@ class SupervisorPolicy {
   // (libddp's records) or finished it: every rank makes the same ones, so
   // that peer waits for this one (HeldInSync).
   //
-  // One that uses CPU instead, while a local peer waits for it, spins: it
-  // is hung once it used PhaseBounds::SpinBound() of CPU time since the
-  // peer began to wait, when the program reports its work between steps
+  // One that uses CPU instead, while a local peer waits for it (in a step,
+  // the round's join, an evaluation or a checkpoint write), spins: it is
+  // hung once it used PhaseBounds::SpinBound() of CPU time since the peer
+  // began to wait, when the program reports its work between steps
   // (SupervisorPolicyOptions::reports_between_steps). What a step costs in
-  // CPU is learned here too, from the looks at which the step count moved.
+  // CPU is learned here too, from the looks at which the step count moved,
+  // and what an evaluation or a checkpoint write costs its rank, from the
+  // looks around it.
   void OnProcessState(int local_rank, const ProcessState& state);
   // The same, knowing only whether it is stopped (never blocked then).
   void OnProcessState(int local_rank, bool stopped) {
@@ -278,7 +281,20 @@ class SupervisorPolicy {
     // the next such look tells what a step costs in CPU.
     int steps_at_look = -1;
     absl::Duration cpu_at_steps;
+    // In an evaluation or a checkpoint write: its CPU time at the last look
+    // before the phase began (nullopt: none was taken). Ended such phases,
+    // with that figure, whose CPU the next look tells (SetPhase).
+    std::optional<absl::Duration> cpu_before_phase;
+    struct PhaseCpu {
+      common::Phase phase;
+      absl::Duration cpu_before;
+    };
+    std::vector<PhaseCpu> ended_phases;
   };
+
+  // Moves `w` to phase `next`, and counts what an evaluation or a
+  // checkpoint write it leaves cost in CPU (PhaseBounds::ObservePhaseCpu).
+  void SetPhase(Worker& w, common::Phase next);
 
   // When `w` becomes hung if nothing changes; nullopt: it cannot.
   std::optional<absl::Time> HangDeadline(const Worker& w) const;
@@ -312,7 +328,7 @@ class SupervisorPolicy {
   std::optional<Held> HeldBy(const Worker& w) const;
   // In an evaluation or a checkpoint write that `w` reported, with no step
   // recorded since: since when a peer a step ahead waits for it; nullopt:
-  // none does, or `w` is elsewhere (blocked only: such a phase uses CPU).
+  // none does, or `w` is elsewhere.
   std::optional<Held> HeldBetweenSteps(const Worker& w) const;
   // In the round's state sync, outside its collectives (the last one `w`
   // entered completed): since when a local peer waits for `w` there, having
@@ -334,8 +350,15 @@ class SupervisorPolicy {
   std::optional<Held> QuietSince(const Worker& w) const;
   // How long `w` may stay quiet where it is (PhaseBounds::QuietBound).
   absl::Duration QuietBound(const Worker& w) const;
-  // The CPU time `w` used while a local peer waited for it (since the first
-  // look after the wait began); nullopt: none waits, or spins are not
+  // HeldBy, or HeldBetweenSteps: since when a peer waits for `w` while it
+  // may spin (in a step, the round's join, an evaluation or a checkpoint
+  // write); nullopt: none does.
+  std::optional<Held> SpinHeld(const Worker& w) const;
+  // How much CPU time `w` may use where it is while a peer waits for it
+  // (PhaseBounds::SpinBound).
+  absl::Duration SpinBound(const Worker& w) const;
+  // The CPU time `w` used while a peer waited for it (SpinHeld, since the
+  // first look after the wait began); nullopt: none waits, or spins are not
   // watched (reports_between_steps_).
   std::optional<absl::Duration> SpunCpu(const Worker& w) const;
   // SpunCpu once it reached PhaseBounds::SpinBound(): `w` spins; nullopt:

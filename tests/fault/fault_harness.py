@@ -15,10 +15,12 @@ a seeded plan of faults, each of a worker, an agent or the server:
                    using CPU (a deadlock: SIGUSR2 to ddprun-mnist, which then
                    runs with --test-block-on-sigusr2); only when --kinds
                    names it, so that the default kinds keep CI's seeded plans
-  worker-spin      spinning for good after its step, running on one core
-                   (a loop that never ends: as worker-block, with
-                   --test-spin-on-sigusr2); only when --kinds names it, and
-                   not in one run with worker-block (one signal for both)
+  worker-spin      spinning for good after its step, running on one core,
+                   or at the end of the checkpoint write or evaluation it
+                   is in when it went through one before (a loop that
+                   never ends: as worker-block, with --test-spin-on-sigusr2);
+                   only when --kinds names it, and not in one run with
+                   worker-block (one signal for both)
   worker-pause     SIGSTOP, then SIGCONT 1-3 s later
   worker-throttle  a straggler: 20 % of one core for 3-6 s (a CPU cgroup
                    quota; where no cgroup can be made, stopped 40 ms of

@@ -621,6 +621,24 @@ TEST(MnistInPlaceHangTest, ASpinningWorkerIsFoundSpinningAndReplaced) {
       "local rank [02] waited for it");
 }
 
+// A loop that never ends inside a checkpoint write (--test-spin-in-
+// checkpoint-on-sigusr2): rank 0, the writer, runs on one core in the
+// checkpoint's phase while its peers, with nothing to write, wait for it in
+// their next step's sync. It is found spinning there, by the CPU its own
+// earlier checkpoints took, not at the checkpoint's bound (30 s once
+// learned).
+TEST(MnistInPlaceHangTest, ASpinInACheckpointWriteIsFoundSpinning) {
+  TempDir checkpoints;
+  ExpectAHangOnSigusr2IsFoundAndReplaced(
+      {"--test-spin-in-checkpoint-on-sigusr2", "--checkpoint-dir",
+       checkpoints.path(), "--checkpoint-every", "5"},
+      "rank 0 spins for good in its checkpoint after step",
+      "worker rank 0 \\(local 0\\) is hung: spinning for [0-9.]+m?s in "
+      "phase checkpoint: used [0-9.]+m?s of CPU without finishing its "
+      "checkpoint write while local rank [12] waited for it",
+      /*victim=*/0);
+}
+
 // A deadlock inside a checkpoint write (--test-block-in-checkpoint-on-
 // sigusr2): rank 0, the writer, sleeps in the checkpoint's phase while its
 // peers, with nothing to write, wait for it in their next step's sync. It

@@ -4,6 +4,7 @@
 #include <functional>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "launcher/agent/failure_report.h"
@@ -1528,6 +1529,84 @@ TEST_F(SupervisorPolicyTest, ARankThatSpinsWhileAPeerWaitsForItIsHung) {
   EXPECT_EQ(decision.kill, std::vector<int>{1});
 }
 
+// A spin in a checkpoint write or an evaluation the program reported, on
+// the rank that writes or evaluates (global rank 4), while rank 5 waits for
+// it a step ahead. Its earlier such phase used 400 ms of CPU, from the look
+// before it began to the first after the step that ended it; so 5 x that,
+// 2 s of CPU, is its bound there. The first time the rank is in the phase,
+// nothing bounds its CPU but the phase's own bound: a first evaluation of a
+// large model may take minutes of CPU.
+TEST_F(SupervisorPolicyTest,
+       ASpinInACheckpointOrEvaluationIsFoundByTheRanksOwnCpu) {
+  for (Phase phase : {Phase::kCheckpoint, Phase::kEval}) {
+    for (bool first : {false, true}) {
+      SCOPED_TRACE(
+          absl::StrCat(common::PhaseName(phase),
+                       first ? ", the rank's first" : ", a later one"));
+      common::FakeClock clock;
+      SupervisorPolicy policy({.num_workers = 2, .first_rank = 4}, Adaptive(),
+                              clock);
+      for (int i = 0; i < 2; ++i) policy.OnInPlaceDeclared(i);
+      ThreeFiguredSteps(policy, clock, 2);
+      int cpu_ms = 700;
+      policy.OnProcessState(0, Running(cpu_ms));
+      if (!first) {  // 300 ms of work on rank 4, then two steps
+        for (int i = 0; i < 2; ++i) policy.OnRecord(i, PhaseRecord(phase));
+        for (int look = 0; look < 3; ++look) {
+          clock.Advance(absl::Milliseconds(100));
+          policy.OnProcessState(0, Running(cpu_ms += 100));
+        }
+        for (int step = 0; step < 2; ++step) {
+          for (int i = 0; i < 2; ++i) FiguredStep(policy, i);
+          clock.Advance(absl::Milliseconds(50));
+          policy.OnProcessState(0, Running(cpu_ms += 50));
+        }
+        ASSERT_EQ(policy.Evaluate(), Verdict::kRunning);
+      }
+      for (int i = 0; i < 2; ++i) policy.OnRecord(i, PhaseRecord(phase));
+      clock.Advance(absl::Milliseconds(50));
+      FiguredStep(policy, 1);  // rank 5's step after the phase: it waits
+      const absl::Time ahead = clock.Now();
+      policy.OnProcessState(0, Running(cpu_ms));
+      if (first) {
+        for (int look = 0; look < 200; ++look) {  // 20 s on one core
+          clock.Advance(absl::Milliseconds(100));
+          policy.OnProcessState(0, Running(cpu_ms += 100));
+          ASSERT_EQ(policy.Evaluate(), Verdict::kRunning) << look;
+        }
+        continue;
+      }
+      EXPECT_EQ(policy.NextHangDeadline(), ahead + absl::Seconds(2))
+          << "2 s of CPU from this look on, at one core";
+      for (int look = 1; look < 20; ++look) {
+        clock.Advance(absl::Milliseconds(100));
+        policy.OnProcessState(0, Running(cpu_ms += 100));
+        ASSERT_EQ(policy.Evaluate(), Verdict::kRunning) << look;
+      }
+      clock.Advance(absl::Milliseconds(100));
+      policy.OnProcessState(0, Running(cpu_ms += 100));
+      ASSERT_EQ(policy.Evaluate(), Verdict::kFailed);
+      ASSERT_EQ(policy.failures().size(), 1u);
+      const LocalFailure& f = policy.failures()[0];
+      EXPECT_EQ(f.local_rank, 0);
+      EXPECT_TRUE(f.spinning);
+      EXPECT_EQ(f.phase, phase);
+      EXPECT_EQ(f.waited_by, 1);
+      EXPECT_EQ(f.cpu, absl::Seconds(2));
+      EXPECT_THAT(DescribeHang(f),
+                  ::testing::HasSubstr(
+                      phase == Phase::kEval
+                          ? "of CPU without finishing its evaluation while "
+                            "local rank 1 waited"
+                          : "of CPU without finishing its checkpoint write "
+                            "while local rank 1 waited"));
+      const RecoveryDecision decision = policy.DecideRecovery();
+      EXPECT_TRUE(decision.in_place);
+      EXPECT_EQ(decision.replace, std::vector<int>{0});
+    }
+  }
+}
+
 // A node's only rank, deadlocked or spinning: no local peer waits for it,
 // but the server answers that a rank of the round completed the next step
 // (OnRoundSteps), so a rank of another node does. It is hung as with a
@@ -1892,6 +1971,28 @@ TEST(PhaseBoundsTest, ACheckpointsBlockedBoundIsLearnedByRank) {
   bounds.Observe(Phase::kCheckpoint, absl::Seconds(3), /*rank=*/2);
   EXPECT_EQ(bounds.BlockedBound(Phase::kCheckpoint, 3), absl::Seconds(15))
       << "unseen: 5 x the longest of any rank, when above 10 s";
+}
+
+// In a checkpoint write or an evaluation, the rank's own CPU there counts,
+// as its time there does for a deadlock; before it was seen there, only a
+// fixed bound applies.
+TEST(PhaseBoundsTest, ACheckpointsSpinBoundIsLearnedByRankInCpuTime) {
+  PhaseBounds bounds;
+  EXPECT_EQ(bounds.SpinBound(Phase::kCheckpoint, 0), absl::InfiniteDuration());
+  bounds.ObservePhaseCpu(Phase::kCheckpoint, absl::Milliseconds(50), 1);
+  EXPECT_EQ(bounds.SpinBound(Phase::kCheckpoint, 1), absl::Seconds(1));
+  EXPECT_EQ(bounds.SpinBound(Phase::kCheckpoint, 0), absl::InfiniteDuration())
+      << "rank 1's checkpoints say nothing of rank 0's writes";
+  bounds.ObservePhaseCpu(Phase::kEval, absl::Milliseconds(600), 0);
+  bounds.ObservePhaseCpu(Phase::kEval, absl::Milliseconds(200), 0);
+  EXPECT_EQ(bounds.SpinBound(Phase::kEval, 0), absl::Seconds(3)) << "5 x 0.6 s";
+  bounds.ObserveStepCpu(absl::Milliseconds(400));
+  EXPECT_EQ(bounds.SpinBound(Phase::kStep, 0), absl::Seconds(2))
+      << "a step's is the costliest step's";
+  PhaseBoundsOptions options;
+  options.spin_fixed = absl::Seconds(3);
+  EXPECT_EQ(PhaseBounds(options).SpinBound(Phase::kCheckpoint, 0),
+            absl::Seconds(3));
 }
 
 // --straggler-policy replace: a named straggler is killed and replaced.
