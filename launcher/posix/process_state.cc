@@ -66,17 +66,19 @@ std::optional<std::string> ReadProcFile(const std::string& path) {
                      std::istreambuf_iterator<char>());
 }
 
-// Whether any thread of `pid` has a child: each thread's children are
-// listed under it alone (/proc/PID/task/TID/children), and a program's
-// helper thread that runs a command (a checkpoint's upload) is not its main
-// thread. A thread that ends while this reads is skipped. nullopt when the
-// main thread's list or the threads cannot be read (a kernel without
-// CONFIG_PROC_CHILDREN has no such lists).
-std::optional<bool> HasChildren(pid_t pid) {
+// Whether a thread of `pid` has a child: its main thread, or with
+// `every_thread` any: each thread's children are listed under it alone
+// (/proc/PID/task/TID/children), and a program's helper thread that runs a
+// command (a checkpoint's upload) is not its main thread. A thread that
+// ends while this reads is skipped. nullopt when the main thread's list or
+// the threads cannot be read (a kernel without CONFIG_PROC_CHILDREN has no
+// such lists).
+std::optional<bool> HasChildren(pid_t pid, bool every_thread) {
   std::optional<std::string> main_children =
       ReadProcFile(absl::StrFormat("/proc/%d/task/%d/children", pid, pid));
   if (!main_children) return std::nullopt;
   if (!absl::StripAsciiWhitespace(*main_children).empty()) return true;
+  if (!every_thread) return false;
   std::error_code error;
   std::filesystem::directory_iterator tasks(
       absl::StrFormat("/proc/%d/task", pid), error);
@@ -111,7 +113,9 @@ std::optional<ProcessState> ReadProcessActivity(pid_t pid) {
           ReadProcFile(absl::StrFormat("/proc/%d/io", pid))) {
     state->io = ParseProcessIo(*io);
   }
-  state->has_children = HasChildren(pid);
+  // A file per thread, read only where the answer is used: a quiet worker
+  // sleeps (ProcessState::has_children).
+  state->has_children = HasChildren(pid, state->sleeping());
   return state;
 }
 

@@ -25,8 +25,9 @@ struct ProcessState {
   // read, or unreadable.
   std::optional<uint64_t> io;
   // Whether one of its threads has a child process that has not been
-  // waited for (/proc/PID/task/*/children). nullopt: not read, or
-  // unreadable.
+  // waited for (/proc/PID/task/*/children); while the main thread does not
+  // sleep (state S), only the main thread's children are looked for: only a
+  // sleeping worker can be quiet. nullopt: not read, or unreadable.
   std::optional<bool> has_children;
 
   bool stopped() const { return state == 'T'; }
