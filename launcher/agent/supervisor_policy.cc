@@ -22,6 +22,12 @@ constexpr absl::Duration kLooksKept = absl::Seconds(5);
 constexpr absl::Duration kStrayCpu = absl::Milliseconds(10);
 constexpr double kStrayCpuShare = 0.01;
 
+// The work a program reports between two steps: an evaluation, a
+// checkpoint write (worker/phase.h).
+bool BetweenSteps(Phase phase) {
+  return phase == Phase::kEval || phase == Phase::kCheckpoint;
+}
+
 }  // namespace
 
 SupervisorPolicy::SupervisorPolicy(SupervisorPolicyOptions options,
@@ -82,8 +88,7 @@ void SupervisorPolicy::OnRecord(int local_rank, const ProgressRecord& record) {
     case ProgressRecord::Kind::kPhase:
       if (!w.first_phase) w.first_phase = now;
       w.gave_up.reset();
-      reports_between_steps_ |=
-          record.phase == Phase::kEval || record.phase == Phase::kCheckpoint;
+      reports_between_steps_ |= BetweenSteps(record.phase);
       if (w.phase == Phase::kSync && record.phase != Phase::kSync) {
         w.left_sync = now;
       }
@@ -118,8 +123,7 @@ void SupervisorPolicy::OnRecord(int local_rank, const ProgressRecord& record) {
       // bounded as a step through rank 0's whole evaluation, and they were
       // found hung. The second record ends it (a rank hung in that one step
       // is bounded as the phase, not as a step).
-      if ((w.phase == Phase::kEval || w.phase == Phase::kCheckpoint) &&
-          !w.stepped_in_phase) {
+      if (BetweenSteps(w.phase) && !w.stepped_in_phase) {
         w.stepped_in_phase = true;
         break;
       }
@@ -153,16 +157,12 @@ void SupervisorPolicy::SetPhase(Worker& w, Phase next) {
   // first after it ended, a little more than the phase itself (the step
   // that ends it is in it), which only widens the bound. Not from its
   // records: libddp's phase records carry no CPU figure.
-  const bool between_steps =
-      w.phase == Phase::kEval || w.phase == Phase::kCheckpoint;
   if (next != w.phase) {
-    if (between_steps && w.cpu_before_phase) {
+    if (BetweenSteps(w.phase) && w.cpu_before_phase) {
       w.ended_phases.push_back({w.phase, *w.cpu_before_phase});
     }
     w.cpu_before_phase.reset();
-    if (next == Phase::kEval || next == Phase::kCheckpoint) {
-      w.cpu_before_phase = w.cpu;
-    }
+    if (BetweenSteps(next)) w.cpu_before_phase = w.cpu;
   }
   w.phase = next;
 }
@@ -379,8 +379,7 @@ Phase SupervisorPolicy::BoundPhase(const Worker& w) const {
   // Past an evaluation or a checkpoint (a step recorded since), with a
   // peer a step ahead: it computes a step, not waiting for a rank still
   // evaluating, and is bounded as a step.
-  if ((w.phase == Phase::kEval || w.phase == Phase::kCheckpoint) &&
-      w.stepped_in_phase && AheadPeer(w).has_value()) {
+  if (BetweenSteps(w.phase) && w.stepped_in_phase && AheadPeer(w).has_value()) {
     return Phase::kStep;
   }
   return w.phase;
@@ -435,8 +434,7 @@ std::optional<SupervisorPolicy::Held> SupervisorPolicy::HeldBetweenSteps(
     const Worker& w) const {
   // A step recorded since the phase began: BoundPhase bounds it as a step
   // (HeldBy), or no peer is ahead.
-  if ((w.phase != Phase::kEval && w.phase != Phase::kCheckpoint) ||
-      w.stepped_in_phase || w.exit || w.hung) {
+  if (!BetweenSteps(w.phase) || w.stepped_in_phase || w.exit || w.hung) {
     return std::nullopt;
   }
   // Every rank reports the phase (worker/phase.h) and the ones with
