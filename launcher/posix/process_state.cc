@@ -85,8 +85,10 @@ std::optional<bool> HasChildren(pid_t pid, bool every_thread) {
   if (error) return std::nullopt;
   // increment(error), not a range-for: the process may end while this
   // reads, and the agent's look must not throw.
+  const std::string main_thread = std::to_string(pid);
   for (; !error && tasks != std::filesystem::directory_iterator();
        tasks.increment(error)) {
+    if (tasks->path().filename() == main_thread) continue;  // read above
     std::optional<std::string> children =
         ReadProcFile(tasks->path().string() + "/children");
     if (children && !absl::StripAsciiWhitespace(*children).empty()) {
